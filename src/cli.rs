@@ -1,0 +1,258 @@
+//! Command-line interface (clap). Every subcommand's flags live here; behaviour lives in
+//! `commands/`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Diagnose and reproduce GPU memory (VRAM) failures.
+///
+/// vramdoc shows who holds which GPU memory and what is wrong with it (`scan`), replays
+/// documented VRAM failures with and without their fix (`replay`), and writes reports to
+/// attach to bug tickets. Without a GPU, run any command on a simulated machine with
+/// `--sim SPEC` (e.g. `--sim 2x24GiB`, `--sim h100`).
+#[derive(Debug, Parser)]
+#[command(name = "vramdoc", version, propagate_version = true, max_term_width = 100)]
+#[command(after_help = "Exit codes: 0 ok, 1 findings or unexpected replay, 2 usage or bad input, 3 environment (no driver, no device).\n\nExamples:\n  vramdoc --sim 2x24GiB scan\n  vramdoc scan --fail-on warn --json\n  vramdoc --sim 2xrtx3090 replay stray-cuda0")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// Run on a fresh private simulated box, e.g. `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`
+    /// (see `vramdoc sim presets`)
+    #[arg(long, global = true, value_name = "SPEC")]
+    pub sim: Option<String>,
+
+    /// Which GPU backend to use: `auto` picks the simulator when --sim or VRAMDOC_SIM_DIR is
+    /// set and the real CUDA/NVML libraries otherwise
+    #[arg(long, global = true, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Auto,
+    /// In-process simulator over the box in VRAMDOC_SIM_DIR (or --sim)
+    Sim,
+    /// cudarc + nvml-wrapper over libcuda.so and libnvidia-ml.so.1
+    Real,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show who holds which GPU memory, and what is wrong with it
+    Scan(ScanArgs),
+    /// List the built-in failure scenarios
+    List(ListArgs),
+    /// Replay failure scenarios (bug and fix variants) while sampling memory
+    Replay(ReplayArgs),
+    /// Re-render a saved JSON report as Markdown or HTML
+    Report(ReportArgs),
+    /// Create and inspect simulated GPU boxes
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Print JSON (versioned; fields documented in docs/json.md)
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
+    /// Print Markdown, ready to paste into a ticket
+    #[arg(long)]
+    pub markdown: bool,
+    /// Exit 1 when a finding at or above this severity exists
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub fail_on: Option<Severity>,
+    /// Also write a report; the format follows the extension (.json, .md, .html)
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Overwrite --out if it exists
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Severity {
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Scenario ids (see `vramdoc list`) or paths to scenario TOML files
+    #[arg(value_name = "ID|FILE", required = true)]
+    pub scenarios: Vec<String>,
+    /// Run only this variant (e.g. `bug`, `fix-visible-devices`)
+    #[arg(long, value_name = "V")]
+    pub variant: Option<String>,
+    /// Run every variant (the default when --variant is not given)
+    #[arg(long, conflicts_with = "variant")]
+    pub all: bool,
+    /// Memory sampling period (e.g. 1ms, 5ms)
+    #[arg(long, default_value = "5ms", value_name = "DURATION")]
+    pub period: String,
+    /// Print JSON instead of the summary table
+    #[arg(long)]
+    pub json: bool,
+    /// Write a report; the format follows the extension (.json, .md, .html)
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Overwrite --out if it exists
+    #[arg(long)]
+    pub force: bool,
+    /// Fail (exit 1) instead of skipping a scenario that needs more devices than the box has
+    #[arg(long)]
+    pub require: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A JSON report written by `scan --out` or `replay --out`
+    pub input: PathBuf,
+    /// Output format
+    #[arg(long, value_enum)]
+    pub format: ReportFormat,
+    /// Write here instead of standard output
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Overwrite --out if it exists
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Json,
+    Md,
+    Html,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Create a simulated box and print its directory
+    ///
+    /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load tests/simgpu as
+    /// libcuda.so / libnvidia-ml.so.1, share that box.
+    Init(SimInitArgs),
+    /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
+    Status(SimStatusArgs),
+    /// Inject faults into the box in VRAMDOC_SIM_DIR (for tests and drills)
+    Fault(SimFaultArgs),
+    /// Hold memory on the box from a new process until killed (to stage neighbours)
+    Hold(SimHoldArgs),
+    /// List device presets usable in SPEC
+    Presets,
+}
+
+#[derive(Debug, Args)]
+pub struct SimInitArgs {
+    /// Devices: `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`, ...
+    pub spec: String,
+    /// Directory for the box (default: a new directory under the system temp dir)
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Memory one CUDA context costs on each device
+    #[arg(long, default_value = "448MiB", value_name = "SIZE")]
+    pub context_overhead: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SimStatusArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimFaultArgs {
+    /// Mark a physical device as fallen off the bus (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub lose_device: Vec<u32>,
+    /// Let N more allocations succeed, then fail every one with out-of-memory
+    #[arg(long, value_name = "N")]
+    pub alloc_fail_after: Option<u64>,
+    /// Added latency of each NVML memory query (e.g. 12us)
+    #[arg(long, value_name = "DURATION")]
+    pub nvml_memory_latency: Option<String>,
+    /// Added latency of each NVML process-list query (e.g. 4.5ms)
+    #[arg(long, value_name = "DURATION")]
+    pub nvml_process_latency: Option<String>,
+    /// Keep the memory of exited processes (a stuck process or driver)
+    #[arg(long)]
+    pub keep_dead: bool,
+    /// Remove every fault
+    #[arg(long)]
+    pub clear: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimHoldArgs {
+    /// CUDA ordinal to hold memory on (renumbered by CUDA_VISIBLE_DEVICES)
+    #[arg(long, default_value_t = 0)]
+    pub device: u32,
+    /// Bytes to allocate besides the context (0: context only)
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub size: String,
+    /// Also create a context (only) on these CUDA ordinals (repeatable)
+    #[arg(long, value_name = "ORDINAL")]
+    pub context_on: Vec<u32>,
+    /// Exit after this long (default: hold until killed)
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<String>,
+}
+
+/// Parse a duration such as `1ms`, `250us`, `4.5ms`, `2s`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::exit::UsageError> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || crate::exit::UsageError(format!("invalid duration {s:?}: write e.g. 500us, 1ms, 4.5ms, 2s"));
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit.trim() {
+        "ns" => v / 1e9,
+        "us" | "µs" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" | "" => v,
+        "m" | "min" => v * 60.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1ms").unwrap().as_micros(), 1000);
+        assert_eq!(parse_duration("4.5ms").unwrap().as_micros(), 4500);
+        assert_eq!(parse_duration("250us").unwrap().as_micros(), 250);
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("1 fortnight").is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! `vramdoc sim …`: create a simulated box, show it, inject faults, stage holder processes.
+
+use crate::cli::{parse_duration, GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs};
+use crate::exit::UsageError;
+use crate::gpu::{sim::SimDriver, Driver};
+use crate::sim::{procinfo, spec::PRESETS, InitOptions, SimBox, SimProcess};
+use crate::units::{format_bytes, parse_size};
+use anyhow::{Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use std::io::Write;
+
+pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
+    match cmd {
+        SimCommand::Init(a) => init(&a),
+        SimCommand::Presets => presets(),
+        other => {
+            let session = super::Session::new(global)?;
+            let _keep = &session.private_box;
+            match other {
+                SimCommand::Status(a) => status(&a),
+                SimCommand::Fault(a) => fault(&a),
+                SimCommand::Hold(a) => hold(&a),
+                SimCommand::Init(_) | SimCommand::Presets => Ok(0),
+            }
+        }
+    }
+}
+
+fn init(a: &SimInitArgs) -> Result<i32> {
+    let overhead = parse_size(&a.context_overhead)?;
+    let opts = InitOptions {
+        context_overhead: overhead,
+        ..InitOptions::default()
+    };
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => tempfile::Builder::new()
+            .prefix("vramdoc-sim-")
+            .tempdir()
+            .context("creating a directory for the box")?
+            .keep(),
+    };
+    crate::sim::parse_spec(&a.spec)?;
+    SimBox::create(&dir, &a.spec, &opts)?;
+    println!("{}", dir.display());
+    Ok(0)
+}
+
+fn presets() -> Result<i32> {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    t.set_header(vec!["preset", "name", "total", "reserved"]);
+    for p in PRESETS {
+        t.add_row(vec![
+            p.key.to_string(),
+            p.name.to_string(),
+            format_bytes(p.total),
+            format_bytes(p.reserved),
+        ]);
+    }
+    println!("{t}");
+    println!("Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.");
+    Ok(0)
+}
+
+fn status(a: &SimStatusArgs) -> Result<i32> {
+    let sim = SimBox::from_env()?;
+    let st = sim.state()?;
+    let faults = sim.faults()?;
+    if a.json {
+        let devices: Vec<_> = sim
+            .devices()
+            .iter()
+            .map(|d| {
+                let m = crate::sim::memory_of(d, &st);
+                serde_json::json!({"device": d, "memory": m, "lost": faults.lost_devices.contains(&d.index)})
+            })
+            .collect();
+        let v = serde_json::json!({
+            "dir": sim.dir(),
+            "config": sim.config(),
+            "devices": devices,
+            "processes": st.processes,
+            "faults": faults,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    println!("box {} ({})", sim.dir().display(), sim.config().spec);
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    t.set_header(vec!["gpu", "name", "used", "reserved", "free", "total", "ctx cost"]);
+    for d in sim.devices() {
+        let m = crate::sim::memory_of(d, &st);
+        let lost = faults.lost_devices.contains(&d.index);
+        t.add_row(vec![
+            format!("{}{}", d.index, if lost { " LOST" } else { "" }),
+            d.name.clone(),
+            format_bytes(m.used),
+            format_bytes(m.reserved),
+            format_bytes(m.free),
+            format_bytes(m.total),
+            format_bytes(d.context_overhead),
+        ]);
+    }
+    println!("{t}");
+    if st.processes.is_empty() {
+        println!("no processes");
+    } else {
+        let mut t = Table::new();
+        t.load_style(UTF8_FULL_CONDENSED);
+        t.set_header(vec!["pid", "name", "alive", "gpu", "contexts", "allocations", "bytes"]);
+        for (pid, p) in &st.processes {
+            let alive = procinfo::is_alive(*pid, p.start_time);
+            for (dev, u) in &p.devices {
+                t.add_row(vec![
+                    pid.to_string(),
+                    p.name.clone(),
+                    if alive { "yes" } else { "NO" }.to_string(),
+                    dev.to_string(),
+                    u.contexts.to_string(),
+                    u.allocations.to_string(),
+                    format_bytes(u.total()),
+                ]);
+            }
+        }
+        println!("{t}");
+    }
+    if faults != crate::sim::Faults::default() {
+        println!("faults: {}", serde_json::to_string(&faults)?);
+    }
+    Ok(0)
+}
+
+fn fault(a: &SimFaultArgs) -> Result<i32> {
+    let sim = SimBox::from_env()?;
+    let mut f = if a.clear {
+        crate::sim::Faults::default()
+    } else {
+        sim.faults()?
+    };
+    for d in &a.lose_device {
+        sim.device(*d)
+            .map_err(|_| UsageError(format!("--lose-device {d}: the box has {} devices", sim.devices().len())))?;
+        if !f.lost_devices.contains(d) {
+            f.lost_devices.push(*d);
+        }
+    }
+    if let Some(n) = a.alloc_fail_after {
+        // Counted from now: allocations already made on the box do not count.
+        let made = sim.state()?.alloc_calls;
+        f.alloc_fail_after = Some(made + n);
+    }
+    if let Some(d) = &a.nvml_memory_latency {
+        f.nvml_memory_latency_us = parse_duration(d)?.as_micros() as u64;
+    }
+    if let Some(d) = &a.nvml_process_latency {
+        f.nvml_process_latency_us = parse_duration(d)?.as_micros() as u64;
+    }
+    if a.keep_dead {
+        f.keep_dead_processes = true;
+    }
+    sim.set_faults(&f)?;
+    println!("faults: {}", serde_json::to_string(&f)?);
+    Ok(0)
+}
+
+fn hold(a: &SimHoldArgs) -> Result<i32> {
+    let size = parse_size(&a.size)?;
+    let duration = a.duration.as_deref().map(parse_duration).transpose()?;
+    let mut driver = SimDriver::new(SimProcess::from_env()?);
+    let ctx = driver
+        .create_context(a.device)
+        .with_context(|| format!("creating a context on device {}", a.device))?;
+    if size > 0 {
+        let alloc = driver
+            .alloc(ctx, size)
+            .with_context(|| format!("allocating {} on device {}", format_bytes(size), a.device))?;
+        // Touch small allocations so they are real; large ones are uniform in the simulator.
+        driver.fill(alloc, 0x5EED)?;
+    }
+    for o in &a.context_on {
+        driver
+            .create_context(*o)
+            .with_context(|| format!("creating a context on device {o}"))?;
+    }
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "holding pid={} device={} size={} contexts_on={:?}",
+        std::process::id(),
+        a.device,
+        size,
+        a.context_on
+    )?;
+    out.flush()?;
+    match duration {
+        Some(d) => std::thread::sleep(d),
+        None => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+    }
+    drop(driver);
+    Ok(0)
+}

@@ -1,0 +1,48 @@
+//! Exit codes, the contract with scripts and CI (documented in docs/exit-codes.md):
+//! 0 ok; 1 findings at or above `--fail-on`, or a replay that did not behave as expected;
+//! 2 usage or bad input (flags, scenario files, reports); 3 environment (no driver library,
+//! no device, no simulated box).
+
+use crate::gpu::GpuError;
+
+pub const OK: i32 = 0;
+pub const FINDINGS: i32 = 1;
+pub const USAGE: i32 = 2;
+pub const ENVIRONMENT: i32 = 3;
+
+/// Bad input from the user: a flag value, a file that cannot be read or parsed. Exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// A problem with the machine vramdoc runs on. Exit 3.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EnvironmentError(pub String);
+
+/// The exit code for an error that reached the command edge.
+pub fn code_for(err: &anyhow::Error) -> i32 {
+    for cause in err.chain() {
+        if let Some(g) = cause.downcast_ref::<GpuError>() {
+            return if g.is_environment() { ENVIRONMENT } else { FINDINGS };
+        }
+        if cause.downcast_ref::<EnvironmentError>().is_some() {
+            return ENVIRONMENT;
+        }
+        if cause.downcast_ref::<crate::sim::SimError>().is_some_and(|e| {
+            matches!(
+                e,
+                crate::sim::SimError::NoBox | crate::sim::SimError::BadBox { .. }
+            )
+        }) {
+            return ENVIRONMENT;
+        }
+        if cause.downcast_ref::<UsageError>().is_some()
+            || cause.downcast_ref::<crate::sim::SpecError>().is_some()
+            || cause.downcast_ref::<crate::units::SizeError>().is_some()
+        {
+            return USAGE;
+        }
+    }
+    USAGE
+}

@@ -1,0 +1,237 @@
+//! The in-process simulated backends: [`SimDriver`] and [`SimMonitor`] over a `crate::sim`
+//! box. They answer as the real backends do over tests/simgpu, without loading any library.
+//! Utilization is always 0 % and temperature a fixed 34 °C: the simulator models memory only.
+
+use super::{
+    AllocId, CallCounts, ContextId, DeviceInfo, Driver, GpuError, GpuProcess, MemoryInfo, Monitor,
+    Result, Versions,
+};
+use crate::sim::{SimBox, SimProcess};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Simulated temperature reported for every device.
+pub const SIM_TEMPERATURE_C: u32 = 34;
+
+/// CUDA on the simulated box, in this process.
+pub struct SimDriver {
+    proc: SimProcess,
+    contexts: HashMap<ContextId, u32>,
+    allocs: HashMap<AllocId, (ContextId, u64, u64)>,
+    next_ctx: u32,
+}
+
+impl SimDriver {
+    /// Attach to `VRAMDOC_SIM_DIR`, honouring `CUDA_VISIBLE_DEVICES`.
+    pub fn from_env() -> Result<SimDriver> {
+        Ok(SimDriver::new(SimProcess::from_env()?))
+    }
+
+    pub fn new(proc: SimProcess) -> SimDriver {
+        SimDriver {
+            proc,
+            contexts: HashMap::new(),
+            allocs: HashMap::new(),
+            next_ctx: 1,
+        }
+    }
+
+    fn ordinal(&self, ctx: ContextId) -> Result<u32> {
+        self.contexts.get(&ctx).copied().ok_or(GpuError::Driver {
+            call: "context".into(),
+            code: "CUDA_ERROR_INVALID_CONTEXT".into(),
+            message: format!("unknown context {}", ctx.0),
+        })
+    }
+}
+
+impl Driver for SimDriver {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+
+    fn device_count(&mut self) -> Result<u32> {
+        Ok(self.proc.device_count())
+    }
+
+    fn create_context(&mut self, ordinal: u32) -> Result<ContextId> {
+        self.proc.create_context(ordinal)?;
+        let id = ContextId(self.next_ctx);
+        self.next_ctx += 1;
+        self.contexts.insert(id, ordinal);
+        Ok(id)
+    }
+
+    fn destroy_context(&mut self, ctx: ContextId) -> Result<()> {
+        let ordinal = self.ordinal(ctx)?;
+        // Free this context's allocations, then the context itself.
+        let mine: Vec<AllocId> = self
+            .allocs
+            .iter()
+            .filter(|(_, (c, _, _))| *c == ctx)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in mine {
+            self.free(a)?;
+        }
+        self.proc.destroy_context(ordinal)?;
+        self.contexts.remove(&ctx);
+        Ok(())
+    }
+
+    fn alloc(&mut self, ctx: ContextId, bytes: u64) -> Result<AllocId> {
+        let ordinal = self.ordinal(ctx)?;
+        let ptr = self.proc.alloc(ordinal, bytes)?;
+        let id = AllocId(ptr);
+        self.allocs.insert(id, (ctx, ptr, bytes));
+        Ok(id)
+    }
+
+    fn free(&mut self, alloc: AllocId) -> Result<()> {
+        let (_, ptr, _) = self.allocs.remove(&alloc).ok_or(GpuError::Driver {
+            call: "free".into(),
+            code: "CUDA_ERROR_INVALID_VALUE".into(),
+            message: format!("unknown allocation {:#x}", alloc.0),
+        })?;
+        self.proc.free(ptr)?;
+        Ok(())
+    }
+
+    fn fill(&mut self, alloc: AllocId, value: u32) -> Result<u64> {
+        let (ctx, ptr, bytes) = *self.allocs.get(&alloc).ok_or(GpuError::Driver {
+            call: "fill".into(),
+            code: "CUDA_ERROR_INVALID_VALUE".into(),
+            message: format!("unknown allocation {:#x}", alloc.0),
+        })?;
+        let ordinal = self.ordinal(ctx)?;
+        self.proc.check(ordinal)?;
+        let words = bytes / 4;
+        self.proc.fill_u32(ptr, value, words)?;
+        Ok(self.proc.checksum_u32(ptr, words)?)
+    }
+
+    fn mem_info(&mut self, ctx: ContextId) -> Result<(u64, u64)> {
+        let ordinal = self.ordinal(ctx)?;
+        Ok(self.proc.mem_info(ordinal)?)
+    }
+
+    fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
+        let ordinal = self.ordinal(ctx)?;
+        Ok(self.proc.check(ordinal)?)
+    }
+}
+
+impl Drop for SimDriver {
+    fn drop(&mut self) {
+        // Like process exit on a real driver: everything this driver created is returned.
+        let _ = self.proc.release_all();
+    }
+}
+
+/// NVML on the simulated box, in this process. Applies the box's injected NVML latencies.
+pub struct SimMonitor {
+    sim: SimBox,
+    inventory: AtomicU64,
+    memory: AtomicU64,
+    processes: AtomicU64,
+}
+
+impl SimMonitor {
+    pub fn from_env() -> Result<SimMonitor> {
+        Ok(SimMonitor::new(SimBox::from_env()?))
+    }
+
+    pub fn new(sim: SimBox) -> SimMonitor {
+        SimMonitor {
+            sim,
+            inventory: AtomicU64::new(0),
+            memory: AtomicU64::new(0),
+            processes: AtomicU64::new(0),
+        }
+    }
+
+    fn delay(us: u64) {
+        if us > 0 {
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    }
+}
+
+fn to_memory(m: crate::sim::SimMemory) -> MemoryInfo {
+    MemoryInfo {
+        total: m.total,
+        reserved: m.reserved,
+        used: m.used,
+        free: m.free,
+    }
+}
+
+/// `12040` → `12.4`.
+pub fn cuda_version_string(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+impl Monitor for SimMonitor {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+
+    fn versions(&self) -> Result<Versions> {
+        let c = self.sim.config();
+        Ok(Versions {
+            driver: c.driver_version.clone(),
+            cuda: cuda_version_string(c.cuda_driver_version),
+            nvml: c.nvml_version.clone(),
+        })
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>> {
+        self.inventory.fetch_add(1, Ordering::Relaxed);
+        let faults = self.sim.faults()?;
+        let st = self.sim.state()?;
+        let mut out = Vec::new();
+        for d in self.sim.devices() {
+            Self::delay(faults.nvml_memory_latency_us);
+            self.sim.check_device(d.index, &faults)?;
+            out.push(DeviceInfo {
+                index: d.index,
+                name: d.name.clone(),
+                uuid: d.uuid.clone(),
+                pci_bus_id: d.pci_bus_id.clone(),
+                memory: to_memory(crate::sim::memory_of(d, &st)),
+                utilization_gpu: Some(0),
+                temperature_c: Some(SIM_TEMPERATURE_C),
+            });
+        }
+        Ok(out)
+    }
+
+    fn memory(&self, index: u32) -> Result<MemoryInfo> {
+        self.memory.fetch_add(1, Ordering::Relaxed);
+        Self::delay(self.sim.faults()?.nvml_memory_latency_us);
+        Ok(to_memory(self.sim.memory(index)?))
+    }
+
+    fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
+        self.processes.fetch_add(1, Ordering::Relaxed);
+        Self::delay(self.sim.faults()?.nvml_process_latency_us);
+        Ok(self
+            .sim
+            .processes(index)?
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used: Some(p.used),
+            })
+            .collect())
+    }
+
+    fn call_counts(&self) -> CallCounts {
+        CallCounts {
+            inventory: self.inventory.load(Ordering::Relaxed),
+            memory: self.memory.load(Ordering::Relaxed),
+            processes: self.processes.load(Ordering::Relaxed),
+        }
+    }
+}

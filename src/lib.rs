@@ -1,0 +1,12 @@
+//! vramdoc: diagnose and reproduce GPU memory (VRAM) failures.
+//!
+//! Stages, one module each: [`gpu`] (the only boundary with CUDA and NVML), [`sim`] (the
+//! simulated machine), [`commands`] (one file per subcommand), with `cli` for argument
+//! parsing. See docs/architecture.md.
+
+pub mod cli;
+pub mod commands;
+pub mod exit;
+pub mod gpu;
+pub mod sim;
+pub mod units;

@@ -1,0 +1,556 @@
+//! The simulated GPU machine ("box"). It owns devices, the contexts and allocations of every
+//! process that uses it, and fault injection. A box lives in a state directory so several
+//! processes (vramdoc itself, replay workers, programs loading tests/simgpu as libcuda.so or
+//! libnvidia-ml.so.1) see one machine:
+//!
+//! - `box.json`: devices and versions, written once by `vramdoc sim init`;
+//! - `faults.json`: injected faults, changed at any time (`vramdoc sim fault`);
+//! - `state.json`: per-process usage per physical device, replaced atomically under `lock`.
+//!
+//! Memory of a process that has exited is returned on the next read, as the real driver does.
+
+pub mod procinfo;
+pub mod process;
+pub mod spec;
+pub mod visible;
+
+use crate::units::round_up;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+pub use process::SimProcess;
+pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
+
+/// Environment variable naming the box directory used by vramdoc and the simulated libraries.
+pub const SIM_DIR_ENV: &str = "VRAMDOC_SIM_DIR";
+/// Allocation granularity of the simulated driver.
+pub const GRANULARITY: u64 = 2 * crate::units::MIB;
+
+/// Errors of the simulated machine. Each maps onto a CUDA / NVML return code at the C ABI.
+#[derive(Debug, Error)]
+pub enum SimError {
+    #[error("no simulated box: set {SIM_DIR_ENV} to a directory made by `vramdoc sim init SPEC`, or pass --sim SPEC")]
+    NoBox,
+    #[error("simulated box at {dir} is unreadable: {reason}")]
+    BadBox { dir: PathBuf, reason: String },
+    #[error("simulated box I/O on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("invalid device ordinal {0}")]
+    InvalidDevice(u32),
+    #[error("device {0} is lost (fallen off the bus)")]
+    DeviceLost(u32),
+    #[error("out of memory on physical device {device}: requested {requested} bytes, {free} free")]
+    OutOfMemory { device: u32, requested: u64, free: u64 },
+    #[error("no context on device ordinal {0}")]
+    NoContext(u32),
+    #[error("invalid device pointer {0:#x}")]
+    InvalidPointer(u64),
+    #[error("access of {len} bytes at {ptr:#x} is outside its allocation")]
+    OutOfBounds { ptr: u64, len: u64 },
+    #[error("not supported by the simulator: {0}")]
+    Unsupported(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
+    move |source| SimError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One physical device of a box.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimDevice {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    /// NVML-style bus id, `00000000:17:00.0`.
+    pub pci_bus_id: String,
+    pub total: u64,
+    /// Memory reserved by driver and firmware (NVML v2 `reserved`).
+    pub reserved: u64,
+    /// Bytes one CUDA context costs on this device.
+    pub context_overhead: u64,
+}
+
+/// The immutable description of a box.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoxConfig {
+    pub spec: String,
+    pub driver_version: String,
+    /// CUDA driver API version as `cuDriverGetVersion` reports it (12040 = 12.4).
+    pub cuda_driver_version: i32,
+    pub nvml_version: String,
+    pub devices: Vec<SimDevice>,
+}
+
+/// Faults injected into a box; read on every operation, so they can change while processes run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Faults {
+    /// Physical indices of devices that have fallen off the bus.
+    pub lost_devices: Vec<u32>,
+    /// Allocations (counted across the box) that succeed before every later one fails with
+    /// out-of-memory.
+    pub alloc_fail_after: Option<u64>,
+    /// Added latency of an NVML memory query, microseconds.
+    pub nvml_memory_latency_us: u64,
+    /// Added latency of an NVML process-list query, microseconds (~4500 on real drivers).
+    pub nvml_process_latency_us: u64,
+    /// Keep the memory of exited processes (a stuck process or driver problem).
+    pub keep_dead_processes: bool,
+}
+
+/// Usage of one process on one physical device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceUsage {
+    pub contexts: u32,
+    pub context_bytes: u64,
+    pub allocations: u32,
+    pub alloc_bytes: u64,
+}
+
+impl DeviceUsage {
+    pub fn total(&self) -> u64 {
+        self.context_bytes + self.alloc_bytes
+    }
+}
+
+/// One process known to the box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessEntry {
+    /// Start time from /proc (0: unknown, liveness by PID only).
+    pub start_time: u64,
+    pub name: String,
+    /// Usage keyed by physical device index.
+    pub devices: BTreeMap<u32, DeviceUsage>,
+}
+
+/// The mutable shared state of a box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    pub processes: BTreeMap<u32, ProcessEntry>,
+    /// Allocation calls made on the box so far (for `Faults::alloc_fail_after`).
+    pub alloc_calls: u64,
+}
+
+/// Memory of one device, NVML v2 definitions: `used` excludes `reserved`;
+/// `total = reserved + used + free`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimMemory {
+    pub total: u64,
+    pub reserved: u64,
+    pub used: u64,
+    pub free: u64,
+}
+
+/// A process on a device as NVML lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimProcessView {
+    pub pid: u32,
+    pub used: u64,
+}
+
+/// A handle on a box directory.
+#[derive(Debug, Clone)]
+pub struct SimBox {
+    dir: PathBuf,
+    config: BoxConfig,
+}
+
+const BOX_FILE: &str = "box.json";
+const STATE_FILE: &str = "state.json";
+const FAULTS_FILE: &str = "faults.json";
+const LOCK_FILE: &str = "lock";
+
+/// Options for creating a box.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    pub context_overhead: u64,
+    pub driver_version: String,
+    pub cuda_driver_version: i32,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions {
+            context_overhead: DEFAULT_CONTEXT_OVERHEAD,
+            driver_version: "550.54.15".into(),
+            cuda_driver_version: 12040,
+        }
+    }
+}
+
+fn pseudo_random_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut x = t ^ ((std::process::id() as u64) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+    // splitmix64
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn make_uuid(seed: u64, index: u32) -> String {
+    let a = seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let b = a.rotate_left(17).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    format!(
+        "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        (a >> 32) as u32,
+        (a >> 16) as u16,
+        a as u16,
+        (b >> 48) as u16,
+        b & 0xFFFF_FFFF_FFFF
+    )
+}
+
+impl SimBox {
+    /// Create a new box for `spec` in `dir` (created if missing; must not already hold a box).
+    pub fn create(dir: &Path, spec: &str, opts: &InitOptions) -> Result<SimBox, SimError> {
+        let models = parse_spec(spec)?;
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let box_path = dir.join(BOX_FILE);
+        if box_path.exists() {
+            return Err(SimError::BadBox {
+                dir: dir.to_path_buf(),
+                reason: "a box already exists there; choose another --dir or remove it".into(),
+            });
+        }
+        let seed = pseudo_random_seed();
+        let devices = models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| SimDevice {
+                index: i as u32,
+                name: m.name.clone(),
+                uuid: make_uuid(seed, i as u32),
+                pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + i * 0x10),
+                total: m.total,
+                reserved: m.reserved,
+                context_overhead: round_up(opts.context_overhead, GRANULARITY),
+            })
+            .collect();
+        let major = opts.cuda_driver_version / 1000;
+        let config = BoxConfig {
+            spec: spec.to_string(),
+            driver_version: opts.driver_version.clone(),
+            cuda_driver_version: opts.cuda_driver_version,
+            nvml_version: format!("{major}.{}", opts.driver_version),
+            devices,
+        };
+        let sim = SimBox {
+            dir: dir.to_path_buf(),
+            config,
+        };
+        write_json_atomic(&sim.dir.join(FAULTS_FILE), &Faults::default())?;
+        write_json_atomic(&sim.dir.join(STATE_FILE), &State::default())?;
+        fs::File::create(sim.dir.join(LOCK_FILE)).map_err(io_err(&sim.dir))?;
+        // box.json last: its presence marks a complete box.
+        write_json_atomic(&box_path, &sim.config)?;
+        Ok(sim)
+    }
+
+    /// Open an existing box.
+    pub fn open(dir: &Path) -> Result<SimBox, SimError> {
+        let path = dir.join(BOX_FILE);
+        let text = fs::read_to_string(&path).map_err(|e| SimError::BadBox {
+            dir: dir.to_path_buf(),
+            reason: format!("cannot read {}: {e} (create one with `vramdoc sim init SPEC`)", path.display()),
+        })?;
+        let config: BoxConfig = serde_json::from_str(&text).map_err(|e| SimError::BadBox {
+            dir: dir.to_path_buf(),
+            reason: format!("{}: {e}", path.display()),
+        })?;
+        Ok(SimBox {
+            dir: dir.to_path_buf(),
+            config,
+        })
+    }
+
+    /// Open the box named by `VRAMDOC_SIM_DIR`.
+    pub fn from_env() -> Result<SimBox, SimError> {
+        match std::env::var_os(SIM_DIR_ENV) {
+            Some(d) if !d.is_empty() => SimBox::open(Path::new(&d)),
+            _ => Err(SimError::NoBox),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &BoxConfig {
+        &self.config
+    }
+
+    pub fn devices(&self) -> &[SimDevice] {
+        &self.config.devices
+    }
+
+    pub fn device(&self, index: u32) -> Result<&SimDevice, SimError> {
+        self.config
+            .devices
+            .get(index as usize)
+            .ok_or(SimError::InvalidDevice(index))
+    }
+
+    /// Current faults (missing file: none).
+    pub fn faults(&self) -> Result<Faults, SimError> {
+        let path = self.dir.join(FAULTS_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| SimError::BadBox {
+                dir: self.dir.clone(),
+                reason: format!("{}: {e}", path.display()),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Faults::default()),
+            Err(e) => Err(SimError::Io { path, source: e }),
+        }
+    }
+
+    pub fn set_faults(&self, faults: &Faults) -> Result<(), SimError> {
+        let _lock = self.lock()?;
+        write_json_atomic(&self.dir.join(FAULTS_FILE), faults)
+    }
+
+    /// Fail with `DeviceLost` if the device has fallen off the bus.
+    pub fn check_device(&self, index: u32, faults: &Faults) -> Result<&SimDevice, SimError> {
+        let dev = self.device(index)?;
+        if faults.lost_devices.contains(&index) {
+            return Err(SimError::DeviceLost(index));
+        }
+        Ok(dev)
+    }
+
+    fn lock(&self) -> Result<LockGuard, SimError> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        // SAFETY: flock on a valid, owned file descriptor.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc != 0 {
+            return Err(SimError::Io {
+                path,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(LockGuard { _file: file })
+    }
+
+    fn read_state_raw(&self) -> Result<State, SimError> {
+        let path = self.dir.join(STATE_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| SimError::BadBox {
+                dir: self.dir.clone(),
+                reason: format!("{}: {e}", path.display()),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
+            Err(e) => Err(SimError::Io { path, source: e }),
+        }
+    }
+
+    /// The state as it is now, with exited processes' memory returned (unless the
+    /// `keep_dead_processes` fault holds it). Lock-free: state.json is replaced atomically.
+    pub fn state(&self) -> Result<State, SimError> {
+        let faults = self.faults()?;
+        let mut st = self.read_state_raw()?;
+        if !faults.keep_dead_processes {
+            reap(&mut st);
+        }
+        Ok(st)
+    }
+
+    /// Read-modify-write the state under the box lock. Exited processes are reaped first
+    /// (unless faults keep them). The closure's error leaves the state unchanged.
+    pub fn update<T>(
+        &self,
+        f: impl FnOnce(&mut State, &Faults) -> Result<T, SimError>,
+    ) -> Result<T, SimError> {
+        let _lock = self.lock()?;
+        let faults = self.faults()?;
+        let mut st = self.read_state_raw()?;
+        if !faults.keep_dead_processes {
+            reap(&mut st);
+        }
+        let before = st.clone();
+        let out = f(&mut st, &faults)?;
+        if st != before {
+            write_json_atomic(&self.dir.join(STATE_FILE), &st)?;
+        }
+        Ok(out)
+    }
+
+    /// Memory of one physical device under NVML v2 definitions.
+    pub fn memory(&self, index: u32) -> Result<SimMemory, SimError> {
+        let faults = self.faults()?;
+        let dev = self.check_device(index, &faults)?;
+        let st = self.state()?;
+        Ok(memory_of(dev, &st))
+    }
+
+    /// Processes with memory on one physical device, by PID.
+    pub fn processes(&self, index: u32) -> Result<Vec<SimProcessView>, SimError> {
+        let faults = self.faults()?;
+        self.check_device(index, &faults)?;
+        let st = self.state()?;
+        Ok(processes_on(index, &st))
+    }
+}
+
+/// Memory of `dev` given `st` (NVML v2: used excludes reserved).
+pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
+    let used: u64 = st
+        .processes
+        .values()
+        .filter_map(|p| p.devices.get(&dev.index))
+        .map(DeviceUsage::total)
+        .sum();
+    let avail = dev.total.saturating_sub(dev.reserved);
+    let used = used.min(avail);
+    SimMemory {
+        total: dev.total,
+        reserved: dev.reserved,
+        used,
+        free: avail - used,
+    }
+}
+
+/// Processes holding anything (a context at least) on physical device `index`.
+pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
+    st.processes
+        .iter()
+        .filter_map(|(pid, p)| {
+            p.devices
+                .get(&index)
+                .filter(|u| u.contexts > 0 || u.total() > 0)
+                .map(|u| SimProcessView {
+                    pid: *pid,
+                    used: u.total(),
+                })
+        })
+        .collect()
+}
+
+fn reap(st: &mut State) {
+    st.processes
+        .retain(|pid, p| procinfo::is_alive(*pid, p.start_time));
+}
+
+struct LockGuard {
+    _file: fs::File,
+}
+
+/// Write `value` as JSON to `path` atomically (temp file in the same directory + rename).
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), SimError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| SimError::BadBox {
+        dir: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    tmp.write_all(&bytes).map_err(io_err(path))?;
+    tmp.persist(path).map_err(|e| SimError::Io {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{GIB, MIB};
+
+    #[test]
+    fn create_open_and_memory_accounting() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = SimBox::create(dir.path(), "2x24GiB", &InitOptions::default()).unwrap();
+        let again = SimBox::open(dir.path()).unwrap();
+        assert_eq!(b.config(), again.config());
+        assert_ne!(b.devices()[0].uuid, b.devices()[1].uuid);
+        let m = b.memory(0).unwrap();
+        assert_eq!(m.total, 24 * GIB);
+        assert_eq!(m.used, 0);
+        assert_eq!(m.reserved + m.free, m.total);
+        // A live process (ourselves) holding memory.
+        let me = std::process::id();
+        b.update(|st, _| {
+            let e = st.processes.entry(me).or_default();
+            e.start_time = procinfo::start_time(me).unwrap_or(0);
+            e.devices.entry(1).or_default().alloc_bytes = 100 * MIB;
+            Ok(())
+        })
+        .unwrap();
+        let m1 = b.memory(1).unwrap();
+        assert_eq!(m1.used, 100 * MIB);
+        assert_eq!(m1.reserved + m1.used + m1.free, m1.total);
+        assert_eq!(b.processes(1).unwrap(), vec![SimProcessView { pid: me, used: 100 * MIB }]);
+        assert!(b.processes(0).unwrap().is_empty());
+        assert!(SimBox::create(dir.path(), "t4", &InitOptions::default()).is_err());
+    }
+
+    #[test]
+    fn dead_process_memory_returns_unless_fault_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = SimBox::create(dir.path(), "t4", &InitOptions::default()).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        b.update(|st, _| {
+            st.processes.insert(
+                pid,
+                ProcessEntry {
+                    start_time: 1,
+                    name: "gone".into(),
+                    devices: [(0, DeviceUsage { allocations: 1, alloc_bytes: GIB, ..Default::default() })].into(),
+                },
+            );
+            Ok(())
+        })
+        .unwrap_or(());
+        // update reaps before the closure; the write happened after. A read reaps again.
+        assert_eq!(b.memory(0).unwrap().used, 0);
+        b.set_faults(&Faults { keep_dead_processes: true, ..Default::default() }).unwrap();
+        b.update(|st, _| {
+            st.processes.insert(
+                pid,
+                ProcessEntry {
+                    start_time: 1,
+                    name: "gone".into(),
+                    devices: [(0, DeviceUsage { allocations: 1, alloc_bytes: GIB, ..Default::default() })].into(),
+                },
+            );
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(b.memory(0).unwrap().used, GIB);
+        assert_eq!(b.processes(0).unwrap()[0].pid, pid);
+    }
+
+    #[test]
+    fn lost_device_faults() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = SimBox::create(dir.path(), "2xt4", &InitOptions::default()).unwrap();
+        b.set_faults(&Faults { lost_devices: vec![1], ..Default::default() }).unwrap();
+        assert!(b.memory(0).is_ok());
+        assert!(matches!(b.memory(1), Err(SimError::DeviceLost(1))));
+        assert!(matches!(b.memory(5), Err(SimError::InvalidDevice(5))));
+    }
+}

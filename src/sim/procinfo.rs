@@ -1,0 +1,65 @@
+//! Liveness of processes for the simulator: a PID plus its start time (field 22 of
+//! /proc/PID/stat) identifies one process even when PIDs are reused. Zombies count as exited,
+//! because the real driver returns a process's memory when it exits, not when it is reaped.
+
+use std::fs;
+
+/// Start time of `pid` in clock ticks since boot, or `None` when the process does not exist
+/// or has exited (zombie).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); field 22 (starttime) is rest[19].
+    let state = *fields.first()?;
+    if state == "Z" || state == "X" || state == "x" {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Whether the process recorded as (`pid`, `start`) is still running.
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    match start_time(pid) {
+        Some(s) => start == 0 || s == start,
+        None => false,
+    }
+}
+
+/// The short command name (`/proc/PID/comm`), or empty when unreadable.
+pub fn comm(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_alive_and_pid_reuse_is_detected() {
+        let me = std::process::id();
+        let start = start_time(me).expect("own start time");
+        assert!(is_alive(me, start));
+        assert!(!is_alive(me, start + 1));
+    }
+
+    #[test]
+    fn exited_child_is_dead_even_before_reaping() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        // Wait until it has exited but do not reap yet: poll /proc.
+        let mut dead = false;
+        for _ in 0..200 {
+            if start_time(pid).is_none() {
+                dead = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(dead, "zombie child should count as exited");
+        child.wait().expect("reap");
+    }
+}

@@ -1,0 +1,153 @@
+//! Box specifications: the short strings (`2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`) that
+//! describe a simulated machine, and the presets with real product names and totals.
+
+use crate::units::{parse_size, GIB, MIB};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A GPU model the simulator knows by name. Totals are what NVML reports on the real card.
+#[derive(Debug, Clone, Copy)]
+pub struct Preset {
+    pub key: &'static str,
+    pub name: &'static str,
+    pub total: u64,
+    pub reserved: u64,
+}
+
+/// The presets, documented in docs/simulator.md. Totals are the NVML `total` of real cards.
+pub const PRESETS: &[Preset] = &[
+    Preset { key: "t4", name: "Tesla T4", total: 15360 * MIB, reserved: 255 * MIB },
+    Preset { key: "v100", name: "Tesla V100-SXM2-16GB", total: 16384 * MIB, reserved: 255 * MIB },
+    Preset { key: "rtx4060ti", name: "NVIDIA GeForce RTX 4060 Ti", total: 16380 * MIB, reserved: 288 * MIB },
+    Preset { key: "l4", name: "NVIDIA L4", total: 23034 * MIB, reserved: 326 * MIB },
+    Preset { key: "rtx3090", name: "NVIDIA GeForce RTX 3090", total: 24576 * MIB, reserved: 262 * MIB },
+    Preset { key: "rtx4090", name: "NVIDIA GeForce RTX 4090", total: 24564 * MIB, reserved: 360 * MIB },
+    Preset { key: "a10", name: "NVIDIA A10", total: 23028 * MIB, reserved: 326 * MIB },
+    Preset { key: "a100", name: "NVIDIA A100-SXM4-40GB", total: 40960 * MIB, reserved: 443 * MIB },
+    Preset { key: "a100-80gb", name: "NVIDIA A100-SXM4-80GB", total: 81920 * MIB, reserved: 527 * MIB },
+    Preset { key: "h100", name: "NVIDIA H100 80GB HBM3", total: 81559 * MIB, reserved: 522 * MIB },
+    Preset { key: "h200", name: "NVIDIA H200", total: 143771 * MIB, reserved: 568 * MIB },
+];
+
+/// Default per-context overhead: inside the 300–600 MiB band real drivers show.
+pub const DEFAULT_CONTEXT_OVERHEAD: u64 = 448 * MIB;
+
+/// Upper bound on devices in one simulated box (NVML's own limit is 64).
+pub const MAX_DEVICES: usize = 64;
+
+/// One device of a parsed spec, before the box assigns UUIDs and bus ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceModel {
+    pub name: String,
+    pub total: u64,
+    pub reserved: u64,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("invalid box spec {spec:?}: {reason}. Write e.g. `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`; presets: {presets}")]
+pub struct SpecError {
+    pub spec: String,
+    pub reason: String,
+    pub presets: String,
+}
+
+fn preset_list() -> String {
+    PRESETS.iter().map(|p| p.key).collect::<Vec<_>>().join(", ")
+}
+
+/// Parse a box spec into its devices, in physical order.
+pub fn parse_spec(spec: &str) -> Result<Vec<DeviceModel>, SpecError> {
+    let err = |reason: String| SpecError {
+        spec: spec.to_string(),
+        reason,
+        presets: preset_list(),
+    };
+    let mut devices = Vec::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(err("empty device entry".into()));
+        }
+        let (count, model) = match part.split_once(['x', 'X']) {
+            Some((n, rest)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
+                let n: usize = n.parse().map_err(|_| err(format!("bad count in {part:?}")))?;
+                (n, rest.trim())
+            }
+            _ => (1, part),
+        };
+        if count == 0 {
+            return Err(err(format!("zero devices in {part:?}")));
+        }
+        let model = device_model(model).ok_or_else(|| err(format!("unknown device {model:?}")))?;
+        for _ in 0..count {
+            devices.push(model.clone());
+            if devices.len() > MAX_DEVICES {
+                return Err(err(format!("more than {MAX_DEVICES} devices")));
+            }
+        }
+    }
+    Ok(devices)
+}
+
+fn device_model(s: &str) -> Option<DeviceModel> {
+    let key = s.to_ascii_lowercase();
+    if let Some(p) = PRESETS.iter().find(|p| p.key == key) {
+        return Some(DeviceModel {
+            name: p.name.to_string(),
+            total: p.total,
+            reserved: p.reserved,
+        });
+    }
+    let total = parse_size(s).ok()?;
+    if total < GIB {
+        return None;
+    }
+    // Generic cards reserve about 1% (min 256 MiB), as real boards do.
+    let reserved = (total / 100).max(256 * MIB);
+    Some(DeviceModel {
+        name: format!("Simulated GPU {}", human_total(total)),
+        total,
+        reserved,
+    })
+}
+
+fn human_total(total: u64) -> String {
+    if total % GIB == 0 {
+        format!("{}GiB", total / GIB)
+    } else {
+        format!("{}MiB", total / MIB)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_counts_presets_and_sizes() {
+        let d = parse_spec("2x24GiB").unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].total, 24 * GIB);
+        assert_eq!(d[0].name, "Simulated GPU 24GiB");
+        let d = parse_spec("rtx3090,rtx3090").unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[1].name, "NVIDIA GeForce RTX 3090");
+        let d = parse_spec("h100").unwrap();
+        assert_eq!(d[0].total, 81559 * MIB);
+        let d = parse_spec("4xT4, h200").unwrap();
+        assert_eq!(d.len(), 5);
+        assert_eq!(d[4].name, "NVIDIA H200");
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        assert!(parse_spec("").is_err());
+        assert!(parse_spec("0xh100").is_err());
+        assert!(parse_spec("gtx9999").is_err());
+        assert!(parse_spec("100x24GiB").is_err());
+        assert!(parse_spec("2x512MiB").is_err());
+        let e = parse_spec("h1000").unwrap_err().to_string();
+        assert!(e.contains("unknown device"), "{e}");
+        assert!(e.contains("rtx3090"), "{e}");
+    }
+}
