@@ -1,0 +1,58 @@
+//! Shared helpers for integration tests: fresh simulated boxes, and the simulated driver
+//! libraries (tests/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// A fresh simulated box; the directory lives as long as the returned guard.
+pub fn fresh_box(spec: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    vramdoc::sim::SimBox::create(dir.path(), spec, &vramdoc::sim::InitOptions::default())
+        .expect("create box");
+    dir
+}
+
+fn target_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(d);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
+}
+
+/// Build tests/simgpu (once per test binary) and return a directory holding it under the
+/// names the real libraries have. Point `LD_LIBRARY_PATH` at it.
+pub fn simgpu_lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "simgpu"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build -p simgpu");
+        assert!(status.success(), "building tests/simgpu failed");
+        let built = target_dir().join("debug").join("libsimgpu.so");
+        assert!(built.exists(), "{} missing after build", built.display());
+        // One directory per test process, so concurrent test binaries never see a
+        // half-copied library.
+        let dir = target_dir().join(format!("simgpu-libs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create lib dir");
+        for name in ["libcuda.so", "libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ml.so"] {
+            let dest = dir.join(name);
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::copy(&built, &tmp).expect("copy simgpu");
+            std::fs::rename(&tmp, &dest).expect("rename simgpu");
+        }
+        dir
+    })
+}
+
+/// The vramdoc binary under test, with the environment cleared of GPU-selecting variables.
+pub fn vramdoc() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vramdoc"));
+    c.env_remove("VRAMDOC_SIM_DIR")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("LD_LIBRARY_PATH");
+    c
+}

@@ -1,0 +1,1 @@
+//! CUDA driver API over the simulator (in progress).

@@ -1,0 +1,1 @@
+//! NVML over the simulator (in progress).
