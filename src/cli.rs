@@ -76,12 +76,7 @@ pub struct ScanArgs {
     pub force: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
-pub enum Severity {
-    Info,
-    Warn,
-    Error,
-}
+pub use crate::report::Severity;
 
 #[derive(Debug, Args)]
 pub struct ListArgs {

@@ -8,5 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod exit;
 pub mod gpu;
+pub mod redact;
+pub mod report;
 pub mod sim;
 pub mod units;

@@ -1,0 +1,242 @@
+//! The report model: what scan and replay produce and every renderer consumes. JSON of this
+//! model is the source of truth (`schema_version`); field names are documented in
+//! docs/json.md and kept stable. Additive changes keep the version; renames bump it.
+
+use crate::gpu::{DeviceInfo, Versions};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Version of the JSON layout below.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A complete report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Report {
+    pub schema_version: u32,
+    /// `scan` or `replay`.
+    pub kind: ReportKind,
+    pub environment: Environment,
+    /// The vramdoc command line that produced this report (redacted).
+    pub command: Vec<String>,
+    /// Milliseconds since the Unix epoch when the report was made.
+    pub created_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<ScanResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayResult>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportKind {
+    Scan,
+    Replay,
+}
+
+/// Where the report was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Environment {
+    pub hostname: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    pub vramdoc_version: String,
+    /// `sim` (in-process simulator) or `nvml`/`cuda` (real libraries, possibly tests/simgpu).
+    pub backend: String,
+    /// The simulated box spec, when the backend is the simulator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim_spec: Option<String>,
+    pub versions: Versions,
+    pub devices: Vec<DeviceInfo>,
+}
+
+/// Severity of a finding. Ordered: info < warn < error.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warn,
+    Error,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Error => "error",
+        }
+    }
+}
+
+/// One number that proves a finding (`used on GPU 0` = `512 MiB`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Evidence {
+    pub label: String,
+    /// Human-readable value.
+    pub value: String,
+    /// Raw bytes when the value is a quantity of memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// Something wrong (or worth knowing), decided in `diagnose/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Finding {
+    /// Stable identifier: `stray-context`, `no-live-owner`, `invisible-processes`,
+    /// `low-headroom`, `duplicate-copy`, ...
+    pub id: String,
+    pub severity: Severity,
+    /// One line.
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub evidence: Vec<Evidence>,
+    /// What to do about it.
+    pub fix: String,
+}
+
+/// One process's memory on one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessDeviceUsage {
+    pub device: u32,
+    /// `None` where NVML reports "not available".
+    pub used: Option<u64>,
+}
+
+/// A process holding GPU memory, as scan sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Whether the PID exists in vramdoc's PID namespace.
+    pub visible: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Command line, redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` from /proc/PID/environ: the value, `unset`, or `unknown`
+    /// (permission denied or process not visible).
+    pub cuda_visible_devices: String,
+    /// Container hint from /proc/PID/cgroup (`docker`, `kubepods`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    pub devices: Vec<ProcessDeviceUsage>,
+}
+
+/// What `vramdoc scan` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScanResult {
+    pub devices: Vec<DeviceInfo>,
+    pub processes: Vec<ProcessInfo>,
+    pub findings: Vec<Finding>,
+}
+
+/// What `vramdoc replay` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplayResult {
+    /// Memory sampling period, microseconds.
+    pub period_us: u64,
+    pub runs: Vec<VariantRun>,
+}
+
+/// Outcome of one variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// A bug variant showed the failure it documents.
+    Reproduced,
+    /// A fix variant completed within its expectations.
+    Fixed,
+    /// The variant did not behave as its expectations say.
+    Unexpected,
+    /// Not run (e.g. the box has too few devices).
+    Skipped,
+}
+
+/// One expectation checked on the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckResult {
+    /// What was expected, in words.
+    pub expectation: String,
+    pub passed: bool,
+    /// The numbers behind it.
+    pub detail: String,
+}
+
+/// One variant of one scenario, run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VariantRun {
+    pub scenario: String,
+    pub variant: String,
+    /// Upstream source of the failure (project and symptom).
+    pub source: String,
+    pub verdict: Verdict,
+    /// Why skipped / what went wrong, one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub checks: Vec<CheckResult>,
+    /// Worker process id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_pid: Option<u32>,
+    /// Out-of-memory or other error the worker hit, with the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<StepError>,
+    /// Peak used bytes per device over the run.
+    pub peaks: Vec<DevicePeak>,
+    pub timeline: Timeline,
+    /// Wall time of the variant, milliseconds.
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepError {
+    pub step: usize,
+    pub step_label: String,
+    /// `out-of-memory`, `killed`, `device-lost`, `error`.
+    pub kind: String,
+    pub message: String,
+    /// Milliseconds since the variant started.
+    pub t_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DevicePeak {
+    pub device: u32,
+    pub total: u64,
+    pub peak_used: u64,
+    /// Milliseconds since the variant started.
+    pub t_ms: f64,
+}
+
+/// Memory over time with step markers.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Timeline {
+    pub devices: Vec<DeviceSeries>,
+    pub markers: Vec<Marker>,
+}
+
+/// Samples of one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceSeries {
+    pub device: u32,
+    pub total: u64,
+    /// `[t_ms, used_bytes]` pairs, in time order.
+    pub samples: Vec<(f64, u64)>,
+}
+
+/// A labelled point in time (step start, OOM, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Marker {
+    pub t_ms: f64,
+    /// `step`, `oom`, `error`, `killed`, `end`.
+    pub kind: String,
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+}

@@ -1,0 +1,128 @@
+//! The one place reports reach the filesystem: format chosen from the extension, atomic
+//! write (temp file in the same directory + rename), no overwrite without `--force`.
+
+use super::Report;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Markdown,
+    Html,
+}
+
+#[derive(Debug, Error)]
+pub enum WriteError {
+    #[error("{path}: unknown report extension; use .json, .md or .html")]
+    UnknownExtension { path: PathBuf },
+    #[error("{path} already exists; pass --force to overwrite it")]
+    Exists { path: PathBuf },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Render(String),
+}
+
+/// The format for a path, from its extension.
+pub fn format_for_path(path: &Path) -> Result<Format, WriteError> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(|e| e.to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("json") => Ok(Format::Json),
+        Some("md") | Some("markdown") => Ok(Format::Markdown),
+        Some("html") | Some("htm") => Ok(Format::Html),
+        _ => Err(WriteError::UnknownExtension {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+/// Render a report in a format.
+pub fn render(report: &Report, format: Format) -> Result<Vec<u8>, WriteError> {
+    match format {
+        Format::Json => Ok(super::json::render(report)),
+        Format::Markdown | Format::Html => Err(WriteError::Render(
+            "Markdown and HTML reports are not implemented yet".into(),
+        )),
+    }
+}
+
+/// Write bytes to `path` atomically; refuse to replace an existing file unless `force`.
+pub fn write_atomic(path: &Path, bytes: &[u8], force: bool) -> Result<(), WriteError> {
+    let io = |source| WriteError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.exists() && !force {
+        return Err(WriteError::Exists {
+            path: path.to_path_buf(),
+        });
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".vramdoc-")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    tmp.write_all(bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    if force {
+        tmp.persist(path).map_err(|e| io(e.error))?;
+    } else {
+        tmp.persist_noclobber(path).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                WriteError::Exists {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io(e.error)
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Render `report` in the format `path`'s extension names and write it there.
+pub fn write_report(report: &Report, path: &Path, force: bool) -> Result<(), WriteError> {
+    let format = format_for_path(path)?;
+    let bytes = render(report, format)?;
+    write_atomic(path, &bytes, force)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_refuses_overwrite_without_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.json");
+        write_atomic(&p, b"one", false).unwrap();
+        assert!(matches!(write_atomic(&p, b"two", false), Err(WriteError::Exists { .. })));
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        write_atomic(&p, b"two", true).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        // No temp files left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn format_from_extension() {
+        assert_eq!(format_for_path(Path::new("a.JSON")).unwrap(), Format::Json);
+        assert_eq!(format_for_path(Path::new("a.md")).unwrap(), Format::Markdown);
+        assert_eq!(format_for_path(Path::new("x/a.html")).unwrap(), Format::Html);
+        assert!(format_for_path(Path::new("a.txt")).is_err());
+    }
+}
