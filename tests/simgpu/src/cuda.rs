@@ -56,20 +56,60 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
     (2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
     (3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
     (4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
-    (34, c"CUDA_ERROR_STUB_LIBRARY", c"CUDA driver is a stub library"),
-    (100, c"CUDA_ERROR_NO_DEVICE", c"no CUDA-capable device is detected"),
+    (
+        34,
+        c"CUDA_ERROR_STUB_LIBRARY",
+        c"CUDA driver is a stub library",
+    ),
+    (
+        100,
+        c"CUDA_ERROR_NO_DEVICE",
+        c"no CUDA-capable device is detected",
+    ),
     (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
-    (200, c"CUDA_ERROR_INVALID_IMAGE", c"device kernel image is invalid"),
-    (201, c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
-    (218, c"CUDA_ERROR_INVALID_PTX", c"a PTX JIT compilation failed"),
-    (222, c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION", c"the provided PTX was compiled with an unsupported toolchain."),
+    (
+        200,
+        c"CUDA_ERROR_INVALID_IMAGE",
+        c"device kernel image is invalid",
+    ),
+    (
+        201,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        218,
+        c"CUDA_ERROR_INVALID_PTX",
+        c"a PTX JIT compilation failed",
+    ),
+    (
+        222,
+        c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        c"the provided PTX was compiled with an unsupported toolchain.",
+    ),
     (301, c"CUDA_ERROR_FILE_NOT_FOUND", c"file not found"),
-    (400, c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
+    (
+        400,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
     (500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
     (600, c"CUDA_ERROR_NOT_READY", c"device not ready"),
-    (700, c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered"),
-    (709, c"CUDA_ERROR_CONTEXT_IS_DESTROYED", c"context is destroyed"),
-    (719, c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
+    (
+        700,
+        c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        c"an illegal memory access was encountered",
+    ),
+    (
+        709,
+        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        c"context is destroyed",
+    ),
+    (
+        719,
+        c"CUDA_ERROR_LAUNCH_FAILED",
+        c"unspecified launch failure",
+    ),
     (801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
     (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];
@@ -451,9 +491,17 @@ impl Driver {
 
     /// Run an emulated kernel. Kernel faults (bad pointer, wrong device) give
     /// `CUDA_ERROR_ILLEGAL_ADDRESS` as a real launch would report them.
-    fn launch(&mut self, f: usize, stream: CUstream, params: *mut *mut c_void) -> Result<(), CUresult> {
+    fn launch(
+        &mut self,
+        f: usize,
+        stream: CUstream,
+        params: *mut *mut c_void,
+    ) -> Result<(), CUresult> {
         let func = self.functions.get(&f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        let module = self.modules.get(&func.module).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let module = self
+            .modules
+            .get(&func.module)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = module.ctx;
         let name = func.name.clone();
         let ordinal = self.ctx(ctx)?.ordinal;
@@ -480,7 +528,9 @@ impl Driver {
             }
         };
         let fault = |e: SimError| match e {
-            SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => CUDA_ERROR_ILLEGAL_ADDRESS,
+            SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => {
+                CUDA_ERROR_ILLEGAL_ADDRESS
+            }
             other => sync_code(other),
         };
         match name.as_str() {
@@ -556,9 +606,18 @@ fn arch_of(name: &str) -> ((i32, i32), i32) {
 fn pci_parts(bus_id: &str) -> (i32, i32, i32) {
     // NVML form `00000000:17:00.0`: domain, bus, device.
     let mut it = bus_id.split([':', '.']);
-    let domain = it.next().and_then(|s| i32::from_str_radix(s, 16).ok()).unwrap_or(0);
-    let bus = it.next().and_then(|s| i32::from_str_radix(s, 16).ok()).unwrap_or(0);
-    let dev = it.next().and_then(|s| i32::from_str_radix(s, 16).ok()).unwrap_or(0);
+    let domain = it
+        .next()
+        .and_then(|s| i32::from_str_radix(s, 16).ok())
+        .unwrap_or(0);
+    let bus = it
+        .next()
+        .and_then(|s| i32::from_str_radix(s, 16).ok())
+        .unwrap_or(0);
+    let dev = it
+        .next()
+        .and_then(|s| i32::from_str_radix(s, 16).ok())
+        .unwrap_or(0);
     (domain, bus, dev)
 }
 
@@ -705,47 +764,59 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(
+    bus_id: *mut c_char,
+    len: c_int,
+    dev: CUdevice,
+) -> CUresult {
     with_driver(|d| {
         let o = d.ordinal(dev)?;
         let (domain, bus, device) = pci_parts(&d.proc.device(o).map_err(code)?.pci_bus_id);
         // CUDA's form: 4-digit domain, `0000:17:00.0`.
-        write_cstr(bus_id, len, &format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
+        write_cstr(
+            bus_id,
+            len,
+            &format!("{domain:04x}:{bus:02x}:{device:02x}.0"),
+        )
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: c_int,
+    dev: CUdevice,
+) -> CUresult {
     with_driver(|d| {
         let o = d.ordinal(dev)?;
         let info = d.proc.device(o).map_err(code)?;
         let ((major, minor), sms) = arch_of(&info.name);
         let (domain, bus, device) = pci_parts(&info.pci_bus_id);
         let v = match attrib {
-            1 => 1024,            // MAX_THREADS_PER_BLOCK
-            2 | 3 => 1024,        // MAX_BLOCK_DIM_X / Y
-            4 => 64,              // MAX_BLOCK_DIM_Z
-            5 => i32::MAX,        // MAX_GRID_DIM_X
-            6 | 7 => 65535,       // MAX_GRID_DIM_Y / Z
-            8 => 48 * 1024,       // MAX_SHARED_MEMORY_PER_BLOCK
-            9 => 64 * 1024,       // TOTAL_CONSTANT_MEMORY
-            10 => 32,             // WARP_SIZE
-            12 => 65536,          // MAX_REGISTERS_PER_BLOCK
-            13 => 1_410_000,      // CLOCK_RATE (kHz)
-            16 => sms,            // MULTIPROCESSOR_COUNT
-            18 => 0,              // INTEGRATED
-            20 => 0,              // COMPUTE_MODE: default
-            31 => 1,              // CONCURRENT_KERNELS
-            32 => 1,              // ECC_ENABLED
-            33 => bus,            // PCI_BUS_ID
-            34 => device,         // PCI_DEVICE_ID
-            39 => 2048,           // MAX_THREADS_PER_MULTIPROCESSOR
-            41 => 1,              // UNIFIED_ADDRESSING
-            50 => domain,         // PCI_DOMAIN_ID
-            75 => major,          // COMPUTE_CAPABILITY_MAJOR
-            76 => minor,          // COMPUTE_CAPABILITY_MINOR
-            83 => 1,              // MANAGED_MEMORY
-            115 => 1,             // MEMORY_POOLS_SUPPORTED: cudarc then uses cuMemAllocAsync
+            1 => 1024,       // MAX_THREADS_PER_BLOCK
+            2 | 3 => 1024,   // MAX_BLOCK_DIM_X / Y
+            4 => 64,         // MAX_BLOCK_DIM_Z
+            5 => i32::MAX,   // MAX_GRID_DIM_X
+            6 | 7 => 65535,  // MAX_GRID_DIM_Y / Z
+            8 => 48 * 1024,  // MAX_SHARED_MEMORY_PER_BLOCK
+            9 => 64 * 1024,  // TOTAL_CONSTANT_MEMORY
+            10 => 32,        // WARP_SIZE
+            12 => 65536,     // MAX_REGISTERS_PER_BLOCK
+            13 => 1_410_000, // CLOCK_RATE (kHz)
+            16 => sms,       // MULTIPROCESSOR_COUNT
+            18 => 0,         // INTEGRATED
+            20 => 0,         // COMPUTE_MODE: default
+            31 => 1,         // CONCURRENT_KERNELS
+            32 => 1,         // ECC_ENABLED
+            33 => bus,       // PCI_BUS_ID
+            34 => device,    // PCI_DEVICE_ID
+            39 => 2048,      // MAX_THREADS_PER_MULTIPROCESSOR
+            41 => 1,         // UNIFIED_ADDRESSING
+            50 => domain,    // PCI_DOMAIN_ID
+            75 => major,     // COMPUTE_CAPABILITY_MAJOR
+            76 => minor,     // COMPUTE_CAPABILITY_MINOR
+            83 => 1,         // MANAGED_MEMORY
+            115 => 1,        // MEMORY_POOLS_SUPPORTED: cudarc then uses cuMemAllocAsync
             a if (1..256).contains(&a) => 0,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         };
@@ -790,7 +861,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CUresult {
     with_driver(|d| {
         let o = d.ordinal(dev)?;
         let on = d
@@ -804,7 +879,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, _flags: c_uint, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    _flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
     with_driver(|d| {
         nonnull(pctx)?;
         let o = d.ordinal(dev)?;
@@ -896,7 +975,10 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
     with_driver(|d| {
         d.current()?;
         if !least.is_null() {
@@ -924,7 +1006,11 @@ pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, _flags: c_uint) -> CU
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: c_uint, _priority: c_int) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    ph: *mut CUstream,
+    flags: c_uint,
+    _priority: c_int,
+) -> CUresult {
     cuStreamCreate(ph, flags)
 }
 
@@ -952,7 +1038,11 @@ pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitEvent(
+    stream: CUstream,
+    event: CUevent,
+    _flags: c_uint,
+) -> CUresult {
     with_driver(|d| {
         d.stream_ctx(stream)?;
         d.events
@@ -984,7 +1074,10 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
 pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
     with_driver(|d| {
         let sctx = d.stream_ctx(stream)?;
-        let e = d.events.get_mut(&(event as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let e = d
+            .events
+            .get_mut(&(event as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if e.ctx != sctx {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
@@ -996,7 +1089,10 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUre
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
     with_driver(|d| {
-        let e = d.events.get(&(event as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let e = d
+            .events
+            .get(&(event as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         d.check_device(d.ctx(e.ctx)?.ordinal)
     })
 }
@@ -1007,11 +1103,21 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
     with_driver(|d| {
         nonnull(ms)?;
-        let s = d.events.get(&(start as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        let e = d.events.get(&(end as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let s = d
+            .events
+            .get(&(start as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let e = d
+            .events
+            .get(&(end as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if !s.timing || !e.timing {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
@@ -1028,7 +1134,11 @@ pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: C
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut f32,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
     cuEventElapsedTime(ms, start, end)
 }
 
@@ -1056,7 +1166,11 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver(|d| {
         nonnull(dptr)?;
         let ctx = d.stream_ctx(stream)?;
@@ -1105,7 +1219,11 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> CUresult {
     cuMemAllocHost_v2(pp, bytes)
 }
 
@@ -1125,7 +1243,12 @@ pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: u8, n: usize) -> CU
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, uc: u8, n: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst: CUdeviceptr,
+    uc: u8,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver(|d| {
         d.stream_ctx(stream)?;
         d.memset8(dst, uc, n)
@@ -1138,7 +1261,12 @@ pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, ui: c_uint, n: usize) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD32Async(dst: CUdeviceptr, ui: c_uint, n: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD32Async(
+    dst: CUdeviceptr,
+    ui: c_uint,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver(|d| {
         d.stream_ctx(stream)?;
         d.memset32(dst, ui, n)
@@ -1146,12 +1274,21 @@ pub unsafe extern "C" fn cuMemsetD32Async(dst: CUdeviceptr, ui: c_uint, n: usize
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
     with_driver(|d| d.memcpy_htod(dst, src, n))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver(|d| {
         d.stream_ctx(stream)?;
         d.memcpy_htod(dst, src, n)
@@ -1164,7 +1301,12 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver(|d| {
         d.stream_ctx(stream)?;
         d.memcpy_dtoh(dst, src, n)
@@ -1177,7 +1319,12 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver(|d| {
         d.stream_ctx(stream)?;
         d.memcpy_dtod(dst, src, n)
@@ -1226,7 +1373,9 @@ pub unsafe extern "C" fn cuModuleLoad(module: *mut CUmodule, fname: *const c_cha
         nonnull(module)?;
         nonnull(fname)?;
         // SAFETY: NUL-terminated file name per cuda.h.
-        let path = unsafe { CStr::from_ptr(fname) }.to_string_lossy().into_owned();
+        let path = unsafe { CStr::from_ptr(fname) }
+            .to_string_lossy()
+            .into_owned();
         let text = std::fs::read_to_string(&path).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
         let h = d.load_module(&text)?;
         out(module, h as CUmodule)
@@ -1244,13 +1393,22 @@ pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, module: CUmodule, name: *const c_char) -> CUresult {
+pub unsafe extern "C" fn cuModuleGetFunction(
+    hfunc: *mut CUfunction,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
     with_driver(|d| {
         nonnull(hfunc)?;
         nonnull(name)?;
         // SAFETY: NUL-terminated function name per cuda.h.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-        let m = d.modules.get(&(module as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        let m = d
+            .modules
+            .get(&(module as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if !m.entries.contains(&name) {
             return Err(CUDA_ERROR_NOT_FOUND);
         }
@@ -1319,7 +1477,10 @@ mod tests {
     fn entries_are_parsed_from_ptx() {
         let ptx = include_str!("../../../kernels/vramdoc.ptx");
         assert_eq!(ptx_entries(ptx), vec![KERNEL_FILL, KERNEL_CHECKSUM]);
-        assert_eq!(ptx_entries(".entry  foo (\n) .entry\tbar_1(\n.entryx baz("), vec!["foo", "bar_1"]);
+        assert_eq!(
+            ptx_entries(".entry  foo (\n) .entry\tbar_1(\n.entryx baz("),
+            vec!["foo", "bar_1"]
+        );
     }
 
     #[test]
@@ -1333,10 +1494,22 @@ mod tests {
     fn error_names_and_strings() {
         let mut p: *const c_char = std::ptr::null();
         unsafe {
-            assert_eq!(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &mut p), CUDA_SUCCESS);
-            assert_eq!(CStr::from_ptr(p).to_str().unwrap(), "CUDA_ERROR_OUT_OF_MEMORY");
-            assert_eq!(cuGetErrorString(CUDA_ERROR_INVALID_CONTEXT, &mut p), CUDA_SUCCESS);
-            assert_eq!(CStr::from_ptr(p).to_str().unwrap(), "invalid device context");
+            assert_eq!(
+                cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &mut p),
+                CUDA_SUCCESS
+            );
+            assert_eq!(
+                CStr::from_ptr(p).to_str().unwrap(),
+                "CUDA_ERROR_OUT_OF_MEMORY"
+            );
+            assert_eq!(
+                cuGetErrorString(CUDA_ERROR_INVALID_CONTEXT, &mut p),
+                CUDA_SUCCESS
+            );
+            assert_eq!(
+                CStr::from_ptr(p).to_str().unwrap(),
+                "invalid device context"
+            );
             assert_eq!(cuGetErrorName(12345, &mut p), CUDA_ERROR_INVALID_VALUE);
             assert!(p.is_null());
             assert_eq!(cuGetErrorName(0, null_mut()), CUDA_ERROR_INVALID_VALUE);
@@ -1362,15 +1535,25 @@ mod tests {
             assert_eq!(cuDeviceGet(&mut dev, 0), CUDA_SUCCESS);
             let mut name = [0 as c_char; 64];
             assert_eq!(cuDeviceGetName(name.as_mut_ptr(), 64, dev), CUDA_SUCCESS);
-            assert_eq!(CStr::from_ptr(name.as_ptr()).to_str().unwrap(), b.devices()[1].name);
+            assert_eq!(
+                CStr::from_ptr(name.as_ptr()).to_str().unwrap(),
+                b.devices()[1].name
+            );
             let mut uuid = [0u8; 16];
             assert_eq!(cuDeviceGetUuid(&mut uuid, dev), CUDA_SUCCESS);
-            assert_eq!(uuid, uuid_bytes(&b.devices()[1].uuid), "ordinal 0 is physical 1");
+            assert_eq!(
+                uuid,
+                uuid_bytes(&b.devices()[1].uuid),
+                "ordinal 0 is physical 1"
+            );
 
             // No current context yet.
             let mut p: CUdeviceptr = 0;
             assert_eq!(cuMemAlloc_v2(&mut p, 1024), CUDA_ERROR_INVALID_CONTEXT);
-            assert_eq!(cuDevicePrimaryCtxRelease_v2(dev), CUDA_ERROR_INVALID_CONTEXT);
+            assert_eq!(
+                cuDevicePrimaryCtxRelease_v2(dev),
+                CUDA_ERROR_INVALID_CONTEXT
+            );
 
             // Retain twice: one context, one overhead, on physical 1 only.
             let overhead = b.device(1).unwrap().context_overhead;
@@ -1393,28 +1576,57 @@ mod tests {
             assert_eq!(cuEventCreate(&mut e0, 0), CUDA_SUCCESS);
             assert_eq!(cuEventCreate(&mut e1, 0), CUDA_SUCCESS);
             let mut ms = 0f32;
-            assert_eq!(cuEventElapsedTime(&mut ms, e0, e1), CUDA_ERROR_INVALID_HANDLE, "not recorded");
+            assert_eq!(
+                cuEventElapsedTime(&mut ms, e0, e1),
+                CUDA_ERROR_INVALID_HANDLE,
+                "not recorded"
+            );
             assert_eq!(cuEventRecord(e0, s), CUDA_SUCCESS);
             assert_eq!(cuMemAllocAsync(&mut p, 3 << 20, s), CUDA_SUCCESS);
-            assert_eq!(b.memory(1).unwrap().used, overhead + (4 << 20), "rounded to 2 MiB");
+            assert_eq!(
+                b.memory(1).unwrap().used,
+                overhead + (4 << 20),
+                "rounded to 2 MiB"
+            );
             let words: Vec<u32> = (0..256).collect();
-            assert_eq!(cuMemcpyHtoDAsync_v2(p, words.as_ptr() as _, 1024, s), CUDA_SUCCESS);
+            assert_eq!(
+                cuMemcpyHtoDAsync_v2(p, words.as_ptr() as _, 1024, s),
+                CUDA_SUCCESS
+            );
             let mut back = vec![0u32; 256];
-            assert_eq!(cuMemcpyDtoH_v2(back.as_mut_ptr() as _, p, 1024), CUDA_SUCCESS);
+            assert_eq!(
+                cuMemcpyDtoH_v2(back.as_mut_ptr() as _, p, 1024),
+                CUDA_SUCCESS
+            );
             assert_eq!(back, words);
             assert_eq!(cuMemsetD32Async(p, 9, 256, s), CUDA_SUCCESS);
-            assert_eq!(cuMemcpyDtoHAsync_v2(back.as_mut_ptr() as _, p, 1024, s), CUDA_SUCCESS);
+            assert_eq!(
+                cuMemcpyDtoHAsync_v2(back.as_mut_ptr() as _, p, 1024, s),
+                CUDA_SUCCESS
+            );
             assert!(back.iter().all(|w| *w == 9));
-            assert_eq!(cuMemcpyDtoH_v2(back.as_mut_ptr() as _, p + (3 << 20), 8), CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(
+                cuMemcpyDtoH_v2(back.as_mut_ptr() as _, p + (3 << 20), 8),
+                CUDA_ERROR_INVALID_VALUE
+            );
 
             // Module, functions, launches.
             let ptx = std::ffi::CString::new(include_str!("../../../kernels/vramdoc.ptx")).unwrap();
             let mut m: CUmodule = null_mut();
             assert_eq!(cuModuleLoadData(&mut m, ptx.as_ptr() as _), CUDA_SUCCESS);
             let (mut fill, mut sum): (CUfunction, CUfunction) = (null_mut(), null_mut());
-            assert_eq!(cuModuleGetFunction(&mut fill, m, c"nope".as_ptr()), CUDA_ERROR_NOT_FOUND);
-            assert_eq!(cuModuleGetFunction(&mut fill, m, c"vramdoc_fill_u32".as_ptr()), CUDA_SUCCESS);
-            assert_eq!(cuModuleGetFunction(&mut sum, m, c"vramdoc_checksum_u32".as_ptr()), CUDA_SUCCESS);
+            assert_eq!(
+                cuModuleGetFunction(&mut fill, m, c"nope".as_ptr()),
+                CUDA_ERROR_NOT_FOUND
+            );
+            assert_eq!(
+                cuModuleGetFunction(&mut fill, m, c"vramdoc_fill_u32".as_ptr()),
+                CUDA_SUCCESS
+            );
+            assert_eq!(
+                cuModuleGetFunction(&mut sum, m, c"vramdoc_checksum_u32".as_ptr()),
+                CUDA_SUCCESS
+            );
             let mut outp: CUdeviceptr = 0;
             assert_eq!(cuMemAlloc_v2(&mut outp, 8), CUDA_SUCCESS);
             assert_eq!(cuMemsetD8Async(outp, 0, 8, s), CUDA_SUCCESS);
@@ -1425,28 +1637,90 @@ mod tests {
                 &n_words as *const u64 as _,
                 &value as *const u32 as _,
             ];
-            assert_eq!(cuLaunchKernel(fill, 64, 1, 1, 2048, 1, 1, 0, s, args.as_mut_ptr(), null_mut()), CUDA_ERROR_INVALID_VALUE);
-            assert_eq!(cuLaunchKernel(fill, 64, 1, 1, 256, 1, 1, 0, s, args.as_mut_ptr(), null_mut()), CUDA_SUCCESS);
+            assert_eq!(
+                cuLaunchKernel(
+                    fill,
+                    64,
+                    1,
+                    1,
+                    2048,
+                    1,
+                    1,
+                    0,
+                    s,
+                    args.as_mut_ptr(),
+                    null_mut()
+                ),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuLaunchKernel(
+                    fill,
+                    64,
+                    1,
+                    1,
+                    256,
+                    1,
+                    1,
+                    0,
+                    s,
+                    args.as_mut_ptr(),
+                    null_mut()
+                ),
+                CUDA_SUCCESS
+            );
             let mut args2: [*mut c_void; 3] = [
                 &p as *const u64 as _,
                 &n_words as *const u64 as _,
                 &outp as *const u64 as _,
             ];
-            assert_eq!(cuLaunchKernel(sum, 64, 1, 1, 256, 1, 1, 0, s, args2.as_mut_ptr(), null_mut()), CUDA_SUCCESS);
+            assert_eq!(
+                cuLaunchKernel(
+                    sum,
+                    64,
+                    1,
+                    1,
+                    256,
+                    1,
+                    1,
+                    0,
+                    s,
+                    args2.as_mut_ptr(),
+                    null_mut()
+                ),
+                CUDA_SUCCESS
+            );
             let mut total = 0u64;
-            assert_eq!(cuMemcpyDtoHAsync_v2(&mut total as *mut u64 as _, outp, 8, s), CUDA_SUCCESS);
+            assert_eq!(
+                cuMemcpyDtoHAsync_v2(&mut total as *mut u64 as _, outp, 8, s),
+                CUDA_SUCCESS
+            );
             assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
             assert_eq!(total, vramdoc::gpu::expected_checksum(3 << 20, value));
             let bogus: u64 = 0x10;
             args[0] = &bogus as *const u64 as _;
-            assert_eq!(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, s, args.as_mut_ptr(), null_mut()), CUDA_ERROR_ILLEGAL_ADDRESS);
-            let other = std::ffi::CString::new(".version 8.0\n.target sm_52\n.visible .entry mine(\n)").unwrap();
+            assert_eq!(
+                cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, s, args.as_mut_ptr(), null_mut()),
+                CUDA_ERROR_ILLEGAL_ADDRESS
+            );
+            let other =
+                std::ffi::CString::new(".version 8.0\n.target sm_52\n.visible .entry mine(\n)")
+                    .unwrap();
             let mut m2: CUmodule = null_mut();
             let mut mine: CUfunction = null_mut();
             assert_eq!(cuModuleLoadData(&mut m2, other.as_ptr() as _), CUDA_SUCCESS);
-            assert_eq!(cuModuleGetFunction(&mut mine, m2, c"mine".as_ptr()), CUDA_SUCCESS);
-            assert_eq!(cuLaunchKernel(mine, 1, 1, 1, 1, 1, 1, 0, s, args.as_mut_ptr(), null_mut()), CUDA_ERROR_NOT_FOUND);
-            assert_eq!(cuModuleLoadData(&mut m2, c"garbage".as_ptr() as _), CUDA_ERROR_INVALID_PTX);
+            assert_eq!(
+                cuModuleGetFunction(&mut mine, m2, c"mine".as_ptr()),
+                CUDA_SUCCESS
+            );
+            assert_eq!(
+                cuLaunchKernel(mine, 1, 1, 1, 1, 1, 1, 0, s, args.as_mut_ptr(), null_mut()),
+                CUDA_ERROR_NOT_FOUND
+            );
+            assert_eq!(
+                cuModuleLoadData(&mut m2, c"garbage".as_ptr() as _),
+                CUDA_ERROR_INVALID_PTX
+            );
 
             assert_eq!(cuEventRecord(e1, s), CUDA_SUCCESS);
             assert_eq!(cuEventElapsedTime(&mut ms, e0, e1), CUDA_SUCCESS);
@@ -1464,7 +1738,11 @@ mod tests {
             assert_eq!(cuMemFree_v2(0), CUDA_ERROR_INVALID_VALUE);
 
             // Lost device: launches and syncs fail as launch failures, allocations as unknown.
-            b.set_faults(&vramdoc::sim::Faults { lost_devices: vec![1], ..Default::default() }).unwrap();
+            b.set_faults(&vramdoc::sim::Faults {
+                lost_devices: vec![1],
+                ..Default::default()
+            })
+            .unwrap();
             assert_eq!(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
             assert_eq!(cuMemAlloc_v2(&mut big, 1024), CUDA_ERROR_UNKNOWN);
             b.set_faults(&Default::default()).unwrap();
@@ -1474,11 +1752,19 @@ mod tests {
             assert_eq!(cuEventDestroy_v2(e0), CUDA_SUCCESS);
             assert_eq!(cuModuleUnload(m), CUDA_SUCCESS);
             assert_eq!(cuDevicePrimaryCtxRelease_v2(dev), CUDA_SUCCESS);
-            assert_eq!(b.memory(1).unwrap().used, overhead + (2 << 20), "outp still held");
+            assert_eq!(
+                b.memory(1).unwrap().used,
+                overhead + (2 << 20),
+                "outp still held"
+            );
             assert_eq!(cuDevicePrimaryCtxRelease_v2(dev), CUDA_SUCCESS);
             assert_eq!(b.memory(1).unwrap().used, 0);
             assert!(b.state().unwrap().processes.is_empty());
-            assert_eq!(cuMemAlloc_v2(&mut big, 1024), CUDA_ERROR_INVALID_CONTEXT, "current ctx is gone");
+            assert_eq!(
+                cuMemAlloc_v2(&mut big, 1024),
+                CUDA_ERROR_INVALID_CONTEXT,
+                "current ctx is gone"
+            );
             assert_eq!(cuEventRecord(e1, null_mut()), CUDA_ERROR_INVALID_CONTEXT);
         }
     }
