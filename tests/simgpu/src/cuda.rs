@@ -578,9 +578,7 @@ impl Driver {
 /// Device facts the box does not carry, by product name: (compute capability, SM count).
 fn arch_of(name: &str) -> ((i32, i32), i32) {
     let n = name.to_ascii_lowercase();
-    if n.contains("h100") {
-        ((9, 0), 132)
-    } else if n.contains("h200") {
+    if n.contains("h100") || n.contains("h200") {
         ((9, 0), 132)
     } else if n.contains("a100") {
         ((8, 0), 108)
