@@ -364,6 +364,30 @@ fn cuda_open_without_libcuda_is_library_missing() {
 }
 
 #[test]
+fn cuda_open_with_a_libcuda_lacking_symbols_is_library_missing() {
+    // A library that loads under the name libcuda.so but exports no cu* symbol: cudarc would
+    // panic on the first call; open() must find out first.
+    if gpu::cuda::library_present() {
+        println!("skipped: a real libcuda.so is installed on this machine");
+        return;
+    }
+    let Some(libz) = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        println!("skipped: no libz.so.1 to stand in for a broken libcuda.so");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["libcuda.so", "libcuda.so.1"] {
+        std::fs::copy(libz, dir.path().join(name)).unwrap();
+    }
+    let mut c = child("cuda_open_child", None, &[("VRAMDOC_TEST_EXPECT", "symbols")]);
+    c.env("LD_LIBRARY_PATH", dir.path());
+    run_child(c);
+}
+
+#[test]
 fn cuda_open_without_box_is_no_device() {
     // The simulated libcuda.so loads, but cuInit finds no box: CUDA_ERROR_NO_DEVICE.
     run_child(child(
@@ -403,6 +427,11 @@ fn cuda_open_child() {
     match (expect.as_str(), &err) {
         ("missing", GpuError::LibraryMissing { hint, .. }) => {
             assert!(hint.contains("install the NVIDIA driver"), "{hint}");
+            assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+        }
+        ("symbols", GpuError::LibraryMissing { hint, .. }) => {
+            assert!(hint.contains("lacks cuInit"), "{hint}");
+            assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
         }
         ("no-device", GpuError::NoDevice(msg)) => {
             assert!(

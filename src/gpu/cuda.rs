@@ -61,8 +61,7 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
 ];
 
 const LIBRARY: &str = "libcuda.so";
-const MISSING_HINT: &str =
-    "libcuda.so not found: install the NVIDIA driver, or point LD_LIBRARY_PATH at it";
+const MISSING_HINT: &str = "install the NVIDIA driver, or point LD_LIBRARY_PATH at it";
 
 struct Kernels {
     fill: CudaFunction,
@@ -175,11 +174,15 @@ impl CudaDriver {
                 .filter(|s| unsafe { lib.get::<unsafe extern "C" fn()>(s.as_bytes()) }.is_err())
                 .collect();
             if !missing.is_empty() {
+                let more = match missing.len() {
+                    1 => String::new(),
+                    n => format!(" (+{} more)", n - 1),
+                };
                 return Err(GpuError::LibraryMissing {
                     library: LIBRARY.into(),
                     hint: format!(
-                        "the loaded libcuda.so lacks {}: update the NVIDIA driver (CUDA 12 needed)",
-                        missing.join(", ")
+                        "lacks {}{more}: needs an NVIDIA driver for CUDA 12 (525+)",
+                        missing[0]
                     ),
                 });
             }
