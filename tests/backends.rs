@@ -371,10 +371,12 @@ fn cuda_open_with_a_libcuda_lacking_symbols_is_library_missing() {
         println!("skipped: a real libcuda.so is installed on this machine");
         return;
     }
-    let Some(libz) = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
+    let Some(libz) = [
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists()) else {
         println!("skipped: no libz.so.1 to stand in for a broken libcuda.so");
         return;
     };
@@ -382,7 +384,11 @@ fn cuda_open_with_a_libcuda_lacking_symbols_is_library_missing() {
     for name in ["libcuda.so", "libcuda.so.1"] {
         std::fs::copy(libz, dir.path().join(name)).unwrap();
     }
-    let mut c = child("cuda_open_child", None, &[("VRAMDOC_TEST_EXPECT", "symbols")]);
+    let mut c = child(
+        "cuda_open_child",
+        None,
+        &[("VRAMDOC_TEST_EXPECT", "symbols")],
+    );
     c.env("LD_LIBRARY_PATH", dir.path());
     run_child(c);
 }
