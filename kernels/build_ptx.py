@@ -6,8 +6,10 @@ kernels/.nvrtc/ on first use; no GPU, no CUDA toolkit and no nvcc are needed. NV
 PTX ISA 8.0, which every CUDA 12 driver (>= 525) can JIT; the target is compute_52, so any GPU
 from Maxwell on runs it.
 
-Usage: python3 kernels/build_ptx.py [--check]
+Usage: python3 kernels/build_ptx.py [--check] [--ptxas]
   --check  compile and compare with the committed PTX; exit 1 when they differ.
+  --ptxas  also assemble the PTX with ptxas 12.0 (nvidia-cuda-nvcc-cu12 from PyPI, installed
+           into kernels/.nvcc/) for every architecture in PTXAS_ARCHS, as a driver's JIT would.
 """
 import ctypes
 import glob
@@ -21,6 +23,9 @@ OUT = os.path.join(HERE, "vramdoc.ptx")
 PKG = "nvidia-cuda-nvrtc-cu12==12.0.76"
 PREFIX = os.path.join(HERE, ".nvrtc")
 OPTIONS = [b"--gpu-architecture=compute_52", b"--std=c++11"]
+NVCC_PKG = "nvidia-cuda-nvcc-cu12==12.0.76"
+NVCC_PREFIX = os.path.join(HERE, ".nvcc")
+PTXAS_ARCHS = ["sm_52", "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 
 
 def nvrtc_library():
@@ -72,16 +77,33 @@ def compile_ptx():
     return buf.value.decode(), f"{major.value}.{minor.value}"
 
 
+def ptxas_check():
+    ptxas = os.path.join(NVCC_PREFIX, "nvidia", "cuda_nvcc", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        subprocess.check_call(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+             "--target", NVCC_PREFIX, NVCC_PKG])
+    for arch in PTXAS_ARCHS:
+        cubin = os.path.join(NVCC_PREFIX, f"vramdoc_{arch}.cubin")
+        subprocess.check_call([ptxas, f"-arch={arch}", OUT, "-o", cubin])
+        print(f"ptxas -arch={arch}: ok ({os.path.getsize(cubin)} bytes)")
+
+
 def main():
+    args = sys.argv[1:]
     ptx, version = compile_ptx()
-    if "--check" in sys.argv[1:]:
+    if "--check" in args:
         with open(OUT) as f:
             same = f.read() == ptx
         print(f"vramdoc.ptx {'matches' if same else 'DIFFERS from'} NVRTC {version} output")
-        sys.exit(0 if same else 1)
-    with open(OUT, "w") as f:
-        f.write(ptx)
-    print(f"wrote {OUT} ({len(ptx)} bytes, NVRTC {version}, {OPTIONS[0].decode()})")
+        if not same:
+            sys.exit(1)
+    else:
+        with open(OUT, "w") as f:
+            f.write(ptx)
+        print(f"wrote {OUT} ({len(ptx)} bytes, NVRTC {version}, {OPTIONS[0].decode()})")
+    if "--ptxas" in args:
+        ptxas_check()
 
 
 if __name__ == "__main__":
