@@ -1,17 +1,325 @@
-//! The real CUDA backend: [`CudaDriver`] over cudarc's driver API (dynamic loading of
-//! libcuda.so). Fill and checksum kernels come from kernels/vramdoc.ptx via cuModuleLoadData.
-//! TODO(issue 2): implementation in progress.
+//! The real CUDA backend: [`CudaDriver`] over cudarc's safe driver API, loading libcuda.so at
+//! run time (on a GPU machine the NVIDIA driver's, in tests tests/simgpu's). The fill and
+//! checksum kernels are kernels/vramdoc.ptx, embedded here and loaded with cuModuleLoadData,
+//! so users need no nvcc or NVRTC.
+//!
+//! Contexts are primary contexts (`cuDevicePrimaryCtxRetain`, as PyTorch and the CUDA runtime
+//! use): creating one on ordinal N touches device N only. Two [`ContextId`]s on one ordinal
+//! share that device's primary context. cudarc panics when libcuda.so or one of its symbols is
+//! missing, so [`CudaDriver::open`] probes both first, and every call also runs under
+//! `catch_unwind`: no panic leaves this module.
 
 use super::{AllocId, ContextId, Driver, GpuError, Result};
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
+    PushKernelArg,
+};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
-pub struct CudaDriver {}
+/// The kernels' PTX (see kernels/README.md).
+pub const KERNELS_PTX: &str = include_str!("../../kernels/vramdoc.ptx");
+pub const KERNEL_FILL: &str = "vramdoc_fill_u32";
+pub const KERNEL_CHECKSUM: &str = "vramdoc_checksum_u32";
+
+/// libcuda.so entry points cudarc calls for what this backend does, by their dlsym names.
+/// [`CudaDriver::open`] checks each is present before any is called.
+pub const REQUIRED_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+    "cuEventDestroy_v2",
+    "cuMemAlloc_v2",
+    "cuMemAllocAsync",
+    "cuMemFree_v2",
+    "cuMemFreeAsync",
+    "cuMemsetD8Async",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemGetInfo_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuLaunchKernel",
+];
+
+const LIBRARY: &str = "libcuda.so";
+const MISSING_HINT: &str = "install the NVIDIA driver, or point LD_LIBRARY_PATH at it";
+
+struct Kernels {
+    fill: CudaFunction,
+    checksum: CudaFunction,
+    _module: Arc<CudaModule>,
+}
+
+struct Context {
+    ordinal: u32,
+    stream: Arc<CudaStream>,
+    kernels: Option<Kernels>,
+    ctx: Arc<CudaContext>,
+}
+
+struct Allocation {
+    ctx: ContextId,
+    bytes: u64,
+    slice: CudaSlice<u8>,
+}
+
+/// CUDA through cudarc. Dropping it frees its allocations and releases its contexts.
+pub struct CudaDriver {
+    // Field order is drop order: allocations before the contexts they live in.
+    allocs: HashMap<AllocId, Allocation>,
+    contexts: HashMap<ContextId, Context>,
+    next_ctx: u32,
+    next_alloc: u64,
+    last_fill_ms: Option<f32>,
+}
+
+/// `CUDA_ERROR_...` name of a driver error.
+fn name_of(e: &DriverError) -> String {
+    format!("{:?}", e.0)
+}
+
+fn message_of(e: &DriverError) -> String {
+    e.error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "no description".into())
+}
+
+fn driver_err(call: &str, e: DriverError) -> GpuError {
+    GpuError::Driver {
+        call: call.into(),
+        code: name_of(&e),
+        message: message_of(&e),
+    }
+}
+
+/// A driver error of an allocation-like call: out of memory becomes [`GpuError::OutOfMemory`].
+fn alloc_err(call: &str, ordinal: u32, requested: u64, e: DriverError) -> GpuError {
+    if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        GpuError::OutOfMemory {
+            device: ordinal,
+            requested,
+            detail: format!("{call}: CUDA_ERROR_OUT_OF_MEMORY"),
+        }
+    } else {
+        driver_err(call, e)
+    }
+}
+
+/// Run `f`, turning a panic inside cudarc into an error.
+fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        if msg.contains("Missing symbol") || msg.contains("Unable to dynamically load") {
+            Err(GpuError::LibraryMissing {
+                library: LIBRARY.into(),
+                hint: msg,
+            })
+        } else {
+            Err(GpuError::Driver {
+                call: call.into(),
+                code: "panic".into(),
+                message: msg,
+            })
+        }
+    })
+}
+
+/// Whether a libcuda.so can be loaded by name (the loader's search path, `LD_LIBRARY_PATH`).
+pub fn library_present() -> bool {
+    // SAFETY: dlopen by name; the library's initialisers run as in any CUDA program.
+    unsafe { sys::is_culib_present() }
+}
 
 impl CudaDriver {
+    /// Load libcuda.so, check it has every entry point we call, initialise it and check it
+    /// sees a device. Missing library or symbols: [`GpuError::LibraryMissing`]; cuInit failure
+    /// or zero devices: [`GpuError::NoDevice`].
     pub fn open() -> Result<CudaDriver> {
-        Err(GpuError::LibraryMissing {
-            library: "libcuda.so".into(),
-            hint: "the CUDA backend is not implemented yet".into(),
+        if !library_present() {
+            return Err(GpuError::LibraryMissing {
+                library: LIBRARY.into(),
+                hint: MISSING_HINT.into(),
+            });
+        }
+        guarded("open", || {
+            // SAFETY: the library is present (checked above), so culib() does not panic.
+            let lib = unsafe { sys::culib() };
+            let missing: Vec<&str> = REQUIRED_SYMBOLS
+                .iter()
+                .copied()
+                // SAFETY: looking a symbol up does not call it.
+                .filter(|s| unsafe { lib.get::<unsafe extern "C" fn()>(s.as_bytes()) }.is_err())
+                .collect();
+            if !missing.is_empty() {
+                let more = match missing.len() {
+                    1 => String::new(),
+                    n => format!(" (+{} more)", n - 1),
+                };
+                return Err(GpuError::LibraryMissing {
+                    library: LIBRARY.into(),
+                    hint: format!(
+                        "lacks {}{more}: needs an NVIDIA driver for CUDA 12 (525+)",
+                        missing[0]
+                    ),
+                });
+            }
+            cudarc::driver::result::init().map_err(|e| {
+                GpuError::NoDevice(format!(
+                    "cuInit failed: {}: {}",
+                    name_of(&e),
+                    message_of(&e)
+                ))
+            })?;
+            let n = CudaContext::device_count().map_err(|e| {
+                GpuError::NoDevice(format!("cuDeviceGetCount failed: {}", name_of(&e)))
+            })?;
+            if n <= 0 {
+                return Err(GpuError::NoDevice(
+                    "the CUDA driver sees no device (check CUDA_VISIBLE_DEVICES)".into(),
+                ));
+            }
+            Ok(CudaDriver {
+                allocs: HashMap::new(),
+                contexts: HashMap::new(),
+                next_ctx: 1,
+                next_alloc: 1,
+                last_fill_ms: None,
+            })
         })
+    }
+
+    /// Kernel time of the last [`Driver::fill`] (fill plus checksum), from CUDA events.
+    pub fn last_fill_ms(&self) -> Option<f32> {
+        self.last_fill_ms
+    }
+
+    fn context(&self, ctx: ContextId) -> Result<&Context> {
+        self.contexts.get(&ctx).ok_or_else(|| GpuError::Driver {
+            call: "context".into(),
+            code: "CUDA_ERROR_INVALID_CONTEXT".into(),
+            message: format!("unknown context {}", ctx.0),
+        })
+    }
+
+    /// Load the kernels into a context on first use.
+    fn kernels(&mut self, ctx: ContextId) -> Result<()> {
+        let c = self
+            .contexts
+            .get_mut(&ctx)
+            .ok_or_else(|| GpuError::Driver {
+                call: "fill".into(),
+                code: "CUDA_ERROR_INVALID_CONTEXT".into(),
+                message: format!("unknown context {}", ctx.0),
+            })?;
+        if c.kernels.is_some() {
+            return Ok(());
+        }
+        let module = c
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(KERNELS_PTX))
+            .map_err(|e| driver_err("cuModuleLoadData", e))?;
+        let fill = module
+            .load_function(KERNEL_FILL)
+            .map_err(|e| driver_err("cuModuleGetFunction", e))?;
+        let checksum = module
+            .load_function(KERNEL_CHECKSUM)
+            .map_err(|e| driver_err("cuModuleGetFunction", e))?;
+        c.kernels = Some(Kernels {
+            fill,
+            checksum,
+            _module: module,
+        });
+        Ok(())
+    }
+
+    fn fill_inner(&mut self, alloc: AllocId, value: u32) -> Result<u64> {
+        let ctx_id = self
+            .allocs
+            .get(&alloc)
+            .map(|a| a.ctx)
+            .ok_or_else(|| unknown_alloc("fill", alloc))?;
+        self.kernels(ctx_id)?;
+        let c = self
+            .contexts
+            .get(&ctx_id)
+            .ok_or_else(|| unknown_ctx(ctx_id))?;
+        let (ordinal, stream) = (c.ordinal, c.stream.clone());
+        let k = c.kernels.as_ref().ok_or_else(|| GpuError::Driver {
+            call: "fill".into(),
+            code: "CUDA_ERROR_NOT_FOUND".into(),
+            message: "kernels not loaded".into(),
+        })?;
+        let a = self
+            .allocs
+            .get_mut(&alloc)
+            .ok_or_else(|| unknown_alloc("fill", alloc))?;
+        let n_words: u64 = a.bytes / 4;
+        let blocks = n_words.div_ceil(256).clamp(1, 4096) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut sum = stream
+            .alloc_zeros::<u64>(1)
+            .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?;
+        let mut fill = stream.launch_builder(&k.fill);
+        fill.arg(&mut a.slice).arg(&n_words).arg(&value);
+        fill.record_kernel_launch(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        // SAFETY: the argument list matches vramdoc_fill_u32(u32*, u64, u32) in
+        // kernels/vramdoc.cu, and n_words * 4 <= the slice's length.
+        let t0 = unsafe { fill.launch(cfg) }.map_err(|e| driver_err("cuLaunchKernel", e))?;
+        let mut check = stream.launch_builder(&k.checksum);
+        check.arg(&a.slice).arg(&n_words).arg(&mut sum);
+        check.record_kernel_launch(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        // SAFETY: matches vramdoc_checksum_u32(const u32*, u64, u64*); `sum` holds one u64.
+        let t1 = unsafe { check.launch(cfg) }.map_err(|e| driver_err("cuLaunchKernel", e))?;
+        let out = stream
+            .clone_dtoh(&sum)
+            .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| driver_err("cuStreamSynchronize", e))?;
+        if let (Some((start, _)), Some((_, end))) = (t0, t1) {
+            self.last_fill_ms = start.elapsed_ms(&end).ok();
+        }
+        drop(sum);
+        out.first().copied().ok_or_else(|| GpuError::Driver {
+            call: "cuMemcpyDtoHAsync".into(),
+            code: "CUDA_ERROR_INVALID_VALUE".into(),
+            message: "empty checksum read back".into(),
+        })
+    }
+}
+
+fn unknown_alloc(call: &str, alloc: AllocId) -> GpuError {
+    GpuError::Driver {
+        call: call.into(),
+        code: "CUDA_ERROR_INVALID_VALUE".into(),
+        message: format!("unknown allocation {}", alloc.0),
     }
 }
 
@@ -19,28 +327,148 @@ impl Driver for CudaDriver {
     fn backend(&self) -> &'static str {
         "cuda"
     }
+
     fn device_count(&mut self) -> Result<u32> {
-        unimplemented!()
+        guarded("cuDeviceGetCount", || {
+            CudaContext::device_count()
+                .map(|n| n.max(0) as u32)
+                .map_err(|e| driver_err("cuDeviceGetCount", e))
+        })
     }
-    fn create_context(&mut self, _ordinal: u32) -> Result<ContextId> {
-        unimplemented!()
+
+    fn create_context(&mut self, ordinal: u32) -> Result<ContextId> {
+        guarded("cuDevicePrimaryCtxRetain", || {
+            // CudaContext::new: cuInit, cuDeviceGet(ordinal), cuDevicePrimaryCtxRetain(that
+            // device), cuDeviceGetAttribute, cuCtxSetCurrent: nothing on any other device.
+            let ctx = CudaContext::new(ordinal as usize).map_err(|e| match e.0 {
+                CUresult::CUDA_ERROR_INVALID_DEVICE => GpuError::InvalidDevice(ordinal),
+                _ => alloc_err("cuDevicePrimaryCtxRetain", ordinal, 0, e),
+            })?;
+            let stream = ctx
+                .new_stream()
+                .map_err(|e| driver_err("cuStreamCreate", e))?;
+            let id = ContextId(self.next_ctx);
+            self.next_ctx += 1;
+            self.contexts.insert(
+                id,
+                Context {
+                    ordinal,
+                    stream,
+                    kernels: None,
+                    ctx,
+                },
+            );
+            Ok(id)
+        })
     }
-    fn destroy_context(&mut self, _ctx: ContextId) -> Result<()> {
-        unimplemented!()
+
+    fn destroy_context(&mut self, ctx: ContextId) -> Result<()> {
+        guarded("cuDevicePrimaryCtxRelease", || {
+            self.context(ctx)?;
+            self.allocs.retain(|_, a| a.ctx != ctx);
+            let c = self.contexts.remove(&ctx).ok_or_else(|| unknown_ctx(ctx))?;
+            let synced = c.stream.synchronize();
+            let pending = c.ctx.check_err();
+            // Dropping the last handle releases the primary context (and its memory).
+            drop(c);
+            synced.map_err(|e| driver_err("cuStreamSynchronize", e))?;
+            pending.map_err(|e| driver_err("cuMemFreeAsync", e))
+        })
     }
-    fn alloc(&mut self, _ctx: ContextId, _bytes: u64) -> Result<AllocId> {
-        unimplemented!()
+
+    fn alloc(&mut self, ctx: ContextId, bytes: u64) -> Result<AllocId> {
+        guarded("cuMemAllocAsync", || {
+            let c = self.context(ctx)?;
+            let len = usize::try_from(bytes).map_err(|_| GpuError::OutOfMemory {
+                device: c.ordinal,
+                requested: bytes,
+                detail: "size does not fit this host's address space".into(),
+            })?;
+            // SAFETY: the memory is uninitialised until filled; nothing reads it before.
+            let slice = unsafe { c.stream.alloc::<u8>(len) }
+                .map_err(|e| alloc_err("cuMemAllocAsync", c.ordinal, bytes, e))?;
+            let id = AllocId(self.next_alloc);
+            self.next_alloc += 1;
+            self.allocs.insert(id, Allocation { ctx, bytes, slice });
+            Ok(id)
+        })
     }
-    fn free(&mut self, _alloc: AllocId) -> Result<()> {
-        unimplemented!()
+
+    fn free(&mut self, alloc: AllocId) -> Result<()> {
+        guarded("cuMemFreeAsync", || {
+            let a = self
+                .allocs
+                .remove(&alloc)
+                .ok_or_else(|| unknown_alloc("free", alloc))?;
+            let c = self.context(a.ctx)?;
+            let (ctx, stream) = (c.ctx.clone(), c.stream.clone());
+            drop(a);
+            // The free is stream-ordered: wait for it so the memory is back when we return.
+            stream
+                .synchronize()
+                .map_err(|e| driver_err("cuStreamSynchronize", e))?;
+            ctx.check_err().map_err(|e| driver_err("cuMemFreeAsync", e))
+        })
     }
-    fn fill(&mut self, _alloc: AllocId, _value: u32) -> Result<u64> {
-        unimplemented!()
+
+    fn fill(&mut self, alloc: AllocId, value: u32) -> Result<u64> {
+        guarded("cuLaunchKernel", || self.fill_inner(alloc, value))
     }
-    fn mem_info(&mut self, _ctx: ContextId) -> Result<(u64, u64)> {
-        unimplemented!()
+
+    fn mem_info(&mut self, ctx: ContextId) -> Result<(u64, u64)> {
+        guarded("cuMemGetInfo", || {
+            let c = self.context(ctx)?;
+            let (free, total) = c
+                .ctx
+                .mem_get_info()
+                .map_err(|e| driver_err("cuMemGetInfo", e))?;
+            Ok((free as u64, total as u64))
+        })
     }
-    fn synchronize(&mut self, _ctx: ContextId) -> Result<()> {
-        unimplemented!()
+
+    fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
+        guarded("cuCtxSynchronize", || {
+            let c = self.context(ctx)?;
+            c.stream
+                .synchronize()
+                .map_err(|e| driver_err("cuStreamSynchronize", e))?;
+            c.ctx
+                .synchronize()
+                .map_err(|e| driver_err("cuCtxSynchronize", e))
+        })
+    }
+}
+
+fn unknown_ctx(ctx: ContextId) -> GpuError {
+    GpuError::Driver {
+        call: "context".into(),
+        code: "CUDA_ERROR_INVALID_CONTEXT".into(),
+        message: format!("unknown context {}", ctx.0),
+    }
+}
+
+impl Drop for CudaDriver {
+    fn drop(&mut self) {
+        // cudarc's Drop impls record errors rather than panic; guard anyway, a panic in drop
+        // during unwinding would abort.
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            self.allocs.clear();
+            self.contexts.clear();
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_ptx_has_both_kernels() {
+        assert!(KERNELS_PTX.contains(&format!(".entry {KERNEL_FILL}(")));
+        assert!(KERNELS_PTX.contains(&format!(".entry {KERNEL_CHECKSUM}(")));
+        assert!(
+            KERNELS_PTX.contains(".version 8.0"),
+            "PTX ISA 8.0: any CUDA 12 driver JITs it"
+        );
     }
 }

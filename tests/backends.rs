@@ -1,0 +1,450 @@
+//! One behaviour suite for every driver backend: the in-process `sim` driver, and the real
+//! `cuda` driver (cudarc) loading tests/simgpu as libcuda.so in a child process. The monitor
+//! side is `sim` in-process, and in the child whatever `VRAMDOC_TEST_MONITOR` names (`sim`,
+//! default, or `nvml`).
+//!
+//! Child processes re-run this test binary on one `#[ignore]`d entry test with
+//! `VRAMDOC_TEST_CHILD` set; without it those entries do nothing.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vramdoc::gpu::{self, BackendKind, Driver, GpuError, Monitor};
+use vramdoc::sim::{SimBox, SimProcess};
+use vramdoc::units::{GIB, MIB};
+
+const CHILD: &str = "VRAMDOC_TEST_CHILD";
+/// Physical index of each CUDA ordinal the child should see, e.g. `1` or `0,1`.
+const EXPECT_PHYSICAL: &str = "VRAMDOC_TEST_EXPECT_PHYSICAL";
+const MONITOR: &str = "VRAMDOC_TEST_MONITOR";
+const SPEC: &str = "2x16GiB";
+
+fn pid_used(monitor: &dyn Monitor, device: u32, pid: u32) -> Option<Option<u64>> {
+    monitor
+        .processes(device)
+        .unwrap()
+        .into_iter()
+        .find(|p| p.pid == pid)
+        .map(|p| p.used)
+}
+
+/// Wait until `cond` holds (the monitor may read the box a moment after a change).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Start a holder process and wait for its `holding pid=` line; returns it and its pid.
+fn start_holder(mut cmd: Command) -> (Child, u32) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn holder");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = match lines.next() {
+            Some(Ok(l)) => l,
+            _ => {
+                let status = child.wait().unwrap();
+                panic!("holder exited before holding: {status}");
+            }
+        };
+        // The test harness prints `test NAME ... ` before a child test's own output.
+        if let Some(rest) = line.split("holding pid=").nth(1) {
+            let pid: u32 = rest.split_whitespace().next().unwrap().parse().unwrap();
+            return (child, pid);
+        }
+    }
+}
+
+/// The behaviour suite. `physical[o]` is the physical device behind CUDA ordinal `o`;
+/// `holder` starts a process that holds 1 GiB on ordinal 0 and prints `holding pid=`.
+fn suite(
+    driver: &mut dyn Driver,
+    monitor: &dyn Monitor,
+    box_dir: &Path,
+    physical: &[u32],
+    holder: &dyn Fn() -> Command,
+) {
+    let sim = SimBox::open(box_dir).unwrap();
+    let pid = std::process::id();
+    let n_phys = sim.devices().len() as u32;
+    println!(
+        "suite: backend={} monitor={} physical={physical:?}",
+        driver.backend(),
+        monitor.backend()
+    );
+
+    // Devices as this process sees them.
+    assert_eq!(driver.device_count().unwrap(), physical.len() as u32);
+    let base: Vec<u64> = (0..n_phys)
+        .map(|d| monitor.memory(d).unwrap().used)
+        .collect();
+    for d in 0..n_phys {
+        assert_eq!(
+            pid_used(monitor, d, pid),
+            None,
+            "nothing of ours on {d} yet"
+        );
+    }
+
+    // A context on the last ordinal: overhead on its physical device, and only there.
+    let ordinal = physical.len() as u32 - 1;
+    let target = physical[ordinal as usize];
+    let overhead = sim.device(target).unwrap().context_overhead;
+    let ctx = driver.create_context(ordinal).unwrap();
+    assert_eq!(
+        monitor.memory(target).unwrap().used,
+        base[target as usize] + overhead
+    );
+    assert_eq!(pid_used(monitor, target, pid), Some(Some(overhead)));
+    for d in (0..n_phys).filter(|d| *d != target) {
+        assert_eq!(
+            pid_used(monitor, d, pid),
+            None,
+            "vramdoc touched physical device {d}, which it was not asked to use"
+        );
+        assert_eq!(monitor.memory(d).unwrap().used, base[d as usize]);
+    }
+
+    // The process's view of memory agrees with the monitor's.
+    let (free, total) = driver.mem_info(ctx).unwrap();
+    let m = monitor.memory(target).unwrap();
+    assert_eq!(total, m.total);
+    assert_eq!(free, m.free);
+
+    // Allocation, rounded up to the 2 MiB granularity.
+    let small = 3 * MIB + 6;
+    let a = driver.alloc(ctx, small).unwrap();
+    assert_eq!(
+        pid_used(monitor, target, pid),
+        Some(Some(overhead + 4 * MIB))
+    );
+    assert_eq!(
+        monitor.memory(target).unwrap().used,
+        base[target as usize] + overhead + 4 * MIB
+    );
+
+    // The fill kernel touches the memory; the checksum kernel proves it.
+    for value in [0xA5A5_0001u32, 7] {
+        assert_eq!(
+            driver.fill(a, value).unwrap(),
+            gpu::expected_checksum(small, value)
+        );
+    }
+    let large = 256 * MIB;
+    let b = driver.alloc(ctx, large).unwrap();
+    assert_eq!(
+        driver.fill(b, 0xFFFF_FFFF).unwrap(),
+        gpu::expected_checksum(large, 0xFFFF_FFFF)
+    );
+    driver.synchronize(ctx).unwrap();
+    driver.free(b).unwrap();
+    assert_eq!(
+        pid_used(monitor, target, pid),
+        Some(Some(overhead + 4 * MIB))
+    );
+
+    // Beyond free: out of memory, and nothing charged.
+    let (free, _) = driver.mem_info(ctx).unwrap();
+    match driver.alloc(ctx, free + 2 * MIB) {
+        Err(e) => assert!(e.is_out_of_memory(), "expected out of memory, got {e}"),
+        Ok(_) => panic!("allocating {} with {free} free succeeded", free + 2 * MIB),
+    }
+    assert_eq!(
+        pid_used(monitor, target, pid),
+        Some(Some(overhead + 4 * MIB))
+    );
+
+    // Free returns the allocation.
+    driver.free(a).unwrap();
+    assert_eq!(pid_used(monitor, target, pid), Some(Some(overhead)));
+
+    // Destroying the context returns everything, allocations included.
+    let _left = driver.alloc(ctx, GIB).unwrap();
+    assert_eq!(pid_used(monitor, target, pid), Some(Some(overhead + GIB)));
+    driver.destroy_context(ctx).unwrap();
+    for d in 0..n_phys {
+        assert_eq!(pid_used(monitor, d, pid), None);
+        assert_eq!(monitor.memory(d).unwrap().used, base[d as usize]);
+    }
+
+    // Process exit returns memory: a holder on ordinal 0, killed.
+    let held = physical[0];
+    let (mut child, hpid) = start_holder(holder());
+    let used = pid_used(monitor, held, hpid).expect("holder visible to the monitor");
+    assert!(used.unwrap_or(0) >= GIB, "holder uses {used:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    eventually("the killed holder's memory is returned", || {
+        pid_used(monitor, held, hpid).is_none()
+            && monitor.memory(held).unwrap().used == base[held as usize]
+    });
+}
+
+fn physical_from(spec: &str) -> Vec<u32> {
+    spec.split(',').map(|s| s.trim().parse().unwrap()).collect()
+}
+
+fn sim_holder(box_dir: &Path, visible: Option<&str>) -> Command {
+    let mut c = common::vramdoc();
+    c.args(["sim", "hold", "--device", "0", "--size", "1GiB"])
+        .env("VRAMDOC_SIM_DIR", box_dir);
+    if let Some(v) = visible {
+        c.env("CUDA_VISIBLE_DEVICES", v);
+    }
+    c
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) in-process sim backend
+
+fn run_sim_suite(visible: Option<&str>, physical: &[u32]) {
+    let dir = common::fresh_box(SPEC);
+    let sim = SimBox::open(dir.path()).unwrap();
+    let mut driver = gpu::sim::SimDriver::new(SimProcess::new(sim.clone(), visible));
+    let monitor = gpu::sim::SimMonitor::new(sim);
+    let path = dir.path().to_path_buf();
+    let v = visible.map(str::to_string);
+    suite(&mut driver, &monitor, dir.path(), physical, &|| {
+        sim_holder(&path, v.as_deref())
+    });
+}
+
+#[test]
+fn sim_backend_suite() {
+    run_sim_suite(None, &[0, 1]);
+}
+
+#[test]
+fn sim_backend_suite_under_cuda_visible_devices() {
+    // CUDA_VISIBLE_DEVICES=1: ordinal 0 is physical 1, and physical 0 sees nothing of us.
+    run_sim_suite(Some("1"), &[1]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) the real cuda backend over tests/simgpu, in a child process
+
+/// Re-run this test binary on one ignored entry test, with the simulated libraries.
+fn child(test: &str, box_dir: Option<&Path>, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        test,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env_remove("CUDA_VISIBLE_DEVICES")
+    .env_remove("VRAMDOC_SIM_DIR")
+    .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+    .env(CHILD, "1");
+    if let Some(d) = box_dir {
+        c.env("VRAMDOC_SIM_DIR", d);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn run_child(mut c: Command) {
+    let out = c.output().expect("run child test process");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "child failed ({}):\n{text}",
+        out.status
+    );
+    assert!(text.contains("1 passed"), "child ran no test:\n{text}");
+}
+
+fn run_cuda_suite(visible: Option<&str>, physical: &str) {
+    let dir = common::fresh_box(SPEC);
+    let mut env = vec![(EXPECT_PHYSICAL, physical)];
+    if let Some(v) = visible {
+        env.push(("CUDA_VISIBLE_DEVICES", v));
+    }
+    run_child(child("cuda_suite_child", Some(dir.path()), &env));
+    // The child has exited: nothing of it is left on the box.
+    let sim = SimBox::open(dir.path()).unwrap();
+    assert!(sim.state().unwrap().processes.is_empty());
+}
+
+#[test]
+fn cuda_backend_suite() {
+    run_cuda_suite(None, "0,1");
+}
+
+#[test]
+fn cuda_backend_suite_under_cuda_visible_devices() {
+    run_cuda_suite(Some("1"), "1");
+}
+
+fn monitor_kind() -> BackendKind {
+    match std::env::var(MONITOR).as_deref() {
+        Ok("nvml") => BackendKind::Real,
+        Ok("sim") | Err(_) => BackendKind::Sim,
+        Ok(other) => panic!("{MONITOR}={other}: use `nvml` or `sim`"),
+    }
+}
+
+#[test]
+#[ignore = "entry point of a child process (cuda_backend_suite)"]
+fn cuda_suite_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let physical = physical_from(&std::env::var(EXPECT_PHYSICAL).unwrap());
+    let box_dir = std::path::PathBuf::from(std::env::var("VRAMDOC_SIM_DIR").unwrap());
+    let mut driver = gpu::cuda::CudaDriver::open().unwrap();
+    let monitor = gpu::open_monitor(monitor_kind()).unwrap();
+    let holder = || {
+        // The holder is this binary again, holding through the cuda backend; it inherits
+        // LD_LIBRARY_PATH, VRAMDOC_SIM_DIR and CUDA_VISIBLE_DEVICES.
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args([
+            "--exact",
+            "cuda_hold_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        c
+    };
+    suite(&mut driver, monitor.as_ref(), &box_dir, &physical, &holder);
+    assert!(
+        driver.last_fill_ms().is_some_and(|ms| ms >= 0.0),
+        "event timing"
+    );
+}
+
+#[test]
+#[ignore = "entry point of a child process (holder for cuda_suite_child)"]
+fn cuda_hold_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let mut driver = gpu::cuda::CudaDriver::open().unwrap();
+    let ctx = driver.create_context(0).unwrap();
+    let a = driver.alloc(ctx, GIB).unwrap();
+    assert_eq!(driver.fill(a, 1).unwrap(), gpu::expected_checksum(GIB, 1));
+    println!("holding pid={} device=0 size={GIB}", std::process::id());
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Missing library, no device
+
+#[test]
+fn cuda_open_without_libcuda_is_library_missing() {
+    if gpu::cuda::library_present() {
+        println!("skipped: a real libcuda.so is installed on this machine");
+        return;
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let mut c = child(
+        "cuda_open_child",
+        None,
+        &[("VRAMDOC_TEST_EXPECT", "missing")],
+    );
+    c.env("LD_LIBRARY_PATH", empty.path());
+    run_child(c);
+}
+
+#[test]
+fn cuda_open_with_a_libcuda_lacking_symbols_is_library_missing() {
+    // A library that loads under the name libcuda.so but exports no cu* symbol: cudarc would
+    // panic on the first call; open() must find out first.
+    if gpu::cuda::library_present() {
+        println!("skipped: a real libcuda.so is installed on this machine");
+        return;
+    }
+    let Some(libz) = [
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists()) else {
+        println!("skipped: no libz.so.1 to stand in for a broken libcuda.so");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["libcuda.so", "libcuda.so.1"] {
+        std::fs::copy(libz, dir.path().join(name)).unwrap();
+    }
+    let mut c = child(
+        "cuda_open_child",
+        None,
+        &[("VRAMDOC_TEST_EXPECT", "symbols")],
+    );
+    c.env("LD_LIBRARY_PATH", dir.path());
+    run_child(c);
+}
+
+#[test]
+fn cuda_open_without_box_is_no_device() {
+    // The simulated libcuda.so loads, but cuInit finds no box: CUDA_ERROR_NO_DEVICE.
+    run_child(child(
+        "cuda_open_child",
+        None,
+        &[("VRAMDOC_TEST_EXPECT", "no-device")],
+    ));
+}
+
+#[test]
+fn cuda_open_with_no_visible_device_is_no_device() {
+    let dir = common::fresh_box(SPEC);
+    let env = [
+        ("VRAMDOC_TEST_EXPECT", "no-device"),
+        ("CUDA_VISIBLE_DEVICES", ""),
+    ];
+    run_child(child("cuda_open_child", Some(dir.path()), &env));
+}
+
+#[test]
+#[ignore = "entry point of a child process (cuda_open_* tests)"]
+fn cuda_open_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let expect = std::env::var("VRAMDOC_TEST_EXPECT").unwrap();
+    let err = match gpu::cuda::CudaDriver::open() {
+        Ok(_) => panic!("CudaDriver::open succeeded; expected {expect}"),
+        Err(e) => e,
+    };
+    println!("open failed as expected: {err}");
+    assert!(
+        err.is_environment(),
+        "{err} must be an environment error (exit 3)"
+    );
+    assert!(!err.to_string().contains('\n'), "one-line message: {err}");
+    match (expect.as_str(), &err) {
+        ("missing", GpuError::LibraryMissing { hint, .. }) => {
+            assert!(hint.contains("install the NVIDIA driver"), "{hint}");
+            assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+        }
+        ("symbols", GpuError::LibraryMissing { hint, .. }) => {
+            assert!(hint.contains("lacks cuInit"), "{hint}");
+            assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+        }
+        ("no-device", GpuError::NoDevice(msg)) => {
+            assert!(
+                msg.contains("CUDA_ERROR_NO_DEVICE") || msg.contains("no device"),
+                "{msg}"
+            );
+        }
+        _ => panic!("expected {expect}, got {err:?}"),
+    }
+}
