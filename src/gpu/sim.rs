@@ -56,7 +56,13 @@ impl Driver for SimDriver {
     }
 
     fn create_context(&mut self, ordinal: u32) -> Result<ContextId> {
-        self.proc.create_context(ordinal)?;
+        // Primary-context semantics, as CUDA frameworks and CudaDriver use: the first context
+        // on an ordinal creates it (and costs the overhead); later ones share it.
+        if !self.contexts.values().any(|o| *o == ordinal) {
+            self.proc
+                .create_context(ordinal)
+                .map_err(|e| on_ordinal(e, ordinal))?;
+        }
         let id = ContextId(self.next_ctx);
         self.next_ctx += 1;
         self.contexts.insert(id, ordinal);
@@ -75,14 +81,19 @@ impl Driver for SimDriver {
         for a in mine {
             self.free(a)?;
         }
-        self.proc.destroy_context(ordinal)?;
         self.contexts.remove(&ctx);
+        if !self.contexts.values().any(|o| *o == ordinal) {
+            self.proc.destroy_context(ordinal)?;
+        }
         Ok(())
     }
 
     fn alloc(&mut self, ctx: ContextId, bytes: u64) -> Result<AllocId> {
         let ordinal = self.ordinal(ctx)?;
-        let ptr = self.proc.alloc(ordinal, bytes)?;
+        let ptr = self
+            .proc
+            .alloc(ordinal, bytes)
+            .map_err(|e| on_ordinal(e, ordinal))?;
         let id = AllocId(ptr);
         self.allocs.insert(id, (ctx, ptr, bytes));
         Ok(id)
@@ -119,6 +130,20 @@ impl Driver for SimDriver {
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
         let ordinal = self.ordinal(ctx)?;
         Ok(self.proc.check(ordinal)?)
+    }
+}
+
+/// Report out-of-memory against the CUDA ordinal, as CudaDriver does.
+fn on_ordinal(e: crate::sim::SimError, ordinal: u32) -> GpuError {
+    match GpuError::from(e) {
+        GpuError::OutOfMemory {
+            requested, detail, ..
+        } => GpuError::OutOfMemory {
+            device: ordinal,
+            requested,
+            detail,
+        },
+        other => other,
     }
 }
 
