@@ -321,6 +321,10 @@ impl Api {
             lib: unsafe { Library::new(nvml_lib_path()).expect("dlopen simgpu") },
         }
     }
+    /// Undo initialisations a failed test may have left behind (call under the session lock).
+    fn drain(&self) {
+        while self.call0("nvmlShutdown") == SUCCESS {}
+    }
     fn f<T>(&self, name: &str) -> Symbol<'_, T> {
         // SAFETY: the caller names the exact C signature from nvml.h.
         unsafe {
@@ -370,11 +374,13 @@ fn c_abi_init_refcount_and_errors() {
     let api = Api::load();
     {
         let _g = nvml_session(None);
+        api.drain();
         assert_eq!(api.call0("nvmlInit_v2"), DRIVER_NOT_LOADED);
         assert_eq!(api.call0("nvmlShutdown"), UNINITIALIZED);
     }
     let dir = common::fresh_box("2x24GiB");
     let _g = nvml_session(Some(dir.path()));
+    api.drain();
     let mut n: c_uint = 0;
     let count = api.f::<unsafe extern "C" fn(*mut c_uint) -> c_uint>("nvmlDeviceGetCount_v2");
     assert_eq!(unsafe { count(&mut n) }, UNINITIALIZED);
@@ -424,6 +430,7 @@ fn c_abi_devices_memory_and_sizing_protocol() {
     let b = SimBox::open(dir.path()).unwrap();
     let _g = nvml_session(Some(dir.path()));
     let api = Api::load();
+    api.drain();
     assert_eq!(api.call0("nvmlInit"), SUCCESS); // the v1 symbol
     let d0 = api.handle(0);
     let d1 = api.handle(1);
