@@ -613,3 +613,59 @@ fn c_abi_devices_memory_and_sizing_protocol() {
 fn buf_ptr(b: &mut [c_char; 96]) -> *mut c_char {
     b.as_mut_ptr()
 }
+
+/// `NvmlMonitor::open()` loads by name, so the loader's `LD_LIBRARY_PATH` (read at process
+/// start) decides which NVML it gets. Runs itself as a child with the variable set.
+#[test]
+fn open_by_name_honours_ld_library_path() {
+    if let Some(mode) = std::env::var_os("VRAMDOC_NVML_CHILD") {
+        match (mode.to_str(), NvmlMonitor::open()) {
+            (Some("sim"), Ok(m)) => {
+                assert_eq!(m.library(), "libnvidia-ml.so.1");
+                println!("CHILD devices={}", m.devices().unwrap().len());
+            }
+            // No library on the path: a typed error naming the canonical library, unless
+            // this machine has a real NVIDIA driver installed.
+            (Some("none"), Ok(_)) => println!("CHILD real-nvml"),
+            (Some("none"), Err(e)) => {
+                assert!(
+                    matches!(&e, GpuError::LibraryMissing { library, .. } if library == "libnvidia-ml.so.1"),
+                    "{e:?}"
+                );
+                println!("CHILD missing: {e}");
+            }
+            (m, r) => panic!("child mode {m:?}: {r:?}"),
+        }
+        return;
+    }
+    let dir = common::fresh_box("3x16GiB");
+    let child = |mode: &str, ld: &Path| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "open_by_name_honours_ld_library_path",
+                "--nocapture",
+            ])
+            .env("VRAMDOC_NVML_CHILD", mode)
+            .env("LD_LIBRARY_PATH", ld)
+            .env("VRAMDOC_SIM_DIR", dir.path())
+            .output()
+            .expect("run child");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "child {mode}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let text = child("sim", common::simgpu_lib_dir());
+    assert!(text.contains("CHILD devices=3"), "{text}");
+    let empty = tempfile::tempdir().unwrap();
+    let text = child("none", empty.path());
+    assert!(
+        text.contains("CHILD missing: libnvidia-ml.so.1 could not be loaded")
+            || text.contains("CHILD real-nvml"),
+        "{text}"
+    );
+}

@@ -29,8 +29,8 @@ use std::sync::Mutex;
 /// `LD_LIBRARY_PATH`, then the system directories).
 pub const LIBRARY_NAMES: [&str; 2] = ["libnvidia-ml.so.1", "libnvidia-ml.so"];
 
-const INSTALL_HINT: &str = "install the NVIDIA driver (it ships libnvidia-ml.so.1) or point \
-LD_LIBRARY_PATH at the directory holding it; without a GPU use --sim SPEC";
+const INSTALL_HINT: &str =
+    "install the NVIDIA driver or add its directory to LD_LIBRARY_PATH (no GPU: use --sim SPEC)";
 
 /// `NVML_VALUE_NOT_AVAILABLE` (-1) as it lands in `usedGpuMemory`.
 const NOT_AVAILABLE: u64 = u64::MAX;
@@ -133,10 +133,16 @@ impl NvmlMonitor {
         let nvml = match Nvml::builder().lib_path(lib).init() {
             Ok(n) => n,
             Err(NvmlError::LibloadingError(e)) => {
+                // dlerror() repeats the name: keep only its reason.
+                let text = e.to_string();
+                let reason = text
+                    .rsplit_once(": cannot")
+                    .map_or(text.as_str(), |(_, r)| r);
+                let reason = reason.trim_start_matches(" open shared object file: ");
                 return Err(GpuError::LibraryMissing {
                     library: label.to_string(),
-                    hint: format!("not found ({e}); {INSTALL_HINT}"),
-                })
+                    hint: format!("not found ({reason}); {INSTALL_HINT}"),
+                });
             }
             Err(e) => return Err(map_err("nvmlInit_v2", None, label, e)),
         };

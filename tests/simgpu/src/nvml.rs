@@ -363,13 +363,11 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
     length: c_uint,
 ) -> nvmlReturn_t {
     guard(|| {
-        done((|| {
-            let v = match any_box() {
-                Some(b) => b.config().nvml_version.clone(),
-                None => default_nvml_version(),
-            };
-            write_str(version, length, &v)
-        })())
+        let v = match any_box() {
+            Some(b) => b.config().nvml_version.clone(),
+            None => default_nvml_version(),
+        };
+        done(write_str(version, length, &v))
     })
 }
 
@@ -379,14 +377,12 @@ fn default_nvml_version() -> String {
 }
 
 fn cuda_version(out_v: *mut c_int) -> nvmlReturn_t {
-    done((|| {
-        let v = match any_box() {
-            Some(b) => b.config().cuda_driver_version,
-            None => vramdoc::sim::InitOptions::default().cuda_driver_version,
-        };
-        // SAFETY: checked for NULL by `out`.
-        unsafe { out(out_v, v) }
-    })())
+    let v = match any_box() {
+        Some(b) => b.config().cuda_driver_version,
+        None => vramdoc::sim::InitOptions::default().cuda_driver_version,
+    };
+    // SAFETY: checked for NULL by `out`.
+    done(unsafe { out(out_v, v) })
 }
 
 #[no_mangle]
