@@ -669,3 +669,28 @@ fn open_by_name_honours_ld_library_path() {
         "{text}"
     );
 }
+
+/// The box's injected NVML latencies are spent inside the library's memory and process-list
+/// calls (lower bounds only: a sleep never returns early).
+#[test]
+fn injected_latency_is_spent_inside_the_calls() {
+    let dir = common::fresh_box("2x24GiB");
+    let b = SimBox::open(dir.path()).unwrap();
+    let _g = nvml_session(Some(dir.path()));
+    let nvml = NvmlMonitor::open_path(&nvml_lib_path()).unwrap();
+    nvml.memory(1).unwrap();
+    b.set_faults(&Faults {
+        nvml_memory_latency_us: 15_000,
+        nvml_process_latency_us: 40_000,
+        ..Default::default()
+    })
+    .unwrap();
+    let t = std::time::Instant::now();
+    nvml.memory(1).unwrap();
+    let mem = t.elapsed();
+    let t = std::time::Instant::now();
+    nvml.processes(1).unwrap();
+    let procs = t.elapsed();
+    assert!(mem >= std::time::Duration::from_millis(15), "{mem:?}");
+    assert!(procs >= std::time::Duration::from_millis(40), "{procs:?}");
+}
