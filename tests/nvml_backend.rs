@@ -694,3 +694,58 @@ fn injected_latency_is_spent_inside_the_calls() {
     assert!(mem >= std::time::Duration::from_millis(15), "{mem:?}");
     assert!(procs >= std::time::Duration::from_millis(40), "{procs:?}");
 }
+
+/// Build a stand-in libnvidia-ml from C source with the system C compiler (the one Rust links
+/// with) into `dir`.
+fn build_stub(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let lib = dir.join(format!("{name}.so"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("run {cc} ({e}): a C compiler is needed to build NVML stubs"));
+    assert!(st.success(), "{cc} failed on {}", src.display());
+    lib
+}
+
+/// Libraries that load but lack symbols never make vramdoc panic, including nvml-wrapper's
+/// `Drop`, which calls `nvmlShutdown` unchecked.
+#[test]
+fn missing_symbols_are_typed_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    // nvmlInit_v2 but no nvmlShutdown: refused at open.
+    let no_shutdown = build_stub(
+        dir.path(),
+        "no_shutdown",
+        "int nvmlInit_v2(void) { return 0; }\n",
+    );
+    let e = NvmlMonitor::open_path(&no_shutdown).unwrap_err();
+    assert!(matches!(e, GpuError::LibraryMissing { .. }), "{e:?}");
+    assert!(e.to_string().contains("nvmlShutdown"), "{e}");
+
+    // Init and shutdown only: opens; every query is a typed error naming the missing call.
+    let bare = build_stub(
+        dir.path(),
+        "bare",
+        "int nvmlInit_v2(void) { return 0; }\nint nvmlShutdown(void) { return 0; }\n",
+    );
+    let m = NvmlMonitor::open_path(&bare).expect("init-only library opens");
+    for (what, r) in [
+        ("devices", m.devices().map(|_| ())),
+        ("memory", m.memory(0).map(|_| ())),
+        ("processes", m.processes(0).map(|_| ())),
+        ("versions", m.versions().map(|_| ())),
+    ] {
+        let e = r.expect_err(what);
+        assert!(
+            matches!(e, GpuError::LibraryMissing { .. }),
+            "{what}: {e:?}"
+        );
+        assert!(e.to_string().contains("nvml"), "{what}: {e}");
+    }
+    drop(m); // nvmlShutdown exists: a clean drop.
+}
