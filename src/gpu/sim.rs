@@ -240,14 +240,16 @@ impl Monitor for SimMonitor {
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
         self.processes.fetch_add(1, Ordering::Relaxed);
-        Self::delay(self.sim.faults()?.nvml_process_latency_us);
+        let faults = self.sim.faults()?;
+        Self::delay(faults.nvml_process_latency_us);
+        let hidden = faults.nvml_used_memory_unavailable;
         Ok(self
             .sim
             .processes(index)?
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,
-                used: Some(p.used),
+                used: (!hidden).then_some(p.used),
             })
             .collect())
     }

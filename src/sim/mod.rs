@@ -110,6 +110,9 @@ pub struct Faults {
     pub nvml_process_latency_us: u64,
     /// Keep the memory of exited processes (a stuck process or driver problem).
     pub keep_dead_processes: bool,
+    /// NVML reports per-process used memory as "not available" (`NVML_VALUE_NOT_AVAILABLE`),
+    /// as in containers without the host PID namespace or under Windows WDDM.
+    pub nvml_used_memory_unavailable: bool,
 }
 
 /// Usage of one process on one physical device.
