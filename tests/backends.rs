@@ -1,7 +1,7 @@
 //! One behaviour suite for every driver backend: the in-process `sim` driver, and the real
 //! `cuda` driver (cudarc) loading tests/simgpu as libcuda.so in a child process. The monitor
-//! side is `sim` in-process, and in the child whatever `VRAMDOC_TEST_MONITOR` names (`sim`,
-//! default, or `nvml`).
+//! side is `sim` in-process, and in the child whatever `VRAMDOC_TEST_MONITOR` names: the
+//! cuda suites run with `nvml` (nvml-wrapper over the simulated libnvidia-ml.so.1).
 //!
 //! Child processes re-run this test binary on one `#[ignore]`d entry test with
 //! `VRAMDOC_TEST_CHILD` set; without it those entries do nothing.
@@ -272,7 +272,8 @@ fn run_child(mut c: Command) {
 
 fn run_cuda_suite(visible: Option<&str>, physical: &str) {
     let dir = common::fresh_box(SPEC);
-    let mut env = vec![(EXPECT_PHYSICAL, physical)];
+    // The real pair: cudarc's CudaDriver and nvml-wrapper's NvmlMonitor, both over simgpu.
+    let mut env = vec![(EXPECT_PHYSICAL, physical), (MONITOR, "nvml")];
     if let Some(v) = visible {
         env.push(("CUDA_VISIBLE_DEVICES", v));
     }
