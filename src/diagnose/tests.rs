@@ -124,7 +124,7 @@ fn ordinary_single_gpu_jobs_are_not_findings() {
     let inv = inv_with(
         2,
         vec![
-            proc_(10, "0", &[(0, Some(2 * GIB))]),
+            proc_(10, "0", &[(0, Some(GIB))]),
             proc_(11, CVD_UNSET, &[(1, Some(GIB))]),
             proc_(12, CVD_UNKNOWN, &[(1, Some(300 * MIB))]),
         ],
