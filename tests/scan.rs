@@ -134,7 +134,7 @@ fn evidence_bytes(f: &Value, label_start: &str) -> Option<u64> {
         .and_then(|e| e["bytes"].as_u64())
 }
 
-fn process<'a>(v: &'a Value, pid: u32) -> &'a Value {
+fn process(v: &Value, pid: u32) -> &Value {
     v["scan"]["processes"]
         .as_array()
         .expect("processes")

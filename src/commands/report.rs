@@ -4,7 +4,5 @@ use crate::cli::ReportArgs;
 use anyhow::Result;
 
 pub fn run(_args: &ReportArgs) -> Result<i32> {
-    anyhow::bail!(crate::exit::UsageError(
-        "report is not implemented yet".into()
-    ))
+    anyhow::bail!(crate::exit::UsageError("report is not implemented yet".into()))
 }

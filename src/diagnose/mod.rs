@@ -82,7 +82,7 @@ pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom
     findings.extend(low_headroom(inv, &headroom, th));
     findings.extend(duplicate_copy(inv, th));
     // Most severe first; stable within a severity (rule order, then device / PID).
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (findings, headroom)
 }
 

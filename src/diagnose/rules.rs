@@ -51,7 +51,9 @@ pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in &inv.processes {
         let cvd = p.cuda_visible_devices.as_str();
-        let cvd_known = cvd != CVD_UNSET && cvd != CVD_UNKNOWN;
+        // MIG instance UUIDs name slices, not GPUs: the mapping cannot be checked here.
+        let mig = cvd.to_ascii_uppercase().contains("MIG-");
+        let cvd_known = cvd != CVD_UNSET && cvd != CVD_UNKNOWN && !mig;
         // (a) outside CUDA_VISIBLE_DEVICES.
         if cvd_known {
             let allowed = visible_devices(Some(cvd), &uuids);

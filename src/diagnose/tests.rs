@@ -172,6 +172,13 @@ fn stray_context_by_uuid_in_cuda_visible_devices() {
 }
 
 #[test]
+fn mig_uuids_in_cuda_visible_devices_are_not_taken_for_stray() {
+    let cvd = "MIG-5e9c1a2b-0000-0000-0000-000000000000";
+    let inv = inv_with(2, vec![proc_(8, cvd, &[(1, Some(4 * GIB))])], &[], true);
+    assert!(stray_context(&inv, &Thresholds::default()).is_empty());
+}
+
+#[test]
 fn stray_context_onediff_pattern_without_cvd() {
     // Visible devices "1,0": both allowed, but a context-sized footprint on 0 beside 8 GiB on 1.
     let inv = inv_with(

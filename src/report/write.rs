@@ -110,10 +110,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.json");
         write_atomic(&p, b"one", false).unwrap();
-        assert!(matches!(
-            write_atomic(&p, b"two", false),
-            Err(WriteError::Exists { .. })
-        ));
+        assert!(matches!(write_atomic(&p, b"two", false), Err(WriteError::Exists { .. })));
         assert_eq!(std::fs::read(&p).unwrap(), b"one");
         write_atomic(&p, b"two", true).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
@@ -124,14 +121,8 @@ mod tests {
     #[test]
     fn format_from_extension() {
         assert_eq!(format_for_path(Path::new("a.JSON")).unwrap(), Format::Json);
-        assert_eq!(
-            format_for_path(Path::new("a.md")).unwrap(),
-            Format::Markdown
-        );
-        assert_eq!(
-            format_for_path(Path::new("x/a.html")).unwrap(),
-            Format::Html
-        );
+        assert_eq!(format_for_path(Path::new("a.md")).unwrap(), Format::Markdown);
+        assert_eq!(format_for_path(Path::new("x/a.html")).unwrap(), Format::Html);
         assert!(format_for_path(Path::new("a.txt")).is_err());
     }
 }
