@@ -649,3 +649,57 @@ fn real_nvml_backend_over_simgpu_matches_sim_backend() {
     assert!(!findings(&sim, "stray-context").is_empty());
     assert_eq!(normalise(sim), normalise(real));
 }
+
+#[test]
+fn duplicate_copy_on_a_live_process() {
+    // A live process (a `sleep`) with a 10 GiB and a 10.5 GiB footprint, written straight
+    // into the box state: `sim hold` allocates on one device only.
+    use vramdoc::sim::{procinfo, DeviceUsage, ProcessEntry, SimBox};
+    let b = fresh_box("2x24GiB");
+    let mut sleeper = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep");
+    let pid = sleeper.id();
+    let sim = SimBox::open(b.path()).unwrap();
+    sim.update(|st, _| {
+        let usage = |alloc: u64| DeviceUsage {
+            contexts: 1,
+            context_bytes: CTX,
+            allocations: 1,
+            alloc_bytes: alloc,
+        };
+        st.processes.insert(
+            pid,
+            ProcessEntry {
+                start_time: procinfo::start_time(pid).unwrap_or(0),
+                name: "sleep".into(),
+                devices: [(0, usage(10 * GIB)), (1, usage(10 * GIB + 512 * MIB))]
+                    .into_iter()
+                    .collect(),
+            },
+        );
+        Ok(())
+    })
+    .unwrap();
+    let v = scan_json(b.path());
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    let f = findings(&v, "duplicate-copy");
+    assert_eq!(f.len(), 1, "{:?}", all_ids(&v));
+    assert_eq!(f[0]["severity"], "info");
+    assert_eq!(f[0]["pid"], pid);
+    assert_eq!(f[0]["devices"], serde_json::json!([0, 1]));
+    assert_eq!(evidence_bytes(f[0], "used on GPU 0"), Some(10 * GIB + CTX));
+    assert_eq!(
+        evidence_bytes(f[0], "used on GPU 1"),
+        Some(10 * GIB + 512 * MIB + CTX)
+    );
+    assert_eq!(
+        evidence_bytes(f[0], "total across"),
+        Some(20 * GIB + 512 * MIB + 2 * CTX)
+    );
+    // Once the process is gone the driver returns its memory: nothing left to report.
+    let v = scan_json(b.path());
+    assert!(all_ids(&v).is_empty(), "{:?}", all_ids(&v));
+}
