@@ -603,7 +603,6 @@ fn normalise(mut v: Value) -> Value {
     if let Some(env) = o.get_mut("environment").and_then(Value::as_object_mut) {
         env.remove("backend");
         env.remove("sim_spec");
-        env.remove("hostname");
     }
     v
 }

@@ -12,7 +12,8 @@ device 0 whatever device was picked).";
 pub const NO_LIVE_OWNER: &str = "The driver returns a process's memory when it exits; memory \
 that stays used with no live owner means a stuck process or a driver problem. Look for \
 leftover processes (`fuser -v /dev/nvidia*`), stop them, then reset the GPU \
-(`nvidia-smi --gpu-reset -i N`) or reboot.";
+(`nvidia-smi --gpu-reset -i N`) or reboot. (Graphics clients such as Xorg are not in the \
+compute-process list: on a display GPU their memory also appears here.)";
 
 /// Processes not visible from this PID namespace (FAILURES.md, common knowledge).
 pub const INVISIBLE_PROCESSES: &str = "NVML reports host PIDs, which do not map to processes \
