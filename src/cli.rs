@@ -58,6 +58,11 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Findings: stray-context, no-live-owner, invisible-processes, \
+usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md).\n\
+Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
+Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
+vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan")]
 pub struct ScanArgs {
     /// Print JSON (versioned; fields documented in docs/json.md)
     #[arg(long, conflicts_with = "markdown")]
@@ -207,6 +212,14 @@ pub struct SimHoldArgs {
     /// Exit after this long (default: hold until killed)
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<String>,
+    /// Test-only staging: also create a context on this PHYSICAL device, bypassing
+    /// CUDA_VISIBLE_DEVICES (a process whose env says 1 but has a context on 0). Repeatable.
+    #[arg(long, value_name = "INDEX", hide = true)]
+    pub physical_context: Vec<u32>,
+    /// Ignored arguments after `--`, so a holder's command line can look like a real job's
+    /// (tests plant secrets there to check redaction)
+    #[arg(last = true, value_name = "ARGS")]
+    pub ignored: Vec<String>,
 }
 
 /// Parse a duration such as `1ms`, `250us`, `4.5ms`, `2s`.

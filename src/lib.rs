@@ -6,8 +6,10 @@
 
 pub mod cli;
 pub mod commands;
+pub mod diagnose;
 pub mod exit;
 pub mod gpu;
+pub mod inventory;
 pub mod redact;
 pub mod report;
 pub mod sim;

@@ -184,6 +184,17 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
             .create_context(*o)
             .with_context(|| format!("creating a context on device {o}"))?;
     }
+    // Test-only staging: contexts on physical devices, outside CUDA_VISIBLE_DEVICES. A second
+    // simulated driver with every device visible, charged to this same PID.
+    let mut physical = None;
+    if !a.physical_context.is_empty() {
+        let mut all = SimDriver::new(SimProcess::new(SimBox::from_env()?, None));
+        for p in &a.physical_context {
+            all.create_context(*p)
+                .with_context(|| format!("creating a context on physical device {p}"))?;
+        }
+        physical = Some(all);
+    }
     let mut out = std::io::stdout();
     writeln!(
         out,
@@ -200,6 +211,7 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
     }
+    drop(physical);
     drop(driver);
     Ok(0)
 }

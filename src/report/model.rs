@@ -135,6 +135,33 @@ pub struct ScanResult {
     pub devices: Vec<DeviceInfo>,
     pub processes: Vec<ProcessInfo>,
     pub findings: Vec<Finding>,
+    /// `host` or `container`: the PID namespace scan ran in (container: NVML PIDs may not map
+    /// to local processes).
+    #[serde(default)]
+    pub pid_namespace: String,
+    /// Room for a new vLLM-style engine on every device (decided in `diagnose/`).
+    #[serde(default)]
+    pub headroom: Vec<Headroom>,
+}
+
+/// Room for a new vLLM-style engine on one device. vLLM claims
+/// `gpu_memory_utilization x total` up front; that must fit in
+/// `total - used_by_others - reserved - context_reserve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Headroom {
+    pub device: u32,
+    pub total: u64,
+    pub reserved: u64,
+    /// Held by processes already on the device (NVML v2 `used`).
+    pub used_by_others: u64,
+    /// Kept back for the new process's own CUDA context.
+    pub context_reserve: u64,
+    /// `total - used_by_others - reserved - context_reserve`, floored at 0.
+    pub available: u64,
+    /// `available / total`, rounded down to 0.01.
+    pub max_gpu_memory_utilization: f64,
+    /// The arithmetic above with the numbers, for people.
+    pub arithmetic: String,
 }
 
 /// What `vramdoc replay` did.

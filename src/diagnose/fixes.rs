@@ -1,0 +1,39 @@
+//! Fix texts for scan findings, taken from shared/FAILURES.md (the five failures vramdoc
+//! exists for) and its "common knowledge" section. One place, so every output agrees.
+
+/// Stray cuda:0 allocation (FAILURES.md §1, OneDiff / OneFlow).
+pub const STRAY_CONTEXT: &str =
+    "Start the process with CUDA_VISIBLE_DEVICES=<the GPU it works on> \
+and keep using cuda:0 in code: it can then only see that physical GPU. Long-term fix: run \
+warm-up and initialisation on the model's device (OneFlow's conv-tuning warm-up runs on \
+device 0 whatever device was picked).";
+
+/// Memory with no live owner (FAILURES.md, common knowledge).
+pub const NO_LIVE_OWNER: &str = "The driver returns a process's memory when it exits; memory \
+that stays used with no live owner means a stuck process or a driver problem. Look for \
+leftover processes (`fuser -v /dev/nvidia*`), stop them, then reset the GPU \
+(`nvidia-smi --gpu-reset -i N`) or reboot. (Graphics clients such as Xorg are not in the \
+compute-process list: on a display GPU their memory also appears here.)";
+
+/// Processes not visible from this PID namespace (FAILURES.md, common knowledge).
+pub const INVISIBLE_PROCESSES: &str = "NVML reports host PIDs, which do not map to processes \
+in this container. Run vramdoc on the host or in the host PID namespace \
+(`docker run --pid=host ...`) to attribute memory to processes.";
+
+/// Per-process memory not reported by NVML.
+pub const USAGE_UNAVAILABLE: &str = "NVML reports per-process memory as not available (typical \
+in containers without the host PID namespace, or under Windows WDDM). Run vramdoc on the \
+host to see per-process memory; device totals above are still exact.";
+
+/// Over-committed utilisation (FAILURES.md §5, WeClone on vLLM).
+pub const LOW_HEADROOM: &str = "Give a new engine at most the gpu_memory_utilization shown \
+(vLLM claims utilization x total up front, and KV growth, activations and CUDA-graph capture \
+need memory outside that budget: WeClone needed 0.5 instead of 0.9 on a 16 GiB card). Also \
+use smaller batches / max_num_seqs or quantised weights, and turn on CUDA graphs only once \
+the run is stable; or free memory held by other processes.";
+
+/// Double model load (FAILURES.md §4, CogVLM composite demo).
+pub const DUPLICATE_COPY: &str = "If this is one model, use one loading path only: either \
+device_map=\"auto\" or one full copy per GPU that can hold it, not both; or load in lower \
+precision, or use a larger single card. (Tensor-parallel or data-parallel workers hold \
+near-equal shards by design: then nothing is wrong.)";

@@ -1,0 +1,90 @@
+//! Diagnosis: the only place scan findings are decided. Pure functions from a collected
+//! [`Inventory`] (and [`Thresholds`]) to [`Finding`]s and per-device [`Headroom`]; no I/O,
+//! so every rule is unit-tested on hand-built inventories. Fix texts come from
+//! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
+
+pub mod fixes;
+mod rules;
+
+use crate::inventory::Inventory;
+use crate::report::{Finding, Headroom};
+use crate::units::{GIB, MIB};
+
+pub use rules::{
+    duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner, stray_context,
+    usage_unavailable,
+};
+
+/// Stable finding ids (JSON `findings[].id`).
+pub mod ids {
+    pub const STRAY_CONTEXT: &str = "stray-context";
+    pub const NO_LIVE_OWNER: &str = "no-live-owner";
+    pub const INVISIBLE_PROCESSES: &str = "invisible-processes";
+    pub const USAGE_UNAVAILABLE: &str = "usage-unavailable";
+    pub const LOW_HEADROOM: &str = "low-headroom";
+    pub const DUPLICATE_COPY: &str = "duplicate-copy";
+}
+
+/// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    /// A footprint at or below this on a device is "context-sized": what a CUDA context
+    /// alone costs (300–600 MiB on real drivers) plus a little. Default 1 GiB.
+    pub context_sized_max: u64,
+    /// A process's largest footprint must exceed this for its small footprints elsewhere to
+    /// count as stray contexts (its "main work"). Default 1 GiB.
+    pub main_work_min: u64,
+    /// Memory a new process needs for its own CUDA context; kept back in the headroom
+    /// arithmetic and the over-full test. Default 512 MiB.
+    pub context_reserve: u64,
+    /// Used memory not held by any live listed process above this is reported as memory
+    /// with no live owner. Default 256 MiB.
+    pub unattributed_min: u64,
+    /// Free memory below this fraction of total is low headroom (warn). Default 0.10.
+    pub low_free_fraction: f64,
+    /// vLLM's default `gpu_memory_utilization`; a device whose largest safe value is below it
+    /// gets an info finding. Default 0.90.
+    pub vllm_default_utilization: f64,
+    /// A single process holding at least this fraction of a device looks like a
+    /// utilization-style budget (the WeClone pattern). Default 0.80.
+    pub budget_holder_fraction: f64,
+    /// Footprints at or above this on two or more devices are candidates for a duplicate
+    /// model copy. Default 2 GiB.
+    pub duplicate_min: u64,
+    /// Footprints are "near-equal" when (max − min) / max is at most this. Default 0.10.
+    pub duplicate_tolerance: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            context_sized_max: GIB,
+            main_work_min: GIB,
+            context_reserve: 512 * MIB,
+            unattributed_min: 256 * MIB,
+            low_free_fraction: 0.10,
+            vllm_default_utilization: 0.90,
+            budget_holder_fraction: 0.80,
+            duplicate_min: 2 * GIB,
+            duplicate_tolerance: 0.10,
+        }
+    }
+}
+
+/// Everything scan decides: findings (most severe first) and headroom for every device.
+pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom>) {
+    let headroom = headroom(inv, th);
+    let mut findings = Vec::new();
+    findings.extend(stray_context(inv, th));
+    findings.extend(no_live_owner(inv, th));
+    findings.extend(invisible_processes(inv));
+    findings.extend(usage_unavailable(inv));
+    findings.extend(low_headroom(inv, &headroom, th));
+    findings.extend(duplicate_copy(inv, th));
+    // Most severe first; stable within a severity (rule order, then device / PID).
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    (findings, headroom)
+}
+
+#[cfg(test)]
+mod tests;

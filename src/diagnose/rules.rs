@@ -1,0 +1,514 @@
+//! The scan rules, one function each. Every rule is pure: inventory in, findings out.
+
+use super::{fixes, ids, Thresholds};
+use crate::gpu::DeviceInfo;
+use crate::inventory::{Inventory, CVD_UNKNOWN, CVD_UNSET};
+use crate::report::{Evidence, Finding, Headroom, ProcessInfo, Severity};
+use crate::sim::visible::visible_devices;
+use crate::units::format_bytes;
+
+fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {
+    Evidence {
+        label: label.into(),
+        value: format_bytes(bytes),
+        bytes: Some(bytes),
+    }
+}
+
+fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
+    Evidence {
+        label: label.into(),
+        value: value.into(),
+        bytes: None,
+    }
+}
+
+fn who(p: &ProcessInfo) -> String {
+    match &p.name {
+        Some(n) => format!("PID {} ({n})", p.pid),
+        None => format!("PID {}", p.pid),
+    }
+}
+
+fn gpus(list: &[u32]) -> String {
+    let v: Vec<String> = list.iter().map(|d| d.to_string()).collect();
+    v.join(", ")
+}
+
+/// `(device, bytes)` for every device where the process's usage is known.
+fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
+    p.devices
+        .iter()
+        .filter_map(|u| u.used.map(|b| (u.device, b)))
+        .collect()
+}
+
+/// Stray contexts: a process on a physical device outside its `CUDA_VISIBLE_DEVICES`, or a
+/// context-sized footprint on one device while its main work is on another (OneDiff).
+/// At most one finding per process.
+pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
+    let uuids = inv.uuids();
+    let mut out = Vec::new();
+    for p in &inv.processes {
+        let cvd = p.cuda_visible_devices.as_str();
+        // MIG instance UUIDs name slices, not GPUs: the mapping cannot be checked here.
+        let mig = cvd.to_ascii_uppercase().contains("MIG-");
+        let cvd_known = cvd != CVD_UNSET && cvd != CVD_UNKNOWN && !mig;
+        // (a) outside CUDA_VISIBLE_DEVICES.
+        if cvd_known {
+            let allowed = visible_devices(Some(cvd), &uuids);
+            let outside: Vec<&crate::report::ProcessDeviceUsage> = p
+                .devices
+                .iter()
+                .filter(|u| !allowed.contains(&u.device))
+                .collect();
+            if !outside.is_empty() {
+                let devs: Vec<u32> = outside.iter().map(|u| u.device).collect();
+                let mut evidence = vec![
+                    ev("CUDA_VISIBLE_DEVICES", cvd),
+                    ev(
+                        "physical GPUs it can see",
+                        if allowed.is_empty() {
+                            "none".to_string()
+                        } else {
+                            gpus(&allowed)
+                        },
+                    ),
+                ];
+                for u in &p.devices {
+                    let label = format!("used on GPU {}", u.device);
+                    evidence.push(match u.used {
+                        Some(b) => ev_bytes(label, b),
+                        None => ev(label, "not available"),
+                    });
+                }
+                let held: u64 = outside.iter().filter_map(|u| u.used).sum();
+                out.push(Finding {
+                    id: ids::STRAY_CONTEXT.into(),
+                    severity: Severity::Warn,
+                    title: format!(
+                        "{} holds {} on GPU {} outside its CUDA_VISIBLE_DEVICES={cvd}",
+                        who(p),
+                        format_bytes(held),
+                        gpus(&devs)
+                    ),
+                    devices: devs,
+                    pid: Some(p.pid),
+                    evidence,
+                    fix: fixes::STRAY_CONTEXT.into(),
+                });
+                continue;
+            }
+        }
+        // (b) context-sized footprint beside the main work (OneDiff pattern).
+        let k = known(p);
+        if k.len() < 2 {
+            continue;
+        }
+        let Some(&(main_dev, main_used)) = k.iter().max_by_key(|(d, b)| (*b, u32::MAX - *d)) else {
+            continue;
+        };
+        if main_used <= th.main_work_min {
+            continue;
+        }
+        let stray: Vec<(u32, u64)> = k
+            .iter()
+            .copied()
+            .filter(|(d, b)| *d != main_dev && *b <= th.context_sized_max)
+            .collect();
+        if stray.is_empty() {
+            continue;
+        }
+        let devs: Vec<u32> = stray.iter().map(|(d, _)| *d).collect();
+        let mut evidence = vec![ev_bytes(format!("main work on GPU {main_dev}"), main_used)];
+        for (d, b) in &stray {
+            evidence.push(ev_bytes(format!("context-sized footprint on GPU {d}"), *b));
+        }
+        evidence.push(ev_bytes(
+            "context-sized means at most",
+            th.context_sized_max,
+        ));
+        evidence.push(ev("CUDA_VISIBLE_DEVICES", cvd));
+        let stray_total: u64 = stray.iter().map(|(_, b)| *b).sum();
+        out.push(Finding {
+            id: ids::STRAY_CONTEXT.into(),
+            severity: Severity::Warn,
+            title: format!(
+                "{} has a stray {} context on GPU {} while its work is on GPU {main_dev}",
+                who(p),
+                format_bytes(stray_total),
+                gpus(&devs)
+            ),
+            devices: devs,
+            pid: Some(p.pid),
+            evidence,
+            fix: fixes::STRAY_CONTEXT.into(),
+        });
+    }
+    out
+}
+
+/// Memory with no live owner, per device: `used` (NVML v2, already without `reserved`) minus
+/// what live listed processes hold, above [`Thresholds::unattributed_min`]; or, in the host
+/// PID namespace, NVML-listed PIDs that do not exist. In a container, invisible PIDs are not
+/// taken for dead (see [`invisible_processes`]).
+pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
+    let host = inv.pid_namespace.host;
+    let mut out = Vec::new();
+    for d in &inv.devices {
+        let on_dev: Vec<(&ProcessInfo, Option<u64>)> = inv
+            .processes
+            .iter()
+            .filter_map(|p| {
+                p.devices
+                    .iter()
+                    .find(|u| u.device == d.index)
+                    .map(|u| (p, u.used))
+            })
+            .collect();
+        // In the host namespace a PID that does not exist is dead; in a container we cannot tell.
+        let is_live = |p: &ProcessInfo| p.visible || !host;
+        let dead: Vec<(&ProcessInfo, Option<u64>)> = on_dev
+            .iter()
+            .copied()
+            .filter(|(p, _)| !is_live(p))
+            .collect();
+        let live_usage: Vec<Option<u64>> = on_dev
+            .iter()
+            .filter(|(p, _)| is_live(p))
+            .map(|(_, u)| *u)
+            .collect();
+        let live_known = live_usage.iter().all(Option::is_some);
+        let live_sum: u64 = live_usage.iter().flatten().sum();
+        let orphaned = d.memory.used.saturating_sub(live_sum);
+        let bytes_rule = live_known && orphaned > th.unattributed_min;
+        if !bytes_rule && dead.is_empty() {
+            continue;
+        }
+        let mut evidence = vec![
+            ev_bytes(
+                format!("used on GPU {} (NVML v2, without reserved)", d.index),
+                d.memory.used,
+            ),
+            ev_bytes("held by live processes", live_sum),
+        ];
+        if live_known {
+            evidence.push(ev_bytes("no live owner", orphaned));
+        } else {
+            evidence.push(ev(
+                "no live owner",
+                "unknown (per-process usage not available)",
+            ));
+        }
+        for (p, u) in &dead {
+            let label = format!("PID {} listed by NVML, does not exist", p.pid);
+            evidence.push(match u {
+                Some(b) => ev_bytes(label, *b),
+                None => ev(label, "not available"),
+            });
+        }
+        evidence.push(ev_bytes("threshold", th.unattributed_min));
+        let title = if live_known {
+            format!(
+                "GPU {}: {} used with no live owner{}",
+                d.index,
+                format_bytes(orphaned),
+                if dead.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} exited PID(s) still listed)", dead.len())
+                }
+            )
+        } else {
+            format!(
+                "GPU {}: {} exited PID(s) still listed by NVML",
+                d.index,
+                dead.len()
+            )
+        };
+        out.push(Finding {
+            id: ids::NO_LIVE_OWNER.into(),
+            severity: Severity::Error,
+            title,
+            devices: vec![d.index],
+            pid: if dead.len() == 1 {
+                Some(dead[0].0.pid)
+            } else {
+                None
+            },
+            evidence,
+            fix: fixes::NO_LIVE_OWNER.into(),
+        });
+    }
+    out
+}
+
+/// Processes NVML lists that are not visible from our (container) PID namespace: attribution
+/// is incomplete, and we say so instead of guessing.
+pub fn invisible_processes(inv: &Inventory) -> Vec<Finding> {
+    if inv.pid_namespace.host {
+        return Vec::new();
+    }
+    let hidden: Vec<&ProcessInfo> = inv.processes.iter().filter(|p| !p.visible).collect();
+    if hidden.is_empty() {
+        return Vec::new();
+    }
+    let mut devs: Vec<u32> = hidden
+        .iter()
+        .flat_map(|p| p.devices.iter().map(|u| u.device))
+        .collect();
+    devs.sort_unstable();
+    devs.dedup();
+    let held: u64 = hidden.iter().flat_map(|p| known(p)).map(|(_, b)| b).sum();
+    let pids: Vec<String> = hidden.iter().map(|p| p.pid.to_string()).collect();
+    vec![Finding {
+        id: ids::INVISIBLE_PROCESSES.into(),
+        severity: Severity::Info,
+        title: format!(
+            "Attribution incomplete: {} of {} GPU processes are not visible from this PID \
+             namespace",
+            hidden.len(),
+            inv.processes.len()
+        ),
+        devices: devs,
+        pid: None,
+        evidence: vec![
+            ev(
+                "PID namespace",
+                format!("container ({})", inv.pid_namespace.reason),
+            ),
+            ev("PIDs listed by NVML, not found here", pids.join(", ")),
+            ev_bytes("memory they hold", held),
+        ],
+        fix: fixes::INVISIBLE_PROCESSES.into(),
+    }]
+}
+
+/// Processes whose per-device usage NVML reports as "not available".
+pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
+    let mut pairs: Vec<String> = Vec::new();
+    let mut devs: Vec<u32> = Vec::new();
+    for p in &inv.processes {
+        for u in p.devices.iter().filter(|u| u.used.is_none()) {
+            pairs.push(format!("PID {} on GPU {}", p.pid, u.device));
+            devs.push(u.device);
+        }
+    }
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    devs.sort_unstable();
+    devs.dedup();
+    vec![Finding {
+        id: ids::USAGE_UNAVAILABLE.into(),
+        severity: Severity::Info,
+        title: format!(
+            "Attribution incomplete: NVML reports no per-process memory for {} entries",
+            pairs.len()
+        ),
+        devices: devs,
+        pid: None,
+        evidence: vec![ev("not available", pairs.join(", "))],
+        fix: fixes::USAGE_UNAVAILABLE.into(),
+    }]
+}
+
+/// Room for a new vLLM-style engine on every device: its budget `u x total` must fit in
+/// `total - used_by_others - reserved - context_reserve`.
+pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
+    inv.devices.iter().map(|d| device_headroom(d, th)).collect()
+}
+
+fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
+    let m = d.memory;
+    let available = m
+        .total
+        .saturating_sub(m.used)
+        .saturating_sub(m.reserved)
+        .saturating_sub(th.context_reserve);
+    let ratio = if m.total == 0 {
+        0.0
+    } else {
+        available as f64 / m.total as f64
+    };
+    // Rounded down to 0.01 (integer arithmetic, so 0.62999 never becomes 0.63).
+    let hundredths = if m.total == 0 {
+        0
+    } else {
+        ((available as u128 * 100) / m.total as u128) as u64
+    };
+    let max = hundredths as f64 / 100.0;
+    let arithmetic = format!(
+        "({} total - {} used - {} reserved - {} context) / {} total = {:.4} -> {:.2}",
+        format_bytes(m.total),
+        format_bytes(m.used),
+        format_bytes(m.reserved),
+        format_bytes(th.context_reserve),
+        format_bytes(m.total),
+        ratio,
+        max
+    );
+    Headroom {
+        device: d.index,
+        total: m.total,
+        reserved: m.reserved,
+        used_by_others: m.used,
+        context_reserve: th.context_reserve,
+        available,
+        max_gpu_memory_utilization: max,
+        arithmetic,
+    }
+}
+
+/// Low headroom / over-commit per device: error when free memory cannot hold even a new
+/// CUDA context, warn when free is below [`Thresholds::low_free_fraction`] of total, info when
+/// the largest safe `gpu_memory_utilization` is below vLLM's default. Evidence carries the
+/// headroom arithmetic and the largest holder.
+pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for d in &inv.devices {
+        let Some(h) = headroom.iter().find(|h| h.device == d.index) else {
+            continue;
+        };
+        let m = d.memory;
+        let pct = |b: u64| {
+            if m.total == 0 {
+                0.0
+            } else {
+                b as f64 * 100.0 / m.total as f64
+            }
+        };
+        let (severity, title) = if m.free < th.context_reserve {
+            (
+                Severity::Error,
+                format!(
+                    "GPU {} is over-full: {} free of {}, less than a new CUDA context needs",
+                    d.index,
+                    format_bytes(m.free),
+                    format_bytes(m.total)
+                ),
+            )
+        } else if (m.free as f64) < th.low_free_fraction * m.total as f64 {
+            (
+                Severity::Warn,
+                format!(
+                    "GPU {} has low headroom: {} free ({:.1}%) of {}",
+                    d.index,
+                    format_bytes(m.free),
+                    pct(m.free),
+                    format_bytes(m.total)
+                ),
+            )
+        } else if h.max_gpu_memory_utilization < th.vllm_default_utilization {
+            (
+                Severity::Info,
+                format!(
+                    "GPU {}: a new vLLM engine needs gpu_memory_utilization <= {:.2} \
+                     (default {:.2} does not fit)",
+                    d.index, h.max_gpu_memory_utilization, th.vllm_default_utilization
+                ),
+            )
+        } else {
+            continue;
+        };
+        let mut evidence = vec![
+            ev_bytes("total", m.total),
+            ev_bytes("reserved", m.reserved),
+            ev_bytes("used", m.used),
+            ev_bytes("free", m.free),
+        ];
+        // The largest holder: a budget-sized one is the WeClone pattern.
+        let top = inv
+            .processes
+            .iter()
+            .filter_map(|p| {
+                p.devices
+                    .iter()
+                    .find(|u| u.device == d.index)
+                    .and_then(|u| u.used)
+                    .map(|b| (p, b))
+            })
+            .max_by_key(|(p, b)| (*b, u32::MAX - p.pid));
+        if let Some((p, b)) = top {
+            let frac = if m.total == 0 {
+                0.0
+            } else {
+                b as f64 / m.total as f64
+            };
+            let mut label = format!("largest holder {} ({:.2} x total)", who(p), frac);
+            if frac >= th.budget_holder_fraction {
+                label.push_str(", a utilization-sized budget");
+            }
+            evidence.push(ev_bytes(label, b));
+        }
+        evidence.push(ev(
+            "largest safe gpu_memory_utilization",
+            format!("{:.2} = {}", h.max_gpu_memory_utilization, h.arithmetic),
+        ));
+        out.push(Finding {
+            id: ids::LOW_HEADROOM.into(),
+            severity,
+            title,
+            devices: vec![d.index],
+            pid: None,
+            evidence,
+            fix: fixes::LOW_HEADROOM.into(),
+        });
+    }
+    out
+}
+
+/// Possible duplicate copy (CogVLM): one process with large, near-equal footprints on two or
+/// more devices. Info only: tensor-parallel workers look the same.
+pub fn duplicate_copy(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for p in &inv.processes {
+        let large: Vec<(u32, u64)> = known(p)
+            .into_iter()
+            .filter(|(_, b)| *b >= th.duplicate_min)
+            .collect();
+        if large.len() < 2 {
+            continue;
+        }
+        let max = large.iter().map(|(_, b)| *b).max().unwrap_or(0);
+        let min = large.iter().map(|(_, b)| *b).min().unwrap_or(0);
+        if max == 0 {
+            continue;
+        }
+        let spread = (max - min) as f64 / max as f64;
+        if spread > th.duplicate_tolerance {
+            continue;
+        }
+        let devs: Vec<u32> = large.iter().map(|(d, _)| *d).collect();
+        let total: u64 = large.iter().map(|(_, b)| *b).sum();
+        let mut evidence: Vec<Evidence> = large
+            .iter()
+            .map(|(d, b)| ev_bytes(format!("used on GPU {d}"), *b))
+            .collect();
+        evidence.push(ev_bytes("total across these GPUs", total));
+        evidence.push(ev(
+            "spread (max - min) / max",
+            format!(
+                "{:.1}% (near-equal: <= {:.0}%)",
+                spread * 100.0,
+                th.duplicate_tolerance * 100.0
+            ),
+        ));
+        out.push(Finding {
+            id: ids::DUPLICATE_COPY.into(),
+            severity: Severity::Info,
+            title: format!(
+                "{} holds near-equal {} on GPUs {} ({} in all): possibly one model loaded twice",
+                who(p),
+                format_bytes(max),
+                gpus(&devs),
+                format_bytes(total)
+            ),
+            devices: devs,
+            pid: Some(p.pid),
+            evidence,
+            fix: fixes::DUPLICATE_COPY.into(),
+        });
+    }
+    out
+}

@@ -1,0 +1,416 @@
+//! Unit tests of every rule on hand-built inventories.
+
+use super::*;
+use crate::gpu::{DeviceInfo, MemoryInfo, Versions};
+use crate::inventory::{PidNamespace, CVD_UNKNOWN, CVD_UNSET};
+use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo, Severity};
+
+const TOTAL: u64 = 24 * GIB;
+const RESERVED: u64 = 256 * MIB;
+
+fn uuid(i: u32) -> String {
+    format!("GPU-{i:08x}-0000-0000-0000-000000000000")
+}
+
+fn device(index: u32, used: u64) -> DeviceInfo {
+    DeviceInfo {
+        index,
+        name: "Test GPU".into(),
+        uuid: uuid(index),
+        pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + index),
+        memory: MemoryInfo {
+            total: TOTAL,
+            reserved: RESERVED,
+            used,
+            free: TOTAL - RESERVED - used,
+        },
+        utilization_gpu: Some(0),
+        temperature_c: Some(34),
+    }
+}
+
+fn proc_(pid: u32, cvd: &str, usage: &[(u32, Option<u64>)]) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        visible: true,
+        user: Some("alice".into()),
+        name: Some(format!("p{pid}")),
+        cmdline: Some(format!("python p{pid}.py")),
+        cuda_visible_devices: cvd.into(),
+        container: None,
+        devices: usage
+            .iter()
+            .map(|(d, u)| ProcessDeviceUsage {
+                device: *d,
+                used: *u,
+            })
+            .collect(),
+    }
+}
+
+/// An inventory whose device `used` is the sum of its processes' known usage plus `extra`.
+fn inv_with(
+    n_devices: u32,
+    procs: Vec<ProcessInfo>,
+    extra: &[(u32, u64)],
+    host: bool,
+) -> Inventory {
+    let devices: Vec<DeviceInfo> = (0..n_devices)
+        .map(|i| {
+            let held: u64 = procs
+                .iter()
+                .flat_map(|p| p.devices.iter())
+                .filter(|u| u.device == i)
+                .filter_map(|u| u.used)
+                .sum();
+            let more: u64 = extra.iter().filter(|(d, _)| *d == i).map(|(_, b)| *b).sum();
+            device(i, held + more)
+        })
+        .collect();
+    let versions = Versions {
+        driver: "550.54.15".into(),
+        cuda: "12.4".into(),
+        nvml: "12.550.54.15".into(),
+    };
+    Inventory {
+        environment: Environment {
+            hostname: "test".into(),
+            kernel: "6.0".into(),
+            vramdoc_version: "0".into(),
+            backend: "sim".into(),
+            sim_spec: None,
+            versions: versions.clone(),
+            devices: devices.clone(),
+        },
+        versions,
+        devices,
+        processes: procs,
+        pid_namespace: PidNamespace {
+            host,
+            reason: "test".into(),
+        },
+    }
+}
+
+fn ids_of(f: &[Finding]) -> Vec<&str> {
+    f.iter().map(|f| f.id.as_str()).collect()
+}
+
+fn evidence_bytes(f: &Finding, label_start: &str) -> Option<u64> {
+    f.evidence
+        .iter()
+        .find(|e| e.label.starts_with(label_start))
+        .and_then(|e| e.bytes)
+}
+
+#[test]
+fn clean_box_has_no_findings_and_full_headroom() {
+    let inv = inv_with(2, vec![], &[], true);
+    let (findings, headroom) = diagnose(&inv, &Thresholds::default());
+    assert!(findings.is_empty(), "{findings:#?}");
+    assert_eq!(headroom.len(), 2);
+    // (24 GiB - 256 MiB - 512 MiB) / 24 GiB = 0.96875 -> 0.96
+    assert_eq!(headroom[0].max_gpu_memory_utilization, 0.96);
+    assert_eq!(headroom[0].available, TOTAL - RESERVED - 512 * MIB);
+    assert!(
+        headroom[0].arithmetic.contains("0.9688 -> 0.96"),
+        "{}",
+        headroom[0].arithmetic
+    );
+}
+
+#[test]
+fn ordinary_single_gpu_jobs_are_not_findings() {
+    let inv = inv_with(
+        2,
+        vec![
+            proc_(10, "0", &[(0, Some(GIB))]),
+            proc_(11, CVD_UNSET, &[(1, Some(GIB))]),
+            proc_(12, CVD_UNKNOWN, &[(1, Some(300 * MIB))]),
+        ],
+        &[],
+        true,
+    );
+    let (findings, _) = diagnose(&inv, &Thresholds::default());
+    assert!(findings.is_empty(), "{findings:#?}");
+}
+
+#[test]
+fn stray_context_outside_cuda_visible_devices() {
+    let inv = inv_with(
+        2,
+        vec![proc_(42, "1", &[(0, Some(448 * MIB)), (1, Some(8 * GIB))])],
+        &[],
+        true,
+    );
+    let f = stray_context(&inv, &Thresholds::default());
+    assert_eq!(ids_of(&f), vec!["stray-context"]);
+    assert_eq!(f[0].pid, Some(42));
+    assert_eq!(f[0].devices, vec![0]);
+    assert_eq!(f[0].severity, Severity::Warn);
+    assert_eq!(evidence_bytes(&f[0], "used on GPU 0"), Some(448 * MIB));
+    assert!(
+        f[0].title.contains("outside its CUDA_VISIBLE_DEVICES=1"),
+        "{}",
+        f[0].title
+    );
+    assert!(f[0].fix.contains("CUDA_VISIBLE_DEVICES"));
+}
+
+#[test]
+fn stray_context_by_uuid_in_cuda_visible_devices() {
+    let cvd = uuid(1);
+    let inv = inv_with(
+        2,
+        vec![proc_(7, &cvd, &[(0, Some(2 * GIB)), (1, Some(2 * GIB))])],
+        &[],
+        true,
+    );
+    let f = stray_context(&inv, &Thresholds::default());
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].devices, vec![0]);
+}
+
+#[test]
+fn mig_uuids_in_cuda_visible_devices_are_not_taken_for_stray() {
+    let cvd = "MIG-5e9c1a2b-0000-0000-0000-000000000000";
+    let inv = inv_with(2, vec![proc_(8, cvd, &[(1, Some(4 * GIB))])], &[], true);
+    assert!(stray_context(&inv, &Thresholds::default()).is_empty());
+}
+
+#[test]
+fn stray_context_onediff_pattern_without_cvd() {
+    // Visible devices "1,0": both allowed, but a context-sized footprint on 0 beside 8 GiB on 1.
+    let inv = inv_with(
+        2,
+        vec![proc_(
+            5,
+            "1,0",
+            &[(0, Some(448 * MIB)), (1, Some(8 * GIB + 448 * MIB))],
+        )],
+        &[],
+        true,
+    );
+    let f = stray_context(&inv, &Thresholds::default());
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].devices, vec![0]);
+    assert_eq!(
+        evidence_bytes(&f[0], "main work on GPU 1"),
+        Some(8 * GIB + 448 * MIB)
+    );
+    assert_eq!(
+        evidence_bytes(&f[0], "context-sized footprint on GPU 0"),
+        Some(448 * MIB)
+    );
+    // Two small footprints: no main work, no finding.
+    let inv = inv_with(
+        2,
+        vec![proc_(
+            5,
+            CVD_UNSET,
+            &[(0, Some(448 * MIB)), (1, Some(900 * MIB))],
+        )],
+        &[],
+        true,
+    );
+    assert!(stray_context(&inv, &Thresholds::default()).is_empty());
+    // A large second footprint is real work, not a stray context.
+    let inv = inv_with(
+        2,
+        vec![proc_(
+            5,
+            CVD_UNSET,
+            &[(0, Some(3 * GIB)), (1, Some(8 * GIB))],
+        )],
+        &[],
+        true,
+    );
+    assert!(stray_context(&inv, &Thresholds::default()).is_empty());
+}
+
+#[test]
+fn no_live_owner_from_unattributed_bytes() {
+    // 3 GiB used on GPU 0 beyond what listed processes hold.
+    let inv = inv_with(
+        2,
+        vec![proc_(10, CVD_UNSET, &[(0, Some(GIB))])],
+        &[(0, 3 * GIB)],
+        true,
+    );
+    let f = no_live_owner(&inv, &Thresholds::default());
+    assert_eq!(ids_of(&f), vec!["no-live-owner"]);
+    assert_eq!(f[0].devices, vec![0]);
+    assert_eq!(f[0].severity, Severity::Error);
+    assert_eq!(evidence_bytes(&f[0], "no live owner"), Some(3 * GIB));
+    assert_eq!(evidence_bytes(&f[0], "held by live processes"), Some(GIB));
+    // Under the threshold: nothing.
+    let inv = inv_with(1, vec![], &[(0, 100 * MIB)], true);
+    assert!(no_live_owner(&inv, &Thresholds::default()).is_empty());
+}
+
+#[test]
+fn no_live_owner_from_dead_pid_in_host_namespace_only() {
+    let mut dead = proc_(999, CVD_UNKNOWN, &[(1, Some(8 * GIB))]);
+    dead.visible = false;
+    let inv = inv_with(2, vec![dead.clone()], &[], true);
+    let f = no_live_owner(&inv, &Thresholds::default());
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].devices, vec![1]);
+    assert_eq!(f[0].pid, Some(999));
+    assert_eq!(
+        evidence_bytes(&f[0], "PID 999 listed by NVML"),
+        Some(8 * GIB)
+    );
+    assert_eq!(evidence_bytes(&f[0], "no live owner"), Some(8 * GIB));
+    // In a container the same PID is invisible, not dead.
+    let inv = inv_with(2, vec![dead], &[], false);
+    assert!(no_live_owner(&inv, &Thresholds::default()).is_empty());
+    let f = invisible_processes(&inv);
+    assert_eq!(ids_of(&f), vec!["invisible-processes"]);
+    assert_eq!(evidence_bytes(&f[0], "memory they hold"), Some(8 * GIB));
+    assert!(f[0].title.contains("1 of 1"), "{}", f[0].title);
+}
+
+#[test]
+fn invisible_processes_only_in_a_container() {
+    let inv = inv_with(1, vec![proc_(10, CVD_UNSET, &[(0, Some(GIB))])], &[], false);
+    assert!(
+        invisible_processes(&inv).is_empty(),
+        "all visible: attribution complete"
+    );
+}
+
+#[test]
+fn usage_not_available_is_reported_and_blocks_byte_rule() {
+    let inv = inv_with(
+        1,
+        vec![proc_(10, CVD_UNSET, &[(0, None)])],
+        &[(0, 4 * GIB)],
+        false,
+    );
+    let f = usage_unavailable(&inv);
+    assert_eq!(ids_of(&f), vec!["usage-unavailable"]);
+    assert!(f[0].evidence[0].value.contains("PID 10 on GPU 0"));
+    // 4 GiB used and unknown per-process usage: no claim of missing owners.
+    assert!(no_live_owner(&inv, &Thresholds::default()).is_empty());
+}
+
+#[test]
+fn low_headroom_levels_and_arithmetic() {
+    let th = Thresholds::default();
+    // A neighbour holding 8 GiB: info, max utilization (24 - 8 - 0.25 - 0.5) / 24 = 0.6354.
+    let inv = inv_with(
+        1,
+        vec![proc_(10, CVD_UNSET, &[(0, Some(8 * GIB))])],
+        &[],
+        true,
+    );
+    let h = headroom(&inv, &th);
+    assert_eq!(h[0].max_gpu_memory_utilization, 0.63);
+    assert_eq!(h[0].used_by_others, 8 * GIB);
+    let f = low_headroom(&inv, &h, &th);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].severity, Severity::Info);
+    assert!(f[0].title.contains("<= 0.63"), "{}", f[0].title);
+    let util = f[0]
+        .evidence
+        .iter()
+        .find(|e| e.label.starts_with("largest safe"))
+        .unwrap();
+    assert!(util.value.contains("8.00 GiB used"), "{}", util.value);
+    assert!(util.value.contains("0.6354 -> 0.63"), "{}", util.value);
+
+    // 0.9 x total held (WeClone): free 2.15 GiB < 10 % -> warn, budget-sized holder.
+    let held = TOTAL / 10 * 9;
+    let inv = inv_with(1, vec![proc_(11, CVD_UNSET, &[(0, Some(held))])], &[], true);
+    let h = headroom(&inv, &th);
+    let f = low_headroom(&inv, &h, &th);
+    assert_eq!(f[0].severity, Severity::Warn);
+    assert_eq!(evidence_bytes(&f[0], "free"), Some(TOTAL - RESERVED - held));
+    assert!(f[0]
+        .evidence
+        .iter()
+        .any(|e| e.label.contains("utilization-sized budget")));
+    assert_eq!(h[0].max_gpu_memory_utilization, 0.06);
+
+    // Over-full: less than a context free -> error, and max utilization 0.
+    let held = TOTAL - RESERVED - 100 * MIB;
+    let inv = inv_with(1, vec![proc_(12, CVD_UNSET, &[(0, Some(held))])], &[], true);
+    let h = headroom(&inv, &th);
+    let f = low_headroom(&inv, &h, &th);
+    assert_eq!(f[0].severity, Severity::Error);
+    assert_eq!(evidence_bytes(&f[0], "free"), Some(100 * MIB));
+    assert_eq!(h[0].available, 0);
+    assert_eq!(h[0].max_gpu_memory_utilization, 0.0);
+}
+
+#[test]
+fn duplicate_copy_near_equal_large_footprints() {
+    let th = Thresholds::default();
+    let inv = inv_with(
+        2,
+        vec![proc_(
+            20,
+            CVD_UNSET,
+            &[(0, Some(10 * GIB)), (1, Some(10 * GIB + 512 * MIB))],
+        )],
+        &[],
+        true,
+    );
+    let f = duplicate_copy(&inv, &th);
+    assert_eq!(ids_of(&f), vec!["duplicate-copy"]);
+    assert_eq!(f[0].severity, Severity::Info);
+    assert_eq!(f[0].devices, vec![0, 1]);
+    assert_eq!(
+        evidence_bytes(&f[0], "total across"),
+        Some(20 * GIB + 512 * MIB)
+    );
+    // Unequal: 4 GiB vs 10 GiB is a split, not a copy.
+    let inv = inv_with(
+        2,
+        vec![proc_(
+            20,
+            CVD_UNSET,
+            &[(0, Some(4 * GIB)), (1, Some(10 * GIB))],
+        )],
+        &[],
+        true,
+    );
+    assert!(duplicate_copy(&inv, &th).is_empty());
+    // Small: contexts only.
+    let inv = inv_with(
+        2,
+        vec![proc_(20, CVD_UNSET, &[(0, Some(GIB)), (1, Some(GIB))])],
+        &[],
+        true,
+    );
+    assert!(duplicate_copy(&inv, &th).is_empty());
+}
+
+#[test]
+fn diagnose_orders_most_severe_first() {
+    let mut dead = proc_(999, CVD_UNKNOWN, &[(1, Some(4 * GIB))]);
+    dead.visible = false;
+    let inv = inv_with(
+        2,
+        vec![
+            proc_(20, CVD_UNSET, &[(0, Some(5 * GIB)), (1, Some(5 * GIB))]),
+            proc_(21, "1", &[(0, Some(448 * MIB)), (1, Some(2 * GIB))]),
+            dead,
+        ],
+        &[],
+        true,
+    );
+    let (f, _) = diagnose(&inv, &Thresholds::default());
+    let sev: Vec<Severity> = f.iter().map(|f| f.severity).collect();
+    let mut sorted = sev.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(sev, sorted);
+    assert_eq!(f[0].id, "no-live-owner");
+    for id in ["stray-context", "duplicate-copy", "low-headroom"] {
+        assert!(ids_of(&f).contains(&id), "{id} missing: {:?}", ids_of(&f));
+    }
+    assert!(f
+        .iter()
+        .all(|f| !f.fix.is_empty() && !f.evidence.is_empty()));
+}
