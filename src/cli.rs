@@ -239,7 +239,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::exit::Usage
         "m" | "min" => v * 60.0,
         _ => return Err(bad()),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(bad());
     }
     Ok(std::time::Duration::from_secs_f64(secs))

@@ -206,7 +206,7 @@ impl SimProcess {
             u.alloc_bytes += charged;
             Ok(())
         })
-        .or_else(|e| {
+        .map_err(|e| {
             // The failed call still counts towards alloc_fail_after.
             if matches!(e, SimError::OutOfMemory { .. }) {
                 let _ = sim.update(|st, _| {
@@ -214,7 +214,7 @@ impl SimProcess {
                     Ok(())
                 });
             }
-            Err(e)
+            e
         })?;
         let va = self.next_va;
         self.next_va = round_up(va + charged, GRANULARITY) + GRANULARITY;

@@ -112,7 +112,7 @@ fn device_model(s: &str) -> Option<DeviceModel> {
 }
 
 fn human_total(total: u64) -> String {
-    if total % GIB == 0 {
+    if total.is_multiple_of(GIB) {
         format!("{}GiB", total / GIB)
     } else {
         format!("{}MiB", total / MIB)

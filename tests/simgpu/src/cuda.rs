@@ -468,7 +468,7 @@ impl Driver {
     }
 
     fn memset32(&mut self, dst: u64, v: u32, n: usize) -> Result<(), CUresult> {
-        if dst % 4 != 0 {
+        if !dst.is_multiple_of(4) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         if n == 0 {
