@@ -55,6 +55,9 @@ pub enum Command {
     /// Create and inspect simulated GPU boxes
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
+    #[command(name = "__worker", hide = true)]
+    Worker,
 }
 
 #[derive(Debug, Args)]
