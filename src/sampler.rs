@@ -69,7 +69,12 @@ fn ms_since(t0: Instant) -> f64 {
 
 impl Sampler {
     /// Start sampling `devices` (physical index, total bytes) through `monitor`.
-    pub fn start(monitor: Box<dyn Monitor>, devices: Vec<(u32, u64)>, t0: Instant, cfg: SamplerConfig) -> Sampler {
+    pub fn start(
+        monitor: Box<dyn Monitor>,
+        devices: Vec<(u32, u64)>,
+        t0: Instant,
+        cfg: SamplerConfig,
+    ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
@@ -82,7 +87,10 @@ impl Sampler {
     /// Stop the thread and return what it collected.
     pub fn stop(mut self) -> Samples {
         self.stop.store(true, Ordering::SeqCst);
-        self.handle.take().and_then(|h| h.join().ok()).unwrap_or_default()
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
     }
 }
 
@@ -95,7 +103,13 @@ impl Drop for Sampler {
     }
 }
 
-fn sample_loop(monitor: &dyn Monitor, devices: &[(u32, u64)], t0: Instant, cfg: SamplerConfig, stop: &AtomicBool) -> Samples {
+fn sample_loop(
+    monitor: &dyn Monitor,
+    devices: &[(u32, u64)],
+    t0: Instant,
+    cfg: SamplerConfig,
+    stop: &AtomicBool,
+) -> Samples {
     let mut out = Samples {
         devices: devices
             .iter()
@@ -124,12 +138,13 @@ fn sample_loop(monitor: &dyn Monitor, devices: &[(u32, u64)], t0: Instant, cfg: 
                     match monitor.processes(*d) {
                         Ok(list) => {
                             let t = ms_since(t0);
-                            out.processes.extend(list.into_iter().map(|p| ProcessSample {
-                                t_ms: t,
-                                device: *d,
-                                pid: p.pid,
-                                used: p.used,
-                            }))
+                            out.processes
+                                .extend(list.into_iter().map(|p| ProcessSample {
+                                    t_ms: t,
+                                    device: *d,
+                                    pid: p.pid,
+                                    used: p.used,
+                                }))
                         }
                         Err(_) => out.errors += 1,
                     }

@@ -24,8 +24,12 @@ fn replay_json(dir: &Path, args: &[&str]) -> (i32, Value) {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     (out.status.code().unwrap_or(-1), v)
 }
 
@@ -66,7 +70,12 @@ fn max_worker_on(run: &Value, device: usize) -> u64 {
 }
 
 fn assert_verdict(run: &Value, verdict: &str) {
-    assert_eq!(run["verdict"], verdict, "{}", serde_json::to_string_pretty(&run["checks"]).unwrap());
+    assert_eq!(
+        run["verdict"],
+        verdict,
+        "{}",
+        serde_json::to_string_pretty(&run["checks"]).unwrap()
+    );
 }
 
 fn frac(bytes: u64, total: u64) -> f64 {
@@ -78,7 +87,15 @@ fn all_scenarios_on(spec: &str) {
     let dir = fresh_box(spec);
     let (code, r) = replay_json(
         dir.path(),
-        &["stray-cuda0", "multi-size-oom", "sharded-release", "double-load", "overcommit", "--period", "1ms"],
+        &[
+            "stray-cuda0",
+            "multi-size-oom",
+            "sharded-release",
+            "double-load",
+            "overcommit",
+            "--period",
+            "1ms",
+        ],
     );
     assert_eq!(code, 0, "every variant behaves as expected on {spec}");
     assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), 11);
@@ -90,7 +107,10 @@ fn all_scenarios_on(spec: &str) {
     let bug = run(&r, "stray-cuda0", "bug");
     assert_verdict(bug, "reproduced");
     let on0 = max_worker_on(bug, 0);
-    assert!(on0 >= CONTEXT && on0 <= CONTEXT + 130 * MIB, "worker on GPU 0: {on0}");
+    assert!(
+        on0 >= CONTEXT && on0 <= CONTEXT + 130 * MIB,
+        "worker on GPU 0: {on0}"
+    );
     let fix = run(&r, "stray-cuda0", "fix-visible-devices");
     assert_verdict(fix, "fixed");
     assert_eq!(max_worker_on(fix, 0), 0);
@@ -109,8 +129,14 @@ fn all_scenarios_on(spec: &str) {
     assert!(fix["error"].is_null());
     let first = u(&step(fix, "tune-1536x1536")["held_after"]);
     let last = u(&step(fix, "done-1024x1024")["held_after"]);
-    assert_eq!(first, last, "the first, largest block serves every later size");
-    assert!((frac(first, t0) - 0.885).abs() < 0.01, "weights + largest workspace: {first}");
+    assert_eq!(
+        first, last,
+        "the first, largest block serves every later size"
+    );
+    assert!(
+        (frac(first, t0) - 0.885).abs() < 0.01,
+        "weights + largest workspace: {first}"
+    );
     let fix = run(&r, "multi-size-oom", "fix-no-tuning-warmup");
     assert_verdict(fix, "fixed");
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) < 0.80);
@@ -127,7 +153,10 @@ fn all_scenarios_on(spec: &str) {
     assert_verdict(fix, "fixed");
     let rel = step(fix, "release");
     for d in 0..2 {
-        assert!(u(&rel["used_after"][d]) <= CONTEXT, "GPU {d} keeps at most a context");
+        assert!(
+            u(&rel["used_after"][d]) <= CONTEXT,
+            "GPU {d} keeps at most a context"
+        );
     }
 
     // double-load: footprint about twice the model (58 %), then OOM at inference.
@@ -145,10 +174,16 @@ fn all_scenarios_on(spec: &str) {
     let bug = run(&r, "overcommit", "bug");
     assert_verdict(bug, "reproduced");
     let claimed = u(&step(bug, "kv-cache")["bytes"]);
-    assert!((frac(claimed, t0) - (0.90 - 0.37)).abs() < 0.01, "KV cache claim {claimed}");
+    assert!(
+        (frac(claimed, t0) - (0.90 - 0.37)).abs() < 0.01,
+        "KV cache claim {claimed}"
+    );
     assert!(frac(u(&bug["peaks"][0]["peak_used"]), t0) >= 0.90);
     let failed = bug["error"]["step_label"].as_str().unwrap();
-    assert!(["cuda-graph-capture", "generate"].contains(&failed), "failed at {failed}");
+    assert!(
+        ["cuda-graph-capture", "generate"].contains(&failed),
+        "failed at {failed}"
+    );
     let fix = run(&r, "overcommit", "fix-utilization-0.5");
     assert_verdict(fix, "fixed");
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) <= 0.80);
@@ -156,7 +191,11 @@ fn all_scenarios_on(spec: &str) {
     // Every run left the box empty.
     let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
     for d in 0..2 {
-        assert_eq!(sim.memory(d).unwrap().used, 0, "GPU {d} is empty after the replays");
+        assert_eq!(
+            sim.memory(d).unwrap().used,
+            0,
+            "GPU {d} is empty after the replays"
+        );
     }
 }
 
@@ -173,7 +212,10 @@ fn every_scenario_and_variant_on_a_141gib_box() {
 #[test]
 fn timeline_has_samples_markers_and_step_peaks() {
     let dir = fresh_box("2x16GiB");
-    let (_, r) = replay_json(dir.path(), &["multi-size-oom", "--variant", "bug", "--period", "1ms"]);
+    let (_, r) = replay_json(
+        dir.path(),
+        &["multi-size-oom", "--variant", "bug", "--period", "1ms"],
+    );
     let bug = run(&r, "multi-size-oom", "bug");
     let series = &bug["timeline"]["devices"][0]["samples"];
     assert!(series.as_array().unwrap().len() >= 10);
@@ -199,7 +241,10 @@ fn summary_table_fits_100_columns() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("reproduced") && text.contains("fixed"), "{text}");
+    assert!(
+        text.contains("reproduced") && text.contains("fixed"),
+        "{text}"
+    );
     assert!(text.contains("OOM at load-next-0"), "{text}");
     for line in text.lines() {
         assert!(line.chars().count() <= 100, "too wide: {line}");
@@ -211,8 +256,22 @@ fn list_shows_every_scenario_with_devices() {
     let out = vramdoc().args(["list", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ids: Vec<&str> = v.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["stray-cuda0", "multi-size-oom", "sharded-release", "double-load", "overcommit"]);
+    let ids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "stray-cuda0",
+            "multi-size-oom",
+            "sharded-release",
+            "double-load",
+            "overcommit"
+        ]
+    );
     let stray = &v[0];
     assert_eq!(stray["devices"], 2);
     assert!(stray["source"].as_str().unwrap().contains("OneDiff"));
@@ -238,7 +297,10 @@ fn scenario_needing_more_gpus_is_skipped_unless_required() {
 #[test]
 fn variant_filter_and_unknown_variant() {
     let dir = fresh_box("2xt4");
-    let (code, r) = replay_json(dir.path(), &["stray-cuda0", "--variant", "fix-visible-devices"]);
+    let (code, r) = replay_json(
+        dir.path(),
+        &["stray-cuda0", "--variant", "fix-visible-devices"],
+    );
     assert_eq!(code, 0);
     assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), 1);
     let out = vramdoc()
@@ -286,8 +348,16 @@ max = "0"
 
 #[test]
 fn no_box_is_an_environment_error() {
-    let out = vramdoc().args(["--backend", "sim", "replay", "overcommit"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = vramdoc()
+        .args(["--backend", "sim", "replay", "overcommit"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -352,29 +422,64 @@ fn good_file_runs() {
 
 #[test]
 fn malformed_unknown_op() {
-    assert_bad(&GOOD.replace("op = \"context\"", "op = \"contxt\""), 9, Some(6), "unknown op \"contxt\"");
+    assert_bad(
+        &GOOD.replace("op = \"context\"", "op = \"contxt\""),
+        9,
+        Some(6),
+        "unknown op \"contxt\"",
+    );
 }
 
 #[test]
 fn malformed_size_over_100_percent() {
-    assert_bad(&GOOD.replace("\"30%\"", "\"130%\""), 17, Some(8), "over 100 %");
+    assert_bad(
+        &GOOD.replace("\"30%\"", "\"130%\""),
+        17,
+        Some(8),
+        "over 100 %",
+    );
 }
 
 #[test]
 fn malformed_missing_field() {
-    assert_bad(&GOOD.replace("size = \"30%\"\n", ""), 12, None, "missing field `size`");
-    assert_bad(&GOOD.replace("source = \"s\"\n", ""), 1, None, "missing field `source`");
+    assert_bad(
+        &GOOD.replace("size = \"30%\"\n", ""),
+        12,
+        None,
+        "missing field `size`",
+    );
+    assert_bad(
+        &GOOD.replace("source = \"s\"\n", ""),
+        1,
+        None,
+        "missing field `source`",
+    );
 }
 
 #[test]
 fn malformed_wrong_type() {
-    assert_bad(&GOOD.replace("devices = 2", "devices = \"two\""), 5, Some(11), "invalid type");
-    assert_bad(&GOOD.replace("device = 1\nsize", "device = \"one\"\nsize"), 16, Some(10), "invalid type");
+    assert_bad(
+        &GOOD.replace("devices = 2", "devices = \"two\""),
+        5,
+        Some(11),
+        "invalid type",
+    );
+    assert_bad(
+        &GOOD.replace("device = 1\nsize", "device = \"one\"\nsize"),
+        16,
+        Some(10),
+        "invalid type",
+    );
 }
 
 #[test]
 fn malformed_unknown_device() {
-    assert_bad(&GOOD.replace("device = 1\n\n", "device = 5\n\n"), 10, Some(10), "unknown device 5");
+    assert_bad(
+        &GOOD.replace("device = 1\n\n", "device = 5\n\n"),
+        10,
+        Some(10),
+        "unknown device 5",
+    );
 }
 
 #[test]
@@ -429,7 +534,13 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
     std::fs::write(&file, LONG_PAUSE).unwrap();
     let mut child = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir)
-        .args(["replay", file.to_str().unwrap(), "--json", "--out", out.to_str().unwrap()])
+        .args([
+            "replay",
+            file.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -438,7 +549,10 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
     let mut line = String::new();
     let pid = loop {
         line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "replay ended before a worker started");
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "replay ended before a worker started"
+        );
         if let Some(p) = line.trim().strip_prefix("replay long/bug: worker pid ") {
             break p.parse::<u32>().unwrap();
         }
@@ -463,7 +577,11 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
 
 fn box_is_empty(dir: &Path) {
     let sim = vramdoc::sim::SimBox::open(dir).unwrap();
-    assert_eq!(sim.memory(0).unwrap().used, 0, "the box holds nothing afterwards");
+    assert_eq!(
+        sim.memory(0).unwrap().used,
+        0,
+        "the box holds nothing afterwards"
+    );
     assert!(sim.processes(0).unwrap().is_empty());
 }
 
@@ -472,16 +590,26 @@ fn worker_killed_mid_step_is_reported_and_its_memory_returned() {
     let dir = fresh_box("t4");
     let out = dir.path().join("killed.json");
     let (child, pid) = start_long(dir.path(), &out);
-    let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(1), "a killed worker is unexpected");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a killed worker is unexpected"
+    );
     let r: Value = serde_json::from_slice(&output.stdout).unwrap();
     let run = run(&r, "long", "bug");
     assert_eq!(run["verdict"], "unexpected");
     assert_eq!(run["error"]["kind"], "killed");
     assert_eq!(run["error"]["step_label"], "wait");
-    assert!(run["error"]["message"].as_str().unwrap().contains("signal 9"));
+    assert!(run["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("signal 9"));
     assert_eq!(step(run, "wait")["status"], "killed");
     assert_eq!(u(&run["worker_pid"]), pid as u64);
     box_is_empty(dir.path());
@@ -495,10 +623,16 @@ fn ctrl_c_stops_the_worker_and_writes_partial_results() {
     let out = dir.path().join("partial.json");
     let (child, _pid) = start_long(dir.path(), &out);
     let started = Instant::now();
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10), "stopped promptly, not after the pause");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped promptly, not after the pause"
+    );
     assert_eq!(output.status.code(), Some(1));
     let saved: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let run = &saved["replay"]["runs"][0];
@@ -539,7 +673,11 @@ fn real_backends_stray_cuda0_and_visible_devices_fix() {
     assert!(max_worker_on(bug, 0) >= CONTEXT);
     let fix = run(&r, "stray-cuda0", "fix-visible-devices");
     assert_verdict(fix, "fixed");
-    assert_eq!(max_worker_on(fix, 0), 0, "CUDA_VISIBLE_DEVICES=1 keeps physical GPU 0 clean");
+    assert_eq!(
+        max_worker_on(fix, 0),
+        0,
+        "CUDA_VISIBLE_DEVICES=1 keeps physical GPU 0 clean"
+    );
 }
 
 #[test]

@@ -34,7 +34,11 @@ pub fn run(args: &ListArgs) -> Result<i32> {
             s.id.clone(),
             s.devices.to_string(),
             s.description.clone(),
-            s.variants.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join("\n"),
+            s.variants
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
         ]);
     }
     println!("{t}");

@@ -6,7 +6,7 @@ use super::Session;
 use crate::cli::{parse_duration, ReplayArgs};
 use crate::exit::{EnvironmentError, UsageError};
 use crate::replay::{self, Observer, ReplayError, ReplayOptions};
-use crate::report::{Report, ReportKind, ReplayResult, VariantRun, Verdict, SCHEMA_VERSION};
+use crate::report::{ReplayResult, Report, ReportKind, VariantRun, Verdict, SCHEMA_VERSION};
 use crate::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
 use crate::scenario::{builtin, parse_scenario, Scenario};
 use anyhow::{Context, Result};
@@ -57,7 +57,9 @@ impl Observer for Progress {
             ProgressDrawTarget::hidden()
         };
         let bar = ProgressBar::with_draw_target(Some(steps as u64), target);
-        if let Ok(style) = ProgressStyle::with_template("{prefix:.bold} [{bar:20}] {pos}/{len} {wide_msg}") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix:.bold} [{bar:20}] {pos}/{len} {wide_msg}")
+        {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_prefix(self.current.clone());
@@ -107,7 +109,11 @@ fn peaks(run: &VariantRun) -> String {
     run.peaks
         .iter()
         .map(|p| {
-            let pct = if p.total > 0 { p.peak_used as f64 * 100.0 / p.total as f64 } else { 0.0 };
+            let pct = if p.total > 0 {
+                p.peak_used as f64 * 100.0 / p.total as f64
+            } else {
+                0.0
+            };
             format!("{}:{pct:.0}%", p.device)
         })
         .collect::<Vec<_>>()
@@ -119,7 +125,9 @@ fn summary(runs: &[VariantRun]) -> String {
     t.load_style(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_width(100)
-        .set_header(vec!["scenario", "variant", "verdict", "outcome", "peak/GPU", "checks"]);
+        .set_header(vec![
+            "scenario", "variant", "verdict", "outcome", "peak/GPU", "checks",
+        ]);
     for r in runs {
         let passed = r.checks.iter().filter(|c| c.passed).count();
         t.add_row(vec![
@@ -134,14 +142,20 @@ fn summary(runs: &[VariantRun]) -> String {
     let mut out = t.to_string();
     for r in runs.iter().filter(|r| r.verdict == Verdict::Unexpected) {
         for c in r.checks.iter().filter(|c| !c.passed) {
-            let line = format!("{}/{}: expected {}; {}", r.scenario, r.variant, c.expectation, c.detail);
+            let line = format!(
+                "{}/{}: expected {}; {}",
+                r.scenario, r.variant, c.expectation, c.detail
+            );
             out.push('\n');
             out.push_str(&truncate(&line, 100));
         }
         if let Some(reason) = &r.reason {
             if r.checks.iter().all(|c| c.passed) {
                 out.push('\n');
-                out.push_str(&truncate(&format!("{}/{}: {reason}", r.scenario, r.variant), 100));
+                out.push_str(&truncate(
+                    &format!("{}/{}: {reason}", r.scenario, r.variant),
+                    100,
+                ));
             }
         }
     }
@@ -160,13 +174,18 @@ fn truncate(s: &str, n: usize) -> String {
 
 pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let period = parse_duration(&args.period)?;
-    if period < std::time::Duration::from_micros(100) || period > std::time::Duration::from_secs(1) {
+    if period < std::time::Duration::from_micros(100) || period > std::time::Duration::from_secs(1)
+    {
         anyhow::bail!(UsageError(format!(
             "--period {}: choose between 100us and 1s (default 5ms)",
             args.period
         )));
     }
-    let scenarios: Vec<Scenario> = args.scenarios.iter().map(|a| load(a)).collect::<Result<_>>()?;
+    let scenarios: Vec<Scenario> = args
+        .scenarios
+        .iter()
+        .map(|a| load(a))
+        .collect::<Result<_>>()?;
     if let Some(v) = &args.variant {
         for s in &scenarios {
             if s.variant(v).is_none() {
@@ -219,7 +238,11 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
                 let run = replay::skipped(
                     s,
                     v,
-                    format!("needs {} GPUs, this machine has {}", s.devices, devices.len()),
+                    format!(
+                        "needs {} GPUs, this machine has {}",
+                        s.devices,
+                        devices.len()
+                    ),
                 );
                 progress.current = format!("{}/{}", s.id, v.name);
                 progress.variant_finished(&run);
@@ -228,7 +251,11 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             }
             match replay::run_variant(s, v, monitor.as_ref(), &devices, &opts, &mut progress) {
                 Ok(run) => runs.push(run),
-                Err(e @ (ReplayError::Gpu(_) | ReplayError::WorkerEnvironment(_) | ReplayError::Spawn { .. })) => {
+                Err(
+                    e @ (ReplayError::Gpu(_)
+                    | ReplayError::WorkerEnvironment(_)
+                    | ReplayError::Spawn { .. }),
+                ) => {
                     if let ReplayError::Gpu(g) = &e {
                         if !g.is_environment() {
                             anyhow::bail!(EnvironmentError(e.to_string()));
@@ -242,7 +269,9 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let was_interrupted = interrupted.load(Ordering::SeqCst);
 
     let sim_spec = match session.backend {
-        crate::gpu::BackendKind::Sim => crate::sim::SimBox::from_env().ok().map(|b| b.config().spec.clone()),
+        crate::gpu::BackendKind::Sim => crate::sim::SimBox::from_env()
+            .ok()
+            .map(|b| b.config().spec.clone()),
         crate::gpu::BackendKind::Real => None,
     };
     let environment = crate::report::environment::collect(monitor.as_ref(), sim_spec)?;
@@ -277,5 +306,9 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
 
     let bad = runs.iter().any(|r| r.verdict == Verdict::Unexpected)
         || (args.require && runs.iter().any(|r| r.verdict == Verdict::Skipped));
-    Ok(if was_interrupted || bad { crate::exit::FINDINGS } else { crate::exit::OK })
+    Ok(if was_interrupted || bad {
+        crate::exit::FINDINGS
+    } else {
+        crate::exit::OK
+    })
 }

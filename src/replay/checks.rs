@@ -49,7 +49,11 @@ impl Facts<'_> {
         if t == 0 {
             format_bytes(bytes)
         } else {
-            format!("{} ({:.1}%)", format_bytes(bytes), bytes as f64 * 100.0 / t as f64)
+            format!(
+                "{} ({:.1}%)",
+                format_bytes(bytes),
+                bytes as f64 * 100.0 / t as f64
+            )
         }
     }
 
@@ -68,13 +72,17 @@ fn bounds_text(min: &Option<SizeSpec>, max: &Option<SizeSpec>) -> String {
 }
 
 fn within(f: &Facts, v: u64, device: u32, min: &Option<SizeSpec>, max: &Option<SizeSpec>) -> bool {
-    min.as_ref().is_none_or(|m| v >= f.resolve(m, device)) && max.as_ref().is_none_or(|m| v <= f.resolve(m, device))
+    min.as_ref().is_none_or(|m| v >= f.resolve(m, device))
+        && max.as_ref().is_none_or(|m| v <= f.resolve(m, device))
 }
 
 /// Check one expectation.
 pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
     let outcome = || match f.error {
-        Some(err) => format!("stopped at step {} ({}): {}", err.step_label, err.kind, err.message),
+        Some(err) => format!(
+            "stopped at step {} ({}): {}",
+            err.step_label, err.kind, err.message
+        ),
         None if f.completed => format!("all {} steps ran", f.plan_ids.len()),
         None => "the worker stopped without an error event".into(),
     };
@@ -84,8 +92,12 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             passed: f.completed && f.error.is_none(),
             detail: outcome(),
         },
-        Expectation::Oom { at_or_after, before } => {
-            let index = |id: &Option<String>| id.as_ref().map(|s| f.plan_ids.iter().position(|p| p == s));
+        Expectation::Oom {
+            at_or_after,
+            before,
+        } => {
+            let index =
+                |id: &Option<String>| id.as_ref().map(|s| f.plan_ids.iter().position(|p| p == s));
             let mut text = "out of memory".to_string();
             if let Some(a) = at_or_after {
                 text.push_str(&format!(" at or after step {a}"));
@@ -103,7 +115,8 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             }
             let passed = match f.error {
                 Some(err) if err.kind == "out-of-memory" => {
-                    lo.flatten().is_none_or(|l| err.step >= l) && hi.flatten().is_none_or(|h| err.step < h)
+                    lo.flatten().is_none_or(|l| err.step >= l)
+                        && hi.flatten().is_none_or(|h| err.step < h)
                 }
                 _ => false,
             };
@@ -132,7 +145,11 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             max,
             spread,
         } => {
-            let devs: Vec<u32> = if devices.is_empty() { (0..f.needed).collect() } else { devices.clone() };
+            let devs: Vec<u32> = if devices.is_empty() {
+                (0..f.needed).collect()
+            } else {
+                devices.clone()
+            };
             let mut text = format!("after {after}, each GPU keeps {}", bounds_text(min, max));
             if let Some(s) = spread {
                 text.push_str(&format!(", within {} of each other", s.describe()));
@@ -149,14 +166,21 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
                 .map(|d| {
                     let i = *d as usize;
                     let used = rec.used_after.get(i).copied().unwrap_or(0);
-                    (*d, used.saturating_sub(f.baseline.get(i).copied().unwrap_or(0)))
+                    (
+                        *d,
+                        used.saturating_sub(f.baseline.get(i).copied().unwrap_or(0)),
+                    )
                 })
                 .collect();
             let mut passed = residual.iter().all(|(d, v)| within(f, *v, *d, min, max));
             if let Some(s) = spread {
                 let hi = residual.iter().map(|(_, v)| *v).max().unwrap_or(0);
                 let lo = residual.iter().map(|(_, v)| *v).min().unwrap_or(0);
-                let smallest = devs.iter().min_by_key(|d| f.total(**d)).copied().unwrap_or(0);
+                let smallest = devs
+                    .iter()
+                    .min_by_key(|d| f.total(**d))
+                    .copied()
+                    .unwrap_or(0);
                 passed &= hi - lo <= f.resolve(s, smallest);
             }
             let detail = residual
@@ -167,7 +191,10 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             CheckResult {
                 expectation: text,
                 passed,
-                detail: format!("residual {detail}; one context = {}", format_bytes(f.ctx(devs.first().copied().unwrap_or(0)))),
+                detail: format!(
+                    "residual {detail}; one context = {}",
+                    format_bytes(f.ctx(devs.first().copied().unwrap_or(0)))
+                ),
             }
         }
         Expectation::Peak { device, min, max } => {
@@ -179,12 +206,18 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             }
         }
         Expectation::Footprint { at, min, max } => {
-            let text = format!("after {at}, the worker's allocations total {}", bounds_text(min, max));
+            let text = format!(
+                "after {at}, the worker's allocations total {}",
+                bounds_text(min, max)
+            );
             match f.record(at).filter(|r| r.status == "ok") {
                 Some(rec) => CheckResult {
                     expectation: text,
                     passed: within(f, rec.held_after, 0, min, max),
-                    detail: format!("footprint {} across all GPUs (% of GPU 0)", f.pct(rec.held_after, 0)),
+                    detail: format!(
+                        "footprint {} across all GPUs (% of GPU 0)",
+                        f.pct(rec.held_after, 0)
+                    ),
                 },
                 None => CheckResult {
                     expectation: text,

@@ -75,7 +75,12 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(opts: &ReplayOptions, env: &[(String, Option<String>)], input: &WorkerInput, what: &str) -> Result<Proc, ReplayError> {
+    fn spawn(
+        opts: &ReplayOptions,
+        env: &[(String, Option<String>)],
+        input: &WorkerInput,
+        what: &str,
+    ) -> Result<Proc, ReplayError> {
         let mut cmd = Command::new(&opts.exe);
         cmd.arg("--backend")
             .arg(backend_arg(opts.backend))
@@ -159,7 +164,14 @@ impl Proc {
     fn stderr_tail(&self) -> String {
         let s = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
         let s = s.trim();
-        let tail: String = s.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: String = s
+            .chars()
+            .rev()
+            .take(300)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         tail.replace('\n', " ")
     }
 }
@@ -187,7 +199,11 @@ pub fn skipped(scn: &Scenario, variant: &Variant, reason: String) -> VariantRun 
 }
 
 /// Memory and the given process's usage on every device, now.
-fn snapshot(monitor: &dyn Monitor, devices: &[DeviceInfo], pid: Option<u32>) -> (Vec<u64>, Vec<u64>) {
+fn snapshot(
+    monitor: &dyn Monitor,
+    devices: &[DeviceInfo],
+    pid: Option<u32>,
+) -> (Vec<u64>, Vec<u64>) {
     let mut used = Vec::new();
     let mut mine = Vec::new();
     for d in devices {
@@ -249,7 +265,10 @@ pub fn run_variant(
             lockstep: false,
             hold: true,
         };
-        let env = vec![("CUDA_VISIBLE_DEVICES".to_string(), Some(n.device.to_string()))];
+        let env = vec![(
+            "CUDA_VISIBLE_DEVICES".to_string(),
+            Some(n.device.to_string()),
+        )];
         let p = Proc::spawn(opts, &env, &input, "a neighbour process")?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -260,13 +279,16 @@ pub fn run_variant(
                         p.finish(Duration::from_millis(100));
                         return Err(ReplayError::WorkerEnvironment(message));
                     }
-                    neighbour_failure = Some(format!("{} could not hold its memory: {message}", n.label));
+                    neighbour_failure =
+                        Some(format!("{} could not hold its memory: {message}", n.label));
                     break;
                 }
                 Ok(_) => {}
-                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline && !opts.interrupted.load(Ordering::SeqCst) => {}
+                Err(RecvTimeoutError::Timeout)
+                    if Instant::now() < deadline && !opts.interrupted.load(Ordering::SeqCst) => {}
                 Err(_) => {
-                    neighbour_failure = Some(format!("{} did not start: {}", n.label, p.stderr_tail()));
+                    neighbour_failure =
+                        Some(format!("{} did not start: {}", n.label, p.stderr_tail()));
                     break;
                 }
             }
@@ -295,7 +317,11 @@ pub fn run_variant(
     );
 
     // The worker's environment: the parent's, with the variant's on top.
-    let mut env: Vec<(String, Option<String>)> = plan.env.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+    let mut env: Vec<(String, Option<String>)> = plan
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
     let visible = plan
         .env
         .get("CUDA_VISIBLE_DEVICES")
@@ -352,7 +378,9 @@ pub fn run_variant(
             match ev {
                 WorkerEvent::Hello { pid, .. } => worker_pid = Some(pid),
                 WorkerEvent::Start { step } => {
-                    let Some(s) = plan.steps.get(step) else { continue };
+                    let Some(s) = plan.steps.get(step) else {
+                        continue;
+                    };
                     let t = ms(t0);
                     observer.step_started(step, &s.label);
                     markers.push(Marker {
@@ -376,7 +404,9 @@ pub fn run_variant(
                         peak_used: Vec::new(),
                     });
                 }
-                WorkerEvent::End { step, bytes, held, .. } => {
+                WorkerEvent::End {
+                    step, bytes, held, ..
+                } => {
                     let (used, mine) = snapshot(monitor, devices, worker_pid);
                     let t = ms(t0);
                     snap_points.push((t, used.clone()));
@@ -391,7 +421,11 @@ pub fn run_variant(
                     prev_mine = mine;
                     w.ack();
                 }
-                WorkerEvent::Failed { step, kind, message } => {
+                WorkerEvent::Failed {
+                    step,
+                    kind,
+                    message,
+                } => {
                     if kind == "environment" {
                         w.finish(Duration::from_millis(500));
                         drop(sampler);
@@ -403,16 +437,28 @@ pub fn run_variant(
                     let (used, mine) = snapshot(monitor, devices, worker_pid);
                     let t = ms(t0);
                     snap_points.push((t, used.clone()));
-                    let label = plan.steps.get(step).map(|s| s.id.clone()).unwrap_or_default();
+                    let label = plan
+                        .steps
+                        .get(step)
+                        .map(|s| s.id.clone())
+                        .unwrap_or_default();
                     if let Some(r) = records.iter_mut().rev().find(|r| r.index == step) {
                         r.end_ms = Some(t);
                         r.status = kind.clone();
                         r.used_after = used;
-                        r.worker_after = if mine.iter().any(|m| *m > 0) { mine } else { prev_mine.clone() };
+                        r.worker_after = if mine.iter().any(|m| *m > 0) {
+                            mine
+                        } else {
+                            prev_mine.clone()
+                        };
                     }
                     markers.push(Marker {
                         t_ms: t,
-                        kind: if kind == "out-of-memory" { "oom".into() } else { "error".into() },
+                        kind: if kind == "out-of-memory" {
+                            "oom".into()
+                        } else {
+                            "error".into()
+                        },
                         label: format!("{label}: {message}"),
                         device: None,
                     });
@@ -432,10 +478,20 @@ pub fn run_variant(
         let t = ms(t0);
         if error.is_none() && !completed {
             let (kind, message) = if interrupted {
-                ("interrupted".to_string(), "stopped by Ctrl-C; results are partial".to_string())
+                (
+                    "interrupted".to_string(),
+                    "stopped by Ctrl-C; results are partial".to_string(),
+                )
             } else {
-                match status.as_ref().ok().and_then(std::os::unix::process::ExitStatusExt::signal) {
-                    Some(sig) => ("killed".to_string(), format!("worker killed by signal {sig}")),
+                match status
+                    .as_ref()
+                    .ok()
+                    .and_then(std::os::unix::process::ExitStatusExt::signal)
+                {
+                    Some(sig) => (
+                        "killed".to_string(),
+                        format!("worker killed by signal {sig}"),
+                    ),
                     None => (
                         "error".to_string(),
                         format!(
@@ -457,7 +513,11 @@ pub fn run_variant(
             };
             markers.push(Marker {
                 t_ms: t,
-                kind: if kind == "killed" { "killed".into() } else { kind.clone() },
+                kind: if kind == "killed" {
+                    "killed".into()
+                } else {
+                    kind.clone()
+                },
                 label: format!("{label}: {message}"),
                 device: None,
             });
@@ -502,7 +562,12 @@ pub fn run_variant(
     let peaks: Vec<DevicePeak> = series
         .iter()
         .map(|s| {
-            let (t_ms, peak_used) = s.samples.iter().copied().max_by_key(|(_, u)| *u).unwrap_or((0.0, 0));
+            let (t_ms, peak_used) = s
+                .samples
+                .iter()
+                .copied()
+                .max_by_key(|(_, u)| *u)
+                .unwrap_or((0.0, 0));
             DevicePeak {
                 device: s.device,
                 total: s.total,
@@ -572,7 +637,11 @@ pub fn run_variant(
         peaks: peaks.iter().map(|p| p.peak_used).collect(),
         needed: scn.devices,
     };
-    let results: Vec<_> = variant.expect.iter().map(|e| checks::evaluate(e, &facts)).collect();
+    let results: Vec<_> = variant
+        .expect
+        .iter()
+        .map(|e| checks::evaluate(e, &facts))
+        .collect();
     let all_passed = results.iter().all(|c| c.passed);
     let verdict = match (all_passed && !interrupted, variant.kind) {
         (true, VariantKind::Bug) => Verdict::Reproduced,
@@ -584,7 +653,10 @@ pub fn run_variant(
     } else if let Some(e) = error.as_ref().filter(|e| e.kind != "out-of-memory") {
         Some(format!("{} at {}: {}", e.kind, e.step_label, e.message))
     } else if !all_passed {
-        results.iter().find(|c| !c.passed).map(|c| format!("expected {}: {}", c.expectation, c.detail))
+        results
+            .iter()
+            .find(|c| !c.passed)
+            .map(|c| format!("expected {}: {}", c.expectation, c.detail))
     } else {
         None
     };

@@ -66,11 +66,20 @@ impl Framework {
     fn raw_alloc(&mut self, ordinal: u32, bytes: u64) -> Result<Block, GpuError> {
         let ctx = self.context(ordinal)?;
         let alloc = self.driver.alloc(ctx, bytes)?;
-        Ok(Block { alloc, ordinal, bytes })
+        Ok(Block {
+            alloc,
+            ordinal,
+            bytes,
+        })
     }
 
     /// A block from `allocator`'s cache (the smallest that fits) or a new one.
-    fn cached_alloc(&mut self, allocator: &str, ordinal: u32, bytes: u64) -> Result<Block, GpuError> {
+    fn cached_alloc(
+        &mut self,
+        allocator: &str,
+        ordinal: u32,
+        bytes: u64,
+    ) -> Result<Block, GpuError> {
         let cache = self.caches.entry(allocator.to_string()).or_default();
         let best = cache
             .iter()
@@ -100,7 +109,10 @@ impl Framework {
         let groups: u64 = self
             .groups
             .values()
-            .map(|g| g.buffers.iter().map(|b| b.bytes).sum::<u64>() + g.owned.iter().map(|t| t.block.bytes).sum::<u64>())
+            .map(|g| {
+                g.buffers.iter().map(|b| b.bytes).sum::<u64>()
+                    + g.owned.iter().map(|t| t.block.bytes).sum::<u64>()
+            })
             .sum();
         tensors + cached + groups
     }
@@ -112,7 +124,10 @@ impl Framework {
             + self
                 .groups
                 .values()
-                .map(|g| g.buffers.iter().map(on).sum::<u64>() + g.owned.iter().map(|t| on(&t.block)).sum::<u64>())
+                .map(|g| {
+                    g.buffers.iter().map(on).sum::<u64>()
+                        + g.owned.iter().map(|t| on(&t.block)).sum::<u64>()
+                })
                 .sum::<u64>()
     }
 
@@ -143,7 +158,9 @@ impl Framework {
                 fill,
             } => {
                 if self.tensors.contains_key(tag) {
-                    return Err(StepFailure::Plan(format!("tag {tag:?} is already allocated; free it first")));
+                    return Err(StepFailure::Plan(format!(
+                        "tag {tag:?} is already allocated; free it first"
+                    )));
                 }
                 let total = self.total(*device)?;
                 let bytes = size.resolve(total, 0).max(1);
@@ -162,7 +179,11 @@ impl Framework {
                 if let Some(g) = group {
                     self.groups.entry(g.clone()).or_default();
                 }
-                let sum = if *fill { Some(self.fill(block, 0x5EED)?) } else { None };
+                let sum = if *fill {
+                    Some(self.fill(block, 0x5EED)?)
+                } else {
+                    None
+                };
                 Ok((Some(bytes), sum))
             }
             Op::Free { tag } => {
@@ -200,7 +221,11 @@ impl Framework {
                 }
                 Ok((None, None))
             }
-            Op::ProcessGroup { name, devices, buffers } => {
+            Op::ProcessGroup {
+                name,
+                devices,
+                buffers,
+            } => {
                 let mut asked = 0;
                 let mut blocks = Vec::new();
                 for d in devices {
@@ -211,7 +236,11 @@ impl Framework {
                     self.fill(b, 0x0CC1)?;
                     blocks.push(b);
                 }
-                self.groups.entry(name.clone()).or_default().buffers.extend(blocks);
+                self.groups
+                    .entry(name.clone())
+                    .or_default()
+                    .buffers
+                    .extend(blocks);
                 Ok((Some(asked), None))
             }
             Op::DestroyProcessGroup { name } => {
@@ -232,9 +261,15 @@ impl Framework {
                 }
                 Ok((None, None))
             }
-            Op::ClaimUtilization { tag, device, fraction } => {
+            Op::ClaimUtilization {
+                tag,
+                device,
+                fraction,
+            } => {
                 if self.tensors.contains_key(tag) {
-                    return Err(StepFailure::Plan(format!("tag {tag:?} is already allocated")));
+                    return Err(StepFailure::Plan(format!(
+                        "tag {tag:?} is already allocated"
+                    )));
                 }
                 let total = self.total(*device)?;
                 let budget = SizeSpec::Fraction(*fraction).resolve(total, 0);

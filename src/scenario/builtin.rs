@@ -5,11 +5,26 @@ use super::{parse_scenario, Scenario, ScenarioError};
 
 /// `(id, TOML text)` of every built-in scenario, in FAILURES.md order.
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("stray-cuda0", include_str!("../../scenarios/stray-cuda0.toml")),
-    ("multi-size-oom", include_str!("../../scenarios/multi-size-oom.toml")),
-    ("sharded-release", include_str!("../../scenarios/sharded-release.toml")),
-    ("double-load", include_str!("../../scenarios/double-load.toml")),
-    ("overcommit", include_str!("../../scenarios/overcommit.toml")),
+    (
+        "stray-cuda0",
+        include_str!("../../scenarios/stray-cuda0.toml"),
+    ),
+    (
+        "multi-size-oom",
+        include_str!("../../scenarios/multi-size-oom.toml"),
+    ),
+    (
+        "sharded-release",
+        include_str!("../../scenarios/sharded-release.toml"),
+    ),
+    (
+        "double-load",
+        include_str!("../../scenarios/double-load.toml"),
+    ),
+    (
+        "overcommit",
+        include_str!("../../scenarios/overcommit.toml"),
+    ),
 ];
 
 /// Parse a built-in scenario by id (`None`: no such id).
@@ -34,7 +49,11 @@ mod tests {
     fn every_builtin_parses_and_ids_match() {
         for s in super::all().unwrap() {
             assert!(super::BUILTIN.iter().any(|(k, _)| *k == s.id));
-            assert!(s.variants.iter().any(|v| v.name == "bug"), "{} has a bug variant", s.id);
+            assert!(
+                s.variants.iter().any(|v| v.name == "bug"),
+                "{} has a bug variant",
+                s.id
+            );
             assert!(s.variants.len() >= 2, "{} has a fix", s.id);
         }
     }

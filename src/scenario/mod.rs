@@ -77,7 +77,11 @@ pub enum Op {
     DestroyProcessGroup { name: String },
     /// Claim `fraction` of the device's total minus what the worker already holds there
     /// (vLLM's `gpu_memory_utilization` budget for the KV cache).
-    ClaimUtilization { tag: String, device: u32, fraction: f64 },
+    ClaimUtilization {
+        tag: String,
+        device: u32,
+        fraction: f64,
+    },
     /// Sleep.
     Pause { ms: u64 },
 }

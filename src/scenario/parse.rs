@@ -31,7 +31,14 @@ pub const OPS: &[&str] = &[
     "pause",
 ];
 
-const CHECKS: &[&str] = &["completes", "oom", "worker_on_device", "residual", "peak", "footprint"];
+const CHECKS: &[&str] = &[
+    "completes",
+    "oom",
+    "worker_on_device",
+    "residual",
+    "peak",
+    "footprint",
+];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -189,7 +196,11 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         ));
     }
     let id = raw.id.get_ref().clone();
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+    if id.is_empty()
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
         return Err(cx.err(
             raw.id.span(),
             format!("id {id:?} is not a plain name (use letters, digits, '-' and '_')"),
@@ -227,7 +238,11 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         });
     }
 
-    let variant_names: BTreeSet<String> = raw.variants.iter().map(|v| v.get_ref().name.get_ref().clone()).collect();
+    let variant_names: BTreeSet<String> = raw
+        .variants
+        .iter()
+        .map(|v| v.get_ref().name.get_ref().clone())
+        .collect();
 
     // Steps.
     let mut steps = Vec::new();
@@ -235,10 +250,16 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
     let mut raw_by_id: BTreeMap<String, RawStep> = BTreeMap::new();
     for (i, s) in raw.steps.iter().enumerate() {
         let r = s.get_ref();
-        let id = r.id.as_ref().map(|x| x.get_ref().clone()).unwrap_or_else(|| format!("step-{}", i + 1));
+        let id =
+            r.id.as_ref()
+                .map(|x| x.get_ref().clone())
+                .unwrap_or_else(|| format!("step-{}", i + 1));
         if !step_ids.insert(id.clone()) {
             let span = r.id.as_ref().map(|x| x.span()).unwrap_or(s.span());
-            return Err(cx.err(span, format!("duplicate step id {id:?} (give every step its own id)")));
+            return Err(cx.err(
+                span,
+                format!("duplicate step id {id:?} (give every step its own id)"),
+            ));
         }
         let mut only = Vec::new();
         for v in r.only.iter().flatten() {
@@ -273,7 +294,11 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         } else {
             Err(cx.err(
                 s.span(),
-                format!("unknown step {:?} (steps: {})", s.get_ref(), join(&step_ids)),
+                format!(
+                    "unknown step {:?} (steps: {})",
+                    s.get_ref(),
+                    join(&step_ids)
+                ),
             ))
         }
     };
@@ -284,21 +309,35 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         let r = v.get_ref();
         let name = r.name.get_ref().clone();
         if !seen.insert(name.clone()) {
-            return Err(cx.err(r.name.span(), format!("duplicate variant {name:?} (rename one)")));
+            return Err(cx.err(
+                r.name.span(),
+                format!("duplicate variant {name:?} (rename one)"),
+            ));
         }
         let kind = match &r.kind {
             Some(k) => match k.get_ref().as_str() {
                 "bug" => VariantKind::Bug,
                 "fix" => VariantKind::Fix,
                 other => {
-                    return Err(cx.err(k.span(), format!("unknown variant kind {other:?} (use \"bug\" or \"fix\")")))
+                    return Err(cx.err(
+                        k.span(),
+                        format!("unknown variant kind {other:?} (use \"bug\" or \"fix\")"),
+                    ))
                 }
             },
             None if name == "bug" || name.starts_with("bug-") => VariantKind::Bug,
             None => VariantKind::Fix,
         };
-        let skip = r.skip.iter().map(&known_step).collect::<Result<Vec<_>, _>>()?;
-        let reorder = r.reorder.iter().map(&known_step).collect::<Result<Vec<_>, _>>()?;
+        let skip = r
+            .skip
+            .iter()
+            .map(&known_step)
+            .collect::<Result<Vec<_>, _>>()?;
+        let reorder = r
+            .reorder
+            .iter()
+            .map(&known_step)
+            .collect::<Result<Vec<_>, _>>()?;
         let mut patches = BTreeMap::new();
         for (key, p) in &r.patch {
             let id = known_step(key)?;
@@ -328,7 +367,10 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         });
     }
     if variants.is_empty() {
-        return Err(cx.err(0..0, "no variants (add [[variants]] with name = \"bug\" and one per fix)"));
+        return Err(cx.err(
+            0..0,
+            "no variants (add [[variants]] with name = \"bug\" and one per fix)",
+        ));
     }
 
     Ok(Scenario {
@@ -355,10 +397,12 @@ fn build_op(
     sizes: &BTreeMap<String, SizeSpec>,
     check_device: &dyn Fn(&Spanned<u32>) -> Result<u32, ScenarioError>,
 ) -> Result<Op, ScenarioError> {
-    let op = r
-        .op
-        .as_ref()
-        .ok_or_else(|| cx.err(span.clone(), format!("step has no `op` (add op = one of {})", OPS.join(", "))))?;
+    let op = r.op.as_ref().ok_or_else(|| {
+        cx.err(
+            span.clone(),
+            format!("step has no `op` (add op = one of {})", OPS.join(", ")),
+        )
+    })?;
     let opname = op.get_ref().as_str();
     let missing = |field: &str, example: &str| {
         cx.err(
@@ -370,14 +414,24 @@ fn build_op(
         check_device(r.device.as_ref().ok_or_else(|| missing("device", "0"))?)
     };
     let tag = || -> Result<String, ScenarioError> {
-        Ok(r.tag.as_ref().ok_or_else(|| missing("tag", "\"weights\""))?.get_ref().clone())
+        Ok(r.tag
+            .as_ref()
+            .ok_or_else(|| missing("tag", "\"weights\""))?
+            .get_ref()
+            .clone())
     };
     Ok(match opname {
         "context" => Op::Context { device: device()? },
         "alloc" => Op::Alloc {
             tag: tag()?,
             device: device()?,
-            size: size_spec(cx, r.size.as_ref().ok_or_else(|| missing("size", "\"30%\""))?, sizes, false, false)?,
+            size: size_spec(
+                cx,
+                r.size.as_ref().ok_or_else(|| missing("size", "\"30%\""))?,
+                sizes,
+                false,
+                false,
+            )?,
             allocator: r.allocator.clone(),
             group: r.group.as_ref().map(|g| g.get_ref().clone()),
             fill: r.fill.unwrap_or(true),
@@ -391,21 +445,45 @@ fn build_op(
             allocator: r.allocator.clone(),
         },
         "process_group" => {
-            let devs = r.devices.as_ref().ok_or_else(|| missing("devices", "[0, 1]"))?;
+            let devs = r
+                .devices
+                .as_ref()
+                .ok_or_else(|| missing("devices", "[0, 1]"))?;
             for d in devs.get_ref() {
                 check_device(&Spanned::new(devs.span(), *d))?;
             }
             Op::ProcessGroup {
-                name: r.name.as_ref().ok_or_else(|| missing("name", "\"pg\""))?.get_ref().clone(),
+                name: r
+                    .name
+                    .as_ref()
+                    .ok_or_else(|| missing("name", "\"pg\""))?
+                    .get_ref()
+                    .clone(),
                 devices: devs.get_ref().clone(),
-                buffers: size_spec(cx, r.buffers.as_ref().ok_or_else(|| missing("buffers", "\"3%\""))?, sizes, false, false)?,
+                buffers: size_spec(
+                    cx,
+                    r.buffers
+                        .as_ref()
+                        .ok_or_else(|| missing("buffers", "\"3%\""))?,
+                    sizes,
+                    false,
+                    false,
+                )?,
             }
         }
         "destroy_process_group" => Op::DestroyProcessGroup {
-            name: r.name.as_ref().ok_or_else(|| missing("name", "\"pg\""))?.get_ref().clone(),
+            name: r
+                .name
+                .as_ref()
+                .ok_or_else(|| missing("name", "\"pg\""))?
+                .get_ref()
+                .clone(),
         },
         "claim_utilization" => {
-            let f = r.fraction.as_ref().ok_or_else(|| missing("fraction", "0.9"))?;
+            let f = r
+                .fraction
+                .as_ref()
+                .ok_or_else(|| missing("fraction", "0.9"))?;
             let v = *f.get_ref();
             if !(v > 0.0 && v <= 1.0) {
                 return Err(cx.err(f.span(), format!("fraction {v} is out of range (write a number above 0 and at most 1, e.g. 0.9)")));
@@ -417,7 +495,10 @@ fn build_op(
             }
         }
         "pause" => {
-            let d = r.duration.as_ref().ok_or_else(|| missing("duration", "\"100ms\""))?;
+            let d = r
+                .duration
+                .as_ref()
+                .ok_or_else(|| missing("duration", "\"100ms\""))?;
             let dur = crate::cli::parse_duration(d.get_ref()).map_err(|e| cx.err(d.span(), e.0))?;
             Op::Pause {
                 ms: dur.as_millis().min(u64::MAX as u128) as u64,
@@ -448,12 +529,16 @@ fn build_expect(
         )
     };
     let size = |s: &Option<Spanned<String>>| -> Result<Option<SizeSpec>, ScenarioError> {
-        s.as_ref().map(|s| size_spec(cx, s, sizes, true, true)).transpose()
+        s.as_ref()
+            .map(|s| size_spec(cx, s, sizes, true, true))
+            .transpose()
     };
     let step = |s: &Option<Spanned<String>>| -> Result<Option<String>, ScenarioError> {
         s.as_ref().map(known_step).transpose()
     };
-    let device = || -> Result<u32, ScenarioError> { check_device(r.device.as_ref().ok_or_else(|| missing("device", "0"))?) };
+    let device = || -> Result<u32, ScenarioError> {
+        check_device(r.device.as_ref().ok_or_else(|| missing("device", "0"))?)
+    };
     Ok(match check {
         "completes" => Expectation::Completes,
         "oom" => Expectation::Oom {
@@ -493,7 +578,10 @@ fn build_expect(
         other => {
             return Err(cx.err(
                 r.check.span(),
-                format!("unknown check {other:?} (use one of: {})", CHECKS.join(", ")),
+                format!(
+                    "unknown check {other:?} (use one of: {})",
+                    CHECKS.join(", ")
+                ),
             ))
         }
     })
@@ -510,22 +598,44 @@ fn size_spec(
 ) -> Result<SizeSpec, ScenarioError> {
     let text = s.get_ref().trim();
     let bad = |why: String| cx.err(s.span(), why);
-    let number = |n: &str| -> Option<f64> { n.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0) };
+    let number = |n: &str| -> Option<f64> {
+        n.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
     let spec = if let Some(p) = text.strip_suffix('%') {
-        let v = number(p).ok_or_else(|| bad(format!("size {text:?} is not a percentage (write e.g. \"30%\")")))?;
+        let v = number(p).ok_or_else(|| {
+            bad(format!(
+                "size {text:?} is not a percentage (write e.g. \"30%\")"
+            ))
+        })?;
         SizeSpec::Fraction(v / 100.0)
     } else if let Some(n) = text.strip_suffix("ctx") {
         if !allow_ctx {
             return Err(bad(format!("size {text:?}: `ctx` units are for expectations only (write e.g. \"30%\" or \"2GiB\")")));
         }
-        SizeSpec::Contexts(number(n).ok_or_else(|| bad(format!("size {text:?} is not a number of contexts (write e.g. \"1ctx\")")))?)
+        SizeSpec::Contexts(number(n).ok_or_else(|| {
+            bad(format!(
+                "size {text:?} is not a number of contexts (write e.g. \"1ctx\")"
+            ))
+        })?)
     } else if let Some((k, name)) = text.split_once('*') {
-        let k = number(k).ok_or_else(|| bad(format!("size {text:?}: write a factor then a name, e.g. \"0.5*model\"")))?;
+        let k = number(k).ok_or_else(|| {
+            bad(format!(
+                "size {text:?}: write a factor then a name, e.g. \"0.5*model\""
+            ))
+        })?;
         match sizes.get(name.trim()) {
             Some(SizeSpec::Fraction(f)) => SizeSpec::Fraction(f * k),
             Some(SizeSpec::Bytes(b)) => SizeSpec::Bytes((*b as f64 * k).round() as u64),
             Some(SizeSpec::Contexts(c)) => SizeSpec::Contexts(c * k),
-            None => return Err(bad(format!("size {text:?} names no entry of [sizes] (define {} there)", name.trim()))),
+            None => {
+                return Err(bad(format!(
+                    "size {text:?} names no entry of [sizes] (define {} there)",
+                    name.trim()
+                )))
+            }
         }
     } else if let Some(named) = sizes.get(text) {
         *named
@@ -616,9 +726,12 @@ max = "1ctx"
     #[test]
     fn errors_name_line_and_column() {
         let e = err_of(&MINIMAL.replace("op = \"context\"", "op = \"contxt\""));
-        assert_eq!((e.line, e.col), (14, 6), "{e}");
-        assert!(e.message.contains("unknown op") && e.message.contains("context, alloc"), "{e}");
-        assert!(e.to_string().starts_with("x.toml:14:6: "));
+        assert_eq!((e.line, e.col), (13, 6), "{e}");
+        assert!(
+            e.message.contains("unknown op") && e.message.contains("context, alloc"),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("x.toml:13:6: "));
 
         let e = err_of(&MINIMAL.replace("\"0.5*model\"", "\"130%\""));
         assert!(e.message.contains("over 100 %"), "{e}");
@@ -642,7 +755,10 @@ max = "1ctx"
         let e = err_of(&MINIMAL.replace("skip = [\"load\"]", "skip = [\"lod\"]"));
         assert!(e.message.contains("unknown step \"lod\""), "{e}");
 
-        let e = err_of(&MINIMAL.replace("device = 1\n\n[[steps]]", "device = 1\nonly = [\"fix-y\"]\n\n[[steps]]"));
+        let e = err_of(&MINIMAL.replace(
+            "device = 1\n\n[[steps]]",
+            "device = 1\nonly = [\"fix-y\"]\n\n[[steps]]",
+        ));
         assert!(e.message.contains("unknown variant \"fix-y\""), "{e}");
     }
 
