@@ -12,13 +12,21 @@ use vramdoc::sampler::{Sampler, SamplerConfig};
 use vramdoc::sim::{Faults, InitOptions, SimBox, SimProcess};
 use vramdoc::units::GIB;
 
-const ALL: [&str; 5] = ["stray-cuda0", "multi-size-oom", "sharded-release", "double-load", "overcommit"];
+const ALL: [&str; 5] = [
+    "stray-cuda0",
+    "multi-size-oom",
+    "sharded-release",
+    "double-load",
+    "overcommit",
+];
 
 fn cpu_time() -> Duration {
     // SAFETY: getrusage fills a plain struct we own.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
@@ -40,7 +48,10 @@ fn replays(spec: &str, period: &str) {
         .expect("run vramdoc");
     let wall = start.elapsed();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    let runs = report["replay"]["runs"].as_array().cloned().unwrap_or_default();
+    let runs = report["replay"]["runs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     println!(
         "replay all 5 scenarios, {} variants, --sim {spec}, period {period}: {:.0} ms wall (exit {})",
         runs.len(),
@@ -50,7 +61,11 @@ fn replays(spec: &str, period: &str) {
     for r in &runs {
         let samples: usize = r["timeline"]["devices"]
             .as_array()
-            .map(|d| d.iter().map(|s| s["samples"].as_array().map_or(0, |a| a.len())).sum())
+            .map(|d| {
+                d.iter()
+                    .map(|s| s["samples"].as_array().map_or(0, |a| a.len()))
+                    .sum()
+            })
             .unwrap_or(0);
         println!(
             "  {:<16} {:<26} {:<11} {:>5} ms {:>6} samples",
@@ -123,7 +138,11 @@ fn pulses(period: Duration) {
     let series = &got.devices[0].samples;
     let seen = windows
         .iter()
-        .filter(|(a, b)| series.iter().any(|(t, used)| *t >= *a && *t <= *b && *used >= GIB))
+        .filter(|(a, b)| {
+            series
+                .iter()
+                .any(|(t, used)| *t >= *a && *t <= *b && *used >= GIB)
+        })
         .count();
     println!(
         "5 ms allocation pulse (1 GiB) at a {:?} period: captured {seen}/{n}",
@@ -135,7 +154,11 @@ fn main() {
     replays("2xt4", "5ms");
     replays("2xh200", "1ms");
     sampler_cost("memory only", Faults::default(), None);
-    sampler_cost("+ process lists every 50 ms", Faults::default(), Some(Duration::from_millis(50)));
+    sampler_cost(
+        "+ process lists every 50 ms",
+        Faults::default(),
+        Some(Duration::from_millis(50)),
+    );
     sampler_cost(
         "real-driver latencies (12 us memory, 4.5 ms processes / 50 ms)",
         Faults {

@@ -228,3 +228,135 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{GIB, MIB};
+
+    fn rec(id: &str, index: usize, used: Vec<u64>, held: u64) -> StepRecord {
+        StepRecord {
+            index,
+            id: id.into(),
+            label: id.into(),
+            op: "alloc".into(),
+            start_ms: 0.0,
+            end_ms: Some(1.0),
+            status: "ok".into(),
+            bytes: None,
+            used_after: used,
+            worker_after: Vec::new(),
+            held_after: held,
+            peak_used: Vec::new(),
+        }
+    }
+
+    fn facts<'a>(records: &'a [StepRecord], error: Option<&'a StepError>) -> Facts<'a> {
+        Facts {
+            plan_ids: vec!["a".into(), "b".into(), "c".into()],
+            records,
+            error,
+            completed: error.is_none(),
+            totals: vec![10 * GIB, 10 * GIB],
+            baseline: vec![GIB, GIB],
+            context_cost: vec![Some(448 * MIB), None],
+            worker_max: vec![500 * MIB, 0],
+            peaks: vec![9 * GIB, GIB],
+            needed: 2,
+        }
+    }
+
+    fn oom_at(step: usize) -> StepError {
+        StepError {
+            step,
+            step_label: "x".into(),
+            kind: "out-of-memory".into(),
+            message: "out of memory".into(),
+            t_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn oom_range_is_checked_by_plan_position() {
+        let e = oom_at(1);
+        let f = facts(&[], Some(&e));
+        let exp = |a: Option<&str>, b: Option<&str>| Expectation::Oom {
+            at_or_after: a.map(String::from),
+            before: b.map(String::from),
+        };
+        assert!(evaluate(&exp(Some("b"), Some("c")), &f).passed);
+        assert!(!evaluate(&exp(Some("c"), None), &f).passed);
+        assert!(!evaluate(&exp(None, Some("b")), &f).passed);
+        assert!(!evaluate(&exp(Some("zz"), None), &f).passed);
+        assert!(!evaluate(&Expectation::Completes, &f).passed);
+        let f = facts(&[], None);
+        assert!(!evaluate(&exp(None, None), &f).passed);
+        assert!(evaluate(&Expectation::Completes, &f).passed);
+    }
+
+    #[test]
+    fn residual_spread_and_context_units() {
+        let recs = [rec("a", 0, vec![GIB + 448 * MIB, GIB + 448 * MIB], 0)];
+        let f = facts(&recs, None);
+        let r = |min, max, spread| Expectation::Residual {
+            after: "a".into(),
+            devices: Vec::new(),
+            min,
+            max,
+            spread,
+        };
+        assert!(evaluate(&r(None, Some(SizeSpec::Contexts(1.0)), None), &f).passed);
+        assert!(!evaluate(&r(None, Some(SizeSpec::Contexts(0.5)), None), &f).passed);
+        let uneven = [rec("a", 0, vec![3 * GIB, 2 * GIB], 0)];
+        let f = facts(&uneven, None);
+        assert!(
+            !evaluate(
+                &r(
+                    Some(SizeSpec::Fraction(0.05)),
+                    None,
+                    Some(SizeSpec::Fraction(0.05))
+                ),
+                &f
+            )
+            .passed
+        );
+        assert!(
+            evaluate(
+                &r(
+                    Some(SizeSpec::Fraction(0.05)),
+                    None,
+                    Some(SizeSpec::Fraction(0.2))
+                ),
+                &f
+            )
+            .passed
+        );
+        // A step that did not run fails the check instead of passing silently.
+        let f = facts(&[], None);
+        assert!(!evaluate(&r(None, None, None), &f).passed);
+    }
+
+    #[test]
+    fn device_bounds_footprint_and_fallback_context() {
+        let recs = [rec("b", 1, vec![0, 0], 4 * GIB)];
+        let f = facts(&recs, None);
+        let w = |device, min, max| Expectation::WorkerOnDevice { device, min, max };
+        assert!(evaluate(&w(0, Some(SizeSpec::Contexts(1.0)), None), &f).passed);
+        assert!(evaluate(&w(1, None, Some(SizeSpec::Bytes(0))), &f).passed);
+        // GPU 1 has no measured context: the largest measured one is used.
+        assert_eq!(f.ctx(1), 448 * MIB);
+        let peak = Expectation::Peak {
+            device: 0,
+            min: Some(SizeSpec::Fraction(0.9)),
+            max: None,
+        };
+        assert!(evaluate(&peak, &f).passed);
+        let fp = |min: f64, max: f64| Expectation::Footprint {
+            at: "b".into(),
+            min: Some(SizeSpec::Fraction(min)),
+            max: Some(SizeSpec::Fraction(max)),
+        };
+        assert!(evaluate(&fp(0.39, 0.41), &f).passed);
+        assert!(!evaluate(&fp(0.5, 0.6), &f).passed);
+    }
+}

@@ -325,7 +325,7 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
             return crate::exit::USAGE;
         }
     };
-    let mut driver = match gpu::open_driver(kind) {
+    let driver = match gpu::open_driver(kind) {
         Ok(d) => d,
         Err(e) => {
             emit(
@@ -339,6 +339,16 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
             return crate::exit::ENVIRONMENT;
         }
     };
+    run_plan(driver, &plan, input, out)
+}
+
+/// Run `plan` through `driver` (the worker body, after the plan was read).
+pub fn run_plan(
+    mut driver: Box<dyn Driver>,
+    plan: &WorkerInput,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> i32 {
     let devices = driver.device_count().unwrap_or(0);
     emit(
         out,
@@ -407,4 +417,167 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
     }
     emit(out, &WorkerEvent::Done);
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::SimDriver;
+    use crate::scenario::Step;
+    use crate::sim::{InitOptions, SimBox, SimProcess};
+    use crate::units::{GIB, MIB};
+
+    fn step(op: Op) -> Step {
+        Step {
+            id: op.name().into(),
+            label: op.name().into(),
+            op,
+            only: Vec::new(),
+        }
+    }
+
+    fn alloc(
+        tag: &str,
+        device: u32,
+        size: SizeSpec,
+        allocator: Option<&str>,
+        group: Option<&str>,
+    ) -> Op {
+        Op::Alloc {
+            tag: tag.into(),
+            device,
+            size,
+            allocator: allocator.map(String::from),
+            group: group.map(String::from),
+            fill: true,
+        }
+    }
+
+    fn free(tag: &str) -> Op {
+        Op::Free { tag: tag.into() }
+    }
+
+    /// Run ops on a fresh box; returns the events and the box (usage after each step can be
+    /// read from `End.held`; the box shows what is left after the driver is dropped).
+    fn run(spec: &str, ops: Vec<Op>) -> (Vec<WorkerEvent>, i32) {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), spec, &InitOptions::default()).unwrap();
+        let driver = Box::new(SimDriver::new(SimProcess::new(sim.clone(), None)));
+        let plan = WorkerInput {
+            steps: ops.into_iter().map(step).collect(),
+            lockstep: false,
+            hold: false,
+        };
+        let mut out = Vec::new();
+        let code = run_plan(driver, &plan, &mut std::io::empty(), &mut out);
+        // Dropping the driver returned everything.
+        assert_eq!(sim.memory(0).unwrap().used, 0);
+        let events = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (events, code)
+    }
+
+    fn helds(events: &[WorkerEvent]) -> Vec<u64> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::End { held, .. } => Some(*held),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cached_blocks_are_reused_only_by_requests_that_fit() {
+        let (ev, code) = run(
+            "16GiB",
+            vec![
+                alloc("a", 0, SizeSpec::Bytes(GIB), Some("flow"), None),
+                free("a"),
+                // Smaller: reuses the 1 GiB block.
+                alloc("b", 0, SizeSpec::Bytes(512 * MIB), Some("flow"), None),
+                free("b"),
+                // Larger: a new block; the old one stays cached.
+                alloc("c", 0, SizeSpec::Bytes(2 * GIB), Some("flow"), None),
+                free("c"),
+                // Another allocator's empty_cache does not help.
+                Op::EmptyCache {
+                    allocator: Some("torch".into()),
+                },
+                Op::EmptyCache {
+                    allocator: Some("flow".into()),
+                },
+            ],
+        );
+        assert_eq!(code, 0);
+        assert_eq!(
+            helds(&ev),
+            vec![GIB, GIB, GIB, GIB, 3 * GIB, 3 * GIB, 3 * GIB, 0]
+        );
+        assert!(matches!(ev.last(), Some(WorkerEvent::Done)));
+    }
+
+    #[test]
+    fn process_group_owns_tensors_until_destroyed() {
+        let (ev, _) = run(
+            "2x16GiB",
+            vec![
+                Op::ProcessGroup {
+                    name: "pg".into(),
+                    devices: vec![0, 1],
+                    buffers: SizeSpec::Bytes(256 * MIB),
+                },
+                alloc("shard", 1, SizeSpec::Bytes(GIB), Some("torch"), Some("pg")),
+                free("shard"),
+                Op::EmptyCache { allocator: None },
+                Op::DestroyProcessGroup { name: "pg".into() },
+                Op::EmptyCache { allocator: None },
+            ],
+        );
+        let g = 512 * MIB;
+        assert_eq!(helds(&ev), vec![g, g + GIB, g + GIB, g + GIB, GIB, 0]);
+    }
+
+    #[test]
+    fn claim_utilization_counts_only_own_tensors_and_oom_is_reported() {
+        let (ev, code) = run(
+            "10GiB",
+            vec![
+                alloc("w", 0, SizeSpec::Bytes(2 * GIB), None, None),
+                Op::ClaimUtilization {
+                    tag: "kv".into(),
+                    device: 0,
+                    fraction: 0.5,
+                },
+                alloc("big", 0, SizeSpec::Fraction(0.6), None, None),
+            ],
+        );
+        assert_eq!(code, 1);
+        let claimed = ev.iter().find_map(|e| match e {
+            WorkerEvent::End { step: 1, bytes, .. } => *bytes,
+            _ => None,
+        });
+        assert_eq!(claimed, Some(3 * GIB));
+        match ev.last() {
+            Some(WorkerEvent::Failed {
+                step,
+                kind,
+                message,
+            }) => {
+                assert_eq!((*step, kind.as_str()), (2, "out-of-memory"));
+                assert!(message.contains("out of memory"), "{message}");
+            }
+            other => panic!("expected an OOM, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plan_errors_are_reported_not_panicked() {
+        let (ev, code) = run("16GiB", vec![free("nothing")]);
+        assert_eq!(code, 1);
+        assert!(matches!(ev.last(), Some(WorkerEvent::Failed { kind, .. }) if kind == "error"));
+    }
 }
