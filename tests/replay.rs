@@ -690,3 +690,34 @@ fn real_backends_multi_size_oom() {
     assert_verdict(run(&r, "multi-size-oom", "fix-largest-first"), "fixed");
     assert_verdict(run(&r, "multi-size-oom", "fix-no-tuning-warmup"), "fixed");
 }
+
+#[test]
+fn out_is_checked_before_running_and_written_as_json() {
+    let dir = fresh_box("t4");
+    let bad = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "overcommit", "--out", "r.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stdout).is_empty(), "nothing ran");
+    let out = dir.path().join("r.json");
+    std::fs::write(&out, "old").unwrap();
+    let exists = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "overcommit", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(exists.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&exists.stderr).contains("--force"));
+    let ok = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "overcommit", "--force", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+    let saved: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(saved["kind"], "replay");
+    assert_eq!(saved["environment"]["backend"], "sim");
+    assert_eq!(saved["replay"]["runs"].as_array().unwrap().len(), 2);
+}

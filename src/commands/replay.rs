@@ -181,6 +181,16 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             args.period
         )));
     }
+    // Refuse an unusable --out before running anything (a replay can take a while).
+    if let Some(path) = &args.out {
+        crate::report::write::format_for_path(path).map_err(|e| UsageError(e.to_string()))?;
+        if path.exists() && !args.force {
+            anyhow::bail!(UsageError(format!(
+                "{} already exists; pass --force to overwrite it",
+                path.display()
+            )));
+        }
+    }
     let scenarios: Vec<Scenario> = args
         .scenarios
         .iter()
