@@ -700,7 +700,10 @@ fn out_is_checked_before_running_and_written_as_json() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stdout).is_empty(), "nothing ran");
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).is_empty(),
+        "nothing ran"
+    );
     let out = dir.path().join("r.json");
     std::fs::write(&out, "old").unwrap();
     let exists = vramdoc()
@@ -712,7 +715,13 @@ fn out_is_checked_before_running_and_written_as_json() {
     assert!(String::from_utf8_lossy(&exists.stderr).contains("--force"));
     let ok = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir.path())
-        .args(["replay", "overcommit", "--force", "--out", out.to_str().unwrap()])
+        .args([
+            "replay",
+            "overcommit",
+            "--force",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
