@@ -306,6 +306,10 @@ fn emit(out: &mut dyn Write, ev: &WorkerEvent) -> bool {
 fn kind_of(e: &StepFailure) -> &'static str {
     match e {
         StepFailure::Gpu(g) if g.is_out_of_memory() => "out-of-memory",
+        // A backend that reports the driver's code as is.
+        StepFailure::Gpu(GpuError::Driver { code, .. }) if code.contains("OUT_OF_MEMORY") => {
+            "out-of-memory"
+        }
         StepFailure::Gpu(GpuError::DeviceLost(_)) => "device-lost",
         _ => "error",
     }
