@@ -187,6 +187,9 @@ pub struct Variant {
     pub reorder: Vec<String>,
     /// Field overrides per step id (already applied by [`Scenario::plan`]).
     pub patches: BTreeMap<String, Op>,
+    /// Labels set by patches, per step id.
+    #[serde(default)]
+    pub patch_labels: BTreeMap<String, String>,
     pub expect: Vec<Expectation>,
 }
 
@@ -233,6 +236,9 @@ impl Scenario {
         for s in &mut steps {
             if let Some(op) = variant.patches.get(&s.id) {
                 s.op = op.clone();
+            }
+            if let Some(label) = variant.patch_labels.get(&s.id) {
+                s.label = label.clone();
             }
         }
         if !variant.reorder.is_empty() {

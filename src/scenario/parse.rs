@@ -339,8 +339,12 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             .map(&known_step)
             .collect::<Result<Vec<_>, _>>()?;
         let mut patches = BTreeMap::new();
+        let mut patch_labels = BTreeMap::new();
         for (key, p) in &r.patch {
             let id = known_step(key)?;
+            if let Some(label) = &p.get_ref().label {
+                patch_labels.insert(id.clone(), label.clone());
+            }
             let base = raw_by_id.get(&id).cloned().unwrap_or_default();
             let merged = base.patched(p.get_ref());
             patches.insert(id, build_op(cx, &merged, p.span(), &sizes, &check_device)?);
@@ -363,6 +367,7 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             skip,
             reorder,
             patches,
+            patch_labels,
             expect,
         });
     }
@@ -689,6 +694,7 @@ check = "completes"
 name = "fix-x"
 skip = ["load"]
 [variants.patch.ctx]
+label = "ctx on 0"
 device = 0
 [[variants.expect]]
 check = "worker_on_device"
@@ -716,6 +722,7 @@ max = "1ctx"
         let plan = s.plan(fix);
         assert_eq!(plan.steps.len(), 1);
         assert_eq!(plan.steps[0].op, Op::Context { device: 0 });
+        assert_eq!(plan.steps[0].label, "ctx on 0");
         assert_eq!(s.variant("bug").unwrap().kind, VariantKind::Bug);
     }
 
