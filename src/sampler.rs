@@ -199,7 +199,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let got = s.stop();
         assert_eq!(got.devices.len(), 2);
-        assert!(got.rounds >= 20, "rounds {}", got.rounds);
+        assert!(got.rounds >= 5, "rounds {}", got.rounds);
         let (_, peak1) = got.peak(1).unwrap();
         assert!(peak1 >= 1 << 30, "peak {peak1}");
         assert_eq!(got.peak(0).unwrap().1, 0);
