@@ -47,14 +47,24 @@ pub enum Command {
     /// Show who holds which GPU memory, and what is wrong with it
     Scan(ScanArgs),
     /// List the built-in failure scenarios
+    #[command(after_help = "Examples:\n  vramdoc list\n  vramdoc list --json")]
     List(ListArgs),
     /// Replay failure scenarios (bug and fix variants) while sampling memory
+    ///
+    /// Each variant runs as a worker process next to the scenario's neighbour processes; a
+    /// background sampler reads every GPU's memory. Verdicts: reproduced (bug shown), fixed
+    /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
+    /// for writing your own scenario files, docs/scenarios.md.
+    #[command(after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment.\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json")]
     Replay(ReplayArgs),
     /// Re-render a saved JSON report as Markdown or HTML
     Report(ReportArgs),
     /// Create and inspect simulated GPU boxes
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
+    #[command(name = "__worker", hide = true)]
+    Worker,
 }
 
 #[derive(Debug, Args)]

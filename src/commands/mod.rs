@@ -71,5 +71,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             replay::run(&session, &args)
         }
         Command::Report(args) => report::run(&args),
+        Command::Worker => {
+            let session = Session::new(&cli.global)?;
+            Ok(replay::worker(&session))
+        }
     }
 }

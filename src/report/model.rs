@@ -219,6 +219,50 @@ pub struct VariantRun {
     pub timeline: Timeline,
     /// Wall time of the variant, milliseconds.
     pub duration_ms: u64,
+    /// Each step the worker started, with memory at its end (added for replay; optional).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
+}
+
+/// One step of a variant as the monitor saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepRecord {
+    pub index: usize,
+    pub id: String,
+    pub label: String,
+    /// The scenario op (`alloc`, `free`, `context`, ...).
+    pub op: String,
+    /// Milliseconds since the variant started.
+    pub start_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<f64>,
+    /// `ok`, `out-of-memory`, `device-lost`, `error`, `killed`, `interrupted`.
+    pub status: String,
+    /// Bytes the step asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Used bytes of every device (index = physical device) when the step ended.
+    #[serde(default)]
+    pub used_after: Vec<u64>,
+    /// The worker's own usage on every device when the step ended (process list).
+    #[serde(default)]
+    pub worker_after: Vec<u64>,
+    /// Bytes the worker held through allocations (live, cached, group-owned), all devices.
+    #[serde(default)]
+    pub held_after: u64,
+    /// Peak used bytes of every device while the step ran.
+    #[serde(default)]
+    pub peak_used: Vec<u64>,
+}
+
+/// One entry of a per-process list, sampled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessSample {
+    pub t_ms: f64,
+    pub device: u32,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -246,6 +290,9 @@ pub struct DevicePeak {
 pub struct Timeline {
     pub devices: Vec<DeviceSeries>,
     pub markers: Vec<Marker>,
+    /// Per-process lists, sampled on a slower cadence (added for replay; optional).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessSample>,
 }
 
 /// Samples of one device.

@@ -1,0 +1,683 @@
+//! The replay engine: runs one variant of a scenario as a worker child process (so its PID,
+//! environment and crash are real) next to its neighbour processes, while the [`Sampler`]
+//! reads memory in the background; then checks the variant's expectations on the timeline.
+//! The monitor never runs workload code itself: an OOM or a kill ends the worker only.
+
+pub mod checks;
+pub mod protocol;
+pub mod worker;
+
+use crate::gpu::{self, BackendKind, DeviceInfo, GpuError, Monitor};
+use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::scenario::{Op, Scenario, Step, Variant, VariantKind};
+use protocol::{WorkerEvent, WorkerInput};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// Errors that stop a replay as a whole (environment problems: exit 3).
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    #[error("starting {what}: {source}")]
+    Spawn {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("the worker could not open the GPU driver: {0}")]
+    WorkerEnvironment(String),
+}
+
+/// How to run replays.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub backend: BackendKind,
+    pub sampler: SamplerConfig,
+    /// The vramdoc binary (workers and neighbours are `vramdoc __worker`).
+    pub exe: PathBuf,
+    /// Set by Ctrl-C: stop the worker, keep what was recorded.
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// Progress callbacks (the command shows them with indicatif).
+pub trait Observer {
+    fn variant_started(&mut self, _scenario: &str, _variant: &str, _steps: usize) {}
+    fn worker_started(&mut self, _pid: u32) {}
+    fn step_started(&mut self, _index: usize, _label: &str) {}
+    fn variant_finished(&mut self, _run: &VariantRun) {}
+}
+
+/// An observer that shows nothing.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+fn backend_arg(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Sim => "sim",
+        BackendKind::Real => "real",
+    }
+}
+
+/// A child `vramdoc __worker` with its event stream.
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Receiver<Result<WorkerEvent, String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn spawn(
+        opts: &ReplayOptions,
+        env: &[(String, Option<String>)],
+        input: &WorkerInput,
+        what: &str,
+    ) -> Result<Proc, ReplayError> {
+        let mut cmd = Command::new(&opts.exe);
+        cmd.arg("--backend")
+            .arg(backend_arg(opts.backend))
+            .arg("__worker")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        // Its own process group: a terminal's Ctrl-C reaches the monitor, which stops the
+        // worker itself and records that it did.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd.spawn().map_err(|source| ReplayError::Spawn {
+            what: what.to_string(),
+            source,
+        })?;
+        let mut stdin = child.stdin.take();
+        if let Some(s) = stdin.as_mut() {
+            let line = serde_json::to_string(input).unwrap_or_default();
+            let _ = writeln!(s, "{line}").and_then(|_| s.flush());
+        }
+        let (tx, rx) = mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    let ev = serde_json::from_str::<WorkerEvent>(&line).map_err(|_| line);
+                    if tx.send(ev).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let buf = stderr.clone();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = err.read_to_string(&mut s);
+                if let Ok(mut b) = buf.lock() {
+                    *b = s;
+                }
+            });
+        }
+        Ok(Proc {
+            child,
+            stdin,
+            events: rx,
+            stderr,
+        })
+    }
+
+    fn ack(&mut self) {
+        if let Some(s) = self.stdin.as_mut() {
+            let _ = writeln!(s).and_then(|_| s.flush());
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Close stdin, give the process `grace` to exit, then kill it; reap it.
+    fn finish(mut self, grace: Duration) {
+        self.stdin.take();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn stderr_tail(&self) -> String {
+        let s = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        let s = s.trim();
+        let tail: String = s
+            .chars()
+            .rev()
+            .take(300)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        tail.replace('\n', " ")
+    }
+}
+
+fn ms(t0: Instant) -> f64 {
+    t0.elapsed().as_secs_f64() * 1000.0
+}
+
+/// A run that did not happen.
+pub fn skipped(scn: &Scenario, variant: &Variant, reason: String) -> VariantRun {
+    VariantRun {
+        scenario: scn.id.clone(),
+        variant: variant.name.clone(),
+        source: scn.source.clone(),
+        verdict: Verdict::Skipped,
+        reason: Some(reason),
+        checks: Vec::new(),
+        worker_pid: None,
+        error: None,
+        peaks: Vec::new(),
+        timeline: Timeline::default(),
+        duration_ms: 0,
+        steps: Vec::new(),
+    }
+}
+
+/// Memory and the given process's usage on every device, now.
+fn snapshot(
+    monitor: &dyn Monitor,
+    devices: &[DeviceInfo],
+    pid: Option<u32>,
+) -> (Vec<u64>, Vec<u64>) {
+    let mut used = Vec::new();
+    let mut mine = Vec::new();
+    for d in devices {
+        used.push(monitor.memory(d.index).map(|m| m.used).unwrap_or(0));
+        let w = match pid {
+            Some(pid) => monitor
+                .processes(d.index)
+                .ok()
+                .and_then(|l| l.into_iter().find(|p| p.pid == pid))
+                .and_then(|p| p.used)
+                .unwrap_or(0),
+            None => 0,
+        };
+        mine.push(w);
+    }
+    (used, mine)
+}
+
+/// Physical index of each CUDA ordinal the worker will see.
+fn ordinal_map(env_visible: Option<&str>, devices: &[DeviceInfo]) -> Vec<u32> {
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    crate::sim::visible::visible_devices(env_visible, &uuids)
+}
+
+/// Run one variant of a scenario. `monitor` reads memory at step boundaries; the sampler
+/// thread opens its own monitor of the same kind.
+pub fn run_variant(
+    scn: &Scenario,
+    variant: &Variant,
+    monitor: &dyn Monitor,
+    devices: &[DeviceInfo],
+    opts: &ReplayOptions,
+    observer: &mut dyn Observer,
+) -> Result<VariantRun, ReplayError> {
+    let plan = scn.plan(variant);
+    let t0 = Instant::now();
+    let started = Instant::now();
+    let mut markers: Vec<Marker> = Vec::new();
+    observer.variant_started(&scn.id, &variant.name, plan.steps.len());
+
+    // Neighbours first: they hold memory for the whole variant.
+    let mut neighbours = Vec::new();
+    let mut neighbour_failure = None;
+    for n in &scn.neighbours {
+        let input = WorkerInput {
+            steps: vec![Step {
+                id: "hold".into(),
+                label: n.label.clone(),
+                op: Op::Alloc {
+                    tag: "held".into(),
+                    device: 0,
+                    size: n.size,
+                    allocator: None,
+                    group: None,
+                    fill: true,
+                },
+                only: Vec::new(),
+            }],
+            lockstep: false,
+            hold: true,
+        };
+        let env = vec![(
+            "CUDA_VISIBLE_DEVICES".to_string(),
+            Some(n.device.to_string()),
+        )];
+        let p = Proc::spawn(opts, &env, &input, "a neighbour process")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match p.events.recv_timeout(Duration::from_millis(50)) {
+                Ok(Ok(WorkerEvent::Ready)) => break,
+                Ok(Ok(WorkerEvent::Failed { kind, message, .. })) => {
+                    if kind == "environment" {
+                        p.finish(Duration::from_millis(100));
+                        return Err(ReplayError::WorkerEnvironment(message));
+                    }
+                    neighbour_failure =
+                        Some(format!("{} could not hold its memory: {message}", n.label));
+                    break;
+                }
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout)
+                    if Instant::now() < deadline && !opts.interrupted.load(Ordering::SeqCst) => {}
+                Err(_) => {
+                    neighbour_failure =
+                        Some(format!("{} did not start: {}", n.label, p.stderr_tail()));
+                    break;
+                }
+            }
+        }
+        markers.push(Marker {
+            t_ms: ms(t0),
+            kind: "neighbour".into(),
+            label: format!("{} holds {}", n.label, n.size.describe()),
+            device: Some(n.device),
+        });
+        neighbours.push(p);
+        if neighbour_failure.is_some() {
+            break;
+        }
+    }
+
+    let totals: Vec<u64> = devices.iter().map(|d| d.memory.total).collect();
+    let (baseline, _) = snapshot(monitor, devices, None);
+
+    let sampler_monitor = gpu::open_monitor(opts.backend)?;
+    let sampler = Sampler::start(
+        sampler_monitor,
+        devices.iter().map(|d| (d.index, d.memory.total)).collect(),
+        t0,
+        opts.sampler,
+    );
+
+    // The worker's environment: the parent's, with the variant's on top.
+    let mut env: Vec<(String, Option<String>)> = plan
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    let visible = plan
+        .env
+        .get("CUDA_VISIBLE_DEVICES")
+        .cloned()
+        .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
+    if !plan.env.contains_key("CUDA_VISIBLE_DEVICES") && visible.is_none() {
+        env.push(("CUDA_VISIBLE_DEVICES".into(), None));
+    }
+    let ordinals = ordinal_map(visible.as_deref(), devices);
+
+    let mut records: Vec<StepRecord> = Vec::new();
+    let mut snap_points: Vec<(f64, Vec<u64>)> = vec![(ms(t0), baseline.clone())];
+    let mut error: Option<StepError> = None;
+    let mut completed = false;
+    let mut interrupted = false;
+    let mut worker_pid = None;
+
+    if let Some(reason) = neighbour_failure.clone() {
+        error = Some(StepError {
+            step: 0,
+            step_label: "neighbours".into(),
+            kind: "error".into(),
+            message: reason,
+            t_ms: ms(t0),
+        });
+    } else {
+        let input = WorkerInput {
+            steps: plan.steps.clone(),
+            lockstep: true,
+            hold: false,
+        };
+        let mut w = Proc::spawn(opts, &env, &input, "the worker")?;
+        worker_pid = Some(w.child.id());
+        observer.worker_started(w.child.id());
+        markers.push(Marker {
+            t_ms: ms(t0),
+            kind: "worker".into(),
+            label: format!("worker pid {} started", w.child.id()),
+            device: None,
+        });
+        let mut prev_mine: Vec<u64> = vec![0; devices.len()];
+        loop {
+            if opts.interrupted.load(Ordering::SeqCst) {
+                interrupted = true;
+                w.kill();
+                break;
+            }
+            let ev = match w.events.recv_timeout(Duration::from_millis(20)) {
+                Ok(Ok(ev)) => ev,
+                Ok(Err(_unparsed)) => continue,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            match ev {
+                WorkerEvent::Hello { pid, .. } => worker_pid = Some(pid),
+                WorkerEvent::Start { step } => {
+                    let Some(s) = plan.steps.get(step) else {
+                        continue;
+                    };
+                    let t = ms(t0);
+                    observer.step_started(step, &s.label);
+                    markers.push(Marker {
+                        t_ms: t,
+                        kind: "step".into(),
+                        label: format!("{}: {}", s.id, s.label),
+                        device: None,
+                    });
+                    records.push(StepRecord {
+                        index: step,
+                        id: s.id.clone(),
+                        label: s.label.clone(),
+                        op: s.op.name().into(),
+                        start_ms: t,
+                        end_ms: None,
+                        status: "running".into(),
+                        bytes: None,
+                        used_after: Vec::new(),
+                        worker_after: Vec::new(),
+                        held_after: 0,
+                        peak_used: Vec::new(),
+                    });
+                }
+                WorkerEvent::End {
+                    step, bytes, held, ..
+                } => {
+                    let (used, mine) = snapshot(monitor, devices, worker_pid);
+                    let t = ms(t0);
+                    snap_points.push((t, used.clone()));
+                    if let Some(r) = records.iter_mut().rev().find(|r| r.index == step) {
+                        r.end_ms = Some(t);
+                        r.status = "ok".into();
+                        r.bytes = bytes;
+                        r.used_after = used;
+                        r.worker_after = mine.clone();
+                        r.held_after = held;
+                    }
+                    prev_mine = mine;
+                    w.ack();
+                }
+                WorkerEvent::Failed {
+                    step,
+                    kind,
+                    message,
+                } => {
+                    if kind == "environment" {
+                        w.finish(Duration::from_millis(500));
+                        drop(sampler);
+                        for n in neighbours {
+                            n.finish(Duration::from_millis(500));
+                        }
+                        return Err(ReplayError::WorkerEnvironment(message));
+                    }
+                    let (used, mine) = snapshot(monitor, devices, worker_pid);
+                    let t = ms(t0);
+                    snap_points.push((t, used.clone()));
+                    let label = plan
+                        .steps
+                        .get(step)
+                        .map(|s| s.id.clone())
+                        .unwrap_or_default();
+                    if let Some(r) = records.iter_mut().rev().find(|r| r.index == step) {
+                        r.end_ms = Some(t);
+                        r.status = kind.clone();
+                        r.used_after = used;
+                        r.worker_after = if mine.iter().any(|m| *m > 0) {
+                            mine
+                        } else {
+                            prev_mine.clone()
+                        };
+                    }
+                    markers.push(Marker {
+                        t_ms: t,
+                        kind: if kind == "out-of-memory" {
+                            "oom".into()
+                        } else {
+                            "error".into()
+                        },
+                        label: format!("{label}: {message}"),
+                        device: None,
+                    });
+                    error = Some(StepError {
+                        step,
+                        step_label: label,
+                        kind,
+                        message,
+                        t_ms: t,
+                    });
+                }
+                WorkerEvent::Done => completed = true,
+                WorkerEvent::Ready => {}
+            }
+        }
+        let status = w.child.wait();
+        let t = ms(t0);
+        if error.is_none() && !completed {
+            let (kind, message) = if interrupted {
+                (
+                    "interrupted".to_string(),
+                    "stopped by Ctrl-C; results are partial".to_string(),
+                )
+            } else {
+                match status
+                    .as_ref()
+                    .ok()
+                    .and_then(std::os::unix::process::ExitStatusExt::signal)
+                {
+                    Some(sig) => (
+                        "killed".to_string(),
+                        format!("worker killed by signal {sig}"),
+                    ),
+                    None => (
+                        "error".to_string(),
+                        format!(
+                            "worker exited ({}) without finishing: {}",
+                            status.as_ref().map(|s| s.to_string()).unwrap_or_default(),
+                            w.stderr_tail()
+                        ),
+                    ),
+                }
+            };
+            let running = records.iter_mut().rev().find(|r| r.status == "running");
+            let (step, label) = match running {
+                Some(r) => {
+                    r.status = kind.clone();
+                    r.end_ms = Some(t);
+                    (r.index, r.id.clone())
+                }
+                None => (records.len(), "worker start".to_string()),
+            };
+            markers.push(Marker {
+                t_ms: t,
+                kind: if kind == "killed" {
+                    "killed".into()
+                } else {
+                    kind.clone()
+                },
+                label: format!("{label}: {message}"),
+                device: None,
+            });
+            error = Some(StepError {
+                step,
+                step_label: label,
+                kind,
+                message,
+                t_ms: t,
+            });
+        }
+        w.finish(Duration::from_millis(200));
+    }
+
+    // One last reading after the worker is gone.
+    let (used_end, _) = snapshot(monitor, devices, None);
+    let t_end = ms(t0);
+    snap_points.push((t_end, used_end));
+    markers.push(Marker {
+        t_ms: t_end,
+        kind: "end".into(),
+        label: "worker gone".into(),
+        device: None,
+    });
+    let samples = sampler.stop();
+    for n in neighbours {
+        n.finish(Duration::from_millis(500));
+    }
+
+    // Timeline: sampler series with the step-boundary readings merged in.
+    let mut series = samples.devices;
+    for (t, used) in &snap_points {
+        for (i, s) in series.iter_mut().enumerate() {
+            if let Some(u) = used.get(i) {
+                s.samples.push((*t, *u));
+            }
+        }
+    }
+    for s in series.iter_mut() {
+        s.samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let peaks: Vec<DevicePeak> = series
+        .iter()
+        .map(|s| {
+            let (t_ms, peak_used) = s
+                .samples
+                .iter()
+                .copied()
+                .max_by_key(|(_, u)| *u)
+                .unwrap_or((0.0, 0));
+            DevicePeak {
+                device: s.device,
+                total: s.total,
+                peak_used,
+                t_ms,
+            }
+        })
+        .collect();
+    // Peak per step: samples from its start to its end.
+    for r in records.iter_mut() {
+        let end = r.end_ms.unwrap_or(f64::INFINITY);
+        r.peak_used = series
+            .iter()
+            .map(|s| {
+                s.samples
+                    .iter()
+                    .filter(|(t, _)| *t >= r.start_ms && *t <= end)
+                    .map(|(_, u)| *u)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+    }
+
+    // The worker's own usage per device: the most it held in any reading.
+    let mut worker_max = vec![0u64; devices.len()];
+    for r in &records {
+        for (i, v) in r.worker_after.iter().enumerate() {
+            worker_max[i] = worker_max[i].max(*v);
+        }
+    }
+    if let Some(pid) = worker_pid {
+        for p in samples.processes.iter().filter(|p| p.pid == pid) {
+            if let Some(i) = devices.iter().position(|d| d.index == p.device) {
+                worker_max[i] = worker_max[i].max(p.used.unwrap_or(0));
+            }
+        }
+    }
+    // Context cost per device: the worker's growth across its `context` steps.
+    let mut context_cost: Vec<Option<u64>> = vec![None; devices.len()];
+    let mut prev = vec![0u64; devices.len()];
+    for r in &records {
+        if r.worker_after.len() == devices.len() {
+            if r.op == "context" && r.status == "ok" {
+                if let Op::Context { device } = &plan.steps[r.index].op {
+                    if let Some(p) = ordinals.get(*device as usize).map(|p| *p as usize) {
+                        let delta = r.worker_after[p].saturating_sub(prev[p]);
+                        if delta > 0 && context_cost[p].is_none() {
+                            context_cost[p] = Some(delta);
+                        }
+                    }
+                }
+            }
+            prev.clone_from(&r.worker_after);
+        }
+    }
+
+    let facts = checks::Facts {
+        plan_ids: plan.steps.iter().map(|s| s.id.clone()).collect(),
+        records: &records,
+        error: error.as_ref(),
+        completed,
+        totals,
+        baseline,
+        context_cost,
+        worker_max,
+        peaks: peaks.iter().map(|p| p.peak_used).collect(),
+        needed: scn.devices,
+    };
+    let results: Vec<_> = variant
+        .expect
+        .iter()
+        .map(|e| checks::evaluate(e, &facts))
+        .collect();
+    let all_passed = results.iter().all(|c| c.passed);
+    let verdict = match (all_passed && !interrupted, variant.kind) {
+        (true, VariantKind::Bug) => Verdict::Reproduced,
+        (true, VariantKind::Fix) => Verdict::Fixed,
+        (false, _) => Verdict::Unexpected,
+    };
+    let reason = if interrupted {
+        Some("interrupted (Ctrl-C): partial results".to_string())
+    } else if let Some(e) = error.as_ref().filter(|e| e.kind != "out-of-memory") {
+        Some(format!("{} at {}: {}", e.kind, e.step_label, e.message))
+    } else if !all_passed {
+        results
+            .iter()
+            .find(|c| !c.passed)
+            .map(|c| format!("expected {}: {}", c.expectation, c.detail))
+    } else {
+        None
+    };
+    let run = VariantRun {
+        scenario: scn.id.clone(),
+        variant: variant.name.clone(),
+        source: scn.source.clone(),
+        verdict,
+        reason,
+        checks: results,
+        worker_pid,
+        error,
+        peaks,
+        timeline: Timeline {
+            devices: series,
+            markers,
+            processes: samples.processes,
+        },
+        duration_ms: started.elapsed().as_millis() as u64,
+        steps: records,
+    };
+    observer.variant_finished(&run);
+    Ok(run)
+}

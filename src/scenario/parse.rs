@@ -1,0 +1,793 @@
+//! Reading scenario TOML into a [`Scenario`]. Every error names `file:line:col` and what to
+//! change; nothing here panics on any input (a property test feeds it arbitrary text).
+
+use super::{Expectation, Neighbour, Op, Scenario, SizeSpec, Step, Variant, VariantKind};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use thiserror::Error;
+use toml::Spanned;
+
+/// A scenario file that cannot be used: `file:line:col: message`.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{file}:{line}:{col}: {message}")]
+pub struct ScenarioError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+/// The ops a step may name.
+pub const OPS: &[&str] = &[
+    "context",
+    "alloc",
+    "free",
+    "fill",
+    "empty_cache",
+    "process_group",
+    "destroy_process_group",
+    "claim_utilization",
+    "pause",
+];
+
+const CHECKS: &[&str] = &[
+    "completes",
+    "oom",
+    "worker_on_device",
+    "residual",
+    "peak",
+    "footprint",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    id: Spanned<String>,
+    title: String,
+    description: String,
+    source: String,
+    devices: Spanned<u32>,
+    #[serde(default)]
+    sizes: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    neighbours: Vec<Spanned<RawNeighbour>>,
+    steps: Vec<Spanned<RawStep>>,
+    variants: Vec<Spanned<RawVariant>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNeighbour {
+    label: Option<String>,
+    device: Spanned<u32>,
+    size: Spanned<String>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    id: Option<Spanned<String>>,
+    op: Option<Spanned<String>>,
+    label: Option<String>,
+    device: Option<Spanned<u32>>,
+    devices: Option<Spanned<Vec<u32>>>,
+    size: Option<Spanned<String>>,
+    tag: Option<Spanned<String>>,
+    allocator: Option<String>,
+    group: Option<Spanned<String>>,
+    fill: Option<bool>,
+    value: Option<u32>,
+    fraction: Option<Spanned<f64>>,
+    duration: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    buffers: Option<Spanned<String>>,
+    only: Option<Vec<Spanned<String>>>,
+}
+
+impl RawStep {
+    /// `self` with every field `patch` sets replaced.
+    fn patched(&self, patch: &RawStep) -> RawStep {
+        macro_rules! pick {
+            ($($f:ident),*) => { RawStep { $($f: patch.$f.clone().or_else(|| self.$f.clone()),)* } };
+        }
+        pick!(
+            id, op, label, device, devices, size, tag, allocator, group, fill, value, fraction,
+            duration, name, buffers, only
+        )
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVariant {
+    name: Spanned<String>,
+    kind: Option<Spanned<String>>,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    skip: Vec<Spanned<String>>,
+    #[serde(default)]
+    reorder: Vec<Spanned<String>>,
+    #[serde(default)]
+    patch: BTreeMap<Spanned<String>, Spanned<RawStep>>,
+    #[serde(default)]
+    expect: Vec<Spanned<RawExpect>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    check: Spanned<String>,
+    at_or_after: Option<Spanned<String>>,
+    before: Option<Spanned<String>>,
+    after: Option<Spanned<String>>,
+    at: Option<Spanned<String>>,
+    device: Option<Spanned<u32>>,
+    devices: Option<Spanned<Vec<u32>>>,
+    min: Option<Spanned<String>>,
+    max: Option<Spanned<String>>,
+    spread: Option<Spanned<String>>,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ScenarioError {
+        let (line, col) = line_col(self.text, span.start);
+        ScenarioError {
+            file: self.file.to_string(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while offset > 0 && !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let col = before[line_start..].chars().count() + 1;
+    (line, col)
+}
+
+/// Parse a scenario. `file` names it in errors (a path, or `builtin:<id>`).
+pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let cx = Ctx { file, text };
+    let raw: RawScenario = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        cx.err(span, hint_for(e.message()))
+    })?;
+    build(&cx, raw)
+}
+
+fn hint_for(message: &str) -> String {
+    let m = message.trim().replace('\n', " ");
+    if m.starts_with("missing field") {
+        format!("{m} (add it; see docs/scenarios.md)")
+    } else if m.starts_with("invalid type") {
+        format!("{m} (change the value to the expected type)")
+    } else if m.starts_with("unknown field") {
+        format!("{m} (remove or rename it)")
+    } else {
+        m
+    }
+}
+
+fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
+    let devices = *raw.devices.get_ref();
+    if devices == 0 || devices > 64 {
+        return Err(cx.err(
+            raw.devices.span(),
+            format!("devices = {devices} is out of range (write how many GPUs the scenario needs, 1 to 64)"),
+        ));
+    }
+    let id = raw.id.get_ref().clone();
+    if id.is_empty()
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(cx.err(
+            raw.id.span(),
+            format!("id {id:?} is not a plain name (use letters, digits, '-' and '_')"),
+        ));
+    }
+    // Named sizes, in order, each may refer to earlier ones.
+    let mut sizes: BTreeMap<String, SizeSpec> = BTreeMap::new();
+    for (name, value) in &raw.sizes {
+        let s = size_spec(cx, value, &sizes, true, false)?;
+        sizes.insert(name.clone(), s);
+    }
+
+    let check_device = |d: &Spanned<u32>| -> Result<u32, ScenarioError> {
+        let v = *d.get_ref();
+        if v >= devices {
+            Err(cx.err(
+                d.span(),
+                format!(
+                    "unknown device {v}: this scenario needs {devices} device(s), numbered 0..{} (use one of those or raise `devices`)",
+                    devices - 1
+                ),
+            ))
+        } else {
+            Ok(v)
+        }
+    };
+
+    let mut neighbours = Vec::new();
+    for n in &raw.neighbours {
+        let n_ref = n.get_ref();
+        neighbours.push(Neighbour {
+            label: n_ref.label.clone().unwrap_or_else(|| "neighbour".into()),
+            device: check_device(&n_ref.device)?,
+            size: size_spec(cx, &n_ref.size, &sizes, false, false)?,
+        });
+    }
+
+    let variant_names: BTreeSet<String> = raw
+        .variants
+        .iter()
+        .map(|v| v.get_ref().name.get_ref().clone())
+        .collect();
+
+    // Steps.
+    let mut steps = Vec::new();
+    let mut step_ids = BTreeSet::new();
+    let mut raw_by_id: BTreeMap<String, RawStep> = BTreeMap::new();
+    for (i, s) in raw.steps.iter().enumerate() {
+        let r = s.get_ref();
+        let id =
+            r.id.as_ref()
+                .map(|x| x.get_ref().clone())
+                .unwrap_or_else(|| format!("step-{}", i + 1));
+        if !step_ids.insert(id.clone()) {
+            let span = r.id.as_ref().map(|x| x.span()).unwrap_or(s.span());
+            return Err(cx.err(
+                span,
+                format!("duplicate step id {id:?} (give every step its own id)"),
+            ));
+        }
+        let mut only = Vec::new();
+        for v in r.only.iter().flatten() {
+            if !variant_names.contains(v.get_ref()) {
+                return Err(cx.err(
+                    v.span(),
+                    format!(
+                        "unknown variant {:?} in `only` (variants: {})",
+                        v.get_ref(),
+                        join(&variant_names)
+                    ),
+                ));
+            }
+            only.push(v.get_ref().clone());
+        }
+        let op = build_op(cx, r, s.span(), &sizes, &check_device)?;
+        steps.push(Step {
+            id: id.clone(),
+            label: r.label.clone().unwrap_or_else(|| id.clone()),
+            op,
+            only,
+        });
+        raw_by_id.insert(id, r.clone());
+    }
+    if steps.is_empty() {
+        return Err(cx.err(0..0, "no steps (add at least one [[steps]] table)"));
+    }
+
+    let known_step = |s: &Spanned<String>| -> Result<String, ScenarioError> {
+        if step_ids.contains(s.get_ref()) {
+            Ok(s.get_ref().clone())
+        } else {
+            Err(cx.err(
+                s.span(),
+                format!(
+                    "unknown step {:?} (steps: {})",
+                    s.get_ref(),
+                    join(&step_ids)
+                ),
+            ))
+        }
+    };
+
+    let mut variants = Vec::new();
+    let mut seen = BTreeSet::new();
+    for v in &raw.variants {
+        let r = v.get_ref();
+        let name = r.name.get_ref().clone();
+        if !seen.insert(name.clone()) {
+            return Err(cx.err(
+                r.name.span(),
+                format!("duplicate variant {name:?} (rename one)"),
+            ));
+        }
+        let kind = match &r.kind {
+            Some(k) => match k.get_ref().as_str() {
+                "bug" => VariantKind::Bug,
+                "fix" => VariantKind::Fix,
+                other => {
+                    return Err(cx.err(
+                        k.span(),
+                        format!("unknown variant kind {other:?} (use \"bug\" or \"fix\")"),
+                    ))
+                }
+            },
+            None if name == "bug" || name.starts_with("bug-") => VariantKind::Bug,
+            None => VariantKind::Fix,
+        };
+        let skip = r
+            .skip
+            .iter()
+            .map(&known_step)
+            .collect::<Result<Vec<_>, _>>()?;
+        let reorder = r
+            .reorder
+            .iter()
+            .map(&known_step)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut patches = BTreeMap::new();
+        let mut patch_labels = BTreeMap::new();
+        for (key, p) in &r.patch {
+            let id = known_step(key)?;
+            if let Some(label) = &p.get_ref().label {
+                patch_labels.insert(id.clone(), label.clone());
+            }
+            let base = raw_by_id.get(&id).cloned().unwrap_or_default();
+            let merged = base.patched(p.get_ref());
+            patches.insert(id, build_op(cx, &merged, p.span(), &sizes, &check_device)?);
+        }
+        let mut expect = Vec::new();
+        for e in &r.expect {
+            expect.push(build_expect(cx, e, &sizes, &known_step, &check_device)?);
+        }
+        if expect.is_empty() {
+            return Err(cx.err(
+                r.name.span(),
+                format!("variant {name:?} has no expectations (add [[variants.expect]] tables, e.g. check = \"completes\")"),
+            ));
+        }
+        variants.push(Variant {
+            name,
+            kind,
+            description: r.description.clone(),
+            env: r.env.clone(),
+            skip,
+            reorder,
+            patches,
+            patch_labels,
+            expect,
+        });
+    }
+    if variants.is_empty() {
+        return Err(cx.err(
+            0..0,
+            "no variants (add [[variants]] with name = \"bug\" and one per fix)",
+        ));
+    }
+
+    Ok(Scenario {
+        id,
+        title: raw.title,
+        description: raw.description,
+        source: raw.source,
+        devices,
+        env: raw.env,
+        neighbours,
+        steps,
+        variants,
+    })
+}
+
+fn join(names: &BTreeSet<String>) -> String {
+    names.iter().cloned().collect::<Vec<_>>().join(", ")
+}
+
+fn build_op(
+    cx: &Ctx,
+    r: &RawStep,
+    span: Range<usize>,
+    sizes: &BTreeMap<String, SizeSpec>,
+    check_device: &dyn Fn(&Spanned<u32>) -> Result<u32, ScenarioError>,
+) -> Result<Op, ScenarioError> {
+    let op = r.op.as_ref().ok_or_else(|| {
+        cx.err(
+            span.clone(),
+            format!("step has no `op` (add op = one of {})", OPS.join(", ")),
+        )
+    })?;
+    let opname = op.get_ref().as_str();
+    let missing = |field: &str, example: &str| {
+        cx.err(
+            span.clone(),
+            format!("op {opname} is missing field `{field}` (add e.g. {field} = {example})"),
+        )
+    };
+    let device = || -> Result<u32, ScenarioError> {
+        check_device(r.device.as_ref().ok_or_else(|| missing("device", "0"))?)
+    };
+    let tag = || -> Result<String, ScenarioError> {
+        Ok(r.tag
+            .as_ref()
+            .ok_or_else(|| missing("tag", "\"weights\""))?
+            .get_ref()
+            .clone())
+    };
+    Ok(match opname {
+        "context" => Op::Context { device: device()? },
+        "alloc" => Op::Alloc {
+            tag: tag()?,
+            device: device()?,
+            size: size_spec(
+                cx,
+                r.size.as_ref().ok_or_else(|| missing("size", "\"30%\""))?,
+                sizes,
+                false,
+                false,
+            )?,
+            allocator: r.allocator.clone(),
+            group: r.group.as_ref().map(|g| g.get_ref().clone()),
+            fill: r.fill.unwrap_or(true),
+        },
+        "free" => Op::Free { tag: tag()? },
+        "fill" => Op::Fill {
+            tag: tag()?,
+            value: r.value.unwrap_or(0x5EED),
+        },
+        "empty_cache" => Op::EmptyCache {
+            allocator: r.allocator.clone(),
+        },
+        "process_group" => {
+            let devs = r
+                .devices
+                .as_ref()
+                .ok_or_else(|| missing("devices", "[0, 1]"))?;
+            for d in devs.get_ref() {
+                check_device(&Spanned::new(devs.span(), *d))?;
+            }
+            Op::ProcessGroup {
+                name: r
+                    .name
+                    .as_ref()
+                    .ok_or_else(|| missing("name", "\"pg\""))?
+                    .get_ref()
+                    .clone(),
+                devices: devs.get_ref().clone(),
+                buffers: size_spec(
+                    cx,
+                    r.buffers
+                        .as_ref()
+                        .ok_or_else(|| missing("buffers", "\"3%\""))?,
+                    sizes,
+                    false,
+                    false,
+                )?,
+            }
+        }
+        "destroy_process_group" => Op::DestroyProcessGroup {
+            name: r
+                .name
+                .as_ref()
+                .ok_or_else(|| missing("name", "\"pg\""))?
+                .get_ref()
+                .clone(),
+        },
+        "claim_utilization" => {
+            let f = r
+                .fraction
+                .as_ref()
+                .ok_or_else(|| missing("fraction", "0.9"))?;
+            let v = *f.get_ref();
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(cx.err(f.span(), format!("fraction {v} is out of range (write a number above 0 and at most 1, e.g. 0.9)")));
+            }
+            Op::ClaimUtilization {
+                tag: tag()?,
+                device: device()?,
+                fraction: v,
+            }
+        }
+        "pause" => {
+            let d = r
+                .duration
+                .as_ref()
+                .ok_or_else(|| missing("duration", "\"100ms\""))?;
+            let dur = crate::cli::parse_duration(d.get_ref()).map_err(|e| cx.err(d.span(), e.0))?;
+            Op::Pause {
+                ms: dur.as_millis().min(u64::MAX as u128) as u64,
+            }
+        }
+        other => {
+            return Err(cx.err(
+                op.span(),
+                format!("unknown op {other:?} (use one of: {})", OPS.join(", ")),
+            ))
+        }
+    })
+}
+
+fn build_expect(
+    cx: &Ctx,
+    e: &Spanned<RawExpect>,
+    sizes: &BTreeMap<String, SizeSpec>,
+    known_step: &dyn Fn(&Spanned<String>) -> Result<String, ScenarioError>,
+    check_device: &dyn Fn(&Spanned<u32>) -> Result<u32, ScenarioError>,
+) -> Result<Expectation, ScenarioError> {
+    let r = e.get_ref();
+    let check = r.check.get_ref().as_str();
+    let missing = |field: &str, example: &str| {
+        cx.err(
+            e.span(),
+            format!("check {check} is missing field `{field}` (add e.g. {field} = {example})"),
+        )
+    };
+    let size = |s: &Option<Spanned<String>>| -> Result<Option<SizeSpec>, ScenarioError> {
+        s.as_ref()
+            .map(|s| size_spec(cx, s, sizes, true, true))
+            .transpose()
+    };
+    let step = |s: &Option<Spanned<String>>| -> Result<Option<String>, ScenarioError> {
+        s.as_ref().map(known_step).transpose()
+    };
+    let device = || -> Result<u32, ScenarioError> {
+        check_device(r.device.as_ref().ok_or_else(|| missing("device", "0"))?)
+    };
+    Ok(match check {
+        "completes" => Expectation::Completes,
+        "oom" => Expectation::Oom {
+            at_or_after: step(&r.at_or_after)?,
+            before: step(&r.before)?,
+        },
+        "worker_on_device" => Expectation::WorkerOnDevice {
+            device: device()?,
+            min: size(&r.min)?,
+            max: size(&r.max)?,
+        },
+        "residual" => {
+            let mut devices = Vec::new();
+            if let Some(ds) = &r.devices {
+                for d in ds.get_ref() {
+                    devices.push(check_device(&Spanned::new(ds.span(), *d))?);
+                }
+            }
+            Expectation::Residual {
+                after: step(&r.after)?.ok_or_else(|| missing("after", "\"release\""))?,
+                devices,
+                min: size(&r.min)?,
+                max: size(&r.max)?,
+                spread: size(&r.spread)?,
+            }
+        }
+        "peak" => Expectation::Peak {
+            device: device()?,
+            min: size(&r.min)?,
+            max: size(&r.max)?,
+        },
+        "footprint" => Expectation::Footprint {
+            at: step(&r.at)?.ok_or_else(|| missing("at", "\"load\""))?,
+            min: size(&r.min)?,
+            max: size(&r.max)?,
+        },
+        other => {
+            return Err(cx.err(
+                r.check.span(),
+                format!(
+                    "unknown check {other:?} (use one of: {})",
+                    CHECKS.join(", ")
+                ),
+            ))
+        }
+    })
+}
+
+/// Parse a size: `30%`, `2GiB`, `1ctx` (when `allow_ctx`), a name from `[sizes]`, or
+/// `K*name`. Fractions above 100 % are refused unless `allow_over`.
+fn size_spec(
+    cx: &Ctx,
+    s: &Spanned<String>,
+    sizes: &BTreeMap<String, SizeSpec>,
+    allow_over: bool,
+    allow_ctx: bool,
+) -> Result<SizeSpec, ScenarioError> {
+    let text = s.get_ref().trim();
+    let bad = |why: String| cx.err(s.span(), why);
+    let number = |n: &str| -> Option<f64> {
+        n.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    let spec = if let Some(p) = text.strip_suffix('%') {
+        let v = number(p).ok_or_else(|| {
+            bad(format!(
+                "size {text:?} is not a percentage (write e.g. \"30%\")"
+            ))
+        })?;
+        SizeSpec::Fraction(v / 100.0)
+    } else if let Some(n) = text.strip_suffix("ctx") {
+        if !allow_ctx {
+            return Err(bad(format!("size {text:?}: `ctx` units are for expectations only (write e.g. \"30%\" or \"2GiB\")")));
+        }
+        SizeSpec::Contexts(number(n).ok_or_else(|| {
+            bad(format!(
+                "size {text:?} is not a number of contexts (write e.g. \"1ctx\")"
+            ))
+        })?)
+    } else if let Some((k, name)) = text.split_once('*') {
+        let k = number(k).ok_or_else(|| {
+            bad(format!(
+                "size {text:?}: write a factor then a name, e.g. \"0.5*model\""
+            ))
+        })?;
+        match sizes.get(name.trim()) {
+            Some(SizeSpec::Fraction(f)) => SizeSpec::Fraction(f * k),
+            Some(SizeSpec::Bytes(b)) => SizeSpec::Bytes((*b as f64 * k).round() as u64),
+            Some(SizeSpec::Contexts(c)) => SizeSpec::Contexts(c * k),
+            None => {
+                return Err(bad(format!(
+                    "size {text:?} names no entry of [sizes] (define {} there)",
+                    name.trim()
+                )))
+            }
+        }
+    } else if let Some(named) = sizes.get(text) {
+        *named
+    } else {
+        SizeSpec::Bytes(crate::units::parse_size(text).map_err(|e| bad(e.to_string()))?)
+    };
+    if let SizeSpec::Fraction(f) = spec {
+        if f > 1.0 && !allow_over {
+            return Err(bad(format!(
+                "size {text:?} is over 100 % of the device ({:.1}%; write at most \"100%\")",
+                f * 100.0
+            )));
+        }
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MINIMAL: &str = r#"
+id = "t"
+title = "T"
+description = "d"
+source = "s"
+devices = 2
+
+[sizes]
+model = "40%"
+
+[[steps]]
+id = "ctx"
+op = "context"
+device = 1
+
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 1
+size = "0.5*model"
+
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+
+[[variants]]
+name = "fix-x"
+skip = ["load"]
+[variants.patch.ctx]
+label = "ctx on 0"
+device = 0
+[[variants.expect]]
+check = "worker_on_device"
+device = 0
+max = "1ctx"
+"#;
+
+    #[test]
+    fn minimal_scenario_parses_and_plans() {
+        let s = parse_scenario("t.toml", MINIMAL).unwrap();
+        assert_eq!(s.devices, 2);
+        assert_eq!(
+            s.steps[1].op,
+            Op::Alloc {
+                tag: "w".into(),
+                device: 1,
+                size: SizeSpec::Fraction(0.2),
+                allocator: None,
+                group: None,
+                fill: true
+            }
+        );
+        let fix = s.variant("fix-x").unwrap();
+        assert_eq!(fix.kind, VariantKind::Fix);
+        let plan = s.plan(fix);
+        assert_eq!(plan.steps.len(), 1);
+        assert_eq!(plan.steps[0].op, Op::Context { device: 0 });
+        assert_eq!(plan.steps[0].label, "ctx on 0");
+        assert_eq!(s.variant("bug").unwrap().kind, VariantKind::Bug);
+    }
+
+    fn err_of(text: &str) -> ScenarioError {
+        parse_scenario("x.toml", text).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let e = err_of(&MINIMAL.replace("op = \"context\"", "op = \"contxt\""));
+        assert_eq!((e.line, e.col), (13, 6), "{e}");
+        assert!(
+            e.message.contains("unknown op") && e.message.contains("context, alloc"),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("x.toml:13:6: "));
+
+        let e = err_of(&MINIMAL.replace("\"0.5*model\"", "\"130%\""));
+        assert!(e.message.contains("over 100 %"), "{e}");
+        assert_eq!(e.line, 21);
+
+        let e = err_of(&MINIMAL.replace("device = 1\nsize", "device = 7\nsize"));
+        assert!(e.message.contains("unknown device 7"), "{e}");
+        assert_eq!(e.line, 20);
+
+        let e = err_of(&MINIMAL.replace("devices = 2", "devices = \"two\""));
+        assert!(e.message.contains("invalid type"), "{e}");
+        assert_eq!(e.line, 6);
+
+        let e = err_of(&MINIMAL.replace("source = \"s\"\n", ""));
+        assert!(e.message.contains("missing field `source`"), "{e}");
+
+        let e = err_of(&MINIMAL.replace("size = \"0.5*model\"\n", ""));
+        assert!(e.message.contains("missing field `size`"), "{e}");
+        assert!(e.line >= 16, "{e}");
+
+        let e = err_of(&MINIMAL.replace("skip = [\"load\"]", "skip = [\"lod\"]"));
+        assert!(e.message.contains("unknown step \"lod\""), "{e}");
+
+        let e = err_of(&MINIMAL.replace(
+            "device = 1\n\n[[steps]]",
+            "device = 1\nonly = [\"fix-y\"]\n\n[[steps]]",
+        ));
+        assert!(e.message.contains("unknown variant \"fix-y\""), "{e}");
+    }
+
+    #[test]
+    fn line_col_counts_characters() {
+        assert_eq!(line_col("a\nbé c", 6), (2, 4));
+        assert_eq!(line_col("", 10), (1, 1));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(s in "\\PC*") {
+            let _ = parse_scenario("fuzz.toml", &s);
+        }
+
+        #[test]
+        fn mutated_scenarios_never_panic(pos in 0usize..2000, junk in "[\\[\\]=\"%a-z0-9*. \n]{0,12}") {
+            let mut text = MINIMAL.to_string();
+            let mut p = pos.min(text.len());
+            while !text.is_char_boundary(p) { p -= 1; }
+            text.insert_str(p, &junk);
+            let _ = parse_scenario("fuzz.toml", &text);
+        }
+    }
+}

@@ -1,0 +1,732 @@
+//! `vramdoc replay` and `vramdoc list` end to end: every built-in scenario and variant on
+//! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over tests/simgpu, a
+//! worker killed mid-step, Ctrl-C, malformed scenario files, skipping.
+
+mod common;
+
+use common::{fresh_box, simgpu_lib_dir, vramdoc};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use vramdoc::units::MIB;
+
+const CONTEXT: u64 = 448 * MIB;
+
+/// Run a replay with --json on the box in `dir`; returns (exit code, report).
+fn replay_json(dir: &Path, args: &[&str]) -> (i32, Value) {
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir)
+        .arg("replay")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn run<'a>(report: &'a Value, scenario: &str, variant: &str) -> &'a Value {
+    report["replay"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == scenario && r["variant"] == variant)
+        .unwrap_or_else(|| panic!("no run {scenario}/{variant}"))
+}
+
+fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no step {id}"))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn total(report: &Value, device: usize) -> u64 {
+    u(&report["environment"]["devices"][device]["memory"]["total"])
+}
+
+fn max_worker_on(run: &Value, device: usize) -> u64 {
+    run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["worker_after"].get(device).and_then(Value::as_u64))
+        .max()
+        .unwrap_or(0)
+}
+
+fn assert_verdict(run: &Value, verdict: &str) {
+    assert_eq!(
+        run["verdict"],
+        verdict,
+        "{}",
+        serde_json::to_string_pretty(&run["checks"]).unwrap()
+    );
+}
+
+fn frac(bytes: u64, total: u64) -> f64 {
+    bytes as f64 / total as f64
+}
+
+/// Every scenario, every variant, on a box that meets its needs: verdicts and key numbers.
+fn all_scenarios_on(spec: &str) {
+    let dir = fresh_box(spec);
+    let (code, r) = replay_json(
+        dir.path(),
+        &[
+            "stray-cuda0",
+            "multi-size-oom",
+            "sharded-release",
+            "double-load",
+            "overcommit",
+            "--period",
+            "1ms",
+        ],
+    );
+    assert_eq!(code, 0, "every variant behaves as expected on {spec}");
+    assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), 11);
+    assert_eq!(r["replay"]["period_us"], 1000);
+    let t0 = total(&r, 0);
+
+    // stray-cuda0: the bug holds about one context (plus the warm-up workspace) on physical
+    // GPU 0; with CUDA_VISIBLE_DEVICES=1 nothing.
+    let bug = run(&r, "stray-cuda0", "bug");
+    assert_verdict(bug, "reproduced");
+    let on0 = max_worker_on(bug, 0);
+    assert!(
+        on0 >= CONTEXT && on0 <= CONTEXT + 130 * MIB,
+        "worker on GPU 0: {on0}"
+    );
+    let fix = run(&r, "stray-cuda0", "fix-visible-devices");
+    assert_verdict(fix, "fixed");
+    assert_eq!(max_worker_on(fix, 0), 0);
+    assert!(frac(max_worker_on(fix, 1), total(&r, 1)) >= 0.25);
+    // The neighbour really holds 40 % of GPU 0 in both: used on GPU 0 at the end of the
+    // first step is at least that.
+    assert!(frac(u(&step(fix, "model-to-cuda1")["used_after"][0]), t0) >= 0.40);
+
+    // multi-size-oom: OOM at the second size; largest-first never grows after the first size.
+    let bug = run(&r, "multi-size-oom", "bug");
+    assert_verdict(bug, "reproduced");
+    assert_eq!(bug["error"]["kind"], "out-of-memory");
+    assert_eq!(bug["error"]["step_label"], "tune-1024x1152");
+    let fix = run(&r, "multi-size-oom", "fix-largest-first");
+    assert_verdict(fix, "fixed");
+    assert!(fix["error"].is_null());
+    let first = u(&step(fix, "tune-1536x1536")["held_after"]);
+    let last = u(&step(fix, "done-1024x1024")["held_after"]);
+    assert_eq!(
+        first, last,
+        "the first, largest block serves every later size"
+    );
+    assert!(
+        (frac(first, t0) - 0.885).abs() < 0.01,
+        "weights + largest workspace: {first}"
+    );
+    let fix = run(&r, "multi-size-oom", "fix-no-tuning-warmup");
+    assert_verdict(fix, "fixed");
+    assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) < 0.80);
+
+    // sharded-release: residual after release roughly equal on every GPU; fix: one context.
+    let bug = run(&r, "sharded-release", "bug");
+    assert_verdict(bug, "reproduced");
+    let rel = step(bug, "release");
+    let (a, b) = (u(&rel["used_after"][0]), u(&rel["used_after"][1]));
+    assert!(a.abs_diff(b) <= 4 * MIB, "equal residual: {a} vs {b}");
+    assert!(frac(a, t0) >= 0.33, "shard + buffers stay: {a}");
+    assert_eq!(bug["error"]["step_label"], "load-next-0");
+    let fix = run(&r, "sharded-release", "fix-destroy-process-group");
+    assert_verdict(fix, "fixed");
+    let rel = step(fix, "release");
+    for d in 0..2 {
+        assert!(
+            u(&rel["used_after"][d]) <= CONTEXT,
+            "GPU {d} keeps at most a context"
+        );
+    }
+
+    // double-load: footprint about twice the model (58 %), then OOM at inference.
+    let bug = run(&r, "double-load", "bug");
+    assert_verdict(bug, "reproduced");
+    let fp = frac(u(&step(bug, "load-auto-1")["held_after"]), t0);
+    assert!((fp - 1.16).abs() < 0.01, "footprint {fp}");
+    assert_eq!(bug["error"]["step_label"], "inference");
+    let fix = run(&r, "double-load", "fix-single-load");
+    assert_verdict(fix, "fixed");
+    let fp = frac(u(&step(fix, "load-auto-1")["held_after"]), t0);
+    assert!((fp - 0.58).abs() < 0.01, "footprint {fp}");
+
+    // overcommit: 0.9 fills the card, then dynamic work fails; 0.5 completes.
+    let bug = run(&r, "overcommit", "bug");
+    assert_verdict(bug, "reproduced");
+    let claimed = u(&step(bug, "kv-cache")["bytes"]);
+    assert!(
+        (frac(claimed, t0) - (0.90 - 0.37)).abs() < 0.01,
+        "KV cache claim {claimed}"
+    );
+    assert!(frac(u(&bug["peaks"][0]["peak_used"]), t0) >= 0.90);
+    let failed = bug["error"]["step_label"].as_str().unwrap();
+    assert!(
+        ["cuda-graph-capture", "generate"].contains(&failed),
+        "failed at {failed}"
+    );
+    let fix = run(&r, "overcommit", "fix-utilization-0.5");
+    assert_verdict(fix, "fixed");
+    assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) <= 0.80);
+
+    // Every run left the box empty.
+    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    for d in 0..2 {
+        assert_eq!(
+            sim.memory(d).unwrap().used,
+            0,
+            "GPU {d} is empty after the replays"
+        );
+    }
+}
+
+#[test]
+fn every_scenario_and_variant_on_a_16gib_box() {
+    all_scenarios_on("2xt4");
+}
+
+#[test]
+fn every_scenario_and_variant_on_a_141gib_box() {
+    all_scenarios_on("2xh200");
+}
+
+#[test]
+fn timeline_has_samples_markers_and_step_peaks() {
+    let dir = fresh_box("2x16GiB");
+    let (_, r) = replay_json(
+        dir.path(),
+        &["multi-size-oom", "--variant", "bug", "--period", "1ms"],
+    );
+    let bug = run(&r, "multi-size-oom", "bug");
+    let series = &bug["timeline"]["devices"][0]["samples"];
+    assert!(series.as_array().unwrap().len() >= 10);
+    let kinds: Vec<&str> = bug["timeline"]["markers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"step") && kinds.contains(&"oom") && kinds.contains(&"end"));
+    let load = step(bug, "load");
+    assert!(frac(u(&load["peak_used"][0]), total(&r, 0)) >= 0.50);
+    assert!(bug["worker_pid"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn summary_table_fits_100_columns() {
+    let dir = fresh_box("2xt4");
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "sharded-release", "double-load"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("reproduced") && text.contains("fixed"),
+        "{text}"
+    );
+    assert!(text.contains("OOM at load-next-0"), "{text}");
+    for line in text.lines() {
+        assert!(line.chars().count() <= 100, "too wide: {line}");
+    }
+}
+
+#[test]
+fn list_shows_every_scenario_with_devices() {
+    let out = vramdoc().args(["list", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "stray-cuda0",
+            "multi-size-oom",
+            "sharded-release",
+            "double-load",
+            "overcommit"
+        ]
+    );
+    let stray = &v[0];
+    assert_eq!(stray["devices"], 2);
+    assert!(stray["source"].as_str().unwrap().contains("OneDiff"));
+    let out = vramdoc().arg("list").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fix-largest-first") && text.contains("overcommit"));
+    assert!(text.lines().all(|l| l.chars().count() <= 100));
+}
+
+#[test]
+fn scenario_needing_more_gpus_is_skipped_unless_required() {
+    let dir = fresh_box("t4");
+    let (code, r) = replay_json(dir.path(), &["stray-cuda0", "overcommit"]);
+    assert_eq!(code, 0);
+    let s = run(&r, "stray-cuda0", "bug");
+    assert_eq!(s["verdict"], "skipped");
+    assert!(s["reason"].as_str().unwrap().contains("needs 2 GPUs"));
+    assert_verdict(run(&r, "overcommit", "bug"), "reproduced");
+    let (code, _) = replay_json(dir.path(), &["stray-cuda0", "--require"]);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn variant_filter_and_unknown_variant() {
+    let dir = fresh_box("2xt4");
+    let (code, r) = replay_json(
+        dir.path(),
+        &["stray-cuda0", "--variant", "fix-visible-devices"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), 1);
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "stray-cuda0", "--variant", "fix-nothing"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no variant \"fix-nothing\""));
+}
+
+#[test]
+fn unexpected_behaviour_exits_1() {
+    // A "fix" whose expectation cannot hold: the worker does allocate on GPU 0.
+    let dir = fresh_box("2xt4");
+    let file = dir.path().join("wrong.toml");
+    std::fs::write(
+        &file,
+        r#"
+id = "wrong"
+title = "w"
+description = "d"
+source = "s"
+devices = 1
+[[steps]]
+op = "alloc"
+tag = "a"
+device = 0
+size = "10%"
+[[variants]]
+name = "fix-claims-nothing"
+[[variants.expect]]
+check = "worker_on_device"
+device = 0
+max = "0"
+"#,
+    )
+    .unwrap();
+    let (code, r) = replay_json(dir.path(), &[file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let w = run(&r, "wrong", "fix-claims-nothing");
+    assert_eq!(w["verdict"], "unexpected");
+    assert_eq!(w["checks"][0]["passed"], false);
+}
+
+#[test]
+fn no_box_is_an_environment_error() {
+    let out = vramdoc()
+        .args(["--backend", "sim", "replay", "overcommit"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Malformed scenario files: one per error class, each `file:line:col: ...`, exit 2.
+
+const GOOD: &str = r#"id = "t"
+title = "T"
+description = "d"
+source = "s"
+devices = 2
+
+[[steps]]
+id = "ctx"
+op = "context"
+device = 1
+
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 1
+size = "30%"
+
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+"#;
+
+fn bad_file(text: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = vramdoc()
+        .args(["--sim", "2x16GiB", "replay", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        path.to_str().unwrap().to_string(),
+    )
+}
+
+fn assert_bad(text: &str, line: usize, col: Option<usize>, needle: &str) {
+    let (code, err, path) = bad_file(text);
+    assert_eq!(code, 2, "{err}");
+    let prefix = match col {
+        Some(c) => format!("error: {path}:{line}:{c}: "),
+        None => format!("error: {path}:{line}:"),
+    };
+    assert!(err.starts_with(&prefix), "want {prefix:?} in {err}");
+    assert!(err.contains(needle), "want {needle:?} in {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn good_file_runs() {
+    let (code, err, _) = bad_file(GOOD);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn malformed_unknown_op() {
+    assert_bad(
+        &GOOD.replace("op = \"context\"", "op = \"contxt\""),
+        9,
+        Some(6),
+        "unknown op \"contxt\"",
+    );
+}
+
+#[test]
+fn malformed_size_over_100_percent() {
+    assert_bad(
+        &GOOD.replace("\"30%\"", "\"130%\""),
+        17,
+        Some(8),
+        "over 100 %",
+    );
+}
+
+#[test]
+fn malformed_missing_field() {
+    assert_bad(
+        &GOOD.replace("size = \"30%\"\n", ""),
+        12,
+        None,
+        "missing field `size`",
+    );
+    assert_bad(
+        &GOOD.replace("source = \"s\"\n", ""),
+        1,
+        None,
+        "missing field `source`",
+    );
+}
+
+#[test]
+fn malformed_wrong_type() {
+    assert_bad(
+        &GOOD.replace("devices = 2", "devices = \"two\""),
+        5,
+        Some(11),
+        "invalid type",
+    );
+    assert_bad(
+        &GOOD.replace("device = 1\nsize", "device = \"one\"\nsize"),
+        16,
+        Some(10),
+        "invalid type",
+    );
+}
+
+#[test]
+fn malformed_unknown_device() {
+    assert_bad(
+        &GOOD.replace("device = 1\n\n", "device = 5\n\n"),
+        10,
+        Some(10),
+        "unknown device 5",
+    );
+}
+
+#[test]
+fn malformed_unknown_variant_reference() {
+    assert_bad(
+        &GOOD.replace("device = 1\n\n", "device = 1\nonly = [\"fix-z\"]\n\n"),
+        11,
+        Some(9),
+        "unknown variant \"fix-z\"",
+    );
+    assert_bad(
+        &GOOD.replace("name = \"bug\"\n", "name = \"bug\"\nskip = [\"lod\"]\n"),
+        21,
+        Some(9),
+        "unknown step \"lod\"",
+    );
+}
+
+#[test]
+fn malformed_toml_syntax() {
+    assert_bad(&GOOD.replace("devices = 2", "devices = = 2"), 5, None, "");
+}
+
+// ---------------------------------------------------------------------------------------
+// Kill and Ctrl-C.
+
+const LONG_PAUSE: &str = r#"id = "long"
+title = "Long"
+description = "holds memory, then waits"
+source = "test"
+devices = 1
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 0
+size = "20%"
+[[steps]]
+id = "wait"
+op = "pause"
+duration = "30s"
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+"#;
+
+/// Start a replay of LONG_PAUSE on `dir`'s box; return the child and the worker's PID once
+/// the worker holds its memory.
+fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
+    let file = dir.join("long.toml");
+    std::fs::write(&file, LONG_PAUSE).unwrap();
+    let mut child = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir)
+        .args([
+            "replay",
+            file.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let pid = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "replay ended before a worker started"
+        );
+        if let Some(p) = line.trim().strip_prefix("replay long/bug: worker pid ") {
+            break p.parse::<u32>().unwrap();
+        }
+    };
+    // Keep draining stderr so the replay never blocks on it.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    });
+    let sim = vramdoc::sim::SimBox::open(dir).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mine = sim.processes(0).unwrap().into_iter().find(|p| p.pid == pid);
+        if mine.is_some_and(|p| p.used > CONTEXT) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "worker never allocated");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, pid)
+}
+
+fn box_is_empty(dir: &Path) {
+    let sim = vramdoc::sim::SimBox::open(dir).unwrap();
+    assert_eq!(
+        sim.memory(0).unwrap().used,
+        0,
+        "the box holds nothing afterwards"
+    );
+    assert!(sim.processes(0).unwrap().is_empty());
+}
+
+#[test]
+fn worker_killed_mid_step_is_reported_and_its_memory_returned() {
+    let dir = fresh_box("t4");
+    let out = dir.path().join("killed.json");
+    let (child, pid) = start_long(dir.path(), &out);
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a killed worker is unexpected"
+    );
+    let r: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let run = run(&r, "long", "bug");
+    assert_eq!(run["verdict"], "unexpected");
+    assert_eq!(run["error"]["kind"], "killed");
+    assert_eq!(run["error"]["step_label"], "wait");
+    assert!(run["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("signal 9"));
+    assert_eq!(step(run, "wait")["status"], "killed");
+    assert_eq!(u(&run["worker_pid"]), pid as u64);
+    box_is_empty(dir.path());
+    let saved: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(saved["replay"]["runs"][0]["error"]["kind"], "killed");
+}
+
+#[test]
+fn ctrl_c_stops_the_worker_and_writes_partial_results() {
+    let dir = fresh_box("t4");
+    let out = dir.path().join("partial.json");
+    let (child, _pid) = start_long(dir.path(), &out);
+    let started = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped promptly, not after the pause"
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let saved: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let run = &saved["replay"]["runs"][0];
+    assert_eq!(run["error"]["kind"], "interrupted");
+    assert_eq!(run["verdict"], "unexpected");
+    assert_eq!(step(run, "load")["status"], "ok");
+    box_is_empty(dir.path());
+}
+
+// ---------------------------------------------------------------------------------------
+// The real backends (cudarc + nvml-wrapper) over tests/simgpu loaded as libcuda.so and
+// libnvidia-ml.so.1. NOTE: src/gpu/cuda.rs, src/gpu/nvml.rs and tests/simgpu are written by
+// other helpers in parallel; until the lead merges them these two tests fail here (the
+// stubs report the libraries missing: exit 3).
+
+fn real_replay(spec: &str, args: &[&str]) -> (i32, Value, String) {
+    let dir = fresh_box(spec);
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args(["--backend", "real", "replay"])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), v, stderr)
+}
+
+#[test]
+fn real_backends_stray_cuda0_and_visible_devices_fix() {
+    let (code, r, err) = real_replay("2xt4", &["stray-cuda0"]);
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(r["environment"]["backend"], "sim");
+    let bug = run(&r, "stray-cuda0", "bug");
+    assert_verdict(bug, "reproduced");
+    assert!(max_worker_on(bug, 0) >= CONTEXT);
+    let fix = run(&r, "stray-cuda0", "fix-visible-devices");
+    assert_verdict(fix, "fixed");
+    assert_eq!(
+        max_worker_on(fix, 0),
+        0,
+        "CUDA_VISIBLE_DEVICES=1 keeps physical GPU 0 clean"
+    );
+}
+
+#[test]
+fn real_backends_multi_size_oom() {
+    let (code, r, err) = real_replay("t4", &["multi-size-oom"]);
+    assert_eq!(code, 0, "{err}");
+    let bug = run(&r, "multi-size-oom", "bug");
+    assert_verdict(bug, "reproduced");
+    assert_eq!(bug["error"]["step_label"], "tune-1024x1152");
+    assert_verdict(run(&r, "multi-size-oom", "fix-largest-first"), "fixed");
+    assert_verdict(run(&r, "multi-size-oom", "fix-no-tuning-warmup"), "fixed");
+}
+
+#[test]
+fn out_is_checked_before_running_and_written_as_json() {
+    let dir = fresh_box("t4");
+    let bad = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "overcommit", "--out", "r.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).is_empty(),
+        "nothing ran"
+    );
+    let out = dir.path().join("r.json");
+    std::fs::write(&out, "old").unwrap();
+    let exists = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "overcommit", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(exists.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&exists.stderr).contains("--force"));
+    let ok = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args([
+            "replay",
+            "overcommit",
+            "--force",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+    let saved: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(saved["kind"], "replay");
+    assert_eq!(saved["environment"]["backend"], "sim");
+    assert_eq!(saved["replay"]["runs"].as_array().unwrap().len(), 2);
+}
