@@ -102,7 +102,8 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Scenario ids (see `vramdoc list`) or paths to scenario TOML files
+    /// Scenario ids (see `vramdoc list`), `all` for every built-in one, or paths to scenario
+    /// TOML files
     #[arg(value_name = "ID|FILE", required = true)]
     pub scenarios: Vec<String>,
     /// Run only this variant (e.g. `bug`, `fix-visible-devices`)

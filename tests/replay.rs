@@ -730,3 +730,23 @@ fn out_is_checked_before_running_and_written_as_json() {
     assert_eq!(saved["environment"]["backend"], "sim");
     assert_eq!(saved["replay"]["runs"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn replay_all_runs_every_builtin_scenario_and_variant() {
+    let out = common::vramdoc()
+        .args(["--sim", "2x16GiB", "replay", "all", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["replay"]["runs"].as_array().unwrap();
+    let list = vramdoc::scenario::builtin::all().unwrap();
+    let expected: usize = list.iter().map(|s| s.variants.len()).sum();
+    assert_eq!(runs.len(), expected);
+    for r in runs {
+        let verdict = r["verdict"].as_str().unwrap();
+        let variant = r["variant"].as_str().unwrap();
+        let want = if variant == "bug" { "reproduced" } else { "fixed" };
+        assert_eq!(verdict, want, "{} {}", r["scenario"], variant);
+    }
+}

@@ -191,11 +191,16 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             )));
         }
     }
-    let scenarios: Vec<Scenario> = args
-        .scenarios
-        .iter()
-        .map(|a| load(a))
-        .collect::<Result<_>>()?;
+    // `all` stands for every built-in scenario, in `vramdoc list` order.
+    let scenarios: Vec<Scenario> = if args.scenarios.iter().any(|a| a == "all") {
+        crate::scenario::builtin::all()
+            .map_err(|e| UsageError(format!("built-in scenarios: {e}")))?
+    } else {
+        args.scenarios
+            .iter()
+            .map(|a| load(a))
+            .collect::<Result<_>>()?
+    };
     if let Some(v) = &args.variant {
         for s in &scenarios {
             if s.variant(v).is_none() {
