@@ -204,6 +204,9 @@ pub struct SimFaultArgs {
     /// Keep the memory of exited processes (a stuck process or driver)
     #[arg(long)]
     pub keep_dead: bool,
+    /// Report per-process memory as "not available", as NVML does in some containers
+    #[arg(long)]
+    pub usage_unavailable: bool,
     /// Remove every fault
     #[arg(long)]
     pub clear: bool,

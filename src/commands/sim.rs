@@ -41,6 +41,12 @@ fn init(a: &SimInitArgs) -> Result<i32> {
             .keep(),
     };
     crate::sim::parse_spec(&a.spec)?;
+    if dir.join("box.json").exists() {
+        anyhow::bail!(UsageError(format!(
+            "{}: a box already exists there; choose another --dir or remove it",
+            dir.display()
+        )));
+    }
     SimBox::create(&dir, &a.spec, &opts)?;
     println!("{}", dir.display());
     Ok(0)
@@ -159,6 +165,9 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
     }
     if a.keep_dead {
         f.keep_dead_processes = true;
+    }
+    if a.usage_unavailable {
+        f.nvml_used_memory_unavailable = true;
     }
     sim.set_faults(&f)?;
     println!("faults: {}", serde_json::to_string(&f)?);

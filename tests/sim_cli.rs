@@ -1,0 +1,121 @@
+//! End-to-end tests of `vramdoc sim …`: creating a box, its status, faults, errors.
+
+mod common;
+
+use common::vramdoc;
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn init_prints_a_box_that_status_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    let o = vramdoc()
+        .args(["sim", "init", "rtx3090,2x16GiB", "--dir"])
+        .arg(&dir)
+        .args(["--context-overhead", "512MiB"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), dir.display().to_string());
+    let o = vramdoc().env("VRAMDOC_SIM_DIR", &dir).args(["sim", "status", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let devices = v["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 3);
+    assert_eq!(devices[0]["device"]["name"], "NVIDIA GeForce RTX 3090");
+    assert_eq!(devices[1]["device"]["total"], 16u64 << 30);
+    assert_eq!(devices[2]["device"]["context_overhead"], 512u64 << 20);
+    assert_eq!(devices[0]["memory"]["used"], 0);
+    // A second init into the same directory is refused, and the box is kept.
+    let o = vramdoc().args(["sim", "init", "t4", "--dir"]).arg(&dir).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already exists"));
+    assert_eq!(stderr(&o).lines().count(), 1);
+}
+
+#[test]
+fn bad_spec_is_a_one_line_usage_error() {
+    let o = vramdoc().args(["sim", "init", "2xgtx9999"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown device \"gtx9999\"") && err.contains("h100"), "{err}");
+    let o = vramdoc().args(["--sim", "0x24GiB", "scan"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn status_without_a_box_is_an_environment_error() {
+    let o = vramdoc().args(["sim", "status"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("VRAMDOC_SIM_DIR"), "{}", stderr(&o));
+}
+
+#[test]
+fn faults_are_set_shown_and_cleared() {
+    let b = common::fresh_box("2xt4");
+    let run = |args: &[&str]| {
+        let o = vramdoc().env("VRAMDOC_SIM_DIR", b.path()).args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        o
+    };
+    run(&[
+        "sim", "fault", "--lose-device", "1", "--alloc-fail-after", "2",
+        "--nvml-process-latency", "4.5ms", "--keep-dead", "--usage-unavailable",
+    ]);
+    let sim = vramdoc::sim::SimBox::open(b.path()).unwrap();
+    let f = sim.faults().unwrap();
+    assert_eq!(f.lost_devices, vec![1]);
+    assert_eq!(f.alloc_fail_after, Some(2));
+    assert_eq!(f.nvml_process_latency_us, 4500);
+    assert!(f.keep_dead_processes && f.nvml_used_memory_unavailable);
+    assert!(matches!(sim.memory(1), Err(vramdoc::sim::SimError::DeviceLost(1))));
+    let text = stdout(&run(&["sim", "status"]));
+    assert!(text.contains("1 LOST"), "{text}");
+    run(&["sim", "fault", "--clear"]);
+    assert_eq!(sim.faults().unwrap(), vramdoc::sim::Faults::default());
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", b.path())
+        .args(["sim", "fault", "--lose-device", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn hold_is_visible_in_status_and_returned_on_kill() {
+    let b = common::fresh_box("2x16GiB");
+    let mut child = vramdoc()
+        .env("VRAMDOC_SIM_DIR", b.path())
+        .args(["sim", "hold", "--device", "1", "--size", "1GiB"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with(&format!("holding pid={}", child.id())), "{line}");
+    let sim = vramdoc::sim::SimBox::open(b.path()).unwrap();
+    let overhead = sim.device(1).unwrap().context_overhead;
+    assert_eq!(sim.memory(1).unwrap().used, (1 << 30) + overhead);
+    assert_eq!(sim.memory(0).unwrap().used, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(sim.memory(1).unwrap().used, 0);
+}
+
+#[test]
+fn presets_lists_real_cards() {
+    let o = vramdoc().args(["sim", "presets"]).output().unwrap();
+    assert!(o.status.success());
+    let t = stdout(&o);
+    for name in ["Tesla T4", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"] {
+        assert!(t.contains(name), "{t}");
+    }
+    assert!(t.lines().all(|l| l.chars().count() <= 100));
+}
