@@ -750,3 +750,44 @@ fn replay_all_runs_every_builtin_scenario_and_variant() {
         assert_eq!(verdict, want, "{} {}", r["scenario"], variant);
     }
 }
+
+/// The real backend with NVML present but no libcuda.so: the worker cannot open the CUDA
+/// driver; vramdoc says so in one line and exits 3 (environment), no panic.
+#[test]
+fn missing_libcuda_is_an_environment_error() {
+    // Meaningless where a real libcuda is installed: the loader would find it.
+    if unsafe { cudarc_present_without_sim() } {
+        return;
+    }
+    let libs = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        common::simgpu_lib_dir().join("libnvidia-ml.so.1"),
+        libs.path().join("libnvidia-ml.so.1"),
+    )
+    .unwrap();
+    let b = common::fresh_box("2x16GiB");
+    let out = vramdoc()
+        .env("LD_LIBRARY_PATH", libs.path())
+        .env("VRAMDOC_SIM_DIR", b.path())
+        .args(["--backend", "real", "replay", "stray-cuda0", "--variant", "bug"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: ") && last.contains("libcuda.so"), "{err}");
+    assert!(vramdoc::sim::SimBox::open(b.path()).unwrap().state().unwrap().processes.is_empty());
+}
+
+/// Whether the dynamic loader finds a libcuda.so on this machine without our help.
+unsafe fn cudarc_present_without_sim() -> bool {
+    ["libcuda.so", "libcuda.so.1"].iter().any(|n| {
+        let c = std::ffi::CString::new(*n).unwrap();
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if !h.is_null() {
+            libc::dlclose(h);
+        }
+        !h.is_null()
+    })
+}
