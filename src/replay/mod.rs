@@ -452,23 +452,18 @@ pub fn run_variant(
                             prev_mine.clone()
                         };
                     }
-                    markers.push(Marker {
-                        t_ms: t,
-                        kind: if kind == "out-of-memory" {
-                            "oom".into()
-                        } else {
-                            "error".into()
+                    let marker_kind = if kind == "out-of-memory" { "oom" } else { "error" };
+                    error = Some(step_failure(
+                        &mut markers,
+                        marker_kind,
+                        StepError {
+                            step,
+                            step_label: label,
+                            kind,
+                            message,
+                            t_ms: t,
                         },
-                        label: format!("{label}: {message}"),
-                        device: None,
-                    });
-                    error = Some(StepError {
-                        step,
-                        step_label: label,
-                        kind,
-                        message,
-                        t_ms: t,
-                    });
+                    ));
                 }
                 WorkerEvent::Done => completed = true,
                 WorkerEvent::Ready => {}
@@ -511,23 +506,18 @@ pub fn run_variant(
                 }
                 None => (records.len(), "worker start".to_string()),
             };
-            markers.push(Marker {
-                t_ms: t,
-                kind: if kind == "killed" {
-                    "killed".into()
-                } else {
-                    kind.clone()
+            let marker_kind = kind.clone();
+            error = Some(step_failure(
+                &mut markers,
+                &marker_kind,
+                StepError {
+                    step,
+                    step_label: label,
+                    kind,
+                    message,
+                    t_ms: t,
                 },
-                label: format!("{label}: {message}"),
-                device: None,
-            });
-            error = Some(StepError {
-                step,
-                step_label: label,
-                kind,
-                message,
-                t_ms: t,
-            });
+            ));
         }
         w.finish(Duration::from_millis(200));
     }
@@ -680,4 +670,16 @@ pub fn run_variant(
     };
     observer.variant_finished(&run);
     Ok(run)
+}
+
+/// Record a failed step: a timeline marker of `marker_kind` labelled with the step and the
+/// message, and the error itself (returned).
+fn step_failure(markers: &mut Vec<Marker>, marker_kind: &str, e: StepError) -> StepError {
+    markers.push(Marker {
+        t_ms: e.t_ms,
+        kind: marker_kind.to_string(),
+        label: format!("{}: {}", e.step_label, e.message),
+        device: None,
+    });
+    e
 }
