@@ -51,9 +51,10 @@ pub fn format_for_path(path: &Path) -> Result<Format, WriteError> {
 pub fn render(report: &Report, format: Format) -> Result<Vec<u8>, WriteError> {
     match format {
         Format::Json => Ok(super::json::render(report)),
-        Format::Markdown | Format::Html => Err(WriteError::Render(
-            "Markdown and HTML reports are not implemented yet".into(),
-        )),
+        Format::Markdown => Ok(super::markdown::render(report).into_bytes()),
+        Format::Html => super::html::render(report)
+            .map(String::into_bytes)
+            .map_err(|e| WriteError::Render(e.to_string())),
     }
 }
 
@@ -110,7 +111,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.json");
         write_atomic(&p, b"one", false).unwrap();
-        assert!(matches!(write_atomic(&p, b"two", false), Err(WriteError::Exists { .. })));
+        assert!(matches!(
+            write_atomic(&p, b"two", false),
+            Err(WriteError::Exists { .. })
+        ));
         assert_eq!(std::fs::read(&p).unwrap(), b"one");
         write_atomic(&p, b"two", true).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
@@ -121,8 +125,14 @@ mod tests {
     #[test]
     fn format_from_extension() {
         assert_eq!(format_for_path(Path::new("a.JSON")).unwrap(), Format::Json);
-        assert_eq!(format_for_path(Path::new("a.md")).unwrap(), Format::Markdown);
-        assert_eq!(format_for_path(Path::new("x/a.html")).unwrap(), Format::Html);
+        assert_eq!(
+            format_for_path(Path::new("a.md")).unwrap(),
+            Format::Markdown
+        );
+        assert_eq!(
+            format_for_path(Path::new("x/a.html")).unwrap(),
+            Format::Html
+        );
         assert!(format_for_path(Path::new("a.txt")).is_err());
     }
 }
