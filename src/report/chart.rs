@@ -83,6 +83,14 @@ fn draw(
         .y_desc(format!("used ({unit_name})"))
         .x_labels(12)
         .y_labels(8)
+        .x_label_formatter(&|v| {
+            if tscale > 1.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.0}")
+            }
+        })
+        .y_label_formatter(&|v| format!("{v:.1}"))
         .label_style((FONT, 17))
         .axis_desc_style((FONT, 18))
         .bold_line_style(GRID)
@@ -110,13 +118,14 @@ fn draw(
             TOTAL.stroke_width(2),
         ))
         .map_err(err)?;
-    let (tx, ty) = chart.backend_coord(&(x_max, total));
+    // Labelled at the left end: failures and peaks tend to be at the right.
+    let (tx, ty) = chart.backend_coord(&(0.0, total));
     let total_style = TextStyle::from((FONT, 17).into_font())
         .color(&TOTAL)
-        .pos(Pos::new(HPos::Right, VPos::Bottom));
+        .pos(Pos::new(HPos::Left, VPos::Bottom));
     root.draw(&Text::new(
         format!("device total {}", format_bytes(series.total)),
-        (tx - 6, ty - 4),
+        (tx + 8, ty - 4),
         &total_style,
     ))
     .map_err(err)?;

@@ -159,7 +159,7 @@ fn scan_section(o: &mut String, scan: &ScanResult) {
         let _ = writeln!(o, "<p>No findings.</p>");
     }
     let mut findings: Vec<&Finding> = scan.findings.iter().collect();
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     for f in findings {
         finding(o, f);
     }
@@ -200,9 +200,9 @@ fn finding(o: &mut String, f: &Finding) {
         let list: Vec<String> = f.devices.iter().map(u32::to_string).collect();
         items.push(format!("<li>Where: GPU {}", list.join(", ")));
         if let Some(pid) = f.pid {
-            items.last_mut().map(|s| {
+            if let Some(s) = items.last_mut() {
                 let _ = write!(s, " · PID {pid}");
-            });
+            }
         }
     } else if let Some(pid) = f.pid {
         items.push(format!("<li>Where: PID {pid}"));
@@ -284,17 +284,23 @@ fn verdict_table(o: &mut String, runs: &[VariantRun]) {
                     text::percent(p.peak_used, p.total)
                 )
             });
+        let (checks, duration) = if r.verdict == Verdict::Skipped {
+            ("–".to_string(), "–".to_string())
+        } else {
+            (
+                format!("{passed}/{}", r.checks.len()),
+                esc(&text::format_ms(r.duration_ms as f64)),
+            )
+        };
         let _ = writeln!(
             o,
             "<tr><td><a href=\"#run-{i}\">{}</a></td><td>{}</td><td class=\"{}\">{}</td>\
-             <td class=\"num\">{passed}/{}</td><td>{failure}</td><td>{peak}</td>\
-             <td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{checks}</td><td>{failure}</td><td>{peak}</td>\
+             <td class=\"num\">{duration}</td></tr>",
             code(&r.scenario),
             code(&r.variant),
             verdict_class(r.verdict),
             text::verdict_word(r.verdict),
-            r.checks.len(),
-            esc(&text::format_ms(r.duration_ms as f64)),
         );
     }
     let _ = writeln!(o, "</table>");
@@ -456,7 +462,7 @@ fn code(s: &str) -> String {
 /// Escaped text where balanced `` `code` `` spans become `<code>` (fix texts use them).
 fn inline_code(s: &str) -> String {
     let parts: Vec<&str> = s.split('`').collect();
-    if parts.len() % 2 == 0 {
+    if parts.len().is_multiple_of(2) {
         // Unbalanced backticks: show them as they are.
         return esc(s);
     }

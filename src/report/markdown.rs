@@ -5,7 +5,9 @@
 //! or put in a code span, so it shows as text and never as Markdown or HTML.
 
 use super::text::{self, ChartMarker};
-use super::{DeviceSeries, Finding, ProcessInfo, Report, ReportKind, ScanResult, VariantRun};
+use super::{
+    DeviceSeries, Finding, ProcessInfo, Report, ReportKind, ScanResult, VariantRun, Verdict,
+};
 use crate::gpu::DeviceInfo;
 use crate::units::format_bytes;
 use std::fmt::Write;
@@ -125,7 +127,7 @@ fn scan_section(out: &mut String, scan: &ScanResult) {
         let _ = writeln!(out, "No findings.\n");
     }
     let mut findings: Vec<&Finding> = scan.findings.iter().collect();
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     for (i, f) in findings.iter().enumerate() {
         finding(out, i + 1, f);
     }
@@ -223,15 +225,21 @@ fn verdict_table(out: &mut String, runs: &[VariantRun]) {
         let failure = r.error.as_ref().map_or(String::new(), |e| {
             format!("{} at step {}", md_text(&e.kind, true), e.step)
         });
+        let (checks, duration) = if r.verdict == Verdict::Skipped {
+            ("–".to_string(), "–".to_string())
+        } else {
+            (
+                format!("{passed}/{}", r.checks.len()),
+                text::format_ms(r.duration_ms as f64),
+            )
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | **{}** | {passed}/{} | {failure} | {} | {} |",
+            "| {} | {} | **{}** | {checks} | {failure} | {} | {duration} |",
             md_code_cell(&r.scenario),
             md_code_cell(&r.variant),
             text::verdict_word(r.verdict),
-            r.checks.len(),
             peak_phrase(r),
-            text::format_ms(r.duration_ms as f64),
         );
     }
     out.push('\n');
@@ -267,15 +275,20 @@ fn run_section(out: &mut String, r: &VariantRun) {
     let _ = writeln!(
         out,
         "*{}.* Source: {}.",
-        text::verdict_meaning(r.verdict),
+        capitalise(text::verdict_meaning(r.verdict)),
         md_text(r.source.trim_end_matches('.'), false)
     );
     let mut facts = Vec::new();
     if let Some(pid) = r.worker_pid {
         facts.push(format!("worker PID {pid}"));
     }
-    facts.push(format!("ran {}", text::format_ms(r.duration_ms as f64)));
-    let _ = writeln!(out, "{}.\n", capitalise(&facts.join(", ")));
+    if r.verdict != Verdict::Skipped {
+        facts.push(format!("ran {}", text::format_ms(r.duration_ms as f64)));
+    }
+    if !facts.is_empty() {
+        let _ = writeln!(out, "{}.", capitalise(&facts.join(", ")));
+    }
+    out.push('\n');
     if let Some(reason) = &r.reason {
         let _ = writeln!(out, "**Reason:** {}\n", md_text(reason, false));
     }
@@ -328,7 +341,7 @@ fn run_section(out: &mut String, r: &VariantRun) {
         .filter(|s| !s.samples.is_empty())
         .collect();
     if series.is_empty() {
-        if r.verdict != super::Verdict::Skipped {
+        if r.verdict != Verdict::Skipped {
             let _ = writeln!(out, "No memory samples were recorded.\n");
         }
         return;
@@ -355,7 +368,7 @@ fn run_section(out: &mut String, r: &VariantRun) {
     }
     let _ = writeln!(
         out,
-        "Memory used over {} ({} cells of {}; █ = device total):\n",
+        "Memory used over {} ({} cells of {} each, highest sample per cell):\n",
         text::format_ms(span),
         SPARK_CELLS,
         text::format_ms(span / SPARK_CELLS as f64)
@@ -369,20 +382,22 @@ fn sparkline(out: &mut String, s: &DeviceSeries, span: f64, markers: &[ChartMark
     let bins = text::bin_max(&s.samples, span, SPARK_CELLS);
     let max = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
     let min = s.samples.iter().map(|x| x.1).min().unwrap_or(0);
-    let top = s.total.max(max).max(1);
+    // ▁ is the lowest sample, █ the highest; a flat series is all ▁.
+    let range = max.saturating_sub(min);
     let line: String = bins
         .iter()
         .map(|b| match b {
             None => ' ',
+            Some(_) if range == 0 => LEVELS[0],
             Some(v) => {
-                let level = ((*v as f64 / top as f64) * 8.0).ceil() as usize;
-                LEVELS[level.clamp(1, 8) - 1]
+                let x = v.saturating_sub(min) as f64 / range as f64;
+                LEVELS[((x * 7.0).round() as usize).min(7)]
             }
         })
         .collect();
     let _ = writeln!(
         out,
-        "GPU {}  min {} · max {} ({}) of {}",
+        "GPU {}  ▁ {} … █ {} (peak {} of {})",
         s.device,
         format_bytes(min),
         format_bytes(max),

@@ -334,8 +334,8 @@ fn stray_bug() -> VariantRun {
             ),
             check(
                 "the model lives on GPU 1",
-                false,
-                "expected ≥ 10.00 GiB on GPU 1, saw 10.00 GiB at 500 ms",
+                true,
+                "10.44 GiB on GPU 1 at 500 ms",
             ),
         ],
         worker_pid: Some(31339),
@@ -343,6 +343,53 @@ fn stray_bug() -> VariantRun {
         peaks: peaks(&timeline),
         timeline,
         duration_ms: 801,
+    }
+}
+
+fn stray_fix() -> VariantRun {
+    let timeline = Timeline {
+        devices: vec![
+            sampled(0, 700, |t| if (60.0..650.0).contains(&t) { CTX } else { 0 }),
+            sampled(1, 700, |t| match t {
+                t if t < 60.0 => 0,
+                t if t < 650.0 => CTX + ramp(t, 150.0, 400.0, 0, 10 * GIB),
+                _ => 0,
+            }),
+        ],
+        markers: vec![
+            step(60.0, "CUDA_VISIBLE_DEVICES=1; warm-up on cuda:0 (= GPU 1)"),
+            step(150.0, "load model on cuda:0 (= GPU 1)"),
+            Marker {
+                t_ms: 650.0,
+                kind: "end".into(),
+                label: "worker exits".into(),
+                device: None,
+            },
+        ],
+    };
+    VariantRun {
+        scenario: "stray-cuda0".into(),
+        variant: "fix-visible-devices".into(),
+        source: "OneDiff/OneFlow: model on cuda:1 also holds memory on cuda:0".into(),
+        verdict: Verdict::Unexpected,
+        reason: Some("1 of 2 checks failed".into()),
+        checks: vec![
+            check(
+                "GPU 0 stays untouched",
+                false,
+                "GPU 0 held 448 MiB by PID 31340 from 60 ms",
+            ),
+            check(
+                "the model lives on GPU 1",
+                true,
+                "10.44 GiB on GPU 1 at 400 ms",
+            ),
+        ],
+        worker_pid: Some(31340),
+        error: None,
+        peaks: peaks(&timeline),
+        timeline,
+        duration_ms: 702,
     }
 }
 
@@ -362,7 +409,8 @@ fn sharded_skipped() -> VariantRun {
     }
 }
 
-/// What `vramdoc replay` reports: an OOM bug, its fix, a two-device bug and a skipped run.
+/// What `vramdoc replay` reports: an OOM bug and its fix, a two-device bug and a fix that did
+/// not hold (unexpected), and a skipped run.
 pub fn replay_report() -> Report {
     Report {
         schema_version: SCHEMA_VERSION,
@@ -387,6 +435,7 @@ pub fn replay_report() -> Report {
                 multi_size_bug(),
                 multi_size_fix(),
                 stray_bug(),
+                stray_fix(),
                 sharded_skipped(),
             ],
         }),
@@ -394,7 +443,7 @@ pub fn replay_report() -> Report {
 }
 
 /// Number of per-device charts the replay fixture's HTML must contain.
-pub const REPLAY_CHARTS: usize = 4;
+pub const REPLAY_CHARTS: usize = 6;
 
 /// Hostile strings planted everywhere a machine can put text into a report.
 pub const HOSTILE: &str =
@@ -432,7 +481,7 @@ pub fn hostile_reports() -> Vec<Report> {
     let e = run.error.as_mut().unwrap();
     e.message = HOSTILE.into();
     e.step_label = HOSTILE.into();
-    r.runs[3].reason = Some(HOSTILE.into());
+    r.runs[4].reason = Some(HOSTILE.into());
     vec![scan, replay]
 }
 
