@@ -360,3 +360,59 @@ fn html_renders_in_headless_chromium() {
     );
     assert!(blue >= 500, "series line not visible: {blue} blue pixels");
 }
+
+mod robustness {
+    use super::*;
+    use proptest::prelude::*;
+    use vramdoc::report::{DeviceSeries, Marker};
+
+    fn time() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            0.0..5_000.0f64,
+            Just(0.0),
+            Just(-3.0),
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(1e15),
+            Just(f64::MAX),
+        ]
+    }
+
+    fn bytes() -> impl Strategy<Value = u64> {
+        prop_oneof![0..64u64 << 30, Just(0), Just(u64::MAX), Just(1)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Whatever numbers a JSON file holds, rendering never panics, and every device with
+        /// samples gets exactly one chart.
+        #[test]
+        fn any_timeline_renders(
+            samples in proptest::collection::vec((time(), bytes()), 0..300),
+            total in bytes(),
+            markers in proptest::collection::vec((time(), 0..4usize, "[a-z<>&|` ]{0,60}"), 0..40),
+            devices in 1..3usize,
+        ) {
+            let mut r = replay_report();
+            let run = &mut r.replay.as_mut().unwrap().runs[0];
+            run.timeline.devices = (0..devices as u32)
+                .map(|d| DeviceSeries { device: d, total, samples: samples.clone() })
+                .collect();
+            run.timeline.markers = markers
+                .into_iter()
+                .map(|(t_ms, k, label)| Marker {
+                    t_ms,
+                    kind: ["step", "oom", "end", "killed"][k].into(),
+                    label,
+                    device: if k == 1 { Some(0) } else { None },
+                })
+                .collect();
+            run.error.as_mut().unwrap().t_ms = samples.first().map_or(0.0, |s| s.0);
+            let _ = md(&r);
+            let page = html_of(&r);
+            let charts_before = REPLAY_CHARTS - 1; // run 0 had one device
+            let expect = charts_before + if samples.is_empty() { 0 } else { devices };
+            prop_assert_eq!(page.matches("<svg").count(), expect);
+        }
+    }
+}

@@ -319,10 +319,12 @@ fn run_section(o: &mut String, i: usize, r: &VariantRun) -> Result<(), ChartErro
     if let Some(pid) = r.worker_pid {
         facts.push(format!("worker PID {pid}"));
     }
-    facts.push(format!(
-        "ran {}",
-        esc(&text::format_ms(r.duration_ms as f64))
-    ));
+    if r.verdict != Verdict::Skipped {
+        facts.push(format!(
+            "ran {}",
+            esc(&text::format_ms(r.duration_ms as f64))
+        ));
+    }
     let _ = writeln!(
         o,
         "<p><em>{}.</em> {}.</p>",

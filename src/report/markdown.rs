@@ -275,7 +275,7 @@ fn run_section(out: &mut String, r: &VariantRun) {
     let _ = writeln!(
         out,
         "*{}.* Source: {}.",
-        capitalise(text::verdict_meaning(r.verdict)),
+        text::verdict_meaning(r.verdict),
         md_text(r.source.trim_end_matches('.'), false)
     );
     let mut facts = Vec::new();

@@ -75,10 +75,10 @@ pub fn verdict_word(v: Verdict) -> &'static str {
 /// What a verdict means for the person reading the ticket.
 pub fn verdict_meaning(v: Verdict) -> &'static str {
     match v {
-        Verdict::Reproduced => "the bug variant showed the failure it documents",
-        Verdict::Fixed => "the fix variant completed within its expectations",
-        Verdict::Unexpected => "the variant did not behave as its expectations say",
-        Verdict::Skipped => "not run",
+        Verdict::Reproduced => "The bug variant showed the failure it documents",
+        Verdict::Fixed => "The fix variant completed within its expectations",
+        Verdict::Unexpected => "The variant did not behave as its expectations say",
+        Verdict::Skipped => "Not run",
     }
 }
 
