@@ -132,7 +132,8 @@ vramdoc report run.json --format html --out run.html --force"
 pub struct ReportArgs {
     /// A JSON report written by `scan --out` or `replay --out`
     pub input: PathBuf,
-    /// Output format
+    /// Output format: `md` (for a GitHub issue), `html` (one self-contained page with charts)
+    /// or `json` (the report again, re-redacted)
     #[arg(long, value_enum)]
     pub format: ReportFormat,
     /// Write here instead of standard output

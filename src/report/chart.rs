@@ -140,13 +140,14 @@ fn draw(
     for m in &mine {
         let x = m.t_ms / tscale;
         let color = if m.is_failure() { FAIL } else { STEP };
+        // Solid lines: a dashed line is one SVG element per dash, too heavy for many markers.
+        let style = if m.is_failure() {
+            color.stroke_width(2)
+        } else {
+            color.mix(0.55).stroke_width(1)
+        };
         chart
-            .draw_series(DashedLineSeries::new(
-                vec![(x, 0.0), (x, y_max)],
-                4,
-                4,
-                color.stroke_width(if m.is_failure() { 2 } else { 1 }),
-            ))
+            .draw_series(LineSeries::new(vec![(x, 0.0), (x, y_max)], style))
             .map_err(err)?;
         if m.is_failure() {
             let used = used_at(&series.samples, m.t_ms) as f64 / unit;

@@ -45,6 +45,17 @@ pub fn read_report(path: &Path) -> Result<Report, ReadError> {
 /// Parse report JSON; `path` only names the source in errors.
 pub fn parse_report(text: &str, path: &Path) -> Result<Report, ReadError> {
     let p = || path.to_path_buf();
+    let typed_err = match serde_json::from_str::<Report>(text) {
+        Ok(report) if report.schema_version == SCHEMA_VERSION => return Ok(report),
+        Ok(report) => {
+            return Err(ReadError::Version {
+                path: p(),
+                found: report.schema_version.to_string(),
+            })
+        }
+        Err(e) => e,
+    };
+    // Explain the failure: bad JSON, not a report, another version, or a bad field.
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ReadError::Syntax {
         path: p(),
         line: e.line(),
@@ -52,21 +63,18 @@ pub fn parse_report(text: &str, path: &Path) -> Result<Report, ReadError> {
         message: message(&e),
     })?;
     match value.get("schema_version") {
-        None => return Err(ReadError::NotReport { path: p() }),
-        Some(v) if v.as_u64() == Some(u64::from(SCHEMA_VERSION)) => {}
-        Some(v) => {
-            return Err(ReadError::Version {
-                path: p(),
-                found: v.to_string(),
-            })
-        }
+        None => Err(ReadError::NotReport { path: p() }),
+        Some(v) if v.as_u64() != Some(u64::from(SCHEMA_VERSION)) => Err(ReadError::Version {
+            path: p(),
+            found: v.to_string(),
+        }),
+        Some(_) => Err(ReadError::Shape {
+            path: p(),
+            line: typed_err.line(),
+            column: typed_err.column(),
+            message: message(&typed_err),
+        }),
     }
-    serde_json::from_str(text).map_err(|e| ReadError::Shape {
-        path: p(),
-        line: e.line(),
-        column: e.column(),
-        message: message(&e),
-    })
 }
 
 /// serde_json's message without its ` at line L column C` suffix (we print `file:L:C:`).
