@@ -11,15 +11,8 @@ use std::path::PathBuf;
 /// attach to bug tickets. Without a GPU, run any command on a simulated machine with
 /// `--sim SPEC` (e.g. `--sim 2x24GiB`, `--sim h100`).
 #[derive(Debug, Parser)]
-#[command(
-    name = "vramdoc",
-    version,
-    propagate_version = true,
-    max_term_width = 100
-)]
-#[command(
-    after_help = "Exit codes: 0 ok, 1 findings or unexpected replay, 2 usage or bad input, 3 environment (no driver, no device).\n\nExamples:\n  vramdoc --sim 2x24GiB scan\n  vramdoc scan --fail-on warn --json\n  vramdoc --sim 2xrtx3090 replay stray-cuda0"
-)]
+#[command(name = "vramdoc", version, propagate_version = true, max_term_width = 100)]
+#[command(after_help = "Exit codes: 0 ok, 1 findings or unexpected replay, 2 usage or bad input, 3 environment (no driver, no device).\n\nExamples:\n  vramdoc --sim 2x24GiB scan\n  vramdoc scan --fail-on warn --json\n  vramdoc --sim 2xrtx3090 replay stray-cuda0")]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -232,11 +225,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::exit::Usage
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || {
-        crate::exit::UsageError(format!(
-            "invalid duration {s:?}: write e.g. 500us, 1ms, 4.5ms, 2s"
-        ))
-    };
+    let bad = || crate::exit::UsageError(format!("invalid duration {s:?}: write e.g. 500us, 1ms, 4.5ms, 2s"));
     let v: f64 = num.parse().map_err(|_| bad())?;
     let secs = match unit.trim() {
         "ns" => v / 1e9,

@@ -4,7 +4,5 @@ use crate::cli::ListArgs;
 use anyhow::Result;
 
 pub fn run(_args: &ListArgs) -> Result<i32> {
-    anyhow::bail!(crate::exit::UsageError(
-        "list is not implemented yet".into()
-    ))
+    anyhow::bail!(crate::exit::UsageError("list is not implemented yet".into()))
 }

@@ -5,7 +5,5 @@ use crate::cli::ScanArgs;
 use anyhow::Result;
 
 pub fn run(_session: &Session, _args: &ScanArgs) -> Result<i32> {
-    anyhow::bail!(crate::exit::UsageError(
-        "scan is not implemented yet".into()
-    ))
+    anyhow::bail!(crate::exit::UsageError("scan is not implemented yet".into()))
 }

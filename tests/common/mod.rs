@@ -2,6 +2,8 @@
 //! libraries (tests/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
 #![allow(dead_code)]
 
+pub mod reports;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -38,12 +40,7 @@ pub fn simgpu_lib_dir() -> &'static Path {
         // half-copied library.
         let dir = target_dir().join(format!("simgpu-libs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create lib dir");
-        for name in [
-            "libcuda.so",
-            "libcuda.so.1",
-            "libnvidia-ml.so.1",
-            "libnvidia-ml.so",
-        ] {
+        for name in ["libcuda.so", "libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ml.so"] {
             let dest = dir.join(name);
             let tmp = dir.join(format!(".{name}.tmp"));
             std::fs::copy(&built, &tmp).expect("copy simgpu");
@@ -61,4 +58,3 @@ pub fn vramdoc() -> Command {
         .env_remove("LD_LIBRARY_PATH");
     c
 }
-pub mod reports;
