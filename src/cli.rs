@@ -130,10 +130,19 @@ pub struct ReplayArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "The JSON report is the source of truth (docs/json.md, schema in \
+docs/report.schema.json); Markdown fits a GitHub issue, HTML is one self-contained page with a \
+memory chart per device. Bad input exits 2.\n\nExamples:\n  \
+vramdoc report run.json --format md > ticket.md\n  \
+vramdoc report run.json --format html --out run.html\n  \
+vramdoc report run.json --format html --out run.html --force"
+)]
 pub struct ReportArgs {
     /// A JSON report written by `scan --out` or `replay --out`
     pub input: PathBuf,
-    /// Output format
+    /// Output format: `md` (for a GitHub issue), `html` (one self-contained page with charts)
+    /// or `json` (the report again, re-redacted)
     #[arg(long, value_enum)]
     pub format: ReportFormat,
     /// Write here instead of standard output

@@ -1,8 +1,62 @@
-//! `vramdoc report` (issue 5): re-render a saved JSON report.
+//! `vramdoc report` (issue 5): re-render a saved JSON report as Markdown, HTML or JSON, to
+//! standard output or, through the one writer, to `--out` (atomic, `--force` to replace).
 
-use crate::cli::ReportArgs;
+use crate::cli::{ReportArgs, ReportFormat};
+use crate::exit::UsageError;
+use crate::report::read::read_report;
+use crate::report::write::{self, Format, WriteError};
 use anyhow::Result;
+use std::io::Write;
 
-pub fn run(_args: &ReportArgs) -> Result<i32> {
-    anyhow::bail!(crate::exit::UsageError("report is not implemented yet".into()))
+fn format_of(f: ReportFormat) -> Format {
+    match f {
+        ReportFormat::Json => Format::Json,
+        ReportFormat::Md => Format::Markdown,
+        ReportFormat::Html => Format::Html,
+    }
+}
+
+fn format_name(f: Format) -> &'static str {
+    match f {
+        Format::Json => "json",
+        Format::Markdown => "md",
+        Format::Html => "html",
+    }
+}
+
+pub fn run(args: &ReportArgs) -> Result<i32> {
+    let report = read_report(&args.input).map_err(|e| UsageError(e.to_string()))?;
+    let format = format_of(args.format);
+    let bytes = write::render(&report, format).map_err(|e| UsageError(e.to_string()))?;
+    match &args.out {
+        Some(out) => {
+            // An --out whose extension names another format is almost surely a mistake.
+            if let Ok(ext_format) = write::format_for_path(out) {
+                if ext_format != format {
+                    anyhow::bail!(UsageError(format!(
+                        "{}: the extension says {} but --format is {}; make them agree",
+                        out.display(),
+                        format_name(ext_format),
+                        format_name(format)
+                    )));
+                }
+            }
+            // Exists, or a path that cannot be written: both are the user's to fix (exit 2).
+            write::write_atomic(out, &bytes, args.force)
+                .map_err(|e: WriteError| UsageError(e.to_string()))?;
+            eprintln!("wrote {}", out.display());
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
+                Ok(()) => {}
+                // `vramdoc report r.json --format md | head` is fine.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => anyhow::bail!(crate::exit::EnvironmentError(format!(
+                    "writing to standard output: {e}"
+                ))),
+            }
+        }
+    }
+    Ok(crate::exit::OK)
 }

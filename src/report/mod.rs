@@ -1,10 +1,17 @@
 //! Reports: one model ([`model::Report`]) shared by every command, and renderers, one file
-//! per format, that are pure functions from the model to bytes (`json`, ...). Files are
-//! written in one place, [`write`], atomically.
+//! per format, that are pure functions from the model to bytes (`json`, `markdown`, `html`
+//! with `chart`), sharing wording from `text`. Files are written in one place, [`write`],
+//! atomically; [`read`] loads a saved JSON report; [`schema`] is its JSON Schema.
 
+pub mod chart;
 pub mod environment;
+pub mod html;
 pub mod json;
+pub mod markdown;
 pub mod model;
+pub mod read;
+pub mod schema;
+pub mod text;
 pub mod write;
 
 pub use model::*;

@@ -51,9 +51,10 @@ pub fn format_for_path(path: &Path) -> Result<Format, WriteError> {
 pub fn render(report: &Report, format: Format) -> Result<Vec<u8>, WriteError> {
     match format {
         Format::Json => Ok(super::json::render(report)),
-        Format::Markdown | Format::Html => Err(WriteError::Render(
-            "Markdown and HTML reports are not implemented yet".into(),
-        )),
+        Format::Markdown => Ok(super::markdown::render(report).into_bytes()),
+        Format::Html => super::html::render(report)
+            .map(String::into_bytes)
+            .map_err(|e| WriteError::Render(e.to_string())),
     }
 }
 
@@ -77,6 +78,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8], force: bool) -> Result<(), WriteE
         .tempfile_in(dir)
         .map_err(io)?;
     tmp.write_all(bytes).map_err(io)?;
+    // Temp files are created 0600; a report is meant to be shared, so it gets the mode of the
+    // file it replaces, or rw-r--r--.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io)?;
+    }
     tmp.as_file().sync_all().map_err(io)?;
     if force {
         tmp.persist(path).map_err(|e| io(e.error))?;
@@ -110,19 +121,37 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.json");
         write_atomic(&p, b"one", false).unwrap();
-        assert!(matches!(write_atomic(&p, b"two", false), Err(WriteError::Exists { .. })));
+        assert!(matches!(
+            write_atomic(&p, b"two", false),
+            Err(WriteError::Exists { .. })
+        ));
         assert_eq!(std::fs::read(&p).unwrap(), b"one");
         write_atomic(&p, b"two", true).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         // No temp files left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&p), 0o644, "reports are readable by others");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+            write_atomic(&p, b"three", true).unwrap();
+            assert_eq!(mode(&p), 0o600, "--force keeps the replaced file's mode");
+        }
     }
 
     #[test]
     fn format_from_extension() {
         assert_eq!(format_for_path(Path::new("a.JSON")).unwrap(), Format::Json);
-        assert_eq!(format_for_path(Path::new("a.md")).unwrap(), Format::Markdown);
-        assert_eq!(format_for_path(Path::new("x/a.html")).unwrap(), Format::Html);
+        assert_eq!(
+            format_for_path(Path::new("a.md")).unwrap(),
+            Format::Markdown
+        );
+        assert_eq!(
+            format_for_path(Path::new("x/a.html")).unwrap(),
+            Format::Html
+        );
         assert!(format_for_path(Path::new("a.txt")).is_err());
     }
 }

@@ -2,6 +2,8 @@
 //! libraries (tests/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
 #![allow(dead_code)]
 
+pub mod reports;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
