@@ -11,6 +11,7 @@ use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use rules::{
+    device_headroom,
     duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner, stray_context,
     usage_unavailable,
 };

@@ -319,7 +319,7 @@ pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
     inv.devices.iter().map(|d| device_headroom(d, th)).collect()
 }
 
-fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
+pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
     let m = d.memory;
     let available = m
         .total

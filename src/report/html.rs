@@ -163,6 +163,24 @@ fn scan_section(o: &mut String, scan: &ScanResult) {
     for f in findings {
         finding(o, f);
     }
+    if !scan.headroom.is_empty() {
+        let _ = writeln!(
+            o,
+            "<h2>Headroom for a new engine</h2>\n<table class=\"headroom\"><tr>\
+             <th class=\"num\">GPU</th><th class=\"num\">Max gpu_memory_utilization</th>\
+             <th>Arithmetic</th></tr>"
+        );
+        for h in &scan.headroom {
+            let _ = writeln!(
+                o,
+                "<tr><td class=\"num\">{}</td><td class=\"num\">{:.2}</td><td>{}</td></tr>",
+                h.device,
+                h.max_gpu_memory_utilization,
+                esc(&h.arithmetic)
+            );
+        }
+        let _ = writeln!(o, "</table>");
+    }
     let _ = writeln!(o, "<h2>Processes ({})</h2>", scan.processes.len());
     if scan.processes.is_empty() {
         let _ = writeln!(o, "<p>No process holds GPU memory.</p>");

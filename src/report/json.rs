@@ -133,6 +133,7 @@ mod tests {
                 samples: vec![(0.0, 1), (2.5, 4)],
             }],
             markers: vec![],
+            processes: vec![],
         };
         let mut out = Vec::new();
         let mut ser = serde_json::Serializer::with_formatter(&mut out, ReportFormatter::default());

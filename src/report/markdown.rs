@@ -131,6 +131,7 @@ fn scan_section(out: &mut String, scan: &ScanResult) {
     for (i, f) in findings.iter().enumerate() {
         finding(out, i + 1, f);
     }
+    headroom_table(out, &scan.headroom);
     let _ = writeln!(out, "### Processes ({})\n", scan.processes.len());
     if scan.processes.is_empty() {
         let _ = writeln!(out, "No process holds GPU memory.\n");
@@ -152,6 +153,29 @@ fn scan_section(out: &mut String, scan: &ScanResult) {
              (another container, or a process that has exited).\n"
         );
     }
+}
+
+/// The largest safe vLLM-style `gpu_memory_utilization` per device, with the arithmetic.
+fn headroom_table(out: &mut String, headroom: &[crate::report::Headroom]) {
+    if headroom.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### Headroom for a new engine\n\n\
+         | GPU | Max `gpu_memory_utilization` | Arithmetic |\n\
+         |---:|---:|---|"
+    );
+    for h in headroom {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {} |",
+            h.device,
+            h.max_gpu_memory_utilization,
+            md_text(&h.arithmetic, true)
+        );
+    }
+    out.push('\n');
 }
 
 fn finding(out: &mut String, n: usize, f: &Finding) {

@@ -66,6 +66,11 @@ pub fn scan_report() -> Report {
         command: command_line_from(["/usr/local/bin/vramdoc", "--sim", "2xrtx3090", "scan", "--out", "scan.md"]),
         created_unix_ms: CREATED,
         scan: Some(ScanResult {
+            pid_namespace: "host".into(),
+            headroom: devices
+                .iter()
+                .map(|d| vramdoc::diagnose::device_headroom(d, &vramdoc::diagnose::Thresholds::default()))
+                .collect(),
             devices,
             processes: vec![
                 ProcessInfo {
@@ -220,8 +225,10 @@ fn multi_size_bug() -> VariantRun {
                 device: Some(0),
             },
         ],
+        processes: vec![],
     };
     VariantRun {
+        steps: vec![],
         scenario: "multi-size-oom".into(),
         variant: "bug".into(),
         source: "OneDiff: OOM at the second input size, empty_cache() does not help".into(),
@@ -276,8 +283,10 @@ fn multi_size_fix() -> VariantRun {
                 device: None,
             },
         ],
+        processes: vec![],
     };
     VariantRun {
+        steps: vec![],
         scenario: "multi-size-oom".into(),
         variant: "fix-largest-first".into(),
         source: "OneDiff: OOM at the second input size, empty_cache() does not help".into(),
@@ -319,8 +328,10 @@ fn stray_bug() -> VariantRun {
                 device: None,
             },
         ],
+        processes: vec![],
     };
     VariantRun {
+        steps: vec![],
         scenario: "stray-cuda0".into(),
         variant: "bug".into(),
         source: "OneDiff/OneFlow: model on cuda:1 also holds memory on cuda:0".into(),
@@ -366,8 +377,10 @@ fn stray_fix() -> VariantRun {
                 device: None,
             },
         ],
+        processes: vec![],
     };
     VariantRun {
+        steps: vec![],
         scenario: "stray-cuda0".into(),
         variant: "fix-visible-devices".into(),
         source: "OneDiff/OneFlow: model on cuda:1 also holds memory on cuda:0".into(),
@@ -395,6 +408,7 @@ fn stray_fix() -> VariantRun {
 
 fn sharded_skipped() -> VariantRun {
     VariantRun {
+        steps: vec![],
         scenario: "sharded-release".into(),
         variant: "bug".into(),
         source: "xDiT (USP + FSDP): VRAM stays occupied after del model".into(),
