@@ -83,9 +83,10 @@ pub struct ScanArgs {
     /// Exit 1 when a finding at or above this severity exists
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub fail_on: Option<Severity>,
-    /// Also write a report; the format follows the extension (.json, .md, .html)
+    /// Also write a report; the format follows the extension (.json, .md, .html);
+    /// repeat for several formats of the same scan
     #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    pub out: Vec<PathBuf>,
     /// Overwrite --out if it exists
     #[arg(long)]
     pub force: bool,
@@ -118,9 +119,10 @@ pub struct ReplayArgs {
     /// Print JSON instead of the summary table
     #[arg(long)]
     pub json: bool,
-    /// Write a report; the format follows the extension (.json, .md, .html)
+    /// Write a report; the format follows the extension (.json, .md, .html); repeat for
+    /// several formats of the same run
     #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    pub out: Vec<PathBuf>,
     /// Overwrite --out if it exists
     #[arg(long)]
     pub force: bool,

@@ -791,3 +791,42 @@ unsafe fn cudarc_present_without_sim() -> bool {
         !h.is_null()
     })
 }
+
+/// The report round trip on a real replay: one run writes JSON and Markdown; re-rendering
+/// the JSON with `vramdoc report --format md` gives the same Markdown byte for byte. The
+/// JSON validates against the checked-in schema, and the HTML is self-contained.
+#[test]
+fn replay_report_round_trip_and_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let md = dir.path().join("r.md");
+    let html = dir.path().join("r.html");
+    let out = vramdoc()
+        .args(["--sim", "2x16GiB", "replay", "stray-cuda0", "multi-size-oom", "--out"])
+        .arg(&json)
+        .arg("--out")
+        .arg(&md)
+        .arg("--out")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&json).unwrap();
+    common::reports::assert_valid_report_json(&text);
+    let again = vramdoc().arg("report").arg(&json).args(["--format", "md"]).output().unwrap();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), std::fs::read_to_string(&md).unwrap());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<svg").count(), 2 * 5, "one chart per device and variant");
+    let no_ns = page.replace("http://www.w3.org/2000/svg", "");
+    assert!(!no_ns.contains("http://") && !no_ns.contains("https://"), "page loads nothing");
+    // The same --out again is refused without --force, and the file is left as it was.
+    let before = std::fs::read(&json).unwrap();
+    let out = vramdoc()
+        .args(["--sim", "2x16GiB", "replay", "overcommit", "--out"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read(&json).unwrap(), before);
+}

@@ -462,19 +462,18 @@ fn planted_secrets_reach_no_output() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_no_secret("--out file", &std::fs::read(&file).unwrap());
-    // Markdown: the renderer is another helper's work; until it is merged `--markdown`
-    // fails (exit 2) and only its error text can be checked. After the merge the output
-    // itself is checked here.
+    // Markdown on stdout, and Markdown and HTML files.
     let out = run(scan_cmd(b.path(), &["--markdown"]));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_no_secret("markdown", &out.stdout);
-    assert_no_secret("markdown stderr", &out.stderr);
-    if out.status.success() {
-        assert!(String::from_utf8_lossy(&out.stdout).contains(&h.pid.to_string()));
-    }
-    let md = out_dir.path().join("scan.md");
-    let out = run(scan_cmd(b.path(), &["--out", md.to_str().unwrap()]));
-    if out.status.success() {
-        assert_no_secret("--out .md", &std::fs::read(&md).unwrap());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&h.pid.to_string()));
+    for name in ["scan.md", "scan.html"] {
+        let f = out_dir.path().join(name);
+        let out = run(scan_cmd(b.path(), &["--out", f.to_str().unwrap()]));
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(String::from_utf8_lossy(&bytes).contains(&h.pid.to_string()));
+        assert_no_secret(name, &bytes);
     }
 }
 
@@ -701,4 +700,44 @@ fn duplicate_copy_on_a_live_process() {
     // Once the process is gone the driver returns its memory: nothing left to report.
     let v = scan_json(b.path());
     assert!(all_ids(&v).is_empty(), "{:?}", all_ids(&v));
+}
+
+/// A scan with findings writes JSON, Markdown and HTML from one run: the JSON validates
+/// against the checked-in schema, `vramdoc report --format md` of it equals the Markdown
+/// written directly, and `--markdown` on stdout carries the same findings.
+#[test]
+fn scan_report_round_trip_and_schema() {
+    let b = fresh_box("2x16GiB");
+    let _neighbour = Holder::start(b.path(), &[], &["--device", "0", "--size", "14GiB"]);
+    let _stray = Holder::start(
+        b.path(),
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+        &["--device", "0", "--size", "1GiB", "--physical-context", "0"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (json, md, html) = (dir.path().join("s.json"), dir.path().join("s.md"), dir.path().join("s.html"));
+    let out = run({
+        let mut c = scan_cmd(b.path(), &["--out"]);
+        c.arg(&json).arg("--out").arg(&md).arg("--out").arg(&html);
+        c
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&json).unwrap();
+    common::reports::assert_valid_report_json(&text);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(!findings(&v, "stray-context").is_empty(), "{text}");
+    let again = run({
+        let mut c = vramdoc();
+        c.arg("report").arg(&json).args(["--format", "md"]);
+        c
+    });
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let direct = std::fs::read_to_string(&md).unwrap();
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), direct);
+    assert!(direct.contains("stray-context") && direct.contains("Headroom"), "{direct}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("stray-context") && page.starts_with("<!DOCTYPE html>"));
+    let stdout_md = run(scan_cmd(b.path(), &["--markdown"]));
+    assert_eq!(stdout_md.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&stdout_md.stdout).contains("stray-context"));
 }

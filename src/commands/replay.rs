@@ -182,15 +182,8 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         )));
     }
     // Refuse an unusable --out before running anything (a replay can take a while).
-    if let Some(path) = &args.out {
-        crate::report::write::format_for_path(path).map_err(|e| UsageError(e.to_string()))?;
-        if path.exists() && !args.force {
-            anyhow::bail!(UsageError(format!(
-                "{} already exists; pass --force to overwrite it",
-                path.display()
-            )));
-        }
-    }
+    crate::report::write::check_outputs(&args.out, args.force)
+        .map_err(|e| UsageError(e.to_string()))?;
     // `all` stands for every built-in scenario, in `vramdoc list` order.
     let scenarios: Vec<Scenario> = if args.scenarios.iter().any(|a| a == "all") {
         crate::scenario::builtin::all()
@@ -303,10 +296,8 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             runs: runs.clone(),
         }),
     };
-    if let Some(path) = &args.out {
-        crate::report::write::write_report(&report, path, args.force)
-            .map_err(|e| UsageError(format!("writing the report: {e}")))?;
-    }
+    crate::report::write::write_reports(&report, &args.out, args.force)
+        .map_err(|e| UsageError(format!("writing the report: {e}")))?;
     if args.json {
         let bytes = crate::report::json::render(&report);
         use std::io::Write;

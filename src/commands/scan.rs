@@ -7,7 +7,7 @@ use crate::cli::ScanArgs;
 use crate::diagnose::{self, Thresholds};
 use crate::gpu::BackendKind;
 use crate::inventory::{self, Inventory};
-use crate::report::write::{render, write_report, Format};
+use crate::report::write::{render, Format};
 use crate::report::{Headroom, Report, ReportKind, ScanResult, Severity, SCHEMA_VERSION};
 use crate::units::format_bytes;
 use anyhow::{Context, Result};
@@ -18,6 +18,7 @@ use std::io::Write;
 pub const WIDTH: u16 = 100;
 
 pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
+    crate::report::write::check_outputs(&args.out, args.force)?;
     let pidns = inventory::detect_pid_namespace()?;
     let monitor = session.monitor()?;
     let sim_spec = match session.backend {
@@ -36,9 +37,7 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     } else {
         render_table(&report).into_bytes()
     };
-    if let Some(path) = &args.out {
-        write_report(&report, path, args.force)?;
-    }
+    crate::report::write::write_reports(&report, &args.out, args.force)?;
     let mut out = std::io::stdout().lock();
     out.write_all(&bytes)
         .context("writing to standard output")?;

@@ -105,6 +105,32 @@ pub fn write_atomic(path: &Path, bytes: &[u8], force: bool) -> Result<(), WriteE
     Ok(())
 }
 
+/// Check, before any work is done, that every `--out` path names a known format, is given
+/// once, and does not exist (unless `force`).
+pub fn check_outputs(paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
+    for (i, path) in paths.iter().enumerate() {
+        format_for_path(path)?;
+        if paths[..i].contains(path) {
+            return Err(WriteError::Render(format!(
+                "{}: given twice to --out",
+                path.display()
+            )));
+        }
+        if path.exists() && !force {
+            return Err(WriteError::Exists { path: path.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// Write `report` to every path, each in the format its extension names.
+pub fn write_reports(report: &Report, paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
+    for path in paths {
+        write_report(report, path, force)?;
+    }
+    Ok(())
+}
+
 /// Render `report` in the format `path`'s extension names and write it there.
 pub fn write_report(report: &Report, path: &Path, force: bool) -> Result<(), WriteError> {
     let format = format_for_path(path)?;
