@@ -11,8 +11,15 @@ use std::path::PathBuf;
 /// attach to bug tickets. Without a GPU, run any command on a simulated machine with
 /// `--sim SPEC` (e.g. `--sim 2x24GiB`, `--sim h100`).
 #[derive(Debug, Parser)]
-#[command(name = "vramdoc", version, propagate_version = true, max_term_width = 100)]
-#[command(after_help = "Exit codes: 0 ok, 1 findings or unexpected replay, 2 usage or bad input, 3 environment (no driver, no device).\n\nExamples:\n  vramdoc --sim 2x24GiB scan\n  vramdoc scan --fail-on warn --json\n  vramdoc --sim 2xrtx3090 replay stray-cuda0")]
+#[command(
+    name = "vramdoc",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(
+    after_help = "Exit codes: 0 ok, 1 findings or unexpected replay, 2 usage or bad input, 3 environment (no driver, no device).\n\nExamples:\n  vramdoc --sim 2x24GiB scan\n  vramdoc scan --fail-on warn --json\n  vramdoc --sim 2xrtx3090 replay stray-cuda0"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -55,7 +62,9 @@ pub enum Command {
     /// background sampler reads every GPU's memory. Verdicts: reproduced (bug shown), fixed
     /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
     /// for writing your own scenario files, docs/scenarios.md.
-    #[command(after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment.\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json")]
+    #[command(
+        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment.\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json"
+    )]
     Replay(ReplayArgs),
     /// Re-render a saved JSON report as Markdown or HTML
     Report(ReportArgs),
@@ -68,11 +77,13 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Findings: stray-context, no-live-owner, invisible-processes, \
+#[command(
+    after_help = "Findings: stray-context, no-live-owner, invisible-processes, \
 usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
-vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan")]
+vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan"
+)]
 pub struct ScanArgs {
     /// Print JSON (versioned; fields documented in docs/json.md)
     #[arg(long, conflicts_with = "markdown")]
@@ -254,7 +265,11 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::exit::Usage
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || crate::exit::UsageError(format!("invalid duration {s:?}: write e.g. 500us, 1ms, 4.5ms, 2s"));
+    let bad = || {
+        crate::exit::UsageError(format!(
+            "invalid duration {s:?}: write e.g. 500us, 1ms, 4.5ms, 2s"
+        ))
+    };
     let v: f64 = num.parse().map_err(|_| bad())?;
     let secs = match unit.trim() {
         "ns" => v / 1e9,

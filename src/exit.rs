@@ -24,17 +24,24 @@ pub struct EnvironmentError(pub String);
 pub fn code_for(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
         if let Some(g) = cause.downcast_ref::<GpuError>() {
-            return if g.is_environment() { ENVIRONMENT } else { FINDINGS };
+            return if g.is_environment() {
+                ENVIRONMENT
+            } else {
+                FINDINGS
+            };
         }
         if cause.downcast_ref::<EnvironmentError>().is_some() {
             return ENVIRONMENT;
         }
-        if cause.downcast_ref::<crate::sim::SimError>().is_some_and(|e| {
-            matches!(
-                e,
-                crate::sim::SimError::NoBox | crate::sim::SimError::BadBox { .. }
-            )
-        }) {
+        if cause
+            .downcast_ref::<crate::sim::SimError>()
+            .is_some_and(|e| {
+                matches!(
+                    e,
+                    crate::sim::SimError::NoBox | crate::sim::SimError::BadBox { .. }
+                )
+            })
+        {
             return ENVIRONMENT;
         }
         if cause.downcast_ref::<UsageError>().is_some()

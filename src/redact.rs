@@ -7,8 +7,23 @@ pub const REDACTED: &str = "«redacted»";
 
 /// Environment variable prefixes whose values may be shown.
 pub const ENV_ALLOW_PREFIXES: &[&str] = &[
-    "CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "VLLM_", "ONEFLOW_", "NVIDIA_", "HIP_", "ROCR_",
-    "TF_", "XLA_", "JAX_", "OMP_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT",
+    "CUDA_",
+    "NCCL_",
+    "PYTORCH_",
+    "TORCH_",
+    "VLLM_",
+    "ONEFLOW_",
+    "NVIDIA_",
+    "HIP_",
+    "ROCR_",
+    "TF_",
+    "XLA_",
+    "JAX_",
+    "OMP_",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "MASTER_PORT",
 ];
 
 fn name_is_secret(name: &str) -> bool {
@@ -52,7 +67,18 @@ fn redact_url(v: &str) -> String {
 
 /// Values that look like secrets whatever their name: long opaque tokens with known prefixes.
 fn value_looks_secret(v: &str) -> bool {
-    const PREFIXES: &[&str] = &["hf_", "sk-", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "glpat-", "eyJ"];
+    const PREFIXES: &[&str] = &[
+        "hf_",
+        "sk-",
+        "ghp_",
+        "gho_",
+        "github_pat_",
+        "xoxb-",
+        "xoxp-",
+        "AKIA",
+        "glpat-",
+        "eyJ",
+    ];
     PREFIXES.iter().any(|p| v.starts_with(p) && v.len() >= 12)
 }
 
@@ -103,7 +129,9 @@ fn redact_arg(arg: &str, hide_next: &mut bool) -> String {
     } else if let Some((name, _)) = arg.split_once('=') {
         // KEY=value assignments (env prefixes, `key=value` options).
         if !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
             && name_is_secret(&name.replace(['-', '.'], "_"))
         {
             return format!("{name}={REDACTED}");
@@ -134,8 +162,17 @@ mod tests {
     #[test]
     fn flags_with_secrets_are_redacted() {
         let out = redact_args(&v(&[
-            "python", "serve.py", "--token=abc123", "--api-key", "k-999", "--model", "qwen",
-            "HF_TOKEN=hf_abcdefghijklmnop", "https://user:pw@example.org/x", "--password", "p",
+            "python",
+            "serve.py",
+            "--token=abc123",
+            "--api-key",
+            "k-999",
+            "--model",
+            "qwen",
+            "HF_TOKEN=hf_abcdefghijklmnop",
+            "https://user:pw@example.org/x",
+            "--password",
+            "p",
         ]));
         let joined = out.join(" ");
         for secret in ["abc123", "k-999", "hf_abcdefghijklmnop", "user:pw", " p "] {
@@ -148,7 +185,10 @@ mod tests {
 
     #[test]
     fn env_allow_list_and_secrets() {
-        assert_eq!(redact_env("CUDA_VISIBLE_DEVICES", "1").as_deref(), Some("1"));
+        assert_eq!(
+            redact_env("CUDA_VISIBLE_DEVICES", "1").as_deref(),
+            Some("1")
+        );
         assert_eq!(redact_env("HOME", "/root"), None);
         assert_eq!(redact_env("HF_TOKEN", "hf_x"), None);
         assert_eq!(redact_env("VLLM_API_KEY", "x").as_deref(), Some(REDACTED));

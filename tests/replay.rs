@@ -737,7 +737,12 @@ fn replay_all_runs_every_builtin_scenario_and_variant() {
         .args(["--sim", "2x16GiB", "replay", "all", "--json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = v["replay"]["runs"].as_array().unwrap();
     let list = vramdoc::scenario::builtin::all().unwrap();
@@ -746,7 +751,11 @@ fn replay_all_runs_every_builtin_scenario_and_variant() {
     for r in runs {
         let verdict = r["verdict"].as_str().unwrap();
         let variant = r["variant"].as_str().unwrap();
-        let want = if variant == "bug" { "reproduced" } else { "fixed" };
+        let want = if variant == "bug" {
+            "reproduced"
+        } else {
+            "fixed"
+        };
         assert_eq!(verdict, want, "{} {}", r["scenario"], variant);
     }
 }
@@ -769,15 +778,30 @@ fn missing_libcuda_is_an_environment_error() {
     let out = vramdoc()
         .env("LD_LIBRARY_PATH", libs.path())
         .env("VRAMDOC_SIM_DIR", b.path())
-        .args(["--backend", "real", "replay", "stray-cuda0", "--variant", "bug"])
+        .args([
+            "--backend",
+            "real",
+            "replay",
+            "stray-cuda0",
+            "--variant",
+            "bug",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let last = err.lines().last().unwrap_or_default();
-    assert!(last.starts_with("error: ") && last.contains("libcuda.so"), "{err}");
-    assert!(vramdoc::sim::SimBox::open(b.path()).unwrap().state().unwrap().processes.is_empty());
+    assert!(
+        last.starts_with("error: ") && last.contains("libcuda.so"),
+        "{err}"
+    );
+    assert!(vramdoc::sim::SimBox::open(b.path())
+        .unwrap()
+        .state()
+        .unwrap()
+        .processes
+        .is_empty());
 }
 
 /// Whether the dynamic loader finds a libcuda.so on this machine without our help.
@@ -802,7 +826,14 @@ fn replay_report_round_trip_and_schema() {
     let md = dir.path().join("r.md");
     let html = dir.path().join("r.html");
     let out = vramdoc()
-        .args(["--sim", "2x16GiB", "replay", "stray-cuda0", "multi-size-oom", "--out"])
+        .args([
+            "--sim",
+            "2x16GiB",
+            "replay",
+            "stray-cuda0",
+            "multi-size-oom",
+            "--out",
+        ])
         .arg(&json)
         .arg("--out")
         .arg(&md)
@@ -810,16 +841,40 @@ fn replay_report_round_trip_and_schema() {
         .arg(&html)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&json).unwrap();
     common::reports::assert_valid_report_json(&text);
-    let again = vramdoc().arg("report").arg(&json).args(["--format", "md"]).output().unwrap();
-    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
-    assert_eq!(String::from_utf8(again.stdout).unwrap(), std::fs::read_to_string(&md).unwrap());
+    let again = vramdoc()
+        .arg("report")
+        .arg(&json)
+        .args(["--format", "md"])
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(again.stdout).unwrap(),
+        std::fs::read_to_string(&md).unwrap()
+    );
     let page = std::fs::read_to_string(&html).unwrap();
-    assert_eq!(page.matches("<svg").count(), 2 * 5, "one chart per device and variant");
+    assert_eq!(
+        page.matches("<svg").count(),
+        2 * 5,
+        "one chart per device and variant"
+    );
     let no_ns = page.replace("http://www.w3.org/2000/svg", "");
-    assert!(!no_ns.contains("http://") && !no_ns.contains("https://"), "page loads nothing");
+    assert!(
+        !no_ns.contains("http://") && !no_ns.contains("https://"),
+        "page loads nothing"
+    );
     // The same --out again is refused without --force, and the file is left as it was.
     let before = std::fs::read(&json).unwrap();
     let out = vramdoc()

@@ -464,13 +464,23 @@ fn planted_secrets_reach_no_output() {
     assert_no_secret("--out file", &std::fs::read(&file).unwrap());
     // Markdown on stdout, and Markdown and HTML files.
     let out = run(scan_cmd(b.path(), &["--markdown"]));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_no_secret("markdown", &out.stdout);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&h.pid.to_string()));
     for name in ["scan.md", "scan.html"] {
         let f = out_dir.path().join(name);
         let out = run(scan_cmd(b.path(), &["--out", f.to_str().unwrap()]));
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let bytes = std::fs::read(&f).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains(&h.pid.to_string()));
         assert_no_secret(name, &bytes);
@@ -715,13 +725,22 @@ fn scan_report_round_trip_and_schema() {
         &["--device", "0", "--size", "1GiB", "--physical-context", "0"],
     );
     let dir = tempfile::tempdir().unwrap();
-    let (json, md, html) = (dir.path().join("s.json"), dir.path().join("s.md"), dir.path().join("s.html"));
+    let (json, md, html) = (
+        dir.path().join("s.json"),
+        dir.path().join("s.md"),
+        dir.path().join("s.html"),
+    );
     let out = run({
         let mut c = scan_cmd(b.path(), &["--out"]);
         c.arg(&json).arg("--out").arg(&md).arg("--out").arg(&html);
         c
     });
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&json).unwrap();
     common::reports::assert_valid_report_json(&text);
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -731,10 +750,17 @@ fn scan_report_round_trip_and_schema() {
         c.arg("report").arg(&json).args(["--format", "md"]);
         c
     });
-    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     let direct = std::fs::read_to_string(&md).unwrap();
     assert_eq!(String::from_utf8(again.stdout).unwrap(), direct);
-    assert!(direct.contains("stray-context") && direct.contains("Headroom"), "{direct}");
+    assert!(
+        direct.contains("stray-context") && direct.contains("Headroom"),
+        "{direct}"
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("stray-context") && page.starts_with("<!DOCTYPE html>"));
     let stdout_md = run(scan_cmd(b.path(), &["--markdown"]));

@@ -23,7 +23,11 @@ fn init_prints_a_box_that_status_reads() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o).trim(), dir.display().to_string());
-    let o = vramdoc().env("VRAMDOC_SIM_DIR", &dir).args(["sim", "status", "--json"]).output().unwrap();
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", &dir)
+        .args(["sim", "status", "--json"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let devices = v["devices"].as_array().unwrap();
@@ -33,7 +37,11 @@ fn init_prints_a_box_that_status_reads() {
     assert_eq!(devices[2]["device"]["context_overhead"], 512u64 << 20);
     assert_eq!(devices[0]["memory"]["used"], 0);
     // A second init into the same directory is refused, and the box is kept.
-    let o = vramdoc().args(["sim", "init", "t4", "--dir"]).arg(&dir).output().unwrap();
+    let o = vramdoc()
+        .args(["sim", "init", "t4", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("already exists"));
     assert_eq!(stderr(&o).lines().count(), 1);
@@ -41,12 +49,21 @@ fn init_prints_a_box_that_status_reads() {
 
 #[test]
 fn bad_spec_is_a_one_line_usage_error() {
-    let o = vramdoc().args(["sim", "init", "2xgtx9999"]).output().unwrap();
+    let o = vramdoc()
+        .args(["sim", "init", "2xgtx9999"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("unknown device \"gtx9999\"") && err.contains("h100"), "{err}");
-    let o = vramdoc().args(["--sim", "0x24GiB", "scan"]).output().unwrap();
+    assert!(
+        err.contains("unknown device \"gtx9999\"") && err.contains("h100"),
+        "{err}"
+    );
+    let o = vramdoc()
+        .args(["--sim", "0x24GiB", "scan"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
@@ -61,13 +78,25 @@ fn status_without_a_box_is_an_environment_error() {
 fn faults_are_set_shown_and_cleared() {
     let b = common::fresh_box("2xt4");
     let run = |args: &[&str]| {
-        let o = vramdoc().env("VRAMDOC_SIM_DIR", b.path()).args(args).output().unwrap();
+        let o = vramdoc()
+            .env("VRAMDOC_SIM_DIR", b.path())
+            .args(args)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
         o
     };
     run(&[
-        "sim", "fault", "--lose-device", "1", "--alloc-fail-after", "2",
-        "--nvml-process-latency", "4.5ms", "--keep-dead", "--usage-unavailable",
+        "sim",
+        "fault",
+        "--lose-device",
+        "1",
+        "--alloc-fail-after",
+        "2",
+        "--nvml-process-latency",
+        "4.5ms",
+        "--keep-dead",
+        "--usage-unavailable",
     ]);
     let sim = vramdoc::sim::SimBox::open(b.path()).unwrap();
     let f = sim.faults().unwrap();
@@ -75,7 +104,10 @@ fn faults_are_set_shown_and_cleared() {
     assert_eq!(f.alloc_fail_after, Some(2));
     assert_eq!(f.nvml_process_latency_us, 4500);
     assert!(f.keep_dead_processes && f.nvml_used_memory_unavailable);
-    assert!(matches!(sim.memory(1), Err(vramdoc::sim::SimError::DeviceLost(1))));
+    assert!(matches!(
+        sim.memory(1),
+        Err(vramdoc::sim::SimError::DeviceLost(1))
+    ));
     let text = stdout(&run(&["sim", "status"]));
     assert!(text.contains("1 LOST"), "{text}");
     run(&["sim", "fault", "--clear"]);
@@ -98,8 +130,15 @@ fn hold_is_visible_in_status_and_returned_on_kill() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-    assert!(line.starts_with(&format!("holding pid={}", child.id())), "{line}");
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(
+        line.starts_with(&format!("holding pid={}", child.id())),
+        "{line}"
+    );
     let sim = vramdoc::sim::SimBox::open(b.path()).unwrap();
     let overhead = sim.device(1).unwrap().context_overhead;
     assert_eq!(sim.memory(1).unwrap().used, (1 << 30) + overhead);
@@ -114,7 +153,11 @@ fn presets_lists_real_cards() {
     let o = vramdoc().args(["sim", "presets"]).output().unwrap();
     assert!(o.status.success());
     let t = stdout(&o);
-    for name in ["Tesla T4", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"] {
+    for name in [
+        "Tesla T4",
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA GeForce RTX 3090",
+    ] {
         assert!(t.contains(name), "{t}");
     }
     assert!(t.lines().all(|l| l.chars().count() <= 100));

@@ -1,6 +1,8 @@
 //! `vramdoc sim …`: create a simulated box, show it, inject faults, stage holder processes.
 
-use crate::cli::{parse_duration, GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs};
+use crate::cli::{
+    parse_duration, GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs,
+};
 use crate::exit::UsageError;
 use crate::gpu::{sim::SimDriver, Driver};
 use crate::sim::{procinfo, spec::PRESETS, InitOptions, SimBox, SimProcess};
@@ -95,7 +97,9 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
     println!("box {} ({})", sim.dir().display(), sim.config().spec);
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
-    t.set_header(vec!["gpu", "name", "used", "reserved", "free", "total", "ctx cost"]);
+    t.set_header(vec![
+        "gpu", "name", "used", "reserved", "free", "total", "ctx cost",
+    ]);
     for d in sim.devices() {
         let m = crate::sim::memory_of(d, &st);
         let lost = faults.lost_devices.contains(&d.index);
@@ -115,7 +119,15 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
     } else {
         let mut t = Table::new();
         t.load_style(UTF8_FULL_CONDENSED);
-        t.set_header(vec!["pid", "name", "alive", "gpu", "contexts", "allocations", "bytes"]);
+        t.set_header(vec![
+            "pid",
+            "name",
+            "alive",
+            "gpu",
+            "contexts",
+            "allocations",
+            "bytes",
+        ]);
         for (pid, p) in &st.processes {
             let alive = procinfo::is_alive(*pid, p.start_time);
             for (dev, u) in &p.devices {
@@ -146,8 +158,12 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
         sim.faults()?
     };
     for d in &a.lose_device {
-        sim.device(*d)
-            .map_err(|_| UsageError(format!("--lose-device {d}: the box has {} devices", sim.devices().len())))?;
+        sim.device(*d).map_err(|_| {
+            UsageError(format!(
+                "--lose-device {d}: the box has {} devices",
+                sim.devices().len()
+            ))
+        })?;
         if !f.lost_devices.contains(d) {
             f.lost_devices.push(*d);
         }

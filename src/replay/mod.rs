@@ -452,7 +452,11 @@ pub fn run_variant(
                             prev_mine.clone()
                         };
                     }
-                    let marker_kind = if kind == "out-of-memory" { "oom" } else { "error" };
+                    let marker_kind = if kind == "out-of-memory" {
+                        "oom"
+                    } else {
+                        "error"
+                    };
                     error = Some(step_failure(
                         &mut markers,
                         marker_kind,

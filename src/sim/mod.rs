@@ -9,8 +9,8 @@
 //!
 //! Memory of a process that has exited is returned on the next read, as the real driver does.
 
-pub mod procinfo;
 pub mod process;
+pub mod procinfo;
 pub mod spec;
 pub mod visible;
 
@@ -51,7 +51,11 @@ pub enum SimError {
     #[error("device {0} is lost (fallen off the bus)")]
     DeviceLost(u32),
     #[error("out of memory on physical device {device}: requested {requested} bytes, {free} free")]
-    OutOfMemory { device: u32, requested: u64, free: u64 },
+    OutOfMemory {
+        device: u32,
+        requested: u64,
+        free: u64,
+    },
     #[error("no context on device ordinal {0}")]
     NoContext(u32),
     #[error("invalid device pointer {0:#x}")]
@@ -272,7 +276,10 @@ impl SimBox {
         let path = dir.join(BOX_FILE);
         let text = fs::read_to_string(&path).map_err(|e| SimError::BadBox {
             dir: dir.to_path_buf(),
-            reason: format!("cannot read {}: {e} (create one with `vramdoc sim init SPEC`)", path.display()),
+            reason: format!(
+                "cannot read {}: {e} (create one with `vramdoc sim init SPEC`)",
+                path.display()
+            ),
         })?;
         let config: BoxConfig = serde_json::from_str(&text).map_err(|e| SimError::BadBox {
             dir: dir.to_path_buf(),
@@ -504,7 +511,13 @@ mod tests {
         let m1 = b.memory(1).unwrap();
         assert_eq!(m1.used, 100 * MIB);
         assert_eq!(m1.reserved + m1.used + m1.free, m1.total);
-        assert_eq!(b.processes(1).unwrap(), vec![SimProcessView { pid: me, used: 100 * MIB }]);
+        assert_eq!(
+            b.processes(1).unwrap(),
+            vec![SimProcessView {
+                pid: me,
+                used: 100 * MIB
+            }]
+        );
         assert!(b.processes(0).unwrap().is_empty());
         assert!(SimBox::create(dir.path(), "t4", &InitOptions::default()).is_err());
     }
@@ -522,7 +535,15 @@ mod tests {
                 ProcessEntry {
                     start_time: 1,
                     name: "gone".into(),
-                    devices: [(0, DeviceUsage { allocations: 1, alloc_bytes: GIB, ..Default::default() })].into(),
+                    devices: [(
+                        0,
+                        DeviceUsage {
+                            allocations: 1,
+                            alloc_bytes: GIB,
+                            ..Default::default()
+                        },
+                    )]
+                    .into(),
                 },
             );
             Ok(())
@@ -530,14 +551,26 @@ mod tests {
         .unwrap_or(());
         // update reaps before the closure; the write happened after. A read reaps again.
         assert_eq!(b.memory(0).unwrap().used, 0);
-        b.set_faults(&Faults { keep_dead_processes: true, ..Default::default() }).unwrap();
+        b.set_faults(&Faults {
+            keep_dead_processes: true,
+            ..Default::default()
+        })
+        .unwrap();
         b.update(|st, _| {
             st.processes.insert(
                 pid,
                 ProcessEntry {
                     start_time: 1,
                     name: "gone".into(),
-                    devices: [(0, DeviceUsage { allocations: 1, alloc_bytes: GIB, ..Default::default() })].into(),
+                    devices: [(
+                        0,
+                        DeviceUsage {
+                            allocations: 1,
+                            alloc_bytes: GIB,
+                            ..Default::default()
+                        },
+                    )]
+                    .into(),
                 },
             );
             Ok(())
@@ -551,7 +584,11 @@ mod tests {
     fn lost_device_faults() {
         let dir = tempfile::tempdir().unwrap();
         let b = SimBox::create(dir.path(), "2xt4", &InitOptions::default()).unwrap();
-        b.set_faults(&Faults { lost_devices: vec![1], ..Default::default() }).unwrap();
+        b.set_faults(&Faults {
+            lost_devices: vec![1],
+            ..Default::default()
+        })
+        .unwrap();
         assert!(b.memory(0).is_ok());
         assert!(matches!(b.memory(1), Err(SimError::DeviceLost(1))));
         assert!(matches!(b.memory(5), Err(SimError::InvalidDevice(5))));

@@ -201,7 +201,13 @@ impl SimProcess {
                     free: mem.free,
                 });
             }
-            let u = st.processes.entry(pid).or_default().devices.entry(phys).or_default();
+            let u = st
+                .processes
+                .entry(pid)
+                .or_default()
+                .devices
+                .entry(phys)
+                .or_default();
             u.allocations += 1;
             u.alloc_bytes += charged;
             Ok(())
@@ -237,7 +243,10 @@ impl SimProcess {
 
     /// Free the allocation starting at `ptr`.
     pub fn free(&mut self, ptr: u64) -> Result<(), SimError> {
-        let alloc = self.allocations.get(&ptr).ok_or(SimError::InvalidPointer(ptr))?;
+        let alloc = self
+            .allocations
+            .get(&ptr)
+            .ok_or(SimError::InvalidPointer(ptr))?;
         let phys = self.physical(alloc.ordinal)?;
         let charged = alloc.charged;
         let pid = self.pid;
@@ -342,7 +351,9 @@ impl SimProcess {
                 *v = u32::from_le_bytes([value; 4]);
                 Ok(())
             }
-            Contents::Uniform(_) => Err(SimError::Unsupported("partial memset of a large allocation".into())),
+            Contents::Uniform(_) => Err(SimError::Unsupported(
+                "partial memset of a large allocation".into(),
+            )),
         }
     }
 
@@ -363,7 +374,9 @@ impl SimProcess {
                 *v = value;
                 Ok(())
             }
-            Contents::Uniform(_) => Err(SimError::Unsupported("partial fill of a large allocation".into())),
+            Contents::Uniform(_) => Err(SimError::Unsupported(
+                "partial fill of a large allocation".into(),
+            )),
         }
     }
 
@@ -424,7 +437,11 @@ mod tests {
         assert_eq!(b.memory(1).unwrap().used, overhead);
         assert_eq!(b.memory(0).unwrap().used, 0, "device 0 untouched");
         let ptr = p.alloc(1, 3 * MIB).unwrap();
-        assert_eq!(b.memory(1).unwrap().used, overhead + 4 * MIB, "rounded to 2 MiB");
+        assert_eq!(
+            b.memory(1).unwrap().used,
+            overhead + 4 * MIB,
+            "rounded to 2 MiB"
+        );
         p.free(ptr).unwrap();
         assert_eq!(b.memory(1).unwrap().used, overhead);
         p.destroy_context(1).unwrap();
@@ -438,7 +455,10 @@ mod tests {
         let mut p = SimProcess::new(b.clone(), None);
         p.create_context(0).unwrap();
         let free = b.memory(0).unwrap().free;
-        assert!(matches!(p.alloc(0, free + 1), Err(SimError::OutOfMemory { .. })));
+        assert!(matches!(
+            p.alloc(0, free + 1),
+            Err(SimError::OutOfMemory { .. })
+        ));
         let fit = free / GRANULARITY * GRANULARITY;
         let ptr = p.alloc(0, fit).unwrap();
         assert!(b.memory(0).unwrap().free < GRANULARITY);
@@ -455,7 +475,10 @@ mod tests {
         assert_eq!(b.memory(0).unwrap().used, 0);
         assert_eq!(b.memory(1).unwrap().used, 0);
         assert!(b.memory(2).unwrap().used > GIB);
-        assert!(matches!(p.create_context(1), Err(SimError::InvalidDevice(1))));
+        assert!(matches!(
+            p.create_context(1),
+            Err(SimError::InvalidDevice(1))
+        ));
     }
 
     #[test]
@@ -472,14 +495,21 @@ mod tests {
         let large = p.alloc(0, 2 * GIB).unwrap();
         assert_eq!(p.checksum_u32(large, 2 * GIB / 4).unwrap(), 0);
         p.fill_u32(large, 3, 2 * GIB / 4).unwrap();
-        assert_eq!(p.checksum_u32(large, 2 * GIB / 4).unwrap(), 3 * (2 * GIB / 4));
+        assert_eq!(
+            p.checksum_u32(large, 2 * GIB / 4).unwrap(),
+            3 * (2 * GIB / 4)
+        );
         assert!(p.read(small + 4096, &mut out).is_err());
     }
 
     #[test]
     fn injected_allocation_failure_after_n_calls() {
         let (_d, b) = new_box("t4");
-        b.set_faults(&Faults { alloc_fail_after: Some(2), ..Default::default() }).unwrap();
+        b.set_faults(&Faults {
+            alloc_fail_after: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
         let mut p = SimProcess::new(b, None);
         p.create_context(0).unwrap();
         p.alloc(0, MIB).unwrap();
@@ -492,7 +522,11 @@ mod tests {
         let (_d, b) = new_box("2xt4");
         let mut p = SimProcess::new(b.clone(), None);
         p.create_context(1).unwrap();
-        b.set_faults(&Faults { lost_devices: vec![1], ..Default::default() }).unwrap();
+        b.set_faults(&Faults {
+            lost_devices: vec![1],
+            ..Default::default()
+        })
+        .unwrap();
         assert!(matches!(p.alloc(1, MIB), Err(SimError::DeviceLost(1))));
         assert!(matches!(p.check(1), Err(SimError::DeviceLost(1))));
         assert!(p.check(0).is_ok());
@@ -512,9 +546,19 @@ mod tests {
                         let r = b.update(|st, _| {
                             let m = crate::sim::memory_of(b.device(0)?, st);
                             if m.free < 256 * MIB {
-                                return Err(SimError::OutOfMemory { device: 0, requested: 256 * MIB, free: m.free });
+                                return Err(SimError::OutOfMemory {
+                                    device: 0,
+                                    requested: 256 * MIB,
+                                    free: m.free,
+                                });
                             }
-                            let u = st.processes.entry(std::process::id()).or_default().devices.entry(0).or_default();
+                            let u = st
+                                .processes
+                                .entry(std::process::id())
+                                .or_default()
+                                .devices
+                                .entry(0)
+                                .or_default();
                             u.alloc_bytes += 256 * MIB;
                             Ok(())
                         });

@@ -48,7 +48,9 @@ mod tests {
 
     #[test]
     fn exited_child_is_dead_even_before_reaping() {
-        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
         let pid = child.id();
         // Wait until it has exited but do not reap yet: poll /proc.
         let mut dead = false;

@@ -16,17 +16,72 @@ pub struct Preset {
 
 /// The presets, documented in docs/simulator.md. Totals are the NVML `total` of real cards.
 pub const PRESETS: &[Preset] = &[
-    Preset { key: "t4", name: "Tesla T4", total: 15360 * MIB, reserved: 255 * MIB },
-    Preset { key: "v100", name: "Tesla V100-SXM2-16GB", total: 16384 * MIB, reserved: 255 * MIB },
-    Preset { key: "rtx4060ti", name: "NVIDIA GeForce RTX 4060 Ti", total: 16380 * MIB, reserved: 288 * MIB },
-    Preset { key: "l4", name: "NVIDIA L4", total: 23034 * MIB, reserved: 326 * MIB },
-    Preset { key: "rtx3090", name: "NVIDIA GeForce RTX 3090", total: 24576 * MIB, reserved: 262 * MIB },
-    Preset { key: "rtx4090", name: "NVIDIA GeForce RTX 4090", total: 24564 * MIB, reserved: 360 * MIB },
-    Preset { key: "a10", name: "NVIDIA A10", total: 23028 * MIB, reserved: 326 * MIB },
-    Preset { key: "a100", name: "NVIDIA A100-SXM4-40GB", total: 40960 * MIB, reserved: 443 * MIB },
-    Preset { key: "a100-80gb", name: "NVIDIA A100-SXM4-80GB", total: 81920 * MIB, reserved: 527 * MIB },
-    Preset { key: "h100", name: "NVIDIA H100 80GB HBM3", total: 81559 * MIB, reserved: 522 * MIB },
-    Preset { key: "h200", name: "NVIDIA H200", total: 143771 * MIB, reserved: 568 * MIB },
+    Preset {
+        key: "t4",
+        name: "Tesla T4",
+        total: 15360 * MIB,
+        reserved: 255 * MIB,
+    },
+    Preset {
+        key: "v100",
+        name: "Tesla V100-SXM2-16GB",
+        total: 16384 * MIB,
+        reserved: 255 * MIB,
+    },
+    Preset {
+        key: "rtx4060ti",
+        name: "NVIDIA GeForce RTX 4060 Ti",
+        total: 16380 * MIB,
+        reserved: 288 * MIB,
+    },
+    Preset {
+        key: "l4",
+        name: "NVIDIA L4",
+        total: 23034 * MIB,
+        reserved: 326 * MIB,
+    },
+    Preset {
+        key: "rtx3090",
+        name: "NVIDIA GeForce RTX 3090",
+        total: 24576 * MIB,
+        reserved: 262 * MIB,
+    },
+    Preset {
+        key: "rtx4090",
+        name: "NVIDIA GeForce RTX 4090",
+        total: 24564 * MIB,
+        reserved: 360 * MIB,
+    },
+    Preset {
+        key: "a10",
+        name: "NVIDIA A10",
+        total: 23028 * MIB,
+        reserved: 326 * MIB,
+    },
+    Preset {
+        key: "a100",
+        name: "NVIDIA A100-SXM4-40GB",
+        total: 40960 * MIB,
+        reserved: 443 * MIB,
+    },
+    Preset {
+        key: "a100-80gb",
+        name: "NVIDIA A100-SXM4-80GB",
+        total: 81920 * MIB,
+        reserved: 527 * MIB,
+    },
+    Preset {
+        key: "h100",
+        name: "NVIDIA H100 80GB HBM3",
+        total: 81559 * MIB,
+        reserved: 522 * MIB,
+    },
+    Preset {
+        key: "h200",
+        name: "NVIDIA H200",
+        total: 143771 * MIB,
+        reserved: 568 * MIB,
+    },
 ];
 
 /// Default per-context overhead: inside the 300–600 MiB band real drivers show.
@@ -70,7 +125,9 @@ pub fn parse_spec(spec: &str) -> Result<Vec<DeviceModel>, SpecError> {
         }
         let (count, model) = match part.split_once(['x', 'X']) {
             Some((n, rest)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
-                let n: usize = n.parse().map_err(|_| err(format!("bad count in {part:?}")))?;
+                let n: usize = n
+                    .parse()
+                    .map_err(|_| err(format!("bad count in {part:?}")))?;
                 (n, rest.trim())
             }
             _ => (1, part),

@@ -82,7 +82,10 @@ mod tests {
     #[test]
     fn uuid_and_unique_prefix() {
         assert_eq!(visible_devices(Some("GPU-aaaa"), &uuids()), vec![0]);
-        assert_eq!(visible_devices(Some("gpu-bbbb3333,0"), &uuids()), vec![2, 0]);
+        assert_eq!(
+            visible_devices(Some("gpu-bbbb3333,0"), &uuids()),
+            vec![2, 0]
+        );
         // ambiguous prefix is invalid
         assert!(visible_devices(Some("GPU-bbbb"), &uuids()).is_empty());
     }

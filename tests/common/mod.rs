@@ -40,7 +40,12 @@ pub fn simgpu_lib_dir() -> &'static Path {
         // half-copied library.
         let dir = target_dir().join(format!("simgpu-libs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create lib dir");
-        for name in ["libcuda.so", "libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ml.so"] {
+        for name in [
+            "libcuda.so",
+            "libcuda.so.1",
+            "libnvidia-ml.so.1",
+            "libnvidia-ml.so",
+        ] {
             let dest = dir.join(name);
             let tmp = dir.join(format!(".{name}.tmp"));
             std::fs::copy(&built, &tmp).expect("copy simgpu");
