@@ -56,6 +56,7 @@ fn big_report() -> Report {
     let timeline = Timeline {
         devices: (0..DEVICES).map(series).collect(),
         markers,
+        processes: vec![],
     };
     Report {
         schema_version: SCHEMA_VERSION,
@@ -79,6 +80,7 @@ fn big_report() -> Report {
         replay: Some(ReplayResult {
             period_us: 5000,
             runs: vec![VariantRun {
+                steps: vec![],
                 scenario: "big".into(),
                 variant: "bug".into(),
                 source: "bench".into(),

@@ -108,7 +108,7 @@ fn all_scenarios_on(spec: &str) {
     assert_verdict(bug, "reproduced");
     let on0 = max_worker_on(bug, 0);
     assert!(
-        on0 >= CONTEXT && on0 <= CONTEXT + 130 * MIB,
+        (CONTEXT..=CONTEXT + 130 * MIB).contains(&on0),
         "worker on GPU 0: {on0}"
     );
     let fix = run(&r, "stray-cuda0", "fix-visible-devices");
