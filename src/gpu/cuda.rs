@@ -11,10 +11,7 @@
 
 use super::{AllocId, ContextId, Driver, GpuError, Result};
 use cudarc::driver::sys::{self, CUresult};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
-    PushKernelArg,
-};
+use cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DevicePtrMut, DriverError};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -63,10 +60,62 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
 const LIBRARY: &str = "libcuda.so";
 const MISSING_HINT: &str = "install the NVIDIA driver, or point LD_LIBRARY_PATH at it";
 
+/// The PTX module loaded into one context (cuModuleLoadData) and its two functions.
+/// cudarc's safe `load_module` is only built with its `nvrtc` feature, so this uses the
+/// driver-API layer (`cudarc::driver::result`) directly: no NVRTC anywhere.
 struct Kernels {
-    fill: CudaFunction,
-    checksum: CudaFunction,
-    _module: Arc<CudaModule>,
+    module: sys::CUmodule,
+    fill: sys::CUfunction,
+    checksum: sys::CUfunction,
+    ctx: Arc<CudaContext>,
+}
+
+impl Kernels {
+    fn load(ctx: &Arc<CudaContext>) -> Result<Kernels> {
+        ctx.bind_to_thread()
+            .map_err(|e| driver_err("cuCtxSetCurrent", e))?;
+        let src = std::ffi::CString::new(KERNELS_PTX).map_err(|_| GpuError::Driver {
+            call: "cuModuleLoadData".into(),
+            code: "CUDA_ERROR_INVALID_IMAGE".into(),
+            message: "embedded PTX contains a NUL byte".into(),
+        })?;
+        // SAFETY: a NUL-terminated PTX text, as cuModuleLoadData expects.
+        let module = unsafe { result::module::load_data(src.as_ptr().cast()) }
+            .map_err(|e| driver_err("cuModuleLoadData", e))?;
+        let function = |name: &str| {
+            let c = std::ffi::CString::new(name).map_err(|_| GpuError::Driver {
+                call: "cuModuleGetFunction".into(),
+                code: "CUDA_ERROR_INVALID_VALUE".into(),
+                message: format!("bad kernel name {name:?}"),
+            })?;
+            // SAFETY: `module` was just loaded and is not unloaded before `Kernels` drops.
+            unsafe { result::module::get_function(module, c) }
+                .map_err(|e| driver_err("cuModuleGetFunction", e))
+        };
+        let loaded = function(KERNEL_FILL).and_then(|fill| Ok((fill, function(KERNEL_CHECKSUM)?)));
+        match loaded {
+            Ok((fill, checksum)) => Ok(Kernels {
+                module,
+                fill,
+                checksum,
+                ctx: ctx.clone(),
+            }),
+            Err(e) => {
+                // SAFETY: loaded above, no function of it is kept.
+                let _ = unsafe { result::module::unload(module) };
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: loaded in this context; its functions die with `self`.
+            let _ = unsafe { result::module::unload(self.module) };
+        }
+    }
 }
 
 struct Context {
@@ -237,21 +286,7 @@ impl CudaDriver {
         if c.kernels.is_some() {
             return Ok(());
         }
-        let module = c
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(KERNELS_PTX))
-            .map_err(|e| driver_err("cuModuleLoadData", e))?;
-        let fill = module
-            .load_function(KERNEL_FILL)
-            .map_err(|e| driver_err("cuModuleGetFunction", e))?;
-        let checksum = module
-            .load_function(KERNEL_CHECKSUM)
-            .map_err(|e| driver_err("cuModuleGetFunction", e))?;
-        c.kernels = Some(Kernels {
-            fill,
-            checksum,
-            _module: module,
-        });
+        c.kernels = Some(Kernels::load(&c.ctx)?);
         Ok(())
     }
 
@@ -278,34 +313,65 @@ impl CudaDriver {
             .ok_or_else(|| unknown_alloc("fill", alloc))?;
         let n_words: u64 = a.bytes / 4;
         let blocks = n_words.div_ceil(256).clamp(1, 4096) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let mut sum = stream
             .alloc_zeros::<u64>(1)
             .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?;
-        let mut fill = stream.launch_builder(&k.fill);
-        fill.arg(&mut a.slice).arg(&n_words).arg(&value);
-        fill.record_kernel_launch(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        // SAFETY: the argument list matches vramdoc_fill_u32(u32*, u64, u32) in
-        // kernels/vramdoc.cu, and n_words * 4 <= the slice's length.
-        let t0 = unsafe { fill.launch(cfg) }.map_err(|e| driver_err("cuLaunchKernel", e))?;
-        let mut check = stream.launch_builder(&k.checksum);
-        check.arg(&a.slice).arg(&n_words).arg(&mut sum);
-        check.record_kernel_launch(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        // SAFETY: matches vramdoc_checksum_u32(const u32*, u64, u64*); `sum` holds one u64.
-        let t1 = unsafe { check.launch(cfg) }.map_err(|e| driver_err("cuLaunchKernel", e))?;
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = c
+            .ctx
+            .new_event(timing)
+            .map_err(|e| driver_err("cuEventCreate", e))?;
+        let end = c
+            .ctx
+            .new_event(timing)
+            .map_err(|e| driver_err("cuEventCreate", e))?;
+        start
+            .record(&stream)
+            .map_err(|e| driver_err("cuEventRecord", e))?;
+        let grid = (blocks, 1, 1);
+        let block = (256, 1, 1);
+        {
+            let (data, _sync_data) = a.slice.device_ptr_mut(&stream);
+            let (out_ptr, _sync_out) = sum.device_ptr_mut(&stream);
+            let (mut data, mut n, mut v, mut out_ptr) = (data, n_words, value, out_ptr);
+            let mut fill_args: [*mut std::ffi::c_void; 3] = [
+                (&mut data as *mut sys::CUdeviceptr).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut v as *mut u32).cast(),
+            ];
+            // SAFETY: the arguments match vramdoc_fill_u32(u32*, u64, u32) in
+            // kernels/vramdoc.cu, and n_words * 4 <= the allocation's length.
+            unsafe {
+                result::launch_kernel(k.fill, grid, block, 0, stream.cu_stream(), &mut fill_args)
+            }
+            .map_err(|e| driver_err("cuLaunchKernel", e))?;
+            let mut check_args: [*mut std::ffi::c_void; 3] = [
+                (&mut data as *mut sys::CUdeviceptr).cast(),
+                (&mut n as *mut u64).cast(),
+                (&mut out_ptr as *mut sys::CUdeviceptr).cast(),
+            ];
+            // SAFETY: matches vramdoc_checksum_u32(const u32*, u64, u64*); `sum` holds one u64.
+            unsafe {
+                result::launch_kernel(
+                    k.checksum,
+                    grid,
+                    block,
+                    0,
+                    stream.cu_stream(),
+                    &mut check_args,
+                )
+            }
+            .map_err(|e| driver_err("cuLaunchKernel", e))?;
+        }
+        end.record(&stream)
+            .map_err(|e| driver_err("cuEventRecord", e))?;
         let out = stream
             .clone_dtoh(&sum)
             .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))?;
         stream
             .synchronize()
             .map_err(|e| driver_err("cuStreamSynchronize", e))?;
-        if let (Some((start, _)), Some((_, end))) = (t0, t1) {
-            self.last_fill_ms = start.elapsed_ms(&end).ok();
-        }
+        self.last_fill_ms = start.elapsed_ms(&end).ok();
         drop(sum);
         out.first().copied().ok_or_else(|| GpuError::Driver {
             call: "cuMemcpyDtoHAsync".into(),
