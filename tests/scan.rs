@@ -767,3 +767,30 @@ fn scan_report_round_trip_and_schema() {
     assert_eq!(stdout_md.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&stdout_md.stdout).contains("stray-context"));
 }
+
+/// A non-UTF-8 argument (here an --out file name) is no reason to panic: the report's
+/// command line shows it with U+FFFD.
+#[test]
+fn non_utf8_argument_does_not_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let b = fresh_box("1x16GiB");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(std::ffi::OsStr::from_bytes(b"r\xff.json"));
+    let out = run({
+        let mut c = scan_cmd(b.path(), &["--out"]);
+        c.arg(&file);
+        c
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(v["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a.as_str().unwrap().contains('\u{FFFD}')));
+}

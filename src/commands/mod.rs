@@ -48,6 +48,14 @@ impl Session {
         })
     }
 
+    /// The simulated box's spec, for reports (`None` on the real backends).
+    pub fn sim_spec(&self) -> Option<String> {
+        match self.backend {
+            BackendKind::Sim => SimBox::from_env().ok().map(|b| b.config().spec.clone()),
+            BackendKind::Real => None,
+        }
+    }
+
     pub fn monitor(&self) -> Result<Box<dyn Monitor>> {
         Ok(gpu::open_monitor(self.backend)?)
     }

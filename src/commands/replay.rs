@@ -276,19 +276,13 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     }
     let was_interrupted = interrupted.load(Ordering::SeqCst);
 
-    let sim_spec = match session.backend {
-        crate::gpu::BackendKind::Sim => crate::sim::SimBox::from_env()
-            .ok()
-            .map(|b| b.config().spec.clone()),
-        crate::gpu::BackendKind::Real => None,
-    };
+    let sim_spec = session.sim_spec();
     let environment = crate::report::environment::collect(monitor.as_ref(), sim_spec)?;
-    let args_vec: Vec<String> = std::env::args().collect();
     let report = Report {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Replay,
         environment,
-        command: crate::redact::redact_args(&args_vec),
+        command: crate::report::environment::command_line(),
         created_unix_ms: crate::report::environment::now_unix_ms(),
         scan: None,
         replay: Some(ReplayResult {

@@ -5,7 +5,6 @@
 use super::Session;
 use crate::cli::ScanArgs;
 use crate::diagnose::{self, Thresholds};
-use crate::gpu::BackendKind;
 use crate::inventory::{self, Inventory};
 use crate::report::write::{render, Format};
 use crate::report::{Headroom, Report, ReportKind, ScanResult, Severity, SCHEMA_VERSION};
@@ -21,12 +20,7 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     crate::report::write::check_outputs(&args.out, args.force)?;
     let pidns = inventory::detect_pid_namespace()?;
     let monitor = session.monitor()?;
-    let sim_spec = match session.backend {
-        BackendKind::Sim => crate::sim::SimBox::from_env()
-            .ok()
-            .map(|b| b.config().spec.clone()),
-        BackendKind::Real => None,
-    };
+    let sim_spec = session.sim_spec();
     let inv = inventory::collect(monitor.as_ref(), sim_spec, pidns)?;
     let report = build_report(&inv, &Thresholds::default());
 
@@ -56,12 +50,11 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
 /// The report model for one scan (pure: inventory in, report out).
 pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
     let (findings, headroom) = diagnose::diagnose(inv, th);
-    let args: Vec<String> = std::env::args().collect();
     Report {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Scan,
         environment: inv.environment.clone(),
-        command: crate::redact::redact_args(&args),
+        command: crate::report::environment::command_line(),
         created_unix_ms: crate::report::environment::now_unix_ms(),
         scan: Some(ScanResult {
             devices: inv.devices.clone(),
