@@ -5,7 +5,7 @@
 
 use super::chart::{self, ChartError};
 use super::text::{self, ChartMarker};
-use super::{Finding, ProcessInfo, Report, ReportKind, ScanResult, VariantRun, Verdict};
+use super::{Finding, ProcessInfo, Report, ScanResult, VariantRun, Verdict};
 use crate::gpu::DeviceInfo;
 use crate::units::format_bytes;
 use std::fmt::Write;
@@ -61,11 +61,7 @@ pub fn render(report: &Report) -> Result<String, ChartError> {
         esc(&text::summary(&report))
     );
     environment(&mut o, &report);
-    let devices = match (&report.kind, &report.scan) {
-        (ReportKind::Scan, Some(scan)) => &scan.devices,
-        _ => &report.environment.devices,
-    };
-    device_table(&mut o, devices);
+    device_table(&mut o, report.devices());
     if let Some(scan) = &report.scan {
         scan_section(&mut o, scan);
     }

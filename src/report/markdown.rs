@@ -5,9 +5,7 @@
 //! or put in a code span, so it shows as text and never as Markdown or HTML.
 
 use super::text::{self, ChartMarker};
-use super::{
-    DeviceSeries, Finding, ProcessInfo, Report, ReportKind, ScanResult, VariantRun, Verdict,
-};
+use super::{DeviceSeries, Finding, ProcessInfo, Report, ScanResult, VariantRun, Verdict};
 use crate::gpu::DeviceInfo;
 use crate::units::format_bytes;
 use std::fmt::Write;
@@ -28,11 +26,7 @@ pub fn render(report: &Report) -> String {
         md_text(&text::summary(&report), false)
     );
     environment(&mut out, &report);
-    let devices = match (&report.kind, &report.scan) {
-        (ReportKind::Scan, Some(scan)) => &scan.devices,
-        _ => &report.environment.devices,
-    };
-    device_table(&mut out, devices);
+    device_table(&mut out, report.devices());
     if let Some(scan) = &report.scan {
         scan_section(&mut out, scan);
     }

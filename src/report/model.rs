@@ -26,6 +26,16 @@ pub struct Report {
     pub replay: Option<ReplayResult>,
 }
 
+impl Report {
+    /// The devices to show: a scan's own inventory, else the environment's.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        match (&self.kind, &self.scan) {
+            (ReportKind::Scan, Some(scan)) => &scan.devices,
+            _ => &self.environment.devices,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReportKind {
