@@ -529,26 +529,23 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        b.update(|st, _| {
-            st.processes.insert(
-                pid,
-                ProcessEntry {
+        let plant_dead = |b: &SimBox| {
+            b.update(|st, _| {
+                let usage = DeviceUsage {
+                    allocations: 1,
+                    alloc_bytes: GIB,
+                    ..Default::default()
+                };
+                let entry = ProcessEntry {
                     start_time: 1,
                     name: "gone".into(),
-                    devices: [(
-                        0,
-                        DeviceUsage {
-                            allocations: 1,
-                            alloc_bytes: GIB,
-                            ..Default::default()
-                        },
-                    )]
-                    .into(),
-                },
-            );
-            Ok(())
-        })
-        .unwrap_or(());
+                    devices: [(0, usage)].into(),
+                };
+                st.processes.insert(pid, entry);
+                Ok(())
+            })
+        };
+        plant_dead(&b).unwrap();
         // update reaps before the closure; the write happened after. A read reaps again.
         assert_eq!(b.memory(0).unwrap().used, 0);
         b.set_faults(&Faults {
@@ -556,26 +553,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        b.update(|st, _| {
-            st.processes.insert(
-                pid,
-                ProcessEntry {
-                    start_time: 1,
-                    name: "gone".into(),
-                    devices: [(
-                        0,
-                        DeviceUsage {
-                            allocations: 1,
-                            alloc_bytes: GIB,
-                            ..Default::default()
-                        },
-                    )]
-                    .into(),
-                },
-            );
-            Ok(())
-        })
-        .unwrap();
+        plant_dead(&b).unwrap();
         assert_eq!(b.memory(0).unwrap().used, GIB);
         assert_eq!(b.processes(0).unwrap()[0].pid, pid);
     }
