@@ -111,7 +111,7 @@ fn main() {
             t_collect,
             wall,
             findings.len(),
-            inv.devices[0].memory.used,
+            inv.devices()[0].memory.used,
         ));
     }
     walls.sort();

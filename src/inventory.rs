@@ -5,7 +5,7 @@
 //! container hint, whether the PID exists in our PID namespace). Findings are decided from
 //! this in `crate::diagnose`, never here.
 
-use crate::gpu::{DeviceInfo, GpuError, Monitor, Versions};
+use crate::gpu::{DeviceInfo, GpuError, Monitor};
 use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -92,19 +92,22 @@ fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
 /// Everything one scan read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inventory {
+    /// Host, versions and devices (as NVML numbers them, with memory at scan time).
     pub environment: Environment,
-    pub versions: Versions,
-    /// Devices as NVML numbers them (physical), with memory at scan time.
-    pub devices: Vec<DeviceInfo>,
     /// Processes NVML lists on any device, merged by PID, sorted by PID.
     pub processes: Vec<ProcessInfo>,
     pub pid_namespace: PidNamespace,
 }
 
 impl Inventory {
+    /// Devices as NVML numbers them (physical), with memory at scan time.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.environment.devices
+    }
+
     /// UUIDs in physical order (for `CUDA_VISIBLE_DEVICES` mapping).
     pub fn uuids(&self) -> Vec<String> {
-        self.devices.iter().map(|d| d.uuid.clone()).collect()
+        self.devices().iter().map(|d| d.uuid.clone()).collect()
     }
 }
 
@@ -116,9 +119,8 @@ pub fn collect(
     pid_namespace: PidNamespace,
 ) -> Result<Inventory, GpuError> {
     let environment = crate::report::environment::collect(monitor, sim_spec)?;
-    let devices = environment.devices.clone();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
-    for d in &devices {
+    for d in &environment.devices {
         for p in monitor.processes(d.index)? {
             by_pid.entry(p.pid).or_default().push(ProcessDeviceUsage {
                 device: d.index,
@@ -134,9 +136,7 @@ pub fn collect(
         })
         .collect();
     Ok(Inventory {
-        versions: environment.versions.clone(),
         environment,
-        devices,
         processes,
         pid_namespace,
     })

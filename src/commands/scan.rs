@@ -57,7 +57,7 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
         command: crate::report::environment::command_line(),
         created_unix_ms: crate::report::environment::now_unix_ms(),
         scan: Some(ScanResult {
-            devices: inv.devices.clone(),
+            devices: inv.devices().to_vec(),
             processes: inv.processes.clone(),
             findings,
             pid_namespace: inv.pid_namespace.label().to_string(),
@@ -246,11 +246,9 @@ mod tests {
                 vramdoc_version: "0.1.0".into(),
                 backend: "sim".into(),
                 sim_spec: None,
-                versions: versions.clone(),
-                devices: devices.clone(),
+                versions,
+                devices,
             },
-            versions,
-            devices,
             processes: vec![
                 ProcessInfo {
                     pid: 4242,
@@ -319,7 +317,7 @@ mod tests {
     fn clean_table_says_no_findings() {
         let mut i = inv();
         i.processes.clear();
-        for d in i.devices.iter_mut() {
+        for d in i.environment.devices.iter_mut() {
             d.memory.free += d.memory.used;
             d.memory.used = 0;
         }

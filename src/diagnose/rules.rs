@@ -155,7 +155,7 @@ pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
 pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     let host = inv.pid_namespace.host;
     let mut out = Vec::new();
-    for d in &inv.devices {
+    for d in inv.devices() {
         let on_dev: Vec<(&ProcessInfo, Option<u64>)> = inv
             .processes
             .iter()
@@ -316,7 +316,10 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
 /// Room for a new vLLM-style engine on every device: its budget `u x total` must fit in
 /// `total - used_by_others - reserved - context_reserve`.
 pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
-    inv.devices.iter().map(|d| device_headroom(d, th)).collect()
+    inv.devices()
+        .iter()
+        .map(|d| device_headroom(d, th))
+        .collect()
 }
 
 pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
@@ -366,7 +369,7 @@ pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
 /// headroom arithmetic and the largest holder.
 pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
-    for d in &inv.devices {
+    for d in inv.devices() {
         let Some(h) = headroom.iter().find(|h| h.device == d.index) else {
             continue;
         };

@@ -79,11 +79,9 @@ fn inv_with(
             vramdoc_version: "0".into(),
             backend: "sim".into(),
             sim_spec: None,
-            versions: versions.clone(),
-            devices: devices.clone(),
+            versions,
+            devices,
         },
-        versions,
-        devices,
         processes: procs,
         pid_namespace: PidNamespace {
             host,
