@@ -142,8 +142,8 @@ fn device_table(o: &mut String, devices: &[DeviceInfo]) {
             text::percent(m.used, m.total),
             format_bytes(m.free),
             format_bytes(m.reserved),
-            d.utilization_gpu.map_or("n/a".into(), |u| format!("{u}%")),
-            d.temperature_c.map_or("n/a".into(), |t| format!("{t} °C")),
+            text::utilization(d),
+            text::temperature(d),
         );
     }
     let _ = writeln!(o, "</table>");
@@ -244,14 +244,7 @@ fn process_row(o: &mut String, p: &ProcessInfo) {
     } else {
         format!("{} <em>not visible</em>", p.pid)
     };
-    let mem: Vec<String> = p
-        .devices
-        .iter()
-        .map(|u| {
-            let used = u.used.map_or("n/a".to_string(), format_bytes);
-            format!("GPU {}: {used}", u.device)
-        })
-        .collect();
+    let mem = text::process_memory(p);
     let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), code);
     let _ = writeln!(
         o,

@@ -108,8 +108,8 @@ fn device_table(out: &mut String, devices: &[DeviceInfo]) {
             text::percent(m.used, m.total),
             format_bytes(m.free),
             format_bytes(m.reserved),
-            d.utilization_gpu.map_or("n/a".into(), |u| format!("{u}%")),
-            d.temperature_c.map_or("n/a".into(), |t| format!("{t} °C")),
+            text::utilization(d),
+            text::temperature(d),
         );
     }
     out.push('\n');
@@ -211,14 +211,7 @@ fn process_row(out: &mut String, p: &ProcessInfo) {
     } else {
         format!("{} *not visible*", p.pid)
     };
-    let mem: Vec<String> = p
-        .devices
-        .iter()
-        .map(|u| {
-            let used = u.used.map_or("n/a".to_string(), format_bytes);
-            format!("GPU {}: {used}", u.device)
-        })
-        .collect();
+    let mem = text::process_memory(p);
     let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), md_code_cell);
     let _ = writeln!(
         out,

@@ -2,7 +2,8 @@
 //! summary, verdict and severity words, dates and durations, the render-time redaction pass,
 //! and the time-binning behind sparklines and charts. Pure functions, no I/O.
 
-use super::{Report, ReportKind, Severity, VariantRun, Verdict};
+use super::{ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict};
+use crate::gpu::DeviceInfo;
 use crate::redact::redact_args;
 use crate::units::format_bytes;
 
@@ -237,6 +238,27 @@ pub fn percent(used: u64, total: u64) -> String {
         return "?".into();
     }
     format!("{:.1}%", used as f64 * 100.0 / total as f64)
+}
+
+/// A process's memory per device, `GPU 1: 6.44 GiB` (`n/a` where NVML does not say).
+pub fn process_memory(p: &ProcessInfo) -> Vec<String> {
+    p.devices
+        .iter()
+        .map(|u| {
+            let used = u.used.map_or("n/a".to_string(), format_bytes);
+            format!("GPU {}: {used}", u.device)
+        })
+        .collect()
+}
+
+/// A device's utilization, `97%` or `n/a`.
+pub fn utilization(d: &DeviceInfo) -> String {
+    d.utilization_gpu.map_or("n/a".into(), |u| format!("{u}%"))
+}
+
+/// A device's temperature, `71 °C` or `n/a`.
+pub fn temperature(d: &DeviceInfo) -> String {
+    d.temperature_c.map_or("n/a".into(), |t| format!("{t} °C"))
 }
 
 /// Whether a marker kind is a failure point (drawn in red, `X` in sparklines).
