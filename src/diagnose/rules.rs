@@ -159,12 +159,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         let on_dev: Vec<(&ProcessInfo, Option<u64>)> = inv
             .processes
             .iter()
-            .filter_map(|p| {
-                p.devices
-                    .iter()
-                    .find(|u| u.device == d.index)
-                    .map(|u| (p, u.used))
-            })
+            .filter_map(|p| p.usage_on(d.index).map(|u| (p, u.used)))
             .collect();
         // In the host namespace a PID that does not exist is dead; in a container we cannot tell.
         let is_live = |p: &ProcessInfo| p.visible || !host;
@@ -424,13 +419,7 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
         let top = inv
             .processes
             .iter()
-            .filter_map(|p| {
-                p.devices
-                    .iter()
-                    .find(|u| u.device == d.index)
-                    .and_then(|u| u.used)
-                    .map(|b| (p, b))
-            })
+            .filter_map(|p| p.usage_on(d.index).and_then(|u| u.used).map(|b| (p, b)))
             .max_by_key(|(p, b)| (*b, u32::MAX - p.pid));
         if let Some((p, b)) = top {
             let frac = if m.total == 0 {

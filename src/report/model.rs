@@ -150,6 +150,13 @@ pub struct ProcessInfo {
     pub devices: Vec<ProcessDeviceUsage>,
 }
 
+impl ProcessInfo {
+    /// This process's entry on physical device `device`, if NVML lists it there.
+    pub fn usage_on(&self, device: u32) -> Option<&ProcessDeviceUsage> {
+        self.devices.iter().find(|u| u.device == device)
+    }
+}
+
 /// What `vramdoc scan` found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScanResult {
