@@ -214,7 +214,7 @@ impl Monitor for SimMonitor {
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
         self.inventory.fetch_add(1, Ordering::Relaxed);
         let faults = self.sim.faults()?;
-        let st = self.sim.state()?;
+        let st = self.sim.state_with(&faults)?;
         let mut out = Vec::new();
         for d in self.sim.devices() {
             Self::delay(faults.nvml_memory_latency_us);
@@ -234,8 +234,9 @@ impl Monitor for SimMonitor {
 
     fn memory(&self, index: u32) -> Result<MemoryInfo> {
         self.memory.fetch_add(1, Ordering::Relaxed);
-        Self::delay(self.sim.faults()?.nvml_memory_latency_us);
-        Ok(to_memory(self.sim.memory(index)?))
+        let faults = self.sim.faults()?;
+        Self::delay(faults.nvml_memory_latency_us);
+        Ok(to_memory(self.sim.memory_with(index, &faults)?))
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
@@ -245,7 +246,7 @@ impl Monitor for SimMonitor {
         let hidden = faults.nvml_used_memory_unavailable;
         Ok(self
             .sim
-            .processes(index)?
+            .processes_with(index, &faults)?
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,

@@ -379,7 +379,11 @@ impl SimBox {
     /// The state as it is now, with exited processes' memory returned (unless the
     /// `keep_dead_processes` fault holds it). Lock-free: state.json is replaced atomically.
     pub fn state(&self) -> Result<State, SimError> {
-        let faults = self.faults()?;
+        self.state_with(&self.faults()?)
+    }
+
+    /// [`state`](Self::state) under faults the caller has already read.
+    pub fn state_with(&self, faults: &Faults) -> Result<State, SimError> {
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
             reap(&mut st);
@@ -409,18 +413,29 @@ impl SimBox {
 
     /// Memory of one physical device under NVML v2 definitions.
     pub fn memory(&self, index: u32) -> Result<SimMemory, SimError> {
-        let faults = self.faults()?;
-        let dev = self.check_device(index, &faults)?;
-        let st = self.state()?;
-        Ok(memory_of(dev, &st))
+        self.memory_with(index, &self.faults()?)
+    }
+
+    /// [`memory`](Self::memory) under faults the caller has already read (one read of
+    /// faults.json per query on the sampling hot path).
+    pub fn memory_with(&self, index: u32, faults: &Faults) -> Result<SimMemory, SimError> {
+        let dev = self.check_device(index, faults)?;
+        Ok(memory_of(dev, &self.state_with(faults)?))
     }
 
     /// Processes with memory on one physical device, by PID.
     pub fn processes(&self, index: u32) -> Result<Vec<SimProcessView>, SimError> {
-        let faults = self.faults()?;
-        self.check_device(index, &faults)?;
-        let st = self.state()?;
-        Ok(processes_on(index, &st))
+        self.processes_with(index, &self.faults()?)
+    }
+
+    /// [`processes`](Self::processes) under faults the caller has already read.
+    pub fn processes_with(
+        &self,
+        index: u32,
+        faults: &Faults,
+    ) -> Result<Vec<SimProcessView>, SimError> {
+        self.check_device(index, faults)?;
+        Ok(processes_on(index, &self.state_with(faults)?))
     }
 }
 

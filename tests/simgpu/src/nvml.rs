@@ -686,7 +686,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
 
 fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc::sim::SimMemory> {
     sleep_us(faults.nvml_memory_latency_us);
-    sim.memory(d.index).map_err(|e| sim_code(&e))
+    sim.memory_with(d.index, faults).map_err(|e| sim_code(&e))
 }
 
 /// v1: `used` is reserved + allocated (nvml.h: "Sum of Reserved and Allocated").
@@ -765,7 +765,9 @@ unsafe fn processes<T>(
         }
         sleep_us(faults.nvml_process_latency_us);
         let list = match kind {
-            Kind::Compute => sim.processes(d.index).map_err(|e| sim_code(&e))?,
+            Kind::Compute => sim
+                .processes_with(d.index, faults)
+                .map_err(|e| sim_code(&e))?,
             Kind::None => Vec::new(),
         };
         let n = list.len() as c_uint;
