@@ -38,7 +38,8 @@ fn load(arg: &str) -> Result<Scenario> {
             ids.join(", ")
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| UsageError(format!("{arg}: {e}")))?;
+    let text = crate::input::read_text(path, crate::input::MAX_SCENARIO_BYTES, "scenario files")
+        .map_err(|e| UsageError(e.to_string()))?;
     parse_scenario(arg, &text).map_err(|e| UsageError(e.to_string()).into())
 }
 
@@ -70,7 +71,7 @@ impl Observer for Progress {
         let line = format!("replay {}: worker pid {pid}", self.current);
         match &self.bar {
             Some(b) if self.tty => b.println(line),
-            _ => eprintln!("{line}"),
+            _ => crate::term::eprint_line(&line),
         }
     }
     fn step_started(&mut self, index: usize, label: &str) {
@@ -83,7 +84,7 @@ impl Observer for Progress {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
-        eprintln!("replay {}: {}", self.current, verdict_str(run.verdict));
+        crate::term::eprint_line(&format!("replay {}: {}", self.current, verdict_str(run.verdict)));
     }
 }
 
@@ -294,13 +295,11 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         .map_err(|e| UsageError(format!("writing the report: {e}")))?;
     if args.json {
         let bytes = crate::report::json::render(&report);
-        use std::io::Write;
-        std::io::stdout().write_all(&bytes)?;
-        println!();
+        crate::term::print_json(&String::from_utf8_lossy(&bytes))?;
     } else {
-        println!("{}", summary(&runs));
+        crate::term::print(&summary(&runs))?;
         if was_interrupted {
-            println!("interrupted: results above are partial");
+            crate::term::print("interrupted: results above are partial")?;
         }
     }
 

@@ -9,9 +9,8 @@ use crate::inventory::{self, Inventory};
 use crate::report::write::{render, Format};
 use crate::report::{Headroom, Report, ReportKind, ScanResult, Severity, SCHEMA_VERSION};
 use crate::units::format_bytes;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
-use std::io::Write;
 
 /// Width every table is laid out for.
 pub const WIDTH: u16 = 100;
@@ -32,10 +31,12 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         render_table(&report).into_bytes()
     };
     crate::report::write::write_reports(&report, &args.out, args.force)?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(&bytes)
-        .context("writing to standard output")?;
-    out.flush().context("writing to standard output")?;
+    let text = String::from_utf8_lossy(&bytes);
+    if args.json {
+        crate::term::print_json(&text)?;
+    } else {
+        crate::term::write_stdout(crate::term::clean_text(&text).as_bytes())?;
+    }
 
     let worst = report
         .scan

@@ -9,7 +9,6 @@ use crate::sim::{procinfo, spec::PRESETS, InitOptions, SimBox, SimProcess};
 use crate::units::{format_bytes, parse_size};
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use std::io::Write;
 
 pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
@@ -50,7 +49,7 @@ fn init(a: &SimInitArgs) -> Result<i32> {
         )));
     }
     SimBox::create(&dir, &a.spec, &opts)?;
-    println!("{}", dir.display());
+    crate::term::print(&dir.display().to_string())?;
     Ok(0)
 }
 
@@ -66,8 +65,8 @@ fn presets() -> Result<i32> {
             format_bytes(p.reserved),
         ]);
     }
-    println!("{t}");
-    println!("Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.");
+    crate::term::print(&t.to_string())?;
+    crate::term::print("Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.")?;
     Ok(0)
 }
 
@@ -91,10 +90,10 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             "processes": st.processes,
             "faults": faults,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::term::print_json(&serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
-    println!("box {} ({})", sim.dir().display(), sim.config().spec);
+    crate::term::print(&format!("box {} ({})", sim.dir().display(), sim.config().spec))?;
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
     t.set_header(vec![
@@ -113,9 +112,9 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             format_bytes(d.context_overhead),
         ]);
     }
-    println!("{t}");
+    crate::term::print(&t.to_string())?;
     if st.processes.is_empty() {
-        println!("no processes");
+        crate::term::print("no processes")?;
     } else {
         let mut t = Table::new();
         t.load_style(UTF8_FULL_CONDENSED);
@@ -142,10 +141,10 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
                 ]);
             }
         }
-        println!("{t}");
+        crate::term::print(&t.to_string())?;
     }
     if faults != crate::sim::Faults::default() {
-        println!("faults: {}", serde_json::to_string(&faults)?);
+        crate::term::print(&format!("faults: {}", serde_json::to_string(&faults)?))?;
     }
     Ok(0)
 }
@@ -186,7 +185,7 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
         f.nvml_used_memory_unavailable = true;
     }
     sim.set_faults(&f)?;
-    println!("faults: {}", serde_json::to_string(&f)?);
+    crate::term::print(&format!("faults: {}", serde_json::to_string(&f)?))?;
     Ok(0)
 }
 
@@ -220,16 +219,13 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
         }
         physical = Some(all);
     }
-    let mut out = std::io::stdout();
-    writeln!(
-        out,
+    crate::term::print(&format!(
         "holding pid={} device={} size={} contexts_on={:?}",
         std::process::id(),
         a.device,
         size,
         a.context_on
-    )?;
-    out.flush()?;
+    ))?;
     match duration {
         Some(d) => std::thread::sleep(d),
         None => loop {
