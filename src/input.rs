@@ -132,7 +132,18 @@ mod tests {
         let p = dir.path().join("a.toml");
         std::fs::write(&p, b"ok = 1\nb = \"\xff\"\n").unwrap();
         let e = read_text(&p, 100, "scenario files").unwrap_err();
-        assert!(matches!(e, InputError::NotUtf8 { line: 2, col: 6, byte: 0xff, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                InputError::NotUtf8 {
+                    line: 2,
+                    col: 6,
+                    byte: 0xff,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         std::fs::write(&p, vec![b'a'; 101]).unwrap();
         let e = read_text(&p, 100, "scenario files").unwrap_err();
         assert!(matches!(e, InputError::TooLarge { .. }), "{e}");

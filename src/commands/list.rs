@@ -42,6 +42,8 @@ pub fn run(args: &ListArgs) -> Result<i32> {
         ]);
     }
     crate::term::print(&t.to_string())?;
-    crate::term::print("Run one: vramdoc --sim 2x16GiB replay stray-cuda0   (format: docs/scenarios.md)")?;
+    crate::term::print(
+        "Run one: vramdoc --sim 2x16GiB replay stray-cuda0   (format: docs/scenarios.md)",
+    )?;
     Ok(crate::exit::OK)
 }

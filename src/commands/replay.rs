@@ -51,7 +51,7 @@ struct Progress {
 
 impl Observer for Progress {
     fn variant_started(&mut self, scenario: &str, variant: &str, steps: usize) {
-        self.current = format!("{scenario}/{variant}");
+        self.current = crate::term::clean(&format!("{scenario}/{variant}"));
         let target = if self.tty {
             ProgressDrawTarget::stderr()
         } else {
@@ -77,14 +77,18 @@ impl Observer for Progress {
     fn step_started(&mut self, index: usize, label: &str) {
         if let Some(b) = &self.bar {
             b.set_position(index as u64);
-            b.set_message(label.to_string());
+            b.set_message(crate::term::clean(label));
         }
     }
     fn variant_finished(&mut self, run: &VariantRun) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
-        crate::term::eprint_line(&format!("replay {}: {}", self.current, verdict_str(run.verdict)));
+        crate::term::eprint_line(&format!(
+            "replay {}: {}",
+            self.current,
+            verdict_str(run.verdict)
+        ));
     }
 }
 
@@ -132,10 +136,10 @@ fn summary(runs: &[VariantRun]) -> String {
     for r in runs {
         let passed = r.checks.iter().filter(|c| c.passed).count();
         t.add_row(vec![
-            r.scenario.clone(),
-            r.variant.clone(),
+            crate::term::clean(&r.scenario),
+            crate::term::clean(&r.variant),
             verdict_str(r.verdict).to_string(),
-            outcome(r),
+            crate::term::clean(&outcome(r)),
             peaks(r),
             format!("{passed}/{}", r.checks.len()),
         ]);
@@ -148,13 +152,13 @@ fn summary(runs: &[VariantRun]) -> String {
                 r.scenario, r.variant, c.expectation, c.detail
             );
             out.push('\n');
-            out.push_str(&truncate(&line, 100));
+            out.push_str(&truncate(&crate::term::clean(&line), 100));
         }
         if let Some(reason) = &r.reason {
             if r.checks.iter().all(|c| c.passed) {
                 out.push('\n');
                 out.push_str(&truncate(
-                    &format!("{}/{}: {reason}", r.scenario, r.variant),
+                    &crate::term::clean(&format!("{}/{}: {reason}", r.scenario, r.variant)),
                     100,
                 ));
             }
@@ -253,7 +257,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
                         devices.len()
                     ),
                 );
-                progress.current = format!("{}/{}", s.id, v.name);
+                progress.current = crate::term::clean(&format!("{}/{}", s.id, v.name));
                 progress.variant_finished(&run);
                 runs.push(run);
                 continue;

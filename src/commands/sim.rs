@@ -66,7 +66,9 @@ fn presets() -> Result<i32> {
         ]);
     }
     crate::term::print(&t.to_string())?;
-    crate::term::print("Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.")?;
+    crate::term::print(
+        "Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.",
+    )?;
     Ok(0)
 }
 
@@ -93,7 +95,11 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         crate::term::print_json(&serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
-    crate::term::print(&format!("box {} ({})", sim.dir().display(), sim.config().spec))?;
+    crate::term::print(&format!(
+        "box {} ({})",
+        sim.dir().display(),
+        sim.config().spec
+    ))?;
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
     t.set_header(vec![
@@ -132,7 +138,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             for (dev, u) in &p.devices {
                 t.add_row(vec![
                     pid.to_string(),
-                    p.name.clone(),
+                    crate::term::clean(&p.name),
                     if alive { "yes" } else { "NO" }.to_string(),
                     dev.to_string(),
                     u.contexts.to_string(),

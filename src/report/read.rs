@@ -38,10 +38,12 @@ pub enum ReadError {
 
 /// Read and parse the report at `path`.
 pub fn read_report(path: &Path) -> Result<Report, ReadError> {
-    let text = crate::input::read_text(path, crate::input::MAX_REPORT_BYTES, "reports")
-        .map_err(|e| match e {
-            crate::input::InputError::Io { path, source } => ReadError::Io { path, source },
-            other => ReadError::Input(other),
+    let text =
+        crate::input::read_text(path, crate::input::MAX_REPORT_BYTES, "reports").map_err(|e| {
+            match e {
+                crate::input::InputError::Io { path, source } => ReadError::Io { path, source },
+                other => ReadError::Input(other),
+            }
         })?;
     parse_report(&text, path)
 }
