@@ -13,8 +13,7 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The hidden `vramdoc __worker` entry: the workload side of a replay.
 pub fn worker(session: &Session) -> i32 {
@@ -215,12 +214,8 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let monitor = session.monitor()?;
     let devices = monitor.devices()?;
     let exe = std::env::current_exe().context("locating the vramdoc binary for the worker")?;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        // A second handler cannot be installed (tests calling run twice): keep the first.
-        let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
-    }
+    // SIGINT, SIGTERM and SIGHUP: the worker is stopped and the partial report written.
+    let interrupted = super::handle_interrupts_gracefully();
     let opts = ReplayOptions {
         backend: session.backend,
         sampler: SamplerConfig {
@@ -236,6 +231,10 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         current: String::new(),
     };
 
+    // Described now too: if the machine fails mid-replay the report still has its header.
+    let environment_at_start =
+        crate::report::environment::collect(monitor.as_ref(), session.sim_spec())?;
+    let mut fatal: Option<anyhow::Error> = None;
     let mut runs = Vec::new();
     'outer: for s in &scenarios {
         let variants: Vec<_> = s
@@ -264,17 +263,15 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             }
             match replay::run_variant(s, v, monitor.as_ref(), &devices, &opts, &mut progress) {
                 Ok(run) => runs.push(run),
+                // The machine failed under us (device lost, box removed): stop, but still
+                // report the variants already finished, then fail with exit 3.
                 Err(
                     e @ (ReplayError::Gpu(_)
                     | ReplayError::WorkerEnvironment(_)
                     | ReplayError::Spawn { .. }),
                 ) => {
-                    if let ReplayError::Gpu(g) = &e {
-                        if !g.is_environment() {
-                            anyhow::bail!(EnvironmentError(e.to_string()));
-                        }
-                    }
-                    return Err(anyhow::Error::new(EnvironmentError(e.to_string())));
+                    fatal = Some(anyhow::Error::new(EnvironmentError(e.to_string())));
+                    break 'outer;
                 }
             }
         }
@@ -282,7 +279,10 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let was_interrupted = interrupted.load(Ordering::SeqCst);
 
     let sim_spec = session.sim_spec();
-    let environment = crate::report::environment::collect(monitor.as_ref(), sim_spec)?;
+    let environment = match crate::report::environment::collect(monitor.as_ref(), sim_spec) {
+        Ok(env) => env,
+        Err(_) => environment_at_start,
+    };
     let report = Report {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Replay,
@@ -307,6 +307,13 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         }
     }
 
+    if let Some(e) = fatal {
+        crate::term::eprint_line(&format!(
+            "replay stopped early: {} finished variant(s) reported above and in --out",
+            runs.len()
+        ));
+        return Err(e);
+    }
     let bad = runs.iter().any(|r| r.verdict == Verdict::Unexpected)
         || (args.require && runs.iter().any(|r| r.verdict == Verdict::Skipped));
     Ok(if was_interrupted || bad {
