@@ -3,7 +3,23 @@
 use clap::Parser;
 
 fn main() {
-    let cli = vramdoc::cli::Cli::parse();
+    let cli = match vramdoc::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version go to standard output through the one writer, so a full
+        // disk is an error (exit 3) there too; usage errors go to stderr (exit 2).
+        Err(e) if !e.use_stderr() => {
+            let text = e.render().to_string();
+            let code = match vramdoc::term::write_stdout(text.as_bytes()) {
+                Ok(()) => vramdoc::exit::OK,
+                Err(err) => {
+                    vramdoc::term::eprint_line(&format!("error: {err}"));
+                    vramdoc::exit::ENVIRONMENT
+                }
+            };
+            std::process::exit(code);
+        }
+        Err(e) => e.exit(),
+    };
     let code = match vramdoc::commands::run(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -10,7 +10,7 @@ pub mod sim;
 use crate::cli::{BackendArg, Cli, Command, GlobalArgs};
 use crate::gpu::{self, BackendKind, Driver, Monitor};
 use crate::sim::{InitOptions, SimBox, SIM_DIR_ENV};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,7 +32,12 @@ impl Session {
             let dir = tempfile::Builder::new()
                 .prefix("vramdoc-sim-")
                 .tempdir()
-                .context("creating a private simulated box")?;
+                .map_err(|e| {
+                    crate::exit::EnvironmentError(format!(
+                        "creating a private simulated box in {}: {e} (set TMPDIR to a writable directory)",
+                        std::env::temp_dir().display()
+                    ))
+                })?;
             SimBox::create(dir.path(), spec, &InitOptions::default())?;
             // Removed on drop; on SIGINT/SIGTERM/SIGHUP by the handler (see `interrupt_flag`).
             if let Ok(mut p) = PRIVATE_BOX.lock() {
@@ -64,8 +69,16 @@ impl Session {
         }
     }
 
+    /// The monitor, on a machine with at least one GPU (none: exit 3).
     pub fn monitor(&self) -> Result<Box<dyn Monitor>> {
-        Ok(gpu::open_monitor(self.backend)?)
+        let m = gpu::open_monitor(self.backend)?;
+        if m.devices()?.is_empty() {
+            return Err(gpu::GpuError::NoDevice(
+                "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
+            )
+            .into());
+        }
+        Ok(m)
     }
 
     pub fn driver(&self) -> Result<Box<dyn Driver>> {

@@ -189,15 +189,22 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     crate::report::write::check_outputs(&args.out, args.force)
         .map_err(|e| UsageError(e.to_string()))?;
     // `all` stands for every built-in scenario, in `vramdoc list` order.
-    let scenarios: Vec<Scenario> = if args.scenarios.iter().any(|a| a == "all") {
-        crate::scenario::builtin::all()
-            .map_err(|e| UsageError(format!("built-in scenarios: {e}")))?
-    } else {
-        args.scenarios
-            .iter()
-            .map(|a| load(a))
-            .collect::<Result<_>>()?
-    };
+    // Every argument is resolved before anything runs: `all nope` is exit 2, not a long
+    // replay that ignores `nope`. A scenario named twice runs once.
+    let mut scenarios: Vec<Scenario> = Vec::new();
+    for a in &args.scenarios {
+        let more = if a == "all" {
+            crate::scenario::builtin::all()
+                .map_err(|e| UsageError(format!("built-in scenarios: {e}")))?
+        } else {
+            vec![load(a)?]
+        };
+        for s in more {
+            if !scenarios.iter().any(|k| k.id == s.id) {
+                scenarios.push(s);
+            }
+        }
+    }
     if let Some(v) = &args.variant {
         for s in &scenarios {
             if s.variant(v).is_none() {
@@ -213,6 +220,17 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
 
     let monitor = session.monitor()?;
     let devices = monitor.devices()?;
+    // CUDA reads CUDA_VISIBLE_DEVICES up to its first bad entry; one that hides every GPU
+    // would make each variant fail in a confusing way. Same check on every backend.
+    if let Ok(cvd) = std::env::var("CUDA_VISIBLE_DEVICES") {
+        let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+        if crate::sim::visible::visible_devices(Some(&cvd), &uuids).is_empty() {
+            anyhow::bail!(EnvironmentError(format!(
+                "CUDA_VISIBLE_DEVICES={:?} leaves no visible GPU (CUDA reports no device); unset it or list device indices or UUIDs, e.g. 0,1",
+                crate::term::clean(&cvd)
+            )));
+        }
+    }
     let exe = std::env::current_exe().context("locating the vramdoc binary for the worker")?;
     // SIGINT, SIGTERM and SIGHUP: the worker is stopped and the partial report written.
     let interrupted = super::handle_interrupts_gracefully();
