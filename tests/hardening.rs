@@ -373,6 +373,8 @@ check = "completes"
 "#;
 
 /// Start a replay in the background; returns it and the pid of the worker of `variant`.
+/// The caller waits for the returned child.
+#[allow(clippy::zombie_processes)]
 fn replay_until_worker(
     box_dir: &Path,
     scenario: &Path,
@@ -391,7 +393,10 @@ fn replay_until_worker(
     let needle = format!("/{variant}: worker pid ");
     loop {
         let mut line = String::new();
-        assert!(err.read_line(&mut line).unwrap() > 0, "replay ended early");
+        if err.read_line(&mut line).unwrap() == 0 {
+            let _ = child.wait();
+            panic!("replay ended before the {variant} worker started");
+        }
         if let Some(i) = line.find(&needle) {
             let pid = line[i + needle.len()..].trim().parse().unwrap();
             return (child, pid, err);
