@@ -29,7 +29,10 @@ fn scenario_seeds() -> Vec<Vec<u8>> {
 }
 
 fn report_seeds() -> Vec<Vec<u8>> {
-    let mut v = vec![common::reports::scan_report(), common::reports::replay_report()];
+    let mut v = vec![
+        common::reports::scan_report(),
+        common::reports::replay_report(),
+    ];
     v.extend(common::reports::hostile_reports());
     v.iter().map(vramdoc::report::json::render).collect()
 }
@@ -69,9 +72,25 @@ fn mutate(seed: &[u8], other: &[u8], ops: &[(u8, usize, usize, u8)]) -> Vec<u8> 
             _ => {
                 // Interesting tokens.
                 const TOKENS: &[&[u8]] = &[
-                    b"\"", b"[[", b"]]", b"=", b"\n", b"\\u0000", b"\xff", b"1e308", b"-1",
-                    b"{", b"}", b"99999999999999999999", b"NaN", b"\"\\u001b[2J\"", b"*",
-                    b"%", b"ctx", b"null", b"[]",
+                    b"\"",
+                    b"[[",
+                    b"]]",
+                    b"=",
+                    b"\n",
+                    b"\\u0000",
+                    b"\xff",
+                    b"1e308",
+                    b"-1",
+                    b"{",
+                    b"}",
+                    b"99999999999999999999",
+                    b"NaN",
+                    b"\"\\u001b[2J\"",
+                    b"*",
+                    b"%",
+                    b"ctx",
+                    b"null",
+                    b"[]",
                 ];
                 let t = TOKENS[len % TOKENS.len()];
                 b.splice(at..at, t.iter().copied());
@@ -82,7 +101,10 @@ fn mutate(seed: &[u8], other: &[u8], ops: &[(u8, usize, usize, u8)]) -> Vec<u8> 
 }
 
 fn ops() -> impl Strategy<Value = Vec<(u8, usize, usize, u8)>> {
-    proptest::collection::vec((any::<u8>(), any::<usize>(), any::<usize>(), any::<u8>()), 1..8)
+    proptest::collection::vec(
+        (any::<u8>(), any::<usize>(), any::<usize>(), any::<u8>()),
+        1..8,
+    )
 }
 
 proptest! {

@@ -969,6 +969,48 @@ max = "1ctx"
     }
 
     #[test]
+    fn env_allow_list() {
+        for ok in [
+            "CUDA_VISIBLE_DEVICES",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "NCCL_DEBUG",
+            "OMP_NUM_THREADS",
+        ] {
+            assert_eq!(env_refusal(ok), None, "{ok}");
+        }
+        for bad in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PATH",
+            "PYTHONPATH",
+            "VRAMDOC_SIM_DIR",
+            "CUDA_",
+            "CUDA_INJECTION64_PATH",
+            "NCCL_NET_PLUGIN",
+            "cuda_x",
+            "CUDA_A=B",
+        ] {
+            assert!(env_refusal(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes_in_any_order_and_cycles() {
+        let text = MINIMAL.replace("model = \"40%\"", "a = \"0.5*model\"\nmodel = \"40%\"");
+        let s = parse_scenario(
+            "x.toml",
+            &text.replace("\"0.5*model\"\n\n[[variants]]", "\"a\"\n\n[[variants]]"),
+        )
+        .unwrap();
+        assert!(
+            matches!(s.steps[1].op, Op::Alloc { size: SizeSpec::Fraction(f), .. } if (f - 0.2).abs() < 1e-9)
+        );
+        let e = err_of(&MINIMAL.replace("model = \"40%\"", "model = \"2*self\"\nself = \"model\""));
+        assert!(e.message.contains("cycle"), "{e}");
+        assert_eq!(e.line, 9, "{e}");
+    }
+
+    #[test]
     fn line_col_counts_characters() {
         assert_eq!(line_col("a\nbé c", 6), (2, 4));
         assert_eq!(line_col("", 10), (1, 1));

@@ -541,6 +541,24 @@ mod tests {
     use crate::units::{GIB, MIB};
 
     #[test]
+    fn pci_bus_ids_follow_the_nvml_format_past_16_gpus() {
+        assert_eq!(pci_bus_id(0), "00000000:17:00.0");
+        assert_eq!(pci_bus_id(14), "00000000:F7:00.0");
+        assert_eq!(pci_bus_id(15), "00000001:07:00.0");
+        let ids: Vec<String> = (0..64).map(pci_bus_id).collect();
+        for id in &ids {
+            // "%08X:%02X:%02X.0"
+            let (dom, rest) = id.split_once(':').unwrap();
+            let (bus, dev) = rest.split_once(':').unwrap();
+            assert_eq!((dom.len(), bus.len(), dev), (8, 2, "00.0"), "{id}");
+        }
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 64);
+    }
+
+    #[test]
     fn create_open_and_memory_accounting() {
         let dir = tempfile::tempdir().unwrap();
         let b = SimBox::create(dir.path(), "2x24GiB", &InitOptions::default()).unwrap();
