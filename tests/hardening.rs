@@ -538,7 +538,9 @@ fn finished_variants_are_reported_when_the_box_disappears_mid_replay() {
     let b = fresh_box("1x16GiB");
     let out = dir.path().join("r.json");
     let (child, _worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
-    std::fs::remove_dir_all(b.path()).unwrap();
+    // The box disappears in one step (a rename: its processes keep writing into it).
+    let moved = dir.path().join("moved-box");
+    std::fs::rename(b.path(), &moved).unwrap();
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3), "environment failure");
     let r: serde_json::Value =
