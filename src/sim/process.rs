@@ -449,6 +449,27 @@ mod tests {
     }
 
     #[test]
+    fn host_backing_is_bounded_per_process() {
+        let (_d, b) = new_box("1x16GiB");
+        let mut p = SimProcess::new(b, None);
+        p.create_context(0).unwrap();
+        let n = HOST_BACKING_LIMIT / BACKED_LIMIT;
+        let ptrs: Vec<u64> = (0..n).map(|_| p.alloc(0, BACKED_LIMIT).unwrap()).collect();
+        for &ptr in &ptrs {
+            p.write(ptr, &[1, 2, 3, 4]).unwrap();
+        }
+        // Past the limit a small allocation is uniform: it costs no host memory.
+        let over = p.alloc(0, BACKED_LIMIT).unwrap();
+        assert!(matches!(p.write(over, &[1]), Err(SimError::Unsupported(_))));
+        p.fill_u32(over, 7, BACKED_LIMIT / 4).unwrap();
+        assert_eq!(p.checksum_u32(over, 2).unwrap(), 14);
+        // Freeing gives the budget back.
+        p.free(ptrs[0]).unwrap();
+        let again = p.alloc(0, MIB).unwrap();
+        p.write(again, &[9]).unwrap();
+    }
+
+    #[test]
     fn context_alloc_free_are_charged_and_returned() {
         let (_d, b) = new_box("2x24GiB");
         let mut p = SimProcess::new(b.clone(), None);
