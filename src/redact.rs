@@ -297,6 +297,8 @@ enum Pending {
     Value,
     /// After `Authorization:`: an optional scheme, then the secret.
     Header,
+    /// After curl's `-u` / `--user`: `user:password`, the password is the secret.
+    UserPassword,
 }
 
 /// A command line (argv) with secrets replaced: `--token=…` / `--api-key …` (any flag naming
@@ -325,6 +327,15 @@ pub fn redact_args(args: &[String]) -> Vec<String> {
                 pending = Pending::None;
                 continue;
             }
+            Pending::UserPassword if !is_flag(arg) => {
+                pending = Pending::None;
+                if let Some((user, pw)) = arg.split_once(':') {
+                    if !pw.is_empty() {
+                        out.push(format!("{user}:{REDACTED}"));
+                        continue;
+                    }
+                }
+            }
             _ => pending = Pending::None,
         }
         out.push(redact_arg(arg, &mut pending));
@@ -352,6 +363,17 @@ fn redact_arg(arg: &str, pending: &mut Pending) -> String {
     if is_flag(arg) {
         let flag = arg.trim_start_matches('-');
         let dashes = &arg[..arg.len() - flag.len()];
+        if arg == "-u" || arg == "--user" {
+            *pending = Pending::UserPassword;
+            return arg.to_string();
+        }
+        if let Some(rest) = arg.strip_prefix("--user=") {
+            if let Some((user, pw)) = rest.split_once(':') {
+                if !pw.is_empty() {
+                    return format!("--user={user}:{REDACTED}");
+                }
+            }
+        }
         match flag.split_once('=') {
             Some((name, _)) if name_is_secret(name) => {
                 return format!("{dashes}{name}={REDACTED}");
@@ -505,6 +527,14 @@ mod tests {
                 "x --url=https://«redacted»@h:5432/db",
             ),
             (&["x", "--no-auth", "--model", "m"], "x --no-auth --model m"),
+            (
+                &["curl", "-u", "bob:S3CRETa", "h"],
+                "curl -u bob:«redacted» h",
+            ),
+            (
+                &["curl", "--user=bob:S3CRETa"],
+                "curl --user=bob:«redacted»",
+            ),
         ];
         for (args, want) in cases {
             let got = redact_cmdline(&v(args));
