@@ -777,3 +777,34 @@ fn an_os_error_is_printed_once() {
     let err = text(&run(c).stderr);
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+#[test]
+fn a_hostile_report_file_cannot_drive_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile_json = serde_json::to_string(common::reports::HOSTILE).unwrap();
+    let inner = &hostile_json[1..hostile_json.len() - 1];
+    let evil = r"\u001b]0;pwned\u0007\u009b31m\u202eexe.txt\r";
+    for (i, report) in common::reports::hostile_reports().iter().enumerate() {
+        let body = String::from_utf8(vramdoc::report::json::render(report)).unwrap();
+        assert!(body.contains(inner));
+        let path = dir.path().join(format!("r{i}.json"));
+        std::fs::write(&path, body.replace(inner, evil)).unwrap();
+        for format in ["md", "html", "json"] {
+            let mut c = vramdoc();
+            c.arg("report").arg(&path).args(["--format", format]);
+            let out = run(c);
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            let stdout = text(&out.stdout);
+            for bad in ['\x1b', '\x07', '\u{9b}', '\u{202e}', '\r'] {
+                assert!(
+                    !stdout.contains(bad),
+                    "{format}: raw {bad:?} on the terminal"
+                );
+            }
+            if format == "json" {
+                // Still the same report.
+                vramdoc::report::read::parse_report(&stdout, &path).unwrap();
+            }
+        }
+    }
+}
