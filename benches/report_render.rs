@@ -57,6 +57,7 @@ fn big_report() -> Report {
         devices: (0..DEVICES).map(series).collect(),
         markers,
         processes: vec![],
+        gaps: vec![],
     };
     Report {
         schema_version: SCHEMA_VERSION,

@@ -63,7 +63,7 @@ pub enum Command {
     /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
     /// for writing your own scenario files, docs/scenarios.md.
     #[command(
-        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment.\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json"
+        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json"
     )]
     Replay(ReplayArgs),
     /// Re-render a saved JSON report as Markdown or HTML
@@ -134,12 +134,18 @@ pub struct ReplayArgs {
     /// several formats of the same run
     #[arg(long, value_name = "FILE")]
     pub out: Vec<PathBuf>,
-    /// Overwrite --out if it exists
+    /// Overwrite --out if it exists, and replay even on GPUs other processes are using
+    /// (without it such a replay is refused, exit 3: it would disturb their work and their
+    /// memory would distort the replay's numbers)
     #[arg(long)]
     pub force: bool,
     /// Fail (exit 1) instead of skipping a scenario that needs more devices than the box has
     #[arg(long)]
     pub require: bool,
+    /// Kill a worker that reports nothing for this long (a hung step or driver call); its
+    /// step ends with status `timeout` and the variant is unexpected
+    #[arg(long, default_value = "120s", value_name = "DURATION")]
+    pub step_timeout: String,
 }
 
 #[derive(Debug, Args)]

@@ -114,6 +114,10 @@ pub trait Driver {
     fn mem_info(&mut self, ctx: ContextId) -> Result<(u64, u64)>;
     /// Wait for all work in the context.
     fn synchronize(&mut self, ctx: ContextId) -> Result<()>;
+    /// UUID (`GPU-…`) of the device behind a CUDA ordinal.
+    fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
+        Err(GpuError::InvalidDevice(ordinal))
+    }
 }
 
 /// Expected checksum of [`Driver::fill`] over `bytes` with `value`.
@@ -175,7 +179,7 @@ pub struct CallCounts {
 }
 
 /// What an observer reads about the machine, through NVML. Indices are physical.
-pub trait Monitor: Send {
+pub trait Monitor: Send + Sync {
     /// Backend name (`nvml`, `sim`).
     fn backend(&self) -> &'static str;
     fn versions(&self) -> Result<Versions>;

@@ -226,6 +226,7 @@ fn multi_size_bug() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
@@ -284,6 +285,7 @@ fn multi_size_fix() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
@@ -329,6 +331,7 @@ fn stray_bug() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
@@ -378,6 +381,7 @@ fn stray_fix() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
