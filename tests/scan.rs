@@ -685,6 +685,7 @@ fn duplicate_copy_on_a_live_process() {
                 devices: [(0, usage(10 * GIB)), (1, usage(10 * GIB + 512 * MIB))]
                     .into_iter()
                     .collect(),
+                ..Default::default()
             },
         );
         Ok(())

@@ -231,6 +231,7 @@ mod tests {
             },
             utilization_gpu: Some(97),
             temperature_c: Some(71),
+            status: Default::default(),
         };
         let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];
         let versions = Versions {

@@ -26,6 +26,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         },
         utilization_gpu: Some(0),
         temperature_c: Some(34),
+        status: Default::default(),
     }
 }
 

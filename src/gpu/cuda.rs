@@ -492,6 +492,19 @@ impl Driver for CudaDriver {
         })
     }
 
+    fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
+        guarded("cuDeviceGetUuid", || {
+            let dev = result::device::get(ordinal as i32).map_err(|e| match e.0 {
+                CUresult::CUDA_ERROR_INVALID_DEVICE => GpuError::InvalidDevice(ordinal),
+                _ => driver_err("cuDeviceGet", e),
+            })?;
+            let uuid =
+                result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", e))?;
+            let bytes: [u8; 16] = uuid.bytes.map(|b| b as u8);
+            Ok(super::format_gpu_uuid(&bytes))
+        })
+    }
+
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
         guarded("cuCtxSynchronize", || {
             let c = self.context(ctx)?;

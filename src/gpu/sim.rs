@@ -3,8 +3,8 @@
 //! Utilization is always 0 % and temperature a fixed 34 °C: the simulator models memory only.
 
 use super::{
-    AllocId, CallCounts, ContextId, DeviceInfo, Driver, GpuError, GpuProcess, MemoryInfo, Monitor,
-    Result, Versions,
+    AllocId, CallCounts, ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess,
+    MemoryInfo, Monitor, Result, Versions,
 };
 use crate::sim::{SimBox, SimProcess};
 use std::collections::HashMap;
@@ -131,6 +131,10 @@ impl Driver for SimDriver {
         let ordinal = self.ordinal(ctx)?;
         Ok(self.proc.check(ordinal)?)
     }
+
+    fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
+        Ok(self.proc.device(ordinal)?.uuid.clone())
+    }
 }
 
 /// Report out-of-memory against the CUDA ordinal, as CudaDriver does.
@@ -218,15 +222,28 @@ impl Monitor for SimMonitor {
         let mut out = Vec::new();
         for d in self.sim.devices() {
             Self::delay(faults.nvml_memory_latency_us);
-            self.sim.check_device(d.index, &faults)?;
+            let status = match self.sim.check_nvml_device(d.index, &faults) {
+                Ok(_) => DeviceStatus::Ok,
+                Err(crate::sim::SimError::DeviceLost(_)) => DeviceStatus::Lost,
+                Err(crate::sim::SimError::NoPermission(_)) => DeviceStatus::NoPermission,
+                Err(e) => DeviceStatus::Error {
+                    message: e.to_string(),
+                },
+            };
+            let ok = status.is_ok();
             out.push(DeviceInfo {
                 index: d.index,
                 name: d.name.clone(),
                 uuid: d.uuid.clone(),
                 pci_bus_id: d.pci_bus_id.clone(),
-                memory: to_memory(crate::sim::memory_of(d, &st)),
-                utilization_gpu: Some(0),
-                temperature_c: Some(SIM_TEMPERATURE_C),
+                memory: if ok {
+                    to_memory(crate::sim::memory_of(d, &st))
+                } else {
+                    MemoryInfo::zeroed()
+                },
+                utilization_gpu: ok.then_some(0),
+                temperature_c: ok.then_some(SIM_TEMPERATURE_C),
+                status,
             });
         }
         Ok(out)
@@ -236,6 +253,7 @@ impl Monitor for SimMonitor {
         self.memory.fetch_add(1, Ordering::Relaxed);
         let faults = self.sim.faults()?;
         Self::delay(faults.nvml_memory_latency_us);
+        self.sim.check_nvml_device(index, &faults)?;
         Ok(to_memory(self.sim.memory_with(index, &faults)?))
     }
 
@@ -244,6 +262,7 @@ impl Monitor for SimMonitor {
         let faults = self.sim.faults()?;
         Self::delay(faults.nvml_process_latency_us);
         let hidden = faults.nvml_used_memory_unavailable;
+        self.sim.check_nvml_device(index, &faults)?;
         Ok(self
             .sim
             .processes_with(index, &faults)?
@@ -251,8 +270,13 @@ impl Monitor for SimMonitor {
             .map(|p| GpuProcess {
                 pid: p.pid,
                 used: (!hidden).then_some(p.used),
+                kind: p.kind,
             })
             .collect())
+    }
+
+    fn device_nodes(&self) -> Vec<std::path::PathBuf> {
+        self.sim.device_nodes()
     }
 
     fn call_counts(&self) -> CallCounts {

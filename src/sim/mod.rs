@@ -50,6 +50,8 @@ pub enum SimError {
     InvalidDevice(u32),
     #[error("device {0} is lost (fallen off the bus)")]
     DeviceLost(u32),
+    #[error("no permission to query device {0}")]
+    NoPermission(u32),
     #[error("out of memory on physical device {device}: requested {requested} bytes, {free} free")]
     OutOfMemory {
         device: u32,
@@ -117,6 +119,9 @@ pub struct Faults {
     /// NVML reports per-process used memory as "not available" (`NVML_VALUE_NOT_AVAILABLE`),
     /// as in containers without the host PID namespace or under Windows WDDM.
     pub nvml_used_memory_unavailable: bool,
+    /// Physical indices NVML refuses to query for this caller (`NVML_ERROR_NO_PERMISSION`):
+    /// a MIG parent device read without privileges, a device not mounted in a container.
+    pub no_permission_devices: Vec<u32>,
 }
 
 /// Usage of one process on one physical device.
@@ -142,6 +147,9 @@ pub struct ProcessEntry {
     pub name: String,
     /// Usage keyed by physical device index.
     pub devices: BTreeMap<u32, DeviceUsage>,
+    /// Which NVML process list the process appears in.
+    #[serde(default)]
+    pub kind: crate::gpu::ProcessKind,
 }
 
 /// The mutable shared state of a box.
@@ -168,6 +176,7 @@ pub struct SimMemory {
 pub struct SimProcessView {
     pub pid: u32,
     pub used: u64,
+    pub kind: crate::gpu::ProcessKind,
 }
 
 /// A handle on a box directory.
@@ -181,6 +190,8 @@ const BOX_FILE: &str = "box.json";
 const STATE_FILE: &str = "state.json";
 const FAULTS_FILE: &str = "faults.json";
 const LOCK_FILE: &str = "lock";
+/// Directory of the box's device files (see [`SimBox::device_nodes`]).
+pub const DEV_DIR: &str = "dev";
 
 /// Options for creating a box.
 #[derive(Debug, Clone)]
@@ -345,6 +356,29 @@ impl SimBox {
         Ok(dev)
     }
 
+    /// [`check_device`](Self::check_device) as NVML sees it: also `NoPermission` for the
+    /// devices the `no_permission_devices` fault hides from this caller.
+    pub fn check_nvml_device(&self, index: u32, faults: &Faults) -> Result<&SimDevice, SimError> {
+        let dev = self.check_device(index, faults)?;
+        if faults.no_permission_devices.contains(&index) {
+            return Err(SimError::NoPermission(index));
+        }
+        Ok(dev)
+    }
+
+    /// The box's equivalents of `/dev/nvidiaN` and `/dev/nvidiactl`: a process holding one
+    /// of them open keeps the memory of the process that opened it alive.
+    pub fn device_nodes(&self) -> Vec<PathBuf> {
+        let dev = self.dir.join(DEV_DIR);
+        let mut out: Vec<PathBuf> = self
+            .devices()
+            .iter()
+            .map(|d| dev.join(format!("nvidia{}", d.index)))
+            .collect();
+        out.push(dev.join("nvidiactl"));
+        out
+    }
+
     fn lock(&self) -> Result<LockGuard, SimError> {
         let path = self.dir.join(LOCK_FILE);
         let file = fs::OpenOptions::new()
@@ -468,6 +502,7 @@ pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
                 .map(|u| SimProcessView {
                     pid: *pid,
                     used: u.total(),
+                    kind: p.kind,
                 })
         })
         .collect()
@@ -530,7 +565,8 @@ mod tests {
             b.processes(1).unwrap(),
             vec![SimProcessView {
                 pid: me,
-                used: 100 * MIB
+                used: 100 * MIB,
+                kind: crate::gpu::ProcessKind::Compute,
             }]
         );
         assert!(b.processes(0).unwrap().is_empty());
@@ -555,6 +591,7 @@ mod tests {
                     start_time: 1,
                     name: "gone".into(),
                     devices: [(0, usage)].into(),
+                    ..Default::default()
                 };
                 st.processes.insert(pid, entry);
                 Ok(())

@@ -227,6 +227,8 @@ fn code(e: SimError) -> CUresult {
         SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => CUDA_ERROR_INVALID_VALUE,
         SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
         SimError::NoBox => CUDA_ERROR_NO_DEVICE,
+        // NVML-only (MIG parent, unmounted device): CUDA never sees such a device.
+        SimError::NoPermission(_) => CUDA_ERROR_INVALID_DEVICE,
         SimError::BadBox { .. } | SimError::Io { .. } | SimError::Spec(_) => CUDA_ERROR_UNKNOWN,
     }
 }

@@ -35,6 +35,7 @@ pub const NVML_SUCCESS: nvmlReturn_t = 0;
 pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
 pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
 pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
+pub const NVML_ERROR_NO_PERMISSION: nvmlReturn_t = 4;
 pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
@@ -159,6 +160,7 @@ fn sim_code(e: &SimError) -> nvmlReturn_t {
     match e {
         SimError::InvalidDevice(_) => NVML_ERROR_INVALID_ARGUMENT,
         SimError::DeviceLost(_) => NVML_ERROR_GPU_IS_LOST,
+        SimError::NoPermission(_) => NVML_ERROR_NO_PERMISSION,
         SimError::NoBox | SimError::BadBox { .. } => NVML_ERROR_DRIVER_NOT_LOADED,
         _ => NVML_ERROR_UNKNOWN,
     }
@@ -212,7 +214,9 @@ fn with_device<T>(h: nvmlDevice_t, f: impl FnOnce(&SimBox, &SimDevice, &Faults) 
     let sim = current()?;
     let index = index_of(h)?;
     let faults = sim.faults().map_err(|e| sim_code(&e))?;
-    let dev = sim.check_device(index, &faults).map_err(|e| sim_code(&e))?;
+    let dev = sim
+        .check_nvml_device(index, &faults)
+        .map_err(|e| sim_code(&e))?;
     f(&sim, dev, &faults)
 }
 
