@@ -290,6 +290,7 @@ mod tests {
                 host: true,
                 reason: "test".into(),
             },
+            details: Default::default(),
         }
     }
 
