@@ -4,8 +4,8 @@ use crate::cli::{
     parse_duration, GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs,
 };
 use crate::exit::UsageError;
-use crate::gpu::{sim::SimDriver, Driver};
-use crate::sim::{procinfo, spec::PRESETS, InitOptions, SimBox, SimProcess};
+use crate::gpu::{sim::SimDriver, Driver, ProcessKind};
+use crate::sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
 use crate::units::{format_bytes, parse_size};
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
@@ -15,6 +15,11 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
         SimCommand::Init(a) => init(&a),
         SimCommand::Presets => presets(),
+        SimCommand::Driverd(a) => {
+            crate::sim::broker::serve(&a.dir)
+                .with_context(|| format!("serving the box at {}", a.dir.display()))?;
+            Ok(0)
+        }
         other => {
             let session = super::Session::new(global)?;
             let _keep = &session.private_box;
@@ -22,7 +27,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 SimCommand::Status(a) => status(&a),
                 SimCommand::Fault(a) => fault(&a),
                 SimCommand::Hold(a) => hold(&a),
-                SimCommand::Init(_) | SimCommand::Presets => Ok(0),
+                SimCommand::Init(_) | SimCommand::Presets | SimCommand::Driverd(_) => Ok(0),
             }
         }
     }
@@ -30,10 +35,16 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
 
 fn init(a: &SimInitArgs) -> Result<i32> {
     let overhead = parse_size(&a.context_overhead)?;
-    let opts = InitOptions {
+    let mut opts = InitOptions {
         context_overhead: overhead,
         ..InitOptions::default()
     };
+    if let Some(v) = &a.driver {
+        let p = crate::sim::profile::DriverProfile::parse(v)
+            .map_err(|e| UsageError(format!("--driver: {e}")))?;
+        opts.driver_version = p.driver_version;
+        opts.cuda_driver_version = p.cuda_driver_version;
+    }
     let dir = match &a.dir {
         Some(d) => d.clone(),
         None => tempfile::Builder::new()
@@ -50,8 +61,37 @@ fn init(a: &SimInitArgs) -> Result<i32> {
         )));
     }
     SimBox::create(&dir, &a.spec, &opts)?;
+    start_broker(&dir);
     println!("{}", dir.display());
     Ok(0)
+}
+
+/// Start the box's driver broker (`sim driverd`) in this PID namespace, detached, and wait
+/// briefly for its socket. Failure is not fatal: without it processes use their own PIDs.
+fn start_broker(dir: &std::path::Path) {
+    use std::os::unix::process::CommandExt;
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let spawned = std::process::Command::new(exe)
+        .args(["sim", "driverd", "--dir"])
+        .arg(dir)
+        .env_remove(crate::sim::SIM_DIR_ENV)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    if spawned.is_err() {
+        return;
+    }
+    let sock = crate::sim::broker::socket_path(dir);
+    for _ in 0..100 {
+        if sock.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 fn presets() -> Result<i32> {
@@ -129,7 +169,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             "bytes",
         ]);
         for (pid, p) in &st.processes {
-            let alive = procinfo::is_alive(*pid, p.start_time);
+            let alive = sim.is_alive(*pid, p);
             for (dev, u) in &p.devices {
                 t.add_row(vec![
                     pid.to_string(),
@@ -185,6 +225,45 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
     if a.usage_unavailable {
         f.nvml_used_memory_unavailable = true;
     }
+    let n = sim.devices().len();
+    let check = |flag: &str, list: &[u32]| -> Result<()> {
+        if let Some(bad) = list.iter().find(|d| **d as usize >= n) {
+            anyhow::bail!(UsageError(format!(
+                "--{flag} {bad}: the box has {n} devices (0..{})",
+                n - 1
+            )));
+        }
+        Ok(())
+    };
+    for (flag, list, field) in [
+        (
+            "no-permission",
+            &a.no_permission,
+            &mut f.no_permission_devices,
+        ),
+        (
+            "mig-unprivileged",
+            &a.mig_unprivileged,
+            &mut f.mig_unprivileged_devices,
+        ),
+        (
+            "exclusive-process",
+            &a.exclusive_process,
+            &mut f.exclusive_process_devices,
+        ),
+        ("contained", &a.contained, &mut f.contained_devices),
+    ] {
+        check(flag, list)?;
+        for d in list {
+            if !field.contains(d) {
+                field.push(*d);
+            }
+        }
+    }
+    f.cuda_stub_library |= a.cuda_stub;
+    f.no_ptx_jit |= a.no_ptx_jit;
+    f.cuda_total_excludes_reserved |= a.cuda_total_excludes_reserved;
+    f.driver_version_mismatch |= a.version_mismatch;
     sim.set_faults(&f)?;
     println!("faults: {}", serde_json::to_string(&f)?);
     Ok(0)
@@ -193,7 +272,14 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
 fn hold(a: &SimHoldArgs) -> Result<i32> {
     let size = parse_size(&a.size)?;
     let duration = a.duration.as_deref().map(parse_duration).transpose()?;
-    let mut driver = SimDriver::new(SimProcess::from_env()?);
+    let mut proc = SimProcess::from_env()?;
+    if a.graphics {
+        proc.set_kind(ProcessKind::Graphics);
+    } else if a.mps {
+        proc.set_kind(ProcessKind::Mps);
+    }
+    let pid = proc.pid();
+    let mut driver = SimDriver::new(proc);
     let ctx = driver
         .create_context(a.device)
         .with_context(|| format!("creating a context on device {}", a.device))?;
@@ -221,20 +307,40 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
         physical = Some(all);
     }
     let mut out = std::io::stdout();
-    writeln!(
+    let child = if a.fork_child {
+        out.flush()?;
+        // SAFETY: fork in a single-threaded process; the child only sleeps (no allocation,
+        // no locks) until killed, holding the descriptors it inherited.
+        match unsafe { libc::fork() } {
+            -1 => anyhow::bail!("fork failed: {}", std::io::Error::last_os_error()),
+            0 => loop {
+                // SAFETY: pause has no preconditions.
+                unsafe { libc::pause() };
+            },
+            c => Some(c),
+        }
+    } else {
+        None
+    };
+    write!(
         out,
         "holding pid={} device={} size={} contexts_on={:?}",
-        std::process::id(),
-        a.device,
-        size,
-        a.context_on
+        pid, a.device, size, a.context_on
     )?;
+    if let Some(c) = child {
+        write!(out, " child={c}")?;
+    }
+    writeln!(out)?;
     out.flush()?;
     match duration {
         Some(d) => std::thread::sleep(d),
         None => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
+    }
+    if a.fork_child {
+        // Exit like a killed parent: no cleanup, the child keeps the memory alive.
+        std::process::exit(0);
     }
     drop(physical);
     drop(driver);

@@ -72,12 +72,87 @@ impl GpuError {
     }
 }
 
+/// CUDA driver codes vramdoc gives advice for (cuda.h). Read as plain integers: 226 is newer
+/// than the CUDA 12.0 headers the `cuda` backend is built against.
+pub mod cuda_codes {
+    pub const STUB_LIBRARY: i32 = 34;
+    pub const DEVICE_UNAVAILABLE: i32 = 46;
+    pub const JIT_COMPILER_NOT_FOUND: i32 = 221;
+    pub const CONTAINED: i32 = 226;
+    pub const LAUNCH_FAILED: i32 = 719;
+    pub const SYSTEM_DRIVER_MISMATCH: i32 = 803;
+}
+
+/// The `CUDA_ERROR_*` name of a code this module knows, for codes a client's headers may not.
+pub fn cuda_code_name(code: i32) -> Option<&'static str> {
+    use cuda_codes::*;
+    Some(match code {
+        STUB_LIBRARY => "CUDA_ERROR_STUB_LIBRARY",
+        DEVICE_UNAVAILABLE => "CUDA_ERROR_DEVICE_UNAVAILABLE",
+        JIT_COMPILER_NOT_FOUND => "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+        CONTAINED => "CUDA_ERROR_CONTAINED",
+        LAUNCH_FAILED => "CUDA_ERROR_LAUNCH_FAILED",
+        SYSTEM_DRIVER_MISMATCH => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        _ => return None,
+    })
+}
+
+/// A CUDA driver error for `call` with raw `code`: the codes with a known remedy become a
+/// sentence that says what to do (and [`GpuError::Environment`] where the installation is at
+/// fault, exit code 3); any other code keeps the driver's `name` and `text`.
+pub fn cuda_error(call: &str, code: i32, name: &str, text: &str) -> GpuError {
+    use cuda_codes::*;
+    let env = |advice: &str| GpuError::Environment {
+        call: call.into(),
+        code: cuda_code_name(code).unwrap_or(name).into(),
+        advice: advice.into(),
+    };
+    let drv = |message: &str| GpuError::Driver {
+        call: call.into(),
+        code: cuda_code_name(code).unwrap_or(name).into(),
+        message: message.into(),
+    };
+    match code {
+        STUB_LIBRARY => env(
+            "the libcuda.so that was loaded is the CUDA toolkit's stub (lib64/stubs), not the \
+             driver's; remove the stubs directory from LD_LIBRARY_PATH (and from ldconfig)",
+        ),
+        JIT_COMPILER_NOT_FOUND => env(
+            "the driver's PTX JIT compiler (libnvidia-ptxjitcompiler.so.1) is missing; install \
+             the full driver user-space libraries (in a container set \
+             NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
+        ),
+        SYSTEM_DRIVER_MISMATCH => env(
+            "the CUDA driver library and the loaded kernel module are different versions \
+             (driver upgraded without a reboot); reboot or reload the nvidia kernel module",
+        ),
+        DEVICE_UNAVAILABLE => drv(
+            "the GPU is busy or unavailable: it is in exclusive-process (or prohibited) compute \
+             mode and another process holds it; use another GPU, stop that process, or reset \
+             the mode with `nvidia-smi -c DEFAULT`",
+        ),
+        CONTAINED => drv(
+            "an uncorrectable GPU error was contained (CUDA 12.4+ code 226); this process can \
+             no longer use CUDA: restart it, and check `nvidia-smi -q -d ECC` and Xid messages \
+             in the kernel log",
+        ),
+        _ => drv(text),
+    }
+}
+
 impl From<crate::sim::SimError> for GpuError {
     fn from(e: crate::sim::SimError) -> Self {
         use crate::sim::SimError as S;
         match e {
             S::InvalidDevice(i) => GpuError::InvalidDevice(i),
             S::DeviceLost(i) => GpuError::DeviceLost(i),
+            S::DeviceBusy(_) => cuda_error(
+                "cuDevicePrimaryCtxRetain",
+                cuda_codes::DEVICE_UNAVAILABLE,
+                "",
+                "",
+            ),
+            S::Contained(_) => cuda_error("cuCtxSynchronize", cuda_codes::CONTAINED, "", ""),
             S::NoPermission(i) => GpuError::Driver {
                 call: format!("device {i}"),
                 code: "NVML_ERROR_NO_PERMISSION".into(),

@@ -96,6 +96,7 @@ fn map_err(call: &str, index: Option<u32>, library: &str, e: NvmlError) -> GpuEr
                 "{call} is missing from it ({s}); update the NVIDIA driver to a CUDA 12 one"
             ),
         },
+        (NvmlError::LibRmVersionMismatch, _) => super::sim::nvml_mismatch(),
         (NvmlError::DriverNotLoaded, _) => GpuError::NoDevice(format!(
             "{call}: the NVIDIA kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED); \
              load it (`nvidia-smi` must work), or without a GPU use --sim SPEC"

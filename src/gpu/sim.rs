@@ -25,7 +25,25 @@ pub struct SimDriver {
 impl SimDriver {
     /// Attach to `VRAMDOC_SIM_DIR`, honouring `CUDA_VISIBLE_DEVICES`.
     pub fn from_env() -> Result<SimDriver> {
-        Ok(SimDriver::new(SimProcess::from_env()?))
+        let proc = SimProcess::from_env()?;
+        let faults = proc.sim().faults()?;
+        if faults.cuda_stub_library {
+            return Err(super::cuda_error(
+                "cuInit",
+                super::cuda_codes::STUB_LIBRARY,
+                "",
+                "",
+            ));
+        }
+        if faults.driver_version_mismatch {
+            return Err(super::cuda_error(
+                "cuInit",
+                super::cuda_codes::SYSTEM_DRIVER_MISMATCH,
+                "",
+                "",
+            ));
+        }
+        Ok(SimDriver::new(proc))
     }
 
     pub fn new(proc: SimProcess) -> SimDriver {
@@ -117,6 +135,15 @@ impl Driver for SimDriver {
         })?;
         let ordinal = self.ordinal(ctx)?;
         self.proc.check(ordinal)?;
+        // The fill kernel is PTX: loading it needs the driver's JIT compiler.
+        if self.proc.sim().faults()?.no_ptx_jit {
+            return Err(super::cuda_error(
+                "cuModuleLoadData",
+                super::cuda_codes::JIT_COMPILER_NOT_FOUND,
+                "",
+                "",
+            ));
+        }
         let words = bytes / 4;
         self.proc.fill_u32(ptr, value, words)?;
         Ok(self.proc.checksum_u32(ptr, words)?)
@@ -161,18 +188,35 @@ impl Drop for SimDriver {
 /// NVML on the simulated box, in this process. Applies the box's injected NVML latencies.
 pub struct SimMonitor {
     sim: SimBox,
+    /// Host index of each NVML index this monitor shows.
+    mounted: Vec<u32>,
     inventory: AtomicU64,
     memory: AtomicU64,
     processes: AtomicU64,
 }
 
 impl SimMonitor {
+    /// Open the box of `VRAMDOC_SIM_DIR`; a process with `NVIDIA_VISIBLE_DEVICES` (a
+    /// container) sees only those devices, renumbered from 0.
     pub fn from_env() -> Result<SimMonitor> {
-        Ok(SimMonitor::new(SimBox::from_env()?))
+        let sim = SimBox::from_env()?;
+        if sim.faults()?.driver_version_mismatch {
+            return Err(nvml_mismatch());
+        }
+        let mounted = sim.mounted(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
+        Ok(SimMonitor::with_mounted(sim, mounted))
     }
 
+    /// Every device of the box, host numbering.
     pub fn new(sim: SimBox) -> SimMonitor {
+        let mounted = (0..sim.devices().len() as u32).collect();
+        SimMonitor::with_mounted(sim, mounted)
+    }
+
+    /// Only `mounted` (host indices, PCI order), numbered 0.. as NVML in a container does.
+    pub fn with_mounted(sim: SimBox, mounted: Vec<u32>) -> SimMonitor {
         SimMonitor {
+            mounted,
             sim,
             inventory: AtomicU64::new(0),
             memory: AtomicU64::new(0),
@@ -184,6 +228,28 @@ impl SimMonitor {
         if us > 0 {
             std::thread::sleep(Duration::from_micros(us));
         }
+    }
+}
+
+/// NVML init after a driver upgrade without reboot.
+pub fn nvml_mismatch() -> GpuError {
+    GpuError::Environment {
+        call: "nvmlInit_v2".into(),
+        code: "NVML_ERROR_LIB_RM_VERSION_MISMATCH".into(),
+        advice: "Driver/library version mismatch: the NVML library and the loaded kernel module \
+                 are different versions (driver upgraded without a reboot); reboot or reload \
+                 the nvidia kernel module"
+            .into(),
+    }
+}
+
+impl SimMonitor {
+    /// Host index behind an NVML index of this monitor.
+    fn host(&self, index: u32) -> Result<u32> {
+        self.mounted
+            .get(index as usize)
+            .copied()
+            .ok_or(GpuError::InvalidDevice(index))
     }
 }
 
@@ -220,7 +286,8 @@ impl Monitor for SimMonitor {
         let faults = self.sim.faults()?;
         let st = self.sim.state_with(&faults)?;
         let mut out = Vec::new();
-        for d in self.sim.devices() {
+        for (index, host) in self.mounted.iter().enumerate() {
+            let d = self.sim.device(*host)?;
             Self::delay(faults.nvml_memory_latency_us);
             let status = match self.sim.check_nvml_device(d.index, &faults) {
                 Ok(_) => DeviceStatus::Ok,
@@ -232,7 +299,7 @@ impl Monitor for SimMonitor {
             };
             let ok = status.is_ok();
             out.push(DeviceInfo {
-                index: d.index,
+                index: index as u32,
                 name: d.name.clone(),
                 uuid: d.uuid.clone(),
                 pci_bus_id: d.pci_bus_id.clone(),
@@ -253,8 +320,9 @@ impl Monitor for SimMonitor {
         self.memory.fetch_add(1, Ordering::Relaxed);
         let faults = self.sim.faults()?;
         Self::delay(faults.nvml_memory_latency_us);
-        self.sim.check_nvml_device(index, &faults)?;
-        Ok(to_memory(self.sim.memory_with(index, &faults)?))
+        let host = self.host(index)?;
+        self.sim.check_nvml_device(host, &faults)?;
+        Ok(to_memory(self.sim.memory_with(host, &faults)?))
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
@@ -262,10 +330,14 @@ impl Monitor for SimMonitor {
         let faults = self.sim.faults()?;
         Self::delay(faults.nvml_process_latency_us);
         let hidden = faults.nvml_used_memory_unavailable;
-        self.sim.check_nvml_device(index, &faults)?;
+        let host = self.host(index)?;
+        self.sim.check_nvml_device(host, &faults)?;
+        if faults.mig_unprivileged_devices.contains(&host) {
+            return Err(crate::sim::SimError::NoPermission(host).into());
+        }
         Ok(self
             .sim
-            .processes_with(index, &faults)?
+            .processes_with(host, &faults)?
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,
