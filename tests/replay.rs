@@ -1092,6 +1092,18 @@ fn every_scenario_replays_on_a_mixed_t4_h100_box() {
     // stray-cuda0's bug: the context lands on NVML GPU 0 (the T4), the work on GPU 1.
     let bug = run(&v, "stray-cuda0", "bug");
     assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
+    // Found in NVML's (host) PID namespace, not under its namespace PID.
+    let local = bug["worker_pid"].as_u64().unwrap();
+    let found = bug["timeline"]["markers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["label"].as_str())
+        .find(|l| l.starts_with("NVML lists the worker as PID"))
+        .unwrap_or_else(|| panic!("no NVML PID marker: {bug}"))
+        .to_string();
+    assert!(!found.contains(&format!("PID {local} ")), "{found}");
+    let _ = std::fs::remove_file(dir.path().join("box.json"));
 }
 
 /// `replay all` from inside a new PID namespace with its own /proc, as in a container:
@@ -1105,7 +1117,19 @@ fn replay_all_inside_a_pid_namespace() {
         eprintln!("skipped: unshare --pid --fork --mount-proc needs root (or user namespaces)");
         return;
     }
-    let dir = shared_box("2x16GiB");
+    // Made by `sim init`, which starts the box's driver broker in the host namespace: the
+    // simulated NVML then reports host PIDs, as the real driver does.
+    let dir = tempfile::tempdir().unwrap();
+    let init = vramdoc()
+        .args(["sim", "init", "2x16GiB", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let out = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc"])
         .arg(env!("CARGO_BIN_EXE_vramdoc"))
@@ -1122,4 +1146,16 @@ fn replay_all_inside_a_pid_namespace() {
     // The worker's usage was attributed: stray-cuda0's bug shows its context on GPU 0.
     let bug = run(&v, "stray-cuda0", "bug");
     assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
+    // Found in NVML's (host) PID namespace, not under its namespace PID.
+    let local = bug["worker_pid"].as_u64().unwrap();
+    let found = bug["timeline"]["markers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["label"].as_str())
+        .find(|l| l.starts_with("NVML lists the worker as PID"))
+        .unwrap_or_else(|| panic!("no NVML PID marker: {bug}"))
+        .to_string();
+    assert!(!found.contains(&format!("PID {local} ")), "{found}");
+    let _ = std::fs::remove_file(dir.path().join("box.json"));
 }

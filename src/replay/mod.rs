@@ -419,6 +419,7 @@ pub fn run_variant(
     let mut interrupted = false;
     let mut worker_pid = None;
     let mut ident = WorkerIdentity::default();
+    let mut held_share: std::collections::BTreeMap<String, f64> = Default::default();
     // Positions of the devices the worker reported contexts on (by UUID).
     let mut context_positions: Vec<(u32, usize)> = Vec::new();
 
@@ -521,6 +522,7 @@ pub fn run_variant(
                     bytes,
                     held,
                     contexts,
+                    held_on,
                     ..
                 } => {
                     context_positions = contexts
@@ -560,6 +562,22 @@ pub fn run_variant(
                         r.held_after = held;
                     }
                     prev_mine = mine;
+                    // The footprint in device fractions: each device's share of its total.
+                    let share: Option<f64> = held_on
+                        .iter()
+                        .map(|(o, b)| {
+                            let pos = context_positions
+                                .iter()
+                                .find(|(co, _)| co == o)
+                                .map(|(_, p)| *p)
+                                .or_else(|| ordinals.get(*o as usize).map(|p| *p as usize))?;
+                            let total = devices.get(pos)?.memory.total;
+                            (total > 0).then(|| *b as f64 / total as f64)
+                        })
+                        .sum();
+                    if let (Some(share), Some(s)) = (share, plan.steps.get(step)) {
+                        held_share.insert(s.id.clone(), share);
+                    }
                     w.ack();
                 }
                 WorkerEvent::Failed {
@@ -786,6 +804,7 @@ pub fn run_variant(
         worker_max,
         peaks: peaks.iter().map(|p| p.peak_used).collect(),
         needed: scn.devices,
+        held_share,
     };
     let results: Vec<_> = variant
         .expect

@@ -47,6 +47,11 @@ pub enum WorkerEvent {
         /// monitor maps them to NVML devices by UUID, never by assuming ordinal = index.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         contexts: Vec<(u32, String)>,
+        /// `(CUDA ordinal, bytes)` the worker holds on each device with a context (live,
+        /// cached and group-owned allocations): footprints on GPUs of different sizes are
+        /// compared as fractions of each device.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        held_on: Vec<(u32, u64)>,
     },
     Failed {
         step: usize,

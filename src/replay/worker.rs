@@ -63,6 +63,13 @@ impl Framework {
         Ok(c)
     }
 
+    /// `(ordinal, bytes held)` for every ordinal with a context.
+    fn held_per_ordinal(&self) -> Vec<(u32, u64)> {
+        let mut o: Vec<u32> = self.contexts.keys().copied().collect();
+        o.sort_unstable();
+        o.into_iter().map(|o| (o, self.held_on(o))).collect()
+    }
+
     /// `(ordinal, UUID)` of every context, by ordinal.
     fn context_uuids(&self) -> Vec<(u32, String)> {
         let mut v: Vec<(u32, String)> = self.uuids.iter().map(|(o, u)| (*o, u.clone())).collect();
@@ -412,6 +419,7 @@ pub fn run_plan(
                         held,
                         checksum,
                         contexts: fw.context_uuids(),
+                        held_on: fw.held_per_ordinal(),
                     },
                 ) {
                     return 1;
