@@ -1092,18 +1092,6 @@ fn every_scenario_replays_on_a_mixed_t4_h100_box() {
     // stray-cuda0's bug: the context lands on NVML GPU 0 (the T4), the work on GPU 1.
     let bug = run(&v, "stray-cuda0", "bug");
     assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
-    // Found in NVML's (host) PID namespace, not under its namespace PID.
-    let local = bug["worker_pid"].as_u64().unwrap();
-    let found = bug["timeline"]["markers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["label"].as_str())
-        .find(|l| l.starts_with("NVML lists the worker as PID"))
-        .unwrap_or_else(|| panic!("no NVML PID marker: {bug}"))
-        .to_string();
-    assert!(!found.contains(&format!("PID {local} ")), "{found}");
-    let _ = std::fs::remove_file(dir.path().join("box.json"));
 }
 
 /// `replay all` from inside a new PID namespace with its own /proc, as in a container:

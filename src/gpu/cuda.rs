@@ -122,6 +122,9 @@ struct Context {
     ordinal: u32,
     stream: Arc<CudaStream>,
     kernels: Option<Kernels>,
+    /// The checksum kernel's result word, allocated with the context: a fill never needs
+    /// device memory beyond the allocation it fills (which may be the last free bytes).
+    sum: Option<CudaSlice<u64>>,
     ctx: Arc<CudaContext>,
 }
 
@@ -412,7 +415,7 @@ impl CudaDriver {
         self.kernels(ctx_id)?;
         let c = self
             .contexts
-            .get(&ctx_id)
+            .get_mut(&ctx_id)
             .ok_or_else(|| unknown_ctx(ctx_id))?;
         let (ordinal, stream) = (c.ordinal, c.stream.clone());
         let k = c.kernels.as_ref().ok_or_else(|| GpuError::Driver {
@@ -426,9 +429,17 @@ impl CudaDriver {
             .ok_or_else(|| unknown_alloc("fill", alloc))?;
         let n_words: u64 = a.bytes / 4;
         let blocks = n_words.div_ceil(256).clamp(1, 4096) as u32;
-        let mut sum = stream
-            .alloc_zeros::<u64>(1)
-            .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?;
+        let sum = match c.sum.as_mut() {
+            Some(s) => s,
+            None => c.sum.insert(
+                stream
+                    .alloc_zeros::<u64>(1)
+                    .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?,
+            ),
+        };
+        stream
+            .memset_zeros(sum)
+            .map_err(|e| driver_err("cuMemsetD8Async", e))?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = c
             .ctx
@@ -470,14 +481,13 @@ impl CudaDriver {
         end.record(&stream)
             .map_err(|e| driver_err("cuEventRecord", e))?;
         let out = stream
-            .clone_dtoh(&sum)
+            .clone_dtoh(&*sum)
             .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))?;
         check_raw(
             "cuStreamSynchronize",
             raw::stream_synchronize(stream.cu_stream()),
         )?;
         self.last_fill_ms = start.elapsed_ms(&end).ok();
-        drop(sum);
         out.first().copied().ok_or_else(|| GpuError::Driver {
             call: "cuMemcpyDtoHAsync".into(),
             code: "CUDA_ERROR_INVALID_VALUE".into(),
@@ -518,6 +528,12 @@ impl Driver for CudaDriver {
             let stream = ctx
                 .new_stream()
                 .map_err(|e| driver_err("cuStreamCreate", e))?;
+            // The module and the checksum word come with the context, as a framework loads
+            // its kernels at initialisation: later fills need no memory of their own.
+            let kernels = Kernels::load(&ctx)?;
+            let sum = stream
+                .alloc_zeros::<u64>(1)
+                .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?;
             let id = ContextId(self.next_ctx);
             self.next_ctx += 1;
             self.contexts.insert(
@@ -525,7 +541,8 @@ impl Driver for CudaDriver {
                 Context {
                     ordinal,
                     stream,
-                    kernels: None,
+                    kernels: Some(kernels),
+                    sum: Some(sum),
                     ctx,
                 },
             );

@@ -675,7 +675,16 @@ pub fn run_variant(
                     r.end_ms = Some(t);
                     (r.index, r.id.clone())
                 }
-                None => (records.len(), "worker start".to_string()),
+                // Between steps (its last step ended and was acknowledged): the step it was
+                // about to run; before any step: its start.
+                None => match plan
+                    .steps
+                    .get(records.len())
+                    .filter(|_| !records.is_empty())
+                {
+                    Some(next) => (records.len(), next.id.clone()),
+                    None => (records.len(), "worker start".to_string()),
+                },
             };
             let marker_kind = kind.clone();
             error = Some(step_failure(
