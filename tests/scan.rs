@@ -853,6 +853,7 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
     let out = run(scan_cmd(b.path(), &[]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("device-unavailable"), "{text}");
+    assert!(text.contains("LOST"), "{text}");
 }
 
 /// Memory kept alive by a descriptor: a child that inherited the box's device file keeps
@@ -901,4 +902,81 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
             .as_str()
             .unwrap()
             .starts_with(&format!("PID {dead} listed by NVML"))));
+}
+
+/// A process forked from a CUDA process keeps its parent's memory through the inherited
+/// device descriptors (`sim hold --fork-child`): after the parent is gone, NVML still lists
+/// it and `no-live-owner` names the child that holds the device files open. On the NVML
+/// backend over tests/simgpu too.
+#[test]
+fn forked_child_keeping_memory_is_named_by_no_live_owner() {
+    let lib = common::simgpu_lib_dir();
+    let b = fresh_box("2x24GiB");
+    let mut cmd = vramdoc();
+    cmd.env("VRAMDOC_SIM_DIR", b.path())
+        .args(["sim", "hold", "--size", "1GiB", "--fork-child"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut parent = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(parent.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let child: u32 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("child="))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no child= in {line:?}"));
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    for backend in ["sim", "real"] {
+        let mut c = scan_cmd(b.path(), &["--json"]);
+        c.args(["--backend", backend]).env("LD_LIBRARY_PATH", lib);
+        let out = run(c);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let f = findings(&v, "no-live-owner");
+        assert_eq!(f.len(), 1, "{backend}: {v}");
+        assert!(
+            f[0]["title"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("held open by PID {child}")),
+            "{backend}: {}",
+            f[0]["title"]
+        );
+        assert_eq!(f[0]["pid"], parent.id(), "{backend}: the exited PID");
+    }
+    // SAFETY: kill(2) on the PID of the child this test staged; no memory is touched.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+}
+
+/// Graphics clients are owners: an Xorg-like client listed only in NVML's graphics list is
+/// not "memory with no live owner". A container process using its one mounted GPU
+/// (`NVIDIA_VISIBLE_DEVICES=1`, `CUDA_VISIBLE_DEVICES=0`) is not a stray context.
+#[test]
+fn graphics_clients_and_container_gpus_raise_no_false_alarm() {
+    let lib = common::simgpu_lib_dir();
+    let b = fresh_box("2x24GiB");
+    let x = Holder::start(b.path(), &[], &["--graphics", "--size", "200MiB"]);
+    let c = Holder::start(
+        b.path(),
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "1"),
+            ("CUDA_VISIBLE_DEVICES", "0"),
+        ],
+        &["--size", "1GiB"],
+    );
+    for backend in ["sim", "real"] {
+        let mut cmd = scan_cmd(b.path(), &["--json"]);
+        cmd.args(["--backend", backend]).env("LD_LIBRARY_PATH", lib);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{backend}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(used_on(process(&v, x.pid), 0).is_some(), "{backend}: {v}");
+        assert!(
+            used_on(process(&v, c.pid), 1).unwrap() >= 1 << 30,
+            "{backend}"
+        );
+        assert_eq!(all_ids(&v), Vec::<String>::new(), "{backend}: {v}");
+    }
 }

@@ -113,6 +113,19 @@ pub fn render_table(report: &Report) -> String {
     ]);
     for d in &scan.devices {
         let m = d.memory;
+        if !d.status.is_ok() {
+            // A device the driver would not answer for: its status instead of numbers.
+            let status = match &d.status {
+                crate::gpu::DeviceStatus::Lost => "LOST".to_string(),
+                crate::gpu::DeviceStatus::NoPermission => "no permission".to_string(),
+                crate::gpu::DeviceStatus::Error { .. } => "error".to_string(),
+                crate::gpu::DeviceStatus::Ok => String::new(),
+            };
+            let mut row = vec![d.index.to_string(), d.name.clone(), status];
+            row.extend(std::iter::repeat_n("-".to_string(), 6));
+            t.add_row(row);
+            continue;
+        }
         t.add_row(vec![
             d.index.to_string(),
             d.name.clone(),
