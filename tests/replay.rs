@@ -1147,3 +1147,98 @@ fn replay_all_inside_a_pid_namespace() {
     assert!(!found.contains(&format!("PID {local} ")), "{found}");
     let _ = std::fs::remove_file(dir.path().join("box.json"));
 }
+
+/// A GPU lost while a replay runs: the variant running on it ends with `device-lost`, the
+/// next variant runs on the GPU that is left (pinned by UUID), and the report has both.
+#[test]
+fn gpu_lost_mid_replay_later_variants_run_on_the_rest() {
+    let dir = shared_box("2x16GiB");
+    let file = dir.path().join("mid.toml");
+    std::fs::write(
+        &file,
+        r#"id = "mid"
+title = "Lost mid-run"
+description = "d"
+source = "s"
+devices = 1
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 0
+size = "10%"
+[[steps]]
+id = "wait"
+op = "pause"
+duration = "1s"
+[[steps]]
+id = "more"
+op = "alloc"
+tag = "x"
+device = 0
+size = "5%"
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+[[variants]]
+name = "fix-again"
+[[variants.expect]]
+check = "completes"
+"#,
+    )
+    .unwrap();
+    let mut child = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .arg("replay")
+        .arg(&file)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no worker started");
+        if line.starts_with("replay mid/bug: worker pid") {
+            break;
+        }
+    }
+    let lose = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["sim", "fault", "--lose-device", "0"])
+        .output()
+        .unwrap();
+    assert!(lose.status.success());
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    });
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = run(&v, "mid", "bug");
+    assert_verdict(a, "unexpected");
+    assert_eq!(a["error"]["kind"], "device-lost", "{a}");
+    // The sampler kept going and recorded where it had no data.
+    assert!(
+        a["timeline"]["gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["device"] == 0 && g["reason"].as_str().unwrap().contains("lost")),
+        "{}",
+        a["timeline"]["gaps"]
+    );
+    let b = run(&v, "mid", "fix-again");
+    assert_verdict(b, "fixed");
+    let devs: Vec<u64> = b["peaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["device"].as_u64().unwrap())
+        .collect();
+    assert_eq!(devs, vec![1], "{b}");
+}
