@@ -25,7 +25,12 @@ pub struct SimDriver {
 impl SimDriver {
     /// Attach to `VRAMDOC_SIM_DIR`, honouring `CUDA_VISIBLE_DEVICES`.
     pub fn from_env() -> Result<SimDriver> {
-        let proc = SimProcess::from_env()?;
+        SimDriver::open(SimProcess::from_env()?)
+    }
+
+    /// A driver for `proc`, failing as `cuInit` would on a box whose faults make CUDA
+    /// unusable (toolkit stub library, driver/library version mismatch).
+    pub fn open(proc: SimProcess) -> Result<SimDriver> {
         let faults = proc.sim().faults()?;
         if faults.cuda_stub_library {
             return Err(super::cuda_error(
