@@ -374,7 +374,7 @@ fn cuda_enumerates_fastest_first_on_a_t4_h100_box() {
 
     let real = real_backend(&b, "cuda", &[]);
     assert_eq!(real["uuids"], json!([h100, t4]), "{real}");
-    assert_eq!(real["fill"]["checksum"], 7 * (MIB as u64), "{real}");
+    assert_eq!(real["fill"]["checksum"], 7 * MIB, "{real}");
     let mut d = SimDriver::new(SimProcess::new(s.clone(), None));
     assert_eq!(d.device_uuid(0).unwrap(), h100);
     let env = ProcessEnv {
