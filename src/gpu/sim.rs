@@ -25,7 +25,12 @@ pub struct SimDriver {
 impl SimDriver {
     /// Attach to `VRAMDOC_SIM_DIR`, honouring `CUDA_VISIBLE_DEVICES`.
     pub fn from_env() -> Result<SimDriver> {
-        let proc = SimProcess::from_env()?;
+        SimDriver::open(SimProcess::from_env()?)
+    }
+
+    /// A driver for `proc`, failing as `cuInit` would on a box whose faults make CUDA
+    /// unusable (toolkit stub library, driver/library version mismatch).
+    pub fn open(proc: SimProcess) -> Result<SimDriver> {
         let faults = proc.sim().faults()?;
         if faults.cuda_stub_library {
             return Err(super::cuda_error(
@@ -298,11 +303,14 @@ impl Monitor for SimMonitor {
                 },
             };
             let ok = status.is_ok();
+            // As over NVML: a device that does not answer has no name, UUID or bus id either
+            // (every per-device query fails the same way).
+            let text = |s: &String| if ok { s.clone() } else { String::new() };
             out.push(DeviceInfo {
                 index: index as u32,
-                name: d.name.clone(),
-                uuid: d.uuid.clone(),
-                pci_bus_id: d.pci_bus_id.clone(),
+                name: text(&d.name),
+                uuid: text(&d.uuid),
+                pci_bus_id: text(&d.pci_bus_id),
                 memory: if ok {
                     to_memory(crate::sim::memory_of(d, &st))
                 } else {

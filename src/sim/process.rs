@@ -190,9 +190,8 @@ impl SimProcess {
         }
         let dev = self.sim.dir().join(super::DEV_DIR);
         if let Some(f) = self.files.as_mut() {
-            if !f.nodes.contains_key(&phys) {
-                let node = super::open_node(&dev.join(format!("nvidia{phys}")))?;
-                f.nodes.insert(phys, node);
+            if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
+                e.insert(super::open_node(&dev.join(format!("nvidia{phys}")))?);
             }
         }
         Ok(token)
