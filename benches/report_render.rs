@@ -27,6 +27,7 @@ fn big_report() -> Report {
         },
         utilization_gpu: None,
         temperature_c: None,
+        status: Default::default(),
     };
     let series = |d: u32| DeviceSeries {
         device: d,
@@ -57,6 +58,7 @@ fn big_report() -> Report {
         devices: (0..DEVICES).map(series).collect(),
         markers,
         processes: vec![],
+        gaps: vec![],
     };
     Report {
         schema_version: SCHEMA_VERSION,

@@ -67,6 +67,7 @@ fn main() {
                         (d, usage)
                     })
                     .collect(),
+                ..Default::default()
             };
             st.processes.insert(*pid, entry);
         }

@@ -63,7 +63,7 @@ pub enum Command {
     /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
     /// for writing your own scenario files, docs/scenarios.md.
     #[command(
-        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment.\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json"
+        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json"
     )]
     Replay(ReplayArgs),
     /// Re-render a saved JSON report as Markdown or HTML
@@ -134,12 +134,18 @@ pub struct ReplayArgs {
     /// several formats of the same run
     #[arg(long, value_name = "FILE")]
     pub out: Vec<PathBuf>,
-    /// Overwrite --out if it exists
+    /// Overwrite --out if it exists, and replay even on GPUs other processes are using
+    /// (without it such a replay is refused, exit 3: it would disturb their work and their
+    /// memory would distort the replay's numbers)
     #[arg(long)]
     pub force: bool,
     /// Fail (exit 1) instead of skipping a scenario that needs more devices than the box has
     #[arg(long)]
     pub require: bool,
+    /// Kill a worker that reports nothing for this long (a hung step or driver call); its
+    /// step ends with status `timeout` and the variant is unexpected
+    #[arg(long, default_value = "120s", value_name = "DURATION")]
+    pub step_timeout: String,
 }
 
 #[derive(Debug, Args)]
@@ -178,16 +184,37 @@ pub enum SimCommand {
     /// Create a simulated box and print its directory
     ///
     /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load tests/simgpu as
-    /// libcuda.so / libnvidia-ml.so.1, share that box.
+    /// libcuda.so / libnvidia-ml.so.1, share that box. Also starts the box's driver broker,
+    /// so processes in child PID namespaces (containers, `unshare --pid`) are listed under
+    /// host PIDs; it exits when the box directory is removed.
+    #[command(
+        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records"
+    )]
     Init(SimInitArgs),
     /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
     Status(SimStatusArgs),
     /// Inject faults into the box in VRAMDOC_SIM_DIR (for tests and drills)
+    #[command(
+        after_help = "Examples:\n  vramdoc sim fault --lose-device 1\n  vramdoc sim fault --contained 0 --exclusive-process 1\n  vramdoc sim fault --cuda-stub\n  vramdoc sim fault --clear"
+    )]
     Fault(SimFaultArgs),
     /// Hold memory on the box from a new process until killed (to stage neighbours)
+    #[command(
+        after_help = "Examples:\n  vramdoc sim hold --device 1 --size 3GiB &\n  vramdoc sim hold --graphics --size 200MiB &          # an Xorg-like client\n  vramdoc sim hold --size 1GiB --fork-child &          # memory outlives this process\n  NVIDIA_VISIBLE_DEVICES=1 vramdoc sim hold --size 1GiB &   # a container's one GPU"
+    )]
     Hold(SimHoldArgs),
     /// List device presets usable in SPEC
     Presets,
+    /// The box's driver broker (started by `sim init`): tells clients their host PID
+    #[command(hide = true)]
+    Driverd(SimDriverdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimDriverdArgs {
+    /// Box directory to serve
+    #[arg(long)]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +227,11 @@ pub struct SimInitArgs {
     /// Memory one CUDA context costs on each device
     #[arg(long, default_value = "448MiB", value_name = "SIZE")]
     pub context_overhead: String,
+    /// Driver to simulate: any version of a branch (`525`, `R535`, `535.54.03`, `570.86.10`).
+    /// Picks the reported versions and the NVML process-record layout of that branch
+    /// (default 550.54.15)
+    #[arg(long, value_name = "VERSION")]
+    pub driver: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -229,6 +261,34 @@ pub struct SimFaultArgs {
     /// Report per-process memory as "not available", as NVML does in some containers
     #[arg(long)]
     pub usage_unavailable: bool,
+    /// NVML answers NVML_ERROR_NO_PERMISSION for every query on this device (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub no_permission: Vec<u32>,
+    /// MIG-enabled device read without privileges: its process lists answer
+    /// NVML_ERROR_NO_PERMISSION, memory still answers (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub mig_unprivileged: Vec<u32>,
+    /// Exclusive-process compute mode: a second process's context fails with
+    /// CUDA_ERROR_DEVICE_UNAVAILABLE (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub exclusive_process: Vec<u32>,
+    /// An uncorrectable error was contained: launches and synchronisation return
+    /// CUDA_ERROR_CONTAINED (226) (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub contained: Vec<u32>,
+    /// libcuda.so is the toolkit's stub: every CUDA call returns CUDA_ERROR_STUB_LIBRARY (34)
+    #[arg(long)]
+    pub cuda_stub: bool,
+    /// The PTX JIT compiler is missing: loading PTX returns CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+    #[arg(long)]
+    pub no_ptx_jit: bool,
+    /// cuMemGetInfo's total excludes the device's reserved memory, as on real drivers
+    #[arg(long)]
+    pub cuda_total_excludes_reserved: bool,
+    /// Driver upgraded without reboot: NVML init fails with "Driver/library version mismatch"
+    /// and cuInit with CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+    #[arg(long)]
+    pub version_mismatch: bool,
     /// Remove every fault
     #[arg(long)]
     pub clear: bool,
@@ -248,6 +308,17 @@ pub struct SimHoldArgs {
     /// Exit after this long (default: hold until killed)
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<String>,
+    /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list
+    #[arg(long, conflicts_with = "mps")]
+    pub graphics: bool,
+    /// Stage a client of the CUDA MPS server: NVML lists it only in the MPS process list
+    #[arg(long)]
+    pub mps: bool,
+    /// Fork a child that inherits the driver descriptors and sleeps (a DataLoader worker):
+    /// after this process exits, its memory stays allocated while the child lives. Prints
+    /// `child=PID`
+    #[arg(long)]
+    pub fork_child: bool,
     /// Test-only staging: also create a context on this PHYSICAL device, bypassing
     /// CUDA_VISIBLE_DEVICES (a process whose env says 1 but has a context on 0). Repeatable.
     #[arg(long, value_name = "INDEX", hide = true)]

@@ -2,8 +2,12 @@
 //! GPU facts come through the [`Monitor`] trait (versions, one `devices()` call, one
 //! `processes(i)` call per device: every query once per device per scan); facts about each
 //! process come from /proc (user, name, redacted command line, `CUDA_VISIBLE_DEVICES`,
-//! container hint, whether the PID exists in our PID namespace). Findings are decided from
-//! this in `crate::diagnose`, never here.
+//! container hint, whether the PID exists in our PID namespace), plus what decides which
+//! physical GPUs a process may use (`CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES`), which
+//! processes hold the driver's device files open (the `fuser -v /dev/nvidia*` answer), and
+//! whether per-process data exists on this platform at all (WSL). A device that fails keeps
+//! its status and never ends the scan. Findings are decided from this in `crate::diagnose`,
+//! never here.
 
 use crate::gpu::{DeviceInfo, GpuError, Monitor};
 use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo};
@@ -62,41 +66,155 @@ pub fn detect_pid_namespace() -> Result<PidNamespace, crate::exit::UsageError> {
 }
 
 fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        if let Some(line) = status.lines().find(|l| l.starts_with("NSpid:")) {
-            let n = line.split_whitespace().count().saturating_sub(1);
-            if n > 1 {
-                return Ok(PidNamespace {
-                    host: false,
-                    reason: format!("/proc/self/status NSpid lists {n} nested PID namespaces"),
-                });
-            }
-        }
-    }
+    let nspid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("NSpid:"))
+                .map(|line| line.split_whitespace().count().saturating_sub(1))
+        })
+        .unwrap_or(1);
     let kthreadd = std::fs::read_to_string("/proc/2/comm")
         .map(|s| s.trim() == "kthreadd")
         .unwrap_or(false);
-    Ok(if kthreadd {
-        PidNamespace {
+    let hidepid = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|m| proc_hidepid(&m));
+    let sign = container_sign();
+    Ok(decide_pid_namespace(
+        nspid,
+        kthreadd,
+        hidepid.as_deref(),
+        sign.as_deref(),
+    ))
+}
+
+/// The `hidepid=` option of the /proc mount in a mountinfo text, when not `0`/`off`.
+pub fn proc_hidepid(mountinfo: &str) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mount_point = left.split_whitespace().nth(4)?;
+        let mut r = right.split_whitespace();
+        let fstype = r.next()?;
+        let _source = r.next();
+        let opts = r.next().unwrap_or_default();
+        if fstype != "proc" || mount_point != "/proc" {
+            return None;
+        }
+        let all = format!(
+            "{} {opts}",
+            left.split_whitespace().nth(5).unwrap_or_default()
+        );
+        all.split([',', ' '])
+            .find_map(|o| o.strip_prefix("hidepid="))
+            .filter(|v| !matches!(*v, "0" | "off"))
+            .map(str::to_string)
+    })
+}
+
+/// A sign of a container runtime other than hidden kernel threads: `/.dockerenv`,
+/// `/run/.containerenv`, or a runtime named in PID 1's cgroup.
+fn container_sign() -> Option<String> {
+    for f in ["/.dockerenv", "/run/.containerenv"] {
+        if std::path::Path::new(f).exists() {
+            return Some(format!("{f} exists"));
+        }
+    }
+    std::fs::read_to_string("/proc/1/cgroup")
+        .ok()
+        .and_then(|t| container_from_cgroup(&t))
+        .map(|c| format!("PID 1's cgroup names {c}"))
+}
+
+/// The PID-namespace verdict from what /proc shows: `nspid` entries in our NSpid line,
+/// whether kthreadd (PID 2) is visible, the /proc mount's `hidepid` option, and any other
+/// container sign. Kernel threads hidden by `hidepid` are not taken for a container.
+pub fn decide_pid_namespace(
+    nspid: usize,
+    kthreadd: bool,
+    hidepid: Option<&str>,
+    sign: Option<&str>,
+) -> PidNamespace {
+    if nspid > 1 {
+        return PidNamespace {
+            host: false,
+            reason: format!("/proc/self/status NSpid lists {nspid} nested PID namespaces"),
+        };
+    }
+    if kthreadd {
+        return PidNamespace {
             host: true,
             reason: "kernel threads (kthreadd, PID 2) are visible".into(),
-        }
-    } else {
-        PidNamespace {
+        };
+    }
+    match (hidepid, sign) {
+        (Some(h), None) => PidNamespace {
+            host: true,
+            reason: format!(
+                "kernel threads are hidden by the /proc mount option hidepid={h}, and nothing \
+                 else says container"
+            ),
+        },
+        (_, Some(sign)) => PidNamespace {
+            host: false,
+            reason: format!("kernel threads are not visible and {sign}: a container"),
+        },
+        (None, None) => PidNamespace {
             host: false,
             reason: "kernel threads are not visible: a child PID namespace (container)".into(),
-        }
-    })
+        },
+    }
 }
 
 /// Everything one scan read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inventory {
-    /// Host, versions and devices (as NVML numbers them, with memory at scan time).
+    /// Host, versions and devices (as NVML numbers them, with memory at scan time; a device
+    /// that failed has a status other than `ok`).
     pub environment: Environment,
-    /// Processes NVML lists on any device, merged by PID, sorted by PID.
+    /// Processes NVML lists on any device (compute, graphics and MPS lists), merged by PID,
+    /// sorted by PID.
     pub processes: Vec<ProcessInfo>,
     pub pid_namespace: PidNamespace,
+    /// What else the scan read (all optional facts; default: none known).
+    #[serde(default)]
+    pub details: Details,
+}
+
+/// Facts beside the devices and processes that decide whether a finding is real.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Details {
+    /// GPU-selecting environment of each visible process, by PID.
+    pub gpu_env: BTreeMap<u32, GpuEnv>,
+    /// Devices whose process lists could not be read, with the driver's error.
+    pub list_errors: BTreeMap<u32, String>,
+    /// Processes holding the driver's device files open (`Monitor::device_nodes`), not
+    /// vramdoc itself, sorted by PID: who keeps memory alive through a descriptor.
+    pub node_holders: Vec<NodeHolder>,
+    /// Why per-process data does not exist on this platform (WSL: the Windows driver lists
+    /// no processes), when so.
+    pub per_process_unavailable: Option<String>,
+}
+
+/// What decides which physical GPUs a process may use, besides `CUDA_VISIBLE_DEVICES`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuEnv {
+    /// `CUDA_DEVICE_ORDER` (`FASTEST_FIRST` when unset, or `PCI_BUS_ID`).
+    pub cuda_device_order: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES`, set by the NVIDIA container runtime: the GPUs mounted into
+    /// the process's container (NVML indices or UUIDs, `all`, `none`, `void`).
+    pub nvidia_visible_devices: Option<String>,
+}
+
+/// A process holding GPU device files open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHolder {
+    pub pid: u32,
+    pub name: Option<String>,
+    pub user: Option<String>,
+    /// The device files it holds open.
+    pub nodes: Vec<String>,
 }
 
 impl Inventory {
@@ -119,27 +237,136 @@ pub fn collect(
     pid_namespace: PidNamespace,
 ) -> Result<Inventory, GpuError> {
     let environment = crate::report::environment::collect(monitor, sim_spec)?;
+    let mut details = Details::default();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
-    for d in &environment.devices {
-        for p in monitor.processes(d.index)? {
-            by_pid.entry(p.pid).or_default().push(ProcessDeviceUsage {
-                device: d.index,
-                used: p.used,
-            });
+    for d in environment.devices.iter().filter(|d| d.status.is_ok()) {
+        let list = match monitor.processes(d.index) {
+            Ok(l) => l,
+            // One device failing never ends the scan: its lists are missing, and said so.
+            Err(e) if !e.is_environment() => {
+                details.list_errors.insert(d.index, e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for p in list {
+            let usage = by_pid.entry(p.pid).or_default();
+            // A process in two lists of one device (compute and graphics) is one owner:
+            // NVML reports its memory on the device in each list.
+            match usage.iter_mut().find(|u| u.device == d.index) {
+                Some(u) => {
+                    u.used = match (u.used, p.used) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    }
+                }
+                None => usage.push(ProcessDeviceUsage {
+                    device: d.index,
+                    used: p.used,
+                }),
+            }
         }
     }
-    let processes = by_pid
+    let processes: Vec<ProcessInfo> = by_pid
         .into_iter()
         .map(|(pid, mut usage)| {
             usage.sort_by_key(|u| u.device);
             process_info(pid, usage)
         })
         .collect();
+    for p in processes.iter().filter(|p| p.visible) {
+        if let Ok(bytes) = std::fs::read(format!("/proc/{}/environ", p.pid)) {
+            details.gpu_env.insert(p.pid, gpu_env_from_environ(&bytes));
+        }
+    }
+    details.node_holders = node_holders(&monitor.device_nodes());
+    details.per_process_unavailable = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|r| wsl_reason(&r));
     Ok(Inventory {
         environment,
         processes,
         pid_namespace,
+        details,
     })
+}
+
+/// `CUDA_DEVICE_ORDER` and `NVIDIA_VISIBLE_DEVICES` from an environ file's bytes.
+pub fn gpu_env_from_environ(bytes: &[u8]) -> GpuEnv {
+    let mut env = GpuEnv::default();
+    for entry in split_nul(bytes) {
+        if let Some((k, v)) = entry.split_once('=') {
+            match k {
+                "CUDA_DEVICE_ORDER" => env.cuda_device_order = Some(v.trim().to_string()),
+                "NVIDIA_VISIBLE_DEVICES" => env.nvidia_visible_devices = Some(v.trim().to_string()),
+                _ => {}
+            }
+        }
+    }
+    env
+}
+
+/// Why per-process data is unavailable, from the kernel release: WSL kernels name
+/// Microsoft; under WSL the Windows (WDDM) driver lists no GPU processes at all.
+pub fn wsl_reason(osrelease: &str) -> Option<String> {
+    let r = osrelease.trim();
+    let l = r.to_ascii_lowercase();
+    (l.contains("microsoft") || l.contains("wsl")).then(|| {
+        format!("WSL kernel ({r}): the Windows driver (WDDM) reports no per-process GPU data")
+    })
+}
+
+/// Every process (not this one) with an open descriptor on one of `nodes`, from
+/// /proc/PID/fd: what `fuser -v` prints. Processes whose fds we may not read are skipped.
+pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    // Descriptor links name the canonical path.
+    let nodes: Vec<std::path::PathBuf> = nodes
+        .iter()
+        .map(|n| std::fs::canonicalize(n).unwrap_or_else(|_| n.clone()))
+        .collect();
+    let me = std::process::id();
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let mut held: Vec<String> = fds
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| nodes.iter().any(|n| n == target))
+            .map(|t| t.display().to_string())
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        held.sort();
+        held.dedup();
+        let info = process_info(pid, Vec::new());
+        out.push(NodeHolder {
+            pid,
+            name: info.name,
+            user: info.user,
+            nodes: held,
+        });
+    }
+    out.sort_by_key(|h| h.pid);
+    out
 }
 
 /// What /proc says about one PID (all optional: a PID may not exist here).
@@ -275,6 +502,66 @@ mod tests {
         );
         assert_eq!(cvd_from_environ(b"HOME=/root\0"), CVD_UNSET);
         assert_eq!(cvd_from_environ(b"CUDA_VISIBLE_DEVICES=\0"), "");
+    }
+
+    #[test]
+    fn hidepid_is_not_taken_for_a_container() {
+        let mi = "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc \
+                  rw,hidepid=2\n23 1 0:5 / /dev rw - devtmpfs udev rw\n";
+        assert_eq!(proc_hidepid(mi).as_deref(), Some("2"));
+        let inv = "22 1 0:21 / /proc rw - proc proc rw,hidepid=invisible\n";
+        assert_eq!(proc_hidepid(inv).as_deref(), Some("invisible"));
+        assert_eq!(proc_hidepid("22 1 0:21 / /proc rw - proc proc rw\n"), None);
+        assert_eq!(
+            proc_hidepid("22 1 0:21 / /proc rw - proc proc rw,hidepid=0\n"),
+            None
+        );
+        // hidepid hides kthreadd from non-root users on the host: still the host.
+        let ns = decide_pid_namespace(1, false, Some("2"), None);
+        assert!(ns.host, "{}", ns.reason);
+        assert!(ns.reason.contains("hidepid=2"));
+        // hidepid inside a real container: the container sign wins.
+        assert!(!decide_pid_namespace(1, false, Some("2"), Some("/.dockerenv exists")).host);
+        // No hidepid, no kthreadd: a container, as before.
+        assert!(!decide_pid_namespace(1, false, None, None).host);
+        assert!(decide_pid_namespace(1, true, None, None).host);
+        assert!(!decide_pid_namespace(2, true, None, None).host);
+    }
+
+    #[test]
+    fn gpu_env_and_wsl() {
+        let e = gpu_env_from_environ(
+            b"CUDA_DEVICE_ORDER=PCI_BUS_ID\0NVIDIA_VISIBLE_DEVICES=GPU-ab,1\0HOME=/\0",
+        );
+        assert_eq!(e.cuda_device_order.as_deref(), Some("PCI_BUS_ID"));
+        assert_eq!(e.nvidia_visible_devices.as_deref(), Some("GPU-ab,1"));
+        assert_eq!(gpu_env_from_environ(b"HOME=/\0"), GpuEnv::default());
+        assert!(wsl_reason("5.15.153.1-microsoft-standard-WSL2\n").is_some());
+        assert!(wsl_reason("6.1.0-18-amd64").is_none());
+    }
+
+    #[test]
+    fn holders_of_a_device_file_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("nvidia0");
+        std::fs::write(&node, b"").unwrap();
+        // A child that holds the file open on its stdin, as a forked DataLoader worker
+        // holds /dev/nvidia0 through an inherited descriptor.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::fs::File::open(&node).unwrap())
+            .spawn()
+            .unwrap();
+        let holders = node_holders(std::slice::from_ref(&node));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let h = holders
+            .iter()
+            .find(|h| h.pid == child.id())
+            .expect("holder");
+        assert_eq!(h.nodes, vec![node.display().to_string()]);
+        assert!(!holders.iter().any(|h| h.pid == std::process::id()));
+        assert!(node_holders(&[]).is_empty());
     }
 
     #[test]

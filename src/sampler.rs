@@ -1,11 +1,15 @@
-//! The sampler: a background thread that reads the memory of every device through a
-//! [`Monitor`] at a fixed period (default 5 ms, 1 ms supported) and the per-process lists on
-//! a slower cadence (default 50 ms; on real drivers that query takes ~4.5 ms and holds a
-//! driver lock). Times are milliseconds since a shared start instant, so samples line up
-//! with the step markers the replay engine records.
+//! The sampler: background threads that read GPU state through a [`Monitor`] while a run
+//! goes on. The memory thread reads the memory of every device at a fixed period (default
+//! 5 ms, 1 ms supported); a separate process thread reads the per-process lists of only the
+//! devices that matter, on its own slower cadence (default 250 ms): on real drivers that
+//! query takes ~4.5 ms and holds a driver lock, so it never runs inside the memory loop.
+//! Where either thread has no data (a round later than twice its period, a failed query)
+//! the sampler records a [`SamplingGap`]. Times are milliseconds since a shared start
+//! instant, so samples line up with the step markers the replay engine records.
 
 use crate::gpu::Monitor;
-use crate::report::{DeviceSeries, ProcessSample};
+use crate::report::{DeviceSeries, ProcessSample, SamplingGap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,13 +18,13 @@ use std::time::{Duration, Instant};
 /// Default memory sampling period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(5);
 /// Default per-process sampling period.
-pub const DEFAULT_PROCESS_PERIOD: Duration = Duration::from_millis(50);
+pub const DEFAULT_PROCESS_PERIOD: Duration = Duration::from_millis(250);
 
 /// How often to sample.
 #[derive(Debug, Clone, Copy)]
 pub struct SamplerConfig {
     pub period: Duration,
-    /// Per-process lists; `None`: never.
+    /// Per-process lists, on their own thread; `None`: never.
     pub process_period: Option<Duration>,
 }
 
@@ -42,6 +46,10 @@ pub struct Samples {
     pub rounds: u64,
     /// Queries that failed (device lost, ...); the sampler keeps going.
     pub errors: u64,
+    /// Process-list rounds taken (on the process thread).
+    pub process_rounds: u64,
+    /// Where the timeline has no data, in time order.
+    pub gaps: Vec<SamplingGap>,
 }
 
 impl Samples {
@@ -57,10 +65,11 @@ impl Samples {
     }
 }
 
-/// A running sampler thread.
+/// Running sampler threads.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<Samples>>,
+    process_handle: Option<JoinHandle<ProcessOut>>,
 }
 
 fn ms_since(t0: Instant) -> f64 {
@@ -68,29 +77,67 @@ fn ms_since(t0: Instant) -> f64 {
 }
 
 impl Sampler {
-    /// Start sampling `devices` (physical index, total bytes) through `monitor`.
+    /// Start sampling `devices` (physical index, total bytes) through `monitor`: memory of
+    /// every one, process lists of every one.
     pub fn start(
         monitor: Box<dyn Monitor>,
         devices: Vec<(u32, u64)>,
         t0: Instant,
         cfg: SamplerConfig,
     ) -> Sampler {
+        let process_devices = devices.iter().map(|(d, _)| *d).collect();
+        Sampler::start_for(monitor, devices, process_devices, t0, cfg)
+    }
+
+    /// Like [`Sampler::start`], with process lists read only on `process_devices` (the
+    /// devices that matter for the run; each list costs ~4.5 ms on real drivers).
+    pub fn start_for(
+        monitor: Box<dyn Monitor>,
+        devices: Vec<(u32, u64)>,
+        process_devices: Vec<u32>,
+        t0: Instant,
+        cfg: SamplerConfig,
+    ) -> Sampler {
+        let monitor: Arc<dyn Monitor> = Arc::from(monitor);
         let stop = Arc::new(AtomicBool::new(false));
+        let process_handle = match cfg.process_period {
+            Some(pp) if !process_devices.is_empty() => {
+                let (m, flag) = (monitor.clone(), stop.clone());
+                std::thread::Builder::new()
+                    .name("vramdoc-processes".into())
+                    .spawn(move || process_loop(m.as_ref(), &process_devices, t0, pp, &flag))
+                    .ok()
+            }
+            _ => None,
+        };
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || sample_loop(monitor.as_ref(), &devices, t0, cfg, &flag))
+            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, cfg.period, &flag))
             .ok();
-        Sampler { stop, handle }
+        Sampler {
+            stop,
+            handle,
+            process_handle,
+        }
     }
 
-    /// Stop the thread and return what it collected.
+    /// Stop the threads and return what they collected.
     pub fn stop(mut self) -> Samples {
         self.stop.store(true, Ordering::SeqCst);
-        self.handle
+        let mut out = self
+            .handle
             .take()
             .and_then(|h| h.join().ok())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(p) = self.process_handle.take().and_then(|h| h.join().ok()) {
+            out.processes = p.samples;
+            out.process_rounds = p.rounds;
+            out.errors += p.errors;
+            out.gaps.extend(p.gaps);
+        }
+        out.gaps.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+        out
     }
 }
 
@@ -100,20 +147,121 @@ impl Drop for Sampler {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+        if let Some(h) = self.process_handle.take() {
+            let _ = h.join();
+        }
     }
 }
 
-fn sample_loop(
+/// Gaps of one sampling thread: late rounds, and failed queries per device (consecutive
+/// failures of one device merge into one gap, so a lost device is one entry, not thousands).
+struct Gaps {
+    kind: &'static str,
+    limit_ms: f64,
+    last_round: Option<f64>,
+    /// Last good sample per device.
+    last_ok: BTreeMap<u32, f64>,
+    open: BTreeMap<u32, SamplingGap>,
+    done: Vec<SamplingGap>,
+}
+
+impl Gaps {
+    fn new(kind: &'static str, period: Duration) -> Gaps {
+        Gaps {
+            kind,
+            limit_ms: 2.0 * period.as_secs_f64() * 1000.0,
+            last_round: None,
+            last_ok: BTreeMap::new(),
+            open: BTreeMap::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// A round starts at `t`: record it as late when more than twice the period passed.
+    fn round(&mut self, t: f64) {
+        if let Some(prev) = self.last_round {
+            if t - prev > self.limit_ms {
+                let missed = ((t - prev) / (self.limit_ms / 2.0)).floor().max(2.0) as u64 - 1;
+                match self.done.last_mut() {
+                    // Consecutive late rounds merge into one gap.
+                    Some(g) if g.device.is_none() && g.reason == "late" && g.end_ms == prev => {
+                        g.end_ms = t;
+                        g.count += missed;
+                    }
+                    _ => self.done.push(SamplingGap {
+                        kind: self.kind.into(),
+                        device: None,
+                        start_ms: prev,
+                        end_ms: t,
+                        count: missed,
+                        reason: "late".into(),
+                    }),
+                }
+            }
+        }
+        self.last_round = Some(t);
+    }
+
+    fn ok(&mut self, device: u32, t: f64) {
+        self.last_ok.insert(device, t);
+        if let Some(mut g) = self.open.remove(&device) {
+            g.end_ms = t;
+            self.done.push(g);
+        }
+    }
+
+    fn failed(&mut self, device: u32, t: f64, error: &str) {
+        let start = self.last_ok.get(&device).copied().unwrap_or(t);
+        let g = self.open.entry(device).or_insert_with(|| SamplingGap {
+            kind: self.kind.into(),
+            device: Some(device),
+            start_ms: start,
+            end_ms: t,
+            count: 0,
+            reason: error.lines().next().unwrap_or_default().to_string(),
+        });
+        g.end_ms = t;
+        g.count += 1;
+    }
+
+    fn finish(mut self, t: f64) -> Vec<SamplingGap> {
+        for (_, mut g) in std::mem::take(&mut self.open) {
+            g.end_ms = t;
+            self.done.push(g);
+        }
+        self.done
+    }
+}
+
+/// Sleep until `next` (or return at once when behind: missed ticks are skipped, not burst).
+fn pace(next: &mut Instant, period: Duration, stop: &AtomicBool) {
+    *next += period;
+    let now = Instant::now();
+    if *next <= now {
+        *next = now;
+        return;
+    }
+    // Sleep in slices so a long process period does not delay stop().
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= *next {
+            break;
+        }
+        std::thread::sleep((*next - now).min(Duration::from_millis(20)));
+    }
+}
+
+fn memory_loop(
     monitor: &dyn Monitor,
     devices: &[(u32, u64)],
     t0: Instant,
-    cfg: SamplerConfig,
+    period: Duration,
     stop: &AtomicBool,
 ) -> Samples {
     let mut out = Samples {
         devices: devices
             .iter()
-            .map(|(d, total)| crate::report::DeviceSeries {
+            .map(|(d, total)| DeviceSeries {
                 device: *d,
                 total: *total,
                 samples: Vec::new(),
@@ -121,49 +269,78 @@ fn sample_loop(
             .collect(),
         ..Samples::default()
     };
-    let period = cfg.period.max(Duration::from_micros(100));
+    let period = period.max(Duration::from_micros(100));
+    let mut gaps = Gaps::new("memory", period);
     let mut next = Instant::now();
-    let mut next_proc = Instant::now();
     while !stop.load(Ordering::SeqCst) {
+        gaps.round(ms_since(t0));
         for series in out.devices.iter_mut() {
             match monitor.memory(series.device) {
-                Ok(m) => series.samples.push((ms_since(t0), m.used)),
-                Err(_) => out.errors += 1,
+                Ok(m) => {
+                    let t = ms_since(t0);
+                    series.samples.push((t, m.used));
+                    gaps.ok(series.device, t);
+                }
+                Err(e) => {
+                    out.errors += 1;
+                    gaps.failed(series.device, ms_since(t0), &e.to_string());
+                }
             }
         }
         out.rounds += 1;
-        if let Some(pp) = cfg.process_period {
-            if Instant::now() >= next_proc {
-                for (d, _) in devices {
-                    match monitor.processes(*d) {
-                        Ok(list) => {
-                            let t = ms_since(t0);
-                            out.processes
-                                .extend(list.into_iter().map(|p| ProcessSample {
-                                    t_ms: t,
-                                    device: *d,
-                                    pid: p.pid,
-                                    used: p.used,
-                                }))
-                        }
-                        Err(_) => out.errors += 1,
-                    }
+        pace(&mut next, period, stop);
+    }
+    out.gaps = gaps.finish(ms_since(t0));
+    out
+}
+
+struct ProcessOut {
+    samples: Vec<ProcessSample>,
+    rounds: u64,
+    errors: u64,
+    gaps: Vec<SamplingGap>,
+}
+
+fn process_loop(
+    monitor: &dyn Monitor,
+    devices: &[u32],
+    t0: Instant,
+    period: Duration,
+    stop: &AtomicBool,
+) -> ProcessOut {
+    let period = period.max(Duration::from_millis(1));
+    let mut out = ProcessOut {
+        samples: Vec::new(),
+        rounds: 0,
+        errors: 0,
+        gaps: Vec::new(),
+    };
+    let mut gaps = Gaps::new("processes", period);
+    let mut next = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        gaps.round(ms_since(t0));
+        for d in devices {
+            match monitor.processes(*d) {
+                Ok(list) => {
+                    let t = ms_since(t0);
+                    gaps.ok(*d, t);
+                    out.samples.extend(list.into_iter().map(|p| ProcessSample {
+                        t_ms: t,
+                        device: *d,
+                        pid: p.pid,
+                        used: p.used,
+                    }));
                 }
-                next_proc += pp;
-                if next_proc < Instant::now() {
-                    next_proc = Instant::now() + pp;
+                Err(e) => {
+                    out.errors += 1;
+                    gaps.failed(*d, ms_since(t0), &e.to_string());
                 }
             }
         }
-        next += period;
-        let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
-        } else {
-            // Behind schedule (slow queries): skip missed ticks rather than burst.
-            next = now;
-        }
+        out.rounds += 1;
+        pace(&mut next, period, stop);
     }
+    out.gaps = gaps.finish(ms_since(t0));
     out
 }
 
@@ -206,5 +383,82 @@ mod tests {
         let me = std::process::id();
         assert!(got.processes.iter().any(|p| p.pid == me && p.device == 1));
         assert!(got.processes.iter().all(|p| p.device == 1));
+    }
+
+    #[test]
+    fn process_lists_never_stall_the_memory_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
+        // A process-list query that takes 150 ms (a driver holding its lock).
+        sim.set_faults(&crate::sim::Faults {
+            nvml_process_latency_us: 150_000,
+            ..Default::default()
+        })
+        .unwrap();
+        let t0 = Instant::now();
+        let s = Sampler::start_for(
+            Box::new(SimMonitor::new(sim)),
+            vec![(0, 16 << 30), (1, 16 << 30)],
+            vec![1],
+            t0,
+            SamplerConfig {
+                period: Duration::from_millis(1),
+                process_period: Some(Duration::from_millis(10)),
+            },
+        );
+        std::thread::sleep(Duration::from_millis(400));
+        let got = s.stop();
+        assert!(got.process_rounds >= 1);
+        // Memory samples were taken while the first process query was in flight
+        // (from about t=0 to t=150 ms).
+        let during = got.devices[0]
+            .samples
+            .iter()
+            .filter(|(t, _)| *t > 20.0 && *t < 130.0)
+            .count();
+        assert!(during > 0, "memory loop stalled behind the process query");
+        // The slow query makes the process rounds late: recorded as gaps of that thread.
+        assert!(
+            got.gaps
+                .iter()
+                .any(|g| g.kind == "processes" && g.reason == "late" && g.device.is_none()),
+            "{:?}",
+            got.gaps
+        );
+    }
+
+    #[test]
+    fn failed_queries_become_one_gap_per_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
+        let s = Sampler::start(
+            Box::new(SimMonitor::new(sim.clone())),
+            vec![(0, 16 << 30), (1, 16 << 30)],
+            Instant::now(),
+            SamplerConfig {
+                period: Duration::from_millis(1),
+                process_period: Some(Duration::from_millis(5)),
+            },
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        sim.set_faults(&crate::sim::Faults {
+            lost_devices: vec![1],
+            ..Default::default()
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let got = s.stop();
+        assert!(got.errors > 0);
+        for kind in ["memory", "processes"] {
+            let lost: Vec<_> = got
+                .gaps
+                .iter()
+                .filter(|g| g.kind == kind && g.device == Some(1))
+                .collect();
+            assert_eq!(lost.len(), 1, "{kind}: {:?}", got.gaps);
+            assert!(lost[0].count >= 1 && lost[0].end_ms >= lost[0].start_ms);
+            assert!(lost[0].reason.contains("lost"), "{}", lost[0].reason);
+        }
+        assert!(!got.gaps.iter().any(|g| g.device == Some(0)));
     }
 }

@@ -240,11 +240,17 @@ fn lost_gpu_is_an_error_not_a_panic() {
         nvml.memory(1)
     );
     assert!(matches!(nvml.processes(1), Err(GpuError::DeviceLost(1))));
-    assert!(matches!(nvml.devices(), Err(GpuError::DeviceLost(1))));
+    // One lost GPU never ends the inventory: it gets a status, the others are reported.
+    let devs = nvml.devices().unwrap();
+    assert_eq!(devs.len(), 2);
+    assert_eq!(devs[1].status, vramdoc::gpu::DeviceStatus::Lost);
+    assert_eq!(devs[1].memory.total, 0);
+    assert!(devs[0].status.is_ok() && devs[0].memory.total > 0);
     nvml.memory(0).unwrap();
     // The in-process sim backend agrees.
     let sim = SimMonitor::new(b.clone());
     assert!(matches!(sim.memory(1), Err(GpuError::DeviceLost(1))));
+    assert_eq!(sim.devices().unwrap(), devs);
     b.set_faults(&Faults::default()).unwrap();
     nvml.memory(1).unwrap();
 }

@@ -87,6 +87,7 @@ fn procs_of(v: &Value, key: &str) -> Vec<GpuProcess> {
         .map(|p| GpuProcess {
             pid: u(p, "pid") as u32,
             used: p["used"].as_u64(),
+            kind: Default::default(),
         })
         .collect()
 }

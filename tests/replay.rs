@@ -885,3 +885,360 @@ fn replay_report_round_trip_and_schema() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(std::fs::read(&json).unwrap(), before);
 }
+
+// ---------------------------------------------------------------------------------------
+// Real machines as they are (issue 8): busy GPUs, hung steps, lost devices, containers,
+// mixed boxes.
+
+/// A shared box in a temp dir (so other processes can use it), made through the CLI.
+fn shared_box(spec: &str) -> tempfile::TempDir {
+    fresh_box(spec)
+}
+
+/// `vramdoc sim hold` on `dir` with `args`; returns once it holds its memory.
+fn hold(dir: &Path, args: &[&str]) -> std::process::Child {
+    let mut child = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir)
+        .args(["sim", "hold"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("holding pid="), "{line}");
+    child
+}
+
+#[test]
+fn replay_refuses_gpus_other_processes_use_unless_forced() {
+    let dir = shared_box("2x16GiB");
+    let mut other = hold(dir.path(), &["--device", "0", "--size", "64MiB"]);
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "multi-size-oom", "--variant", "fix-largest-first"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("GPU 0 is in use by PID {}", other.id())),
+        "{err}"
+    );
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // With --force it runs (and the other process's memory is in its numbers).
+    let (code, v) = replay_json(
+        dir.path(),
+        &[
+            "multi-size-oom",
+            "--variant",
+            "fix-largest-first",
+            "--force",
+        ],
+    );
+    other.kill().unwrap();
+    other.wait().unwrap();
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["replay"]["runs"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn hung_step_ends_with_a_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hang.toml");
+    std::fs::write(
+        &path,
+        r#"id = "hang"
+title = "A step that hangs"
+description = "d"
+source = "s"
+devices = 1
+
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 0
+size = "10%"
+
+[[steps]]
+id = "stuck"
+op = "pause"
+duration = "60s"
+
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+"#,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = vramdoc()
+        .args(["--sim", "16GiB", "replay"])
+        .arg(&path)
+        .args(["--step-timeout", "500ms", "--json"])
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(50), "not killed");
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = run(&v, "hang", "bug");
+    assert_verdict(r, "unexpected");
+    assert_eq!(step(r, "load")["status"], "ok");
+    assert_eq!(step(r, "stuck")["status"], "timeout");
+    assert_eq!(r["error"]["kind"], "timeout");
+    assert!(
+        r["reason"].as_str().unwrap().contains("--step-timeout"),
+        "{}",
+        r["reason"]
+    );
+    // Bad value: usage error.
+    let out = vramdoc()
+        .args([
+            "--sim",
+            "16GiB",
+            "replay",
+            "stray-cuda0",
+            "--step-timeout",
+            "soon",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The physical GPU index of each peak of every run that ran.
+fn run_devices(v: &Value) -> Vec<Vec<u64>> {
+    v["replay"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verdict"] != "skipped")
+        .map(|r| {
+            r["peaks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["device"].as_u64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Every variant ran and behaved as its expectations say.
+fn assert_all_as_expected(v: &Value) {
+    for r in v["replay"]["runs"].as_array().unwrap() {
+        let verdict = r["verdict"].as_str().unwrap();
+        assert!(
+            verdict == "reproduced" || verdict == "fixed",
+            "{}/{}: {verdict}: {}",
+            r["scenario"],
+            r["variant"],
+            r["reason"]
+        );
+    }
+}
+
+#[test]
+fn lost_gpu_is_left_out_and_every_scenario_replays_on_the_others() {
+    let dir = shared_box("3x16GiB");
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["sim", "fault", "--lose-device", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["replay", "all", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("GPU 0 is not used"), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_all_as_expected(&v);
+    let devs = run_devices(&v);
+    assert!(!devs.is_empty());
+    // Scenario devices 0 and 1 are physical GPUs 1 and 2, pinned by UUID.
+    for d in devs {
+        assert_eq!(d, vec![1, 2]);
+    }
+}
+
+#[test]
+fn every_scenario_replays_on_a_mixed_t4_h100_box() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let res = vramdoc()
+        .args(["--sim", "t4,h100", "replay", "all", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        res.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_all_as_expected(&v);
+    // stray-cuda0's bug: the context lands on NVML GPU 0 (the T4), the work on GPU 1.
+    let bug = run(&v, "stray-cuda0", "bug");
+    assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
+}
+
+/// `replay all` from inside a new PID namespace with its own /proc, as in a container:
+/// NVML reports host PIDs, vramdoc sees namespace PIDs, and the worker is still found.
+#[test]
+fn replay_all_inside_a_pid_namespace() {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    if !probe.map(|o| o.status.success()).unwrap_or(false) {
+        eprintln!("skipped: unshare --pid --fork --mount-proc needs root (or user namespaces)");
+        return;
+    }
+    // Made by `sim init`, which starts the box's driver broker in the host namespace: the
+    // simulated NVML then reports host PIDs, as the real driver does.
+    let dir = tempfile::tempdir().unwrap();
+    let init = vramdoc()
+        .args(["sim", "init", "2x16GiB", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_vramdoc"))
+        .args(["replay", "all", "--json"])
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("VRAMDOC_PIDNS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_all_as_expected(&v);
+    // The worker's usage was attributed: stray-cuda0's bug shows its context on GPU 0.
+    let bug = run(&v, "stray-cuda0", "bug");
+    assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
+    // Found in NVML's (host) PID namespace, not under its namespace PID.
+    let local = bug["worker_pid"].as_u64().unwrap();
+    let found = bug["timeline"]["markers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["label"].as_str())
+        .find(|l| l.starts_with("NVML lists the worker as PID"))
+        .unwrap_or_else(|| panic!("no NVML PID marker: {bug}"))
+        .to_string();
+    assert!(!found.contains(&format!("PID {local} ")), "{found}");
+    let _ = std::fs::remove_file(dir.path().join("box.json"));
+}
+
+/// A GPU lost while a replay runs: the variant running on it ends with `device-lost`, the
+/// next variant runs on the GPU that is left (pinned by UUID), and the report has both.
+#[test]
+fn gpu_lost_mid_replay_later_variants_run_on_the_rest() {
+    let dir = shared_box("2x16GiB");
+    let file = dir.path().join("mid.toml");
+    std::fs::write(
+        &file,
+        r#"id = "mid"
+title = "Lost mid-run"
+description = "d"
+source = "s"
+devices = 1
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 0
+size = "10%"
+[[steps]]
+id = "wait"
+op = "pause"
+duration = "1s"
+[[steps]]
+id = "more"
+op = "alloc"
+tag = "x"
+device = 0
+size = "5%"
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+[[variants]]
+name = "fix-again"
+[[variants.expect]]
+check = "completes"
+"#,
+    )
+    .unwrap();
+    let mut child = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .arg("replay")
+        .arg(&file)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no worker started");
+        if line.starts_with("replay mid/bug: worker pid") {
+            break;
+        }
+    }
+    let lose = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["sim", "fault", "--lose-device", "0"])
+        .output()
+        .unwrap();
+    assert!(lose.status.success());
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    });
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = run(&v, "mid", "bug");
+    assert_verdict(a, "unexpected");
+    assert_eq!(a["error"]["kind"], "device-lost", "{a}");
+    // The sampler kept going and recorded where it had no data.
+    assert!(
+        a["timeline"]["gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["device"] == 0 && g["reason"].as_str().unwrap().contains("lost")),
+        "{}",
+        a["timeline"]["gaps"]
+    );
+    let b = run(&v, "mid", "fix-again");
+    assert_verdict(b, "fixed");
+    let devs: Vec<u64> = b["peaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["device"].as_u64().unwrap())
+        .collect();
+    assert_eq!(devs, vec![1], "{b}");
+}

@@ -416,3 +416,45 @@ mod robustness {
         }
     }
 }
+
+#[test]
+fn sampling_gaps_are_shown_in_markdown_and_html() {
+    use vramdoc::report::SamplingGap;
+    let mut r = replay_report();
+    assert!(!md(&r).contains("Sampling gaps"), "no gap, no section");
+    let runs = &mut r.replay.as_mut().unwrap().runs;
+    let gap = |device: Option<u32>, reason: &str| SamplingGap {
+        kind: if device.is_some() {
+            "memory"
+        } else {
+            "processes"
+        }
+        .into(),
+        device,
+        start_ms: 120.0,
+        end_ms: 480.0,
+        count: 3,
+        reason: reason.into(),
+    };
+    runs[0].timeline.gaps = vec![
+        gap(
+            Some(1),
+            "device 1 is lost (fallen off the bus); reset it or reboot",
+        ),
+        gap(None, "late"),
+    ];
+    for _ in 0..10 {
+        runs[0].timeline.gaps.push(gap(None, "late"));
+    }
+    let text = md(&r);
+    assert!(text.contains("**Sampling gaps**"), "{text}");
+    assert!(
+        text.contains("- memory of GPU 1: no data from 120 ms to 480 ms, 3 failed"),
+        "{text}"
+    );
+    assert!(text.contains("3 round(s) missed (sampler late)"), "{text}");
+    assert!(text.contains("… and 4 more gap(s)"), "{text}");
+    let page = html_of(&r);
+    assert!(page.contains("<ul class=\"gaps\">"));
+    assert!(page.contains("device 1 is lost"), "gap reason in HTML");
+}

@@ -5,6 +5,7 @@
 use super::Session;
 use crate::cli::{parse_duration, ReplayArgs};
 use crate::exit::{EnvironmentError, UsageError};
+use crate::gpu::DeviceInfo;
 use crate::replay::{self, Observer, ReplayError, ReplayOptions};
 use crate::report::{ReplayResult, Report, ReportKind, VariantRun, Verdict, SCHEMA_VERSION};
 use crate::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
@@ -22,6 +23,60 @@ pub fn worker(session: &Session) -> i32 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     replay::worker::run_worker(session.backend, &mut input, &mut out)
+}
+
+/// The devices a replay may use, in the order scenario device numbers name them: every
+/// device NVML lists (or those the parent's `CUDA_VISIBLE_DEVICES` selects, as NVML indices
+/// or UUIDs) whose memory can be read now, with current memory; and the devices left out,
+/// with why. One bad GPU never ends a replay: it is left out.
+fn usable_devices(
+    monitor: &dyn crate::gpu::Monitor,
+    all: &[DeviceInfo],
+    parent_cvd: Option<&str>,
+) -> (Vec<DeviceInfo>, Vec<(u32, String)>) {
+    let uuids: Vec<String> = all.iter().map(|d| d.uuid.clone()).collect();
+    let selected = crate::sim::visible::visible_devices(parent_cvd, &uuids);
+    let mut ok = Vec::new();
+    let mut bad = Vec::new();
+    for pos in selected {
+        let Some(d) = all.get(pos as usize) else {
+            continue;
+        };
+        match monitor.memory(d.index) {
+            Ok(m) => {
+                let mut d = d.clone();
+                d.memory = m;
+                ok.push(d);
+            }
+            Err(e) => bad.push((d.index, e.to_string())),
+        }
+    }
+    (ok, bad)
+}
+
+/// `GPU i is in use by PID p (name), ...` for each device another process holds memory on.
+fn busy_devices(monitor: &dyn crate::gpu::Monitor, devices: &[DeviceInfo]) -> Vec<String> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for d in devices {
+        let Ok(list) = monitor.processes(d.index) else {
+            continue;
+        };
+        let who: Vec<String> = list
+            .iter()
+            .filter(|p| p.pid != me)
+            .map(|p| {
+                let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                    .map(|n| format!(" ({})", n.trim()))
+                    .unwrap_or_default();
+                format!("PID {}{name}", p.pid)
+            })
+            .collect();
+        if !who.is_empty() {
+            out.push(format!("GPU {} is in use by {}", d.index, who.join(", ")));
+        }
+    }
+    out
 }
 
 /// Resolve a command-line scenario: a built-in id or a path to a TOML file.
@@ -218,16 +273,41 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         }
     }
 
+    let step_timeout = parse_duration(&args.step_timeout)?;
+    if step_timeout < std::time::Duration::from_millis(10) {
+        anyhow::bail!(UsageError(format!(
+            "--step-timeout {}: choose at least 10ms (default 120s)",
+            args.step_timeout
+        )));
+    }
+
     let monitor = session.monitor()?;
-    let devices = monitor.devices()?;
+    let all_devices = monitor.devices()?;
+    let parent_cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     // CUDA reads CUDA_VISIBLE_DEVICES up to its first bad entry; one that hides every GPU
     // would make each variant fail in a confusing way. Same check on every backend.
-    if let Ok(cvd) = std::env::var("CUDA_VISIBLE_DEVICES") {
-        let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-        if crate::sim::visible::visible_devices(Some(&cvd), &uuids).is_empty() {
+    if let Some(cvd) = &parent_cvd {
+        let uuids: Vec<String> = all_devices.iter().map(|d| d.uuid.clone()).collect();
+        if crate::sim::visible::visible_devices(Some(cvd), &uuids).is_empty() {
             anyhow::bail!(EnvironmentError(format!(
                 "CUDA_VISIBLE_DEVICES={:?} leaves no visible GPU (CUDA reports no device); unset it or list device indices or UUIDs, e.g. 0,1",
-                crate::term::clean(&cvd)
+                crate::term::clean(cvd)
+            )));
+        }
+    }
+    let (devices, unusable) = usable_devices(monitor.as_ref(), &all_devices, parent_cvd.as_deref());
+    let most = scenarios
+        .iter()
+        .map(|s| s.devices as usize)
+        .max()
+        .unwrap_or(0);
+    if !args.force {
+        let busy = busy_devices(monitor.as_ref(), &devices[..most.min(devices.len())]);
+        if !busy.is_empty() {
+            anyhow::bail!(EnvironmentError(format!(
+                "{}: a replay would disturb their work and their memory would distort its \
+                 numbers; stop them, use a free box (e.g. --sim 2x24GiB), or pass --force",
+                crate::term::clean(&busy.join("; "))
             )));
         }
     }
@@ -242,7 +322,11 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         },
         exe,
         interrupted: interrupted.clone(),
+        step_timeout,
     };
+    for (index, why) in &unusable {
+        crate::term::eprint_line(&format!("replay: GPU {index} is not used: {why}"));
+    }
     let mut progress = Progress {
         bar: None,
         tty: std::io::stderr().is_terminal(),
@@ -264,16 +348,29 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             if interrupted.load(Ordering::SeqCst) {
                 break 'outer;
             }
+            // Devices can fall off the bus between variants: read them again each time.
+            let (devices, unusable) =
+                usable_devices(monitor.as_ref(), &all_devices, parent_cvd.as_deref());
             if s.devices as usize > devices.len() {
-                let run = replay::skipped(
-                    s,
-                    v,
+                let reason = if unusable.is_empty() {
                     format!(
                         "needs {} GPUs, this machine has {}",
                         s.devices,
                         devices.len()
-                    ),
-                );
+                    )
+                } else {
+                    let bad: Vec<String> = unusable
+                        .iter()
+                        .map(|(i, why)| format!("GPU {i}: {why}"))
+                        .collect();
+                    format!(
+                        "needs {} GPUs, {} usable ({})",
+                        s.devices,
+                        devices.len(),
+                        bad.join("; ")
+                    )
+                };
+                let run = replay::skipped(s, v, reason);
                 progress.current = crate::term::clean(&format!("{}/{}", s.id, v.name));
                 progress.variant_finished(&run);
                 runs.push(run);

@@ -122,6 +122,19 @@ pub fn render_table(report: &Report) -> String {
     ]);
     for d in &scan.devices {
         let m = d.memory;
+        if !d.status.is_ok() {
+            // A device the driver would not answer for: its status instead of numbers.
+            let status = match &d.status {
+                crate::gpu::DeviceStatus::Lost => "LOST".to_string(),
+                crate::gpu::DeviceStatus::NoPermission => "no permission".to_string(),
+                crate::gpu::DeviceStatus::Error { .. } => "error".to_string(),
+                crate::gpu::DeviceStatus::Ok => String::new(),
+            };
+            let mut row = vec![d.index.to_string(), d.name.clone(), status];
+            row.extend(std::iter::repeat_n("-".to_string(), 6));
+            t.add_row(row);
+            continue;
+        }
         t.add_row(vec![
             d.index.to_string(),
             c(&d.name),
@@ -240,6 +253,7 @@ mod tests {
             },
             utilization_gpu: Some(97),
             temperature_c: Some(71),
+            status: Default::default(),
         };
         let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];
         let versions = Versions {
@@ -298,6 +312,7 @@ mod tests {
                 host: true,
                 reason: "test".into(),
             },
+            details: Default::default(),
         }
     }
 

@@ -4,8 +4,8 @@ use crate::cli::{
     parse_duration, GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs,
 };
 use crate::exit::UsageError;
-use crate::gpu::{sim::SimDriver, Driver};
-use crate::sim::{procinfo, spec::PRESETS, InitOptions, SimBox, SimProcess};
+use crate::gpu::{sim::SimDriver, Driver, ProcessKind};
+use crate::sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
 use crate::units::{format_bytes, parse_size};
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
@@ -14,6 +14,11 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
         SimCommand::Init(a) => init(&a),
         SimCommand::Presets => presets(),
+        SimCommand::Driverd(a) => {
+            crate::sim::broker::serve(&a.dir)
+                .with_context(|| format!("serving the box at {}", a.dir.display()))?;
+            Ok(0)
+        }
         other => {
             let session = super::Session::new(global)?;
             let _keep = &session.private_box;
@@ -21,7 +26,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 SimCommand::Status(a) => status(&a),
                 SimCommand::Fault(a) => fault(&a),
                 SimCommand::Hold(a) => hold(&a),
-                SimCommand::Init(_) | SimCommand::Presets => Ok(0),
+                SimCommand::Init(_) | SimCommand::Presets | SimCommand::Driverd(_) => Ok(0),
             }
         }
     }
@@ -29,10 +34,16 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
 
 fn init(a: &SimInitArgs) -> Result<i32> {
     let overhead = parse_size(&a.context_overhead)?;
-    let opts = InitOptions {
+    let mut opts = InitOptions {
         context_overhead: overhead,
         ..InitOptions::default()
     };
+    if let Some(v) = &a.driver {
+        let p = crate::sim::profile::DriverProfile::parse(v)
+            .map_err(|e| UsageError(format!("--driver: {e}")))?;
+        opts.driver_version = p.driver_version;
+        opts.cuda_driver_version = p.cuda_driver_version;
+    }
     // The spec first: a bad one leaves nothing behind in TMPDIR.
     crate::sim::parse_spec(&a.spec)?;
     let (dir, temp) = match &a.dir {
@@ -61,8 +72,37 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     if let Some(t) = temp {
         let _ = t.keep();
     }
+    start_broker(&dir);
     crate::term::print(&dir.display().to_string())?;
     Ok(0)
+}
+
+/// Start the box's driver broker (`sim driverd`) in this PID namespace, detached, and wait
+/// briefly for its socket. Failure is not fatal: without it processes use their own PIDs.
+fn start_broker(dir: &std::path::Path) {
+    use std::os::unix::process::CommandExt;
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let spawned = std::process::Command::new(exe)
+        .args(["sim", "driverd", "--dir"])
+        .arg(dir)
+        .env_remove(crate::sim::SIM_DIR_ENV)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    if spawned.is_err() {
+        return;
+    }
+    let sock = crate::sim::broker::socket_path(dir);
+    for _ in 0..100 {
+        if sock.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 fn presets() -> Result<i32> {
@@ -146,7 +186,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             "bytes",
         ]);
         for (pid, p) in &st.processes {
-            let alive = procinfo::is_alive(*pid, p.start_time);
+            let alive = sim.is_alive(*pid, p);
             for (dev, u) in &p.devices {
                 t.add_row(vec![
                     pid.to_string(),
@@ -193,6 +233,20 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
             ))
         })?;
     }
+    let n = sim.devices().len();
+    for (flag, list) in [
+        ("no-permission", &a.no_permission),
+        ("mig-unprivileged", &a.mig_unprivileged),
+        ("exclusive-process", &a.exclusive_process),
+        ("contained", &a.contained),
+    ] {
+        if let Some(bad) = list.iter().find(|d| **d as usize >= n) {
+            anyhow::bail!(UsageError(format!(
+                "--{flag} {bad}: the box has {n} devices (0..{})",
+                n.saturating_sub(1)
+            )));
+        }
+    }
     let memory_latency = a
         .nvml_memory_latency
         .as_deref()
@@ -229,6 +283,22 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
         if a.usage_unavailable {
             f.nvml_used_memory_unavailable = true;
         }
+        for (list, field) in [
+            (&a.no_permission, &mut f.no_permission_devices),
+            (&a.mig_unprivileged, &mut f.mig_unprivileged_devices),
+            (&a.exclusive_process, &mut f.exclusive_process_devices),
+            (&a.contained, &mut f.contained_devices),
+        ] {
+            for d in list {
+                if !field.contains(d) {
+                    field.push(*d);
+                }
+            }
+        }
+        f.cuda_stub_library |= a.cuda_stub;
+        f.no_ptx_jit |= a.no_ptx_jit;
+        f.cuda_total_excludes_reserved |= a.cuda_total_excludes_reserved;
+        f.driver_version_mismatch |= a.version_mismatch;
         Ok(())
     })?;
     crate::term::print(&format!("faults: {}", serde_json::to_string(&f)?))?;
@@ -238,7 +308,7 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
 fn hold(a: &SimHoldArgs) -> Result<i32> {
     let size = parse_size(&a.size)?;
     let duration = a.duration.as_deref().map(parse_duration).transpose()?;
-    let process = SimProcess::from_env()?;
+    let mut process = SimProcess::from_env()?;
     // Device numbers are the user's to fix (exit 2), checked before anything is held.
     let visible = process.device_count();
     let physical = process.sim().devices().len();
@@ -256,6 +326,12 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
             )));
         }
     }
+    if a.graphics {
+        process.set_kind(ProcessKind::Graphics);
+    } else if a.mps {
+        process.set_kind(ProcessKind::Mps);
+    }
+    let pid = process.pid();
     let mut driver = SimDriver::new(process);
     let ctx = driver
         .create_context(a.device)
@@ -283,18 +359,39 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
         }
         physical = Some(all);
     }
-    crate::term::print(&format!(
+    let child = if a.fork_child {
+        // Nothing buffered may be written twice by parent and child.
+        std::io::Write::flush(&mut std::io::stdout())?;
+        // SAFETY: fork in a single-threaded process; the child only sleeps (no allocation,
+        // no locks) until killed, holding the descriptors it inherited.
+        match unsafe { libc::fork() } {
+            -1 => anyhow::bail!("fork failed: {}", std::io::Error::last_os_error()),
+            0 => loop {
+                // SAFETY: pause has no preconditions.
+                unsafe { libc::pause() };
+            },
+            c => Some(c),
+        }
+    } else {
+        None
+    };
+    let mut line = format!(
         "holding pid={} device={} size={} contexts_on={:?}",
-        std::process::id(),
-        a.device,
-        size,
-        a.context_on
-    ))?;
+        pid, a.device, size, a.context_on
+    );
+    if let Some(c) = child {
+        line.push_str(&format!(" child={c}"));
+    }
+    crate::term::print(&line)?;
     match duration {
         Some(d) => std::thread::sleep(d),
         None => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
+    }
+    if a.fork_child {
+        // Exit like a killed parent: no cleanup, the child keeps the memory alive.
+        std::process::exit(0);
     }
     drop(physical);
     drop(driver);

@@ -13,7 +13,10 @@ pub const NO_LIVE_OWNER: &str = "The driver returns a process's memory when it e
 that stays used with no live owner means a stuck process or a driver problem. Look for \
 leftover processes (`fuser -v /dev/nvidia*`), stop them, then reset the GPU \
 (`nvidia-smi --gpu-reset -i N`) or reboot. (Graphics clients such as Xorg are not in the \
-compute-process list: on a display GPU their memory also appears here.)";
+compute-process list, but vramdoc reads the graphics and MPS lists too and counts them as owners.) When the processes holding the GPU device files open are named, a forked child (e.g. a DataLoader worker) that inherited its parent's descriptors keeps the parent's memory alive after the parent exited: stop it.";
+
+/// A device the driver would not answer for.
+pub const DEVICE_UNAVAILABLE: &str = "A lost GPU (fallen off the bus, NVML_ERROR_GPU_IS_LOST) needs a reset (`nvidia-smi --gpu-reset -i N`) or a reboot; check `dmesg` for Xid errors. `no permission` means this user or container may not query the device: run vramdoc as a user with access, or mount the device into the container. Every other device is reported as usual.";
 
 /// Processes not visible from this PID namespace (FAILURES.md, common knowledge).
 pub const INVISIBLE_PROCESSES: &str = "NVML reports host PIDs, which do not map to processes \

@@ -11,8 +11,8 @@ use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use rules::{
-    device_headroom, duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner,
-    stray_context, usage_unavailable,
+    device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
+    low_headroom, no_live_owner, stray_context, usage_unavailable,
 };
 
 /// Stable finding ids (JSON `findings[].id`).
@@ -23,6 +23,7 @@ pub mod ids {
     pub const USAGE_UNAVAILABLE: &str = "usage-unavailable";
     pub const LOW_HEADROOM: &str = "low-headroom";
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
+    pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
 }
 
 /// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.
@@ -75,6 +76,7 @@ impl Default for Thresholds {
 pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom>) {
     let headroom = headroom(inv, th);
     let mut findings = Vec::new();
+    findings.extend(device_unavailable(inv));
     findings.extend(stray_context(inv, th));
     findings.extend(no_live_owner(inv, th));
     findings.extend(invisible_processes(inv));

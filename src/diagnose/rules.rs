@@ -2,7 +2,7 @@
 
 use super::{fixes, ids, Thresholds};
 use crate::gpu::DeviceInfo;
-use crate::inventory::{Inventory, CVD_UNKNOWN, CVD_UNSET};
+use crate::inventory::{GpuEnv, Inventory, CVD_UNKNOWN, CVD_UNSET};
 use crate::report::{Evidence, Finding, Headroom, ProcessInfo, Severity};
 use crate::sim::visible::visible_devices;
 use crate::units::format_bytes;
@@ -47,16 +47,21 @@ fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
 /// context-sized footprint on one device while its main work is on another (OneDiff).
 /// At most one finding per process.
 pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    let uuids = inv.uuids();
     let mut out = Vec::new();
     for p in &inv.processes {
         let cvd = p.cuda_visible_devices.as_str();
         // MIG instance UUIDs name slices, not GPUs: the mapping cannot be checked here.
         let mig = cvd.to_ascii_uppercase().contains("MIG-");
-        let cvd_known = cvd != CVD_UNSET && cvd != CVD_UNKNOWN && !mig;
-        // (a) outside CUDA_VISIBLE_DEVICES.
-        if cvd_known {
-            let allowed = visible_devices(Some(cvd), &uuids);
+        let env = inv.details.gpu_env.get(&p.pid);
+        let nvd = env.and_then(|e| e.nvidia_visible_devices.as_deref());
+        let cvd_known = cvd != CVD_UNKNOWN && !mig && (cvd != CVD_UNSET || nvd.is_some());
+        // (a) outside CUDA_VISIBLE_DEVICES (within the GPUs mounted into its container).
+        let allowed = if cvd_known {
+            allowed_devices(cvd, env, inv.devices()).ok()
+        } else {
+            None
+        };
+        if let Some(allowed) = allowed {
             let outside: Vec<&crate::report::ProcessDeviceUsage> = p
                 .devices
                 .iter()
@@ -64,17 +69,21 @@ pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
                 .collect();
             if !outside.is_empty() {
                 let devs: Vec<u32> = outside.iter().map(|u| u.device).collect();
-                let mut evidence = vec![
-                    ev("CUDA_VISIBLE_DEVICES", cvd),
-                    ev(
-                        "physical GPUs it can see",
-                        if allowed.is_empty() {
-                            "none".to_string()
-                        } else {
-                            gpus(&allowed)
-                        },
-                    ),
-                ];
+                let mut evidence = vec![ev("CUDA_VISIBLE_DEVICES", cvd)];
+                if let Some(v) = nvd {
+                    evidence.push(ev("NVIDIA_VISIBLE_DEVICES (its container's GPUs)", v));
+                }
+                if let Some(o) = env.and_then(|e| e.cuda_device_order.as_deref()) {
+                    evidence.push(ev("CUDA_DEVICE_ORDER", o));
+                }
+                evidence.extend([ev(
+                    "physical GPUs it can see",
+                    if allowed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        gpus(&allowed)
+                    },
+                )]);
                 for u in &p.devices {
                     let label = format!("used on GPU {}", u.device);
                     evidence.push(match u.used {
@@ -154,8 +163,13 @@ pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
 /// taken for dead (see [`invisible_processes`]).
 pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     let host = inv.pid_namespace.host;
+    let details = &inv.details;
     let mut out = Vec::new();
-    for d in inv.devices() {
+    for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
+        // Without this device's process lists there is nothing to compare with.
+        if details.list_errors.contains_key(&d.index) {
+            continue;
+        }
         let on_dev: Vec<(&ProcessInfo, Option<u64>)> = inv
             .processes
             .iter()
@@ -176,7 +190,9 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         let live_known = live_usage.iter().all(Option::is_some);
         let live_sum: u64 = live_usage.iter().flatten().sum();
         let orphaned = d.memory.used.saturating_sub(live_sum);
-        let bytes_rule = live_known && orphaned > th.unattributed_min;
+        // WSL / WDDM: no process is ever listed; an empty list says nothing about owners.
+        let no_data = on_dev.is_empty() && details.per_process_unavailable.is_some();
+        let bytes_rule = live_known && !no_data && orphaned > th.unattributed_min;
         if !bytes_rule && dead.is_empty() {
             continue;
         }
@@ -203,9 +219,57 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             });
         }
         evidence.push(ev_bytes("threshold", th.unattributed_min));
+        // Who keeps the memory alive: processes NVML does not list as live owners that hold
+        // this GPU's device file (or, failing that, any GPU device file) open.
+        let listed: Vec<u32> = on_dev
+            .iter()
+            .filter(|(p, _)| is_live(p))
+            .map(|(p, _)| p.pid)
+            .collect();
+        let node_name = format!("nvidia{}", d.index);
+        let others: Vec<&crate::inventory::NodeHolder> = details
+            .node_holders
+            .iter()
+            .filter(|h| !listed.contains(&h.pid))
+            .collect();
+        let this_gpu: Vec<&crate::inventory::NodeHolder> = others
+            .iter()
+            .copied()
+            .filter(|h| h.nodes.iter().any(|n| n.ends_with(&node_name)))
+            .collect();
+        let holders = if this_gpu.is_empty() {
+            others
+        } else {
+            this_gpu
+        };
+        for h in &holders {
+            let mut who = format!("PID {}", h.pid);
+            if let Some(n) = &h.name {
+                who.push_str(&format!(" ({n})"));
+            }
+            if let Some(u) = &h.user {
+                who.push_str(&format!(" user {u}"));
+            }
+            evidence.push(ev(
+                format!("{who} holds GPU device files open"),
+                h.nodes.join(", "),
+            ));
+        }
+        let held_by = match holders.as_slice() {
+            [] => String::new(),
+            [h] => format!(
+                "; held open by PID {}{}",
+                h.pid,
+                h.name
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ),
+            many => format!("; held open by {} processes", many.len()),
+        };
         let title = if live_known {
             format!(
-                "GPU {}: {} used with no live owner{}",
+                "GPU {}: {} used with no live owner{}{held_by}",
                 d.index,
                 format_bytes(orphaned),
                 if dead.is_empty() {
@@ -226,10 +290,10 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             severity: Severity::Error,
             title,
             devices: vec![d.index],
-            pid: if dead.len() == 1 {
-                Some(dead[0].0.pid)
-            } else {
-                None
+            pid: match (dead.as_slice(), holders.as_slice()) {
+                ([one], _) => Some(one.0.pid),
+                ([], [h]) => Some(h.pid),
+                _ => None,
             },
             evidence,
             fix: fixes::NO_LIVE_OWNER.into(),
@@ -289,6 +353,22 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
             devs.push(u.device);
         }
     }
+    if let Some(why) = &inv.details.per_process_unavailable {
+        for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
+            let listed = inv.processes.iter().any(|p| p.usage_on(d.index).is_some());
+            if !listed && d.memory.used > 0 {
+                pairs.push(format!(
+                    "GPU {}: {} used, no process listed",
+                    d.index,
+                    format_bytes(d.memory.used)
+                ));
+                devs.push(d.index);
+            }
+        }
+        if !pairs.is_empty() {
+            pairs.push(why.clone());
+        }
+    }
     if pairs.is_empty() {
         return Vec::new();
     }
@@ -313,6 +393,7 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
 pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
     inv.devices()
         .iter()
+        .filter(|d| d.status.is_ok())
         .map(|d| device_headroom(d, th))
         .collect()
 }
@@ -364,7 +445,7 @@ pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
 /// headroom arithmetic and the largest holder.
 pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
-    for d in inv.devices() {
+    for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
         let Some(h) = headroom.iter().find(|h| h.device == d.index) else {
             continue;
         };
@@ -503,4 +584,111 @@ pub fn duplicate_copy(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// Devices the driver would not answer for (lost, no permission, other errors), and devices
+/// whose process lists could not be read: each gets a finding, and every other device is
+/// still reported.
+pub fn device_unavailable(inv: &Inventory) -> Vec<Finding> {
+    use crate::gpu::DeviceStatus;
+    let mut out = Vec::new();
+    for d in inv.devices() {
+        let (severity, what) = match &d.status {
+            DeviceStatus::Ok => {
+                let Some(err) = inv.details.list_errors.get(&d.index) else {
+                    continue;
+                };
+                (
+                    Severity::Warn,
+                    format!("its process lists could not be read: {err}"),
+                )
+            }
+            DeviceStatus::Lost => (
+                Severity::Error,
+                "lost: fallen off the bus (NVML_ERROR_GPU_IS_LOST)".to_string(),
+            ),
+            DeviceStatus::NoPermission => (
+                Severity::Warn,
+                "no permission to query it (NVML_ERROR_NO_PERMISSION)".to_string(),
+            ),
+            DeviceStatus::Error { message } => (Severity::Warn, format!("driver error: {message}")),
+        };
+        // A lost device may not even say its name.
+        let name = if d.name.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", d.name)
+        };
+        let mut evidence: Vec<Evidence> = [("UUID", &d.uuid), ("PCI bus", &d.pci_bus_id)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| ev(k, v.clone()))
+            .collect();
+        evidence.push(ev("status", what.clone()));
+        out.push(Finding {
+            id: ids::DEVICE_UNAVAILABLE.into(),
+            severity,
+            title: format!("GPU {}{name} is unavailable: {what}", d.index),
+            devices: vec![d.index],
+            pid: None,
+            evidence,
+            fix: fixes::DEVICE_UNAVAILABLE.into(),
+        });
+    }
+    out
+}
+
+/// Which physical GPUs a process may use, from its `CUDA_VISIBLE_DEVICES` (`cvd`, known),
+/// `NVIDIA_VISIBLE_DEVICES` (the GPUs mounted into its container) and `CUDA_DEVICE_ORDER`.
+/// `Err(why)` when that cannot be known: index entries are read in CUDA's order, fastest
+/// first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`, which NVML data cannot reproduce on a box of
+/// mixed GPUs.
+pub fn allowed_devices(
+    cvd: &str,
+    env: Option<&GpuEnv>,
+    devices: &[DeviceInfo],
+) -> Result<Vec<u32>, String> {
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    // The container's GPUs (NVML indices or UUIDs), in NVML order.
+    let mounted: Vec<u32> = match env.and_then(|e| e.nvidia_visible_devices.as_deref()) {
+        None | Some("all") | Some("") => (0..uuids.len() as u32).collect(),
+        Some(v @ ("none" | "void")) => {
+            return Err(format!(
+                "NVIDIA_VISIBLE_DEVICES={v}: GPUs are not managed by the runtime"
+            ))
+        }
+        Some(v) => {
+            let mut m = visible_devices(Some(v), &uuids);
+            m.sort_unstable();
+            m
+        }
+    };
+    if cvd == CVD_UNSET {
+        return Ok(mounted);
+    }
+    let pci_order = env
+        .and_then(|e| e.cuda_device_order.as_deref())
+        .is_some_and(|o| o.trim().eq_ignore_ascii_case("PCI_BUS_ID"));
+    let has_index = cvd
+        .split(',')
+        .any(|t| t.trim().chars().next().is_some_and(|c| c.is_ascii_digit()));
+    let same_model = mounted
+        .iter()
+        .filter_map(|i| devices.get(*i as usize))
+        .map(|d| d.name.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        <= 1;
+    if has_index && !pci_order && !same_model {
+        return Err(
+            "its CUDA_VISIBLE_DEVICES indices follow CUDA's fastest-first order on mixed GPUs \
+             (set CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs)"
+                .into(),
+        );
+    }
+    let mounted_uuids: Vec<String> = mounted.iter().map(|i| uuids[*i as usize].clone()).collect();
+    Ok(visible_devices(Some(cvd), &mounted_uuids)
+        .into_iter()
+        .map(|k| mounted[k as usize])
+        .collect())
 }

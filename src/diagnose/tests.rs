@@ -26,6 +26,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         },
         utilization_gpu: Some(0),
         temperature_c: Some(34),
+        status: Default::default(),
     }
 }
 
@@ -87,6 +88,7 @@ fn inv_with(
             host,
             reason: "test".into(),
         },
+        details: Default::default(),
     }
 }
 
@@ -411,4 +413,163 @@ fn diagnose_orders_most_severe_first() {
     assert!(f
         .iter()
         .all(|f| !f.fix.is_empty() && !f.evidence.is_empty()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 8: real machines as they are.
+
+fn env_of(order: Option<&str>, nvd: Option<&str>) -> crate::inventory::GpuEnv {
+    crate::inventory::GpuEnv {
+        cuda_device_order: order.map(String::from),
+        nvidia_visible_devices: nvd.map(String::from),
+    }
+}
+
+#[test]
+fn bad_device_gets_a_finding_and_the_others_are_still_diagnosed() {
+    use crate::gpu::DeviceStatus;
+    let mut i = inv_with(
+        3,
+        vec![proc_(10, CVD_UNSET, &[(2, Some(GIB))])],
+        &[(2, 2 * GIB)],
+        true,
+    );
+    i.environment.devices[0].status = DeviceStatus::Lost;
+    i.environment.devices[0].memory = MemoryInfo::zeroed();
+    i.environment.devices[1].status = DeviceStatus::NoPermission;
+    i.environment.devices[1].memory = MemoryInfo::zeroed();
+    let (f, h) = diagnose(&i, &Thresholds::default());
+    let bad: Vec<&Finding> = f
+        .iter()
+        .filter(|f| f.id == ids::DEVICE_UNAVAILABLE)
+        .collect();
+    assert_eq!(bad.len(), 2);
+    assert_eq!(bad[0].devices, vec![0]);
+    assert_eq!(bad[0].severity, Severity::Error);
+    assert!(bad[0].title.contains("lost"), "{}", bad[0].title);
+    assert_eq!(bad[1].severity, Severity::Warn);
+    // Zeroed memory of bad devices is never read as an over-full device.
+    assert!(!f
+        .iter()
+        .any(|f| f.id == ids::LOW_HEADROOM && f.devices != vec![2]));
+    assert_eq!(h.iter().map(|h| h.device).collect::<Vec<_>>(), vec![2]);
+    // GPU 2 is still diagnosed: 2 GiB there has no live owner.
+    assert!(f
+        .iter()
+        .any(|f| f.id == ids::NO_LIVE_OWNER && f.devices == vec![2]));
+
+    // A device whose process lists failed: a warning, and no owner guess on it.
+    let mut i = inv_with(1, vec![], &[(0, GIB)], true);
+    i.details
+        .list_errors
+        .insert(0, "nvmlDeviceGetComputeRunningProcesses failed".into());
+    let f = diagnose(&i, &Thresholds::default()).0;
+    assert_eq!(ids_of(&f), vec![ids::DEVICE_UNAVAILABLE]);
+    assert!(f[0].title.contains("process lists"), "{}", f[0].title);
+}
+
+#[test]
+fn no_live_owner_is_silent_where_per_process_data_does_not_exist() {
+    // WSL: 6 GiB used, no process ever listed.
+    let mut i = inv_with(1, vec![], &[(0, 6 * GIB)], true);
+    i.details.per_process_unavailable = Some("WSL kernel".into());
+    let f = diagnose(&i, &Thresholds::default()).0;
+    assert!(!ids_of(&f).contains(&ids::NO_LIVE_OWNER), "{f:?}");
+    let u = f
+        .iter()
+        .find(|f| f.id == ids::USAGE_UNAVAILABLE)
+        .expect("info");
+    assert_eq!(u.severity, Severity::Info);
+    // The same numbers on Linux: memory with no live owner.
+    i.details.per_process_unavailable = None;
+    let f = diagnose(&i, &Thresholds::default()).0;
+    assert!(ids_of(&f).contains(&ids::NO_LIVE_OWNER));
+}
+
+#[test]
+fn no_live_owner_names_processes_holding_the_device_files() {
+    use crate::inventory::NodeHolder;
+    // The parent exited (not listed any more is the same as dead here); its DataLoader child
+    // holds /dev/nvidia1 and keeps 3 GiB alive. A listed owner also holds the files.
+    let mut i = inv_with(
+        2,
+        vec![proc_(10, CVD_UNSET, &[(1, Some(GIB))])],
+        &[(1, 3 * GIB)],
+        true,
+    );
+    let holder = |pid: u32, name: &str, nodes: &[&str]| NodeHolder {
+        pid,
+        name: Some(name.into()),
+        user: Some("alice".into()),
+        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+    };
+    i.details.node_holders = vec![
+        holder(10, "p10", &["/dev/nvidia1", "/dev/nvidiactl"]),
+        holder(77, "pt_data_worker", &["/dev/nvidia1", "/dev/nvidiactl"]),
+        holder(
+            88,
+            "nvidia-persistenced",
+            &["/dev/nvidia0", "/dev/nvidiactl"],
+        ),
+    ];
+    let f = no_live_owner(&i, &Thresholds::default());
+    assert_eq!(f.len(), 1);
+    assert!(
+        f[0].title.ends_with("held open by PID 77 (pt_data_worker)"),
+        "{}",
+        f[0].title
+    );
+    assert_eq!(f[0].pid, Some(77));
+    assert!(f[0]
+        .evidence
+        .iter()
+        .any(|e| e.label == "PID 77 (pt_data_worker) user alice holds GPU device files open"));
+    assert!(!f[0].evidence.iter().any(|e| e.label.contains("PID 88")));
+}
+
+#[test]
+fn stray_context_reads_the_container_and_device_order() {
+    // PID 20 runs in a container with GPU 1 mounted and uses its CUDA device 0: no stray.
+    let mut i = inv_with(2, vec![proc_(20, "0", &[(1, Some(4 * GIB))])], &[], true);
+    i.details.gpu_env.insert(20, env_of(None, Some(&uuid(1))));
+    assert!(stray_context(&i, &Thresholds::default()).is_empty());
+    // By index, as the runtime also accepts.
+    i.details.gpu_env.insert(20, env_of(None, Some("1")));
+    assert!(stray_context(&i, &Thresholds::default()).is_empty());
+    // The same process with a context on GPU 0, outside its container's GPU: stray.
+    i.processes[0].devices.insert(
+        0,
+        ProcessDeviceUsage {
+            device: 0,
+            used: Some(448 * MIB),
+        },
+    );
+    let f = stray_context(&i, &Thresholds::default());
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].devices, vec![0]);
+    assert!(f[0]
+        .evidence
+        .iter()
+        .any(|e| e.label.starts_with("NVIDIA_VISIBLE_DEVICES")));
+}
+
+#[test]
+fn index_entries_on_mixed_gpus_need_pci_bus_order() {
+    // A T4 (NVML 0) and an H100 (NVML 1): CUDA's device 0 is the H100 by default.
+    let mut i = inv_with(2, vec![proc_(30, "0", &[(1, Some(4 * GIB))])], &[], true);
+    i.environment.devices[0].name = "Tesla T4".into();
+    i.environment.devices[1].name = "NVIDIA H100 80GB HBM3".into();
+    // Fastest first: "0" cannot be mapped from NVML data; no false alarm.
+    assert!(stray_context(&i, &Thresholds::default()).is_empty());
+    // PCI_BUS_ID order: "0" is the T4, and the process works on the H100: stray.
+    i.details
+        .gpu_env
+        .insert(30, env_of(Some("PCI_BUS_ID"), None));
+    let f = stray_context(&i, &Thresholds::default());
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].devices, vec![1]);
+    // UUIDs are exact in any order.
+    i.details.gpu_env.clear();
+    i.processes[0].cuda_visible_devices = uuid(1);
+    assert!(stray_context(&i, &Thresholds::default()).is_empty());
 }

@@ -122,6 +122,9 @@ struct Context {
     ordinal: u32,
     stream: Arc<CudaStream>,
     kernels: Option<Kernels>,
+    /// The checksum kernel's result word, allocated with the context: a fill never needs
+    /// device memory beyond the allocation it fills (which may be the last free bytes).
+    sum: Option<CudaSlice<u64>>,
     ctx: Arc<CudaContext>,
 }
 
@@ -153,11 +156,113 @@ fn message_of(e: &DriverError) -> String {
 }
 
 fn driver_err(call: &str, e: DriverError) -> GpuError {
-    GpuError::Driver {
-        call: call.into(),
-        code: name_of(&e),
-        message: message_of(&e),
+    super::cuda_error(call, e.0 as i32, &name_of(&e), &message_of(&e))
+}
+
+/// Driver calls whose result is read as a plain integer, never as cudarc's `CUresult` enum:
+/// cudarc is built against the CUDA 12.0 headers, whose enum lacks codes newer drivers return
+/// (226 `CUDA_ERROR_CONTAINED` from launches and synchronisation), and a value outside a Rust
+/// enum is undefined behaviour. Used for every call where a device fault first shows.
+mod raw {
+    use super::sys;
+    use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+    type SyncFn = unsafe extern "C" fn() -> c_int;
+    type StreamSyncFn = unsafe extern "C" fn(sys::CUstream) -> c_int;
+    type NameFn = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
+    type LaunchFn = unsafe extern "C" fn(
+        sys::CUfunction,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        sys::CUstream,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> c_int;
+
+    /// Look a driver entry point up with the integer-returning signature `F`.
+    fn sym<F: Copy>(name: &[u8]) -> Option<F> {
+        // SAFETY: CudaDriver::open checked the library is present; looking up does not call.
+        unsafe { sys::culib().get::<F>(name).ok().map(|s| *s) }
     }
+
+    /// `cuCtxSynchronize` on the current context.
+    pub fn ctx_synchronize() -> c_int {
+        match sym::<SyncFn>(b"cuCtxSynchronize") {
+            // SAFETY: no arguments; the caller bound a context.
+            Some(f) => unsafe { f() },
+            None => super::super::cuda_codes::STUB_LIBRARY,
+        }
+    }
+
+    /// `cuStreamSynchronize`.
+    pub fn stream_synchronize(stream: sys::CUstream) -> c_int {
+        match sym::<StreamSyncFn>(b"cuStreamSynchronize") {
+            // SAFETY: a live stream of the current context.
+            Some(f) => unsafe { f(stream) },
+            None => super::super::cuda_codes::STUB_LIBRARY,
+        }
+    }
+
+    /// `cuLaunchKernel` with kernel parameters, no `extra`.
+    ///
+    /// # Safety
+    /// `params` must match the kernel's parameter list, as for `cuLaunchKernel`.
+    pub unsafe fn launch(
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        stream: sys::CUstream,
+        params: &mut [*mut c_void],
+    ) -> c_int {
+        match sym::<LaunchFn>(b"cuLaunchKernel") {
+            Some(l) => l(
+                f,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ),
+            None => super::super::cuda_codes::STUB_LIBRARY,
+        }
+    }
+
+    /// The driver's `(name, text)` for any code, or a placeholder for codes it does not know.
+    pub fn describe(code: c_int) -> (String, String) {
+        let get = |name: &[u8]| -> Option<String> {
+            let f = sym::<NameFn>(name)?;
+            let mut p: *const c_char = std::ptr::null();
+            // SAFETY: the driver writes a static string pointer (or NULL) into `p`.
+            let rc = unsafe { f(code, &mut p) };
+            // SAFETY: on success `p` is a NUL-terminated static string.
+            (rc == 0 && !p.is_null())
+                .then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        };
+        let name = get(b"cuGetErrorName")
+            .or_else(|| super::super::cuda_code_name(code).map(str::to_string))
+            .unwrap_or_else(|| format!("CUDA error {code}"));
+        let text = get(b"cuGetErrorString").unwrap_or_else(|| "unknown error code".into());
+        (name, text)
+    }
+}
+
+/// A raw driver result: 0 is success, anything else an error with the driver's own words.
+fn check_raw(call: &str, code: std::ffi::c_int) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let (name, text) = raw::describe(code);
+    Err(super::cuda_error(call, code, &name, &text))
 }
 
 /// A driver error of an allocation-like call: out of memory becomes [`GpuError::OutOfMemory`].
@@ -235,12 +340,12 @@ impl CudaDriver {
                     ),
                 });
             }
-            cudarc::driver::result::init().map_err(|e| {
-                GpuError::NoDevice(format!(
-                    "cuInit failed: {}: {}",
-                    name_of(&e),
-                    message_of(&e)
-                ))
+            cudarc::driver::result::init().map_err(|e| match driver_err("cuInit", e) {
+                env @ GpuError::Environment { .. } => env,
+                GpuError::Driver { code, message, .. } => {
+                    GpuError::NoDevice(format!("cuInit failed: {code}: {message}"))
+                }
+                other => other,
             })?;
             let n = CudaContext::device_count().map_err(|e| {
                 GpuError::NoDevice(format!("cuDeviceGetCount failed: {}", name_of(&e)))
@@ -273,6 +378,16 @@ impl CudaDriver {
         })
     }
 
+    /// Bind the context and synchronise it with a raw call: a sticky device error (lost,
+    /// contained) shows here as an integer code before any cudarc call could meet it.
+    fn healthy(&self, ctx: ContextId) -> Result<()> {
+        let c = self.context(ctx)?;
+        c.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_err("cuCtxSetCurrent", e))?;
+        check_raw("cuCtxSynchronize", raw::ctx_synchronize())
+    }
+
     /// Load the kernels into a context on first use.
     fn kernels(&mut self, ctx: ContextId) -> Result<()> {
         let c = self
@@ -296,10 +411,11 @@ impl CudaDriver {
             .get(&alloc)
             .map(|a| a.ctx)
             .ok_or_else(|| unknown_alloc("fill", alloc))?;
+        self.healthy(ctx_id)?;
         self.kernels(ctx_id)?;
         let c = self
             .contexts
-            .get(&ctx_id)
+            .get_mut(&ctx_id)
             .ok_or_else(|| unknown_ctx(ctx_id))?;
         let (ordinal, stream) = (c.ordinal, c.stream.clone());
         let k = c.kernels.as_ref().ok_or_else(|| GpuError::Driver {
@@ -313,9 +429,17 @@ impl CudaDriver {
             .ok_or_else(|| unknown_alloc("fill", alloc))?;
         let n_words: u64 = a.bytes / 4;
         let blocks = n_words.div_ceil(256).clamp(1, 4096) as u32;
-        let mut sum = stream
-            .alloc_zeros::<u64>(1)
-            .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?;
+        let sum = match c.sum.as_mut() {
+            Some(s) => s,
+            None => c.sum.insert(
+                stream
+                    .alloc_zeros::<u64>(1)
+                    .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?,
+            ),
+        };
+        stream
+            .memset_zeros(sum)
+            .map_err(|e| driver_err("cuMemsetD8Async", e))?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = c
             .ctx
@@ -341,38 +465,29 @@ impl CudaDriver {
             ];
             // SAFETY: the arguments match vramdoc_fill_u32(u32*, u64, u32) in
             // kernels/vramdoc.cu, and n_words * 4 <= the allocation's length.
-            unsafe {
-                result::launch_kernel(k.fill, grid, block, 0, stream.cu_stream(), &mut fill_args)
-            }
-            .map_err(|e| driver_err("cuLaunchKernel", e))?;
+            check_raw("cuLaunchKernel", unsafe {
+                raw::launch(k.fill, grid, block, stream.cu_stream(), &mut fill_args)
+            })?;
             let mut check_args: [*mut std::ffi::c_void; 3] = [
                 (&mut data as *mut sys::CUdeviceptr).cast(),
                 (&mut n as *mut u64).cast(),
                 (&mut out_ptr as *mut sys::CUdeviceptr).cast(),
             ];
             // SAFETY: matches vramdoc_checksum_u32(const u32*, u64, u64*); `sum` holds one u64.
-            unsafe {
-                result::launch_kernel(
-                    k.checksum,
-                    grid,
-                    block,
-                    0,
-                    stream.cu_stream(),
-                    &mut check_args,
-                )
-            }
-            .map_err(|e| driver_err("cuLaunchKernel", e))?;
+            check_raw("cuLaunchKernel", unsafe {
+                raw::launch(k.checksum, grid, block, stream.cu_stream(), &mut check_args)
+            })?;
         }
         end.record(&stream)
             .map_err(|e| driver_err("cuEventRecord", e))?;
         let out = stream
-            .clone_dtoh(&sum)
+            .clone_dtoh(&*sum)
             .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))?;
-        stream
-            .synchronize()
-            .map_err(|e| driver_err("cuStreamSynchronize", e))?;
+        check_raw(
+            "cuStreamSynchronize",
+            raw::stream_synchronize(stream.cu_stream()),
+        )?;
         self.last_fill_ms = start.elapsed_ms(&end).ok();
-        drop(sum);
         out.first().copied().ok_or_else(|| GpuError::Driver {
             call: "cuMemcpyDtoHAsync".into(),
             code: "CUDA_ERROR_INVALID_VALUE".into(),
@@ -413,6 +528,12 @@ impl Driver for CudaDriver {
             let stream = ctx
                 .new_stream()
                 .map_err(|e| driver_err("cuStreamCreate", e))?;
+            // The module and the checksum word come with the context, as a framework loads
+            // its kernels at initialisation: later fills need no memory of their own.
+            let kernels = Kernels::load(&ctx)?;
+            let sum = stream
+                .alloc_zeros::<u64>(1)
+                .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?;
             let id = ContextId(self.next_ctx);
             self.next_ctx += 1;
             self.contexts.insert(
@@ -420,7 +541,8 @@ impl Driver for CudaDriver {
                 Context {
                     ordinal,
                     stream,
-                    kernels: None,
+                    kernels: Some(kernels),
+                    sum: Some(sum),
                     ctx,
                 },
             );
@@ -433,11 +555,20 @@ impl Driver for CudaDriver {
             self.context(ctx)?;
             self.allocs.retain(|_, a| a.ctx != ctx);
             let c = self.contexts.remove(&ctx).ok_or_else(|| unknown_ctx(ctx))?;
-            let synced = c.stream.synchronize();
+            let synced = c
+                .ctx
+                .bind_to_thread()
+                .map_err(|e| driver_err("cuCtxSetCurrent", e))
+                .and_then(|_| {
+                    check_raw(
+                        "cuStreamSynchronize",
+                        raw::stream_synchronize(c.stream.cu_stream()),
+                    )
+                });
             let pending = c.ctx.check_err();
             // Dropping the last handle releases the primary context (and its memory).
             drop(c);
-            synced.map_err(|e| driver_err("cuStreamSynchronize", e))?;
+            synced?;
             pending.map_err(|e| driver_err("cuMemFreeAsync", e))
         })
     }
@@ -470,9 +601,10 @@ impl Driver for CudaDriver {
             let (ctx, stream) = (c.ctx.clone(), c.stream.clone());
             drop(a);
             // The free is stream-ordered: wait for it so the memory is back when we return.
-            stream
-                .synchronize()
-                .map_err(|e| driver_err("cuStreamSynchronize", e))?;
+            check_raw(
+                "cuStreamSynchronize",
+                raw::stream_synchronize(stream.cu_stream()),
+            )?;
             ctx.check_err().map_err(|e| driver_err("cuMemFreeAsync", e))
         })
     }
@@ -492,15 +624,30 @@ impl Driver for CudaDriver {
         })
     }
 
+    fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
+        guarded("cuDeviceGetUuid", || {
+            let dev = result::device::get(ordinal as i32).map_err(|e| match e.0 {
+                CUresult::CUDA_ERROR_INVALID_DEVICE => GpuError::InvalidDevice(ordinal),
+                _ => driver_err("cuDeviceGet", e),
+            })?;
+            let uuid =
+                result::device::get_uuid(dev).map_err(|e| driver_err("cuDeviceGetUuid", e))?;
+            let bytes: [u8; 16] = uuid.bytes.map(|b| b as u8);
+            Ok(super::format_gpu_uuid(&bytes))
+        })
+    }
+
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
         guarded("cuCtxSynchronize", || {
             let c = self.context(ctx)?;
-            c.stream
-                .synchronize()
-                .map_err(|e| driver_err("cuStreamSynchronize", e))?;
             c.ctx
-                .synchronize()
-                .map_err(|e| driver_err("cuCtxSynchronize", e))
+                .bind_to_thread()
+                .map_err(|e| driver_err("cuCtxSetCurrent", e))?;
+            check_raw(
+                "cuStreamSynchronize",
+                raw::stream_synchronize(c.stream.cu_stream()),
+            )?;
+            check_raw("cuCtxSynchronize", raw::ctx_synchronize())
         })
     }
 }

@@ -43,6 +43,15 @@ pub enum GpuError {
     },
     #[error("simulated box: {0}")]
     Sim(crate::sim::SimError),
+    /// The driver stack is present but unusable as installed (library/kernel-module version
+    /// mismatch, a CUDA toolkit stub shadowing the driver, no PTX JIT compiler): exit code 3.
+    /// The message says what to do.
+    #[error("{call} failed: {code}: {advice}")]
+    Environment {
+        call: String,
+        code: String,
+        advice: String,
+    },
 }
 
 impl GpuError {
@@ -52,6 +61,7 @@ impl GpuError {
             self,
             GpuError::LibraryMissing { .. }
                 | GpuError::NoDevice(_)
+                | GpuError::Environment { .. }
                 | GpuError::Sim(crate::sim::SimError::NoBox)
                 | GpuError::Sim(crate::sim::SimError::BadBox { .. })
         )
@@ -62,12 +72,92 @@ impl GpuError {
     }
 }
 
+/// CUDA driver codes vramdoc gives advice for (cuda.h). Read as plain integers: 226 is newer
+/// than the CUDA 12.0 headers the `cuda` backend is built against.
+pub mod cuda_codes {
+    pub const STUB_LIBRARY: i32 = 34;
+    pub const DEVICE_UNAVAILABLE: i32 = 46;
+    pub const JIT_COMPILER_NOT_FOUND: i32 = 221;
+    pub const CONTAINED: i32 = 226;
+    pub const LAUNCH_FAILED: i32 = 719;
+    pub const SYSTEM_DRIVER_MISMATCH: i32 = 803;
+}
+
+/// The `CUDA_ERROR_*` name of a code this module knows, for codes a client's headers may not.
+pub fn cuda_code_name(code: i32) -> Option<&'static str> {
+    use cuda_codes::*;
+    Some(match code {
+        STUB_LIBRARY => "CUDA_ERROR_STUB_LIBRARY",
+        DEVICE_UNAVAILABLE => "CUDA_ERROR_DEVICE_UNAVAILABLE",
+        JIT_COMPILER_NOT_FOUND => "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+        CONTAINED => "CUDA_ERROR_CONTAINED",
+        LAUNCH_FAILED => "CUDA_ERROR_LAUNCH_FAILED",
+        SYSTEM_DRIVER_MISMATCH => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        _ => return None,
+    })
+}
+
+/// A CUDA driver error for `call` with raw `code`: the codes with a known remedy become a
+/// sentence that says what to do (and [`GpuError::Environment`] where the installation is at
+/// fault, exit code 3); any other code keeps the driver's `name` and `text`.
+pub fn cuda_error(call: &str, code: i32, name: &str, text: &str) -> GpuError {
+    use cuda_codes::*;
+    let env = |advice: &str| GpuError::Environment {
+        call: call.into(),
+        code: cuda_code_name(code).unwrap_or(name).into(),
+        advice: advice.into(),
+    };
+    let drv = |message: &str| GpuError::Driver {
+        call: call.into(),
+        code: cuda_code_name(code).unwrap_or(name).into(),
+        message: message.into(),
+    };
+    match code {
+        STUB_LIBRARY => env(
+            "the libcuda.so that was loaded is the CUDA toolkit's stub (lib64/stubs), not the \
+             driver's; remove the stubs directory from LD_LIBRARY_PATH (and from ldconfig)",
+        ),
+        JIT_COMPILER_NOT_FOUND => env(
+            "the driver's PTX JIT compiler (libnvidia-ptxjitcompiler.so.1) is missing; install \
+             the full driver user-space libraries (in a container set \
+             NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
+        ),
+        SYSTEM_DRIVER_MISMATCH => env(
+            "the CUDA driver library and the loaded kernel module are different versions \
+             (driver upgraded without a reboot); reboot or reload the nvidia kernel module",
+        ),
+        DEVICE_UNAVAILABLE => drv(
+            "the GPU is busy or unavailable: it is in exclusive-process (or prohibited) compute \
+             mode and another process holds it; use another GPU, stop that process, or reset \
+             the mode with `nvidia-smi -c DEFAULT`",
+        ),
+        CONTAINED => drv(
+            "an uncorrectable GPU error was contained (CUDA 12.4+ code 226); this process can \
+             no longer use CUDA: restart it, and check `nvidia-smi -q -d ECC` and Xid messages \
+             in the kernel log",
+        ),
+        _ => drv(text),
+    }
+}
+
 impl From<crate::sim::SimError> for GpuError {
     fn from(e: crate::sim::SimError) -> Self {
         use crate::sim::SimError as S;
         match e {
             S::InvalidDevice(i) => GpuError::InvalidDevice(i),
             S::DeviceLost(i) => GpuError::DeviceLost(i),
+            S::DeviceBusy(_) => cuda_error(
+                "cuDevicePrimaryCtxRetain",
+                cuda_codes::DEVICE_UNAVAILABLE,
+                "",
+                "",
+            ),
+            S::Contained(_) => cuda_error("cuCtxSynchronize", cuda_codes::CONTAINED, "", ""),
+            S::NoPermission(i) => GpuError::Driver {
+                call: format!("device {i}"),
+                code: "NVML_ERROR_NO_PERMISSION".into(),
+                message: "insufficient permissions to query this device".into(),
+            },
             S::OutOfMemory {
                 device,
                 requested,
@@ -114,6 +204,63 @@ pub trait Driver {
     fn mem_info(&mut self, ctx: ContextId) -> Result<(u64, u64)>;
     /// Wait for all work in the context.
     fn synchronize(&mut self, ctx: ContextId) -> Result<()>;
+    /// UUID of the device behind a CUDA ordinal, formatted as NVML prints it
+    /// (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`): the one way to match a CUDA ordinal to an
+    /// NVML index (`cuDeviceGetUuid`).
+    fn device_uuid(&mut self, ordinal: u32) -> Result<String>;
+}
+
+/// Format a 16-byte CUDA UUID as NVML prints it: `GPU-` + 8-4-4-4-12 lowercase hex.
+pub fn format_gpu_uuid(bytes: &[u8; 16]) -> String {
+    let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Parse an NVML UUID (`GPU-` + 32 hex digits with dashes) into its 16 bytes.
+pub fn parse_gpu_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s
+        .strip_prefix("GPU-")
+        .or_else(|| s.strip_prefix("MIG-"))
+        .unwrap_or(s)
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The device files of the real NVIDIA driver whose open descriptors keep GPU memory alive
+/// (`/dev/nvidia[0-9]*`, `/dev/nvidiactl`, `/dev/nvidia-uvm`), those that exist.
+pub fn real_device_nodes() -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = std::fs::read_dir("/dev")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n == "nvidiactl"
+                || n == "nvidia-uvm"
+                || n.strip_prefix("nvidia")
+                    .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
 }
 
 /// Expected checksum of [`Driver::fill`] over `bytes` with `value`.
@@ -142,6 +289,18 @@ pub struct MemoryInfo {
     pub free: u64,
 }
 
+impl MemoryInfo {
+    /// All zero: what a device that did not answer reports.
+    pub fn zeroed() -> MemoryInfo {
+        MemoryInfo {
+            total: 0,
+            reserved: 0,
+            used: 0,
+            free: 0,
+        }
+    }
+}
+
 /// One physical device as NVML numbers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceInfo {
@@ -154,15 +313,72 @@ pub struct DeviceInfo {
     pub utilization_gpu: Option<u32>,
     /// Temperature in degrees Celsius, when the driver reports it.
     pub temperature_c: Option<u32>,
+    /// Whether the driver answered for this device. Anything but `ok`: memory is zeroed and
+    /// utilization / temperature are absent, the other devices are still reported.
+    #[serde(default)]
+    pub status: DeviceStatus,
 }
 
-/// A compute process on a device.
+/// What the driver said when this device was queried.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceStatus {
+    /// Every query answered.
+    #[default]
+    Ok,
+    /// The GPU has fallen off the bus (`NVML_ERROR_GPU_IS_LOST`): reset it or reboot.
+    Lost,
+    /// The caller may not query this device (`NVML_ERROR_NO_PERMISSION`), e.g. a MIG parent
+    /// device read by an unprivileged user, or a device not mounted into a container.
+    NoPermission,
+    /// Any other per-device error, with the driver's call, code and text.
+    Error { message: String },
+}
+
+impl DeviceStatus {
+    pub fn is_ok(&self) -> bool {
+        matches!(self, DeviceStatus::Ok)
+    }
+}
+
+/// Which of NVML's process lists a process came from.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessKind {
+    /// A CUDA (or other compute API) process: `nvmlDeviceGetComputeRunningProcesses`.
+    #[default]
+    Compute,
+    /// A graphics client such as Xorg or a Wayland compositor:
+    /// `nvmlDeviceGetGraphicsRunningProcesses`.
+    Graphics,
+    /// A client of the CUDA MPS server: `nvmlDeviceGetMPSComputeRunningProcesses`.
+    Mps,
+}
+
+/// A process with memory (or a context) on a device. PIDs are those of the host PID
+/// namespace, as the driver reports them, whatever namespace the reader is in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuProcess {
     pub pid: u32,
     /// Bytes used on this device; `None` where NVML says "not available" (e.g. some
     /// containers or Windows WDDM).
     pub used: Option<u64>,
+    /// Which NVML list the process is in.
+    #[serde(default)]
+    pub kind: ProcessKind,
 }
 
 /// How many queries of each kind a monitor has made (for benches and the
@@ -175,7 +391,7 @@ pub struct CallCounts {
 }
 
 /// What an observer reads about the machine, through NVML. Indices are physical.
-pub trait Monitor: Send {
+pub trait Monitor: Send + Sync {
     /// Backend name (`nvml`, `sim`).
     fn backend(&self) -> &'static str;
     fn versions(&self) -> Result<Versions>;
@@ -183,10 +399,18 @@ pub trait Monitor: Send {
     fn devices(&self) -> Result<Vec<DeviceInfo>>;
     /// Memory of one device (fast: ~12 µs on real drivers).
     fn memory(&self, index: u32) -> Result<MemoryInfo>;
-    /// Compute processes on one device (slow: ~4.5 ms on real drivers, holds a driver lock).
+    /// Compute, graphics and MPS processes on one device, one entry per (pid, kind)
+    /// (slow: ~4.5 ms per list on real drivers, holds a driver lock).
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>>;
     /// Queries made so far.
     fn call_counts(&self) -> CallCounts;
+    /// Files whose open descriptors keep GPU memory alive: on a real machine
+    /// `/dev/nvidia[0-9]*`, `/dev/nvidiactl`, `/dev/nvidia-uvm`; on a simulated box its
+    /// `dev/` files. A process holding one open (even one that never made a context, such as
+    /// a forked DataLoader worker) keeps its parent's memory allocated.
+    fn device_nodes(&self) -> Vec<std::path::PathBuf> {
+        real_device_nodes()
+    }
 }
 
 /// Which backends to use.

@@ -11,13 +11,18 @@
 //! Nothing here panics on a missing library or symbol: a library without `nvmlShutdown` is
 //! refused before nvml-wrapper's `Drop` (which would panic calling it) can run.
 
-use super::{CallCounts, DeviceInfo, GpuError, GpuProcess, MemoryInfo, Monitor, Result, Versions};
+use super::{
+    CallCounts, DeviceInfo, DeviceStatus, GpuError, GpuProcess, MemoryInfo, Monitor, ProcessKind,
+    Result, Versions,
+};
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessInfo_t, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
-    nvmlReturn_enum_NVML_SUCCESS,
+    nvmlDevice_t, nvmlProcessDetailList_t, nvmlProcessDetail_v1_t, nvmlProcessInfo_t,
+    nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+    nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED, nvmlReturn_enum_NVML_SUCCESS,
 };
 use std::ffi::OsStr;
 use std::os::raw::c_uint;
@@ -44,8 +49,8 @@ pub struct NvmlMonitor {
     library: String,
     /// Raw `nvmlDevice_t` handles by index (0 = not looked up yet).
     handles: Mutex<Vec<usize>>,
-    /// Reused buffer for the process list.
-    proc_buf: Mutex<Vec<nvmlProcessInfo_t>>,
+    /// Reused buffer for the `_v3` process lists (u64 words: 8-byte aligned records).
+    proc_buf: Mutex<Vec<u64>>,
     inventory: AtomicU64,
     memory: AtomicU64,
     processes: AtomicU64,
@@ -91,6 +96,7 @@ fn map_err(call: &str, index: Option<u32>, library: &str, e: NvmlError) -> GpuEr
                 "{call} is missing from it ({s}); update the NVIDIA driver to a CUDA 12 one"
             ),
         },
+        (NvmlError::LibRmVersionMismatch, _) => super::sim::nvml_mismatch(),
         (NvmlError::DriverNotLoaded, _) => GpuError::NoDevice(format!(
             "{call}: the NVIDIA kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED); \
              load it (`nvidia-smi` must work), or without a GPU use --sim SPEC"
@@ -206,6 +212,241 @@ impl NvmlMonitor {
     }
 }
 
+/// What could be read of a device before an error: name, UUID, PCI bus id (empty if not).
+type Partial = (String, String, String);
+
+impl NvmlMonitor {
+    /// Everything `devices()` reports of one device, or what was read before the first error.
+    fn device_info(&self, index: u32) -> std::result::Result<DeviceInfo, (Partial, NvmlError)> {
+        let mut partial: Partial = (String::new(), String::new(), String::new());
+        let d = match self.nvml.device_by_index(index) {
+            Ok(d) => d,
+            Err(e) => return Err((partial, e)),
+        };
+        {
+            // SAFETY: reading the raw handle out of a live Device has no side effect.
+            let raw = unsafe { d.handle() } as usize;
+            let mut hs = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+            if hs.len() <= index as usize {
+                hs.resize(index as usize + 1, 0);
+            }
+            hs[index as usize] = raw;
+        }
+        macro_rules! get {
+            ($e:expr) => {
+                match $e {
+                    Ok(v) => v,
+                    Err(e) => return Err((partial, e)),
+                }
+            };
+        }
+        partial.0 = get!(d.name());
+        partial.1 = get!(d.uuid());
+        partial.2 = get!(d.pci_info()).bus_id;
+        let m = get!(d.memory_info());
+        let util = get!(optional(d.utilization_rates()));
+        let temp = get!(optional(d.temperature(TemperatureSensor::Gpu)));
+        Ok(DeviceInfo {
+            index,
+            name: partial.0,
+            uuid: partial.1,
+            pci_bus_id: partial.2,
+            memory: MemoryInfo {
+                total: m.total,
+                reserved: m.reserved,
+                used: m.used,
+                free: m.free,
+            },
+            utilization_gpu: util.map(|u| u.gpu),
+            temperature_c: temp,
+            status: DeviceStatus::Ok,
+        })
+    }
+}
+
+/// Bytes of one process record as NVML's headers declare it (`nvmlProcessInfo_v2_t`).
+const NARROW_RECORD: usize = 24;
+/// Bytes of one record as R535 drivers write it into the `_v3` lists (with
+/// `usedGpuCcProtectedMemory`, i.e. `nvmlProcessDetail_v1_t`) without a version bump.
+const WIDE_RECORD: usize = 32;
+/// Filler written into the buffer before each call, to see how far the driver wrote.
+const SENTINEL: u8 = 0xA5;
+/// `NVML_STRUCT_VERSION(ProcessDetailList, 1)`.
+const DETAIL_LIST_V1: c_uint =
+    (std::mem::size_of::<nvmlProcessDetailList_t>() as c_uint) | (1 << 24);
+
+/// `(pid, used)` pairs of one process list.
+type RawList = Vec<(u32, Option<u64>)>;
+
+fn used_of(v: u64) -> Option<u64> {
+    (v != NOT_AVAILABLE).then_some(v)
+}
+
+/// Read `n` records out of a buffer the driver filled, deciding the record stride from how
+/// far it wrote: a driver that writes 32-byte records changes bytes `[24n, 32n)`, which a
+/// 24-byte writer leaves as [`SENTINEL`]. (Each of those 8 bytes lies in a pid, instance id or
+/// memory field of a 32-byte record; none of these is ever 0xA5A5… on a real driver.)
+fn decode_records(buf: &[u8], n: usize) -> RawList {
+    let wide = n > 0
+        && buf
+            .get(n * NARROW_RECORD..n * WIDE_RECORD)
+            .is_some_and(|tail| tail.iter().any(|b| *b != SENTINEL));
+    let stride = if wide { WIDE_RECORD } else { NARROW_RECORD };
+    (0..n)
+        .filter_map(|i| {
+            let r = buf.get(i * stride..i * stride + 16)?;
+            let pid = u32::from_ne_bytes([r[0], r[1], r[2], r[3]]);
+            let mut used = [0u8; 8];
+            used.copy_from_slice(&r[8..16]);
+            Some((pid, used_of(u64::from_ne_bytes(used))))
+        })
+        .collect()
+}
+
+impl NvmlMonitor {
+    /// One `_v3` process list into a byte buffer sized for the wider (32-byte) records, so
+    /// an R535 driver writing `usedGpuCcProtectedMemory` cannot overrun it; the stride is
+    /// probed per call ([`decode_records`]).
+    fn process_list_v3(
+        &self,
+        handle: nvmlDevice_t,
+        index: u32,
+        kind: ProcessKind,
+    ) -> Result<RawList> {
+        let lib = self.nvml.lib();
+        let (call, sym) = match kind {
+            ProcessKind::Compute => (
+                "nvmlDeviceGetComputeRunningProcesses_v3",
+                lib.nvmlDeviceGetComputeRunningProcesses_v3.as_ref(),
+            ),
+            ProcessKind::Graphics => (
+                "nvmlDeviceGetGraphicsRunningProcesses_v3",
+                lib.nvmlDeviceGetGraphicsRunningProcesses_v3.as_ref(),
+            ),
+            ProcessKind::Mps => (
+                "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+                lib.nvmlDeviceGetMPSComputeRunningProcesses_v3.as_ref(),
+            ),
+        };
+        let sym = match sym {
+            Ok(s) => s,
+            // Only the compute list is required; older libraries may lack the others.
+            Err(_) if kind != ProcessKind::Compute => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(self.err(
+                    call,
+                    Some(index),
+                    NvmlError::FailedToLoadSymbol(e.to_string()),
+                ))
+            }
+        };
+        let mut buf = self.proc_buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut capacity = (buf.len() / WIDE_RECORD).max(INITIAL_PROCESS_CAPACITY);
+        // The list may grow between calls: retry a few times with the size NVML asks for.
+        for _ in 0..4 {
+            buf.clear();
+            // u64 words keep the buffer 8-byte aligned, as the records need.
+            buf.resize(
+                capacity * WIDE_RECORD / 8,
+                u64::from_ne_bytes([SENTINEL; 8]),
+            );
+            let mut count = capacity as c_uint;
+            // SAFETY: `buf` holds `capacity` records of the wider (32-byte) layout, so even a
+            // driver writing `count` 32-byte records stays inside it.
+            let rc = unsafe {
+                sym(
+                    handle,
+                    &mut count,
+                    buf.as_mut_ptr().cast::<nvmlProcessInfo_t>(),
+                )
+            };
+            if rc == nvmlReturn_enum_NVML_SUCCESS {
+                let n = (count as usize).min(capacity);
+                // SAFETY: viewing initialised u64 words as bytes.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len() * 8) };
+                return Ok(decode_records(bytes, n));
+            }
+            if rc == nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED && kind != ProcessKind::Compute {
+                return Ok(Vec::new());
+            }
+            if rc != nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
+                return Err(self.err(call, Some(index), NvmlError::from(rc)));
+            }
+            capacity = (count as usize).max(capacity) + 16;
+        }
+        Err(GpuError::Driver {
+            call: call.into(),
+            code: "NVML_ERROR_INSUFFICIENT_SIZE".into(),
+            message: "the process list kept growing while being read".into(),
+        })
+    }
+
+    /// One list through `nvmlDeviceGetRunningProcessDetailList` (R550+ drivers), or `None`
+    /// when the library lacks it or says it is not supported (then the `_v3` list is read).
+    fn detail_list(
+        &self,
+        handle: nvmlDevice_t,
+        index: u32,
+        kind: ProcessKind,
+    ) -> Result<Option<RawList>> {
+        const CALL: &str = "nvmlDeviceGetRunningProcessDetailList";
+        let Ok(sym) = self
+            .nvml
+            .lib()
+            .nvmlDeviceGetRunningProcessDetailList
+            .as_ref()
+        else {
+            return Ok(None);
+        };
+        let mode: c_uint = match kind {
+            ProcessKind::Compute => 0,
+            ProcessKind::Graphics => 1,
+            ProcessKind::Mps => 2,
+        };
+        let mut capacity = INITIAL_PROCESS_CAPACITY;
+        for _ in 0..4 {
+            // SAFETY: plain old data.
+            let mut recs: Vec<nvmlProcessDetail_v1_t> =
+                vec![unsafe { std::mem::zeroed() }; capacity];
+            let mut list = nvmlProcessDetailList_t {
+                version: DETAIL_LIST_V1,
+                mode,
+                numProcArrayEntries: capacity as c_uint,
+                procArray: recs.as_mut_ptr(),
+            };
+            // SAFETY: `recs` holds `numProcArrayEntries` records of the declared type.
+            let rc = unsafe { sym(handle, &mut list) };
+            match rc {
+                r if r == nvmlReturn_enum_NVML_SUCCESS => {
+                    let n = (list.numProcArrayEntries as usize).min(capacity);
+                    return Ok(Some(
+                        recs[..n]
+                            .iter()
+                            .map(|p| (p.pid, used_of(p.usedGpuMemory)))
+                            .collect(),
+                    ));
+                }
+                r if r == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE => {
+                    capacity = (list.numProcArrayEntries as usize).max(capacity) + 16;
+                }
+                r if r == nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+                    || r == nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND
+                    || r == nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH =>
+                {
+                    return Ok(None)
+                }
+                r => return Err(self.err(CALL, Some(index), NvmlError::from(r))),
+            }
+        }
+        Err(GpuError::Driver {
+            call: CALL.into(),
+            code: "NVML_ERROR_INSUFFICIENT_SIZE".into(),
+            message: "the process list kept growing while being read".into(),
+        })
+    }
+}
+
 fn optional<T>(r: std::result::Result<T, NvmlError>) -> std::result::Result<Option<T>, NvmlError> {
     match r {
         Ok(v) => Ok(Some(v)),
@@ -247,33 +488,29 @@ impl Monitor for NvmlMonitor {
             .map_err(|e| self.err("nvmlDeviceGetCount_v2", None, e))?;
         let mut out = Vec::with_capacity(count as usize);
         for index in 0..count {
-            let d = self.lookup(index)?;
-            let at = |call: &str| {
-                let call = call.to_string();
-                move |e| self.err(&call, Some(index), e)
-            };
-            let name = d.name().map_err(at("nvmlDeviceGetName"))?;
-            let uuid = d.uuid().map_err(at("nvmlDeviceGetUUID"))?;
-            let pci = d.pci_info().map_err(at("nvmlDeviceGetPciInfo_v3"))?;
-            let m = d.memory_info().map_err(at("nvmlDeviceGetMemoryInfo_v2"))?;
-            let util =
-                optional(d.utilization_rates()).map_err(at("nvmlDeviceGetUtilizationRates"))?;
-            let temp = optional(d.temperature(TemperatureSensor::Gpu))
-                .map_err(at("nvmlDeviceGetTemperature"))?;
-            out.push(DeviceInfo {
-                index,
-                name,
-                uuid,
-                pci_bus_id: pci.bus_id,
-                memory: MemoryInfo {
-                    total: m.total,
-                    reserved: m.reserved,
-                    used: m.used,
-                    free: m.free,
-                },
-                utilization_gpu: util.map(|u| u.gpu),
-                temperature_c: temp,
-            });
+            // One bad device never ends the inventory: it gets a status and zeroed memory.
+            match self.device_info(index) {
+                Ok(info) => out.push(info),
+                Err((partial, e)) => {
+                    let status = match e {
+                        NvmlError::GpuLost => DeviceStatus::Lost,
+                        NvmlError::NoPermission => DeviceStatus::NoPermission,
+                        e => DeviceStatus::Error {
+                            message: format!("{}: {e}", code_name(&e)),
+                        },
+                    };
+                    out.push(DeviceInfo {
+                        index,
+                        name: partial.0,
+                        uuid: partial.1,
+                        pci_bus_id: partial.2,
+                        memory: MemoryInfo::zeroed(),
+                        utilization_gpu: None,
+                        temperature_c: None,
+                        status,
+                    });
+                }
+            }
         }
         Ok(out)
     }
@@ -293,54 +530,43 @@ impl Monitor for NvmlMonitor {
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
-        const CALL: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
         self.processes.fetch_add(1, Ordering::Relaxed);
         let d = self.device(index)?;
-        let sym = self
-            .nvml
-            .lib()
-            .nvmlDeviceGetComputeRunningProcesses_v3
-            .as_ref()
-            .map_err(|e| {
-                self.err(
-                    CALL,
-                    Some(index),
-                    NvmlError::FailedToLoadSymbol(e.to_string()),
-                )
-            })?;
-        let mut buf = self.proc_buf.lock().unwrap_or_else(|e| e.into_inner());
-        if buf.is_empty() {
-            // SAFETY: nvmlProcessInfo_t is plain old data.
-            buf.resize(INITIAL_PROCESS_CAPACITY, unsafe { std::mem::zeroed() });
-        }
-        // The list may grow between calls: retry a few times with the size NVML asks for.
-        for _ in 0..4 {
-            let mut count = buf.len() as c_uint;
-            // SAFETY: `buf` holds `count` entries of the struct the _v3 entry point fills;
-            // the handle belongs to this live NVML session.
-            let rc = unsafe { sym(d.handle(), &mut count, buf.as_mut_ptr()) };
-            if rc == nvmlReturn_enum_NVML_SUCCESS {
-                let n = (count as usize).min(buf.len());
-                return Ok(buf[..n]
-                    .iter()
-                    .map(|p| GpuProcess {
-                        pid: p.pid,
-                        used: (p.usedGpuMemory != NOT_AVAILABLE).then_some(p.usedGpuMemory),
-                    })
-                    .collect());
+        // SAFETY: the handle belongs to this live NVML session.
+        let handle = unsafe { d.handle() };
+        let mut out: Vec<GpuProcess> = Vec::new();
+        for kind in [
+            ProcessKind::Compute,
+            ProcessKind::Graphics,
+            ProcessKind::Mps,
+        ] {
+            let list = match self.detail_list(handle, index, kind)? {
+                Some(list) => list,
+                None => self.process_list_v3(handle, index, kind)?,
+            };
+            for (pid, used) in list {
+                // One entry per (pid, kind); NVML can list a process once per context.
+                match out.iter_mut().find(|p| p.pid == pid && p.kind == kind) {
+                    Some(p) => {
+                        p.used = match (p.used, used) {
+                            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                            _ => None,
+                        }
+                    }
+                    None => out.push(GpuProcess { pid, used, kind }),
+                }
             }
-            if rc != nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
-                return Err(self.err(CALL, Some(index), NvmlError::from(rc)));
-            }
-            let want = (count as usize).max(buf.len()) + 16;
-            // SAFETY: nvmlProcessInfo_t is plain old data.
-            buf.resize(want, unsafe { std::mem::zeroed() });
         }
-        Err(GpuError::Driver {
-            call: CALL.into(),
-            code: "NVML_ERROR_INSUFFICIENT_SIZE".into(),
-            message: "the process list kept growing while being read".into(),
-        })
+        Ok(out)
+    }
+
+    fn device_nodes(&self) -> Vec<std::path::PathBuf> {
+        // Real nodes; over tests/simgpu (a box named by VRAMDOC_SIM_DIR) the box's files.
+        let mut nodes = super::real_device_nodes();
+        if let Ok(sim) = crate::sim::SimBox::from_env() {
+            nodes.extend(sim.device_nodes());
+        }
+        nodes
     }
 
     fn call_counts(&self) -> CallCounts {

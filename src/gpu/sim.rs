@@ -3,8 +3,8 @@
 //! Utilization is always 0 % and temperature a fixed 34 °C: the simulator models memory only.
 
 use super::{
-    AllocId, CallCounts, ContextId, DeviceInfo, Driver, GpuError, GpuProcess, MemoryInfo, Monitor,
-    Result, Versions,
+    AllocId, CallCounts, ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess,
+    MemoryInfo, Monitor, Result, Versions,
 };
 use crate::sim::{SimBox, SimProcess};
 use std::collections::HashMap;
@@ -25,7 +25,30 @@ pub struct SimDriver {
 impl SimDriver {
     /// Attach to `VRAMDOC_SIM_DIR`, honouring `CUDA_VISIBLE_DEVICES`.
     pub fn from_env() -> Result<SimDriver> {
-        Ok(SimDriver::new(SimProcess::from_env()?))
+        SimDriver::open(SimProcess::from_env()?)
+    }
+
+    /// A driver for `proc`, failing as `cuInit` would on a box whose faults make CUDA
+    /// unusable (toolkit stub library, driver/library version mismatch).
+    pub fn open(proc: SimProcess) -> Result<SimDriver> {
+        let faults = proc.sim().faults()?;
+        if faults.cuda_stub_library {
+            return Err(super::cuda_error(
+                "cuInit",
+                super::cuda_codes::STUB_LIBRARY,
+                "",
+                "",
+            ));
+        }
+        if faults.driver_version_mismatch {
+            return Err(super::cuda_error(
+                "cuInit",
+                super::cuda_codes::SYSTEM_DRIVER_MISMATCH,
+                "",
+                "",
+            ));
+        }
+        Ok(SimDriver::new(proc))
     }
 
     pub fn new(proc: SimProcess) -> SimDriver {
@@ -117,6 +140,15 @@ impl Driver for SimDriver {
         })?;
         let ordinal = self.ordinal(ctx)?;
         self.proc.check(ordinal)?;
+        // The fill kernel is PTX: loading it needs the driver's JIT compiler.
+        if self.proc.sim().faults()?.no_ptx_jit {
+            return Err(super::cuda_error(
+                "cuModuleLoadData",
+                super::cuda_codes::JIT_COMPILER_NOT_FOUND,
+                "",
+                "",
+            ));
+        }
         let words = bytes / 4;
         self.proc.fill_u32(ptr, value, words)?;
         Ok(self.proc.checksum_u32(ptr, words)?)
@@ -130,6 +162,10 @@ impl Driver for SimDriver {
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
         let ordinal = self.ordinal(ctx)?;
         Ok(self.proc.check(ordinal)?)
+    }
+
+    fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
+        Ok(self.proc.device(ordinal)?.uuid.clone())
     }
 }
 
@@ -157,18 +193,35 @@ impl Drop for SimDriver {
 /// NVML on the simulated box, in this process. Applies the box's injected NVML latencies.
 pub struct SimMonitor {
     sim: SimBox,
+    /// Host index of each NVML index this monitor shows.
+    mounted: Vec<u32>,
     inventory: AtomicU64,
     memory: AtomicU64,
     processes: AtomicU64,
 }
 
 impl SimMonitor {
+    /// Open the box of `VRAMDOC_SIM_DIR`; a process with `NVIDIA_VISIBLE_DEVICES` (a
+    /// container) sees only those devices, renumbered from 0.
     pub fn from_env() -> Result<SimMonitor> {
-        Ok(SimMonitor::new(SimBox::from_env()?))
+        let sim = SimBox::from_env()?;
+        if sim.faults()?.driver_version_mismatch {
+            return Err(nvml_mismatch());
+        }
+        let mounted = sim.mounted(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
+        Ok(SimMonitor::with_mounted(sim, mounted))
     }
 
+    /// Every device of the box, host numbering.
     pub fn new(sim: SimBox) -> SimMonitor {
+        let mounted = (0..sim.devices().len() as u32).collect();
+        SimMonitor::with_mounted(sim, mounted)
+    }
+
+    /// Only `mounted` (host indices, PCI order), numbered 0.. as NVML in a container does.
+    pub fn with_mounted(sim: SimBox, mounted: Vec<u32>) -> SimMonitor {
         SimMonitor {
+            mounted,
             sim,
             inventory: AtomicU64::new(0),
             memory: AtomicU64::new(0),
@@ -180,6 +233,28 @@ impl SimMonitor {
         if us > 0 {
             std::thread::sleep(Duration::from_micros(us));
         }
+    }
+}
+
+/// NVML init after a driver upgrade without reboot.
+pub fn nvml_mismatch() -> GpuError {
+    GpuError::Environment {
+        call: "nvmlInit_v2".into(),
+        code: "NVML_ERROR_LIB_RM_VERSION_MISMATCH".into(),
+        advice: "Driver/library version mismatch: the NVML library and the loaded kernel module \
+                 are different versions (driver upgraded without a reboot); reboot or reload \
+                 the nvidia kernel module"
+            .into(),
+    }
+}
+
+impl SimMonitor {
+    /// Host index behind an NVML index of this monitor.
+    fn host(&self, index: u32) -> Result<u32> {
+        self.mounted
+            .get(index as usize)
+            .copied()
+            .ok_or(GpuError::InvalidDevice(index))
     }
 }
 
@@ -216,17 +291,34 @@ impl Monitor for SimMonitor {
         let faults = self.sim.faults()?;
         let st = self.sim.state_with(&faults)?;
         let mut out = Vec::new();
-        for d in self.sim.devices() {
+        for (index, host) in self.mounted.iter().enumerate() {
+            let d = self.sim.device(*host)?;
             Self::delay(faults.nvml_memory_latency_us);
-            self.sim.check_device(d.index, &faults)?;
+            let status = match self.sim.check_nvml_device(d.index, &faults) {
+                Ok(_) => DeviceStatus::Ok,
+                Err(crate::sim::SimError::DeviceLost(_)) => DeviceStatus::Lost,
+                Err(crate::sim::SimError::NoPermission(_)) => DeviceStatus::NoPermission,
+                Err(e) => DeviceStatus::Error {
+                    message: e.to_string(),
+                },
+            };
+            let ok = status.is_ok();
+            // As over NVML: a device that does not answer has no name, UUID or bus id either
+            // (every per-device query fails the same way).
+            let text = |s: &String| if ok { s.clone() } else { String::new() };
             out.push(DeviceInfo {
-                index: d.index,
-                name: d.name.clone(),
-                uuid: d.uuid.clone(),
-                pci_bus_id: d.pci_bus_id.clone(),
-                memory: to_memory(crate::sim::memory_of(d, &st)),
-                utilization_gpu: Some(0),
-                temperature_c: Some(SIM_TEMPERATURE_C),
+                index: index as u32,
+                name: text(&d.name),
+                uuid: text(&d.uuid),
+                pci_bus_id: text(&d.pci_bus_id),
+                memory: if ok {
+                    to_memory(crate::sim::memory_of(d, &st))
+                } else {
+                    MemoryInfo::zeroed()
+                },
+                utilization_gpu: ok.then_some(0),
+                temperature_c: ok.then_some(SIM_TEMPERATURE_C),
+                status,
             });
         }
         Ok(out)
@@ -236,7 +328,9 @@ impl Monitor for SimMonitor {
         self.memory.fetch_add(1, Ordering::Relaxed);
         let faults = self.sim.faults()?;
         Self::delay(faults.nvml_memory_latency_us);
-        Ok(to_memory(self.sim.memory_with(index, &faults)?))
+        let host = self.host(index)?;
+        self.sim.check_nvml_device(host, &faults)?;
+        Ok(to_memory(self.sim.memory_with(host, &faults)?))
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
@@ -244,15 +338,25 @@ impl Monitor for SimMonitor {
         let faults = self.sim.faults()?;
         Self::delay(faults.nvml_process_latency_us);
         let hidden = faults.nvml_used_memory_unavailable;
+        let host = self.host(index)?;
+        self.sim.check_nvml_device(host, &faults)?;
+        if faults.mig_unprivileged_devices.contains(&host) {
+            return Err(crate::sim::SimError::NoPermission(host).into());
+        }
         Ok(self
             .sim
-            .processes_with(index, &faults)?
+            .processes_with(host, &faults)?
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,
                 used: (!hidden).then_some(p.used),
+                kind: p.kind,
             })
             .collect())
+    }
+
+    fn device_nodes(&self) -> Vec<std::path::PathBuf> {
+        self.sim.device_nodes()
     }
 
     fn call_counts(&self) -> CallCounts {

@@ -24,6 +24,10 @@ pub struct Facts<'a> {
     pub peaks: Vec<u64>,
     /// Devices the scenario needs (0..n).
     pub needed: u32,
+    /// The worker's footprint after a step (by step id) in device fractions: the sum over
+    /// devices of what it holds there over that device's total. On GPUs of one size this is
+    /// the footprint over GPU 0's total; on mixed GPUs it keeps fractional sizes comparable.
+    pub held_share: std::collections::BTreeMap<String, f64>,
 }
 
 impl Facts<'_> {
@@ -176,12 +180,27 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             if let Some(s) = spread {
                 let hi = residual.iter().map(|(_, v)| *v).max().unwrap_or(0);
                 let lo = residual.iter().map(|(_, v)| *v).min().unwrap_or(0);
-                let smallest = devs
-                    .iter()
-                    .min_by_key(|d| f.total(**d))
-                    .copied()
-                    .unwrap_or(0);
-                passed &= hi - lo <= f.resolve(s, smallest);
+                if let SizeSpec::Fraction(frac) = s {
+                    // A fraction of each device: residuals beyond the device's own context
+                    // (a fixed cost, not a share) compared as fractions, so GPUs of different
+                    // sizes compare alike.
+                    let fr: Vec<f64> = residual
+                        .iter()
+                        .map(|(d, v)| {
+                            v.saturating_sub(f.ctx(*d)) as f64 / f.total(*d).max(1) as f64
+                        })
+                        .collect();
+                    let hi = fr.iter().copied().fold(f64::MIN, f64::max);
+                    let lo = fr.iter().copied().fold(f64::MAX, f64::min);
+                    passed &= fr.is_empty() || hi - lo <= *frac + 1e-9;
+                } else {
+                    let smallest = devs
+                        .iter()
+                        .min_by_key(|d| f.total(**d))
+                        .copied()
+                        .unwrap_or(0);
+                    passed &= hi - lo <= f.resolve(s, smallest);
+                }
             }
             let detail = residual
                 .iter()
@@ -210,14 +229,35 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
                 "after {at}, the worker's allocations total {}",
                 bounds_text(min, max)
             );
+            let frac = |s: &Option<SizeSpec>| match s {
+                None => Some(None),
+                Some(SizeSpec::Fraction(x)) => Some(Some(*x)),
+                Some(_) => None,
+            };
+            let fractions = (min.is_some() || max.is_some())
+                .then(|| frac(min).zip(frac(max)))
+                .flatten();
             match f.record(at).filter(|r| r.status == "ok") {
-                Some(rec) => CheckResult {
-                    expectation: text,
-                    passed: within(f, rec.held_after, 0, min, max),
-                    detail: format!(
-                        "footprint {} across all GPUs (% of GPU 0)",
-                        f.pct(rec.held_after, 0)
-                    ),
+                Some(rec) => match (fractions, f.held_share.get(at)) {
+                    (Some((lo, hi)), Some(share)) => CheckResult {
+                        expectation: text,
+                        passed: lo.is_none_or(|l| *share >= l - 1e-9)
+                            && hi.is_none_or(|h| *share <= h + 1e-9),
+                        detail: format!(
+                            "footprint {} across all GPUs = {:.1}% of one GPU (each GPU's \
+                             share of its own total, summed)",
+                            format_bytes(rec.held_after),
+                            share * 100.0
+                        ),
+                    },
+                    _ => CheckResult {
+                        expectation: text,
+                        passed: within(f, rec.held_after, 0, min, max),
+                        detail: format!(
+                            "footprint {} across all GPUs (% of GPU 0)",
+                            f.pct(rec.held_after, 0)
+                        ),
+                    },
                 },
                 None => CheckResult {
                     expectation: text,
@@ -263,6 +303,7 @@ mod tests {
             worker_max: vec![500 * MIB, 0],
             peaks: vec![9 * GIB, GIB],
             needed: 2,
+            held_share: Default::default(),
         }
     }
 

@@ -45,7 +45,13 @@ pub struct ReplayOptions {
     pub exe: PathBuf,
     /// Set by Ctrl-C: stop the worker, keep what was recorded.
     pub interrupted: Arc<AtomicBool>,
+    /// A worker that reports nothing for this long (a hung step, a hung driver call) is
+    /// killed and its step ends with status `timeout`.
+    pub step_timeout: Duration,
 }
+
+/// Default for [`ReplayOptions::step_timeout`] (`--step-timeout`).
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Progress callbacks (the command shows them with indicatif).
 pub trait Observer {
@@ -253,10 +259,77 @@ fn snapshot(
     (used, mine)
 }
 
-/// Physical index of each CUDA ordinal the worker will see.
-fn ordinal_map(env_visible: Option<&str>, devices: &[DeviceInfo]) -> Vec<u32> {
+/// Position in `devices` of each CUDA ordinal a process given `CUDA_VISIBLE_DEVICES=env`
+/// (indices into `devices`, or UUIDs) will see, and the value that pins exactly those
+/// devices by UUID. CUDA accepts UUIDs in `CUDA_VISIBLE_DEVICES`; pinning by UUID means the
+/// process's ordinal `k` is `devices[view[k]]` whatever order CUDA enumerates devices in
+/// (fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`) and whichever devices are absent.
+/// A value that selects nothing is passed on as is (the scenario wants no device).
+pub fn pin_by_uuid(env: Option<&str>, devices: &[DeviceInfo]) -> (Vec<u32>, String) {
     let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-    crate::sim::visible::visible_devices(env_visible, &uuids)
+    let view = crate::sim::visible::visible_devices(env, &uuids);
+    if view.is_empty() {
+        return (view, env.unwrap_or_default().to_string());
+    }
+    let pinned: Vec<&str> = view.iter().map(|p| uuids[*p as usize].as_str()).collect();
+    let joined = pinned.join(",");
+    (view, joined)
+}
+
+/// Which PID NVML lists for the worker. In the host PID namespace it is the worker's own
+/// PID; in a container NVML still reports host PIDs, so the worker's `NSpid` says it when
+/// this /proc shows the outer namespace; otherwise the worker is recognised on the devices
+/// it reported contexts on, as the one process that appeared there after it started.
+#[derive(Debug, Default)]
+struct WorkerIdentity {
+    /// PID as this PID namespace numbers it (what we spawned).
+    local: Option<u32>,
+    /// PID as NVML lists it, once known.
+    nvml: Option<u32>,
+    /// How `nvml` was found (for the report's marker).
+    how: Option<String>,
+    /// NVML PIDs present on the devices before the worker started (neighbours, others).
+    before: std::collections::BTreeSet<u32>,
+}
+
+impl WorkerIdentity {
+    /// Try to find the worker in NVML's lists: it is the one process, not there before it
+    /// started, listed on every device it reported a context on (on any device when it
+    /// reported none, e.g. a driver that cannot name a device's UUID).
+    fn resolve(&mut self, monitor: &dyn Monitor, positions: &[usize], devices: &[DeviceInfo]) {
+        if self.nvml.is_some() {
+            return;
+        }
+        let mut candidates: Option<std::collections::BTreeSet<u32>> = None;
+        let all: Vec<usize> = (0..devices.len()).collect();
+        let (look, every) = if positions.is_empty() {
+            (all.as_slice(), false)
+        } else {
+            (positions, true)
+        };
+        for p in look {
+            let Some(d) = devices.get(*p) else { continue };
+            let Ok(list) = monitor.processes(d.index) else {
+                return;
+            };
+            let here: std::collections::BTreeSet<u32> = list
+                .iter()
+                .map(|p| p.pid)
+                .filter(|pid| !self.before.contains(pid))
+                .collect();
+            candidates = Some(match candidates {
+                None => here,
+                Some(c) if every => c.intersection(&here).copied().collect(),
+                Some(c) => c.union(&here).copied().collect(),
+            });
+        }
+        if let Some(c) = candidates {
+            if c.len() == 1 {
+                self.nvml = c.into_iter().next();
+                self.how = Some("the one new process on the devices it has contexts on".into());
+            }
+        }
+    }
 }
 
 /// Run one variant of a scenario. `monitor` reads memory at step boundaries; the sampler
@@ -296,10 +369,12 @@ pub fn run_variant(
             lockstep: false,
             hold: true,
         };
-        let env = vec![(
-            "CUDA_VISIBLE_DEVICES".to_string(),
-            Some(n.device.to_string()),
-        )];
+        // Pinned by UUID: scenario device k is `devices[k]`, whatever CUDA's order.
+        let pin = devices
+            .get(n.device as usize)
+            .map(|d| d.uuid.clone())
+            .unwrap_or_else(|| n.device.to_string());
+        let env = vec![("CUDA_VISIBLE_DEVICES".to_string(), Some(pin))];
         let p = Proc::spawn(opts, &env, &input, "a neighbour process")?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -339,29 +414,34 @@ pub fn run_variant(
     let totals: Vec<u64> = devices.iter().map(|d| d.memory.total).collect();
     let (baseline, _) = snapshot(monitor, devices, None);
 
-    let sampler_monitor = gpu::open_monitor(opts.backend)?;
-    let sampler = Sampler::start(
-        sampler_monitor,
-        devices.iter().map(|d| (d.index, d.memory.total)).collect(),
-        t0,
-        opts.sampler,
-    );
-
-    // The worker's environment: the parent's, with the variant's on top.
+    // The worker's environment: the parent's, with the variant's on top, and its devices
+    // pinned by UUID (scenario device k is `devices[k]`).
     let mut env: Vec<(String, Option<String>)> = plan
         .env
         .iter()
+        .filter(|(k, _)| k.as_str() != "CUDA_VISIBLE_DEVICES")
         .map(|(k, v)| (k.clone(), Some(v.clone())))
         .collect();
-    let visible = plan
-        .env
-        .get("CUDA_VISIBLE_DEVICES")
-        .cloned()
-        .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
-    if !plan.env.contains_key("CUDA_VISIBLE_DEVICES") && visible.is_none() {
-        env.push(("CUDA_VISIBLE_DEVICES".into(), None));
-    }
-    let ordinals = ordinal_map(visible.as_deref(), devices);
+    // `devices` already reflect the parent's CUDA_VISIBLE_DEVICES (the command selects
+    // them); the scenario's own value indexes them.
+    let visible = plan.env.get("CUDA_VISIBLE_DEVICES").cloned();
+    let (ordinals, pinned) = pin_by_uuid(visible.as_deref(), devices);
+    env.push(("CUDA_VISIBLE_DEVICES".into(), Some(pinned)));
+
+    // Memory of every device; process lists (slow, a driver lock) only where the worker
+    // works: the first devices it sees, as many as the scenario needs.
+    let sampler_monitor = gpu::open_monitor(opts.backend)?;
+    let sampler = Sampler::start_for(
+        sampler_monitor,
+        devices.iter().map(|d| (d.index, d.memory.total)).collect(),
+        ordinals
+            .iter()
+            .take(scn.devices.max(1) as usize)
+            .filter_map(|p| devices.get(*p as usize).map(|d| d.index))
+            .collect(),
+        t0,
+        opts.sampler,
+    );
 
     let mut records: Vec<StepRecord> = Vec::new();
     let mut snap_points: Vec<(f64, Vec<u64>)> = vec![(ms(t0), baseline.clone())];
@@ -369,6 +449,10 @@ pub fn run_variant(
     let mut completed = false;
     let mut interrupted = false;
     let mut worker_pid = None;
+    let mut ident = WorkerIdentity::default();
+    let mut held_share: std::collections::BTreeMap<String, f64> = Default::default();
+    // Positions of the devices the worker reported contexts on (by UUID).
+    let mut context_positions: Vec<(u32, usize)> = Vec::new();
 
     if let Some(reason) = neighbour_failure.clone() {
         error = Some(StepError {
@@ -384,8 +468,20 @@ pub fn run_variant(
             lockstep: true,
             hold: false,
         };
+        for d in devices {
+            if let Ok(list) = monitor.processes(d.index) {
+                ident.before.extend(list.iter().map(|p| p.pid));
+            }
+        }
+        let host_ns = crate::inventory::detect_pid_namespace()
+            .map(|ns| ns.host)
+            .unwrap_or(true);
         let mut w = Proc::spawn(opts, &env, &input, "the worker")?;
         worker_pid = Some(w.child.id());
+        ident.local = worker_pid;
+        if host_ns {
+            ident.nvml = worker_pid;
+        }
         observer.worker_started(w.child.id());
         markers.push(Marker {
             t_ms: ms(t0),
@@ -394,6 +490,8 @@ pub fn run_variant(
             device: None,
         });
         let mut prev_mine: Vec<u64> = vec![0; devices.len()];
+        let mut last_progress = Instant::now();
+        let mut timed_out = false;
         loop {
             if opts.interrupted.load(Ordering::SeqCst) {
                 interrupted = true;
@@ -403,11 +501,26 @@ pub fn run_variant(
             let ev = match w.events.recv_timeout(Duration::from_millis(20)) {
                 Ok(Ok(ev)) => ev,
                 Ok(Err(_unparsed)) => continue,
-                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    if last_progress.elapsed() >= opts.step_timeout {
+                        timed_out = true;
+                        w.kill();
+                        break;
+                    }
+                    continue;
+                }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            last_progress = Instant::now();
             match ev {
-                WorkerEvent::Hello { pid, .. } => worker_pid = Some(pid),
+                WorkerEvent::Hello { pid, nspid, .. } => {
+                    worker_pid = Some(pid);
+                    ident.local = Some(pid);
+                    if ident.nvml.is_none() && nspid.len() > 1 {
+                        ident.nvml = nspid.first().copied();
+                        ident.how = Some("its NSpid in /proc".into());
+                    }
+                }
                 WorkerEvent::Start { step } => {
                     let Some(s) = plan.steps.get(step) else {
                         continue;
@@ -436,9 +549,39 @@ pub fn run_variant(
                     });
                 }
                 WorkerEvent::End {
-                    step, bytes, held, ..
+                    step,
+                    bytes,
+                    held,
+                    contexts,
+                    held_on,
+                    ..
                 } => {
-                    let (used, mine) = snapshot(monitor, devices, worker_pid);
+                    context_positions = contexts
+                        .iter()
+                        .filter_map(|(o, uuid)| {
+                            devices
+                                .iter()
+                                .position(|d| &d.uuid == uuid)
+                                .map(|p| (*o, p))
+                        })
+                        .collect();
+                    if ident.nvml.is_none() {
+                        let positions: Vec<usize> =
+                            context_positions.iter().map(|(_, p)| *p).collect();
+                        ident.resolve(monitor, &positions, devices);
+                        if let Some(pid) = ident.nvml {
+                            markers.push(Marker {
+                                t_ms: ms(t0),
+                                kind: "worker".into(),
+                                label: format!(
+                                    "NVML lists the worker as PID {pid} (found by {})",
+                                    ident.how.as_deref().unwrap_or("its PID")
+                                ),
+                                device: None,
+                            });
+                        }
+                    }
+                    let (used, mine) = snapshot(monitor, devices, ident.nvml);
                     let t = ms(t0);
                     snap_points.push((t, used.clone()));
                     if let Some(r) = records.iter_mut().rev().find(|r| r.index == step) {
@@ -450,6 +593,22 @@ pub fn run_variant(
                         r.held_after = held;
                     }
                     prev_mine = mine;
+                    // The footprint in device fractions: each device's share of its total.
+                    let share: Option<f64> = held_on
+                        .iter()
+                        .map(|(o, b)| {
+                            let pos = context_positions
+                                .iter()
+                                .find(|(co, _)| co == o)
+                                .map(|(_, p)| *p)
+                                .or_else(|| ordinals.get(*o as usize).map(|p| *p as usize))?;
+                            let total = devices.get(pos)?.memory.total;
+                            (total > 0).then(|| *b as f64 / total as f64)
+                        })
+                        .sum();
+                    if let (Some(share), Some(s)) = (share, plan.steps.get(step)) {
+                        held_share.insert(s.id.clone(), share);
+                    }
                     w.ack();
                 }
                 WorkerEvent::Failed {
@@ -465,7 +624,7 @@ pub fn run_variant(
                         }
                         return Err(ReplayError::WorkerEnvironment(message));
                     }
-                    let (used, mine) = snapshot(monitor, devices, worker_pid);
+                    let (used, mine) = snapshot(monitor, devices, ident.nvml);
                     let t = ms(t0);
                     snap_points.push((t, used.clone()));
                     let label = plan
@@ -512,6 +671,14 @@ pub fn run_variant(
                     "interrupted".to_string(),
                     "stopped by Ctrl-C; results are partial".to_string(),
                 )
+            } else if timed_out {
+                (
+                    "timeout".to_string(),
+                    format!(
+                        "no answer from the worker for {:?} (--step-timeout); it was killed",
+                        opts.step_timeout
+                    ),
+                )
             } else {
                 match status
                     .as_ref()
@@ -539,7 +706,16 @@ pub fn run_variant(
                     r.end_ms = Some(t);
                     (r.index, r.id.clone())
                 }
-                None => (records.len(), "worker start".to_string()),
+                // Between steps (its last step ended and was acknowledged): the step it was
+                // about to run; before any step: its start.
+                None => match plan
+                    .steps
+                    .get(records.len())
+                    .filter(|_| !records.is_empty())
+                {
+                    Some(next) => (records.len(), next.id.clone()),
+                    None => (records.len(), "worker start".to_string()),
+                },
             };
             let marker_kind = kind.clone();
             error = Some(step_failure(
@@ -624,7 +800,7 @@ pub fn run_variant(
             worker_max[i] = worker_max[i].max(*v);
         }
     }
-    if let Some(pid) = worker_pid {
+    if let Some(pid) = ident.nvml {
         for p in samples.processes.iter().filter(|p| p.pid == pid) {
             if let Some(i) = devices.iter().position(|d| d.index == p.device) {
                 worker_max[i] = worker_max[i].max(p.used.unwrap_or(0));
@@ -638,7 +814,14 @@ pub fn run_variant(
         if r.worker_after.len() == devices.len() {
             if r.op == "context" && r.status == "ok" {
                 if let Op::Context { device } = &plan.steps[r.index].op {
-                    if let Some(p) = ordinals.get(*device as usize).map(|p| *p as usize) {
+                    // The device the worker itself named by UUID; else the pinned view.
+                    let by_uuid = context_positions
+                        .iter()
+                        .find(|(o, _)| o == device)
+                        .map(|(_, p)| *p);
+                    let pos =
+                        by_uuid.or_else(|| ordinals.get(*device as usize).map(|p| *p as usize));
+                    if let Some(p) = pos {
                         let delta = r.worker_after[p].saturating_sub(prev[p]);
                         if delta > 0 && context_cost[p].is_none() {
                             context_cost[p] = Some(delta);
@@ -661,6 +844,7 @@ pub fn run_variant(
         worker_max,
         peaks: peaks.iter().map(|p| p.peak_used).collect(),
         needed: scn.devices,
+        held_share,
     };
     let results: Vec<_> = variant
         .expect
@@ -699,6 +883,7 @@ pub fn run_variant(
             devices: series,
             markers,
             processes: samples.processes,
+            gaps: samples.gaps,
         },
         duration_ms: started.elapsed().as_millis() as u64,
         steps: records,

@@ -24,6 +24,11 @@ pub enum WorkerEvent {
         pid: u32,
         backend: String,
         devices: u32,
+        /// The worker's `NSpid` line from /proc/self/status: its PID in each PID namespace
+        /// this /proc shows, outermost first. More than one entry: the first is the PID NVML
+        /// reports (the driver has no PID-namespace support).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        nspid: Vec<u32>,
     },
     Start {
         step: usize,
@@ -38,10 +43,19 @@ pub enum WorkerEvent {
         /// Checksum read back after the fill kernel, when the step ran it.
         #[serde(default)]
         checksum: Option<u64>,
+        /// `(CUDA ordinal, GPU UUID)` of every context the worker has created so far, so the
+        /// monitor maps them to NVML devices by UUID, never by assuming ordinal = index.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        contexts: Vec<(u32, String)>,
+        /// `(CUDA ordinal, bytes)` the worker holds on each device with a context (live,
+        /// cached and group-owned allocations): footprints on GPUs of different sizes are
+        /// compared as fractions of each device.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        held_on: Vec<(u32, u64)>,
     },
     Failed {
         step: usize,
-        /// `out-of-memory`, `device-lost`, `error`.
+        /// `out-of-memory`, `device-lost`, `error` (`timeout` is decided by the monitor).
         kind: String,
         message: String,
     },

@@ -34,6 +34,8 @@ struct Group {
 struct Framework {
     driver: Box<dyn Driver>,
     contexts: HashMap<u32, ContextId>,
+    /// UUID of the device behind each ordinal with a context.
+    uuids: HashMap<u32, String>,
     tensors: BTreeMap<String, Tensor>,
     /// Cached free blocks per allocator name.
     caches: BTreeMap<String, Vec<Block>>,
@@ -55,7 +57,24 @@ impl Framework {
         }
         let c = self.driver.create_context(ordinal)?;
         self.contexts.insert(ordinal, c);
+        if let Ok(uuid) = self.driver.device_uuid(ordinal) {
+            self.uuids.insert(ordinal, uuid);
+        }
         Ok(c)
+    }
+
+    /// `(ordinal, bytes held)` for every ordinal with a context.
+    fn held_per_ordinal(&self) -> Vec<(u32, u64)> {
+        let mut o: Vec<u32> = self.contexts.keys().copied().collect();
+        o.sort_unstable();
+        o.into_iter().map(|o| (o, self.held_on(o))).collect()
+    }
+
+    /// `(ordinal, UUID)` of every context, by ordinal.
+    fn context_uuids(&self) -> Vec<(u32, String)> {
+        let mut v: Vec<(u32, String)> = self.uuids.iter().map(|(o, u)| (*o, u.clone())).collect();
+        v.sort();
+        v
     }
 
     fn total(&mut self, ordinal: u32) -> Result<u64, GpuError> {
@@ -315,6 +334,20 @@ fn kind_of(e: &StepFailure) -> &'static str {
     }
 }
 
+/// This process's `NSpid` (outermost PID namespace first), empty when /proc does not say.
+fn own_nspid() -> Vec<u32> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|v| {
+                v.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
 /// Run a worker: read the plan from `input`, stream events to `out`. Returns the exit code
 /// (0 all steps ran, 1 a step failed, 2 bad input, 3 no driver).
 pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Write) -> i32 {
@@ -360,11 +393,13 @@ pub fn run_plan(
             pid: std::process::id(),
             backend: driver.backend().to_string(),
             devices,
+            nspid: own_nspid(),
         },
     );
     let mut fw = Framework {
         driver,
         contexts: HashMap::new(),
+        uuids: HashMap::new(),
         tensors: BTreeMap::new(),
         caches: BTreeMap::new(),
         groups: BTreeMap::new(),
@@ -383,6 +418,8 @@ pub fn run_plan(
                         bytes,
                         held,
                         checksum,
+                        contexts: fw.context_uuids(),
+                        held_on: fw.held_per_ordinal(),
                     },
                 ) {
                     return 1;

@@ -414,6 +414,17 @@ fn run_section(o: &mut String, i: usize, r: &VariantRun) -> Result<(), ChartErro
     if charted > 0 && !markers.is_empty() {
         marker_table(o, &markers);
     }
+    let gaps = text::gap_lines(r);
+    if !gaps.is_empty() {
+        let _ = writeln!(
+            o,
+            "<p>Sampling gaps (the timeline has no data there):</p>\n<ul class=\"gaps\">"
+        );
+        for g in &gaps {
+            let _ = writeln!(o, "<li>{}</li>", esc(g));
+        }
+        let _ = writeln!(o, "</ul>");
+    }
     let _ = writeln!(o, "</section>");
     Ok(())
 }

@@ -134,6 +134,7 @@ mod tests {
             }],
             markers: vec![],
             processes: vec![],
+            gaps: vec![],
         };
         let mut out = Vec::new();
         let mut ser = serde_json::Serializer::with_formatter(&mut out, ReportFormatter::default());

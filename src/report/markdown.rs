@@ -314,6 +314,14 @@ fn run_section(out: &mut String, r: &VariantRun) {
             md_text(&e.message, false)
         );
     }
+    let gaps = text::gap_lines(r);
+    if !gaps.is_empty() {
+        let _ = writeln!(out, "**Sampling gaps** (the timeline has no data there):\n");
+        for g in &gaps {
+            let _ = writeln!(out, "- {}", md_text(g, false));
+        }
+        out.push('\n');
+    }
     if !r.checks.is_empty() {
         let _ = writeln!(out, "Checks:\n");
         for c in &r.checks {

@@ -321,6 +321,28 @@ pub struct Timeline {
     /// Per-process lists, sampled on a slower cadence (added for replay; optional).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessSample>,
+    /// Where the sampler has no data: rounds later than twice the period, failed queries
+    /// (added for issue 8; optional).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<SamplingGap>,
+}
+
+/// A stretch of time the timeline has no samples for, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SamplingGap {
+    /// `memory` (the fast loop) or `processes` (the per-process lists).
+    pub kind: String,
+    /// Physical device whose query failed; absent for a late round (every device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    /// Milliseconds since the run started: the last good sample before the gap.
+    pub start_ms: f64,
+    /// Milliseconds since the run started: the first good sample after it (or the end).
+    pub end_ms: f64,
+    /// Rounds missed or failed queries merged into this gap.
+    pub count: u64,
+    /// `late` (a round later than twice the period) or the query's error, one line.
+    pub reason: String,
 }
 
 /// Samples of one device.

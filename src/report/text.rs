@@ -391,6 +391,41 @@ pub fn clean(s: &str) -> String {
         .collect()
 }
 
+/// Most sampling gaps listed one by one; the rest are counted.
+pub const GAPS_LISTED: usize = 8;
+
+/// One line per sampling gap of a run (at most [`GAPS_LISTED`], then a count of the rest):
+/// where the timeline has no data and why. Empty when sampling had no gap.
+pub fn gap_lines(run: &VariantRun) -> Vec<String> {
+    let gaps = &run.timeline.gaps;
+    let mut out: Vec<String> = gaps
+        .iter()
+        .take(GAPS_LISTED)
+        .map(|g| {
+            let what = match (g.kind.as_str(), g.device) {
+                ("processes", Some(d)) => format!("process lists of GPU {d}"),
+                ("processes", None) => "process lists".to_string(),
+                (_, Some(d)) => format!("memory of GPU {d}"),
+                (_, None) => "memory".to_string(),
+            };
+            let why = if g.reason == "late" {
+                format!("{} round(s) missed (sampler late)", g.count)
+            } else {
+                format!("{} failed quer(ies): {}", g.count, g.reason)
+            };
+            format!(
+                "{what}: no data from {} to {}, {why}",
+                format_ms(g.start_ms),
+                format_ms(g.end_ms)
+            )
+        })
+        .collect();
+    if gaps.len() > GAPS_LISTED {
+        out.push(format!("… and {} more gap(s)", gaps.len() - GAPS_LISTED));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

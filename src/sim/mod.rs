@@ -9,8 +9,10 @@
 //!
 //! Memory of a process that has exited is returned on the next read, as the real driver does.
 
+pub mod broker;
 pub mod process;
 pub mod procinfo;
+pub mod profile;
 pub mod spec;
 pub mod visible;
 
@@ -23,7 +25,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-pub use process::SimProcess;
+pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
 
 /// Environment variable naming the box directory used by vramdoc and the simulated libraries.
@@ -46,10 +48,18 @@ pub enum SimError {
     },
     #[error(transparent)]
     Spec(#[from] SpecError),
+    #[error(transparent)]
+    Profile(#[from] profile::ProfileError),
     #[error("invalid device ordinal {0}")]
     InvalidDevice(u32),
     #[error("device {0} is lost (fallen off the bus)")]
     DeviceLost(u32),
+    #[error("no permission to query device {0}")]
+    NoPermission(u32),
+    #[error("device {0} is in exclusive-process compute mode and another process holds it")]
+    DeviceBusy(u32),
+    #[error("an uncorrectable error on device {0} was contained; the process must restart")]
+    Contained(u32),
     #[error("out of memory on physical device {device}: requested {requested} bytes, {free} free")]
     OutOfMemory {
         device: u32,
@@ -66,7 +76,7 @@ pub enum SimError {
     Unsupported(String),
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
     move |source| SimError::Io {
         path: path.to_path_buf(),
         source,
@@ -99,6 +109,13 @@ pub struct BoxConfig {
     pub devices: Vec<SimDevice>,
 }
 
+impl BoxConfig {
+    /// How this box's NVML lays out process records (by driver branch).
+    pub fn record_layout(&self) -> profile::RecordLayout {
+        profile::layout_of(&self.driver_version)
+    }
+}
+
 /// Faults injected into a box; read on every operation, so they can change while processes run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -117,6 +134,30 @@ pub struct Faults {
     /// NVML reports per-process used memory as "not available" (`NVML_VALUE_NOT_AVAILABLE`),
     /// as in containers without the host PID namespace or under Windows WDDM.
     pub nvml_used_memory_unavailable: bool,
+    /// Physical indices NVML refuses to query for this caller (`NVML_ERROR_NO_PERMISSION`).
+    pub no_permission_devices: Vec<u32>,
+    /// MIG-enabled devices read by an unprivileged caller: memory answers, but the process
+    /// lists of the parent device return `NVML_ERROR_NO_PERMISSION` (no aggregate data).
+    pub mig_unprivileged_devices: Vec<u32>,
+    /// Devices in `EXCLUSIVE_PROCESS` compute mode: a second process's context fails with
+    /// `CUDA_ERROR_DEVICE_UNAVAILABLE` (46).
+    pub exclusive_process_devices: Vec<u32>,
+    /// Devices where an uncorrectable error was contained: launches and synchronisation
+    /// return `CUDA_ERROR_CONTAINED` (226, newer than the CUDA 12.0 headers).
+    pub contained_devices: Vec<u32>,
+    /// libcuda.so is the CUDA toolkit's stub (`lib64/stubs`) shadowing the driver: every
+    /// call returns `CUDA_ERROR_STUB_LIBRARY` (34).
+    pub cuda_stub_library: bool,
+    /// The PTX JIT compiler (libnvidia-ptxjitcompiler) is missing: loading PTX returns
+    /// `CUDA_ERROR_JIT_COMPILER_NOT_FOUND` (221).
+    pub no_ptx_jit: bool,
+    /// `cuMemGetInfo` reports `total` minus the device's reservation, as real drivers do
+    /// (NVML's `total` counts it).
+    pub cuda_total_excludes_reserved: bool,
+    /// NVML init fails with `NVML_ERROR_LIB_RM_VERSION_MISMATCH` (18) and cuInit with
+    /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (803): the library was upgraded, the kernel
+    /// module not (until reboot).
+    pub driver_version_mismatch: bool,
 }
 
 /// Usage of one process on one physical device.
@@ -142,6 +183,18 @@ pub struct ProcessEntry {
     pub name: String,
     /// Usage keyed by physical device index.
     pub devices: BTreeMap<u32, DeviceUsage>,
+    /// Which NVML process list the process appears in.
+    #[serde(default)]
+    pub kind: crate::gpu::ProcessKind,
+    /// Token file under `dev/clients/` the process holds open and locked: the process's
+    /// memory stays while any process (a forked child) still holds it. `None`: liveness by
+    /// PID and start time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The PID the process sees for itself when that differs from the host PID (the key)
+    /// because it runs in a child PID namespace (a container, `unshare --pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u32>,
 }
 
 /// The mutable shared state of a box.
@@ -168,6 +221,7 @@ pub struct SimMemory {
 pub struct SimProcessView {
     pub pid: u32,
     pub used: u64,
+    pub kind: crate::gpu::ProcessKind,
 }
 
 /// A handle on a box directory.
@@ -181,6 +235,41 @@ const BOX_FILE: &str = "box.json";
 const STATE_FILE: &str = "state.json";
 const FAULTS_FILE: &str = "faults.json";
 const LOCK_FILE: &str = "lock";
+/// Directory of the box's device files (see [`SimBox::device_nodes`]).
+pub const DEV_DIR: &str = "dev";
+/// Directory of the per-process token files under [`DEV_DIR`].
+pub const CLIENTS_DIR: &str = "clients";
+
+/// Open (creating if needed) one of the box's device files.
+pub(crate) fn open_node(path: &Path) -> Result<fs::File, SimError> {
+    fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_err(path))
+}
+
+/// Whether some live process still holds the token file `name` open (its lock is held).
+pub fn client_alive(dir: &Path, name: &str) -> bool {
+    let path = dir.join(DEV_DIR).join(CLIENTS_DIR).join(name);
+    let Ok(f) = fs::File::open(path) else {
+        return false;
+    };
+    // A shared probe conflicts with the holder's exclusive lock, not with other probes.
+    // SAFETY: flock on a valid, owned descriptor (closed on return, releasing the probe).
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    rc != 0
+}
+
+/// Whether the process recorded as `entry` under `pid` still holds its memory.
+pub fn entry_alive(dir: &Path, pid: u32, entry: &ProcessEntry) -> bool {
+    match &entry.client {
+        Some(name) => client_alive(dir, name),
+        None => procinfo::is_alive(pid, entry.start_time),
+    }
+}
 
 /// Options for creating a box.
 #[derive(Debug, Clone)]
@@ -194,7 +283,7 @@ impl Default for InitOptions {
     fn default() -> Self {
         InitOptions {
             context_overhead: DEFAULT_CONTEXT_OVERHEAD,
-            driver_version: "550.54.15".into(),
+            driver_version: profile::DEFAULT_DRIVER.into(),
             cuda_driver_version: 12040,
         }
     }
@@ -289,6 +378,11 @@ impl SimBox {
             })?;
         write_json_atomic(&sim.dir.join(FAULTS_FILE), &Faults::default())?;
         write_json_atomic(&sim.dir.join(STATE_FILE), &State::default())?;
+        let clients = sim.dir.join(DEV_DIR).join(CLIENTS_DIR);
+        fs::create_dir_all(&clients).map_err(io_err(&clients))?;
+        for node in sim.device_nodes() {
+            open_node(&node)?;
+        }
         // box.json last: its presence marks a complete box.
         write_json_atomic(&box_path, &sim.config)?;
         Ok(sim)
@@ -382,6 +476,41 @@ impl SimBox {
         Ok(dev)
     }
 
+    /// [`check_device`](Self::check_device) as NVML sees it: also `NoPermission` for the
+    /// devices the `no_permission_devices` fault hides from this caller.
+    pub fn check_nvml_device(&self, index: u32, faults: &Faults) -> Result<&SimDevice, SimError> {
+        let dev = self.check_device(index, faults)?;
+        if faults.no_permission_devices.contains(&index) {
+            return Err(SimError::NoPermission(index));
+        }
+        Ok(dev)
+    }
+
+    /// Physical indices NVML shows a process with this `NVIDIA_VISIBLE_DEVICES` (a container
+    /// sees only its mounted GPUs, renumbered from 0 in PCI order).
+    pub fn mounted(&self, nvidia_visible: Option<&str>) -> Vec<u32> {
+        let uuids: Vec<String> = self.devices().iter().map(|d| d.uuid.clone()).collect();
+        visible::mounted_devices(nvidia_visible, &uuids)
+    }
+
+    /// Whether a process recorded in the state still holds its memory.
+    pub fn is_alive(&self, pid: u32, entry: &ProcessEntry) -> bool {
+        entry_alive(&self.dir, pid, entry)
+    }
+
+    /// The box's equivalents of `/dev/nvidiaN` and `/dev/nvidiactl`: a process holding one
+    /// of them open keeps the memory of the process that opened it alive.
+    pub fn device_nodes(&self) -> Vec<PathBuf> {
+        let dev = self.dir.join(DEV_DIR);
+        let mut out: Vec<PathBuf> = self
+            .devices()
+            .iter()
+            .map(|d| dev.join(format!("nvidia{}", d.index)))
+            .collect();
+        out.push(dev.join("nvidiactl"));
+        out
+    }
+
     fn lock(&self) -> Result<LockGuard, SimError> {
         let path = self.dir.join(LOCK_FILE);
         let file = fs::OpenOptions::new()
@@ -423,7 +552,7 @@ impl SimBox {
     pub fn state_with(&self, faults: &Faults) -> Result<State, SimError> {
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
-            reap(&mut st);
+            reap(&self.dir, &mut st);
         }
         Ok(st)
     }
@@ -438,7 +567,9 @@ impl SimBox {
         let faults = self.faults()?;
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
-            reap(&mut st);
+            for name in reap(&self.dir, &mut st) {
+                let _ = fs::remove_file(self.dir.join(DEV_DIR).join(CLIENTS_DIR).join(name));
+            }
         }
         let before = st.clone();
         let out = f(&mut st, &faults)?;
@@ -505,14 +636,23 @@ pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
                 .map(|u| SimProcessView {
                     pid: *pid,
                     used: u.total(),
+                    kind: p.kind,
                 })
         })
         .collect()
 }
 
-fn reap(st: &mut State) {
-    st.processes
-        .retain(|pid, p| procinfo::is_alive(*pid, p.start_time));
+/// Drop exited processes from `st`; returns the token files of those that had one.
+fn reap(dir: &Path, st: &mut State) -> Vec<String> {
+    let mut gone = Vec::new();
+    st.processes.retain(|pid, p| {
+        let alive = entry_alive(dir, *pid, p);
+        if !alive {
+            gone.extend(p.client.clone());
+        }
+        alive
+    });
+    gone
 }
 
 struct LockGuard {
@@ -585,7 +725,8 @@ mod tests {
             b.processes(1).unwrap(),
             vec![SimProcessView {
                 pid: me,
-                used: 100 * MIB
+                used: 100 * MIB,
+                kind: crate::gpu::ProcessKind::Compute,
             }]
         );
         assert!(b.processes(0).unwrap().is_empty());
@@ -610,6 +751,7 @@ mod tests {
                     start_time: 1,
                     name: "gone".into(),
                     devices: [(0, usage)].into(),
+                    ..Default::default()
                 };
                 st.processes.insert(pid, entry);
                 Ok(())

@@ -9,8 +9,57 @@
 //! kernels/vramdoc.cu) compute exactly what the PTX computes on a GPU.
 
 use super::{procinfo, visible, SimBox, SimError, SimMemory, GRANULARITY};
+use crate::gpu::ProcessKind;
 use crate::units::round_up;
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+
+/// What a process's environment says about the devices it may use and their order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessEnv {
+    /// `CUDA_VISIBLE_DEVICES`: indices (in CUDA's order) or UUIDs.
+    pub cuda_visible: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES`: set by the NVIDIA container runtime; only those GPUs exist.
+    pub nvidia_visible: Option<String>,
+    /// `CUDA_DEVICE_ORDER`: `FASTEST_FIRST` (default) or `PCI_BUS_ID`.
+    pub device_order: Option<String>,
+}
+
+impl ProcessEnv {
+    /// This process's own environment.
+    pub fn from_env() -> ProcessEnv {
+        ProcessEnv {
+            cuda_visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            nvidia_visible: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+            device_order: std::env::var("CUDA_DEVICE_ORDER").ok(),
+        }
+    }
+}
+
+/// Host indices of the devices a process sees, in CUDA's enumeration order (before
+/// `CUDA_VISIBLE_DEVICES`).
+pub fn cuda_enumeration(sim: &SimBox, env: &ProcessEnv) -> Vec<u32> {
+    let uuids: Vec<String> = sim.devices().iter().map(|d| d.uuid.clone()).collect();
+    let mounted = visible::mounted_devices(env.nvidia_visible.as_deref(), &uuids);
+    visible::cuda_order(&mounted, env.device_order.as_deref(), |i| {
+        let name = sim.device(i).map(|d| d.name.as_str()).unwrap_or("");
+        let ((major, minor), sms) = super::spec::arch_of(name);
+        (major, minor, sms)
+    })
+}
+
+/// The driver files a process holds open, like the real driver's descriptors: memory of the
+/// process stays allocated while any process (a forked child included) holds them.
+#[derive(Debug)]
+struct ClientFiles {
+    /// `dev/clients/<pid>-<start>`, flock'ed: its lock outlives this process in forked
+    /// children that inherited the descriptor.
+    _token: File,
+    /// `dev/nvidiactl`.
+    _ctl: File,
+    /// `dev/nvidia<N>` per physical device this process made a context on.
+    nodes: HashMap<u32, File>,
+}
 
 /// Allocations up to this size get real host backing for their contents.
 pub const BACKED_LIMIT: u64 = 64 * crate::units::MIB;
@@ -50,31 +99,107 @@ pub struct SimProcess {
     next_va: u64,
     /// Bytes of host-backed allocations (bounded by [`HOST_BACKING_LIMIT`]).
     backed_bytes: u64,
+    /// PID as this process sees it (differs from `pid` inside a PID namespace).
+    own_pid: u32,
+    kind: ProcessKind,
+    files: Option<ClientFiles>,
 }
 
 impl SimProcess {
-    /// Attach this process to `sim`, with `visible` as its `CUDA_VISIBLE_DEVICES`.
+    /// Attach this process to `sim`, with `visible` as its `CUDA_VISIBLE_DEVICES` (and no
+    /// other device environment: every device mounted, CUDA's default order).
     pub fn new(sim: SimBox, visible: Option<&str>) -> SimProcess {
-        let uuids: Vec<String> = sim.devices().iter().map(|d| d.uuid.clone()).collect();
-        let ordinals = visible::visible_devices(visible, &uuids);
-        let pid = std::process::id();
+        let env = ProcessEnv {
+            cuda_visible: visible.map(str::to_string),
+            ..ProcessEnv::default()
+        };
+        SimProcess::with_env(sim, &env)
+    }
+
+    /// Attach this process to `sim` with the given device environment.
+    pub fn with_env(sim: SimBox, env: &ProcessEnv) -> SimProcess {
+        let order = cuda_enumeration(&sim, env);
+        let uuids: Vec<String> = order
+            .iter()
+            .filter_map(|i| sim.device(*i).ok())
+            .map(|d| d.uuid.clone())
+            .collect();
+        let ordinals = visible::visible_devices(env.cuda_visible.as_deref(), &uuids)
+            .into_iter()
+            .filter_map(|pos| order.get(pos as usize).copied())
+            .collect();
+        let own_pid = std::process::id();
+        // The host PID, as the box's broker (its "kernel driver") sees us.
+        let pid = super::broker::host_pid(sim.dir()).unwrap_or(own_pid);
         SimProcess {
-            start_time: procinfo::start_time(pid).unwrap_or(0),
+            start_time: procinfo::start_time(own_pid).unwrap_or(0),
             pid,
+            own_pid,
             sim,
             ordinals,
             contexts: HashMap::new(),
             allocations: BTreeMap::new(),
             next_va: VA_BASE,
             backed_bytes: 0,
+            kind: ProcessKind::Compute,
+            files: None,
         }
     }
 
-    /// Attach to the box of `VRAMDOC_SIM_DIR`, honouring this process's `CUDA_VISIBLE_DEVICES`.
+    /// Attach to the box of `VRAMDOC_SIM_DIR`, honouring this process's
+    /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`.
     pub fn from_env() -> Result<SimProcess, SimError> {
         let sim = SimBox::from_env()?;
-        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-        Ok(SimProcess::new(sim, visible.as_deref()))
+        Ok(SimProcess::with_env(sim, &ProcessEnv::from_env()))
+    }
+
+    /// List this process in NVML's graphics or MPS list instead of the compute one (set
+    /// before the first context).
+    pub fn set_kind(&mut self, kind: ProcessKind) {
+        self.kind = kind;
+    }
+
+    /// This process's PID as NVML reports it (the host PID).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Open the driver files (once) and the node of `phys`, as a real CUDA client opens
+    /// /dev/nvidiactl and /dev/nvidiaN. Returns the token file's name.
+    fn open_files(&mut self, phys: u32) -> Result<String, SimError> {
+        let token = format!("{}-{}", self.pid, self.start_time);
+        if self.files.is_none() {
+            let dev = self.sim.dir().join(super::DEV_DIR);
+            let clients = dev.join(super::CLIENTS_DIR);
+            std::fs::create_dir_all(&clients).map_err(super::io_err(&clients))?;
+            let path = clients.join(&token);
+            let tok = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(super::io_err(&path))?;
+            // SAFETY: flock on a valid, owned descriptor.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&tok), libc::LOCK_EX) } != 0 {
+                return Err(SimError::Io {
+                    path,
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            let ctl = super::open_node(&dev.join("nvidiactl"))?;
+            self.files = Some(ClientFiles {
+                _token: tok,
+                _ctl: ctl,
+                nodes: HashMap::new(),
+            });
+        }
+        let dev = self.sim.dir().join(super::DEV_DIR);
+        if let Some(f) = self.files.as_mut() {
+            if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
+                e.insert(super::open_node(&dev.join(format!("nvidia{phys}")))?);
+            }
+        }
+        Ok(token)
     }
 
     pub fn sim(&self) -> &SimBox {
@@ -104,11 +229,23 @@ impl SimProcess {
     /// Create (or retain) a context on `ordinal`; every context costs the device's overhead.
     pub fn create_context(&mut self, ordinal: u32) -> Result<(), SimError> {
         let phys = self.physical(ordinal)?;
-        let (pid, start) = (self.pid, self.start_time);
-        let name = procinfo::comm(pid);
+        let (pid, start, own_pid, kind) = (self.pid, self.start_time, self.own_pid, self.kind);
+        let name = procinfo::comm(own_pid);
+        let token = self.open_files(phys)?;
         let sim = self.sim.clone();
         sim.update(|st, faults| {
             let dev = sim.check_device(phys, faults)?;
+            if faults.exclusive_process_devices.contains(&phys) {
+                // EXCLUSIVE_PROCESS: one process may hold contexts on the device.
+                let other = st.processes.iter().any(|(p, e)| {
+                    *p != pid
+                        && e.kind == ProcessKind::Compute
+                        && e.devices.get(&phys).is_some_and(|u| u.contexts > 0)
+                });
+                if other {
+                    return Err(SimError::DeviceBusy(phys));
+                }
+            }
             let mem = super::memory_of(dev, st);
             if mem.free < dev.context_overhead {
                 return Err(SimError::OutOfMemory {
@@ -120,6 +257,9 @@ impl SimProcess {
             let entry = st.processes.entry(pid).or_default();
             entry.start_time = start;
             entry.name = name;
+            entry.kind = kind;
+            entry.client = Some(token);
+            entry.ns_pid = (own_pid != pid).then_some(own_pid);
             let u = entry.devices.entry(phys).or_default();
             u.contexts = u.contexts.saturating_add(1);
             u.context_bytes = u.context_bytes.saturating_add(dev.context_overhead);
@@ -292,14 +432,25 @@ impl SimProcess {
 
     /// `(free, total)` of a device as `cuMemGetInfo` reports it.
     pub fn mem_info(&self, ordinal: u32) -> Result<(u64, u64), SimError> {
-        let m: SimMemory = self.sim.memory(self.physical(ordinal)?)?;
-        Ok((m.free, m.total))
+        let faults = self.sim.faults()?;
+        let m: SimMemory = self.sim.memory_with(self.physical(ordinal)?, &faults)?;
+        let total = if faults.cuda_total_excludes_reserved {
+            m.total - m.reserved
+        } else {
+            m.total
+        };
+        Ok((m.free, total))
     }
 
-    /// Fail if the device behind `ordinal` is lost (for synchronize and launches).
+    /// Fail if the device behind `ordinal` is lost or had an error contained (for
+    /// synchronize and launches).
     pub fn check(&self, ordinal: u32) -> Result<(), SimError> {
         let faults = self.sim.faults()?;
-        self.sim.check_device(self.physical(ordinal)?, &faults)?;
+        let phys = self.physical(ordinal)?;
+        self.sim.check_device(phys, &faults)?;
+        if faults.contained_devices.contains(&phys) {
+            return Err(SimError::Contained(phys));
+        }
         Ok(())
     }
 
@@ -426,6 +577,16 @@ impl SimProcess {
         self.allocations.clear();
         self.backed_bytes = 0;
         self.contexts.clear();
+        if self.files.take().is_some() {
+            let token = format!("{}-{}", self.pid, self.start_time);
+            let path = self
+                .sim
+                .dir()
+                .join(super::DEV_DIR)
+                .join(super::CLIENTS_DIR)
+                .join(token);
+            let _ = std::fs::remove_file(path);
+        }
         Ok(())
     }
 }

@@ -176,6 +176,32 @@ fn human_total(total: u64) -> String {
     }
 }
 
+/// Device facts the box does not carry, by product name: (compute capability, SM count).
+pub fn arch_of(name: &str) -> ((i32, i32), i32) {
+    let n = name.to_ascii_lowercase();
+    if n.contains("h100") || n.contains("h200") {
+        ((9, 0), 132)
+    } else if n.contains("a100") {
+        ((8, 0), 108)
+    } else if n.contains("4090") {
+        ((8, 9), 128)
+    } else if n.contains("4060") {
+        ((8, 9), 34)
+    } else if n.contains("l4") {
+        ((8, 9), 58)
+    } else if n.contains("3090") {
+        ((8, 6), 82)
+    } else if n.contains("a10") {
+        ((8, 6), 72)
+    } else if n.contains("v100") {
+        ((7, 0), 80)
+    } else if n.contains("t4") {
+        ((7, 5), 40)
+    } else {
+        ((8, 0), 108)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

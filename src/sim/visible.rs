@@ -3,7 +3,52 @@
 //! invalid, out of range or repeated; the devices before it stay visible. Unset means all.
 //! CUDA ordinals are positions in the resulting list; NVML keeps physical numbering.
 
+/// The devices a process can use at all, as NVML indexes them on the host, given its
+/// `NVIDIA_VISIBLE_DEVICES`. The NVIDIA container runtime reads that variable and mounts only
+/// those GPUs into the container; the simulator treats a process that sets it as such a
+/// container. Unset or `all`: every device. `none`, `void` or empty: none. Otherwise a
+/// comma-separated list of host indices or UUIDs (unknown entries are skipped, as the runtime
+/// would refuse to start the container instead). Result in host PCI (NVML) order.
+pub fn mounted_devices(env: Option<&str>, uuids: &[String]) -> Vec<u32> {
+    let all = || (0..uuids.len() as u32).collect();
+    let Some(env) = env else {
+        return all();
+    };
+    let env = env.trim();
+    match env {
+        "all" => return all(),
+        "" | "none" | "void" => return Vec::new(),
+        _ => {}
+    }
+    let mut out: Vec<u32> = env
+        .split(',')
+        .filter_map(|t| resolve(t.trim(), uuids))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// `CUDA_DEVICE_ORDER`: CUDA's enumeration order of `mounted` (host indices in PCI order).
+/// `PCI_BUS_ID` keeps PCI order; anything else (the default, `FASTEST_FIRST`) puts the fastest
+/// device first — by compute capability, then SM count, ties in PCI order — as CUDA's
+/// heuristic does.
+pub fn cuda_order(
+    mounted: &[u32],
+    order_env: Option<&str>,
+    speed: impl Fn(u32) -> (i32, i32, i32),
+) -> Vec<u32> {
+    let mut order = mounted.to_vec();
+    if order_env.map(str::trim) != Some("PCI_BUS_ID") {
+        // Stable sort: equal devices keep PCI order.
+        order.sort_by_key(|i| std::cmp::Reverse(speed(*i)));
+    }
+    order
+}
+
 /// Physical device index for each CUDA ordinal of a process, given its `CUDA_VISIBLE_DEVICES`.
+/// `uuids` are in CUDA's enumeration order; the result indexes that order (map it through
+/// [`cuda_order`] to reach host indices).
 pub fn visible_devices(env: Option<&str>, uuids: &[String]) -> Vec<u32> {
     let Some(env) = env else {
         return (0..uuids.len() as u32).collect();
@@ -49,6 +94,24 @@ fn resolve(token: &str, uuids: &[String]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fastest_first_unless_pci_bus_id_and_mounts_filter() {
+        // t4 (7.5, 40 SMs) at PCI 0, h100 (9.0, 132) at PCI 1.
+        let speed = |i: u32| if i == 1 { (9, 0, 132) } else { (7, 5, 40) };
+        assert_eq!(cuda_order(&[0, 1], None, speed), vec![1, 0]);
+        assert_eq!(
+            cuda_order(&[0, 1], Some("FASTEST_FIRST"), speed),
+            vec![1, 0]
+        );
+        assert_eq!(cuda_order(&[0, 1], Some("PCI_BUS_ID"), speed), vec![0, 1]);
+        let u = uuids();
+        assert_eq!(mounted_devices(None, &u), vec![0, 1, 2]);
+        assert_eq!(mounted_devices(Some("all"), &u), vec![0, 1, 2]);
+        assert_eq!(mounted_devices(Some("none"), &u), Vec::<u32>::new());
+        assert_eq!(mounted_devices(Some("2"), &u), vec![2]);
+        assert_eq!(mounted_devices(Some("GPU-bbbb2222,0"), &u), vec![0, 1]);
+    }
 
     fn uuids() -> Vec<String> {
         vec![

@@ -26,6 +26,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         },
         utilization_gpu: Some(37 + index * 50),
         temperature_c: Some(54 + index * 9),
+        status: Default::default(),
     }
 }
 
@@ -226,6 +227,7 @@ fn multi_size_bug() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
@@ -284,6 +286,7 @@ fn multi_size_fix() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
@@ -329,6 +332,7 @@ fn stray_bug() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],
@@ -378,6 +382,7 @@ fn stray_fix() -> VariantRun {
             },
         ],
         processes: vec![],
+        gaps: vec![],
     };
     VariantRun {
         steps: vec![],

@@ -34,11 +34,17 @@ pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_STUB_LIBRARY: CUresult = 34;
+pub const CUDA_ERROR_DEVICE_UNAVAILABLE: CUresult = 46;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
 pub const CUDA_ERROR_INVALID_PTX: CUresult = 218;
+/// Newer than some client headers: cuda.h 12.0 ends its JIT codes at 222, but 221 exists
+/// since CUDA 11.1; 226 arrived with CUDA 12.4 (CUDA 12.0 clients do not know it).
+pub const CUDA_ERROR_JIT_COMPILER_NOT_FOUND: CUresult = 221;
+pub const CUDA_ERROR_CONTAINED: CUresult = 226;
 pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
 pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
@@ -46,6 +52,7 @@ pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
 pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CUresult = 803;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 /// cuda.h names and descriptions (cuGetErrorName / cuGetErrorString) of the codes above and
@@ -67,6 +74,26 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
         c"no CUDA-capable device is detected",
     ),
     (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+    (
+        46,
+        c"CUDA_ERROR_DEVICE_UNAVAILABLE",
+        c"CUDA-capable device(s) is/are busy or unavailable",
+    ),
+    (
+        221,
+        c"CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+        c"PTX JIT compiler library not found",
+    ),
+    (
+        226,
+        c"CUDA_ERROR_CONTAINED",
+        c"uncorrectable error was contained",
+    ),
+    (
+        803,
+        c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        c"system has unsupported display driver / cuda driver combination",
+    ),
     (
         200,
         c"CUDA_ERROR_INVALID_IMAGE",
@@ -227,7 +254,14 @@ fn code(e: SimError) -> CUresult {
         SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => CUDA_ERROR_INVALID_VALUE,
         SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
         SimError::NoBox => CUDA_ERROR_NO_DEVICE,
-        SimError::BadBox { .. } | SimError::Io { .. } | SimError::Spec(_) => CUDA_ERROR_UNKNOWN,
+        // NVML-only (MIG parent, unmounted device): CUDA never sees such a device.
+        SimError::NoPermission(_) => CUDA_ERROR_INVALID_DEVICE,
+        SimError::DeviceBusy(_) => CUDA_ERROR_DEVICE_UNAVAILABLE,
+        SimError::Contained(_) => CUDA_ERROR_CONTAINED,
+        SimError::BadBox { .. }
+        | SimError::Io { .. }
+        | SimError::Spec(_)
+        | SimError::Profile(_) => CUDA_ERROR_UNKNOWN,
     }
 }
 
@@ -484,6 +518,10 @@ impl Driver {
         if !image.contains(".version") || !image.contains(".target") {
             return Err(CUDA_ERROR_INVALID_PTX);
         }
+        // PTX needs the JIT compiler library (libnvidia-ptxjitcompiler.so).
+        if self.proc.sim().faults().map_err(code)?.no_ptx_jit {
+            return Err(CUDA_ERROR_JIT_COMPILER_NOT_FOUND);
+        }
         let h = self.mint();
         self.modules.insert(h, Module { ctx, entries });
         Ok(h)
@@ -575,31 +613,7 @@ impl Driver {
     }
 }
 
-/// Device facts the box does not carry, by product name: (compute capability, SM count).
-fn arch_of(name: &str) -> ((i32, i32), i32) {
-    let n = name.to_ascii_lowercase();
-    if n.contains("h100") || n.contains("h200") {
-        ((9, 0), 132)
-    } else if n.contains("a100") {
-        ((8, 0), 108)
-    } else if n.contains("4090") {
-        ((8, 9), 128)
-    } else if n.contains("4060") {
-        ((8, 9), 34)
-    } else if n.contains("l4") {
-        ((8, 9), 58)
-    } else if n.contains("3090") {
-        ((8, 6), 82)
-    } else if n.contains("a10") {
-        ((8, 6), 72)
-    } else if n.contains("v100") {
-        ((7, 0), 80)
-    } else if n.contains("t4") {
-        ((7, 5), 40)
-    } else {
-        ((8, 0), 108)
-    }
-}
+use vramdoc::sim::spec::arch_of;
 
 fn pci_parts(bus_id: &str) -> (i32, i32, i32) {
     // NVML form `00000000:17:00.0`: domain, bus, device.
@@ -647,6 +661,9 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
         if g.is_some() {
             return CUDA_SUCCESS;
         }
+        if let Some(c) = init_fault() {
+            return c;
+        }
         let proc = match SimProcess::from_env() {
             Ok(p) => p,
             Err(SimError::NoBox) => return CUDA_ERROR_NO_DEVICE,
@@ -670,9 +687,25 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     })
 }
 
+/// Box faults that make the library unusable as a whole: the toolkit's stub shadowing the
+/// driver (every call `CUDA_ERROR_STUB_LIBRARY`), a library/kernel-module mismatch.
+fn init_fault() -> Option<CUresult> {
+    let faults = vramdoc::sim::SimBox::from_env().ok()?.faults().ok()?;
+    if faults.cuda_stub_library {
+        Some(CUDA_ERROR_STUB_LIBRARY)
+    } else if faults.driver_version_mismatch {
+        Some(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
+    } else {
+        None
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
     guard(|| {
+        if init_fault() == Some(CUDA_ERROR_STUB_LIBRARY) {
+            return CUDA_ERROR_STUB_LIBRARY;
+        }
         let v = match lock().as_ref() {
             Some(d) => d.proc.sim().config().cuda_driver_version,
             None => vramdoc::sim::SimBox::from_env()

@@ -27,6 +27,8 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use vramdoc::gpu::ProcessKind;
+use vramdoc::sim::profile::RecordLayout;
 use vramdoc::sim::{Faults, SimBox, SimDevice, SimError};
 
 pub type nvmlReturn_t = c_uint;
@@ -35,10 +37,13 @@ pub const NVML_SUCCESS: nvmlReturn_t = 0;
 pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
 pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
 pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
+pub const NVML_ERROR_NO_PERMISSION: nvmlReturn_t = 4;
 pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
+pub const NVML_ERROR_FUNCTION_NOT_FOUND: nvmlReturn_t = 13;
 pub const NVML_ERROR_GPU_IS_LOST: nvmlReturn_t = 15;
+pub const NVML_ERROR_LIB_RM_VERSION_MISMATCH: nvmlReturn_t = 18;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
 pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
 
@@ -102,6 +107,31 @@ pub struct nvmlProcessInfo_v2_t {
     pub computeInstanceId: c_uint,
 }
 
+/// `nvmlProcessDetail_v1_t` (32 bytes), also what R535 writes into the `_v3` lists.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlProcessDetail_v1_t {
+    pub pid: c_uint,
+    pub usedGpuMemory: c_ulonglong,
+    pub gpuInstanceId: c_uint,
+    pub computeInstanceId: c_uint,
+    pub usedGpuCcProtectedMemory: c_ulonglong,
+}
+
+/// `nvmlProcessDetailList_v1_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlProcessDetailList_t {
+    pub version: c_uint,
+    pub mode: c_uint,
+    pub numProcArrayEntries: c_uint,
+    pub procArray: *mut nvmlProcessDetail_v1_t,
+}
+
+/// `NVML_STRUCT_VERSION(ProcessDetailList, 1)`.
+pub const NVML_PROCESS_DETAIL_LIST_V1: c_uint =
+    (std::mem::size_of::<nvmlProcessDetailList_t>() as c_uint) | (1 << 24);
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct nvmlPciInfo_t {
@@ -127,12 +157,21 @@ pub struct nvmlUtilization_t {
 struct Lib {
     refcount: u32,
     sim: Option<Arc<SimBox>>,
+    /// Host index of each NVML index: a process with `NVIDIA_VISIBLE_DEVICES` (a container)
+    /// sees only those GPUs, renumbered from 0 in PCI order.
+    mounted: Vec<u32>,
 }
 
 static LIB: Mutex<Lib> = Mutex::new(Lib {
     refcount: 0,
     sim: None,
+    mounted: Vec::new(),
 });
+
+/// Host indices of the devices this process's NVML shows.
+fn mounted() -> Vec<u32> {
+    lock(&LIB).mounted.clone()
+}
 
 /// Handles minted so far, by physical index (addresses of leaked `nvmlDevice_st`).
 static HANDLES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -159,6 +198,7 @@ fn sim_code(e: &SimError) -> nvmlReturn_t {
     match e {
         SimError::InvalidDevice(_) => NVML_ERROR_INVALID_ARGUMENT,
         SimError::DeviceLost(_) => NVML_ERROR_GPU_IS_LOST,
+        SimError::NoPermission(_) => NVML_ERROR_NO_PERMISSION,
         SimError::NoBox | SimError::BadBox { .. } => NVML_ERROR_DRIVER_NOT_LOADED,
         _ => NVML_ERROR_UNKNOWN,
     }
@@ -211,8 +251,13 @@ fn index_of(h: nvmlDevice_t) -> R<u32> {
 fn with_device<T>(h: nvmlDevice_t, f: impl FnOnce(&SimBox, &SimDevice, &Faults) -> R<T>) -> R<T> {
     let sim = current()?;
     let index = index_of(h)?;
+    if !mounted().contains(&index) {
+        return Err(NVML_ERROR_INVALID_ARGUMENT);
+    }
     let faults = sim.faults().map_err(|e| sim_code(&e))?;
-    let dev = sim.check_device(index, &faults).map_err(|e| sim_code(&e))?;
+    let dev = sim
+        .check_nvml_device(index, &faults)
+        .map_err(|e| sim_code(&e))?;
     f(&sim, dev, &faults)
 }
 
@@ -258,7 +303,14 @@ fn init(_flags: c_uint) -> nvmlReturn_t {
     let mut lib = lock(&LIB);
     if lib.refcount == 0 {
         match SimBox::from_env() {
-            Ok(b) => lib.sim = Some(Arc::new(b)),
+            Ok(b) => {
+                if b.faults().is_ok_and(|f| f.driver_version_mismatch) {
+                    return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+                }
+                let env = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
+                lib.mounted = b.mounted(env.as_deref());
+                lib.sim = Some(Arc::new(b));
+            }
             Err(e) => return sim_code(&e),
         }
     }
@@ -439,9 +491,9 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
 
 fn device_count(count: *mut c_uint) -> nvmlReturn_t {
     done((|| {
-        let sim = current()?;
+        current()?;
         // SAFETY: checked for NULL by `out`.
-        unsafe { out(count, sim.devices().len() as c_uint) }
+        unsafe { out(count, mounted().len() as c_uint) }
     })())
 }
 
@@ -459,12 +511,12 @@ pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> nvmlRet
 /// it then fail with `NVML_ERROR_GPU_IS_LOST`.
 fn handle_by_index(index: c_uint, device: *mut nvmlDevice_t) -> nvmlReturn_t {
     done((|| {
-        let sim = current()?;
-        if index as usize >= sim.devices().len() {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
+        current()?;
+        let host = *mounted()
+            .get(index as usize)
+            .ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
         // SAFETY: checked for NULL by `out`.
-        unsafe { out(device, handle_for(index)) }
+        unsafe { out(device, handle_for(host)) }
     })())
 }
 
@@ -501,6 +553,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
             let dev = sim
                 .devices()
                 .iter()
+                .filter(|d| mounted().contains(&d.index))
                 .find(|d| d.uuid.eq_ignore_ascii_case(want))
                 .ok_or(NVML_ERROR_NOT_FOUND)?;
             out(device, handle_for(dev.index))
@@ -536,6 +589,7 @@ fn handle_by_pci(bus_id: *const c_char, device: *mut nvmlDevice_t) -> nvmlReturn
         let dev = sim
             .devices()
             .iter()
+            .filter(|d| mounted().contains(&d.index))
             .find(|d| parse_bus_id(&d.pci_bus_id) == Some(want))
             .ok_or(NVML_ERROR_NOT_FOUND)?;
         let faults = sim.faults().map_err(|e| sim_code(&e))?;
@@ -600,8 +654,12 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
 ) -> nvmlReturn_t {
     guard(|| {
         done(with_device(device, |_, d, _| {
+            let i = mounted()
+                .iter()
+                .position(|m| *m == d.index)
+                .ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
             // SAFETY: checked for NULL by `out`.
-            unsafe { out(index, d.index) }
+            unsafe { out(index, i as c_uint) }
         }))
     })
 }
@@ -744,19 +802,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 // ---------------------------------------------------------------------------------------
 // Processes
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Compute,
-    /// Graphics and MPS: simulated processes are plain CUDA compute processes.
-    None,
-}
-
-/// The sizing protocol of nvml.h for every process-list entry point.
+/// The sizing protocol of nvml.h for every process-list entry point: the processes of
+/// `kind` on the device, each written by `make` (record `i` at `infos + i * stride`).
 unsafe fn processes<T>(
     device: nvmlDevice_t,
     count: *mut c_uint,
     infos: *mut T,
-    kind: Kind,
+    kind: ProcessKind,
     make: fn(c_uint, c_ulonglong) -> T,
 ) -> nvmlReturn_t {
     done(with_device(device, |sim, d, faults| {
@@ -764,12 +816,16 @@ unsafe fn processes<T>(
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
         sleep_us(faults.nvml_process_latency_us);
-        let list = match kind {
-            Kind::Compute => sim
-                .processes_with(d.index, faults)
-                .map_err(|e| sim_code(&e))?,
-            Kind::None => Vec::new(),
-        };
+        if faults.mig_unprivileged_devices.contains(&d.index) {
+            // A MIG parent handle has no aggregate process data for unprivileged callers.
+            return Err(NVML_ERROR_NO_PERMISSION);
+        }
+        let list: Vec<_> = sim
+            .processes_with(d.index, faults)
+            .map_err(|e| sim_code(&e))?
+            .into_iter()
+            .filter(|p| p.kind == kind)
+            .collect();
         let n = list.len() as c_uint;
         // SAFETY: checked for NULL above.
         let capacity = unsafe { *count };
@@ -789,8 +845,9 @@ unsafe fn processes<T>(
             } else {
                 p.used
             };
-            // SAFETY: the caller's array holds `capacity` >= n entries.
-            unsafe { infos.add(i).write(make(p.pid, used)) };
+            // SAFETY: the caller's array holds `capacity` >= n entries of the record type
+            // this driver writes (on R535 that is wider than the header's: the real bug).
+            unsafe { infos.add(i).write_unaligned(make(p.pid, used)) };
         }
         Ok(())
     }))
@@ -812,6 +869,36 @@ fn v2(pid: c_uint, used: c_ulonglong) -> nvmlProcessInfo_v2_t {
     }
 }
 
+fn detail(pid: c_uint, used: c_ulonglong) -> nvmlProcessDetail_v1_t {
+    nvmlProcessDetail_v1_t {
+        pid,
+        usedGpuMemory: used,
+        gpuInstanceId: NVML_NO_INSTANCE,
+        computeInstanceId: NVML_NO_INSTANCE,
+        usedGpuCcProtectedMemory: 0,
+    }
+}
+
+/// The layout of the box's driver branch (R525 when no box is initialised).
+fn layout() -> RecordLayout {
+    current()
+        .map(|b| b.config().record_layout())
+        .unwrap_or(RecordLayout::R525)
+}
+
+/// `_v3`: declared with `nvmlProcessInfo_v2_t`, but R535 drivers write 32-byte records.
+unsafe fn processes_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v2_t,
+    kind: ProcessKind,
+) -> nvmlReturn_t {
+    match layout() {
+        RecordLayout::R535 => processes(device, count, infos.cast(), kind, detail),
+        RecordLayout::R525 | RecordLayout::R550 => processes(device, count, infos, kind, v2),
+    }
+}
+
 macro_rules! process_entry {
     ($name:ident, $t:ty, $kind:expr, $make:expr) => {
         #[no_mangle]
@@ -825,60 +912,105 @@ macro_rules! process_entry {
     };
 }
 
+macro_rules! process_entry_v3 {
+    ($name:ident, $kind:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            device: nvmlDevice_t,
+            infoCount: *mut c_uint,
+            infos: *mut nvmlProcessInfo_v2_t,
+        ) -> nvmlReturn_t {
+            guard(|| processes_v3(device, infoCount, infos, $kind))
+        }
+    };
+}
+
 process_entry!(
     nvmlDeviceGetComputeRunningProcesses,
     nvmlProcessInfo_v1_t,
-    Kind::Compute,
+    ProcessKind::Compute,
     v1
 );
 process_entry!(
     nvmlDeviceGetComputeRunningProcesses_v2,
     nvmlProcessInfo_v2_t,
-    Kind::Compute,
+    ProcessKind::Compute,
     v2
 );
-process_entry!(
+process_entry_v3!(
     nvmlDeviceGetComputeRunningProcesses_v3,
-    nvmlProcessInfo_v2_t,
-    Kind::Compute,
-    v2
+    ProcessKind::Compute
 );
 process_entry!(
     nvmlDeviceGetGraphicsRunningProcesses,
     nvmlProcessInfo_v1_t,
-    Kind::None,
+    ProcessKind::Graphics,
     v1
 );
 process_entry!(
     nvmlDeviceGetGraphicsRunningProcesses_v2,
     nvmlProcessInfo_v2_t,
-    Kind::None,
+    ProcessKind::Graphics,
     v2
 );
-process_entry!(
+process_entry_v3!(
     nvmlDeviceGetGraphicsRunningProcesses_v3,
-    nvmlProcessInfo_v2_t,
-    Kind::None,
-    v2
+    ProcessKind::Graphics
 );
 process_entry!(
     nvmlDeviceGetMPSComputeRunningProcesses,
     nvmlProcessInfo_v1_t,
-    Kind::None,
+    ProcessKind::Mps,
     v1
 );
 process_entry!(
     nvmlDeviceGetMPSComputeRunningProcesses_v2,
     nvmlProcessInfo_v2_t,
-    Kind::None,
+    ProcessKind::Mps,
     v2
 );
-process_entry!(
-    nvmlDeviceGetMPSComputeRunningProcesses_v3,
-    nvmlProcessInfo_v2_t,
-    Kind::None,
-    v2
-);
+process_entry_v3!(nvmlDeviceGetMPSComputeRunningProcesses_v3, ProcessKind::Mps);
+
+/// R550+: `nvmlDeviceGetRunningProcessDetailList`. `plist->version` must be
+/// `nvmlProcessDetailList_v1`; `mode` 0 compute, 1 graphics, 2 MPS;
+/// `numProcArrayEntries` in = capacity, out = written or needed (`INSUFFICIENT_SIZE`).
+/// Older branches do not have it: `NVML_ERROR_FUNCTION_NOT_FOUND` (a real library of those
+/// branches lacks the symbol; one shared object cannot hide it per box).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(
+    device: nvmlDevice_t,
+    plist: *mut nvmlProcessDetailList_t,
+) -> nvmlReturn_t {
+    guard(|| {
+        if layout() != RecordLayout::R550 && current().is_ok() {
+            return NVML_ERROR_FUNCTION_NOT_FOUND;
+        }
+        if plist.is_null() {
+            return done(with_device(device, |_, _, _| {
+                Err(NVML_ERROR_INVALID_ARGUMENT)
+            }));
+        }
+        // SAFETY: non-NULL, the caller's struct.
+        let l = unsafe { &mut *plist };
+        if l.version != NVML_PROCESS_DETAIL_LIST_V1 {
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        }
+        let kind = match l.mode {
+            0 => ProcessKind::Compute,
+            1 => ProcessKind::Graphics,
+            2 => ProcessKind::Mps,
+            _ => return NVML_ERROR_INVALID_ARGUMENT,
+        };
+        let mut n = l.numProcArrayEntries;
+        if l.procArray.is_null() && n > 0 {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // SAFETY: procArray holds numProcArrayEntries records (checked above when non-zero).
+        let rc = unsafe { processes(device, &mut n, l.procArray, kind, detail) };
+        l.numProcArrayEntries = n;
+        rc
+    })
+}
 
 // ---------------------------------------------------------------------------------------
 // Utilization, temperature (the simulator models memory only: 0 % and a fixed temperature)
@@ -924,6 +1056,9 @@ mod tests {
         assert_eq!(NVML_MEMORY_V2_VERSION, 0x0200_0028);
         assert_eq!(std::mem::size_of::<nvmlProcessInfo_v1_t>(), 16);
         assert_eq!(std::mem::size_of::<nvmlProcessInfo_v2_t>(), 24);
+        assert_eq!(std::mem::size_of::<nvmlProcessDetail_v1_t>(), 32);
+        assert_eq!(std::mem::size_of::<nvmlProcessDetailList_t>(), 24);
+        assert_eq!(NVML_PROCESS_DETAIL_LIST_V1, 0x0100_0018);
         assert_eq!(std::mem::size_of::<nvmlPciInfo_t>(), 68);
         assert_eq!(std::mem::size_of::<nvmlUtilization_t>(), 8);
     }

@@ -1,0 +1,729 @@
+//! Real-driver behaviours the simulator models (docs/simulator.md, "Modelled real-driver
+//! behaviours"), each seen three ways: by third-party clients of the simulated C libraries
+//! (NVIDIA's `pynvml`, a plain ctypes CUDA client: tests/real_drivers_probe.py), by vramdoc's
+//! real backends (cudarc / nvml-wrapper over tests/simgpu, in a child process), and by the
+//! in-process `sim` backends.
+//!
+//! Boxes are made with `vramdoc sim init` (which starts the box's PID broker) and removed with
+//! their temp directory (the broker then exits). pynvml missing is a failure, as in
+//! tests/nvml_python.rs; so is an `unshare` that cannot make a PID namespace.
+
+mod common;
+
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vramdoc::gpu::sim::{SimDriver, SimMonitor};
+use vramdoc::gpu::{DeviceStatus, Driver, GpuError, Monitor, ProcessKind};
+use vramdoc::sim::{ProcessEnv, SimBox, SimProcess};
+use vramdoc::units::{GIB, MIB};
+
+const CASE: &str = "VRAMDOC_RD_CASE";
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A box made by `vramdoc sim init` in a temp dir (removed, with its broker, on drop).
+struct CliBox {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+fn cli_box(spec: &str, driver: Option<&str>) -> CliBox {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    let mut c = common::vramdoc();
+    c.args(["sim", "init", spec, "--dir"]).arg(&dir);
+    if let Some(d) = driver {
+        c.args(["--driver", d]);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "sim init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    CliBox { _tmp: tmp, dir }
+}
+
+fn sim(b: &CliBox) -> SimBox {
+    SimBox::open(&b.dir).unwrap()
+}
+
+fn fault(b: &CliBox, args: &[&str]) {
+    let out = common::vramdoc()
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .args(["sim", "fault"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sim fault {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `vramdoc sim hold` (optionally wrapped, e.g. in `unshare`), killed on drop.
+struct Holder {
+    child: Child,
+    pid: u32,
+    line: String,
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        // SAFETY: signalling a process this test started.
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hold(b: &CliBox, wrap: &[&str], args: &[&str], env: &[(&str, &str)]) -> Holder {
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let mut c = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    c.args(["sim", "hold"])
+        .args(args)
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped());
+    let mut child = c.spawn().expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains("holding pid=") => break l,
+            Some(Ok(_)) => continue,
+            _ => panic!("holder exited before holding: {:?}", child.wait()),
+        }
+    };
+    let pid = field(&line, "pid").expect("pid in holder line");
+    Holder { child, pid, line }
+}
+
+fn field(line: &str, key: &str) -> Option<u32> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn python() -> String {
+    std::env::var("VRAMDOC_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn probe_script() -> &'static str {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/real_drivers_probe.py")
+}
+
+/// Run the third-party probe (`nvml` or `cuda`) over the simulated libraries.
+fn probe(b: &CliBox, what: &str, wrap: &[&str], env: &[(&str, &str)]) -> Value {
+    let py = python();
+    let mut c = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(&py);
+            c
+        }
+        None => Command::new(&py),
+    };
+    let out = c
+        .arg(probe_script())
+        .arg(what)
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env_remove("CUDA_DEVICE_ORDER")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {py} ({e}); set VRAMDOC_PYTHON"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("No module named 'pynvml'"),
+        "NVIDIA's Python NVML bindings are not installed for {py}: run `{py} -m pip install \
+         nvidia-ml-py`"
+    );
+    assert!(out.status.success(), "probe {what} failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "probe printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Run a child of this test binary that reads the box through vramdoc's real backends
+/// (`nvml`: nvml-wrapper, `cuda`: cudarc) over tests/simgpu and prints what it saw.
+fn real_backend(b: &CliBox, case: &str, env: &[(&str, &str)]) -> Value {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "real_backend_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env_remove("CUDA_DEVICE_ORDER")
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .env(CASE, case)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child {case} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find_map(|l| l.split("RD-JSON ").nth(1))
+        .unwrap_or_else(|| panic!("child {case} printed nothing: {text}"));
+    serde_json::from_str(line).unwrap()
+}
+
+fn err_json(e: &GpuError) -> Value {
+    let code = match e {
+        GpuError::Driver { code, .. } | GpuError::Environment { code, .. } => code.clone(),
+        GpuError::DeviceLost(_) => "lost".into(),
+        _ => String::new(),
+    };
+    json!({"error": e.to_string(), "code": code, "environment": e.is_environment()})
+}
+
+/// The child side of [`real_backend`].
+#[test]
+#[ignore = "run by the tests of this file in a child process"]
+fn real_backend_child() {
+    let Ok(case) = std::env::var(CASE) else {
+        return;
+    };
+    let report = match case.as_str() {
+        "nvml" => match vramdoc::gpu::nvml::NvmlMonitor::open() {
+            Err(e) => json!({"open": err_json(&e)}),
+            Ok(m) => {
+                let devices = m.devices().expect("devices");
+                let processes: Vec<Value> = (0..devices.len() as u32)
+                    .map(|i| match m.processes(i) {
+                        Ok(p) => serde_json::to_value(p).unwrap(),
+                        Err(e) => err_json(&e),
+                    })
+                    .collect();
+                json!({"devices": devices, "processes": processes})
+            }
+        },
+        "cuda" => match vramdoc::gpu::cuda::CudaDriver::open() {
+            Err(e) => json!({"open": err_json(&e)}),
+            Ok(mut d) => {
+                let n = d.device_count().expect("count");
+                let uuids: Vec<String> = (0..n).map(|o| d.device_uuid(o).unwrap()).collect();
+                let fill = d
+                    .create_context(0)
+                    .and_then(|c| d.alloc(c, 4 * MIB))
+                    .and_then(|a| d.fill(a, 7));
+                let fill = match fill {
+                    Ok(sum) => json!({"checksum": sum}),
+                    Err(e) => err_json(&e),
+                };
+                json!({"uuids": uuids, "fill": fill})
+            }
+        },
+        other => panic!("unknown case {other}"),
+    };
+    println!("RD-JSON {report}");
+}
+
+/// `(pid, used)` pairs of a pynvml process list.
+fn py_procs(v: &Value) -> Vec<(u64, u64)> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap_or(0), p[1].as_u64().unwrap_or(0)))
+        .collect()
+}
+
+fn pids_of(v: &Value, kind: &str) -> BTreeSet<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .filter(|p| p["kind"] == kind)
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver profiles and process-record layouts
+
+#[test]
+fn r535_writes_32_byte_records_pynvml_scrambles_vramdoc_does_not() {
+    let b = cli_box("h100", Some("535.54.03"));
+    let h1 = hold(&b, &[], &["--size", "1GiB"], &[]);
+    let h2 = hold(&b, &[], &["--size", "2GiB"], &[]);
+    let want: BTreeSet<u64> = [h1.pid as u64, h2.pid as u64].into();
+
+    let py = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py["driver"], "535.54.03");
+    assert_eq!(py["nvml"], "12.535.54.03");
+    assert_eq!(py["cuda"], 12020);
+    let d0 = &py["devices"][0];
+    // pynvml #50 / go-nvml #75: a 24-byte reader of 32-byte records gets the second
+    // entry's pid from usedGpuCcProtectedMemory (0) and its memory from the next pid.
+    let seen: BTreeSet<u64> = py_procs(&d0["compute"]).iter().map(|p| p.0).collect();
+    assert_ne!(seen, want, "pynvml should read R535 records wrongly: {d0}");
+    assert!(seen.contains(&0), "{d0}");
+    assert_eq!(d0["detail_error"], 13, "R535 has no DetailList: {d0}");
+
+    let real = real_backend(&b, "nvml", &[]);
+    assert_eq!(pids_of(&real["processes"][0], "compute"), want, "{real}");
+    let used: Vec<u64> = real["processes"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["used"].as_u64().unwrap())
+        .collect();
+    let overhead = sim(&b).devices()[0].context_overhead;
+    assert!(used.contains(&(GIB + overhead)) && used.contains(&(2 * GIB + overhead)));
+
+    let m = SimMonitor::new(sim(&b));
+    let mine: BTreeSet<u64> = m
+        .processes(0)
+        .unwrap()
+        .iter()
+        .map(|p| p.pid as u64)
+        .collect();
+    assert_eq!(mine, want);
+}
+
+#[test]
+fn r525_and_r550_profiles_list_processes_right_everywhere() {
+    for (driver, cuda, detail) in [("525", 12000, false), ("550.127.05", 12040, true)] {
+        let b = cli_box("2x16GiB", Some(driver));
+        let h1 = hold(&b, &[], &["--device", "1", "--size", "1GiB"], &[]);
+        let h2 = hold(&b, &[], &["--device", "1", "--size", "512MiB"], &[]);
+        let want: BTreeSet<u64> = [h1.pid as u64, h2.pid as u64].into();
+        let py = probe(&b, "nvml", &[], &[]);
+        assert_eq!(py["cuda"], cuda, "{driver}");
+        let d1 = &py["devices"][1];
+        let seen: BTreeSet<u64> = py_procs(&d1["compute"]).iter().map(|p| p.0).collect();
+        assert_eq!(seen, want, "{driver}: {d1}");
+        if detail {
+            let det: BTreeSet<u64> = py_procs(&d1["detail"]).iter().map(|p| p.0).collect();
+            assert_eq!(det, want, "{driver}: {d1}");
+        } else {
+            assert_eq!(d1["detail_error"], 13, "{driver}: {d1}");
+        }
+        let real = real_backend(&b, "nvml", &[]);
+        assert_eq!(pids_of(&real["processes"][1], "compute"), want, "{driver}");
+        assert!(pids_of(&real["processes"][0], "compute").is_empty());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA device order, containers
+
+#[test]
+fn cuda_enumerates_fastest_first_on_a_t4_h100_box() {
+    let b = cli_box("t4,h100", None);
+    let s = sim(&b);
+    let (t4, h100) = (s.devices()[0].uuid.clone(), s.devices()[1].uuid.clone());
+    let names = |v: &Value| -> Vec<String> {
+        v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let c = probe(&b, "cuda", &[], &[]);
+    assert_eq!(names(&c), ["NVIDIA H100 80GB HBM3", "Tesla T4"], "{c}");
+    assert_eq!(c["devices"][0]["uuid"], h100.as_str());
+    let c = probe(&b, "cuda", &[], &[("CUDA_DEVICE_ORDER", "PCI_BUS_ID")]);
+    assert_eq!(names(&c), ["Tesla T4", "NVIDIA H100 80GB HBM3"], "{c}");
+    // CUDA_VISIBLE_DEVICES indexes CUDA's order: 1 is the T4.
+    let c = probe(&b, "cuda", &[], &[("CUDA_VISIBLE_DEVICES", "1")]);
+    assert_eq!(names(&c), ["Tesla T4"], "{c}");
+    // NVML stays in PCI order.
+    let py = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py["devices"][0]["uuid"], t4.as_str());
+
+    let real = real_backend(&b, "cuda", &[]);
+    assert_eq!(real["uuids"], json!([h100, t4]), "{real}");
+    assert_eq!(real["fill"]["checksum"], 7 * MIB, "{real}");
+    let mut d = SimDriver::new(SimProcess::new(s.clone(), None));
+    assert_eq!(d.device_uuid(0).unwrap(), h100);
+    let env = ProcessEnv {
+        device_order: Some("PCI_BUS_ID".into()),
+        ..Default::default()
+    };
+    let mut d = SimDriver::new(SimProcess::with_env(s, &env));
+    assert_eq!(d.device_uuid(0).unwrap(), t4);
+}
+
+#[test]
+fn a_container_sees_only_its_mounted_gpu() {
+    let b = cli_box("2x16GiB", None);
+    let s = sim(&b);
+    let host1 = s.devices()[1].uuid.clone();
+    let env = [
+        ("NVIDIA_VISIBLE_DEVICES", "1"),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ];
+    let c = probe(&b, "cuda", &[], &env);
+    assert_eq!(c["devices"].as_array().unwrap().len(), 1, "{c}");
+    assert_eq!(c["devices"][0]["uuid"], host1.as_str());
+    let py = probe(&b, "nvml", &[], &env);
+    assert_eq!(py["devices"].as_array().unwrap().len(), 1, "{py}");
+    assert_eq!(py["devices"][0]["uuid"], host1.as_str());
+    let real = real_backend(&b, "nvml", &env);
+    assert_eq!(real["devices"][0]["uuid"], host1.as_str(), "{real}");
+    assert_eq!(real["devices"].as_array().unwrap().len(), 1);
+
+    // A "containerised" job holding its GPU 0 shows on host GPU 1 in the host's NVML.
+    let h = hold(&b, &[], &["--size", "1GiB"], &env);
+    let py = probe(&b, "nvml", &[], &[]);
+    let on1: Vec<u64> = py_procs(&py["devices"][1]["compute"])
+        .iter()
+        .map(|p| p.0)
+        .collect();
+    assert_eq!(on1, [h.pid as u64], "{py}");
+    assert!(py_procs(&py["devices"][0]["compute"]).is_empty());
+    let m = SimMonitor::with_mounted(s, vec![1]);
+    assert_eq!(m.devices().unwrap()[0].uuid, host1);
+    assert_eq!(m.processes(0).unwrap()[0].pid, h.pid);
+}
+
+#[test]
+fn pid_namespace_clients_are_listed_under_host_pids_even_from_inside() {
+    let ok = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "`unshare --pid --fork --mount-proc true` failed: this test needs util-linux unshare \
+         and the privilege to create PID namespaces (root, or user namespaces enabled)"
+    );
+    let b = cli_box("t4", None);
+    let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let h = hold(&b, &wrap, &["--size", "1GiB"], &[]);
+    // The PID it reports (from the box's broker) is a host PID: its NSpid has two levels.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", h.pid)).unwrap();
+    let nspid: Vec<&str> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(nspid.len(), 2, "{}: {status}", h.line);
+    assert_eq!(nspid[0], h.pid.to_string());
+    // Host readers and readers inside a PID namespace both get the host PID.
+    let host = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py_procs(&host["devices"][0]["compute"])[0].0, h.pid as u64);
+    let inside = probe(&b, "nvml", &wrap, &[]);
+    assert_eq!(
+        py_procs(&inside["devices"][0]["compute"])[0].0,
+        h.pid as u64,
+        "{inside}"
+    );
+    let out = Command::new("unshare")
+        .args(wrap[1..].iter())
+        .arg(env!("CARGO_BIN_EXE_vramdoc"))
+        .args(["sim", "status", "--json"])
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &v["processes"][h.pid.to_string()];
+    assert_eq!(entry["ns_pid"], nspid[1].parse::<u64>().unwrap(), "{v}");
+    let pid = h.pid;
+    drop(h);
+    let s = sim(&b);
+    eventually("the namespaced holder's memory is returned", || {
+        s.processes(0).unwrap().iter().all(|p| p.pid != pid)
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphics and MPS clients, memory held by descriptors
+
+#[test]
+fn graphics_and_mps_clients_are_listed_only_in_their_lists() {
+    let b = cli_box("rtx4090", None);
+    let x = hold(&b, &[], &["--graphics", "--size", "256MiB"], &[]);
+    let mps = hold(&b, &[], &["--mps", "--size", "128MiB"], &[]);
+    let cu = hold(&b, &[], &["--size", "64MiB"], &[]);
+    let py = probe(&b, "nvml", &[], &[]);
+    let d = &py["devices"][0];
+    let pids = |k: &str| -> Vec<u64> { py_procs(&d[k]).iter().map(|p| p.0).collect() };
+    assert_eq!(pids("graphics"), [x.pid as u64], "{d}");
+    assert_eq!(pids("mps"), [mps.pid as u64], "{d}");
+    assert_eq!(pids("compute"), [cu.pid as u64], "{d}");
+    let real = real_backend(&b, "nvml", &[]);
+    let p = &real["processes"][0];
+    assert_eq!(pids_of(p, "graphics"), [x.pid as u64].into());
+    assert_eq!(pids_of(p, "mps"), [mps.pid as u64].into());
+    assert_eq!(pids_of(p, "compute"), [cu.pid as u64].into());
+    let m = SimMonitor::new(sim(&b));
+    let kinds: BTreeSet<(u32, ProcessKind)> = m
+        .processes(0)
+        .unwrap()
+        .iter()
+        .map(|p| (p.pid, p.kind))
+        .collect();
+    let want: BTreeSet<(u32, ProcessKind)> = [
+        (x.pid, ProcessKind::Graphics),
+        (mps.pid, ProcessKind::Mps),
+        (cu.pid, ProcessKind::Compute),
+    ]
+    .into();
+    assert_eq!(kinds, want);
+}
+
+/// PIDs (in this namespace) holding any of `nodes` open: the `fuser -v /dev/nvidia*` answer.
+fn holders(nodes: &[PathBuf]) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| nodes.contains(&t)) {
+                out.insert(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_forked_worker_keeps_a_dead_parents_memory() {
+    let b = cli_box("a10", None);
+    let mut h = hold(
+        &b,
+        &[],
+        &["--size", "1GiB", "--fork-child", "--duration", "1ms"],
+        &[],
+    );
+    let worker = field(&h.line, "child").expect("child= in holder line");
+    let parent = h.pid;
+    h.child.wait().unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{parent}")).exists(),
+        "parent reaped"
+    );
+    // NVML lists the parent, which no longer exists, with its memory.
+    let py = probe(&b, "nvml", &[], &[]);
+    let procs = py_procs(&py["devices"][0]["compute"]);
+    let overhead = sim(&b).devices()[0].context_overhead;
+    assert_eq!(procs, [(parent as u64, GIB + overhead)], "{py}");
+    let m = SimMonitor::new(sim(&b));
+    assert_eq!(m.processes(0).unwrap()[0].pid, parent);
+    // The worker holds the device files open.
+    let nodes = m.device_nodes();
+    assert!(
+        nodes.iter().any(|n| n.ends_with("dev/nvidia0")),
+        "{nodes:?}"
+    );
+    assert!(holders(&nodes).contains(&worker), "{nodes:?}");
+    let real = real_backend(&b, "nvml", &[]);
+    assert_eq!(
+        pids_of(&real["processes"][0], "compute"),
+        [parent as u64].into()
+    );
+    // SAFETY: the worker is this test's grandchild.
+    unsafe { libc::kill(worker as i32, libc::SIGKILL) };
+    eventually("the memory is returned once the last holder exits", || {
+        m.processes(0).unwrap().is_empty() && m.memory(0).unwrap().used == 0
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures real drivers produce
+
+#[test]
+fn per_device_errors_give_a_status_and_never_end_the_inventory() {
+    let b = cli_box("3xt4", None);
+    fault(&b, &["--lose-device", "1", "--no-permission", "2"]);
+    let py = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py["devices"][1]["name_error"], 15, "{py}");
+    assert_eq!(py["devices"][2]["name_error"], 4, "{py}");
+    let statuses = |v: &Value| -> Vec<Value> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["status"].clone())
+            .collect()
+    };
+    let want = json!(["ok", "lost", "no-permission"]);
+    let real = real_backend(&b, "nvml", &[]);
+    assert_eq!(Value::from(statuses(&real["devices"])), want, "{real}");
+    assert_eq!(real["devices"][1]["memory"]["total"], 0);
+    let m = SimMonitor::new(sim(&b));
+    let devs = m.devices().unwrap();
+    let st: Vec<DeviceStatus> = devs.iter().map(|d| d.status.clone()).collect();
+    assert_eq!(
+        st,
+        [
+            DeviceStatus::Ok,
+            DeviceStatus::Lost,
+            DeviceStatus::NoPermission
+        ]
+    );
+    assert!(devs[0].memory.total > 0);
+
+    // MIG parent read without privileges: memory answers, process lists do not.
+    fault(&b, &["--clear"]);
+    fault(&b, &["--mig-unprivileged", "0"]);
+    let py = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py["devices"][0]["compute_error"], 4, "{py}");
+    assert!(py["devices"][0]["total"].as_u64().unwrap() > 0);
+    let real = real_backend(&b, "nvml", &[]);
+    assert_eq!(
+        real["processes"][0]["code"], "NVML_ERROR_NO_PERMISSION",
+        "{real}"
+    );
+    assert!(m.processes(0).is_err());
+    assert!(m.memory(0).is_ok());
+}
+
+#[test]
+fn driver_library_mismatch_is_an_environment_error() {
+    let b = cli_box("t4", None);
+    fault(&b, &["--version-mismatch"]);
+    let py = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py["init_error"], 18, "{py}");
+    let c = probe(&b, "cuda", &[], &[]);
+    assert_eq!(c["init"], 803, "{c}");
+    let real = real_backend(&b, "nvml", &[]);
+    assert_eq!(real["open"]["environment"], true, "{real}");
+    assert!(real["open"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("Driver/library version mismatch"));
+    let real = real_backend(&b, "cuda", &[]);
+    assert_eq!(real["open"]["environment"], true, "{real}");
+    assert_eq!(real["open"]["code"], "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH");
+}
+
+#[test]
+fn cuda_faults_read_as_codes_with_advice() {
+    let b = cli_box("2xt4", None);
+    let s = sim(&b);
+    let in_process_fill = || -> Result<u64, GpuError> {
+        let mut d = SimDriver::open(SimProcess::new(s.clone(), None))?;
+        let c = d.create_context(0)?;
+        let a = d.alloc(c, 4 * MIB)?;
+        d.fill(a, 7)
+    };
+
+    // 226, newer than the CUDA 12.0 headers cudarc is built with: no undefined behaviour.
+    fault(&b, &["--contained", "0"]);
+    let c = probe(&b, "cuda", &[], &[]);
+    assert_eq!(c["synchronize"], 226, "{c}");
+    assert_eq!(c["synchronize_name"], "CUDA_ERROR_CONTAINED");
+    let real = real_backend(&b, "cuda", &[]);
+    assert_eq!(real["fill"]["code"], "CUDA_ERROR_CONTAINED", "{real}");
+    assert!(real["fill"]["error"].as_str().unwrap().contains("restart"));
+    let e = in_process_fill().unwrap_err();
+    assert!(e.to_string().contains("CUDA_ERROR_CONTAINED"), "{e}");
+
+    // The toolkit's stub libcuda.so shadowing the driver: an environment error.
+    fault(&b, &["--clear"]);
+    fault(&b, &["--cuda-stub"]);
+    assert_eq!(probe(&b, "cuda", &[], &[])["init"], 34);
+    let real = real_backend(&b, "cuda", &[]);
+    assert_eq!(real["open"]["code"], "CUDA_ERROR_STUB_LIBRARY", "{real}");
+    assert_eq!(real["open"]["environment"], true);
+    assert!(real["open"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("LD_LIBRARY_PATH"));
+    assert!(in_process_fill().unwrap_err().is_environment());
+
+    // No PTX JIT compiler: the fill kernel cannot load.
+    fault(&b, &["--clear"]);
+    fault(&b, &["--no-ptx-jit"]);
+    assert_eq!(probe(&b, "cuda", &[], &[])["module_load"], 221);
+    let real = real_backend(&b, "cuda", &[]);
+    assert_eq!(
+        real["fill"]["code"], "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+        "{real}"
+    );
+    assert_eq!(real["fill"]["environment"], true);
+    assert!(in_process_fill().unwrap_err().is_environment());
+
+    // Exclusive-process mode: a second process cannot make a context.
+    fault(&b, &["--clear"]);
+    fault(&b, &["--exclusive-process", "0"]);
+    let mut first = Command::new(python())
+        .arg(probe_script())
+        .args(["cuda", "hold"])
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(first.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(held["retain"], 0, "{held}");
+    assert_eq!(probe(&b, "cuda", &[], &[])["retain"], 46);
+    let real = real_backend(&b, "cuda", &[]);
+    assert_eq!(
+        real["fill"]["code"], "CUDA_ERROR_DEVICE_UNAVAILABLE",
+        "{real}"
+    );
+    assert!(matches!(
+        in_process_fill(),
+        Err(GpuError::Driver { ref code, .. }) if code == "CUDA_ERROR_DEVICE_UNAVAILABLE"
+    ));
+    let _ = first.stdin.take().unwrap().write_all(b"");
+    first.wait().unwrap();
+    // Device 1 is in the default mode: two processes share it.
+    assert_eq!(
+        probe(&b, "cuda", &[], &[("CUDA_VISIBLE_DEVICES", "1")])["retain"],
+        0
+    );
+
+    // cuMemGetInfo's total leaves out what NVML's total counts as reserved.
+    fault(&b, &["--clear"]);
+    fault(&b, &["--cuda-total-excludes-reserved"]);
+    let c = probe(&b, "cuda", &[], &[]);
+    let d = &s.devices()[0];
+    assert_eq!(c["total"], d.total - d.reserved, "{c}");
+    assert_eq!(probe(&b, "nvml", &[], &[])["devices"][0]["total"], d.total);
+}
