@@ -18,11 +18,29 @@ pub const WIDTH: u16 = 100;
 
 pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     crate::report::write::check_outputs(&args.out, args.force)?;
+    if let Some(p) = &args.prom {
+        check_prom_path(p)?;
+    }
     let pidns = inventory::detect_pid_namespace()?;
     let monitor = session.monitor()?;
     let sim_spec = session.sim_spec();
+    let started = std::time::Instant::now();
     let inv = inventory::collect(monitor.as_ref(), sim_spec, pidns)?;
     let report = build_report(&inv, &Thresholds::default());
+    if let Some(path) = &args.prom {
+        let collection = crate::report::prom::Collection {
+            success: true,
+            duration_seconds: started.elapsed().as_secs_f64(),
+            timestamp_seconds: report.created_unix_ms as f64 / 1000.0,
+            backend: monitor.backend().to_string(),
+        };
+        let opts = crate::report::prom::PromOptions {
+            per_process: args.per_process,
+        };
+        let text = crate::report::prom::render(report.scan.as_ref(), &collection, opts)?;
+        // Always replaced: the textfile collector reads the latest file, written atomically.
+        crate::report::write::write_atomic(path, text.as_bytes(), true)?;
+    }
 
     let bytes = if args.json {
         render(&report, Format::Json)?
@@ -45,6 +63,18 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         (Some(level), Some(w)) if w >= level => crate::exit::FINDINGS,
         _ => crate::exit::OK,
     })
+}
+
+/// node_exporter's textfile collector reads `*.prom` files only.
+fn check_prom_path(path: &std::path::Path) -> Result<(), crate::exit::UsageError> {
+    if path.extension().and_then(|e| e.to_str()) == Some("prom") {
+        Ok(())
+    } else {
+        Err(crate::exit::UsageError(format!(
+            "--prom {}: name the file *.prom (node_exporter's textfile collector reads only those)",
+            path.display()
+        )))
+    }
 }
 
 /// The report model for one scan (pure: inventory in, report out).

@@ -11,7 +11,7 @@ use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use rules::{
-    device_headroom, duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner,
+    device_headroom, device_lost, unattributed_bytes, duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner,
     stray_context, usage_unavailable,
 };
 
@@ -23,6 +23,7 @@ pub mod ids {
     pub const USAGE_UNAVAILABLE: &str = "usage-unavailable";
     pub const LOW_HEADROOM: &str = "low-headroom";
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
+    pub const DEVICE_LOST: &str = "device-lost";
 }
 
 /// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.
