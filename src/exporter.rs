@@ -104,10 +104,7 @@ pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
 }
 
 /// One collection, rendered: returns the exposition and the collection's error, if any.
-pub fn collect_exposition(
-    monitor: &dyn Monitor,
-    cfg: &CollectConfig,
-) -> (Vec<u8>, Option<String>) {
+pub fn collect_exposition(monitor: &dyn Monitor, cfg: &CollectConfig) -> (Vec<u8>, Option<String>) {
     let start = Instant::now();
     let c = collect(monitor, cfg);
     let meta = Collection {
@@ -419,14 +416,7 @@ fn serve_connection(mut stream: TcpStream, latest: &Latest, cfg: &ServerConfig) 
             Head::Complete(end) => end,
             Head::Gone => return,
             Head::Timeout => {
-                let _ = respond(
-                    &mut stream,
-                    "408 Request Timeout",
-                    plain,
-                    b"",
-                    true,
-                    &[],
-                );
+                let _ = respond(&mut stream, "408 Request Timeout", plain, b"", true, &[]);
                 return;
             }
             Head::TooLarge => {
@@ -498,8 +488,7 @@ fn serve_connection(mut stream: TcpStream, latest: &Latest, cfg: &ServerConfig) 
         }
         let r = route(method, target, latest);
         let extra: &[&str] = if r.allow { &["Allow: GET"] } else { &[] };
-        if respond(&mut stream, r.status, r.content_type, &r.body, close, extra).is_err() || close
-        {
+        if respond(&mut stream, r.status, r.content_type, &r.body, close, extra).is_err() || close {
             return;
         }
     }
@@ -520,7 +509,10 @@ mod tests {
         let post = route("POST", "/metrics", &latest);
         assert_eq!(post.status, "405 Method Not Allowed");
         assert!(post.allow);
-        assert_eq!(route("HEAD", "/healthz", &latest).status, "405 Method Not Allowed");
+        assert_eq!(
+            route("HEAD", "/healthz", &latest).status,
+            "405 Method Not Allowed"
+        );
         assert_eq!(route("GET", "/", &latest).status, "404 Not Found");
         assert_eq!(route("GET", "/metricsx", &latest).status, "404 Not Found");
     }

@@ -20,7 +20,9 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 fn listen_addr(s: &str) -> Result<SocketAddr, UsageError> {
     let bad = |why: String| UsageError(format!("--listen {s:?}: {why}; write e.g. 127.0.0.1:9835"));
     let mut addrs = s.to_socket_addrs().map_err(|e| bad(e.to_string()))?;
-    addrs.next().ok_or_else(|| bad("resolves to no address".into()))
+    addrs
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
 }
 
 pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {

@@ -11,8 +11,8 @@ use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use rules::{
-    device_headroom, device_lost, unattributed_bytes, duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner,
-    stray_context, usage_unavailable,
+    device_headroom, device_lost, duplicate_copy, headroom, invisible_processes, low_headroom,
+    no_live_owner, stray_context, unattributed_bytes, usage_unavailable,
 };
 
 /// Stable finding ids (JSON `findings[].id`).

@@ -18,8 +18,13 @@ pub struct JunitError(String);
 pub enum CaseOutcome {
     Passed,
     /// `message`: one line (the `message` attribute); `evidence`: the element text.
-    Failed { message: String, evidence: String },
-    Skipped { reason: String },
+    Failed {
+        message: String,
+        evidence: String,
+    },
+    Skipped {
+        reason: String,
+    },
 }
 
 /// One test case, independent of the XML crate.
@@ -167,7 +172,11 @@ pub fn render_cases(suite: &str, cases: &[Case]) -> Result<String, JunitError> {
 
 /// JUnit for a replay report: one test case per variant, in run order.
 pub fn render_replay(report: &Report, html_report: Option<&str>) -> Result<String, JunitError> {
-    let runs = report.replay.as_ref().map(|r| r.runs.as_slice()).unwrap_or(&[]);
+    let runs = report
+        .replay
+        .as_ref()
+        .map(|r| r.runs.as_slice())
+        .unwrap_or(&[]);
     let cases: Vec<Case> = runs.iter().map(|r| variant_case(r, html_report)).collect();
     render_cases("vramdoc replay", &cases)
 }

@@ -216,7 +216,9 @@ pub fn render(
                 unattributed.with_label_values(&l).set(b as f64);
             }
             if let Some(h) = scan.headroom.iter().find(|h| h.device == d.index) {
-                ratio.with_label_values(&l).set(h.max_gpu_memory_utilization);
+                ratio
+                    .with_label_values(&l)
+                    .set(h.max_gpu_memory_utilization);
             }
         }
         if opts.per_process {

@@ -26,9 +26,8 @@ pub fn fit(markdown: &str, existing: u64, full_report: Option<&str>) -> Option<S
         Some(p) => format!("full report: `{}`", p.replace('`', "'")),
         None => "write the full report with `--out report.html`".to_string(),
     };
-    let note = format!(
-        "\n> **Summary truncated** to fit GitHub's 1 MiB job-summary limit; {pointer}.\n"
-    );
+    let note =
+        format!("\n> **Summary truncated** to fit GitHub's 1 MiB job-summary limit; {pointer}.\n");
     // Room for the note and a closing code fence.
     let budget = room.checked_sub(note.len() + 4)?;
     let mut cut = budget.min(md.len());
@@ -70,7 +69,10 @@ mod tests {
         for existing in [0u64, 1000, (LIMIT - 5000) as u64] {
             let out = fit(&md, existing, Some("out/replay.html")).unwrap();
             assert!(out.len() as u64 + existing <= LIMIT as u64, "{existing}");
-            assert!(out.len() as u64 + existing > LIMIT as u64 - 200, "uses the room");
+            assert!(
+                out.len() as u64 + existing > LIMIT as u64 - 200,
+                "uses the room"
+            );
             assert!(out.contains("full report: `out/replay.html`"));
             assert_eq!(out.matches("```").count() % 2, 0, "code fence closed");
             assert!(out.ends_with(".\n"));
