@@ -105,7 +105,7 @@ pub fn variant_case(run: &VariantRun, html_report: Option<&str>) -> Case {
     );
     Case {
         classname: format!("vramdoc.replay.{}", run.scenario),
-        name: run.variant.clone(),
+        name: format!("{}/{}", run.scenario, run.variant),
         outcome,
         duration: Duration::from_millis(run.duration_ms),
         system_out: Some(system_out),
