@@ -355,4 +355,55 @@ mod tests {
         assert!(text.contains("No findings."), "{text}");
         assert!(text.contains("No GPU processes."));
     }
+
+    #[test]
+    fn prometheus_exposition_of_a_scan() {
+        use crate::report::prom::{render, Collection, PromOptions};
+        let report = build_report(&inv(), &Thresholds::default());
+        let c = Collection {
+            success: true,
+            duration_seconds: 0.01,
+            timestamp_seconds: 1.0,
+            backend: "sim".into(),
+        };
+        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix} missing in {text}"))
+                .to_string()
+        };
+        let used = (448 * MIB + 70 * GIB) as f64;
+        assert_eq!(
+            line("vramdoc_gpu_memory_used_bytes{gpu=\"0\""),
+            format!("vramdoc_gpu_memory_used_bytes{{gpu=\"0\",{u0}}} {used}")
+        );
+        // PID 77 does not exist in the (host) namespace: its 70 GiB have no live owner.
+        assert_eq!(
+            line("vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\""),
+            format!(
+                "vramdoc_gpu_memory_unattributed_bytes{{gpu=\"0\",{u0}}} {}",
+                (70 * GIB) as f64
+            )
+        );
+        assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
+        assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
+        assert!(
+            text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("comm=\"unknown\",gpu=\"0\",pid=\"77\""),
+            "{text}"
+        );
+        assert!(!text.contains("vllm.entrypoints"), "never the command line");
+        let h = &report.scan.as_ref().unwrap().headroom[1];
+        assert!(text.contains(&format!(
+            "vramdoc_vllm_max_safe_gpu_memory_utilization_ratio{{gpu=\"1\",uuid=\"GPU-00000001-0000-0000-0000-000000000000\"}} {}",
+            h.max_gpu_memory_utilization
+        )));
+        let without = render(report.scan.as_ref(), &c, PromOptions::default()).unwrap();
+        assert!(!without.contains("vramdoc_process_gpu_memory_bytes"));
+    }
 }
