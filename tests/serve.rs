@@ -572,3 +572,31 @@ fn scan_prom_writes_the_exporters_metrics() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("*.prom"));
 }
+
+#[test]
+fn bad_flags_exit_2_and_a_busy_port_exits_3() {
+    let dir = fresh_box("t4");
+    let run = |args: &[&str]| {
+        let out = vramdoc()
+            .env("VRAMDOC_SIM_DIR", dir.path())
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["--interval", "1ms"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--interval"), "{err}");
+    let (code, err) = run(&["--listen", "not an address"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--listen"), "{err}");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let (code, err) = run(&["--listen", &addr]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
