@@ -53,8 +53,9 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-/// Read one response (Content-Length framed); returns the body length.
-fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> usize {
+/// Read one response (Content-Length framed); returns the body length and whether the
+/// server closes the connection after it.
+fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> (usize, bool) {
     buf.clear();
     let mut chunk = [0u8; 65536];
     loop {
@@ -74,7 +75,7 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> usize {
                 assert!(n > 0, "short body");
                 buf.extend_from_slice(&chunk[..n]);
             }
-            return len;
+            return (len, head.contains("connection: close"));
         }
     }
 }
@@ -94,8 +95,13 @@ fn scrape_latencies(addr: SocketAddr, keep_alive: bool, n: usize) -> (Vec<Durati
         }
         let s = conn.as_mut().expect("connection");
         s.write_all(req).expect("send");
-        size = read_response(s, &mut buf);
+        let (len, closed) = read_response(s, &mut buf);
         out.push(t0.elapsed());
+        size = len;
+        if closed {
+            // The server ends a kept-alive connection after 1000 requests.
+            conn = None;
+        }
     }
     out.sort();
     (out, size)
