@@ -30,7 +30,9 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
                 FINDINGS
             };
         }
-        if cause.downcast_ref::<EnvironmentError>().is_some() {
+        if cause.downcast_ref::<EnvironmentError>().is_some()
+            || cause.downcast_ref::<crate::term::OutputError>().is_some()
+        {
             return ENVIRONMENT;
         }
         if cause

@@ -3,18 +3,46 @@
 use clap::Parser;
 
 fn main() {
-    let cli = vramdoc::cli::Cli::parse();
+    let cli = match vramdoc::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version go to standard output through the one writer, so a full
+        // disk is an error (exit 3) there too; usage errors go to stderr (exit 2).
+        Err(e) if !e.use_stderr() => {
+            let text = e.render().to_string();
+            let code = match vramdoc::term::write_stdout(text.as_bytes()) {
+                Ok(()) => vramdoc::exit::OK,
+                Err(err) => {
+                    vramdoc::term::eprint_line(&format!("error: {err}"));
+                    vramdoc::exit::ENVIRONMENT
+                }
+            };
+            std::process::exit(code);
+        }
+        Err(e) => e.exit(),
+    };
     let code = match vramdoc::commands::run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", one_line(&err));
+            vramdoc::term::eprint_line(&format!("error: {}", one_line(&err)));
             vramdoc::exit::code_for(&err)
         }
     };
     std::process::exit(code);
 }
 
-/// `{err:#}` on one line: causes joined by ": ", newlines folded.
+/// The error and its causes on one line, joined by ": ", newlines folded. A cause whose text
+/// its parent already shows (an OS error quoted by the message that wraps it) is printed once.
 fn one_line(err: &anyhow::Error) -> String {
-    format!("{err:#}").replace('\n', " ")
+    let mut s = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if s.contains(&text) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&text);
+    }
+    s.replace('\n', " ")
 }

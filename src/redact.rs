@@ -26,43 +26,207 @@ pub const ENV_ALLOW_PREFIXES: &[&str] = &[
     "MASTER_PORT",
 ];
 
+/// Whether a name (environment variable, flag, header, JSON key, query parameter) names a
+/// secret. Separators (`-`, `.`) count as `_`. `TOKENS` / `TOKENIZER` are counts and model
+/// names (`--max-num-batched-tokens`, `--tokenizer`), not secrets.
 fn name_is_secret(name: &str) -> bool {
-    let n = name.to_ascii_uppercase();
-    n.contains("TOKEN")
+    let n = name
+        .trim_start_matches(['-', '_'])
+        .to_ascii_uppercase()
+        .replace(['-', '.'], "_");
+    if n.is_empty() {
+        return false;
+    }
+    let token = n.match_indices("TOKEN").any(|(i, _)| {
+        let rest = &n[i + 5..];
+        !(rest.starts_with('S') || rest.starts_with("IZ"))
+    });
+    token
         || n.contains("SECRET")
-        || n.contains("PASSWORD")
-        || n.contains("PASSWD")
-        || n.ends_with("_KEY")
-        || n == "KEY"
-        || n.contains("API_KEY")
+        || n.contains("PASS")
+        || n == "PWD"
+        || n.ends_with("_PWD")
+        || n.contains("KEY")
         || n.contains("CREDENTIAL")
         || n.contains("AUTH")
         || n.contains("PRIVATE")
         || n.contains("COOKIE")
         || n.contains("SESSION")
+        || n.contains("SIGNATURE")
+        || n == "SIG"
+        || n.ends_with("_SIG")
+        || n == "JWT"
 }
 
-/// Whether a URL-ish value carries credentials (`scheme://user:pass@host`).
-fn has_url_credentials(v: &str) -> bool {
-    if let Some(pos) = v.find("://") {
-        let rest = &v[pos + 3..];
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        return authority.contains('@');
-    }
-    false
+/// Authorization schemes kept in front of a redacted credential (`Bearer «redacted»`).
+fn is_auth_scheme(w: &str) -> bool {
+    [
+        "bearer",
+        "basic",
+        "token",
+        "digest",
+        "bot",
+        "negotiate",
+        "apikey",
+    ]
+    .iter()
+    .any(|s| w.eq_ignore_ascii_case(s))
 }
 
-fn redact_url(v: &str) -> String {
-    // Keep scheme and host, drop the userinfo.
-    if let Some(pos) = v.find("://") {
-        let (scheme, rest) = v.split_at(pos + 3);
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        if let Some(at) = authority.rfind('@') {
-            return format!("{scheme}{REDACTED}@{}{tail}", &authority[at + 1..]);
+/// Characters of a name in `name=value` / `Name: value`.
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')
+}
+
+/// `scheme://user:password@host` → `scheme://«redacted»@host`, for every URL in `s`.
+fn redact_urls(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find("://") {
+        let (head, tail) = rest.split_at(pos + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| {
+                matches!(c, '/' | '?' | '#' | '"' | '\'' | '<' | '>') || c.is_whitespace()
+            })
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str(REDACTED);
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
         }
+        rest = &tail[end..];
     }
-    v.to_string()
+    out.push_str(rest);
+    out
+}
+
+/// JSON or Python-dict pairs whose key names a secret: `"api_key": "v"`, `'token': 'v'`,
+/// `"password": 1234` → the value replaced, quotes kept.
+fn redact_quoted_pairs(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let q = b[i];
+        if q != b'"' && q != b'\'' {
+            i += 1;
+            continue;
+        }
+        let Some(close) = s[i + 1..].find(q as char).map(|k| i + 1 + k) else {
+            break;
+        };
+        let name = &s[i + 1..close];
+        let mut j = close + 1;
+        while j < b.len() && b[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if j >= b.len() || (b[j] != b':' && b[j] != b'=') || !name_is_secret(name) {
+            i = close + 1;
+            continue;
+        }
+        j += 1;
+        while j < b.len() && b[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        let (vstart, vend) = if j < b.len() && (b[j] == b'"' || b[j] == b'\'') {
+            let vq = b[j];
+            let mut k = j + 1;
+            while k < b.len() && b[k] != vq {
+                k += if b[k] == b'\\' { 2 } else { 1 };
+            }
+            (j + 1, k.min(b.len()))
+        } else {
+            let mut k = j;
+            while k < b.len()
+                && !matches!(b[k], b',' | b'}' | b']' | b')')
+                && !b[k].is_ascii_whitespace()
+            {
+                k += 1;
+            }
+            (j, k)
+        };
+        if vend > vstart {
+            out.push_str(&s[copied..vstart]);
+            out.push_str(REDACTED);
+            copied = vend;
+        }
+        i = vend.max(close + 1);
+    }
+    out.push_str(&s[copied..]);
+    out
+}
+
+/// `name=value` (assignments, `key=value` blobs, URL query parameters) and `Name: value`
+/// (credential headers) whose name is a secret → the value replaced. An authorization
+/// scheme after `:` is kept (`Authorization: Bearer «redacted»`).
+fn redact_pairs(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let sep = b[i];
+        if sep != b'=' && sep != b':' {
+            i += 1;
+            continue;
+        }
+        // The name, possibly quoted (`"token":`, `\"token\":` inside a shell-quoted blob).
+        let mut end = i;
+        while end > 0 && matches!(b[end - 1], b'"' | b'\'' | b'\\') {
+            end -= 1;
+        }
+        let mut start = end;
+        while start > 0 && is_name_byte(b[start - 1]) {
+            start -= 1;
+        }
+        let name = &s[start..end];
+        if name.is_empty() || !name_is_secret(name) || s[i..].starts_with("://") {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        if sep == b':' {
+            while j < b.len() && b[j] == b' ' {
+                j += 1;
+            }
+            // Keep an authorization scheme.
+            let word_end = s[j..]
+                .find(|c: char| c.is_whitespace())
+                .map_or(b.len(), |k| j + k);
+            if word_end < b.len() && is_auth_scheme(&s[j..word_end]) {
+                j = word_end;
+                while j < b.len() && b[j] == b' ' {
+                    j += 1;
+                }
+            }
+        }
+        while j < b.len() && matches!(b[j], b'"' | b'\'' | b'\\') {
+            j += 1;
+        }
+        let mut k = j;
+        while k < b.len()
+            && !matches!(
+                b[k],
+                b'&' | b',' | b';' | b'"' | b'\'' | b'\\' | b'}' | b']' | b')'
+            )
+            && !b[k].is_ascii_whitespace()
+        {
+            k += 1;
+        }
+        if k > j {
+            out.push_str(&s[copied..j]);
+            out.push_str(REDACTED);
+            copied = k;
+        }
+        i = k.max(i + 1);
+    }
+    out.push_str(&s[copied..]);
+    out
 }
 
 /// Values that look like secrets whatever their name: long opaque tokens with known prefixes.
@@ -82,6 +246,36 @@ fn value_looks_secret(v: &str) -> bool {
     PREFIXES.iter().any(|p| v.starts_with(p) && v.len() >= 12)
 }
 
+/// Known token shapes (`hf_…`, `sk-…`, JWTs) anywhere in `s`, at a word start.
+fn redact_token_words(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if value_looks_secret(word) {
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// Every in-string rule, in order: URLs, quoted pairs, `name=value` / `Name: value`, token
+/// shapes. Idempotent.
+fn redact_inline(s: &str) -> String {
+    redact_token_words(&redact_pairs(&redact_quoted_pairs(&redact_urls(s))))
+}
+
 /// One environment variable as it may be shown: `None` when it is not on the allow-list,
 /// the value with secrets replaced otherwise.
 pub fn redact_env(name: &str, value: &str) -> Option<String> {
@@ -92,58 +286,118 @@ pub fn redact_env(name: &str, value: &str) -> Option<String> {
     if name_is_secret(name) || value_looks_secret(value) {
         return Some(REDACTED.to_string());
     }
-    if has_url_credentials(value) {
-        return Some(redact_url(value));
-    }
-    Some(value.to_string())
+    Some(redact_inline(value))
 }
 
-/// A command line (argv) with secrets replaced: `--token=…`, `--api-key …`, `KEY=…`
-/// assignments, URLs with credentials and token-looking values.
+/// What the previous argument asks of the next one.
+#[derive(Clone, Copy, PartialEq)]
+enum Pending {
+    None,
+    /// After `--token`: the next argument is the secret (unless it is another flag).
+    Value,
+    /// After `Authorization:`: an optional scheme, then the secret.
+    Header,
+    /// After curl's `-u` / `--user`: `user:password`, the password is the secret.
+    UserPassword,
+}
+
+/// A command line (argv) with secrets replaced: `--token=…` / `--api-key …` (any flag naming
+/// a token, secret, password, key, auth, cookie or session, with `=` or as the next
+/// argument), credential headers (`Authorization: Bearer …`, `X-Api-Key: …`, in one argument
+/// or split over several), `key=value` and JSON blobs with secret-looking keys, URL query
+/// parameters (`access_token=`, `sig=`), `user:password@` in URLs, and token-shaped values
+/// (`hf_…`, `sk-…`). Idempotent: redacting its output changes nothing.
 pub fn redact_args(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
-    let mut hide_next = false;
+    let mut pending = Pending::None;
     for arg in args {
-        if hide_next {
-            out.push(REDACTED.to_string());
-            hide_next = false;
-            continue;
+        match pending {
+            Pending::Value if !is_flag(arg) => {
+                out.push(replace_core(arg));
+                pending = Pending::None;
+                continue;
+            }
+            Pending::Header if is_auth_scheme(arg) => {
+                out.push(arg.clone());
+                pending = Pending::Value;
+                continue;
+            }
+            Pending::Header if !is_flag(arg) => {
+                out.push(replace_core(arg));
+                pending = Pending::None;
+                continue;
+            }
+            Pending::UserPassword if !is_flag(arg) => {
+                pending = Pending::None;
+                if let Some((user, pw)) = arg.split_once(':') {
+                    if !pw.is_empty() {
+                        out.push(format!("{user}:{REDACTED}"));
+                        continue;
+                    }
+                }
+            }
+            _ => pending = Pending::None,
         }
-        out.push(redact_arg(arg, &mut hide_next));
+        out.push(redact_arg(arg, &mut pending));
     }
     out
 }
 
-fn redact_arg(arg: &str, hide_next: &mut bool) -> String {
-    if let Some(flag) = arg.strip_prefix('-') {
-        let flag = flag.trim_start_matches('-');
-        if let Some((name, _value)) = flag.split_once('=') {
-            if name_is_secret(&name.replace('-', "_")) {
-                let dashes = &arg[..arg.len() - flag.len()];
-                return format!("{dashes}{name}={REDACTED}");
-            }
-        } else if name_is_secret(&flag.replace('-', "_")) && !flag.is_empty() {
-            *hide_next = true;
+/// A secret value replaced, keeping quotes and punctuation around it (`"s",` → `"«redacted»",`).
+fn replace_core(w: &str) -> String {
+    let core = w.trim_start_matches(['"', '\'']);
+    let lead = &w[..w.len() - core.len()];
+    let inner = core.trim_end_matches(['"', '\'', ',', ';', '}', ']', ')']);
+    let trail = &core[inner.len()..];
+    if inner.is_empty() {
+        return w.to_string();
+    }
+    format!("{lead}{REDACTED}{trail}")
+}
+
+fn is_flag(arg: &str) -> bool {
+    arg.len() > 1 && arg.starts_with('-')
+}
+
+fn redact_arg(arg: &str, pending: &mut Pending) -> String {
+    if is_flag(arg) {
+        let flag = arg.trim_start_matches('-');
+        let dashes = &arg[..arg.len() - flag.len()];
+        if arg == "-u" || arg == "--user" {
+            *pending = Pending::UserPassword;
             return arg.to_string();
         }
-    } else if let Some((name, _)) = arg.split_once('=') {
-        // KEY=value assignments (env prefixes, `key=value` options).
-        if !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
-            && name_is_secret(&name.replace(['-', '.'], "_"))
-        {
-            return format!("{name}={REDACTED}");
+        if let Some(rest) = arg.strip_prefix("--user=") {
+            if let Some((user, pw)) = rest.split_once(':') {
+                if !pw.is_empty() {
+                    return format!("--user={user}:{REDACTED}");
+                }
+            }
+        }
+        match flag.split_once('=') {
+            Some((name, _)) if name_is_secret(name) => {
+                return format!("{dashes}{name}={REDACTED}");
+            }
+            None if name_is_secret(flag) => {
+                *pending = Pending::Value;
+                return arg.to_string();
+            }
+            _ => {}
+        }
+    } else if let Some(name) = arg.strip_suffix(':') {
+        // `Authorization:` / `{"api_key":` (a header or a JSON key split from its value).
+        let name = name
+            .trim_start_matches(['{', '[', '(', ',', '"', '\'', '\\'])
+            .trim_end_matches(['"', '\'', '\\']);
+        if !name.is_empty() && name.bytes().all(is_name_byte) && name_is_secret(name) {
+            *pending = Pending::Header;
+            return arg.to_string();
         }
     }
     if value_looks_secret(arg) {
         return REDACTED.to_string();
     }
-    if has_url_credentials(arg) {
-        return redact_url(arg);
-    }
-    arg.to_string()
+    redact_inline(arg)
 }
 
 /// A command line joined for display, redacted.
@@ -151,9 +405,44 @@ pub fn redact_cmdline(args: &[String]) -> String {
     redact_args(args).join(" ")
 }
 
+/// A command line held as one string (as reports store it), redacted word by word with the
+/// same rules as [`redact_args`]. Runs of whitespace are kept, so text without secrets comes
+/// back byte for byte, and `redact_text(&redact_cmdline(a)) == redact_cmdline(a)`.
+pub fn redact_text(s: &str) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut seps: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    let mut sep = String::new();
+    for ch in s.chars() {
+        if ch.is_whitespace() {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+            sep.push(ch);
+        } else {
+            if cur.is_empty() {
+                seps.push(std::mem::take(&mut sep));
+            }
+            cur.push(ch);
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    let redacted = redact_args(&words);
+    let mut out = String::with_capacity(s.len());
+    for (i, w) in redacted.iter().enumerate() {
+        out.push_str(seps.get(i).map(String::as_str).unwrap_or(" "));
+        out.push_str(w);
+    }
+    out.push_str(&sep);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn v(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
@@ -184,6 +473,78 @@ mod tests {
     }
 
     #[test]
+    fn every_shape_of_issue_9() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["curl", "-H", "Authorization: Bearer S3CRETa"],
+                "curl -H Authorization: Bearer «redacted»",
+            ),
+            (
+                &["curl", "-H", "Authorization:", "Bearer", "S3CRETa"],
+                "curl -H Authorization: Bearer «redacted»",
+            ),
+            (
+                &["curl", "-H", "X-Api-Key: S3CRETa"],
+                "curl -H X-Api-Key: «redacted»",
+            ),
+            (&["x", "--db-pass=S3CRETa"], "x --db-pass=«redacted»"),
+            (
+                &["x", "--passphrase", "S3CRETa"],
+                "x --passphrase «redacted»",
+            ),
+            (
+                &["x", "--hf-token", "S3CRETa", "--tokenizer", "meta/llama"],
+                "x --hf-token «redacted» --tokenizer meta/llama",
+            ),
+            (
+                &[
+                    "x",
+                    "--client-secret=S3CRETa",
+                    "--max-num-batched-tokens",
+                    "8192",
+                ],
+                "x --client-secret=«redacted» --max-num-batched-tokens 8192",
+            ),
+            (&["x", "--ssh-key", "S3CRETa"], "x --ssh-key «redacted»"),
+            (
+                &["x", "--config", r#"{"api_key": "S3CRETa", "model": "m"}"#],
+                r#"x --config {"api_key": "«redacted»", "model": "m"}"#,
+            ),
+            (
+                &["x", "--opts", "user=bob,password=S3CRETa,host=h"],
+                "x --opts user=bob,password=«redacted»,host=h",
+            ),
+            (
+                &["x", "https://h/p?access_token=S3CRETa&x=1"],
+                "x https://h/p?access_token=«redacted»&x=1",
+            ),
+            (
+                &["x", "https://h/b?sv=1&sig=S3CRETa"],
+                "x https://h/b?sv=1&sig=«redacted»",
+            ),
+            (
+                &["x", "--url=https://bob:S3CRETa@h:5432/db"],
+                "x --url=https://«redacted»@h:5432/db",
+            ),
+            (&["x", "--no-auth", "--model", "m"], "x --no-auth --model m"),
+            (
+                &["curl", "-u", "bob:S3CRETa", "h"],
+                "curl -u bob:«redacted» h",
+            ),
+            (
+                &["curl", "--user=bob:S3CRETa"],
+                "curl --user=bob:«redacted»",
+            ),
+        ];
+        for (args, want) in cases {
+            let got = redact_cmdline(&v(args));
+            assert_eq!(&got, want, "{args:?}");
+            assert_eq!(redact_text(&got), got, "re-redaction changes nothing");
+            assert_eq!(redact_text(&args.join(" ")), *want, "text form of {args:?}");
+        }
+    }
+
+    #[test]
     fn env_allow_list_and_secrets() {
         assert_eq!(
             redact_env("CUDA_VISIBLE_DEVICES", "1").as_deref(),
@@ -195,5 +556,62 @@ mod tests {
         assert_eq!(redact_env("NCCL_SECRET", "x").as_deref(), Some(REDACTED));
         let url = redact_env("TORCH_HUB_URL", "https://u:p@h/x").unwrap();
         assert!(!url.contains("u:p"), "{url}");
+    }
+
+    /// A secret in one of the shapes real command lines carry (`pick` chooses).
+    fn shaped(pick: usize, s: &str) -> Vec<String> {
+        match pick % 14 {
+            0 => vec!["-H".into(), format!("Authorization: Bearer {s}")],
+            1 => vec!["-H".into(), format!("X-Api-Key: {s}")],
+            2 => vec![
+                "-H".into(),
+                "Authorization:".into(),
+                "Basic".into(),
+                s.into(),
+            ],
+            3 => vec![format!("--db-password={s}")],
+            4 => vec!["--auth-token".into(), s.into()],
+            5 => vec!["--secret".into(), s.into()],
+            6 => vec!["--private-key".into(), s.into()],
+            7 => vec![format!("--json={{\"token\":\"{s}\",\"n\":1}}")],
+            8 => vec![format!("{{'api_key': '{s}'}}")],
+            9 => vec![format!("a=1;password={s};b=2")],
+            10 => vec![format!("https://h/x?access_token={s}")],
+            11 => vec![format!("https://h/x?a=b&sig={s}")],
+            12 => vec![format!("s3://me:{s}@bucket/key")],
+            _ => vec![format!("HF_TOKEN={s}")],
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn no_shape_leaks_in_argv_or_text(
+            secret in "S3cr[A-Za-z0-9]{6,24}",
+            before in proptest::collection::vec("[a-z]{1,8}|--[a-z]{2,8}", 0..4),
+            after in proptest::collection::vec("[a-z]{1,8}|--model", 0..4),
+            pick in 0usize..14,
+        ) {
+            let shape = shaped(pick, &secret);
+            let mut args = before.clone();
+            args.extend(shape);
+            args.extend(after.clone());
+            let table = redact_cmdline(&args);
+            prop_assert!(!table.contains(&secret), "argv leak: {}", table);
+            let text = redact_text(&args.join(" "));
+            prop_assert!(!text.contains(&secret), "text leak: {}", text);
+            // The report re-redaction pass leaves collected data alone.
+            prop_assert_eq!(redact_text(&text), text.clone());
+            prop_assert!(!redact_text(&table).contains(&secret));
+        }
+
+        #[test]
+        fn idempotent_on_anything(args in proptest::collection::vec("\\PC{0,20}", 0..6)) {
+            let once = redact_args(&args);
+            prop_assert_eq!(redact_args(&once), once.clone());
+            let t = args.join(" ");
+            let once = redact_text(&t);
+            prop_assert_eq!(redact_text(&once), once);
+        }
     }
 }

@@ -600,3 +600,18 @@ fn bad_flags_exit_2_and_a_busy_port_exits_3() {
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
+
+/// On a private `--sim` box (whose signal handler removes the box) SIGTERM still stops the
+/// exporter cleanly.
+#[test]
+fn serve_on_a_private_sim_box_stops_on_sigterm() {
+    let dir = fresh_box("t4");
+    let serve = Serve::start(dir.path(), &[], &["--sim", "2x24GiB"], &[]);
+    let text = serve.metrics();
+    assert_eq!(
+        sample(&text, "vramdoc_gpu_memory_capacity_bytes", &[("gpu", "1")]),
+        Some(24.0 * GIB as f64),
+        "the private 2-GPU box, not VRAMDOC_SIM_DIR's: {text}"
+    );
+    assert_eq!(serve.terminate(), Some(0));
+}

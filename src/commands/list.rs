@@ -21,7 +21,7 @@ pub fn run(args: &ListArgs) -> Result<i32> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::term::print_json(&serde_json::to_string_pretty(&v)?)?;
         return Ok(crate::exit::OK);
     }
     let mut t = Table::new();
@@ -41,7 +41,9 @@ pub fn run(args: &ListArgs) -> Result<i32> {
                 .join("\n"),
         ]);
     }
-    println!("{t}");
-    println!("Run one: vramdoc --sim 2x16GiB replay stray-cuda0   (format: docs/scenarios.md)");
+    crate::term::print(&t.to_string())?;
+    crate::term::print(
+        "Run one: vramdoc --sim 2x16GiB replay stray-cuda0   (format: docs/scenarios.md)",
+    )?;
     Ok(crate::exit::OK)
 }

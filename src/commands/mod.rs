@@ -12,7 +12,10 @@ pub mod sim;
 use crate::cli::{BackendArg, Cli, Command, GlobalArgs};
 use crate::gpu::{self, BackendKind, Driver, Monitor};
 use crate::sim::{InitOptions, SimBox, SIM_DIR_ENV};
-use anyhow::{Context, Result};
+use anyhow::Result;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where commands get their GPU from: the backend kind, and a private box for `--sim`.
 pub struct Session {
@@ -31,8 +34,18 @@ impl Session {
             let dir = tempfile::Builder::new()
                 .prefix("vramdoc-sim-")
                 .tempdir()
-                .context("creating a private simulated box")?;
+                .map_err(|e| {
+                    crate::exit::EnvironmentError(format!(
+                        "creating a private simulated box in {}: {e} (set TMPDIR to a writable directory)",
+                        std::env::temp_dir().display()
+                    ))
+                })?;
             SimBox::create(dir.path(), spec, &InitOptions::default())?;
+            // Removed on drop; on SIGINT/SIGTERM/SIGHUP by the handler (see `interrupt_flag`).
+            if let Ok(mut p) = PRIVATE_BOX.lock() {
+                *p = Some(dir.path().to_path_buf());
+            }
+            interrupt_flag();
             // Single-threaded here: set before any thread or child starts.
             std::env::set_var(SIM_DIR_ENV, dir.path());
             private_box = Some(dir);
@@ -58,13 +71,57 @@ impl Session {
         }
     }
 
+    /// The monitor, on a machine with at least one GPU (none: exit 3).
     pub fn monitor(&self) -> Result<Box<dyn Monitor>> {
-        Ok(gpu::open_monitor(self.backend)?)
+        let m = gpu::open_monitor(self.backend)?;
+        if m.devices()?.is_empty() {
+            return Err(gpu::GpuError::NoDevice(
+                "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
+            )
+            .into());
+        }
+        Ok(m)
     }
 
     pub fn driver(&self) -> Result<Box<dyn Driver>> {
         Ok(gpu::open_driver(self.backend)?)
     }
+}
+
+/// The private `--sim` box of this process, for the signal handler to remove.
+static PRIVATE_BOX: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Set by a command that polls [`interrupt_flag`] and stops cleanly itself (replay).
+static GRACEFUL: AtomicBool = AtomicBool::new(false);
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// The flag SIGINT, SIGTERM and SIGHUP set (one handler per process, installed on first
+/// use). A command that has not called [`handle_interrupts_gracefully`] is ended by the
+/// signal at once: its private box removed, one line on stderr, exit 1.
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    INTERRUPTED
+        .get_or_init(|| {
+            let flag = Arc::new(AtomicBool::new(false));
+            let f = flag.clone();
+            let _ = ctrlc::set_handler(move || {
+                f.store(true, Ordering::SeqCst);
+                if !GRACEFUL.load(Ordering::SeqCst) {
+                    if let Some(dir) = PRIVATE_BOX.lock().ok().and_then(|mut p| p.take()) {
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
+                    crate::term::eprint_line("interrupted");
+                    std::process::exit(crate::exit::FINDINGS);
+                }
+            });
+            flag
+        })
+        .clone()
+}
+
+/// For a command that stops cleanly on a signal itself (and writes what it has): the flag
+/// to poll.
+pub fn handle_interrupts_gracefully() -> Arc<AtomicBool> {
+    GRACEFUL.store(true, Ordering::SeqCst);
+    interrupt_flag()
 }
 
 /// Run a parsed command line; returns the exit code.

@@ -13,8 +13,7 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The hidden `vramdoc __worker` entry: the workload side of a replay.
 pub fn worker(session: &Session) -> i32 {
@@ -38,7 +37,8 @@ fn load(arg: &str) -> Result<Scenario> {
             ids.join(", ")
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| UsageError(format!("{arg}: {e}")))?;
+    let text = crate::input::read_text(path, crate::input::MAX_SCENARIO_BYTES, "scenario files")
+        .map_err(|e| UsageError(e.to_string()))?;
     parse_scenario(arg, &text).map_err(|e| UsageError(e.to_string()).into())
 }
 
@@ -50,7 +50,7 @@ struct Progress {
 
 impl Observer for Progress {
     fn variant_started(&mut self, scenario: &str, variant: &str, steps: usize) {
-        self.current = format!("{scenario}/{variant}");
+        self.current = crate::term::clean(&format!("{scenario}/{variant}"));
         let target = if self.tty {
             ProgressDrawTarget::stderr()
         } else {
@@ -70,20 +70,24 @@ impl Observer for Progress {
         let line = format!("replay {}: worker pid {pid}", self.current);
         match &self.bar {
             Some(b) if self.tty => b.println(line),
-            _ => eprintln!("{line}"),
+            _ => crate::term::eprint_line(&line),
         }
     }
     fn step_started(&mut self, index: usize, label: &str) {
         if let Some(b) = &self.bar {
             b.set_position(index as u64);
-            b.set_message(label.to_string());
+            b.set_message(crate::term::clean(label));
         }
     }
     fn variant_finished(&mut self, run: &VariantRun) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
-        eprintln!("replay {}: {}", self.current, verdict_str(run.verdict));
+        crate::term::eprint_line(&format!(
+            "replay {}: {}",
+            self.current,
+            verdict_str(run.verdict)
+        ));
     }
 }
 
@@ -131,10 +135,10 @@ fn summary(runs: &[VariantRun]) -> String {
     for r in runs {
         let passed = r.checks.iter().filter(|c| c.passed).count();
         t.add_row(vec![
-            r.scenario.clone(),
-            r.variant.clone(),
+            crate::term::clean(&r.scenario),
+            crate::term::clean(&r.variant),
             verdict_str(r.verdict).to_string(),
-            outcome(r),
+            crate::term::clean(&outcome(r)),
             peaks(r),
             format!("{passed}/{}", r.checks.len()),
         ]);
@@ -147,13 +151,13 @@ fn summary(runs: &[VariantRun]) -> String {
                 r.scenario, r.variant, c.expectation, c.detail
             );
             out.push('\n');
-            out.push_str(&truncate(&line, 100));
+            out.push_str(&truncate(&crate::term::clean(&line), 100));
         }
         if let Some(reason) = &r.reason {
             if r.checks.iter().all(|c| c.passed) {
                 out.push('\n');
                 out.push_str(&truncate(
-                    &format!("{}/{}: {reason}", r.scenario, r.variant),
+                    &crate::term::clean(&format!("{}/{}: {reason}", r.scenario, r.variant)),
                     100,
                 ));
             }
@@ -199,8 +203,10 @@ fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
         // The job summary is a courtesy: failing to write it never changes the verdict.
         match crate::report::write::append_step_summary(&path, &md, full.as_deref()) {
             Ok(true) => {}
-            Ok(false) => eprintln!("replay: {env} is full (1 MiB); summary not appended"),
-            Err(e) => eprintln!("replay: job summary not written: {e}"),
+            Ok(false) => crate::term::eprint_line(&format!(
+                "replay: {env} is full (1 MiB); summary not appended"
+            )),
+            Err(e) => crate::term::eprint_line(&format!("replay: job summary not written: {e}")),
         }
     }
     Ok(())
@@ -227,15 +233,22 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         }
     }
     // `all` stands for every built-in scenario, in `vramdoc list` order.
-    let scenarios: Vec<Scenario> = if args.scenarios.iter().any(|a| a == "all") {
-        crate::scenario::builtin::all()
-            .map_err(|e| UsageError(format!("built-in scenarios: {e}")))?
-    } else {
-        args.scenarios
-            .iter()
-            .map(|a| load(a))
-            .collect::<Result<_>>()?
-    };
+    // Every argument is resolved before anything runs: `all nope` is exit 2, not a long
+    // replay that ignores `nope`. A scenario named twice runs once.
+    let mut scenarios: Vec<Scenario> = Vec::new();
+    for a in &args.scenarios {
+        let more = if a == "all" {
+            crate::scenario::builtin::all()
+                .map_err(|e| UsageError(format!("built-in scenarios: {e}")))?
+        } else {
+            vec![load(a)?]
+        };
+        for s in more {
+            if !scenarios.iter().any(|k| k.id == s.id) {
+                scenarios.push(s);
+            }
+        }
+    }
     if let Some(v) = &args.variant {
         for s in &scenarios {
             if s.variant(v).is_none() {
@@ -251,13 +264,20 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
 
     let monitor = session.monitor()?;
     let devices = monitor.devices()?;
-    let exe = std::env::current_exe().context("locating the vramdoc binary for the worker")?;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        // A second handler cannot be installed (tests calling run twice): keep the first.
-        let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
+    // CUDA reads CUDA_VISIBLE_DEVICES up to its first bad entry; one that hides every GPU
+    // would make each variant fail in a confusing way. Same check on every backend.
+    if let Ok(cvd) = std::env::var("CUDA_VISIBLE_DEVICES") {
+        let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+        if crate::sim::visible::visible_devices(Some(&cvd), &uuids).is_empty() {
+            anyhow::bail!(EnvironmentError(format!(
+                "CUDA_VISIBLE_DEVICES={:?} leaves no visible GPU (CUDA reports no device); unset it or list device indices or UUIDs, e.g. 0,1",
+                crate::term::clean(&cvd)
+            )));
+        }
     }
+    let exe = std::env::current_exe().context("locating the vramdoc binary for the worker")?;
+    // SIGINT, SIGTERM and SIGHUP: the worker is stopped and the partial report written.
+    let interrupted = super::handle_interrupts_gracefully();
     let opts = ReplayOptions {
         backend: session.backend,
         sampler: SamplerConfig {
@@ -273,6 +293,10 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         current: String::new(),
     };
 
+    // Described now too: if the machine fails mid-replay the report still has its header.
+    let environment_at_start =
+        crate::report::environment::collect(monitor.as_ref(), session.sim_spec())?;
+    let mut fatal: Option<anyhow::Error> = None;
     let mut runs = Vec::new();
     'outer: for s in &scenarios {
         let variants: Vec<_> = s
@@ -294,24 +318,22 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
                         devices.len()
                     ),
                 );
-                progress.current = format!("{}/{}", s.id, v.name);
+                progress.current = crate::term::clean(&format!("{}/{}", s.id, v.name));
                 progress.variant_finished(&run);
                 runs.push(run);
                 continue;
             }
             match replay::run_variant(s, v, monitor.as_ref(), &devices, &opts, &mut progress) {
                 Ok(run) => runs.push(run),
+                // The machine failed under us (device lost, box removed): stop, but still
+                // report the variants already finished, then fail with exit 3.
                 Err(
                     e @ (ReplayError::Gpu(_)
                     | ReplayError::WorkerEnvironment(_)
                     | ReplayError::Spawn { .. }),
                 ) => {
-                    if let ReplayError::Gpu(g) = &e {
-                        if !g.is_environment() {
-                            anyhow::bail!(EnvironmentError(e.to_string()));
-                        }
-                    }
-                    return Err(anyhow::Error::new(EnvironmentError(e.to_string())));
+                    fatal = Some(anyhow::Error::new(EnvironmentError(e.to_string())));
+                    break 'outer;
                 }
             }
         }
@@ -319,7 +341,10 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let was_interrupted = interrupted.load(Ordering::SeqCst);
 
     let sim_spec = session.sim_spec();
-    let environment = crate::report::environment::collect(monitor.as_ref(), sim_spec)?;
+    let environment = match crate::report::environment::collect(monitor.as_ref(), sim_spec) {
+        Ok(env) => env,
+        Err(_) => environment_at_start,
+    };
     let report = Report {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Replay,
@@ -337,16 +362,21 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     write_ci_outputs(&report, args)?;
     if args.json {
         let bytes = crate::report::json::render(&report);
-        use std::io::Write;
-        std::io::stdout().write_all(&bytes)?;
-        println!();
+        crate::term::print_json(&String::from_utf8_lossy(&bytes))?;
     } else {
-        println!("{}", summary(&runs));
+        crate::term::print(&summary(&runs))?;
         if was_interrupted {
-            println!("interrupted: results above are partial");
+            crate::term::print("interrupted: results above are partial")?;
         }
     }
 
+    if let Some(e) = fatal {
+        crate::term::eprint_line(&format!(
+            "replay stopped early: {} finished variant(s) reported above and in --out",
+            runs.len()
+        ));
+        return Err(e);
+    }
     let bad = runs.iter().any(|r| r.verdict == Verdict::Unexpected)
         || (args.require && runs.iter().any(|r| r.verdict == Verdict::Skipped));
     Ok(if was_interrupted || bad {

@@ -6,7 +6,6 @@ use crate::exit::UsageError;
 use crate::report::read::read_report;
 use crate::report::write::{self, Format, WriteError};
 use anyhow::Result;
-use std::io::Write;
 
 fn format_of(f: ReportFormat) -> Format {
     match f {
@@ -44,17 +43,14 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             // Exists, or a path that cannot be written: both are the user's to fix (exit 2).
             write::write_atomic(out, &bytes, args.force)
                 .map_err(|e: WriteError| UsageError(e.to_string()))?;
-            eprintln!("wrote {}", out.display());
+            crate::term::eprint_line(&format!("wrote {}", out.display()));
         }
         None => {
-            let mut stdout = std::io::stdout().lock();
-            match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
-                Ok(()) => {}
-                // `vramdoc report r.json --format md | head` is fine.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-                Err(e) => anyhow::bail!(crate::exit::EnvironmentError(format!(
-                    "writing to standard output: {e}"
-                ))),
+            // `vramdoc report r.json --format md | head` is fine (crate::term).
+            let text = String::from_utf8_lossy(&bytes);
+            match format {
+                Format::Json => crate::term::print_json(&text)?,
+                _ => crate::term::write_stdout(crate::term::clean_text(&text).as_bytes())?,
             }
         }
     }

@@ -9,9 +9,8 @@ use crate::inventory::{self, Inventory};
 use crate::report::write::{render, Format};
 use crate::report::{Headroom, Report, ReportKind, ScanResult, Severity, SCHEMA_VERSION};
 use crate::units::format_bytes;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
-use std::io::Write;
 
 /// Width every table is laid out for.
 pub const WIDTH: u16 = 100;
@@ -50,10 +49,12 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         render_table(&report).into_bytes()
     };
     crate::report::write::write_reports(&report, &args.out, args.force)?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(&bytes)
-        .context("writing to standard output")?;
-    out.flush().context("writing to standard output")?;
+    let text = String::from_utf8_lossy(&bytes);
+    if args.json {
+        crate::term::print_json(&text)?;
+    } else {
+        crate::term::write_stdout(crate::term::clean_text(&text).as_bytes())?;
+    }
 
     let worst = report
         .scan
@@ -116,6 +117,10 @@ fn headroom_for(h: &[Headroom], device: u32) -> String {
 /// The people view: header, devices, processes, findings (with evidence and fix). Every
 /// line fits [`WIDTH`] columns.
 pub fn render_table(report: &Report) -> String {
+    // The same redaction pass as every file format, so the table and the files agree; then
+    // every field a process or a file controls is made terminal-safe (crate::term::clean).
+    let report = &crate::report::text::sanitized(report);
+    let c = crate::term::clean;
     let env = &report.environment;
     let mut s = String::new();
     let Some(scan) = &report.scan else {
@@ -123,7 +128,11 @@ pub fn render_table(report: &Report) -> String {
     };
     let head = format!(
         "vramdoc scan on {}: driver {}, CUDA {}, NVML {}, backend {}",
-        env.hostname, env.versions.driver, env.versions.cuda, env.versions.nvml, env.backend
+        c(&env.hostname),
+        c(&env.versions.driver),
+        c(&env.versions.cuda),
+        c(&env.versions.nvml),
+        env.backend
     );
     s.push_str(&clip(&head));
     s.push('\n');
@@ -145,7 +154,7 @@ pub fn render_table(report: &Report) -> String {
         let m = d.memory;
         t.add_row(vec![
             d.index.to_string(),
-            d.name.clone(),
+            c(&d.name),
             format_bytes(m.used),
             format_bytes(m.free),
             format_bytes(m.reserved),
@@ -182,20 +191,20 @@ pub fn render_table(report: &Report) -> String {
                     None => format!("gpu {}: n/a", u.device),
                 })
                 .collect();
-            let mut name = p.name.clone().unwrap_or_else(|| "-".into());
+            let mut name = p.name.as_deref().map(c).unwrap_or_else(|| "-".into());
             if !p.visible {
                 name = "(not visible)".into();
             }
-            if let Some(c) = &p.container {
-                name.push_str(&format!("\n[{c}]"));
+            if let Some(cont) = &p.container {
+                name.push_str(&format!("\n[{}]", c(cont)));
             }
             t.add_row(vec![
                 p.pid.to_string(),
-                p.user.clone().unwrap_or_else(|| "-".into()),
+                p.user.as_deref().map(c).unwrap_or_else(|| "-".into()),
                 name,
-                p.cuda_visible_devices.clone(),
+                c(&p.cuda_visible_devices),
                 mem.join("\n"),
-                p.cmdline.clone().unwrap_or_else(|| "-".into()),
+                p.cmdline.as_deref().map(c).unwrap_or_else(|| "-".into()),
             ]);
         }
         s.push_str(&t.to_string());
@@ -207,11 +216,11 @@ pub fn render_table(report: &Report) -> String {
     } else {
         let mut t = table(vec!["severity", "finding"]);
         for f in &scan.findings {
-            let mut body = f.title.clone();
+            let mut body = c(&f.title);
             for e in &f.evidence {
-                body.push_str(&format!("\n  {}: {}", e.label, e.value));
+                body.push_str(&format!("\n  {}: {}", c(&e.label), c(&e.value)));
             }
-            body.push_str(&format!("\nFix: {}", f.fix));
+            body.push_str(&format!("\nFix: {}", c(&f.fix)));
             t.add_row(vec![format!("{}\n{}", f.severity.as_str(), f.id), body]);
         }
         s.push_str(&t.to_string());

@@ -1,6 +1,6 @@
 //! `vramdoc serve` (issue 11): the Prometheus exporter's command edge: flags, the first
 //! collection, the collector thread and the HTTP server (`crate::exporter`), and a clean stop
-//! on SIGTERM or Ctrl-C.
+//! on SIGTERM, SIGHUP or Ctrl-C (the process's one signal handler, `commands::interrupt_flag`).
 
 use super::Session;
 use crate::cli::{parse_duration, ServeArgs};
@@ -47,36 +47,41 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     // The first collection before the first scrape, so no scrape sees an empty exporter.
     let (body, err) = exporter::collect_exposition(monitor.as_ref(), &cfg);
     if let Some(e) = &err {
-        eprintln!("vramdoc serve: collection failed (still serving): {e}");
+        crate::term::eprint_line(&format!(
+            "vramdoc serve: collection failed (still serving): {e}"
+        ));
     }
     let latest = Arc::new(Latest::new(body));
     let server = Server::start(addr, latest.clone(), ServerConfig::default())
         .map_err(|e| EnvironmentError(format!("cannot listen on {addr}: {e}")))?;
 
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    // SIGINT and SIGTERM (ctrlc's `termination` feature).
-    ctrlc::set_handler(move || {
-        let _ = tx.send(());
-    })
-    .map_err(|e| EnvironmentError(format!("installing the SIGTERM handler: {e}")))?;
+    // SIGINT, SIGTERM and SIGHUP set this flag (the one handler of the process); a stop is
+    // noticed within 100 ms.
+    let stop = super::handle_interrupts_gracefully();
 
     let collector = Collector::start(monitor, cfg, interval, latest, err, |e| match e {
-        Some(e) => eprintln!("vramdoc serve: collection failed (still serving): {e}"),
-        None => eprintln!("vramdoc serve: collection succeeds again"),
+        Some(e) => crate::term::eprint_line(&format!(
+            "vramdoc serve: collection failed (still serving): {e}"
+        )),
+        None => crate::term::eprint_line("vramdoc serve: collection succeeds again"),
     })
     .map_err(|e| EnvironmentError(format!("starting the collector: {e}")))?;
     let local = server.local_addr();
     if !local.ip().is_loopback() {
-        eprintln!("vramdoc serve: note: listening beyond this host ({local})");
+        crate::term::eprint_line(&format!(
+            "vramdoc serve: note: listening beyond this host ({local})"
+        ));
     }
     // Tests and scripts read the bound address (with --listen 127.0.0.1:0) from this line.
-    eprintln!(
+    crate::term::eprint_line(&format!(
         "vramdoc serve: listening on http://{local}/metrics (collection every {})",
         args.interval
-    );
+    ));
 
-    let _ = rx.recv();
-    eprintln!("vramdoc serve: stopping");
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    crate::term::eprint_line("vramdoc serve: stopping");
     server.shutdown();
     collector.stop();
     Ok(crate::exit::OK)

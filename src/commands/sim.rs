@@ -9,7 +9,6 @@ use crate::sim::{procinfo, spec::PRESETS, InitOptions, SimBox, SimProcess};
 use crate::units::{format_bytes, parse_size};
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use std::io::Write;
 
 pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
@@ -34,23 +33,35 @@ fn init(a: &SimInitArgs) -> Result<i32> {
         context_overhead: overhead,
         ..InitOptions::default()
     };
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None => tempfile::Builder::new()
-            .prefix("vramdoc-sim-")
-            .tempdir()
-            .context("creating a directory for the box")?
-            .keep(),
-    };
+    // The spec first: a bad one leaves nothing behind in TMPDIR.
     crate::sim::parse_spec(&a.spec)?;
+    let (dir, temp) = match &a.dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("vramdoc-sim-")
+                .tempdir()
+                .map_err(|e| {
+                    crate::exit::EnvironmentError(format!(
+                        "creating a directory for the box in {}: {e} (set TMPDIR to a writable directory, or pass --dir)",
+                        std::env::temp_dir().display()
+                    ))
+                })?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
     if dir.join("box.json").exists() {
         anyhow::bail!(UsageError(format!(
             "{}: a box already exists there; choose another --dir or remove it",
             dir.display()
         )));
     }
+    // On failure the temporary directory is removed with `temp`; on success it is kept.
     SimBox::create(&dir, &a.spec, &opts)?;
-    println!("{}", dir.display());
+    if let Some(t) = temp {
+        let _ = t.keep();
+    }
+    crate::term::print(&dir.display().to_string())?;
     Ok(0)
 }
 
@@ -66,8 +77,10 @@ fn presets() -> Result<i32> {
             format_bytes(p.reserved),
         ]);
     }
-    println!("{t}");
-    println!("Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.");
+    crate::term::print(&t.to_string())?;
+    crate::term::print(
+        "Any size (e.g. 24GiB) is a generic card; `2x24GiB`, `rtx3090,rtx3090` make several.",
+    )?;
     Ok(0)
 }
 
@@ -91,10 +104,14 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             "processes": st.processes,
             "faults": faults,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::term::print_json(&serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
-    println!("box {} ({})", sim.dir().display(), sim.config().spec);
+    crate::term::print(&format!(
+        "box {} ({})",
+        sim.dir().display(),
+        sim.config().spec
+    ))?;
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
     t.set_header(vec![
@@ -113,9 +130,9 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             format_bytes(d.context_overhead),
         ]);
     }
-    println!("{t}");
+    crate::term::print(&t.to_string())?;
     if st.processes.is_empty() {
-        println!("no processes");
+        crate::term::print("no processes")?;
     } else {
         let mut t = Table::new();
         t.load_style(UTF8_FULL_CONDENSED);
@@ -133,7 +150,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             for (dev, u) in &p.devices {
                 t.add_row(vec![
                     pid.to_string(),
-                    p.name.clone(),
+                    crate::term::clean(&p.name),
                     if alive { "yes" } else { "NO" }.to_string(),
                     dev.to_string(),
                     u.contexts.to_string(),
@@ -142,21 +159,32 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
                 ]);
             }
         }
-        println!("{t}");
+        crate::term::print(&t.to_string())?;
     }
     if faults != crate::sim::Faults::default() {
-        println!("faults: {}", serde_json::to_string(&faults)?);
+        crate::term::print(&format!("faults: {}", serde_json::to_string(&faults)?))?;
     }
     Ok(0)
 }
 
+/// Longest latency a fault may inject: a minute is already far past any NVML timeout a
+/// monitor should tolerate; a latency of years is a typo.
+const MAX_FAULT_LATENCY: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn fault_latency(flag: &str, d: &str) -> Result<u64> {
+    let dur = parse_duration(d)?;
+    if dur > MAX_FAULT_LATENCY {
+        anyhow::bail!(UsageError(format!(
+            "--{flag} {d}: at most {}s (a latency is injected into every query)",
+            MAX_FAULT_LATENCY.as_secs()
+        )));
+    }
+    Ok(dur.as_micros() as u64)
+}
+
 fn fault(a: &SimFaultArgs) -> Result<i32> {
     let sim = SimBox::from_env()?;
-    let mut f = if a.clear {
-        crate::sim::Faults::default()
-    } else {
-        sim.faults()?
-    };
+    // Flag values checked before the box is touched.
     for d in &a.lose_device {
         sim.device(*d).map_err(|_| {
             UsageError(format!(
@@ -164,36 +192,71 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
                 sim.devices().len()
             ))
         })?;
-        if !f.lost_devices.contains(d) {
-            f.lost_devices.push(*d);
+    }
+    let memory_latency = a
+        .nvml_memory_latency
+        .as_deref()
+        .map(|d| fault_latency("nvml-memory-latency", d))
+        .transpose()?;
+    let process_latency = a
+        .nvml_process_latency
+        .as_deref()
+        .map(|d| fault_latency("nvml-process-latency", d))
+        .transpose()?;
+    // One read-modify-write under the box lock.
+    let f = sim.update_faults(|f, st| {
+        if a.clear {
+            *f = crate::sim::Faults::default();
         }
-    }
-    if let Some(n) = a.alloc_fail_after {
-        // Counted from now: allocations already made on the box do not count.
-        let made = sim.state()?.alloc_calls;
-        f.alloc_fail_after = Some(made + n);
-    }
-    if let Some(d) = &a.nvml_memory_latency {
-        f.nvml_memory_latency_us = parse_duration(d)?.as_micros() as u64;
-    }
-    if let Some(d) = &a.nvml_process_latency {
-        f.nvml_process_latency_us = parse_duration(d)?.as_micros() as u64;
-    }
-    if a.keep_dead {
-        f.keep_dead_processes = true;
-    }
-    if a.usage_unavailable {
-        f.nvml_used_memory_unavailable = true;
-    }
-    sim.set_faults(&f)?;
-    println!("faults: {}", serde_json::to_string(&f)?);
+        for d in &a.lose_device {
+            if !f.lost_devices.contains(d) {
+                f.lost_devices.push(*d);
+            }
+        }
+        if let Some(n) = a.alloc_fail_after {
+            // Counted from now: allocations already made on the box do not count.
+            f.alloc_fail_after = Some(st.alloc_calls.saturating_add(n));
+        }
+        if let Some(us) = memory_latency {
+            f.nvml_memory_latency_us = us;
+        }
+        if let Some(us) = process_latency {
+            f.nvml_process_latency_us = us;
+        }
+        if a.keep_dead {
+            f.keep_dead_processes = true;
+        }
+        if a.usage_unavailable {
+            f.nvml_used_memory_unavailable = true;
+        }
+        Ok(())
+    })?;
+    crate::term::print(&format!("faults: {}", serde_json::to_string(&f)?))?;
     Ok(0)
 }
 
 fn hold(a: &SimHoldArgs) -> Result<i32> {
     let size = parse_size(&a.size)?;
     let duration = a.duration.as_deref().map(parse_duration).transpose()?;
-    let mut driver = SimDriver::new(SimProcess::from_env()?);
+    let process = SimProcess::from_env()?;
+    // Device numbers are the user's to fix (exit 2), checked before anything is held.
+    let visible = process.device_count();
+    let physical = process.sim().devices().len();
+    for (flag, d, n) in std::iter::once(("--device", a.device, visible))
+        .chain(a.context_on.iter().map(|d| ("--context-on", *d, visible)))
+        .chain(
+            a.physical_context
+                .iter()
+                .map(|d| ("--physical-context", *d, physical as u32)),
+        )
+    {
+        if d >= n {
+            anyhow::bail!(UsageError(format!(
+                "{flag} {d}: this process sees {n} device(s), numbered from 0 (check CUDA_VISIBLE_DEVICES and the box)"
+            )));
+        }
+    }
+    let mut driver = SimDriver::new(process);
     let ctx = driver
         .create_context(a.device)
         .with_context(|| format!("creating a context on device {}", a.device))?;
@@ -220,16 +283,13 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
         }
         physical = Some(all);
     }
-    let mut out = std::io::stdout();
-    writeln!(
-        out,
+    crate::term::print(&format!(
         "holding pid={} device={} size={} contexts_on={:?}",
         std::process::id(),
         a.device,
         size,
         a.context_on
-    )?;
-    out.flush()?;
+    ))?;
     match duration {
         Some(d) => std::thread::sleep(d),
         None => loop {

@@ -90,13 +90,24 @@ impl Proc {
             .stderr(Stdio::piped());
         for (k, v) in env {
             match v {
-                Some(v) => cmd.env(k, v),
-                None => cmd.env_remove(k),
+                // The parser refuses these already; a plan built in code is held to the same
+                // allow-list (docs/security.md).
+                Some(_)
+                    if crate::scenario::parse::env_refusal(k).is_some()
+                        && k != "CUDA_VISIBLE_DEVICES" => {}
+                Some(v) => {
+                    cmd.env(k, v);
+                }
+                None => {
+                    cmd.env_remove(k);
+                }
             };
         }
         // Its own process group: a terminal's Ctrl-C reaches the monitor, which stops the
         // worker itself and records that it did.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // If the monitor dies (even by SIGKILL), the child dies too and its memory is freed.
+        die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|source| ReplayError::Spawn {
             what: what.to_string(),
             source,
@@ -173,6 +184,26 @@ impl Proc {
             .rev()
             .collect();
         tail.replace('\n', " ")
+    }
+}
+
+/// `PR_SET_PDEATHSIG`: the kernel sends SIGKILL to the child when the thread that spawned it
+/// exits. If the parent is already gone by the time the child runs (the race between fork
+/// and prctl), the child exits at once.
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
     }
 }
 

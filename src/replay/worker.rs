@@ -325,7 +325,7 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
     let plan: WorkerInput = match serde_json::from_str(&line) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("worker: bad plan on stdin: {e}");
+            crate::term::eprint_line(&format!("worker: bad plan on stdin: {e}"));
             return crate::exit::USAGE;
         }
     };

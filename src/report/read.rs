@@ -13,6 +13,9 @@ pub enum ReadError {
         #[source]
         source: std::io::Error,
     },
+    /// Not a regular file, over the size limit, or not UTF-8 ([`crate::input`]).
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
     #[error("{path}:{line}:{column}: invalid JSON: {message}")]
     Syntax {
         path: PathBuf,
@@ -35,10 +38,13 @@ pub enum ReadError {
 
 /// Read and parse the report at `path`.
 pub fn read_report(path: &Path) -> Result<Report, ReadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text =
+        crate::input::read_text(path, crate::input::MAX_REPORT_BYTES, "reports").map_err(|e| {
+            match e {
+                crate::input::InputError::Io { path, source } => ReadError::Io { path, source },
+                other => ReadError::Input(other),
+            }
+        })?;
     parse_report(&text, path)
 }
 

@@ -24,37 +24,9 @@ pub fn sanitized(report: &Report) -> Report {
     r
 }
 
-/// Redact a command line held as one string, word by word. Runs of whitespace are kept, so
-/// text without secrets comes back byte for byte.
+/// Redact a command line held as one string: [`crate::redact::redact_text`].
 pub fn redact_words(s: &str) -> String {
-    let mut words: Vec<String> = Vec::new();
-    let mut seps: Vec<String> = Vec::new();
-    let mut cur = String::new();
-    let mut sep = String::new();
-    for ch in s.chars() {
-        if ch.is_whitespace() {
-            if !cur.is_empty() {
-                words.push(std::mem::take(&mut cur));
-            }
-            sep.push(ch);
-        } else {
-            if cur.is_empty() {
-                seps.push(std::mem::take(&mut sep));
-            }
-            cur.push(ch);
-        }
-    }
-    if !cur.is_empty() {
-        words.push(cur);
-    }
-    let redacted = redact_args(&words);
-    let mut out = String::with_capacity(s.len());
-    for (i, w) in redacted.iter().enumerate() {
-        out.push_str(seps.get(i).map(String::as_str).unwrap_or(" "));
-        out.push_str(w);
-    }
-    out.push_str(&sep);
-    out
+    crate::redact::redact_text(s)
 }
 
 pub fn kind_word(kind: ReportKind) -> &'static str {

@@ -107,19 +107,64 @@ pub fn write_atomic(path: &Path, bytes: &[u8], force: bool) -> Result<(), WriteE
 }
 
 /// Check, before any work is done, that every `--out` path names a known format, is given
-/// once, and does not exist (unless `force`).
+/// once (`a.json` and `./a.json` are the same file), is not a directory, does not exist
+/// (unless `force`), and that its directory exists and can be written (a probe file is
+/// created and removed there).
 pub fn check_outputs(paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
-    for (i, path) in paths.iter().enumerate() {
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for path in paths {
         format_for_path(path)?;
-        if paths[..i].contains(path) {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let io = |source| WriteError::Io {
+            path: path.clone(),
+            source,
+        };
+        let meta = std::fs::metadata(dir).map_err(|e| {
+            WriteError::Render(format!(
+                "{}: the directory {} {} (create it first)",
+                path.display(),
+                dir.display(),
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    "does not exist".to_string()
+                } else {
+                    format!("cannot be used: {e}")
+                }
+            ))
+        })?;
+        if !meta.is_dir() {
+            return Err(WriteError::Render(format!(
+                "{}: {} is not a directory",
+                path.display(),
+                dir.display()
+            )));
+        }
+        let canonical = std::fs::canonicalize(dir)
+            .map_err(io)?
+            .join(path.file_name().unwrap_or_default());
+        if seen.contains(&canonical) {
             return Err(WriteError::Render(format!(
                 "{}: given twice to --out",
+                path.display()
+            )));
+        }
+        seen.push(canonical);
+        if path.is_dir() {
+            return Err(WriteError::Render(format!(
+                "{}: is a directory; name a report file",
                 path.display()
             )));
         }
         if path.exists() && !force {
             return Err(WriteError::Exists { path: path.clone() });
         }
+        // Writable? The same kind of temp file the real write makes.
+        tempfile::Builder::new()
+            .prefix(".vramdoc-")
+            .tempfile_in(dir)
+            .map_err(io)?;
     }
     Ok(())
 }

@@ -51,7 +51,7 @@ struct RawScenario {
     #[serde(default)]
     sizes: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     neighbours: Vec<Spanned<RawNeighbour>>,
     steps: Vec<Spanned<RawStep>>,
@@ -108,7 +108,7 @@ struct RawVariant {
     #[serde(default)]
     description: String,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     skip: Vec<Spanned<String>>,
     #[serde(default)]
@@ -167,6 +167,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Parse a scenario. `file` names it in errors (a path, or `builtin:<id>`).
 pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
     let cx = Ctx { file, text };
+    check_text(&cx)?;
     let raw: RawScenario = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         cx.err(span, hint_for(e.message()))
@@ -206,12 +207,7 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             format!("id {id:?} is not a plain name (use letters, digits, '-' and '_')"),
         ));
     }
-    // Named sizes, in order, each may refer to earlier ones.
-    let mut sizes: BTreeMap<String, SizeSpec> = BTreeMap::new();
-    for (name, value) in &raw.sizes {
-        let s = size_spec(cx, value, &sizes, true, false)?;
-        sizes.insert(name.clone(), s);
-    }
+    let sizes = named_sizes(cx, &raw.sizes)?;
 
     let check_device = |d: &Spanned<u32>| -> Result<u32, ScenarioError> {
         let v = *d.get_ref();
@@ -248,6 +244,8 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
     let mut steps = Vec::new();
     let mut step_ids = BTreeSet::new();
     let mut raw_by_id: BTreeMap<String, RawStep> = BTreeMap::new();
+    let mut step_spans: BTreeMap<String, Range<usize>> = BTreeMap::new();
+    let mut patch_spans: BTreeMap<(String, String), Range<usize>> = BTreeMap::new();
     for (i, s) in raw.steps.iter().enumerate() {
         let r = s.get_ref();
         let id =
@@ -282,7 +280,8 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             op,
             only,
         });
-        raw_by_id.insert(id, r.clone());
+        raw_by_id.insert(id.clone(), r.clone());
+        step_spans.insert(id, s.span());
     }
     if steps.is_empty() {
         return Err(cx.err(0..0, "no steps (add at least one [[steps]] table)"));
@@ -347,6 +346,7 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             }
             let base = raw_by_id.get(&id).cloned().unwrap_or_default();
             let merged = base.patched(p.get_ref());
+            patch_spans.insert((name.clone(), id.clone()), p.span());
             patches.insert(id, build_op(cx, &merged, p.span(), &sizes, &check_device)?);
         }
         let mut expect = Vec::new();
@@ -363,7 +363,7 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             name,
             kind,
             description: r.description.clone(),
-            env: r.env.clone(),
+            env: checked_env(cx, &r.env)?,
             skip,
             reorder,
             patches,
@@ -378,17 +378,19 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         ));
     }
 
-    Ok(Scenario {
+    let scenario = Scenario {
         id,
         title: raw.title,
         description: raw.description,
         source: raw.source,
         devices,
-        env: raw.env,
+        env: checked_env(cx, &raw.env)?,
         neighbours,
         steps,
         variants,
-    })
+    };
+    check_variant_plans(cx, &scenario, &step_spans, &patch_spans)?;
+    Ok(scenario)
 }
 
 fn join(names: &BTreeSet<String>) -> String {
@@ -658,6 +660,203 @@ fn size_spec(
     Ok(spec)
 }
 
+/// Environment variable prefixes a scenario may set: what a workload's memory behaviour
+/// depends on. Everything else (`LD_PRELOAD`, `LD_LIBRARY_PATH`, `PATH`, `PYTHON*`,
+/// `VRAMDOC_*`…) is refused: a scenario file arrives with a bug ticket and must not choose
+/// what code the worker loads. See docs/security.md.
+pub const ENV_ALLOWED_PREFIXES: &[&str] = &[
+    "CUDA_", "PYTORCH_", "TORCH_", "NCCL_", "ONEFLOW_", "VLLM_", "TF_", "XLA_", "JAX_",
+];
+/// Single variables a scenario may set.
+pub const ENV_ALLOWED_NAMES: &[&str] = &["OMP_NUM_THREADS", "MKL_NUM_THREADS"];
+/// Parts of a name refused even under an allowed prefix: variables that make a library load
+/// code (`CUDA_INJECTION64_PATH`, `NCCL_NET_PLUGIN`, `NCCL_TUNER_PLUGIN`…).
+const ENV_REFUSED_PARTS: &[&str] = &["INJECTION", "PLUGIN", "PRELOAD", "LIBRARY"];
+/// Longest environment value a scenario may set.
+const ENV_MAX_VALUE: usize = 4096;
+
+/// Why a scenario may not set `name`, or `None` when it may.
+pub fn env_refusal(name: &str) -> Option<String> {
+    let allowed = ENV_ALLOWED_NAMES.contains(&name)
+        || ENV_ALLOWED_PREFIXES
+            .iter()
+            .any(|p| name.starts_with(p) && name.len() > p.len());
+    if !allowed {
+        return Some(format!(
+            "environment variable {name:?} may not be set by a scenario (allowed: {}*, {}; see docs/security.md)",
+            ENV_ALLOWED_PREFIXES.join("*, ").trim_end_matches('*'),
+            ENV_ALLOWED_NAMES.join(", ")
+        ));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Some(format!(
+            "environment variable {name:?} is not a plain name (use A-Z, 0-9 and '_')"
+        ));
+    }
+    if let Some(part) = ENV_REFUSED_PARTS.iter().find(|p| name.contains(*p)) {
+        return Some(format!(
+            "environment variable {name:?} makes a library load code ({part}); a scenario may not set it (see docs/security.md)"
+        ));
+    }
+    None
+}
+
+fn checked_env(
+    cx: &Ctx,
+    env: &BTreeMap<Spanned<String>, Spanned<String>>,
+) -> Result<BTreeMap<String, String>, ScenarioError> {
+    let mut out = BTreeMap::new();
+    for (k, v) in env {
+        if let Some(why) = env_refusal(k.get_ref()) {
+            return Err(cx.err(k.span(), why));
+        }
+        let value = v.get_ref();
+        if value.contains('\0') || value.len() > ENV_MAX_VALUE {
+            return Err(cx.err(
+                v.span(),
+                format!(
+                    "value of {} has a NUL byte or is over {ENV_MAX_VALUE} bytes (write a plain value)",
+                    k.get_ref()
+                ),
+            ));
+        }
+        out.insert(k.get_ref().clone(), value.clone());
+    }
+    Ok(out)
+}
+
+/// NUL bytes, literal or escaped (`\u0000`), have no place in a scenario.
+fn check_text(cx: &Ctx) -> Result<(), ScenarioError> {
+    for needle in ["\0", "\\u0000", "\\U00000000"] {
+        if let Some(pos) = cx.text.find(needle) {
+            return Err(cx.err(
+                pos..pos + needle.len(),
+                "NUL byte in the scenario (remove it; scenario files are plain text)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `[sizes]` entry a size refers to (`name` or `K*name`), when it names one.
+fn size_reference<'a>(text: &'a str, names: &BTreeMap<String, Spanned<String>>) -> Option<&'a str> {
+    let text = text.trim();
+    let name = text.split_once('*').map_or(text, |(_, n)| n.trim());
+    names.contains_key(name).then_some(name)
+}
+
+/// Resolve `[sizes]`: entries may refer to each other in any order; a cycle is an error.
+fn named_sizes(
+    cx: &Ctx,
+    raw: &BTreeMap<String, Spanned<String>>,
+) -> Result<BTreeMap<String, SizeSpec>, ScenarioError> {
+    let mut sizes: BTreeMap<String, SizeSpec> = BTreeMap::new();
+    let mut pending: Vec<&String> = raw.keys().collect();
+    while !pending.is_empty() {
+        let before = pending.len();
+        let mut still = Vec::new();
+        for name in pending {
+            let value = &raw[name];
+            match size_reference(value.get_ref(), raw) {
+                Some(r) if !sizes.contains_key(r) => still.push(name),
+                _ => {
+                    let s = size_spec(cx, value, &sizes, true, false)?;
+                    sizes.insert(name.clone(), s);
+                }
+            }
+        }
+        if still.len() == before {
+            let names: Vec<&str> = still.iter().map(|s| s.as_str()).collect();
+            let first = &raw[still[0]];
+            return Err(cx.err(
+                first.span(),
+                format!(
+                    "sizes {} refer to each other in a cycle (give one of them a value such as \"30%\")",
+                    names.join(", ")
+                ),
+            ));
+        }
+        pending = still;
+    }
+    Ok(sizes)
+}
+
+/// Walk every variant's plan statically: tags allocated before they are freed or filled and
+/// not allocated twice, process groups initialised before they are used or destroyed.
+fn check_variant_plans(
+    cx: &Ctx,
+    scenario: &Scenario,
+    step_spans: &BTreeMap<String, Range<usize>>,
+    patch_spans: &BTreeMap<(String, String), Range<usize>>,
+) -> Result<(), ScenarioError> {
+    for variant in &scenario.variants {
+        let plan = scenario.plan(variant);
+        let mut tags: BTreeSet<&str> = BTreeSet::new();
+        let mut groups: BTreeSet<&str> = BTreeSet::new();
+        for step in &plan.steps {
+            let span = patch_spans
+                .get(&(variant.name.clone(), step.id.clone()))
+                .or_else(|| step_spans.get(&step.id))
+                .cloned()
+                .unwrap_or(0..0);
+            let fail = |what: String| {
+                cx.err(
+                    span.clone(),
+                    format!("variant {:?}, step {:?}: {what}", variant.name, step.id),
+                )
+            };
+            match &step.op {
+                Op::Alloc { tag, group, .. } => {
+                    if let Some(g) = group {
+                        if !groups.contains(g.as_str()) {
+                            return Err(fail(format!("group {g:?} is not initialised by an earlier process_group step (add one, or remove `group`)")));
+                        }
+                    }
+                    if !tags.insert(tag) {
+                        return Err(fail(format!(
+                            "tag {tag:?} is already allocated (free it first or use another tag)"
+                        )));
+                    }
+                }
+                Op::ClaimUtilization { tag, .. } => {
+                    if !tags.insert(tag) {
+                        return Err(fail(format!(
+                            "tag {tag:?} is already allocated (free it first or use another tag)"
+                        )));
+                    }
+                }
+                Op::Free { tag } => {
+                    if !tags.remove(tag.as_str()) {
+                        return Err(fail(format!("frees tag {tag:?} before any step allocates it (allocate it first, or skip this step in this variant)")));
+                    }
+                }
+                Op::Fill { tag, .. } => {
+                    if !tags.contains(tag.as_str()) {
+                        return Err(fail(format!(
+                            "fills tag {tag:?} before any step allocates it (allocate it first)"
+                        )));
+                    }
+                }
+                Op::ProcessGroup { name, .. } => {
+                    if !groups.insert(name) {
+                        return Err(fail(format!("process group {name:?} is already initialised (destroy it first or use another name)")));
+                    }
+                }
+                Op::DestroyProcessGroup { name } => {
+                    if !groups.remove(name.as_str()) {
+                        return Err(fail(format!("destroys process group {name:?}, which no earlier process_group step initialises")));
+                    }
+                }
+                Op::Context { .. } | Op::EmptyCache { .. } | Op::Pause { .. } => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -767,6 +966,48 @@ max = "1ctx"
             "device = 1\nonly = [\"fix-y\"]\n\n[[steps]]",
         ));
         assert!(e.message.contains("unknown variant \"fix-y\""), "{e}");
+    }
+
+    #[test]
+    fn env_allow_list() {
+        for ok in [
+            "CUDA_VISIBLE_DEVICES",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "NCCL_DEBUG",
+            "OMP_NUM_THREADS",
+        ] {
+            assert_eq!(env_refusal(ok), None, "{ok}");
+        }
+        for bad in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PATH",
+            "PYTHONPATH",
+            "VRAMDOC_SIM_DIR",
+            "CUDA_",
+            "CUDA_INJECTION64_PATH",
+            "NCCL_NET_PLUGIN",
+            "cuda_x",
+            "CUDA_A=B",
+        ] {
+            assert!(env_refusal(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes_in_any_order_and_cycles() {
+        let text = MINIMAL.replace("model = \"40%\"", "a = \"0.5*model\"\nmodel = \"40%\"");
+        let s = parse_scenario(
+            "x.toml",
+            &text.replace("\"0.5*model\"\n\n[[variants]]", "\"a\"\n\n[[variants]]"),
+        )
+        .unwrap();
+        assert!(
+            matches!(s.steps[1].op, Op::Alloc { size: SizeSpec::Fraction(f), .. } if (f - 0.2).abs() < 1e-9)
+        );
+        let e = err_of(&MINIMAL.replace("model = \"40%\"", "model = \"2*self\"\nself = \"model\""));
+        assert!(e.message.contains("cycle"), "{e}");
+        assert_eq!(e.line, 9, "{e}");
     }
 
     #[test]

@@ -225,6 +225,14 @@ fn make_uuid(seed: u64, index: u32) -> String {
     )
 }
 
+/// The PCI bus id of device `index` as NVML writes `nvmlPciInfo_t.busId`
+/// (`NVML_DEVICE_PCI_BUS_ID_FMT`, "%08X:%02X:%02X.0": domain, 8-bit bus, device). Buses
+/// 0x17, 0x27, …; past bus 0xF7 the next domain, so 16+ GPUs keep valid, distinct ids.
+pub fn pci_bus_id(index: u32) -> String {
+    let n = 0x17 + index * 0x10;
+    format!("{:08X}:{:02X}:00.0", n >> 8, n & 0xFF)
+}
+
 impl SimBox {
     /// Create a new box for `spec` in `dir` (created if missing; must not already hold a box).
     pub fn create(dir: &Path, spec: &str, opts: &InitOptions) -> Result<SimBox, SimError> {
@@ -245,7 +253,7 @@ impl SimBox {
                 index: i as u32,
                 name: m.name.clone(),
                 uuid: make_uuid(seed, i as u32),
-                pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + i * 0x10),
+                pci_bus_id: pci_bus_id(i as u32),
                 total: m.total,
                 reserved: m.reserved,
                 context_overhead: round_up(opts.context_overhead, GRANULARITY),
@@ -263,9 +271,24 @@ impl SimBox {
             dir: dir.to_path_buf(),
             config,
         };
+        // The lock file first, created exclusively: of two `sim init` racing on one
+        // directory, one fails here instead of both writing a box.
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(sim.dir.join(LOCK_FILE))
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    SimError::BadBox {
+                        dir: sim.dir.clone(),
+                        reason: "a box already exists there (or is being created); choose another --dir or remove it".into(),
+                    }
+                } else {
+                    io_err(&sim.dir)(e)
+                }
+            })?;
         write_json_atomic(&sim.dir.join(FAULTS_FILE), &Faults::default())?;
         write_json_atomic(&sim.dir.join(STATE_FILE), &State::default())?;
-        fs::File::create(sim.dir.join(LOCK_FILE)).map_err(io_err(&sim.dir))?;
         // box.json last: its presence marks a complete box.
         write_json_atomic(&box_path, &sim.config)?;
         Ok(sim)
@@ -329,6 +352,20 @@ impl SimBox {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Faults::default()),
             Err(e) => Err(SimError::Io { path, source: e }),
         }
+    }
+
+    /// Read-modify-write the faults under the box lock (concurrent `sim fault` calls do not
+    /// lose each other's changes). Returns the faults written.
+    pub fn update_faults(
+        &self,
+        f: impl FnOnce(&mut Faults, &State) -> Result<(), SimError>,
+    ) -> Result<Faults, SimError> {
+        let _lock = self.lock()?;
+        let mut faults = self.faults()?;
+        let st = self.read_state_raw()?;
+        f(&mut faults, &st)?;
+        write_json_atomic(&self.dir.join(FAULTS_FILE), &faults)?;
+        Ok(faults)
     }
 
     pub fn set_faults(&self, faults: &Faults) -> Result<(), SimError> {
@@ -502,6 +539,24 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sim
 mod tests {
     use super::*;
     use crate::units::{GIB, MIB};
+
+    #[test]
+    fn pci_bus_ids_follow_the_nvml_format_past_16_gpus() {
+        assert_eq!(pci_bus_id(0), "00000000:17:00.0");
+        assert_eq!(pci_bus_id(14), "00000000:F7:00.0");
+        assert_eq!(pci_bus_id(15), "00000001:07:00.0");
+        let ids: Vec<String> = (0..64).map(pci_bus_id).collect();
+        for id in &ids {
+            // "%08X:%02X:%02X.0"
+            let (dom, rest) = id.split_once(':').unwrap();
+            let (bus, dev) = rest.split_once(':').unwrap();
+            assert_eq!((dom.len(), bus.len(), dev), (8, 2, "00.0"), "{id}");
+        }
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 64);
+    }
 
     #[test]
     fn create_open_and_memory_accounting() {

@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Allocations up to this size get real host backing for their contents.
 pub const BACKED_LIMIT: u64 = 64 * crate::units::MIB;
+/// Host memory one simulated process may use to back allocations (docs/security.md).
+pub const HOST_BACKING_LIMIT: u64 = 512 * crate::units::MIB;
 
 /// Where simulated device pointers start; each allocation gets its own aligned range.
 const VA_BASE: u64 = 0x7f00_0000_0000;
@@ -46,6 +48,8 @@ pub struct SimProcess {
     contexts: HashMap<u32, u32>,
     allocations: BTreeMap<u64, Allocation>,
     next_va: u64,
+    /// Bytes of host-backed allocations (bounded by [`HOST_BACKING_LIMIT`]).
+    backed_bytes: u64,
 }
 
 impl SimProcess {
@@ -62,6 +66,7 @@ impl SimProcess {
             contexts: HashMap::new(),
             allocations: BTreeMap::new(),
             next_va: VA_BASE,
+            backed_bytes: 0,
         }
     }
 
@@ -116,11 +121,12 @@ impl SimProcess {
             entry.start_time = start;
             entry.name = name;
             let u = entry.devices.entry(phys).or_default();
-            u.contexts += 1;
-            u.context_bytes += dev.context_overhead;
+            u.contexts = u.contexts.saturating_add(1);
+            u.context_bytes = u.context_bytes.saturating_add(dev.context_overhead);
             Ok(())
         })?;
-        *self.contexts.entry(ordinal).or_insert(0) += 1;
+        let n = self.contexts.entry(ordinal).or_insert(0);
+        *n = n.saturating_add(1);
         Ok(())
     }
 
@@ -169,7 +175,11 @@ impl SimProcess {
             Ok(())
         })?;
         for va in freed {
-            self.allocations.remove(&va);
+            if let Some(a) = self.allocations.remove(&va) {
+                if matches!(a.contents, Contents::Backed(_)) {
+                    self.backed_bytes = self.backed_bytes.saturating_sub(a.size);
+                }
+            }
         }
         if last {
             self.contexts.remove(&ordinal);
@@ -191,7 +201,7 @@ impl SimProcess {
         let sim = self.sim.clone();
         sim.update(|st, faults| {
             sim.check_device(phys, faults)?;
-            st.alloc_calls += 1;
+            st.alloc_calls = st.alloc_calls.saturating_add(1);
             let mem = super::memory_of(sim.device(phys)?, st);
             let injected = faults.alloc_fail_after.is_some_and(|n| st.alloc_calls > n);
             if injected || mem.free < charged {
@@ -208,23 +218,29 @@ impl SimProcess {
                 .devices
                 .entry(phys)
                 .or_default();
-            u.allocations += 1;
-            u.alloc_bytes += charged;
+            u.allocations = u.allocations.saturating_add(1);
+            u.alloc_bytes = u.alloc_bytes.saturating_add(charged);
             Ok(())
         })
         .map_err(|e| {
             // The failed call still counts towards alloc_fail_after.
             if matches!(e, SimError::OutOfMemory { .. }) {
                 let _ = sim.update(|st, _| {
-                    st.alloc_calls += 1;
+                    st.alloc_calls = st.alloc_calls.saturating_add(1);
                     Ok(())
                 });
             }
             e
         })?;
         let va = self.next_va;
-        self.next_va = round_up(va + charged, GRANULARITY) + GRANULARITY;
-        let contents = if bytes <= BACKED_LIMIT {
+        self.next_va =
+            round_up(va.saturating_add(charged), GRANULARITY).saturating_add(GRANULARITY);
+        // Host memory is bounded per process: past HOST_BACKING_LIMIT, small allocations are
+        // uniform like large ones.
+        let contents = if bytes <= BACKED_LIMIT
+            && self.backed_bytes.saturating_add(bytes) <= HOST_BACKING_LIMIT
+        {
+            self.backed_bytes += bytes;
             Contents::Backed(Vec::new())
         } else {
             Contents::Uniform(0)
@@ -261,7 +277,11 @@ impl SimProcess {
             }
             Ok(())
         })?;
-        self.allocations.remove(&ptr);
+        if let Some(a) = self.allocations.remove(&ptr) {
+            if matches!(a.contents, Contents::Backed(_)) {
+                self.backed_bytes = self.backed_bytes.saturating_sub(a.size);
+            }
+        }
         Ok(())
     }
 
@@ -404,6 +424,7 @@ impl SimProcess {
             Ok(())
         })?;
         self.allocations.clear();
+        self.backed_bytes = 0;
         self.contexts.clear();
         Ok(())
     }
@@ -425,6 +446,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let b = SimBox::create(dir.path(), spec, &InitOptions::default()).unwrap();
         (dir, b)
+    }
+
+    #[test]
+    fn host_backing_is_bounded_per_process() {
+        let (_d, b) = new_box("1x16GiB");
+        let mut p = SimProcess::new(b, None);
+        p.create_context(0).unwrap();
+        let n = HOST_BACKING_LIMIT / BACKED_LIMIT;
+        let ptrs: Vec<u64> = (0..n).map(|_| p.alloc(0, BACKED_LIMIT).unwrap()).collect();
+        for &ptr in &ptrs {
+            p.write(ptr, &[1, 2, 3, 4]).unwrap();
+        }
+        // Past the limit a small allocation is uniform: it costs no host memory.
+        let over = p.alloc(0, BACKED_LIMIT).unwrap();
+        assert!(matches!(p.write(over, &[1]), Err(SimError::Unsupported(_))));
+        p.fill_u32(over, 7, BACKED_LIMIT / 4).unwrap();
+        assert_eq!(p.checksum_u32(over, 2).unwrap(), 14);
+        // Freeing gives the budget back.
+        p.free(ptrs[0]).unwrap();
+        let again = p.alloc(0, MIB).unwrap();
+        p.write(again, &[9]).unwrap();
     }
 
     #[test]

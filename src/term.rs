@@ -1,0 +1,168 @@
+//! Terminal safety and the one standard-output writer.
+//!
+//! Text a process or a file controls (process names and arguments, scenario and variant
+//! names, labels, error messages quoting file content) goes through [`clean`] (one field) or
+//! [`clean_text`] (a block whose newlines are kept) before it reaches a terminal: control
+//! characters (C0, DEL, C1) and bidirectional overrides become visible escapes (`\x1b`,
+//! `\u{202e}`), so no escape sequence, carriage return or Trojan-Source reordering can act on
+//! the terminal. Markdown and HTML have their own escaping (`report::markdown`,
+//! `report::html`); JSON escapes C0 itself.
+//!
+//! [`print`] is how commands write to standard output: a closed pipe (`| head -1`) ends the
+//! output quietly, any other write error (`> /dev/full`) is an [`OutputError`], exit 3, one
+//! line on stderr — never a panic. [`eprint_line`] writes a line to stderr and ignores errors.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether `c` must not reach a terminal as is.
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        // Bidirectional embeddings, overrides and isolates (Trojan Source, CVE-2021-42574),
+        // and the zero-width / BOM characters that hide text.
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+        || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2028}' | '\u{2029}' | '\u{FEFF}')
+}
+
+fn escape_into(out: &mut String, c: char) {
+    let n = c as u32;
+    if n < 0x100 {
+        out.push_str(&format!("\\x{n:02x}"));
+    } else {
+        out.push_str(&format!("\\u{{{n:x}}}"));
+    }
+}
+
+/// One field (a name, a label, a command line) made safe for a terminal: every control
+/// character, newline and tab included, becomes a visible escape. Text without such
+/// characters comes back unchanged.
+pub fn clean(s: &str) -> String {
+    if !s.chars().any(is_unsafe) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_unsafe(c) {
+            escape_into(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A block of text made safe for a terminal: like [`clean`], but `\n` is kept.
+pub fn clean_text(s: &str) -> String {
+    if !s.chars().any(|c| c != '\n' && is_unsafe(c)) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c != '\n' && is_unsafe(c) {
+            escape_into(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Standard output could not be written (not a closed pipe: that ends output quietly).
+#[derive(Debug, thiserror::Error)]
+#[error("writing to standard output: {0}")]
+pub struct OutputError(#[source] pub std::io::Error);
+
+/// Set once the reader of standard output went away; later writes are skipped.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Write bytes to standard output and flush. A closed pipe is not an error: the rest of the
+/// output is dropped and the command goes on to its normal exit code.
+pub fn write_stdout(bytes: &[u8]) -> Result<(), OutputError> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(e) => Err(OutputError(e)),
+    }
+}
+
+/// Print human text (a table, a line) on standard output, made safe with [`clean_text`],
+/// with a final newline.
+pub fn print(text: &str) -> Result<(), OutputError> {
+    let mut s = clean_text(text);
+    s.push('\n');
+    write_stdout(s.as_bytes())
+}
+
+/// JSON made safe for a terminal and still the same JSON: the characters [`clean`] escapes
+/// and serde_json leaves raw (C1 controls, bidirectional overrides) become `\uXXXX` escapes.
+pub fn json_safe(s: &str) -> String {
+    if !s.chars().any(|c| c != '\n' && is_unsafe(c)) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c != '\n' && is_unsafe(c) {
+            let mut buf = [0u16; 2];
+            for unit in c.encode_utf16(&mut buf) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Print JSON on standard output (made safe with [`json_safe`]), with a final newline.
+pub fn print_json(json: &str) -> Result<(), OutputError> {
+    let mut s = json_safe(json);
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    write_stdout(s.as_bytes())
+}
+
+/// A line on standard error, made safe with [`clean_text`]; write errors are ignored (there
+/// is nowhere left to report them).
+pub fn eprint_line(text: &str) {
+    let mut s = clean_text(text);
+    s.push('\n');
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn escapes_become_visible() {
+        assert_eq!(clean("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(clean("x\ry\n"), "x\\x0dy\\x0a");
+        assert_eq!(clean("\u{9b}31m"), "\\x9b31m");
+        assert_eq!(clean("abc\u{202e}def"), "abc\\u{202e}def");
+        assert_eq!(clean_text("line1\nline2\x07"), "line1\nline2\\x07");
+        assert_eq!(clean("plain text, é ü 日本"), "plain text, é ü 日本");
+        let j = json_safe(&serde_json::to_string("a\u{9b}b\u{202e}\x1b").unwrap());
+        assert_eq!(j, r#""a\u009bb\u202e\u001b""#);
+        let back: String = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, "a\u{9b}b\u{202e}\x1b");
+    }
+
+    proptest! {
+        #[test]
+        fn nothing_unsafe_survives(s in "\\PC*|[\\x00-\\x1f\\x7f-\\u{9f}\\u{202a}-\\u{202e}a-z]{0,40}") {
+            prop_assert!(!clean(&s).chars().any(is_unsafe));
+            prop_assert!(!clean_text(&s).chars().any(|c| c != '\n' && is_unsafe(c)));
+            // Idempotent on its own output.
+            prop_assert_eq!(clean(&clean(&s)), clean(&s));
+        }
+    }
+}

@@ -1,0 +1,810 @@
+//! Issue 9, one test per class, through the CLI as a user (or an attacker) would mount it:
+//! untrusted scenario files, secrets in command lines, terminal escapes, signals and orphans,
+//! outputs checked before work, broken standard output, exit codes, the simulated box under
+//! misuse. docs/security.md describes the trust boundaries these tests hold.
+
+mod common;
+
+use common::{fresh_box, vramdoc};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+fn run(mut c: Command) -> Output {
+    c.output().expect("run vramdoc")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn on_box(dir: &Path) -> Command {
+    let mut c = vramdoc();
+    c.env("VRAMDOC_SIM_DIR", dir).env("VRAMDOC_PIDNS", "host");
+    c
+}
+
+const HEAD: &str = r#"
+id = "t"
+title = "T"
+description = "d"
+source = "s"
+devices = 1
+"#;
+
+const STEPS: &str = r#"
+[[steps]]
+id = "ctx"
+op = "context"
+device = 0
+
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 0
+size = "10%"
+"#;
+
+const VARIANTS: &str = r#"
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "completes"
+"#;
+
+/// Replay a scenario file with `body` on a fresh box; no variant may run (the check is
+/// static), so no worker pid may be printed.
+fn replay_refused(name: &str, body: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, body).unwrap();
+    let b = fresh_box("1x16GiB");
+    let mut c = on_box(b.path());
+    c.arg("replay").arg(&path);
+    let out = run(c);
+    let err = text(&out.stderr);
+    assert!(!err.contains("worker pid"), "a variant ran: {err}");
+    (out.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn scenario_env_outside_the_allow_list_is_refused_at_parse_time() {
+    for (var, line) in [
+        ("LD_PRELOAD = \"/tmp/evil.so\"", 9),
+        ("PATH = \"/tmp\"", 9),
+        ("VRAMDOC_SIM_DIR = \"/tmp/other\"", 9),
+        ("PYTHONPATH = \"/tmp\"", 9),
+        ("CUDA_INJECTION64_PATH = \"/tmp/evil.so\"", 9),
+        ("NCCL_NET_PLUGIN = \"evil\"", 9),
+    ] {
+        let body = format!("{HEAD}\n[env]\n{var}\n{STEPS}{VARIANTS}");
+        let (code, err) = replay_refused("env.toml", &body);
+        assert_eq!(code, 2, "{var}: {err}");
+        assert!(
+            err.contains(&format!("env.toml:{line}:1: environment variable")),
+            "{err}"
+        );
+        assert!(err.contains("docs/security.md"), "{err}");
+    }
+    // In a variant, too.
+    let body = format!(
+        "{HEAD}{STEPS}{VARIANTS}\n[[variants]]\nname = \"fix\"\nenv = {{ LD_LIBRARY_PATH = \"/x\" }}\n[[variants.expect]]\ncheck = \"completes\"\n"
+    );
+    let (code, err) = replay_refused("v.toml", &body);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("\"LD_LIBRARY_PATH\" may not be set"), "{err}");
+    // Allowed names pass the parser (the allow-list is not a deny-all).
+    let body = format!("{HEAD}\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\nOMP_NUM_THREADS = \"1\"\n{STEPS}{VARIANTS}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ok.toml");
+    std::fs::write(&p, body).unwrap();
+    let b = fresh_box("1x16GiB");
+    let mut c = on_box(b.path());
+    c.arg("replay").arg(&p);
+    let out = run(c);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn static_scenario_mistakes_are_parse_errors_with_positions() {
+    let free_first = format!(
+        "{HEAD}{STEPS}\n[[steps]]\nid = \"drop\"\nop = \"free\"\ntag = \"nope\"\n{VARIANTS}"
+    );
+    let (code, err) = replay_refused("a.toml", &free_first);
+    assert_eq!(code, 2);
+    assert!(err.contains("a.toml:2"), "{err}");
+    assert!(
+        err.contains("frees tag \"nope\" before any step allocates it"),
+        "{err}"
+    );
+
+    let dup = format!("{HEAD}{STEPS}\n[[steps]]\nid = \"again\"\nop = \"alloc\"\ntag = \"w\"\ndevice = 0\nsize = \"1%\"\n{VARIANTS}");
+    let (code, err) = replay_refused("b.toml", &dup);
+    assert_eq!(code, 2);
+    assert!(err.contains("tag \"w\" is already allocated"), "{err}");
+
+    let group = STEPS.replace("size = \"10%\"", "size = \"10%\"\ngroup = \"pg\"");
+    let (code, err) = replay_refused("c.toml", &format!("{HEAD}{group}{VARIANTS}"));
+    assert_eq!(code, 2);
+    assert!(err.contains("group \"pg\" is not initialised"), "{err}");
+
+    // Sizes may refer to each other in any order; a cycle is an error naming both.
+    let sizes = "\n[sizes]\nb = \"0.5*a\"\na = \"20%\"\n";
+    let ok = format!(
+        "{HEAD}{sizes}{}{VARIANTS}",
+        STEPS.replace("\"10%\"", "\"b\"")
+    );
+    let out_ok = vramdoc::scenario::parse_scenario("s.toml", &ok);
+    assert!(out_ok.is_ok(), "{out_ok:?}");
+    let cyc = "\n[sizes]\nb = \"0.5*a\"\na = \"2*b\"\n";
+    let (code, err) = replay_refused("d.toml", &format!("{HEAD}{cyc}{STEPS}{VARIANTS}"));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("sizes a, b refer to each other in a cycle"),
+        "{err}"
+    );
+
+    let nul = format!("{HEAD}{STEPS}{VARIANTS}").replace("title = \"T\"", "title = \"T\\u0000\"");
+    let (code, err) = replay_refused("e.toml", &nul);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("e.toml:3:") && err.contains("NUL byte"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fifo_device_huge_and_non_utf8_inputs_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("scenario.toml");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let b = fresh_box("1x16GiB");
+    // A FIFO nobody writes to would block a plain read forever.
+    for (cmd, path) in [
+        ("replay", fifo.as_path()),
+        ("replay", Path::new("/dev/zero")),
+        ("report", fifo.as_path()),
+        ("report", Path::new("/dev/zero")),
+    ] {
+        let mut c = on_box(b.path());
+        c.arg(cmd).arg(path);
+        if cmd == "report" {
+            c.args(["--format", "md"]);
+        }
+        let out = run(c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd} {path:?}: {err}");
+        assert!(err.contains("not a regular file"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let big = dir.path().join("big.toml");
+    std::fs::write(
+        &big,
+        vec![b'#'; (vramdoc::input::MAX_SCENARIO_BYTES + 1) as usize],
+    )
+    .unwrap();
+    let mut c = on_box(b.path());
+    c.arg("replay").arg(&big);
+    let out = run(c);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("larger than the 1048576-byte limit"));
+
+    let latin1 = dir.path().join("latin1.json");
+    std::fs::write(&latin1, b"{\n  \"a\": \"caf\xe9\"\n}").unwrap();
+    let mut c = vramdoc();
+    c.arg("report").arg(&latin1).args(["--format", "md"]);
+    let out = run(c);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("latin1.json:2:12: not UTF-8"), "{err}");
+}
+
+/// A `sim hold` process that stays until dropped.
+struct Holder(Child);
+
+impl Holder {
+    fn start(mut c: Command) -> Holder {
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn holder");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("holding pid="), "{line:?}");
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn secrets_and_escapes_of_a_process_never_reach_the_table_or_the_files() {
+    let b = fresh_box("1x16GiB");
+    // A program whose name carries an escape sequence (comm comes from the exec'd path).
+    let bin = tempfile::tempdir().unwrap();
+    let evil = bin.path().join("ev\x1b[2Jil");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vramdoc"), &evil).unwrap();
+    let mut c = Command::new(&evil);
+    c.env("VRAMDOC_SIM_DIR", b.path()).args([
+        "sim",
+        "hold",
+        "--size",
+        "1GiB",
+        "--",
+        "python",
+        "serve.py",
+        "-H",
+        "Authorization: Bearer S3cretBearer",
+        "--db-pass=S3cretPass",
+        "--api-key",
+        "S3cretKey",
+        "--config={\"token\": \"S3cretJson\"}",
+        "https://bob:S3cretUrl@db/x?access_token=S3cretQuery",
+        "\x1b]0;pwned\x07\r",
+    ]);
+    let _h = Holder::start(c);
+    let out_dir = tempfile::tempdir().unwrap();
+    let md = out_dir.path().join("r.md");
+    let json = out_dir.path().join("r.json");
+    let mut c = on_box(b.path());
+    c.arg("scan").arg("--out").arg(&md).arg("--out").arg(&json);
+    let out = run(c);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let mut c = on_box(b.path());
+    c.args(["scan", "--json"]);
+    let stdout_json = text(&run(c).stdout);
+    let files = [
+        ("table", table.clone()),
+        ("json stdout", stdout_json),
+        ("md", std::fs::read_to_string(&md).unwrap()),
+        ("json", std::fs::read_to_string(&json).unwrap()),
+    ];
+    for (what, body) in &files {
+        assert!(!body.contains("S3cret"), "{what} leaks a secret:\n{body}");
+        assert!(body.contains("«redacted»"), "{what}");
+        assert!(
+            !body.contains('\x1b') && !body.contains('\x07'),
+            "{what} has raw escapes"
+        );
+    }
+    assert!(
+        files[1].1.contains("Authorization: Bearer «redacted»"),
+        "{}",
+        files[1].1
+    );
+    assert!(
+        table.contains("\\x1b"),
+        "escapes are shown, visibly: {table}"
+    );
+}
+
+fn write_scenario(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn scenario_and_variant_names_cannot_drive_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = format!(
+        "{HEAD}{}{}",
+        STEPS.replace(
+            "id = \"load\"",
+            "id = \"load\"\nlabel = \"\\u001b[31mred\\r\""
+        ),
+        VARIANTS.replace(
+            "name = \"bug\"",
+            "name = \"bug\\u001b[2J\\u009b1m\"\nkind = \"bug\""
+        )
+    );
+    let p = write_scenario(dir.path(), "esc.toml", &body);
+    let b = fresh_box("1x16GiB");
+    let mut c = on_box(b.path());
+    c.arg("replay").arg(&p);
+    let out = run(c);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        !all.contains('\x1b') && !all.contains('\u{9b}') && !all.contains('\r'),
+        "{all:?}"
+    );
+    assert!(all.contains("bug\\x1b[2J\\x9b1m"), "{all}");
+    // An error quoting file content is neutralised too.
+    let p = write_scenario(dir.path(), "bad.toml", "id = \"x\u{1b}[2J\"\n");
+    let mut c = on_box(b.path());
+    c.arg("replay").arg(&p);
+    let out = run(c);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        !text(&out.stderr).contains('\x1b'),
+        "{:?}",
+        text(&out.stderr)
+    );
+}
+
+const SLOW: &str = r#"
+id = "slow"
+title = "Slow"
+description = "d"
+source = "s"
+devices = 1
+
+[[neighbours]]
+device = 0
+size = "5%"
+
+[[steps]]
+id = "ctx"
+op = "context"
+device = 0
+
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "w"
+device = 0
+size = "10%"
+
+[[steps]]
+id = "wait"
+op = "pause"
+duration = "60s"
+only = ["fix"]
+
+[[variants]]
+name = "bug"
+kind = "bug"
+[[variants.expect]]
+check = "completes"
+
+[[variants]]
+name = "fix"
+[[variants.expect]]
+check = "completes"
+"#;
+
+/// Start a replay in the background; returns it and the pid of the worker of `variant`.
+/// The caller waits for the returned child.
+#[allow(clippy::zombie_processes)]
+fn replay_until_worker(
+    box_dir: &Path,
+    scenario: &Path,
+    out: &Path,
+    variant: &str,
+) -> (Child, u32, BufReader<std::process::ChildStderr>) {
+    let mut c = on_box(box_dir);
+    c.arg("replay")
+        .arg(scenario)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let needle = format!("/{variant}: worker pid ");
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            let _ = child.wait();
+            panic!("replay ended before the {variant} worker started");
+        }
+        if let Some(i) = line.find(&needle) {
+            let pid = line[i + needle.len()..].trim().parse().unwrap();
+            return (child, pid, err);
+        }
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is dead for our purposes.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+fn wait_gone(pid: u32) -> bool {
+    for _ in 0..400 {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    false
+}
+
+fn box_processes(dir: &Path) -> usize {
+    let mut c = on_box(dir);
+    c.args(["sim", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&run(c).stdout).unwrap();
+    v["processes"].as_object().map_or(0, |m| m.len())
+}
+
+#[test]
+fn sigterm_and_sighup_stop_replay_like_ctrl_c_with_a_partial_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let scn = write_scenario(dir.path(), "slow.toml", SLOW);
+    for sig in [libc::SIGTERM, libc::SIGHUP] {
+        let b = fresh_box("1x16GiB");
+        let out = dir.path().join(format!("r{sig}.json"));
+        let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(1), "signal {sig}");
+        assert!(wait_gone(worker), "worker {worker} still running");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let runs = r["replay"]["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "both variants reported");
+        assert!(
+            runs[1]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("interrupted"),
+            "{}",
+            runs[1]
+        );
+        assert_eq!(box_processes(b.path()), 0, "no memory stays held");
+    }
+}
+
+#[test]
+fn sigkill_of_the_monitor_takes_worker_and_neighbours_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let scn = write_scenario(dir.path(), "slow.toml", SLOW);
+    let b = fresh_box("1x16GiB");
+    let out = dir.path().join("r.json");
+    let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
+    // The worker pid is printed at spawn; wait until it holds memory next to the neighbour.
+    for _ in 0..400 {
+        if box_processes(b.path()) >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(
+        box_processes(b.path()) >= 2,
+        "worker and neighbour hold memory"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(wait_gone(worker), "worker {worker} orphaned");
+    for _ in 0..400 {
+        if box_processes(b.path()) == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert_eq!(box_processes(b.path()), 0, "a neighbour still holds memory");
+}
+
+#[test]
+fn private_box_is_removed_when_a_command_is_terminated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = vramdoc();
+    c.env("TMPDIR", tmp.path())
+        .args(["--sim", "1x16GiB", "sim", "hold", "--size", "1GiB"]);
+    let mut h = Holder::start(c);
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "the private box"
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(h.0.id() as i32, libc::SIGTERM) };
+    let status = h.0.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "box left behind"
+    );
+}
+
+#[test]
+fn finished_variants_are_reported_when_the_box_disappears_mid_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = SLOW
+        .replace("duration = \"60s\"", "duration = \"3s\"")
+        .replace(
+        "[[steps]]\nid = \"load\"",
+        "[[steps]]\nid = \"pre\"\nop = \"pause\"\nduration = \"1ms\"\n\n[[steps]]\nid = \"load\"",
+    ) + "\n[[variants]]\nname = \"fix-2\"\n[[variants.expect]]\ncheck = \"completes\"\n";
+    // Pause before the allocation in `fix`, so the box goes away while it waits.
+    let body = body.replace(
+        "[[steps]]\nid = \"wait\"\nop = \"pause\"\nduration = \"3s\"\nonly = [\"fix\"]\n",
+        "",
+    );
+    let body = body.replace(
+        "[[steps]]\nid = \"pre\"\nop = \"pause\"\nduration = \"1ms\"",
+        "[[steps]]\nid = \"pre\"\nop = \"pause\"\nduration = \"3s\"\nonly = [\"fix\"]",
+    );
+    let scn = write_scenario(dir.path(), "gone.toml", &body);
+    let b = fresh_box("1x16GiB");
+    let out = dir.path().join("r.json");
+    let (child, _worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
+    // The box disappears in one step (a rename: its processes keep writing into it).
+    let moved = dir.path().join("moved-box");
+    std::fs::rename(b.path(), &moved).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "environment failure");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let runs = r["replay"]["runs"].as_array().unwrap();
+    assert!(!runs.is_empty() && runs[0]["variant"] == "bug", "{runs:?}");
+    assert!(
+        text(&output.stdout).contains("┆ bug"),
+        "{}",
+        text(&output.stdout)
+    );
+}
+
+#[test]
+fn every_out_is_checked_before_the_first_variant() {
+    let b = fresh_box("1x16GiB");
+    let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("old.json");
+    std::fs::write(&existing, "{}").unwrap();
+    let readonly = dir.path().join("ro");
+    std::fs::create_dir(&readonly).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&readonly, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let root = unsafe { libc::geteuid() } == 0;
+    let a = dir.path().join("a.json");
+    let same = dir.path().join(".").join("a.json");
+    let mut cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            vec![dir.path().join("missing/r.json").into()],
+            "does not exist",
+        ),
+        (vec![a.clone().into(), same.into()], "given twice"),
+        (vec![existing.into()], "--force"),
+        (
+            vec![dir.path().join("r.txt").into()],
+            "unknown report extension",
+        ),
+    ];
+    if !root {
+        cases.push((vec![readonly.join("r.json").into()], "ermission denied"));
+    }
+    for (outs, want) in cases {
+        let mut c = on_box(b.path());
+        c.args(["replay", "stray-cuda0"]);
+        for o in &outs {
+            c.arg("--out").arg(o);
+        }
+        let out = run(c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{outs:?}: {err}");
+        assert!(err.contains(want), "{outs:?}: {err}");
+        assert!(!err.contains("worker pid"), "work started: {err}");
+        assert!(!a.exists());
+    }
+}
+
+/// Every subcommand that writes to standard output: a closed pipe is quiet (the command's
+/// own exit code), a full disk is one line on stderr and exit 3.
+#[test]
+fn broken_and_full_stdout_never_panic() {
+    let b = fresh_box("1x16GiB");
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let mut c = on_box(b.path());
+    c.args(["scan", "--out"]).arg(&report);
+    assert!(run(c).status.success());
+    let cmds: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["list"], 0),
+        (vec!["list", "--json"], 0),
+        (vec!["scan"], 0),
+        (vec!["scan", "--json"], 0),
+        (vec!["sim", "status"], 0),
+        (vec!["sim", "status", "--json"], 0),
+        (vec!["sim", "presets"], 0),
+        (
+            vec!["report", report.to_str().unwrap(), "--format", "md"],
+            0,
+        ),
+        (
+            vec!["report", report.to_str().unwrap(), "--format", "json"],
+            0,
+        ),
+        (vec!["--help"], 0),
+        (
+            vec!["replay", "stray-cuda0", "--variant", "fix-visible-devices"],
+            0,
+        ),
+        (
+            vec![
+                "replay",
+                "stray-cuda0",
+                "--variant",
+                "fix-visible-devices",
+                "--json",
+            ],
+            0,
+        ),
+    ];
+    for (args, code) in &cmds {
+        // Closed pipe: the reader is gone before vramdoc writes.
+        let mut c = on_box(b.path());
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{args:?} | head: {}",
+            text(&out.stderr)
+        );
+        // Only replay's progress lines ("replay scenario/variant: ...") may be on stderr.
+        let err = text(&out.stderr);
+        let quiet = err.lines().all(|l| l.starts_with("replay "));
+        assert!(quiet, "{args:?} | head is quiet: {err}");
+
+        let mut c = on_box(b.path());
+        c.args(args)
+            .stdout(std::fs::File::create("/dev/full").unwrap());
+        let out = run(c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?} > /dev/full: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| !l.starts_with("replay ")).collect();
+        assert_eq!(errors.len(), 1, "{err}");
+        assert!(
+            errors[0].starts_with("error: writing to standard output"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn exit_codes_mean_one_thing() {
+    let b = fresh_box("2x16GiB");
+    let code = |c: &mut Command| run(std::mem::replace(c, vramdoc())).status.code();
+    // An unknown scenario among `all`: refused before anything runs.
+    let mut c = on_box(b.path());
+    c.args(["replay", "all", "nope"]);
+    assert_eq!(code(&mut c), Some(2));
+    // Out-of-range devices for `sim hold`: the user's to fix.
+    for args in [
+        vec!["sim", "hold", "--device", "2"],
+        vec!["sim", "hold", "--context-on", "7"],
+    ] {
+        let mut c = on_box(b.path());
+        c.args(&args);
+        assert_eq!(code(&mut c), Some(2), "{args:?}");
+    }
+    // A missing TMPDIR: the environment.
+    let mut c = vramdoc();
+    c.env("TMPDIR", "/nonexistent/tmp")
+        .args(["--sim", "1x16GiB", "scan"]);
+    assert_eq!(code(&mut c), Some(3));
+    // Zero devices: the environment.
+    let zero = fresh_box("1x16GiB");
+    let cfg = zero.path().join("box.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    v["devices"] = serde_json::json!([]);
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    for args in [vec!["scan"], vec!["replay", "stray-cuda0"]] {
+        let mut c = on_box(zero.path());
+        c.args(&args);
+        assert_eq!(code(&mut c), Some(3), "{args:?} with zero devices");
+    }
+}
+
+#[test]
+fn garbage_cuda_visible_devices_is_the_same_answer_on_both_backends() {
+    let b = fresh_box("2x16GiB");
+    let libs = common::simgpu_lib_dir();
+    for backend in ["sim", "real"] {
+        let mut c = on_box(b.path());
+        c.args(["--backend", backend, "replay", "stray-cuda0"])
+            .env("CUDA_VISIBLE_DEVICES", "garbage")
+            .env("LD_LIBRARY_PATH", libs);
+        let out = run(c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{backend}: {err}");
+        assert!(err.contains("leaves no visible GPU"), "{backend}: {err}");
+        // NVML ignores CUDA_VISIBLE_DEVICES: scan works the same on both.
+        let mut c = on_box(b.path());
+        c.args(["--backend", backend, "scan"])
+            .env("CUDA_VISIBLE_DEVICES", "garbage")
+            .env("LD_LIBRARY_PATH", libs);
+        assert_eq!(run(c).status.code(), Some(0), "{backend} scan");
+    }
+}
+
+#[test]
+fn the_simulated_box_refuses_misuse() {
+    let b = fresh_box("1x16GiB");
+    // A latency of years is a typo.
+    let mut c = on_box(b.path());
+    c.args(["sim", "fault", "--nvml-memory-latency", "40000000s"]);
+    let out = run(c);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // `sim init` never overwrites a box.
+    let mut c = vramdoc();
+    c.args(["sim", "init", "2x16GiB", "--dir"]).arg(b.path());
+    assert_eq!(run(c).status.code(), Some(2));
+    let cfg = std::fs::read_to_string(b.path().join("box.json")).unwrap();
+    assert!(cfg.contains("1x16GiB"));
+    // A failed `sim init` leaves nothing in TMPDIR.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = vramdoc();
+    c.env("TMPDIR", tmp.path()).args(["sim", "init", "2xbogus"]);
+    assert_eq!(run(c).status.code(), Some(2));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    // Concurrent `sim fault` calls lose nothing: each adds a lost device under the lock.
+    let many = fresh_box("8x16GiB");
+    let children: Vec<Child> = (0..8)
+        .map(|i| {
+            let mut c = on_box(many.path());
+            c.args(["sim", "fault", "--lose-device", &i.to_string()])
+                .stdout(Stdio::null());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for mut ch in children {
+        assert!(ch.wait().unwrap().success());
+    }
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(many.path().join("faults.json")).unwrap())
+            .unwrap();
+    assert_eq!(f["lost_devices"].as_array().unwrap().len(), 8, "{f}");
+}
+
+#[test]
+fn an_os_error_is_printed_once() {
+    let mut c = vramdoc();
+    c.args(["report", "/nonexistent/r.json", "--format", "md"]);
+    let err = text(&run(c).stderr);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}
+
+#[test]
+fn a_hostile_report_file_cannot_drive_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile_json = serde_json::to_string(common::reports::HOSTILE).unwrap();
+    let inner = &hostile_json[1..hostile_json.len() - 1];
+    let evil = r"\u001b]0;pwned\u0007\u009b31m\u202eexe.txt\r";
+    for (i, report) in common::reports::hostile_reports().iter().enumerate() {
+        let body = String::from_utf8(vramdoc::report::json::render(report)).unwrap();
+        assert!(body.contains(inner));
+        let path = dir.path().join(format!("r{i}.json"));
+        std::fs::write(&path, body.replace(inner, evil)).unwrap();
+        for format in ["md", "html", "json"] {
+            let mut c = vramdoc();
+            c.arg("report").arg(&path).args(["--format", format]);
+            let out = run(c);
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            let stdout = text(&out.stdout);
+            for bad in ['\x1b', '\x07', '\u{9b}', '\u{202e}', '\r'] {
+                assert!(
+                    !stdout.contains(bad),
+                    "{format}: raw {bad:?} on the terminal"
+                );
+            }
+            if format == "json" {
+                // Still the same report.
+                vramdoc::report::read::parse_report(&stdout, &path).unwrap();
+            }
+        }
+    }
+}
