@@ -11,10 +11,11 @@
 //! idle client holds one of its threads forever.)
 
 use crate::diagnose::{self, Thresholds};
-use crate::gpu::{GpuError, Monitor};
-use crate::inventory::{self, PidNamespace};
+use crate::gpu::{DeviceInfo, GpuError, Monitor, Versions};
+use crate::inventory::{self, Inventory, PidNamespace};
 use crate::report::prom::{self, Collection, PromOptions};
-use crate::report::ScanResult;
+use crate::report::{Environment, ProcessDeviceUsage, ScanResult};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -68,12 +69,20 @@ pub struct Collected {
     pub error: Option<String>,
 }
 
-/// Read the machine once through `monitor` and diagnose it, as `vramdoc scan` does. A device
-/// the driver reports lost becomes a `device-lost` finding (and a failed collection); any
-/// other error a failed collection without findings.
-pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
+/// Read the machine once through `monitor` and diagnose it, as `vramdoc scan` does.
+/// `known` holds the devices of the last successful collection (updated here). A device the
+/// driver reports lost becomes a `device-lost` finding and a failed collection; the other
+/// devices in `known` are still read one by one (memory, processes) and diagnosed, so one
+/// lost GPU does not blank a node's metrics. Any other error is a failed collection without
+/// findings.
+pub fn collect(
+    monitor: &dyn Monitor,
+    cfg: &CollectConfig,
+    known: &mut Vec<DeviceInfo>,
+) -> Collected {
     match inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone()) {
         Ok(inv) => {
+            known.clone_from(&inv.environment.devices);
             let report = crate::commands::scan::build_report(&inv, &cfg.thresholds);
             Collected {
                 scan: report.scan,
@@ -81,16 +90,24 @@ pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
                 error: None,
             }
         }
-        Err(e @ GpuError::DeviceLost(device)) => {
+        Err(e @ GpuError::DeviceLost(_)) => {
             let detail = e.to_string();
+            let mut lost = Vec::new();
+            if let GpuError::DeviceLost(d) = e {
+                lost.push(d);
+            }
+            let inv = survivors(monitor, cfg, known, &mut lost);
+            let mut scan = match inv {
+                Some(inv) => crate::commands::scan::build_report(&inv, &cfg.thresholds)
+                    .scan
+                    .unwrap_or_else(|| empty_scan(cfg)),
+                None => empty_scan(cfg),
+            };
+            for d in lost.iter().rev() {
+                scan.findings.insert(0, diagnose::device_lost(*d, &detail));
+            }
             Collected {
-                scan: Some(ScanResult {
-                    devices: Vec::new(),
-                    processes: Vec::new(),
-                    findings: vec![diagnose::device_lost(device, &detail)],
-                    pid_namespace: cfg.pid_namespace.label().to_string(),
-                    headroom: Vec::new(),
-                }),
+                scan: Some(scan),
                 success: false,
                 error: Some(detail),
             }
@@ -103,10 +120,86 @@ pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
     }
 }
 
+fn empty_scan(cfg: &CollectConfig) -> ScanResult {
+    ScanResult {
+        devices: Vec::new(),
+        processes: Vec::new(),
+        findings: Vec::new(),
+        pid_namespace: cfg.pid_namespace.label().to_string(),
+        headroom: Vec::new(),
+    }
+}
+
+/// The devices of `known` that still answer, read one by one (`memory(i)`, `processes(i)`),
+/// as an inventory; devices found lost on the way are added to `lost`. `None` when nothing
+/// is known or another error occurs.
+fn survivors(
+    monitor: &dyn Monitor,
+    cfg: &CollectConfig,
+    known: &[DeviceInfo],
+    lost: &mut Vec<u32>,
+) -> Option<Inventory> {
+    if known.is_empty() {
+        return None;
+    }
+    let mut devices = Vec::new();
+    let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
+    for d in known {
+        if lost.contains(&d.index) {
+            continue;
+        }
+        let read = monitor
+            .memory(d.index)
+            .and_then(|m| Ok((m, monitor.processes(d.index)?)));
+        match read {
+            Ok((memory, procs)) => {
+                devices.push(DeviceInfo {
+                    memory,
+                    ..d.clone()
+                });
+                for p in procs {
+                    by_pid.entry(p.pid).or_default().push(ProcessDeviceUsage {
+                        device: d.index,
+                        used: p.used,
+                    });
+                }
+            }
+            Err(GpuError::DeviceLost(i)) => lost.push(i),
+            Err(_) => return None,
+        }
+    }
+    let processes = by_pid
+        .into_iter()
+        .map(|(pid, usage)| inventory::process_info(pid, usage))
+        .collect();
+    Some(Inventory {
+        environment: Environment {
+            hostname: String::new(),
+            kernel: String::new(),
+            vramdoc_version: env!("CARGO_PKG_VERSION").to_string(),
+            backend: monitor.backend().to_string(),
+            sim_spec: cfg.sim_spec.clone(),
+            versions: Versions {
+                driver: String::new(),
+                cuda: String::new(),
+                nvml: String::new(),
+            },
+            devices,
+        },
+        processes,
+        pid_namespace: cfg.pid_namespace.clone(),
+    })
+}
+
 /// One collection, rendered: returns the exposition and the collection's error, if any.
-pub fn collect_exposition(monitor: &dyn Monitor, cfg: &CollectConfig) -> (Vec<u8>, Option<String>) {
+/// `known`: as for [`collect`].
+pub fn collect_exposition(
+    monitor: &dyn Monitor,
+    cfg: &CollectConfig,
+    known: &mut Vec<DeviceInfo>,
+) -> (Vec<u8>, Option<String>) {
     let start = Instant::now();
-    let c = collect(monitor, cfg);
+    let c = collect(monitor, cfg, known);
     let meta = Collection {
         success: c.success,
         duration_seconds: start.elapsed().as_secs_f64(),
@@ -134,14 +227,15 @@ pub struct Collector {
 
 impl Collector {
     /// Start collecting every `interval` (the first collection after one interval: run
-    /// [`collect_exposition`] once before, so the first scrape has data, and pass its error
-    /// as `first_error`). `on_change` is told when the collection error changes: the new
+    /// [`collect_exposition`] once before, so the first scrape has data, and pass its
+    /// devices as `known` and its error as `first_error`). `on_change` is told when the collection error changes: the new
     /// error, or `None` when collections succeed again.
     pub fn start(
         monitor: Box<dyn Monitor>,
         cfg: CollectConfig,
         interval: Duration,
         latest: Arc<Latest>,
+        mut known: Vec<DeviceInfo>,
         first_error: Option<String>,
         on_change: impl Fn(Option<&str>) + Send + 'static,
     ) -> std::io::Result<Collector> {
@@ -154,7 +248,7 @@ impl Collector {
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
-                let (body, err) = collect_exposition(monitor.as_ref(), &cfg);
+                let (body, err) = collect_exposition(monitor.as_ref(), &cfg, &mut known);
                 latest.set(body);
                 if err != last {
                     on_change(err.as_deref());
@@ -515,6 +609,51 @@ mod tests {
         );
         assert_eq!(route("GET", "/", &latest).status, "404 Not Found");
         assert_eq!(route("GET", "/metricsx", &latest).status, "404 Not Found");
+    }
+
+    #[test]
+    fn a_lost_gpu_is_a_finding_and_the_others_keep_their_metrics() {
+        use crate::gpu::sim::SimMonitor;
+        use crate::sim::{Faults, InitOptions, SimBox};
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "3x16GiB", &InitOptions::default()).unwrap();
+        let monitor = SimMonitor::new(sim.clone());
+        let cfg = CollectConfig {
+            sim_spec: None,
+            pid_namespace: PidNamespace {
+                host: true,
+                reason: "test".into(),
+            },
+            thresholds: Thresholds::default(),
+            options: PromOptions::default(),
+        };
+        let mut known = Vec::new();
+        let ok = collect(&monitor, &cfg, &mut known);
+        assert!(ok.success);
+        assert_eq!(known.len(), 3);
+        sim.set_faults(&Faults {
+            lost_devices: vec![1],
+            ..Faults::default()
+        })
+        .unwrap();
+        // Never seen the devices: only the finding.
+        let first = collect(&monitor, &cfg, &mut Vec::new());
+        assert!(!first.success);
+        let scan = first.scan.unwrap();
+        assert!(scan.devices.is_empty());
+        assert_eq!(scan.findings.len(), 1);
+        assert_eq!(scan.findings[0].id, "device-lost");
+        assert_eq!(scan.findings[0].devices, vec![1]);
+        // Seen before: devices 0 and 2 are still read and diagnosed.
+        let later = collect(&monitor, &cfg, &mut known);
+        assert!(!later.success);
+        assert!(later.error.unwrap().contains("device 1 is lost"));
+        let scan = later.scan.unwrap();
+        let idx: Vec<u32> = scan.devices.iter().map(|d| d.index).collect();
+        assert_eq!(idx, vec![0, 2]);
+        assert_eq!(scan.headroom.len(), 2);
+        assert_eq!(scan.findings[0].id, "device-lost");
+        assert_eq!(known.len(), 3, "known devices are kept while one is lost");
     }
 
     #[test]

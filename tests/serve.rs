@@ -439,6 +439,18 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     })
     .expect("device-lost finding exported");
     assert_eq!(sample(&lost, "vramdoc_collect_success", &[]), Some(0.0));
+    // The GPU that still answers keeps its metrics (read one by one); the lost one has none.
+    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    assert_eq!(
+        sample(&lost, "vramdoc_gpu_memory_used_bytes", &[("gpu", "0")]),
+        Some(sim.memory(0).unwrap().used as f64),
+        "{lost}"
+    );
+    assert_eq!(
+        sample(&lost, "vramdoc_gpu_memory_used_bytes", &[("gpu", "1")]),
+        None
+    );
+    assert!(lost.contains("vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\""));
     assert_eq!(serve.get("/healthz").0, 200, "the exporter is alive");
     let (ok, out) = promtool_check_metrics(&lost);
     assert!(ok, "{out}");
