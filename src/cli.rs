@@ -63,7 +63,7 @@ pub enum Command {
     /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
     /// for writing your own scenario files, docs/scenarios.md.
     #[command(
-        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json"
+        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json\n  vramdoc replay all --out replay.html --junit junit.xml   (CI: see docs/ci.md)"
     )]
     Replay(ReplayArgs),
     /// Re-render a saved JSON report as Markdown or HTML
@@ -71,6 +71,30 @@ pub enum Command {
     /// Create and inspect simulated GPU boxes
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Serve Prometheus metrics: memory, findings and vLLM headroom of every GPU
+    ///
+    /// Collects on its own cadence (the same reading and diagnosis as `scan`) and answers
+    /// `GET /metrics` and `GET /healthz` from the last collection. Metrics and deployment
+    /// (DaemonSet, systemd, alert rules) are documented in docs/fleet.md.
+    #[command(
+        after_help = "Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad flags, 3 environment \
+(no driver, no device, address in use).\n\nExamples:\n  vramdoc serve\n  \
+vramdoc serve --listen 0.0.0.0:9835 --interval 30s\n  vramdoc serve --per-process\n  \
+curl -s http://127.0.0.1:9835/metrics | grep vramdoc_findings"
+    )]
+    Serve(ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[command(
+        after_help = "Examples:\n  vramdoc completions bash > /etc/bash_completion.d/vramdoc\n  \
+vramdoc completions zsh > \"${fpath[1]}/_vramdoc\"\n  \
+vramdoc completions fish > ~/.config/fish/completions/vramdoc.fish"
+    )]
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), generated from these definitions
+    #[command(
+        after_help = "Examples:\n  vramdoc man > /usr/local/share/man/man1/vramdoc.1\n  vramdoc man | man -l -"
+    )]
+    Man,
     /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -82,7 +106,8 @@ pub enum Command {
 usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
-vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan"
+vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \
+vramdoc scan --prom /var/lib/node_exporter/textfile/vramdoc.prom"
 )]
 pub struct ScanArgs {
     /// Print JSON (versioned; fields documented in docs/json.md)
@@ -101,9 +126,38 @@ pub struct ScanArgs {
     /// Overwrite --out if it exists
     #[arg(long)]
     pub force: bool,
+    /// Also write the metrics `vramdoc serve` exports to this file (atomically, replacing
+    /// it), for node_exporter's textfile collector; the name must end in `.prom`
+    #[arg(long, value_name = "FILE")]
+    pub prom: Option<PathBuf>,
+    /// With --prom: also export per-process memory (`vramdoc_process_gpu_memory_bytes`)
+    #[arg(long, requires = "prom")]
+    pub per_process: bool,
 }
 
 pub use crate::report::Severity;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on; loopback by default, `0.0.0.0:9835` (or the pod IP) to be
+    /// scraped from other hosts
+    #[arg(long, default_value = crate::exporter::DEFAULT_LISTEN, value_name = "ADDR")]
+    pub listen: String,
+    /// Time between collections (process lists included); scrapes never trigger one
+    #[arg(long, default_value = "15s", value_name = "DURATION")]
+    pub interval: String,
+    /// Also export per-process memory (`vramdoc_process_gpu_memory_bytes{gpu, uuid, pid,
+    /// comm}`; one series per process: opt-in)
+    #[arg(long)]
+    pub per_process: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to generate for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
@@ -146,6 +200,9 @@ pub struct ReplayArgs {
     /// step ends with status `timeout` and the variant is unexpected
     #[arg(long, default_value = "120s", value_name = "DURATION")]
     pub step_timeout: String,
+    /// Also write JUnit XML for CI (one test case per variant; unexpected = failure)
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

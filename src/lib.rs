@@ -8,6 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod diagnose;
 pub mod exit;
+pub mod exporter;
 pub mod gpu;
 pub mod input;
 pub mod inventory;

@@ -2,9 +2,11 @@
 //! mapped to exit codes in `crate::exit`. [`Session`] resolves which GPU backend to use.
 
 pub mod list;
+pub mod packaging;
 pub mod replay;
 pub mod report;
 pub mod scan;
+pub mod serve;
 pub mod sim;
 
 use crate::cli::{BackendArg, Cli, Command, GlobalArgs};
@@ -136,6 +138,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             replay::run(&session, &args)
         }
         Command::Report(args) => report::run(&args),
+        Command::Serve(args) => {
+            let session = Session::new(&cli.global)?;
+            serve::run(&session, &args)
+        }
+        Command::Completions(args) => packaging::completions(args.shell),
+        Command::Man => packaging::man(),
         Command::Worker => {
             let session = Session::new(&cli.global)?;
             Ok(replay::worker(&session))

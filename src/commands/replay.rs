@@ -231,6 +231,42 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// The `--out` path of a given extension, for pointers from CI outputs to the full report.
+fn out_with_ext(out: &[std::path::PathBuf], exts: &[&str]) -> Option<String> {
+    out.iter()
+        .find(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+        })
+        .map(|p| p.display().to_string())
+}
+
+/// `--junit FILE`, and the GitHub job summary when `GITHUB_STEP_SUMMARY` is set.
+fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
+    let html = out_with_ext(&args.out, &["html", "htm"]);
+    if let Some(path) = &args.junit {
+        let xml = crate::report::junit::render_replay(report, html.as_deref())?;
+        crate::report::write::write_atomic(path, xml.as_bytes(), args.force)
+            .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
+    }
+    let env = crate::report::step_summary::STEP_SUMMARY_ENV;
+    if let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) {
+        let full = html.or_else(|| out_with_ext(&args.out, &["md", "markdown", "json"]));
+        let md = crate::report::markdown::render(report);
+        let path = std::path::PathBuf::from(path);
+        // The job summary is a courtesy: failing to write it never changes the verdict.
+        match crate::report::write::append_step_summary(&path, &md, full.as_deref()) {
+            Ok(true) => {}
+            Ok(false) => crate::term::eprint_line(&format!(
+                "replay: {env} is full (1 MiB); summary not appended"
+            )),
+            Err(e) => crate::term::eprint_line(&format!("replay: job summary not written: {e}")),
+        }
+    }
+    Ok(())
+}
+
 pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let period = parse_duration(&args.period)?;
     if period < std::time::Duration::from_micros(100) || period > std::time::Duration::from_secs(1)
@@ -243,6 +279,14 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     // Refuse an unusable --out before running anything (a replay can take a while).
     crate::report::write::check_outputs(&args.out, args.force)
         .map_err(|e| UsageError(e.to_string()))?;
+    if let Some(j) = &args.junit {
+        if j.exists() && !args.force {
+            anyhow::bail!(UsageError(format!(
+                "{} already exists; pass --force to overwrite it",
+                j.display()
+            )));
+        }
+    }
     // `all` stands for every built-in scenario, in `vramdoc list` order.
     // Every argument is resolved before anything runs: `all nope` is exit 2, not a long
     // replay that ignores `nope`. A scenario named twice runs once.
@@ -412,6 +456,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     };
     crate::report::write::write_reports(&report, &args.out, args.force)
         .map_err(|e| UsageError(format!("writing the report: {e}")))?;
+    write_ci_outputs(&report, args)?;
     if args.json {
         let bytes = crate::report::json::render(&report);
         crate::term::print_json(&String::from_utf8_lossy(&bytes))?;

@@ -17,11 +17,29 @@ pub const WIDTH: u16 = 100;
 
 pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     crate::report::write::check_outputs(&args.out, args.force)?;
+    if let Some(p) = &args.prom {
+        check_prom_path(p)?;
+    }
     let pidns = inventory::detect_pid_namespace()?;
     let monitor = session.monitor()?;
     let sim_spec = session.sim_spec();
+    let started = std::time::Instant::now();
     let inv = inventory::collect(monitor.as_ref(), sim_spec, pidns)?;
     let report = build_report(&inv, &Thresholds::default());
+    if let Some(path) = &args.prom {
+        let collection = crate::report::prom::Collection {
+            success: true,
+            duration_seconds: started.elapsed().as_secs_f64(),
+            timestamp_seconds: report.created_unix_ms as f64 / 1000.0,
+            backend: monitor.backend().to_string(),
+        };
+        let opts = crate::report::prom::PromOptions {
+            per_process: args.per_process,
+        };
+        let text = crate::report::prom::render(report.scan.as_ref(), &collection, opts)?;
+        // Always replaced: the textfile collector reads the latest file, written atomically.
+        crate::report::write::write_atomic(path, text.as_bytes(), true)?;
+    }
 
     let bytes = if args.json {
         render(&report, Format::Json)?
@@ -46,6 +64,18 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         (Some(level), Some(w)) if w >= level => crate::exit::FINDINGS,
         _ => crate::exit::OK,
     })
+}
+
+/// node_exporter's textfile collector reads `*.prom` files only.
+fn check_prom_path(path: &std::path::Path) -> Result<(), crate::exit::UsageError> {
+    if path.extension().and_then(|e| e.to_str()) == Some("prom") {
+        Ok(())
+    } else {
+        Err(crate::exit::UsageError(format!(
+            "--prom {}: name the file *.prom (node_exporter's textfile collector reads only those)",
+            path.display()
+        )))
+    }
 }
 
 /// The report model for one scan (pure: inventory in, report out).
@@ -348,5 +378,56 @@ mod tests {
         let text = render_table(&build_report(&i, &Thresholds::default()));
         assert!(text.contains("No findings."), "{text}");
         assert!(text.contains("No GPU processes."));
+    }
+
+    #[test]
+    fn prometheus_exposition_of_a_scan() {
+        use crate::report::prom::{render, Collection, PromOptions};
+        let report = build_report(&inv(), &Thresholds::default());
+        let c = Collection {
+            success: true,
+            duration_seconds: 0.01,
+            timestamp_seconds: 1.0,
+            backend: "sim".into(),
+        };
+        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix} missing in {text}"))
+                .to_string()
+        };
+        let used = (448 * MIB + 70 * GIB) as f64;
+        assert_eq!(
+            line("vramdoc_gpu_memory_used_bytes{gpu=\"0\""),
+            format!("vramdoc_gpu_memory_used_bytes{{gpu=\"0\",{u0}}} {used}")
+        );
+        // PID 77 does not exist in the (host) namespace: its 70 GiB have no live owner.
+        assert_eq!(
+            line("vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\""),
+            format!(
+                "vramdoc_gpu_memory_unattributed_bytes{{gpu=\"0\",{u0}}} {}",
+                (70 * GIB) as f64
+            )
+        );
+        assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
+        assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
+        assert!(
+            text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("comm=\"unknown\",gpu=\"0\",pid=\"77\""),
+            "{text}"
+        );
+        assert!(!text.contains("vllm.entrypoints"), "never the command line");
+        let h = &report.scan.as_ref().unwrap().headroom[1];
+        assert!(text.contains(&format!(
+            "vramdoc_vllm_max_safe_gpu_memory_utilization_ratio{{gpu=\"1\",uuid=\"GPU-00000001-0000-0000-0000-000000000000\"}} {}",
+            h.max_gpu_memory_utilization
+        )));
+        let without = render(report.scan.as_ref(), &c, PromOptions::default()).unwrap();
+        assert!(!without.contains("vramdoc_process_gpu_memory_bytes"));
     }
 }

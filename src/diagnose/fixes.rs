@@ -40,3 +40,8 @@ pub const DUPLICATE_COPY: &str = "If this is one model, use one loading path onl
 device_map=\"auto\" or one full copy per GPU that can hold it, not both; or load in lower \
 precision, or use a larger single card. (Tensor-parallel or data-parallel workers hold \
 near-equal shards by design: then nothing is wrong.)";
+
+/// A device that fell off the bus (NVML_ERROR_GPU_IS_LOST; Xid 79 in the kernel log).
+pub const DEVICE_LOST: &str = "The GPU stopped answering the driver (fallen off the bus). \
+Check the kernel log for Xid errors (`dmesg | grep -i xid`), stop the processes using it, then \
+reset it (`nvidia-smi --gpu-reset -i N`) or reboot the node; drain the node if it recurs.";

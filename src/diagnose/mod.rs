@@ -11,8 +11,9 @@ use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use rules::{
-    device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
-    low_headroom, no_live_owner, stray_context, usage_unavailable,
+    device_headroom, device_lost, device_unavailable, duplicate_copy, headroom,
+    invisible_processes, low_headroom, no_live_owner, stray_context, unattributed_bytes,
+    usage_unavailable,
 };
 
 /// Stable finding ids (JSON `findings[].id`).
@@ -24,6 +25,7 @@ pub mod ids {
     pub const LOW_HEADROOM: &str = "low-headroom";
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
     pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
+    pub const DEVICE_LOST: &str = "device-lost";
 }
 
 /// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.

@@ -625,14 +625,21 @@ pub fn device_unavailable(inv: &Inventory) -> Vec<Finding> {
             .map(|(k, v)| ev(k, v.clone()))
             .collect();
         evidence.push(ev("status", what.clone()));
+        // A lost GPU has its own id (the exporter's alert rules key on it); every other
+        // unusable state is `device-unavailable`.
+        let (id, fix) = if d.status == DeviceStatus::Lost {
+            (ids::DEVICE_LOST, fixes::DEVICE_LOST)
+        } else {
+            (ids::DEVICE_UNAVAILABLE, fixes::DEVICE_UNAVAILABLE)
+        };
         out.push(Finding {
-            id: ids::DEVICE_UNAVAILABLE.into(),
+            id: id.into(),
             severity,
             title: format!("GPU {}{name} is unavailable: {what}", d.index),
             devices: vec![d.index],
             pid: None,
             evidence,
-            fix: fixes::DEVICE_UNAVAILABLE.into(),
+            fix: fix.into(),
         });
     }
     out
@@ -691,4 +698,31 @@ pub fn allowed_devices(
         .into_iter()
         .map(|k| mounted[k as usize])
         .collect())
+}
+
+/// Used memory on `d` that no live listed process accounts for: the arithmetic of
+/// [`no_live_owner`] (`used` minus what live processes hold; in a container every listed
+/// process counts as live). `None` when a live process's usage is not available.
+pub fn unattributed_bytes(d: &DeviceInfo, processes: &[ProcessInfo], host: bool) -> Option<u64> {
+    let mut live_sum = 0u64;
+    for p in processes.iter().filter(|p| p.visible || !host) {
+        if let Some(u) = p.usage_on(d.index) {
+            live_sum = live_sum.saturating_add(u.used?);
+        }
+    }
+    Some(d.memory.used.saturating_sub(live_sum))
+}
+
+/// A device the driver reports as lost while collecting: an error finding, so an exporter
+/// keeps answering and says which GPU is gone.
+pub fn device_lost(device: u32, detail: &str) -> Finding {
+    Finding {
+        id: ids::DEVICE_LOST.into(),
+        severity: Severity::Error,
+        title: format!("GPU {device} is lost (fallen off the bus)"),
+        devices: vec![device],
+        pid: None,
+        evidence: vec![ev("driver error", detail)],
+        fix: fixes::DEVICE_LOST.into(),
+    }
 }

@@ -441,9 +441,11 @@ fn bad_device_gets_a_finding_and_the_others_are_still_diagnosed() {
     let (f, h) = diagnose(&i, &Thresholds::default());
     let bad: Vec<&Finding> = f
         .iter()
-        .filter(|f| f.id == ids::DEVICE_UNAVAILABLE)
+        .filter(|f| f.id == ids::DEVICE_UNAVAILABLE || f.id == ids::DEVICE_LOST)
         .collect();
     assert_eq!(bad.len(), 2);
+    assert_eq!(bad[0].id, ids::DEVICE_LOST);
+    assert_eq!(bad[1].id, ids::DEVICE_UNAVAILABLE);
     assert_eq!(bad[0].devices, vec![0]);
     assert_eq!(bad[0].severity, Severity::Error);
     assert!(bad[0].title.contains("lost"), "{}", bad[0].title);
@@ -572,4 +574,40 @@ fn index_entries_on_mixed_gpus_need_pci_bus_order() {
     i.details.gpu_env.clear();
     i.processes[0].cuda_visible_devices = uuid(1);
     assert!(stray_context(&i, &Thresholds::default()).is_empty());
+}
+
+#[test]
+fn unattributed_bytes_is_the_no_live_owner_arithmetic() {
+    let mut dead = proc_(999, CVD_UNKNOWN, &[(1, Some(8 * GIB))]);
+    dead.visible = false;
+    let live = proc_(10, CVD_UNSET, &[(0, Some(GIB))]);
+    let inv = inv_with(2, vec![live.clone(), dead], &[(0, 3 * GIB)], true);
+    let f = no_live_owner(&inv, &Thresholds::default());
+    for d in inv.devices() {
+        let from_rule = f
+            .iter()
+            .find(|f| f.devices == vec![d.index])
+            .and_then(|f| evidence_bytes(f, "no live owner"));
+        assert_eq!(unattributed_bytes(d, &inv.processes, true), from_rule);
+    }
+    // In a container every listed process counts as live.
+    assert_eq!(
+        unattributed_bytes(&inv.devices()[1], &inv.processes, false),
+        Some(0)
+    );
+    // Unknown per-process usage: unknown.
+    let unknown = proc_(11, CVD_UNSET, &[(0, None)]);
+    assert_eq!(
+        unattributed_bytes(&inv.devices()[0], &[unknown], true),
+        None
+    );
+}
+
+#[test]
+fn lost_device_is_an_error_finding_with_a_fix() {
+    let f = device_lost(3, "device 3 is lost (fallen off the bus)");
+    assert_eq!(f.id, ids::DEVICE_LOST);
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.devices, vec![3]);
+    assert!(f.fix.contains("nvidia-smi --gpu-reset"));
 }

@@ -1,16 +1,21 @@
 //! Reports: one model ([`model::Report`]) shared by every command, and renderers, one file
 //! per format, that are pure functions from the model to bytes (`json`, `markdown`, `html`
 //! with `chart`), sharing wording from `text`. Files are written in one place, [`write`],
-//! atomically; [`read`] loads a saved JSON report; [`schema`] is its JSON Schema.
+//! atomically; [`read`] loads a saved JSON report; [`schema`] is its JSON Schema. For the
+//! engines users already run: [`prom`] (Prometheus exposition), [`junit`] (JUnit XML) and
+//! [`step_summary`] (GitHub job summaries).
 
 pub mod chart;
 pub mod environment;
 pub mod html;
 pub mod json;
+pub mod junit;
 pub mod markdown;
 pub mod model;
+pub mod prom;
 pub mod read;
 pub mod schema;
+pub mod step_summary;
 pub mod text;
 pub mod write;
 

@@ -1,5 +1,6 @@
 //! The one place reports reach the filesystem: format chosen from the extension, atomic
-//! write (temp file in the same directory + rename), no overwrite without `--force`.
+//! write (temp file in the same directory + rename), no overwrite without `--force`; and the
+//! one append, to a GitHub Actions job summary ([`append_step_summary`]).
 
 use super::Report;
 use std::io::Write;
@@ -181,6 +182,36 @@ pub fn write_report(report: &Report, path: &Path, force: bool) -> Result<(), Wri
     let format = format_for_path(path)?;
     let bytes = render(report, format)?;
     write_atomic(path, &bytes, force)
+}
+
+/// Append `markdown` to the GitHub Actions job summary file at `path` (the value of
+/// `GITHUB_STEP_SUMMARY`), cut by [`super::step_summary::fit`] so that the file stays within
+/// GitHub's 1 MiB limit; `full_report` is where the cut text points. Returns whether anything
+/// was appended.
+pub fn append_step_summary(
+    path: &Path,
+    markdown: &str,
+    full_report: Option<&str>,
+) -> Result<bool, WriteError> {
+    let io = |source| WriteError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let existing = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io(e)),
+    };
+    let Some(text) = super::step_summary::fit(markdown, existing, full_report) else {
+        return Ok(false);
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    Ok(true)
 }
 
 #[cfg(test)]

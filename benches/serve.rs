@@ -1,0 +1,254 @@
+//! Bench: the exporter behind `vramdoc serve` on a simulated box of 8 devices x 32 processes
+//! with real-driver NVML latencies injected (12 us per memory query, 4.5 ms per process-list
+//! query). Prints the collection cost per interval (wall and CPU time, NVML calls, exposition
+//! size, with and without per-process series) and the scrape latency p50/p99/max over
+//! loopback HTTP while the collector runs back to back, for kept-alive and fresh
+//! connections. Goal: p99 <= 5 ms. Run: `cargo bench --bench serve`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vramdoc::exporter::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
+use vramdoc::gpu::{sim::SimMonitor, Monitor};
+use vramdoc::inventory::PidNamespace;
+use vramdoc::report::prom::PromOptions;
+use vramdoc::sim::{procinfo, DeviceUsage, Faults, InitOptions, ProcessEntry, SimBox};
+use vramdoc::units::MIB;
+
+const DEVICES: u32 = 8;
+const PROCESSES: usize = 32;
+const COLLECTIONS: usize = 10;
+const SCRAPES: usize = 2000;
+
+struct Sleepers(Vec<Child>);
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// Read one response (Content-Length framed); returns the body length and whether the
+/// server closes the connection after it.
+fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> (usize, bool) {
+    buf.clear();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let n = s.read(&mut chunk).expect("read");
+        assert!(n > 0, "closed");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "{head}");
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("length");
+            while buf.len() < i + 4 + len {
+                let n = s.read(&mut chunk).expect("read body");
+                assert!(n > 0, "short body");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return (len, head.contains("connection: close"));
+        }
+    }
+}
+
+fn scrape_latencies(addr: SocketAddr, keep_alive: bool, n: usize) -> (Vec<Duration>, usize) {
+    let req = b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n";
+    let mut buf = Vec::new();
+    let mut out = Vec::with_capacity(n);
+    let mut size = 0;
+    let mut conn: Option<TcpStream> = None;
+    for _ in 0..n {
+        let t0 = Instant::now();
+        if conn.is_none() || !keep_alive {
+            let s = TcpStream::connect(addr).expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            conn = Some(s);
+        }
+        let s = conn.as_mut().expect("connection");
+        s.write_all(req).expect("send");
+        let (len, closed) = read_response(s, &mut buf);
+        out.push(t0.elapsed());
+        size = len;
+        if closed {
+            // The server ends a kept-alive connection after 1000 requests.
+            conn = None;
+        }
+    }
+    out.sort();
+    (out, size)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = format!("{DEVICES}xh100");
+    let sim = SimBox::create(dir.path(), &spec, &InitOptions::default()).expect("create box");
+    sim.set_faults(&Faults {
+        nvml_memory_latency_us: 12,
+        nvml_process_latency_us: 4500,
+        ..Faults::default()
+    })
+    .expect("set faults");
+    let sleepers = Sleepers(
+        (1..PROCESSES)
+            .map(|_| {
+                Command::new("sleep")
+                    .arg("600")
+                    .spawn()
+                    .expect("spawn sleep")
+            })
+            .collect(),
+    );
+    let mut pids = vec![std::process::id()];
+    pids.extend(sleepers.0.iter().map(|c| c.id()));
+    let overhead = sim.devices()[0].context_overhead;
+    sim.update(|st, _| {
+        for (i, pid) in pids.iter().enumerate() {
+            let entry = ProcessEntry {
+                start_time: procinfo::start_time(*pid).unwrap_or(0),
+                name: format!("bench-{i}"),
+                devices: (0..DEVICES)
+                    .map(|d| {
+                        let usage = DeviceUsage {
+                            contexts: 1,
+                            context_bytes: overhead,
+                            allocations: 1,
+                            alloc_bytes: (2 + ((i as u64 + d as u64) % 5) * 2) * 64 * MIB,
+                        };
+                        (d, usage)
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            st.processes.insert(*pid, entry);
+        }
+        Ok(())
+    })
+    .expect("stage processes");
+
+    let cfg = |per_process| CollectConfig {
+        sim_spec: Some(spec.clone()),
+        pid_namespace: PidNamespace {
+            host: true,
+            reason: "bench".into(),
+        },
+        thresholds: Default::default(),
+        options: PromOptions { per_process },
+    };
+    println!(
+        "serve bench: {DEVICES} devices x {PROCESSES} processes ({spec}); injected NVML latency \
+         12 us per memory query, 4.5 ms per process-list query"
+    );
+    for per_process in [false, true] {
+        let c = cfg(per_process);
+        let mut walls = Vec::new();
+        let mut cpus = Vec::new();
+        let mut size = 0;
+        let mut calls = None;
+        for _ in 0..COLLECTIONS {
+            let monitor = SimMonitor::new(sim.clone());
+            let (w0, c0) = (Instant::now(), thread_cpu());
+            let (body, err) = exporter::collect_exposition(&monitor, &c, &mut Vec::new());
+            walls.push(w0.elapsed());
+            cpus.push(thread_cpu() - c0);
+            assert!(err.is_none(), "{err:?}");
+            size = body.len();
+            calls = Some(monitor.call_counts());
+        }
+        walls.sort();
+        cpus.sort();
+        let calls = calls.expect("ran");
+        assert_eq!(
+            calls.processes, DEVICES as u64,
+            "process lists once per device"
+        );
+        println!(
+            "  collection{}: wall median {:.2} ms (max {:.2}), CPU median {:.2} ms; NVML calls \
+             devices() {} processes(i) {}; exposition {} bytes",
+            if per_process { " --per-process" } else { "" },
+            ms(walls[walls.len() / 2]),
+            ms(walls[walls.len() - 1]),
+            ms(cpus[cpus.len() / 2]),
+            calls.inventory,
+            calls.processes,
+            size
+        );
+        println!(
+            "    per 15 s interval: {:.3} % of one core busy, {:.2} % of the interval in NVML \
+             calls (the floor: {DEVICES} x 4.5 ms = {:.0} ms)",
+            ms(cpus[cpus.len() / 2]) / 150.0,
+            ms(walls[walls.len() / 2]) / 150.0,
+            DEVICES as f64 * 4.5
+        );
+    }
+
+    // Scrapes, while the collector runs back to back (100 ms interval: ~40 ms collections).
+    let c = cfg(true);
+    let monitor = SimMonitor::new(sim.clone());
+    let (body, _) = exporter::collect_exposition(&monitor, &c, &mut Vec::new());
+    let latest = Arc::new(Latest::new(body));
+    let server = Server::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        latest.clone(),
+        ServerConfig::default(),
+    )
+    .expect("server");
+    let collector = Collector::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        c,
+        Duration::from_millis(100),
+        latest,
+        Vec::new(),
+        None,
+        |_| {},
+    )
+    .expect("collector");
+    let addr = server.local_addr();
+    let _ = scrape_latencies(addr, true, 100); // warm-up
+    for keep_alive in [true, false] {
+        let (lat, size) = scrape_latencies(addr, keep_alive, SCRAPES);
+        println!(
+            "  scrape latency ({}, {SCRAPES} scrapes of {size} bytes, collector running): \
+             p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (goal p99 <= 5 ms)",
+            if keep_alive {
+                "kept-alive connection"
+            } else {
+                "new connection each"
+            },
+            ms(pct(&lat, 0.50)),
+            ms(pct(&lat, 0.99)),
+            ms(lat[lat.len() - 1]),
+        );
+    }
+    collector.stop();
+    server.shutdown();
+    drop(sleepers);
+}

@@ -1,0 +1,89 @@
+//! `vramdoc serve` (issue 11): the Prometheus exporter's command edge: flags, the first
+//! collection, the collector thread and the HTTP server (`crate::exporter`), and a clean stop
+//! on SIGTERM, SIGHUP or Ctrl-C (the process's one signal handler, `commands::interrupt_flag`).
+
+use super::Session;
+use crate::cli::{parse_duration, ServeArgs};
+use crate::diagnose::Thresholds;
+use crate::exit::{EnvironmentError, UsageError};
+use crate::exporter::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
+use crate::inventory;
+use crate::report::prom::PromOptions;
+use anyhow::Result;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shortest `--interval` accepted.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+fn listen_addr(s: &str) -> Result<SocketAddr, UsageError> {
+    let bad = |why: String| UsageError(format!("--listen {s:?}: {why}; write e.g. 127.0.0.1:9835"));
+    let mut addrs = s.to_socket_addrs().map_err(|e| bad(e.to_string()))?;
+    addrs
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
+}
+
+pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
+    let interval = parse_duration(&args.interval)?;
+    if interval < MIN_INTERVAL || interval > Duration::from_secs(3600) {
+        anyhow::bail!(UsageError(format!(
+            "--interval {}: choose between 100ms and 1h (default 15s)",
+            args.interval
+        )));
+    }
+    let addr = listen_addr(&args.listen)?;
+    let cfg = CollectConfig {
+        sim_spec: session.sim_spec(),
+        pid_namespace: inventory::detect_pid_namespace()?,
+        thresholds: Thresholds::default(),
+        options: PromOptions {
+            per_process: args.per_process,
+        },
+    };
+    let monitor = session.monitor()?;
+
+    // The first collection before the first scrape, so no scrape sees an empty exporter.
+    let mut known = Vec::new();
+    let (body, err) = exporter::collect_exposition(monitor.as_ref(), &cfg, &mut known);
+    if let Some(e) = &err {
+        crate::term::eprint_line(&format!(
+            "vramdoc serve: collection failed (still serving): {e}"
+        ));
+    }
+    let latest = Arc::new(Latest::new(body));
+    let server = Server::start(addr, latest.clone(), ServerConfig::default())
+        .map_err(|e| EnvironmentError(format!("cannot listen on {addr}: {e}")))?;
+
+    // SIGINT, SIGTERM and SIGHUP set this flag (the one handler of the process); a stop is
+    // noticed within 100 ms.
+    let stop = super::handle_interrupts_gracefully();
+
+    let collector = Collector::start(monitor, cfg, interval, latest, known, err, |e| match e {
+        Some(e) => crate::term::eprint_line(&format!(
+            "vramdoc serve: collection failed (still serving): {e}"
+        )),
+        None => crate::term::eprint_line("vramdoc serve: collection succeeds again"),
+    })
+    .map_err(|e| EnvironmentError(format!("starting the collector: {e}")))?;
+    let local = server.local_addr();
+    if !local.ip().is_loopback() {
+        crate::term::eprint_line(&format!(
+            "vramdoc serve: note: listening beyond this host ({local})"
+        ));
+    }
+    // Tests and scripts read the bound address (with --listen 127.0.0.1:0) from this line.
+    crate::term::eprint_line(&format!(
+        "vramdoc serve: listening on http://{local}/metrics (collection every {})",
+        args.interval
+    ));
+
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    crate::term::eprint_line("vramdoc serve: stopping");
+    server.shutdown();
+    collector.stop();
+    Ok(crate::exit::OK)
+}

@@ -1,0 +1,286 @@
+//! Prometheus exposition of a scan: a pure function from the report model (and how its
+//! collection went) to the classic text format (`text/plain; version=0.0.4`), built with the
+//! `prometheus` crate. Used by `vramdoc serve` (scrapes answered from the last collection)
+//! and `vramdoc scan --prom FILE` (node_exporter's textfile collector). Metric names and
+//! labels are documented in docs/fleet.md; nothing here decides a finding: findings and
+//! headroom come from `crate::diagnose` through the report, and the "no live owner" bytes
+//! from [`crate::diagnose::unattributed_bytes`], the arithmetic of that rule.
+
+use super::{ScanResult, Severity};
+use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use thiserror::Error;
+
+/// `Content-Type` of the exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Longest `comm` label value: the kernel's own limit for a process name (TASK_COMM_LEN-1).
+pub const COMM_MAX: usize = 15;
+
+/// Every finding id scan can report, exported with value 0 when absent so alerts can tell
+/// "no finding" from "no data".
+pub const KNOWN_RULES: &[&str] = &[
+    crate::diagnose::ids::STRAY_CONTEXT,
+    crate::diagnose::ids::NO_LIVE_OWNER,
+    crate::diagnose::ids::INVISIBLE_PROCESSES,
+    crate::diagnose::ids::USAGE_UNAVAILABLE,
+    crate::diagnose::ids::LOW_HEADROOM,
+    crate::diagnose::ids::DUPLICATE_COPY,
+    crate::diagnose::ids::DEVICE_LOST,
+    crate::diagnose::ids::DEVICE_UNAVAILABLE,
+];
+
+#[derive(Debug, Error)]
+#[error("building the Prometheus exposition: {0}")]
+pub struct PromError(String);
+
+impl From<prometheus::Error> for PromError {
+    fn from(e: prometheus::Error) -> Self {
+        PromError(e.to_string())
+    }
+}
+
+/// How the collection behind an exposition went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collection {
+    /// Whether the collection read every device (false: the driver failed; device metrics
+    /// are then absent, findings may still say why).
+    pub success: bool,
+    /// Wall time of the collection.
+    pub duration_seconds: f64,
+    /// When the collection finished, seconds since the Unix epoch.
+    pub timestamp_seconds: f64,
+    /// Backend label for `vramdoc_build_info` (`sim`, `nvml`).
+    pub backend: String,
+}
+
+/// What to export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PromOptions {
+    /// Export `vramdoc_process_gpu_memory_bytes{gpu, uuid, pid, comm}` (one series per
+    /// process and device: opt-in, PIDs are unbounded over time).
+    pub per_process: bool,
+}
+
+/// A process name made safe and short for a label: at most [`COMM_MAX`] characters of
+/// `[A-Za-z0-9._-]`, others replaced by `_`; `unknown` when there is none. Never the
+/// command line.
+pub fn sanitize_comm(name: Option<&str>) -> String {
+    let s: String = name
+        .unwrap_or("")
+        .chars()
+        .take(COMM_MAX)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        "unknown".into()
+    } else {
+        s
+    }
+}
+
+fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec, PromError> {
+    let g = GaugeVec::new(Opts::new(name, help), labels)?;
+    reg.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+/// The exposition for one collection: `scan` is what it read and decided (`None` when it
+/// produced nothing).
+pub fn render(
+    scan: Option<&ScanResult>,
+    collection: &Collection,
+    opts: PromOptions,
+) -> Result<String, PromError> {
+    let reg = Registry::new();
+    let build = gauge(
+        &reg,
+        "vramdoc_build_info",
+        "vramdoc version and GPU backend; always 1",
+        &["version", "backend"],
+    )?;
+    build
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), collection.backend.as_str()])
+        .set(1.0);
+    let success = gauge(
+        &reg,
+        "vramdoc_collect_success",
+        "1 if the last collection read every device, 0 if it failed",
+        &[],
+    )?;
+    success
+        .with_label_values(&[] as &[&str])
+        .set(if collection.success { 1.0 } else { 0.0 });
+    gauge(
+        &reg,
+        "vramdoc_collect_duration_seconds",
+        "Wall time of the last collection (NVML queries, /proc, diagnosis)",
+        &[],
+    )?
+    .with_label_values(&[] as &[&str])
+    .set(collection.duration_seconds);
+    gauge(
+        &reg,
+        "vramdoc_collect_timestamp_seconds",
+        "When the last collection finished, seconds since the Unix epoch",
+        &[],
+    )?
+    .with_label_values(&[] as &[&str])
+    .set(collection.timestamp_seconds);
+
+    let findings = gauge(
+        &reg,
+        "vramdoc_findings",
+        "Findings of the last collection by rule and severity (see docs/scan.md)",
+        &["rule", "severity"],
+    )?;
+    let all_findings = scan.map(|s| s.findings.as_slice()).unwrap_or(&[]);
+    let mut rules: Vec<&str> = KNOWN_RULES.to_vec();
+    for f in all_findings {
+        if !rules.contains(&f.id.as_str()) {
+            rules.push(f.id.as_str());
+        }
+    }
+    for rule in rules {
+        for sev in [Severity::Info, Severity::Warn, Severity::Error] {
+            let n = all_findings
+                .iter()
+                .filter(|f| f.id == rule && f.severity == sev)
+                .count();
+            findings
+                .with_label_values(&[rule, sev.as_str()])
+                .set(n as f64);
+        }
+    }
+
+    if let Some(scan) = scan {
+        let dev_labels = &["gpu", "uuid"];
+        let info = gauge(
+            &reg,
+            "vramdoc_gpu_info",
+            "Static facts of a GPU as NVML numbers it; always 1",
+            &["gpu", "uuid", "name", "pci_bus_id"],
+        )?;
+        let used = gauge(
+            &reg,
+            "vramdoc_gpu_memory_used_bytes",
+            "Used device memory (NVML v2: without reserved)",
+            dev_labels,
+        )?;
+        let free = gauge(
+            &reg,
+            "vramdoc_gpu_memory_free_bytes",
+            "Free device memory",
+            dev_labels,
+        )?;
+        let total = gauge(
+            &reg,
+            "vramdoc_gpu_memory_capacity_bytes",
+            "Total device memory (reserved + used + free)",
+            dev_labels,
+        )?;
+        let reserved = gauge(
+            &reg,
+            "vramdoc_gpu_memory_reserved_bytes",
+            "Device memory reserved by the driver and firmware",
+            dev_labels,
+        )?;
+        let unattributed = gauge(
+            &reg,
+            "vramdoc_gpu_memory_unattributed_bytes",
+            "Used memory no live listed process accounts for (absent when per-process \
+             usage is not available)",
+            dev_labels,
+        )?;
+        let ratio = gauge(
+            &reg,
+            "vramdoc_vllm_max_safe_gpu_memory_utilization_ratio",
+            "Largest gpu_memory_utilization a new vLLM engine can claim on this GPU now (0-1)",
+            dev_labels,
+        )?;
+        let host = scan.pid_namespace != "container";
+        for d in &scan.devices {
+            let gpu = d.index.to_string();
+            let l = [gpu.as_str(), d.uuid.as_str()];
+            info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id])
+                .set(1.0);
+            used.with_label_values(&l).set(d.memory.used as f64);
+            free.with_label_values(&l).set(d.memory.free as f64);
+            total.with_label_values(&l).set(d.memory.total as f64);
+            reserved.with_label_values(&l).set(d.memory.reserved as f64);
+            if let Some(b) = crate::diagnose::unattributed_bytes(d, &scan.processes, host) {
+                unattributed.with_label_values(&l).set(b as f64);
+            }
+            if let Some(h) = scan.headroom.iter().find(|h| h.device == d.index) {
+                ratio
+                    .with_label_values(&l)
+                    .set(h.max_gpu_memory_utilization);
+            }
+        }
+        if opts.per_process {
+            let procs = gauge(
+                &reg,
+                "vramdoc_process_gpu_memory_bytes",
+                "GPU memory of one process on one GPU (comm: process name, truncated)",
+                &["gpu", "uuid", "pid", "comm"],
+            )?;
+            for p in &scan.processes {
+                let comm = sanitize_comm(p.name.as_deref());
+                let pid = p.pid.to_string();
+                for u in &p.devices {
+                    let (Some(bytes), Some(d)) =
+                        (u.used, scan.devices.iter().find(|d| d.index == u.device))
+                    else {
+                        continue;
+                    };
+                    let gpu = d.index.to_string();
+                    procs
+                        .with_label_values(&[&gpu, &d.uuid, &pid, &comm])
+                        .set(bytes as f64);
+                }
+            }
+        }
+    }
+
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&reg.gather(), &mut buf)?;
+    String::from_utf8(buf).map_err(|e| PromError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coll(success: bool) -> Collection {
+        Collection {
+            success,
+            duration_seconds: 0.25,
+            timestamp_seconds: 1.7e9,
+            backend: "sim".into(),
+        }
+    }
+
+    #[test]
+    fn comm_is_short_and_safe() {
+        assert_eq!(sanitize_comm(Some("python3")), "python3");
+        assert_eq!(sanitize_comm(Some("a\"b}c\nd e")), "a_b_c_d_e");
+        assert_eq!(sanitize_comm(Some(&"x".repeat(100))).len(), COMM_MAX);
+        assert_eq!(sanitize_comm(None), "unknown");
+        assert_eq!(sanitize_comm(Some("")), "unknown");
+    }
+
+    #[test]
+    fn failed_collection_still_exports_status_and_zero_findings() {
+        let text = render(None, &coll(false), PromOptions::default()).unwrap();
+        assert!(text.contains("vramdoc_collect_success 0\n"), "{text}");
+        assert!(text.contains("vramdoc_collect_duration_seconds 0.25\n"));
+        assert!(text.contains("vramdoc_build_info{backend=\"sim\",version="));
+        assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 0"));
+        assert!(!text.contains("vramdoc_gpu_memory_used_bytes"));
+    }
+}

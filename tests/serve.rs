@@ -1,0 +1,629 @@
+//! End-to-end tests of `vramdoc serve` (the Prometheus exporter) and `scan --prom`: the
+//! exporter runs as its own process on a loopback port over a shared simulated box, with
+//! holder processes staged by `vramdoc sim hold`; a real Prometheus server (Debian's
+//! `prometheus` package, installed by scripts/test) scrapes it and `promtool` lints the
+//! exposition and tests the shipped alert rules. Every wait is bounded.
+
+mod common;
+
+use common::{fresh_box, vramdoc};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GIB: u64 = 1024 * 1024 * 1024;
+
+/// Poll `f` every 50 ms for at most `limit`; the last value if it never held.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `vramdoc serve` on 127.0.0.1 (port chosen by the kernel), killed on drop.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Serve {
+    /// `vramdoc GLOBAL serve --listen 127.0.0.1:0 --interval 200ms EXTRA`.
+    fn start(dir: &Path, extra_env: &[(&str, &Path)], global: &[&str], extra: &[&str]) -> Serve {
+        let mut cmd = vramdoc();
+        cmd.env("VRAMDOC_SIM_DIR", dir)
+            .env("VRAMDOC_PIDNS", "host")
+            .args(global)
+            .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn vramdoc serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = String::new();
+        let addr = loop {
+            let Some(Ok(line)) = lines.next() else {
+                let _ = child.kill();
+                panic!("serve ended before listening: {seen}");
+            };
+            seen.push_str(&line);
+            seen.push('\n');
+            if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
+                let a = rest.split('/').next().expect("address");
+                break a.parse::<SocketAddr>().expect("socket address");
+            }
+        };
+        // Keep draining stderr so the exporter never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Serve { child, addr }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        http(
+            self.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n"),
+        )
+    }
+
+    fn metrics(&self) -> String {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// SIGTERM, then the exit status (bounded wait).
+    fn terminate(mut self) -> Option<i32> {
+        // SAFETY: kill(2) on our own child's PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = wait_for(Duration::from_secs(10), || {
+            self.child.try_wait().ok().flatten()
+        });
+        status.and_then(|s| s.code())
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP exchange on a fresh connection: (status, body).
+fn http(addr: SocketAddr, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).expect("send");
+    read_response(&mut s)
+}
+
+fn read_response(s: &mut TcpStream) -> (u16, String) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let (head_end, len) = loop {
+        let n = s.read(&mut chunk).expect("read response");
+        assert!(n > 0, "connection closed without a response");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().expect("length"))
+                .expect("content-length");
+            break (i + 4, len);
+        }
+    };
+    while buf.len() < head_end + len {
+        let n = s.read(&mut chunk).expect("read body");
+        assert!(n > 0, "short body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let status = head[9..12].parse().expect("status code");
+    let body = String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string();
+    (
+        status,
+        format!("{body}{}", if status == 405 { head } else { String::new() }),
+    )
+}
+
+/// The value of the one series of `name` whose labels include every `k="v"` in `labels`.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A `vramdoc sim hold` process, killed and reaped on drop.
+struct Holder(Child);
+
+impl Holder {
+    fn start(dir: &Path, args: &[&str]) -> Holder {
+        let mut child = vramdoc()
+            .env("VRAMDOC_SIM_DIR", dir)
+            .args(["sim", "hold"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sim hold");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read holder");
+        assert!(line.starts_with("holding pid="), "holder failed: {line:?}");
+        Holder(child)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tool(name: &str) -> PathBuf {
+    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "{name} not found: these tests scrape vramdoc with a real Prometheus server. Install \
+         Debian's `prometheus` package (`apt-get install -y prometheus`, which brings \
+         /usr/bin/prometheus and /usr/bin/promtool); scripts/test installs it."
+    );
+}
+
+/// `promtool check metrics` on an exposition: (success, output).
+fn promtool_check_metrics(text: &str) -> (bool, String) {
+    let mut child = Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let out = child.wait_with_output().expect("promtool output");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A Prometheus server on loopback with a temporary config and storage, killed on drop.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Prometheus {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 rule_files:\n  - {rules}\n\
+                 scrape_configs:\n  - job_name: vramdoc\n    static_configs:\n      - targets: ['{target}']\n",
+                rules = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("deploy/prometheus/vramdoc-alerts.yml")
+                    .display()
+            ),
+        )
+        .expect("write config");
+        // A free loopback port for Prometheus' own HTTP API.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port");
+        let child = Command::new(tool("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Prometheus {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// The value of an instant query's first result, if any.
+    fn query(&self, promql: &str) -> Option<f64> {
+        let mut q = String::new();
+        for b in promql.bytes() {
+            if b.is_ascii_alphanumeric() || b"_-.".contains(&b) {
+                q.push(b as char);
+            } else {
+                q.push_str(&format!("%{b:02X}"));
+            }
+        }
+        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(
+            format!("GET /api/v1/query?query={q} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .ok()?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).ok()?;
+        let raw = String::from_utf8_lossy(&raw);
+        let body = &raw[raw.find("\r\n\r\n")? + 4..];
+        // Prometheus may answer chunked: the JSON is between the first `{` and last `}`.
+        let json: Value = serde_json::from_str(&body[body.find('{')?..=body.rfind('}')?]).ok()?;
+        json["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real Prometheus scrapes `vramdoc serve` running on the NVML backend (nvml-wrapper over
+/// tests/simgpu as libnvidia-ml.so.1); the value it stores equals what the box's NVML side
+/// reports, and the exposition passes `promtool check metrics`.
+#[test]
+fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
+    let dir = fresh_box("2x24GiB");
+    let _h = Holder::start(dir.path(), &["--size", "3GiB"]);
+    let serve = Serve::start(
+        dir.path(),
+        &[("LD_LIBRARY_PATH", common::simgpu_lib_dir())],
+        &["--backend", "real"],
+        &[],
+    );
+    let text = serve.metrics();
+    assert_eq!(
+        sample(&text, "vramdoc_build_info", &[("backend", "nvml")]),
+        Some(1.0),
+        "{text}"
+    );
+    let (ok, out) = promtool_check_metrics(&text);
+    assert!(ok, "promtool check metrics: {out}\n{text}");
+
+    // What NVML (the box's own view, through the in-process monitor) reports for GPU 0.
+    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    let nvml = vramdoc::gpu::sim::SimMonitor::new(sim);
+    use vramdoc::gpu::Monitor;
+    let used = nvml.memory(0).unwrap().used;
+    assert!(used > 3 * GIB, "holder's 3 GiB plus its context");
+
+    let prom = Prometheus::start(serve.addr);
+    let got = wait_for(Duration::from_secs(40), || {
+        prom.query("vramdoc_gpu_memory_used_bytes{gpu=\"0\"}")
+    });
+    assert_eq!(
+        got,
+        Some(used as f64),
+        "Prometheus stored what NVML reports"
+    );
+    assert_eq!(
+        prom.query("vramdoc_gpu_memory_capacity_bytes{gpu=\"1\"}"),
+        Some(24.0 * GIB as f64)
+    );
+    assert_eq!(prom.query("up{job=\"vramdoc\"}"), Some(1.0));
+    assert_eq!(prom.query("vramdoc_collect_success"), Some(1.0));
+    // The shipped rules load and evaluate against the live series (nothing wrong: no alert).
+    assert_eq!(
+        prom.query("count(vramdoc_findings{rule=\"no-live-owner\"} == 0)"),
+        Some(3.0)
+    );
+    assert_eq!(prom.query("ALERTS{alertstate=\"firing\"}"), None);
+    assert_eq!(serve.terminate(), Some(0), "SIGTERM stops cleanly");
+}
+
+#[test]
+fn shipped_alert_rules_pass_promtool_check_and_unit_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
+    for args in [
+        vec!["check", "rules", "vramdoc-alerts.yml"],
+        vec!["test", "rules", "vramdoc-alerts.test.yml"],
+    ] {
+        let out = Command::new(tool("promtool"))
+            .args(&args)
+            .current_dir(&root)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Per-process series appear and disappear with the processes; a lost GPU turns into a
+/// `device-lost` finding while the exporter keeps answering; SIGTERM exits 0.
+#[test]
+fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
+    let dir = fresh_box("2x24GiB");
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let serve_pp = Serve::start(dir.path(), &[], &[], &["--per-process"]);
+    let a = Holder::start(dir.path(), &["--size", "1GiB"]);
+    let b = Holder::start(dir.path(), &["--device", "1", "--size", "2GiB"]);
+    let series = |s: &Serve, pid: u32, gpu: &str| {
+        sample(
+            &s.metrics(),
+            "vramdoc_process_gpu_memory_bytes",
+            &[("pid", &pid.to_string()), ("gpu", gpu)],
+        )
+    };
+    let (pa, pb) = (a.pid(), b.pid());
+    let both = wait_for(Duration::from_secs(10), || {
+        Some(()).filter(|_| {
+            series(&serve_pp, pa, "0").is_some() && series(&serve_pp, pb, "1").is_some()
+        })
+    });
+    assert!(both.is_some(), "{}", serve_pp.metrics());
+    let text = serve_pp.metrics();
+    assert!(
+        text.contains(&format!("comm=\"vramdoc\",gpu=\"0\",pid=\"{pa}\"")),
+        "comm is the process name, never its command line: {text}"
+    );
+    assert!(series(&serve_pp, pb, "1").unwrap() > 2.0 * GIB as f64);
+    // Without --per-process there is no per-process series at all.
+    assert!(!serve.metrics().contains("vramdoc_process_gpu_memory_bytes"));
+
+    drop(a);
+    let gone = wait_for(Duration::from_secs(10), || {
+        Some(()).filter(|_| series(&serve_pp, pa, "0").is_none())
+    });
+    assert!(gone.is_some(), "series of the exited PID removed");
+    assert!(series(&serve_pp, pb, "1").is_some(), "the live one stays");
+
+    // Lose GPU 1.
+    let fault = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["sim", "fault", "--lose-device", "1"])
+        .output()
+        .unwrap();
+    assert!(fault.status.success());
+    let lost = wait_for(Duration::from_secs(10), || {
+        let t = serve.metrics();
+        sample(
+            &t,
+            "vramdoc_findings",
+            &[("rule", "device-lost"), ("severity", "error")],
+        )
+        .filter(|v| *v == 1.0)
+        .map(|_| t)
+    })
+    .expect("device-lost finding exported");
+    assert_eq!(sample(&lost, "vramdoc_collect_success", &[]), Some(0.0));
+    // The GPU that still answers keeps its metrics (read one by one); the lost one has none.
+    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    assert_eq!(
+        sample(&lost, "vramdoc_gpu_memory_used_bytes", &[("gpu", "0")]),
+        Some(sim.memory(0).unwrap().used as f64),
+        "{lost}"
+    );
+    assert_eq!(
+        sample(&lost, "vramdoc_gpu_memory_used_bytes", &[("gpu", "1")]),
+        None
+    );
+    assert!(lost.contains("vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\""));
+    assert_eq!(serve.get("/healthz").0, 200, "the exporter is alive");
+    let (ok, out) = promtool_check_metrics(&lost);
+    assert!(ok, "{out}");
+    // Back: collections succeed again and the finding clears.
+    let clear = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["sim", "fault", "--clear"])
+        .output()
+        .unwrap();
+    assert!(clear.status.success());
+    let back = wait_for(Duration::from_secs(10), || {
+        sample(&serve.metrics(), "vramdoc_collect_success", &[]).filter(|v| *v == 1.0)
+    });
+    assert!(back.is_some());
+    assert_eq!(
+        sample(
+            &serve.metrics(),
+            "vramdoc_findings",
+            &[("rule", "device-lost"), ("severity", "error")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(serve.terminate(), Some(0));
+    assert_eq!(serve_pp.terminate(), Some(0));
+}
+
+/// Many idle and half-sent connections leave `/metrics` answering; past the connection
+/// limit a new connection gets 503 at once; closing them frees the slots. Bad requests get
+/// their status codes.
+#[test]
+fn idle_and_slow_clients_never_block_metrics() {
+    let dir = fresh_box("2x24GiB");
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let connect = || TcpStream::connect_timeout(&serve.addr, Duration::from_secs(5)).unwrap();
+    let mut idle: Vec<TcpStream> = (0..150).map(|_| connect()).collect();
+    for _ in 0..50 {
+        let mut s = connect();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: slo").unwrap();
+        idle.push(s);
+    }
+    let text = serve.metrics();
+    assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(1.0));
+
+    // Up to the limit (256 connections at once; 200 held here), then one more.
+    let extra: Vec<TcpStream> = (0..56).map(|_| connect()).collect();
+    let mut over = connect();
+    over.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (status, body) = read_response(&mut over);
+    assert_eq!((status, body.as_str()), (503, "too many connections\n"));
+    drop(extra);
+    drop(idle);
+    let back = wait_for(Duration::from_secs(10), || {
+        Some(()).filter(|_| serve.get("/metrics").0 == 200)
+    });
+    assert!(back.is_some(), "slots are freed when clients go away");
+
+    // Keep-alive: two requests on one connection.
+    let mut s = connect();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for _ in 0..2 {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut s), (200, "ok\n".to_string()));
+    }
+    let (status, head) = http(serve.addr, "POST /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(status, 405);
+    assert!(head.contains("Allow: GET"), "{head}");
+    assert_eq!(http(serve.addr, "GET /secrets HTTP/1.1\r\n\r\n").0, 404);
+    let big = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
+    assert_eq!(http(serve.addr, &big).0, 431);
+    assert_eq!(
+        http(
+            serve.addr,
+            "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        )
+        .0,
+        413
+    );
+    assert_eq!(http(serve.addr, "BREW\r\n\r\n").0, 400);
+}
+
+/// `scan --prom FILE` writes the same metrics (for node_exporter's textfile collector),
+/// atomically replacing the previous file; a name that is not `*.prom` is refused.
+#[test]
+fn scan_prom_writes_the_exporters_metrics() {
+    let dir = fresh_box("2x24GiB");
+    let h = Holder::start(dir.path(), &["--size", "1GiB"]);
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("vramdoc.prom");
+    for _ in 0..2 {
+        let o = vramdoc()
+            .env("VRAMDOC_SIM_DIR", dir.path())
+            .env("VRAMDOC_PIDNS", "host")
+            .args(["scan", "--per-process", "--prom"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    let (ok, msg) = promtool_check_metrics(&text);
+    assert!(ok, "{msg}\n{text}");
+    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    assert_eq!(
+        sample(&text, "vramdoc_gpu_memory_used_bytes", &[("gpu", "0")]),
+        Some(sim.memory(0).unwrap().used as f64)
+    );
+    assert!(sample(
+        &text,
+        "vramdoc_process_gpu_memory_bytes",
+        &[("pid", &h.pid().to_string())]
+    )
+    .is_some());
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        1,
+        "no temp file left"
+    );
+
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .args(["scan", "--prom"])
+        .arg(out.path().join("metrics.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("*.prom"));
+}
+
+#[test]
+fn bad_flags_exit_2_and_a_busy_port_exits_3() {
+    let dir = fresh_box("t4");
+    let run = |args: &[&str]| {
+        let out = vramdoc()
+            .env("VRAMDOC_SIM_DIR", dir.path())
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["--interval", "1ms"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--interval"), "{err}");
+    let (code, err) = run(&["--listen", "not an address"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--listen"), "{err}");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let (code, err) = run(&["--listen", &addr]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
+
+/// On a private `--sim` box (whose signal handler removes the box) SIGTERM still stops the
+/// exporter cleanly.
+#[test]
+fn serve_on_a_private_sim_box_stops_on_sigterm() {
+    let dir = fresh_box("t4");
+    let serve = Serve::start(dir.path(), &[], &["--sim", "2x24GiB"], &[]);
+    let text = serve.metrics();
+    assert_eq!(
+        sample(&text, "vramdoc_gpu_memory_capacity_bytes", &[("gpu", "1")]),
+        Some(24.0 * GIB as f64),
+        "the private 2-GPU box, not VRAMDOC_SIM_DIR's: {text}"
+    );
+    assert_eq!(serve.terminate(), Some(0));
+}
