@@ -162,6 +162,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         t.set_header(vec![
             "pid",
             "name",
+            "kind",
             "alive",
             "gpu",
             "contexts",
@@ -172,8 +173,12 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             let alive = sim.is_alive(*pid, p);
             for (dev, u) in &p.devices {
                 t.add_row(vec![
-                    pid.to_string(),
+                    match p.ns_pid {
+                        Some(ns) => format!("{pid} ({ns} in ns)"),
+                        None => pid.to_string(),
+                    },
                     p.name.clone(),
+                    format!("{:?}", p.kind).to_lowercase(),
                     if alive { "yes" } else { "NO" }.to_string(),
                     dev.to_string(),
                     u.contexts.to_string(),
