@@ -179,6 +179,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         t.set_header(vec![
             "pid",
             "name",
+            "kind",
             "alive",
             "gpu",
             "contexts",
@@ -189,8 +190,12 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             let alive = sim.is_alive(*pid, p);
             for (dev, u) in &p.devices {
                 t.add_row(vec![
-                    pid.to_string(),
+                    match p.ns_pid {
+                        Some(ns) => format!("{pid} ({ns} in ns)"),
+                        None => pid.to_string(),
+                    },
                     crate::term::clean(&p.name),
+                    format!("{:?}", p.kind).to_lowercase(),
                     if alive { "yes" } else { "NO" }.to_string(),
                     dev.to_string(),
                     u.contexts.to_string(),

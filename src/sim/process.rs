@@ -179,12 +179,15 @@ impl SimProcess {
                 .write(true)
                 .open(&path)
                 .map_err(super::io_err(&path))?;
-            // SAFETY: flock on a valid, owned descriptor.
-            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&tok), libc::LOCK_EX) } != 0 {
-                return Err(SimError::Io {
-                    path,
-                    source: std::io::Error::last_os_error(),
-                });
+            // SAFETY: flock on a valid, owned descriptor. Non-blocking: the token names this
+            // process, so a lock already held is this process's own (a second client in it,
+            // e.g. `sim hold --physical-context`) or a forked child's, and is enough.
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&tok);
+            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                    return Err(SimError::Io { path, source: e });
+                }
             }
             let ctl = super::open_node(&dev.join("nvidiactl"))?;
             self.files = Some(ClientFiles {
