@@ -897,12 +897,6 @@ fn not_released(cx: &Prepared) -> Vec<Finding> {
                 .residual_min
                 .max((th.residual_fraction * d.total as f64) as u64);
             // Participating: the job held more than a context there before the release.
-            let before: Vec<u64> = d
-                .samples
-                .iter()
-                .take_while(|(ts, _)| *ts <= t)
-                .map(|p| p.1)
-                .collect();
             let participated = if has_proc {
                 cx.tree.iter().any(|pid| {
                     cx.procs
@@ -915,7 +909,9 @@ fn not_released(cx: &Prepared) -> Vec<Finding> {
                         })
                 })
             } else {
-                before.iter().max().copied().unwrap_or(0) >= d.baseline.saturating_add(threshold)
+                let n = d.samples.partition_point(|(ts, _)| *ts <= t);
+                d.samples[..n].iter().map(|p| p.1).max().unwrap_or(0)
+                    >= d.baseline.saturating_add(threshold)
             };
             if !participated {
                 continue;
@@ -1382,12 +1378,13 @@ fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
         let still: Vec<String> = tree
             .iter()
             .filter(|p| {
-                cx.rec.timeline.processes.iter().any(|s| {
-                    s.pid == p.pid
-                        && s.device == d.index
-                        && s.t_ms >= from
-                        && s.used.is_some_and(|u| u > 0)
-                })
+                cx.procs
+                    .get(&p.pid)
+                    .and_then(|m| m.get(&d.index))
+                    .is_some_and(|s| {
+                        let i = s.partition_point(|(t, _)| *t < from);
+                        s[i..].iter().any(|(_, u)| u.is_some_and(|u| u > 0))
+                    })
             })
             .map(|p| cx.who(p.pid))
             .collect();
