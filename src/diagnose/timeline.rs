@@ -129,6 +129,9 @@ pub struct TimelineThresholds {
     pub growth_min_ratchets: usize,
     /// "Near full": used at or above this fraction of total. Default 0.95.
     pub near_full_fraction: f64,
+    /// An OOM this long after the last ratchet (and more than 4 times the widest gap
+    /// between ratchets) does not end the growth. Default 5 min.
+    pub growth_stale_ms: f64,
     /// Residual above the pre-job level after a release marker, at least this (and
     /// `residual_fraction` of total) for `not-released`. Default 1 GiB.
     pub residual_min: u64,
@@ -160,6 +163,7 @@ impl Default for TimelineThresholds {
             step_fraction: 0.02,
             growth_min_ratchets: 3,
             near_full_fraction: 0.95,
+            growth_stale_ms: 300_000.0,
             residual_min: GIB,
             residual_fraction: 0.05,
             load_min_fraction: 0.10,
@@ -658,11 +662,22 @@ fn order_ambiguous(rec: &Recording, p: &RecordedProcess, cvd: &str) -> bool {
 /// `stray-context`, over time: scan's rule ([`super::rules::stray_context_of`]) applied to
 /// the most each process of the job held on each device during the recording.
 fn stray_context(cx: &Prepared) -> Vec<Finding> {
-    let uuids: Vec<String> = {
-        let mut d: Vec<&RecordedDevice> = cx.rec.devices.iter().collect();
-        d.sort_by_key(|d| d.index);
-        d.iter().map(|d| d.uuid.clone()).collect()
-    };
+    // UUIDs by physical index (CUDA_VISIBLE_DEVICES maps onto positions in this list).
+    let n = cx
+        .rec
+        .devices
+        .iter()
+        .map(|d| d.index)
+        .chain(cx.devs.iter().map(|d| d.index))
+        .max()
+        .map_or(0, |m| m as usize + 1)
+        .min(1024);
+    let mut uuids = vec![String::new(); n];
+    for d in &cx.rec.devices {
+        if let Some(u) = uuids.get_mut(d.index as usize) {
+            u.clone_from(&d.uuid);
+        }
+    }
     let mut out = Vec::new();
     for rp in cx.rec.processes.iter().filter(|p| p.in_tree) {
         let Some(per_dev) = cx.procs.get(&rp.pid) else {
@@ -765,7 +780,20 @@ fn growth_without_release(cx: &Prepared, explained: &BTreeSet<u32>) -> Vec<Findi
                     (Some(r), Some(req)) => r.to.saturating_add(req) <= d.total,
                     _ => true,
                 };
-                if c.ratchets.len() + 1 >= th.growth_min_ratchets && c.ratchets.len() >= 2 && fits {
+                // The failure must come as the next step of the growth, not long after it
+                // stopped (a job that grew in its first minute and failed an hour later).
+                let mut prev = levels[c.first].0;
+                let mut widest = 0.0f64;
+                for r in &c.ratchets {
+                    widest = widest.max(r.t - prev);
+                    prev = r.t;
+                }
+                let fresh = e.t_ms - prev <= (4.0 * widest).max(th.growth_stale_ms);
+                if c.ratchets.len() + 1 >= th.growth_min_ratchets
+                    && c.ratchets.len() >= 2
+                    && fits
+                    && fresh
+                {
                     hit = Some((c, Some(e)));
                 }
             }

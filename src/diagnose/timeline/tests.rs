@@ -298,6 +298,20 @@ fn stray_context_outside_cuda_visible_devices() {
 }
 
 #[test]
+fn stray_context_without_device_entries_maps_indices_by_the_series() {
+    let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
+    j.proc_(10, Some("1"), None);
+    j.set(100.0, 10, 1, gib(8.0));
+    let mut rec = j.build();
+    rec.devices.clear();
+    assert!(ids_of(&rec).is_empty(), "{:?}", ids_of(&rec));
+    j.set(200.0, 10, 0, 448 * MIB);
+    let mut rec = j.build();
+    rec.devices.clear();
+    assert_eq!(ids_of(&rec), vec![ids::STRAY_CONTEXT.to_string()]);
+}
+
+#[test]
 fn stray_context_is_scans_rule_on_one_sample() {
     // The one-sample case: the same decision and title as scan's snapshot rule.
     let mut j = Job::new(&[24 * G, 24 * G], 0.0);
@@ -388,6 +402,27 @@ fn growth_without_release_ending_in_oom() {
     // A request that would not fit even on the first plateau is not this pattern.
     let j = multi_size(16 * G, gib(9.0));
     assert!(!j.ids().contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
+}
+
+#[test]
+fn an_oom_long_after_the_growth_stopped_is_not_growth() {
+    // Load, first iteration, other ranks' contexts in the first minute; OOM an hour later.
+    let mut j = Job::new(&[16 * G], 3_700_000.0);
+    j.period = 500.0;
+    j.proc_(10, None, None);
+    j.ramp(1000.0, 20_000.0, 10, 0, 0, gib(6.0));
+    j.set(30_000.0, 10, 0, gib(10.0))
+        .set(40_000.0, 10, 0, gib(12.0));
+    j.oom(3_600_000.0, Some(0), Some(gib(1.0)));
+    assert_eq!(j.ids(), vec![ids::OUT_OF_MEMORY.to_string()]);
+    // The same growth failing at its next step is.
+    let mut j = Job::new(&[16 * G], 100_000.0);
+    j.proc_(10, None, None);
+    j.ramp(1000.0, 20_000.0, 10, 0, 0, gib(6.0));
+    j.set(30_000.0, 10, 0, gib(10.0))
+        .set(40_000.0, 10, 0, gib(12.0));
+    j.oom(60_000.0, Some(0), Some(gib(1.0)));
+    assert!(j.ids().contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
 }
 
 #[test]
