@@ -1237,6 +1237,17 @@ fn double_load(cx: &Prepared) -> Vec<Finding> {
     out
 }
 
+/// An error that ends dynamic work: out of memory, a driver error, or a crash signal
+/// (SIGKILL from the OOM killer, SIGABRT, SIGBUS, SIGSEGV). A stop asked for (SIGINT,
+/// SIGTERM, SIGHUP) is not a failure.
+fn is_failure(kind: &ErrorKind) -> bool {
+    match kind {
+        ErrorKind::OutOfMemory | ErrorKind::DriverError => true,
+        ErrorKind::KilledBySignal { signal } => matches!(signal, 6 | 7 | 9 | 11),
+        ErrorKind::Other => false,
+    }
+}
+
 /// `overcommit`: one claim (a single phase's rise of at least `claim_min_fraction` of
 /// total) leaves free memory near zero with one process of the job holding at least
 /// `budget_holder_fraction` of the device, and a failure (out of memory, driver error,
@@ -1265,7 +1276,7 @@ fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             // A failure after the claim while it is still held.
             let Some(e) = cx.rec.errors.iter().find(|e| {
                 e.t_ms >= t0
-                    && !matches!(e.kind, ErrorKind::Other)
+                    && is_failure(&e.kind)
                     && e.device.is_none_or(|x| x == d.index)
                     && levels
                         .iter()

@@ -562,6 +562,23 @@ fn overcommit_claim_then_failure() {
     assert_eq!(f.fix, fixes::OVERCOMMIT);
     // The same claim without a failure, or a 0.5 budget that fails for another reason.
     assert!(engine(0.92, false).ids().is_empty());
+    // Stopped with Ctrl-C / SIGTERM: not a failure; killed by the OOM killer: one.
+    for (signal, fires) in [(2, false), (15, false), (9, true)] {
+        let mut j = engine(0.92, false);
+        j.errors.push(ErrorEvent {
+            t_ms: 100_000.0,
+            kind: ErrorKind::KilledBySignal { signal },
+            device: None,
+            pid: Some(10),
+            line: format!("killed by signal {signal}"),
+            requested_bytes: None,
+        });
+        assert_eq!(
+            j.ids().contains(&ids::OVERCOMMIT.to_string()),
+            fires,
+            "signal {signal}"
+        );
+    }
     assert!(!engine(0.5, true)
         .ids()
         .contains(&ids::OVERCOMMIT.to_string()));
