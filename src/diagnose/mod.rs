@@ -5,10 +5,16 @@
 
 pub mod fixes;
 mod rules;
+pub mod timeline;
 
 use crate::inventory::Inventory;
 use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
+
+pub use timeline::{
+    fingerprints, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
+    TimelineThresholds,
+};
 
 pub use rules::{
     device_headroom, device_lost, device_unavailable, duplicate_copy, headroom,
@@ -26,6 +32,23 @@ pub mod ids {
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
     pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
     pub const DEVICE_LOST: &str = "device-lost";
+    // Timeline fingerprints (`vramdoc run`, replay): see docs/findings.md.
+    pub const OUT_OF_MEMORY: &str = "out-of-memory";
+    pub const GROWTH_WITHOUT_RELEASE: &str = "growth-without-release";
+    pub const NOT_RELEASED: &str = "not-released";
+    pub const DOUBLE_LOAD: &str = "double-load";
+    pub const OVERCOMMIT: &str = "overcommit";
+    pub const HELD_AFTER_EXIT: &str = "held-after-exit";
+    /// Every timeline fingerprint id (`stray-context` is shared with scan).
+    pub const FINGERPRINTS: &[&str] = &[
+        OUT_OF_MEMORY,
+        STRAY_CONTEXT,
+        GROWTH_WITHOUT_RELEASE,
+        NOT_RELEASED,
+        DOUBLE_LOAD,
+        OVERCOMMIT,
+        HELD_AFTER_EXIT,
+    ];
 }
 
 /// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.
