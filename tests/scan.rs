@@ -829,9 +829,14 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
         assert_eq!(devices[0]["status"], "lost", "{backend}");
         assert_eq!(devices[1]["status"], "no-permission", "{backend}");
         assert_eq!(devices[2]["status"], "ok", "{backend}");
+        let lost = findings(&v, "device-lost");
+        assert_eq!(lost.len(), 1, "{backend}: {v}");
+        assert_eq!(lost[0]["severity"], "error");
+        assert_eq!(lost[0]["devices"], serde_json::json!([0]));
         let bad = findings(&v, "device-unavailable");
-        assert_eq!(bad.len(), 2, "{backend}: {v}");
-        assert_eq!(bad[0]["severity"], "error");
+        assert_eq!(bad.len(), 1, "{backend}: {v}");
+        assert_eq!(bad[0]["severity"], "warn");
+        assert_eq!(bad[0]["devices"], serde_json::json!([1]));
         assert_eq!(process(&v, h.pid)["devices"][0]["device"], 2);
         assert!(used_on(process(&v, h.pid), 2).unwrap() >= 3 << 30);
         // Zeroed memory of a bad device is never read as an over-full one.

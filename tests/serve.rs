@@ -438,7 +438,8 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
         .map(|_| t)
     })
     .expect("device-lost finding exported");
-    assert_eq!(sample(&lost, "vramdoc_collect_success", &[]), Some(0.0));
+    // The collection itself succeeded: every other GPU was read.
+    assert_eq!(sample(&lost, "vramdoc_collect_success", &[]), Some(1.0));
     // The GPU that still answers keeps its metrics (read one by one); the lost one has none.
     let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
     assert_eq!(
@@ -462,7 +463,12 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
         .unwrap();
     assert!(clear.status.success());
     let back = wait_for(Duration::from_secs(10), || {
-        sample(&serve.metrics(), "vramdoc_collect_success", &[]).filter(|v| *v == 1.0)
+        sample(
+            &serve.metrics(),
+            "vramdoc_findings",
+            &[("rule", "device-lost"), ("severity", "error")],
+        )
+        .filter(|v| *v == 0.0)
     });
     assert!(back.is_some());
     assert_eq!(

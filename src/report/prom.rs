@@ -205,6 +205,11 @@ pub fn render(
         )?;
         let host = scan.pid_namespace != "container";
         for d in &scan.devices {
+            // A device the driver would not answer for has no numbers to export (its memory
+            // is zeroed, not measured); its finding says what is wrong.
+            if d.status != crate::gpu::DeviceStatus::Ok {
+                continue;
+            }
             let gpu = d.index.to_string();
             let l = [gpu.as_str(), d.uuid.as_str()];
             info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id])
