@@ -10,6 +10,7 @@ pub mod diagnose;
 pub mod exit;
 pub mod gpu;
 pub mod inventory;
+pub mod recorder;
 pub mod redact;
 pub mod replay;
 pub mod report;
