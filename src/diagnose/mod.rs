@@ -5,10 +5,16 @@
 
 pub mod fixes;
 mod rules;
+pub mod timeline;
 
 use crate::inventory::Inventory;
 use crate::report::{Finding, Headroom};
 use crate::units::{GIB, MIB};
+
+pub use timeline::{
+    fingerprints, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
+    TimelineThresholds,
+};
 
 pub use rules::{
     device_headroom, duplicate_copy, headroom, invisible_processes, low_headroom, no_live_owner,
@@ -23,6 +29,23 @@ pub mod ids {
     pub const USAGE_UNAVAILABLE: &str = "usage-unavailable";
     pub const LOW_HEADROOM: &str = "low-headroom";
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
+    // Timeline fingerprints (`vramdoc run`, replay): see docs/findings.md.
+    pub const OUT_OF_MEMORY: &str = "out-of-memory";
+    pub const GROWTH_WITHOUT_RELEASE: &str = "growth-without-release";
+    pub const NOT_RELEASED: &str = "not-released";
+    pub const DOUBLE_LOAD: &str = "double-load";
+    pub const OVERCOMMIT: &str = "overcommit";
+    pub const HELD_AFTER_EXIT: &str = "held-after-exit";
+    /// Every timeline fingerprint id (`stray-context` is shared with scan).
+    pub const FINGERPRINTS: &[&str] = &[
+        OUT_OF_MEMORY,
+        STRAY_CONTEXT,
+        GROWTH_WITHOUT_RELEASE,
+        NOT_RELEASED,
+        DOUBLE_LOAD,
+        OVERCOMMIT,
+        HELD_AFTER_EXIT,
+    ];
 }
 
 /// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.
