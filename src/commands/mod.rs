@@ -4,6 +4,7 @@
 pub mod list;
 pub mod replay;
 pub mod report;
+pub mod run;
 pub mod scan;
 pub mod sim;
 
@@ -79,6 +80,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             replay::run(&session, &args)
         }
         Command::Report(args) => report::run(&args),
+        Command::Run(args) => run::run(&cli.global, &args),
+        Command::Mark(args) => run::mark(&args),
         Command::Worker => {
             let session = Session::new(&cli.global)?;
             Ok(replay::worker(&session))

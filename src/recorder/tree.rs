@@ -20,6 +20,26 @@ pub struct TreeProcess {
     pub start_time: u64,
     pub start_ms: f64,
     pub end_ms: Option<f64>,
+    /// `CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES` from its
+    /// environment (redacted), when set and readable.
+    pub gpu_env: Vec<(String, String)>,
+}
+
+/// The environment variables that decide which GPUs a process sees.
+pub const GPU_ENV: [&str; 3] = [
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "NVIDIA_VISIBLE_DEVICES",
+];
+
+impl TreeProcess {
+    /// The value of one of [`GPU_ENV`].
+    pub fn env(&self, key: &str) -> Option<String> {
+        self.gpu_env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
 }
 
 /// A change in the tree, for the JSONL stream.
@@ -72,7 +92,25 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
         .and_then(|p| p.cmdline().ok())
         .filter(|v| !v.is_empty())
         .map(|v| crate::report::text::clean(&crate::redact::redact_cmdline(&v)));
+    let gpu_env = proc_
+        .as_ref()
+        .and_then(|p| p.environ().ok())
+        .map(|env| {
+            GPU_ENV
+                .iter()
+                .filter_map(|k| {
+                    let v = env
+                        .get(std::ffi::OsStr::new(k))?
+                        .to_string_lossy()
+                        .into_owned();
+                    let v = crate::redact::redact_env(k, &v)?;
+                    Some((k.to_string(), crate::report::text::clean(&v)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     TreeProcess {
+        gpu_env,
         pid,
         ppid: Some(ppid),
         nspid,
