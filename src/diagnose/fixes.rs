@@ -37,3 +37,45 @@ pub const DUPLICATE_COPY: &str = "If this is one model, use one loading path onl
 device_map=\"auto\" or one full copy per GPU that can hold it, not both; or load in lower \
 precision, or use a larger single card. (Tensor-parallel or data-parallel workers hold \
 near-equal shards by design: then nothing is wrong.)";
+
+/// An allocation failed (any of the five failures can end here; the other fingerprints say
+/// which).
+pub const OUT_OF_MEMORY: &str = "Read the other findings of this report first: they name the \
+pattern that led here (memory growing per input size, memory not released, a model loaded \
+twice, an over-committed budget, a stray context or another process). Otherwise the job \
+needs more memory than the GPU has free: smaller batches or inputs, lower precision or \
+quantised weights, activation checkpointing, or a larger card.";
+
+/// Multi-size OOM (FAILURES.md §2, OneDiff).
+pub const GROWTH_WITHOUT_RELEASE: &str = "Memory from earlier phases stays cached and \
+fragmented, so each new input size adds to it (torch.cuda.empty_cache() does not release \
+another framework's cache). Process sizes largest first (e.g. [1536, 1360, 1152, 1024]) so \
+the first, largest allocation is reused by the smaller ones; or disable the per-shape tuning \
+warm-up (ONEFLOW_CONV2D_KERNEL_ENABLE_TUNING_WARMUP=0), trading some speed for stable memory.";
+
+/// Sharded model not released (FAILURES.md §3, xDiT with FSDP).
+pub const NOT_RELEASED: &str = "The distributed runtime (process group, NCCL communicators and \
+their buffers) keeps sharded parameters alive on every device, and the caching allocator \
+keeps freed blocks reserved. Release in this order on every rank: `del model`, then \
+`torch.distributed.destroy_process_group()`, then `gc.collect()`, then \
+`torch.cuda.empty_cache()`.";
+
+/// Double model load (FAILURES.md §4, CogVLM composite demo).
+pub const DOUBLE_LOAD: &str = "The model is in memory twice: a full copy on one GPU and a \
+device_map=\"auto\" copy split across the GPUs. Use one loading path only: either \
+device_map=\"auto\" or one full copy per GPU that can hold it, not both; or load in lower \
+precision, or use a larger single card.";
+
+/// Over-committed utilisation (FAILURES.md §5, WeClone on vLLM).
+pub const OVERCOMMIT: &str = "The engine claimed about gpu_memory_utilization x total up \
+front; KV growth, activations and CUDA-graph capture then need memory outside that budget, \
+which is not there. Lower gpu_memory_utilization (WeClone needed 0.5 instead of 0.9 on a \
+16 GiB card); also smaller batches / max_num_seqs or quantised weights, and turn on CUDA \
+graphs only once the run is stable.";
+
+/// Memory held after the job's processes exited (FAILURES.md, common knowledge).
+pub const HELD_AFTER_EXIT: &str = "The driver returns a process's memory when it exits; \
+memory that stays used after every process of the job is gone means a process that did not \
+really exit (a zombie or a child outside the tree still holding the device) or a driver \
+problem. Look for leftover processes (`fuser -v /dev/nvidia*`), stop them, then reset the \
+GPU (`nvidia-smi --gpu-reset -i N`) or reboot.";

@@ -7,7 +7,7 @@ use crate::report::{Evidence, Finding, Headroom, ProcessInfo, Severity};
 use crate::sim::visible::visible_devices;
 use crate::units::format_bytes;
 
-fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {
+pub(super) fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {
     Evidence {
         label: label.into(),
         value: format_bytes(bytes),
@@ -15,7 +15,7 @@ fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {
     }
 }
 
-fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
+pub(super) fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
     Evidence {
         label: label.into(),
         value: value.into(),
@@ -23,14 +23,14 @@ fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
     }
 }
 
-fn who(p: &ProcessInfo) -> String {
+pub(super) fn who(p: &ProcessInfo) -> String {
     match &p.name {
         Some(n) => format!("PID {} ({n})", p.pid),
         None => format!("PID {}", p.pid),
     }
 }
 
-fn gpus(list: &[u32]) -> String {
+pub(super) fn gpus(list: &[u32]) -> String {
     let v: Vec<String> = list.iter().map(|d| d.to_string()).collect();
     v.join(", ")
 }
@@ -48,104 +48,109 @@ fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
 /// At most one finding per process.
 pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     let uuids = inv.uuids();
-    let mut out = Vec::new();
-    for p in &inv.processes {
-        let cvd = p.cuda_visible_devices.as_str();
-        // MIG instance UUIDs name slices, not GPUs: the mapping cannot be checked here.
-        let mig = cvd.to_ascii_uppercase().contains("MIG-");
-        let cvd_known = cvd != CVD_UNSET && cvd != CVD_UNKNOWN && !mig;
-        // (a) outside CUDA_VISIBLE_DEVICES.
-        if cvd_known {
-            let allowed = visible_devices(Some(cvd), &uuids);
-            let outside: Vec<&crate::report::ProcessDeviceUsage> = p
-                .devices
-                .iter()
-                .filter(|u| !allowed.contains(&u.device))
-                .collect();
-            if !outside.is_empty() {
-                let devs: Vec<u32> = outside.iter().map(|u| u.device).collect();
-                let mut evidence = vec![
-                    ev("CUDA_VISIBLE_DEVICES", cvd),
-                    ev(
-                        "physical GPUs it can see",
-                        if allowed.is_empty() {
-                            "none".to_string()
-                        } else {
-                            gpus(&allowed)
-                        },
-                    ),
-                ];
-                for u in &p.devices {
-                    let label = format!("used on GPU {}", u.device);
-                    evidence.push(match u.used {
-                        Some(b) => ev_bytes(label, b),
-                        None => ev(label, "not available"),
-                    });
-                }
-                let held: u64 = outside.iter().filter_map(|u| u.used).sum();
-                out.push(Finding {
-                    id: ids::STRAY_CONTEXT.into(),
-                    severity: Severity::Warn,
-                    title: format!(
-                        "{} holds {} on GPU {} outside its CUDA_VISIBLE_DEVICES={cvd}",
-                        who(p),
-                        format_bytes(held),
-                        gpus(&devs)
-                    ),
-                    devices: devs,
-                    pid: Some(p.pid),
-                    evidence,
-                    fix: fixes::STRAY_CONTEXT.into(),
-                });
-                continue;
-            }
-        }
-        // (b) context-sized footprint beside the main work (OneDiff pattern).
-        let k = known(p);
-        if k.len() < 2 {
-            continue;
-        }
-        let Some(&(main_dev, main_used)) = k.iter().max_by_key(|(d, b)| (*b, u32::MAX - *d)) else {
-            continue;
-        };
-        if main_used <= th.main_work_min {
-            continue;
-        }
-        let stray: Vec<(u32, u64)> = k
+    inv.processes
+        .iter()
+        .filter_map(|p| stray_context_of(p, &uuids, th.context_sized_max, th.main_work_min))
+        .collect()
+}
+
+/// The stray-context rule for one process and one view of its usage per device: scan's
+/// snapshot, or the per-device peaks of a recorded timeline ([`super::timeline`]), which
+/// then adds its own evidence (UUIDs, times).
+pub(crate) fn stray_context_of(
+    p: &ProcessInfo,
+    uuids: &[String],
+    context_sized_max: u64,
+    main_work_min: u64,
+) -> Option<Finding> {
+    let cvd = p.cuda_visible_devices.as_str();
+    // MIG instance UUIDs name slices, not GPUs: the mapping cannot be checked here.
+    let mig = cvd.to_ascii_uppercase().contains("MIG-");
+    let cvd_known = cvd != CVD_UNSET && cvd != CVD_UNKNOWN && !mig;
+    // (a) outside CUDA_VISIBLE_DEVICES.
+    if cvd_known {
+        let allowed = visible_devices(Some(cvd), uuids);
+        let outside: Vec<&crate::report::ProcessDeviceUsage> = p
+            .devices
             .iter()
-            .copied()
-            .filter(|(d, b)| *d != main_dev && *b <= th.context_sized_max)
+            .filter(|u| !allowed.contains(&u.device))
             .collect();
-        if stray.is_empty() {
-            continue;
+        if !outside.is_empty() {
+            let devs: Vec<u32> = outside.iter().map(|u| u.device).collect();
+            let mut evidence = vec![
+                ev("CUDA_VISIBLE_DEVICES", cvd),
+                ev(
+                    "physical GPUs it can see",
+                    if allowed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        gpus(&allowed)
+                    },
+                ),
+            ];
+            for u in &p.devices {
+                let label = format!("used on GPU {}", u.device);
+                evidence.push(match u.used {
+                    Some(b) => ev_bytes(label, b),
+                    None => ev(label, "not available"),
+                });
+            }
+            let held: u64 = outside.iter().filter_map(|u| u.used).sum();
+            return Some(Finding {
+                id: ids::STRAY_CONTEXT.into(),
+                severity: Severity::Warn,
+                title: format!(
+                    "{} holds {} on GPU {} outside its CUDA_VISIBLE_DEVICES={cvd}",
+                    who(p),
+                    format_bytes(held),
+                    gpus(&devs)
+                ),
+                devices: devs,
+                pid: Some(p.pid),
+                evidence,
+                fix: fixes::STRAY_CONTEXT.into(),
+            });
         }
-        let devs: Vec<u32> = stray.iter().map(|(d, _)| *d).collect();
-        let mut evidence = vec![ev_bytes(format!("main work on GPU {main_dev}"), main_used)];
-        for (d, b) in &stray {
-            evidence.push(ev_bytes(format!("context-sized footprint on GPU {d}"), *b));
-        }
-        evidence.push(ev_bytes(
-            "context-sized means at most",
-            th.context_sized_max,
-        ));
-        evidence.push(ev("CUDA_VISIBLE_DEVICES", cvd));
-        let stray_total: u64 = stray.iter().map(|(_, b)| *b).sum();
-        out.push(Finding {
-            id: ids::STRAY_CONTEXT.into(),
-            severity: Severity::Warn,
-            title: format!(
-                "{} has a stray {} context on GPU {} while its work is on GPU {main_dev}",
-                who(p),
-                format_bytes(stray_total),
-                gpus(&devs)
-            ),
-            devices: devs,
-            pid: Some(p.pid),
-            evidence,
-            fix: fixes::STRAY_CONTEXT.into(),
-        });
     }
-    out
+    // (b) context-sized footprint beside the main work (OneDiff pattern).
+    let k = known(p);
+    if k.len() < 2 {
+        return None;
+    }
+    let &(main_dev, main_used) = k.iter().max_by_key(|(d, b)| (*b, u32::MAX - *d))?;
+    if main_used <= main_work_min {
+        return None;
+    }
+    let stray: Vec<(u32, u64)> = k
+        .iter()
+        .copied()
+        .filter(|(d, b)| *d != main_dev && *b <= context_sized_max)
+        .collect();
+    if stray.is_empty() {
+        return None;
+    }
+    let devs: Vec<u32> = stray.iter().map(|(d, _)| *d).collect();
+    let mut evidence = vec![ev_bytes(format!("main work on GPU {main_dev}"), main_used)];
+    for (d, b) in &stray {
+        evidence.push(ev_bytes(format!("context-sized footprint on GPU {d}"), *b));
+    }
+    evidence.push(ev_bytes("context-sized means at most", context_sized_max));
+    evidence.push(ev("CUDA_VISIBLE_DEVICES", cvd));
+    let stray_total: u64 = stray.iter().map(|(_, b)| *b).sum();
+    Some(Finding {
+        id: ids::STRAY_CONTEXT.into(),
+        severity: Severity::Warn,
+        title: format!(
+            "{} has a stray {} context on GPU {} while its work is on GPU {main_dev}",
+            who(p),
+            format_bytes(stray_total),
+            gpus(&devs)
+        ),
+        devices: devs,
+        pid: Some(p.pid),
+        evidence,
+        fix: fixes::STRAY_CONTEXT.into(),
+    })
 }
 
 /// Memory with no live owner, per device: `used` (NVML v2, already without `reserved`) minus

@@ -4,6 +4,7 @@
 //! The monitor never runs workload code itself: an OOM or a kill ends the worker only.
 
 pub mod checks;
+pub mod fingerprint;
 pub mod protocol;
 pub mod worker;
 
@@ -635,7 +636,7 @@ pub fn run_variant(
     } else {
         None
     };
-    let run = VariantRun {
+    let mut run = VariantRun {
         scenario: scn.id.clone(),
         variant: variant.name.clone(),
         source: scn.source.clone(),
@@ -653,8 +654,48 @@ pub fn run_variant(
         duration_ms: started.elapsed().as_millis() as u64,
         steps: records,
     };
+    apply_fingerprint(
+        scn,
+        variant,
+        &mut run,
+        devices,
+        visible.as_deref(),
+        &ordinals,
+    );
     observer.variant_finished(&run);
     Ok(run)
+}
+
+/// The scenario's fingerprint, checked on the finished variant by the timeline engine
+/// (see [`fingerprint`]): one more check; a failing one makes the verdict `unexpected`.
+fn apply_fingerprint(
+    scn: &Scenario,
+    variant: &Variant,
+    run: &mut VariantRun,
+    devices: &[DeviceInfo],
+    visible: Option<&str>,
+    ordinals: &[u32],
+) {
+    if scn.fingerprint.is_none() || run.verdict == Verdict::Skipped {
+        return;
+    }
+    let rec = fingerprint::recording(
+        run,
+        devices,
+        visible,
+        ordinals,
+        &fingerprint::release_steps(scn),
+    );
+    let Some((check, _findings)) = fingerprint::check(scn, variant.kind, &rec) else {
+        return;
+    };
+    if !check.passed && run.verdict != Verdict::Unexpected {
+        run.verdict = Verdict::Unexpected;
+        if run.reason.is_none() {
+            run.reason = Some(format!("expected {}: {}", check.expectation, check.detail));
+        }
+    }
+    run.checks.push(check);
 }
 
 /// Record a failed step: a timeline marker of `marker_kind` labelled with the step and the

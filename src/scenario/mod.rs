@@ -204,6 +204,10 @@ pub struct Scenario {
     pub source: String,
     /// Physical devices needed.
     pub devices: u32,
+    /// The timeline fingerprint (diagnose/timeline.rs) the bug variant exhibits; replay
+    /// requires it to fire on the bug variant and to stay silent on every fix variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     pub env: BTreeMap<String, String>,
     pub neighbours: Vec<Neighbour>,
     pub steps: Vec<Step>,

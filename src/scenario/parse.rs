@@ -48,6 +48,8 @@ struct RawScenario {
     description: String,
     source: String,
     devices: Spanned<u32>,
+    /// The timeline fingerprint the bug variant exhibits (diagnose::ids::FINGERPRINTS).
+    fingerprint: Option<Spanned<String>>,
     #[serde(default)]
     sizes: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
@@ -378,9 +380,28 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         ));
     }
 
+    let fingerprint = match raw.fingerprint {
+        Some(fp) => {
+            let known = crate::diagnose::ids::FINGERPRINTS;
+            if !known.contains(&fp.get_ref().as_str()) {
+                return Err(cx.err(
+                    fp.span(),
+                    format!(
+                        "unknown fingerprint {:?} (write one of: {})",
+                        fp.get_ref(),
+                        known.join(", ")
+                    ),
+                ));
+            }
+            Some(fp.into_inner())
+        }
+        None => None,
+    };
+
     Ok(Scenario {
         id,
         title: raw.title,
+        fingerprint,
         description: raw.description,
         source: raw.source,
         devices,
