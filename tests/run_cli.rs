@@ -184,6 +184,9 @@ fn a_benign_job_has_no_finding_and_fail_on_keeps_zero() {
         assert!(types.contains(&t), "no {t} line in {types:?}");
     }
     assert_eq!(lines.last().unwrap()["type"], "end");
+    // The report follows the published schema.
+    let text = std::fs::read_to_string(tmp.path().join("run.json")).unwrap();
+    common::reports::assert_valid_report_json(&text);
     // Markdown and HTML come from the same model.
     for ext in ["md", "html"] {
         let p = tmp.path().join(format!("run.{ext}"));
