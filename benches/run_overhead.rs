@@ -70,7 +70,14 @@ fn wrapped_overhead(seconds: u32) {
     let exe = env!("CARGO_BIN_EXE_vramdoc");
     let start = Instant::now();
     let child = std::process::Command::new(exe)
-        .args(["--sim", "2x80GiB", "run", "--", "sleep", &seconds.to_string()])
+        .args([
+            "--sim",
+            "2x80GiB",
+            "run",
+            "--",
+            "sleep",
+            &seconds.to_string(),
+        ])
         .env_remove("VRAMDOC_SIM_DIR")
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -22,7 +22,15 @@ fn run_job(dir: &Path, extra: &[&str], cmd: &[&str]) -> (Output, Value) {
     let out = dir.join("run.json");
     let o = vramdoc()
         .env("LD_LIBRARY_PATH", simgpu_lib_dir())
-        .args(["--sim", "2x16GiB", "run", "--process-period", "100ms", "--period", "20ms"])
+        .args([
+            "--sim",
+            "2x16GiB",
+            "run",
+            "--process-period",
+            "100ms",
+            "--period",
+            "20ms",
+        ])
         .arg("--out")
         .arg(&out)
         .args(extra)
@@ -63,7 +71,10 @@ fn job_peaks(report: &Value) -> Vec<(u64, u64)> {
     let mut v = Vec::new();
     for p in report["run"]["processes"].as_array().into_iter().flatten() {
         for d in p["devices"].as_array().into_iter().flatten() {
-            v.push((d["device"].as_u64().unwrap(), d["peak"].as_u64().unwrap_or(0)));
+            v.push((
+                d["device"].as_u64().unwrap(),
+                d["peak"].as_u64().unwrap_or(0),
+            ));
         }
     }
     v
@@ -86,9 +97,19 @@ fn a_stray_context_is_recorded_on_the_device_the_job_did_not_pick() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let peaks = job_peaks(&r);
     // A context alone on GPU 0, the work on GPU 1, by the same process.
-    assert!(peaks.iter().any(|(d, p)| *d == 0 && *p > 0 && *p < GIB), "{peaks:?}");
-    assert!(peaks.iter().any(|(d, p)| *d == 1 && *p >= 4 * GIB), "{peaks:?}");
-    assert!(finding_ids(&r).contains(&"stray-context".to_string()), "{}", stderr(&o));
+    assert!(
+        peaks.iter().any(|(d, p)| *d == 0 && *p > 0 && *p < GIB),
+        "{peaks:?}"
+    );
+    assert!(
+        peaks.iter().any(|(d, p)| *d == 1 && *p >= 4 * GIB),
+        "{peaks:?}"
+    );
+    assert!(
+        finding_ids(&r).contains(&"stray-context".to_string()),
+        "{}",
+        stderr(&o)
+    );
     assert!(marker_kinds(&r).contains(&"marker".to_string()));
 }
 
@@ -96,29 +117,56 @@ fn a_stray_context_is_recorded_on_the_device_the_job_did_not_pick() {
 fn stepwise_growth_ending_in_oom_is_recorded_with_the_parsed_error() {
     let tmp = tempfile::tempdir().unwrap();
     let job = python_job(&[
-        "ctx:0", "mark:size_1", "alloc:4096", "sleep:250", "mark:size_2", "alloc:4096",
-        "sleep:250", "mark:size_3", "alloc:4096", "sleep:250", "mark:size_4", "alloc:8192",
+        "ctx:0",
+        "mark:size_1",
+        "alloc:4096",
+        "sleep:250",
+        "mark:size_2",
+        "alloc:4096",
+        "sleep:250",
+        "mark:size_3",
+        "alloc:4096",
+        "sleep:250",
+        "mark:size_4",
+        "alloc:8192",
     ]);
     let (o, r) = run_job(tmp.path(), &[], &refs(&job));
     // The command's own status passes through.
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     // Its stderr passes through too.
-    assert!(stderr(&o).contains("torch.OutOfMemoryError"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("torch.OutOfMemoryError"),
+        "{}",
+        stderr(&o)
+    );
     let errors = r["run"]["errors"].as_array().unwrap();
-    let oom = errors.iter().find(|e| e["kind"] == "cuda-oom").expect("an OOM event");
+    let oom = errors
+        .iter()
+        .find(|e| e["kind"] == "cuda-oom")
+        .expect("an OOM event");
     assert_eq!(oom["device"], 0);
     assert_eq!(oom["requested"], 8 * GIB);
     assert!(marker_kinds(&r).contains(&"oom".to_string()));
     // Each size shows as a plateau: the readings at the markers climb.
     let series = &r["run"]["timeline"]["devices"][0]["samples"];
-    let max = series.as_array().unwrap().iter().map(|s| s[1].as_u64().unwrap()).max();
+    let max = series
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[1].as_u64().unwrap())
+        .max();
     assert!(max.unwrap() >= 12 * GIB, "{max:?}");
     let ids = finding_ids(&r);
     assert!(ids.contains(&"out-of-memory".to_string()), "{ids:?}");
-    assert!(ids.contains(&"growth-without-release".to_string()), "{ids:?}");
+    assert!(
+        ids.contains(&"growth-without-release".to_string()),
+        "{ids:?}"
+    );
     // The stderr tail keeps the line.
     let tail = r["run"]["stderr_tail"].as_array().unwrap();
-    assert!(tail.iter().any(|l| l.as_str().unwrap().contains("Tried to allocate 8.00 GiB")));
+    assert!(tail
+        .iter()
+        .any(|l| l.as_str().unwrap().contains("Tried to allocate 8.00 GiB")));
 }
 
 #[test]
@@ -129,7 +177,10 @@ fn a_forked_child_holding_the_memory_belongs_to_the_tree() {
     let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", &script]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let procs = r["run"]["processes"].as_array().unwrap();
-    let sh = procs.iter().find(|p| p["name"] == "sh").expect("sh in the tree");
+    let sh = procs
+        .iter()
+        .find(|p| p["name"] == "sh")
+        .expect("sh in the tree");
     let holder = procs
         .iter()
         .find(|p| {
@@ -140,7 +191,10 @@ fn a_forked_child_holding_the_memory_belongs_to_the_tree() {
         .expect("the holder in the tree");
     assert_ne!(holder["pid"], sh["pid"]);
     // Its parent is in the tree (sh, or the pyenv shim sh started).
-    assert!(procs.iter().any(|p| p["pid"] == holder["ppid"]), "{procs:?}");
+    assert!(
+        procs.iter().any(|p| p["pid"] == holder["ppid"]),
+        "{procs:?}"
+    );
     assert!(r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap() >= 3 * GIB);
     // The holder exited with the job: its memory came back before the end.
     assert!(!finding_ids(&r).contains(&"held-after-exit".to_string()));
@@ -165,7 +219,13 @@ fn a_benign_job_has_no_finding_and_fail_on_keeps_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("samples.jsonl");
     let job = python_job(&[
-        "ctx:0", "mark:load", "alloc:2048", "sleep:300", "free", "mark:release_model", "sleep:300",
+        "ctx:0",
+        "mark:load",
+        "alloc:2048",
+        "sleep:300",
+        "free",
+        "mark:release_model",
+        "sleep:300",
     ]);
     let mut extra = vec!["--fail-on", "info", "--samples"];
     let s = samples.display().to_string();
@@ -176,7 +236,10 @@ fn a_benign_job_has_no_finding_and_fail_on_keeps_zero() {
     assert!(marker_kinds(&r).contains(&"release".to_string()));
     // The JSONL stream: a header first, then readings, the markers, the end.
     let text = std::fs::read_to_string(&samples).unwrap();
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines[0]["type"], "header");
     assert_eq!(lines[0]["devices"].as_array().unwrap().len(), 2);
     let types: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
@@ -220,16 +283,22 @@ fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("s.jsonl");
     let mut child = vramdoc()
-        .args(["--sim", "1x16GiB", "run", "--process-period", "50ms", "--samples"])
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--process-period",
+            "50ms",
+            "--samples",
+        ])
         .arg(&samples)
         .args(["--", "sleep", "30"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Wait until the tree shows `sleep` (it has started), then signal vramdoc only.
-    let started = |p: &PathBuf| {
-        std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""))
-    };
+    let started =
+        |p: &PathBuf| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""));
     for _ in 0..400 {
         if started(&samples) {
             break;
@@ -247,7 +316,13 @@ fn vramdoc_own_failures_use_125_126_127() {
     let tmp = tempfile::tempdir().unwrap();
     // Not found.
     let o = vramdoc()
-        .args(["--sim", "1x16GiB", "run", "--", "/nonexistent/vramdoc-test-cmd"])
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--",
+            "/nonexistent/vramdoc-test-cmd",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
@@ -264,32 +339,65 @@ fn vramdoc_own_failures_use_125_126_127() {
     // A bad --out is refused before anything runs: the command never starts.
     let witness = tmp.path().join("ran");
     let o = vramdoc()
-        .args(["--sim", "1x16GiB", "run", "--out", "report.txt", "--", "touch"])
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--out",
+            "report.txt",
+            "--",
+            "touch",
+        ])
         .arg(&witness)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     assert!(!witness.exists());
     // vramdoc's own bad flag, and a missing GPU.
-    let o = vramdoc().args(["run", "--period", "fast", "--", "true"]).output().unwrap();
+    let o = vramdoc()
+        .args(["run", "--period", "fast", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    let o = vramdoc().args(["run", "--no-such-flag", "--", "true"]).output().unwrap();
+    let o = vramdoc()
+        .args(["run", "--no-such-flag", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    let o = vramdoc().args(["--backend", "sim", "run", "--", "true"]).output().unwrap();
+    let o = vramdoc()
+        .args(["--backend", "sim", "run", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
 }
 
 #[test]
 fn mark_needs_the_variable_and_appends_one_line() {
-    let o = vramdoc().args(["mark", "load"]).env_remove("VRAMDOC_MARKERS").output().unwrap();
+    let o = vramdoc()
+        .args(["mark", "load"])
+        .env_remove("VRAMDOC_MARKERS")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("VRAMDOC_MARKERS is not set"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("VRAMDOC_MARKERS is not set"),
+        "{}",
+        stderr(&o)
+    );
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("m");
     std::fs::write(&f, "").unwrap();
     for t in [["release", "model"], ["load", "next"]] {
-        let o = vramdoc().env("VRAMDOC_MARKERS", &f).arg("mark").args(t).output().unwrap();
+        let o = vramdoc()
+            .env("VRAMDOC_MARKERS", &f)
+            .arg("mark")
+            .args(t)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    assert_eq!(std::fs::read_to_string(&f).unwrap(), "release model\nload next\n");
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        "release model\nload next\n"
+    );
 }

@@ -348,8 +348,10 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // Everything that can be checked is checked before the command starts.
     let period = crate::cli::parse_duration(&args.period)?;
     let process_period = crate::cli::parse_duration(&args.process_period)?;
-    if period < Duration::from_millis(1) || process_period < Duration::from_millis(10) {
-        anyhow::bail!("--period must be at least 1ms and --process-period at least 10ms");
+    if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&period)
+        || !(Duration::from_millis(10)..=Duration::from_secs(10)).contains(&process_period)
+    {
+        anyhow::bail!("--period must be between 1ms and 1s, --process-period between 10ms and 10s");
     }
     crate::report::write::check_outputs(&args.out, args.force)?;
     let Some(program) = args.command.first() else {
