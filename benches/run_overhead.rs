@@ -66,6 +66,8 @@ fn recorder_cost() {
     );
 }
 
+// Reaped with wait4 below, which std's Child cannot do (it would lose the rusage).
+#[allow(clippy::zombie_processes)]
 fn wrapped_overhead(seconds: u32) {
     let exe = env!("CARGO_BIN_EXE_vramdoc");
     let start = Instant::now();

@@ -517,7 +517,6 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         std::thread::sleep(TICK);
     }
     take_events(&recorder, &mut markers);
-    drop(take_events);
     recorder.round();
     let t_end = recorder.t_ms();
     recorder.stream(&StreamLine::End {
@@ -916,9 +915,18 @@ mod tests {
             evidence: vec![],
             fix: String::new(),
         };
-        assert_eq!(exit_status(0, &[f.clone()], Some(Severity::Warn)), 1);
-        assert_eq!(exit_status(0, &[f.clone()], Some(Severity::Error)), 0);
-        assert_eq!(exit_status(3, &[f.clone()], Some(Severity::Info)), 3);
+        assert_eq!(
+            exit_status(0, std::slice::from_ref(&f), Some(Severity::Warn)),
+            1
+        );
+        assert_eq!(
+            exit_status(0, std::slice::from_ref(&f), Some(Severity::Error)),
+            0
+        );
+        assert_eq!(
+            exit_status(3, std::slice::from_ref(&f), Some(Severity::Info)),
+            3
+        );
         assert_eq!(exit_status(0, &[], Some(Severity::Info)), 0);
         assert_eq!(signal_name(9), "SIGKILL");
     }

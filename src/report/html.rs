@@ -485,24 +485,6 @@ fn inline_code(s: &str) -> String {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping() {
-        assert_eq!(
-            esc("<a href=\"x\">&'"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
-        assert_eq!(
-            inline_code("use `A=<1>` now"),
-            "use <code>A=&lt;1&gt;</code> now"
-        );
-        assert_eq!(inline_code("odd ` tick <b>"), "odd ` tick &lt;b&gt;");
-    }
-}
-
 /// `vramdoc run`: the command and how it ended, findings, errors, memory per device with
 /// charts, the job's processes, the stderr tail.
 fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), ChartError> {
@@ -659,4 +641,22 @@ fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), Char
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(
+            inline_code("use `A=<1>` now"),
+            "use <code>A=&lt;1&gt;</code> now"
+        );
+        assert_eq!(inline_code("odd ` tick <b>"), "odd ` tick &lt;b&gt;");
+    }
 }

@@ -547,37 +547,6 @@ fn find_closing_run(chars: &[char], from: usize, len: usize) -> Option<usize> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_escapes_markup_but_keeps_code_spans() {
-        assert_eq!(md_text("<img src=x>", false), "\\<img src=x\\>");
-        assert_eq!(md_text("run `A=1 b` now", false), "run `A=1 b` now");
-        assert_eq!(md_text("a | b", true), "a \\| b");
-        assert_eq!(md_text("x `a|b`", true), "x `a\\|b`");
-        assert_eq!(
-            md_text("CUDA_VISIBLE_DEVICES _x_", false),
-            "CUDA_VISIBLE_DEVICES \\_x\\_"
-        );
-        assert_eq!(md_text("half ` open", false), "half \\` open");
-        assert_eq!(
-            md_text("[link](javascript:x)", false),
-            "\\[link\\](javascript:x)"
-        );
-        assert_eq!(md_text("two\nlines", false), "two lines");
-    }
-
-    #[test]
-    fn code_spans_hold_backticks() {
-        assert_eq!(md_code("a`b"), "``a`b``");
-        assert_eq!(md_code("`x"), "`` `x ``");
-        assert_eq!(md_code_cell("a|b"), "`a\\|b`");
-        assert_eq!(md_code(""), "");
-    }
-}
-
 /// `vramdoc run`: the command and how it ended, findings, errors, memory per device,
 /// the job's processes, sparklines with markers, the stderr tail.
 fn run_report(out: &mut String, run: &crate::report::RunResult) {
@@ -741,5 +710,36 @@ fn run_report(out: &mut String, run: &crate::report::RunResult) {
     }
     if let Some(f) = &run.samples_file {
         let _ = writeln!(out, "Samples were streamed to {}.\n", md_code(f));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_escapes_markup_but_keeps_code_spans() {
+        assert_eq!(md_text("<img src=x>", false), "\\<img src=x\\>");
+        assert_eq!(md_text("run `A=1 b` now", false), "run `A=1 b` now");
+        assert_eq!(md_text("a | b", true), "a \\| b");
+        assert_eq!(md_text("x `a|b`", true), "x `a\\|b`");
+        assert_eq!(
+            md_text("CUDA_VISIBLE_DEVICES _x_", false),
+            "CUDA_VISIBLE_DEVICES \\_x\\_"
+        );
+        assert_eq!(md_text("half ` open", false), "half \\` open");
+        assert_eq!(
+            md_text("[link](javascript:x)", false),
+            "\\[link\\](javascript:x)"
+        );
+        assert_eq!(md_text("two\nlines", false), "two lines");
+    }
+
+    #[test]
+    fn code_spans_hold_backticks() {
+        assert_eq!(md_code("a`b"), "``a`b``");
+        assert_eq!(md_code("`x"), "`` `x ``");
+        assert_eq!(md_code_cell("a|b"), "`a\\|b`");
+        assert_eq!(md_code(""), "");
     }
 }
