@@ -1238,8 +1238,25 @@ fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             {
                 continue;
             }
+            // A failure after the claim while it is still held.
+            let Some(e) = cx.rec.errors.iter().find(|e| {
+                e.t_ms >= t0
+                    && !matches!(e.kind, ErrorKind::Other)
+                    && e.device.is_none_or(|x| x == d.index)
+                    && levels
+                        .iter()
+                        .filter(|(t, _)| *t > t1 && *t < e.t_ms)
+                        .all(|(_, l)| l.saturating_add(d.step) > l1)
+            }) else {
+                continue;
+            };
+            // Who holds the budget: per-process lists lag the device reading, so the
+            // largest holder from the claim up to the failure.
             let holder = if has_proc {
-                cx.top_holder_at(d.index, t1)
+                [t1, e.t_ms]
+                    .iter()
+                    .filter_map(|t| cx.top_holder_at(d.index, *t))
+                    .max_by_key(|(pid, u)| (*u, u32::MAX - *pid))
             } else {
                 None
             };
@@ -1259,20 +1276,8 @@ fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
                     continue;
                 }
             }
-            // A failure after the claim while it is still held.
-            let failure = cx.rec.errors.iter().find(|e| {
-                e.t_ms >= t0
-                    && !matches!(e.kind, ErrorKind::Other)
-                    && e.device.is_none_or(|x| x == d.index)
-                    && levels
-                        .iter()
-                        .filter(|(t, _)| *t > t1 && *t < e.t_ms)
-                        .all(|(_, l)| l.saturating_add(d.step) > l1)
-            });
-            if let Some(e) = failure {
-                hit = Some((t1, l0, l1, claim, free, holder, held, e));
-                break;
-            }
+            hit = Some((t1, l0, l1, claim, free, holder, held, e));
+            break;
         }
         let Some((t1, l0, l1, claim, free, holder, held, e)) = hit else {
             continue;
@@ -1350,15 +1355,10 @@ fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
             continue;
         };
         let t_end = d.samples.last().map(|p| p.0).unwrap_or(from);
-        let first_list = others
-            .iter()
-            .filter_map(|p| cx.procs.get(p)?.get(&d.index)?.first().map(|x| x.0))
-            .fold(f64::INFINITY, f64::min);
-        let others_growth = if first_list.is_finite() {
-            others_at(d.index, t_end).saturating_sub(others_at(d.index, first_list))
-        } else {
-            0
-        };
+        // Others' growth since the pre-job reading (a process that was already there but
+        // listed a little later counts as growth: the safe direction).
+        let others_growth =
+            others_at(d.index, t_end).saturating_sub(others_at(d.index, d.samples[0].0));
         let held = after
             .saturating_sub(d.baseline)
             .saturating_sub(others_growth);

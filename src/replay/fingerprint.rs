@@ -81,17 +81,27 @@ pub fn recording(
         .filter(|m| m.kind == "end")
         .map(|m| m.t_ms)
         .fold(run.duration_ms as f64, f64::min);
-    // Release points: the end of each named step that completed.
+    // Every step's end is a phase boundary (its memory was read there; the next step's
+    // start marker can come a little after its first allocation). Release points: the end
+    // of each named step that completed.
     for r in &run.steps {
-        if let (true, Some(t)) = (release_after.contains(&r.id), r.end_ms) {
-            if r.status == "ok" {
-                timeline.markers.push(Marker {
-                    t_ms: t,
-                    kind: marker_kinds::RELEASE.into(),
-                    label: format!("{}: {}", r.id, r.label),
-                    device: None,
-                });
-            }
+        if let Some(t) = r.end_ms {
+            timeline.markers.push(Marker {
+                t_ms: t,
+                kind: "step-end".into(),
+                label: format!("{} ended ({})", r.id, r.status),
+                device: None,
+            });
+        }
+
+        if let (true, Some(t), "ok") = (release_after.contains(&r.id), r.end_ms, r.status.as_str())
+        {
+            timeline.markers.push(Marker {
+                t_ms: t,
+                kind: marker_kinds::RELEASE.into(),
+                label: format!("{}: {}", r.id, r.label),
+                device: None,
+            });
         }
     }
     let mut processes = Vec::new();
