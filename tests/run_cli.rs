@@ -401,3 +401,25 @@ fn mark_needs_the_variable_and_appends_one_line() {
         "release model\nload next\n"
     );
 }
+
+#[test]
+fn vllm_and_torchrun_lines_become_error_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = "echo 'ValueError: Free memory on device cuda:1 (1.50/16.00 GiB) on startup is \
+less than desired GPU memory utilization (0.9, 14.40 GiB).' >&2; \
+printf 'torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\\n====\\n\
+Root Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n\
+  exitcode  : -9 (pid: 4242)\\n====\\n' >&2; exit 1";
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", script]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let errors = r["run"]["errors"].as_array().unwrap();
+    let kinds: Vec<&str> = errors.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["vllm-free-memory", "child-failed", "child-exit"],
+        "{errors:?}"
+    );
+    assert_eq!(errors[0]["device"], 1);
+    assert_eq!(errors[0]["requested"], (14.4 * GIB as f64).round() as u64);
+    assert_eq!(errors[2]["line"], "torchrun rank 1: exitcode -9 (pid 4242)");
+}

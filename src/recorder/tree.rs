@@ -230,8 +230,9 @@ impl ProcessTree {
     }
 
     /// The tree member an NVML PID names, if any: the same PID in vramdoc's namespace, else a
-    /// member whose `NSpid` lists it (the job runs in a nested PID namespace), else a live
-    /// descendant not yet seen (added now). PIDs of processes outside the tree give `None`.
+    /// live descendant not yet seen (added now), else a member whose `NSpid` lists it (the
+    /// job runs in a nested PID namespace and the driver reports its inner PID). PIDs of
+    /// processes outside the tree give `None`.
     pub fn resolve(&mut self, nvml_pid: u32, t_ms: f64) -> (Option<u32>, Option<TreeChange>) {
         if self.include_root && nvml_pid == self.root {
             return (Some(nvml_pid), None);
@@ -247,19 +248,15 @@ impl ProcessTree {
             let change = self.add(nvml_pid, ppid, start, t_ms);
             return (Some(nvml_pid), change);
         }
-        // A PID that names a live process outside the tree in our namespace is that process.
-        let visible_here = i32::try_from(nvml_pid)
-            .ok()
-            .and_then(|p| Process::new(p).ok())
-            .is_some();
-        if !visible_here {
-            if let Some(tp) = self
-                .live
-                .values()
-                .find(|tp| tp.nspid.iter().skip(1).any(|n| *n == nvml_pid))
-            {
-                return (Some(tp.pid), None);
-            }
+        // A member in a nested PID namespace, reported by its inner PID. Inner PIDs are small
+        // and nearly always also name some process here (1, 2, ...), so a member's NSpid
+        // wins over that unrelated process.
+        if let Some(tp) = self
+            .live
+            .values()
+            .find(|tp| tp.end_ms.is_none() && tp.nspid.iter().skip(1).any(|n| *n == nvml_pid))
+        {
+            return (Some(tp.pid), None);
         }
         (None, None)
     }
@@ -336,6 +333,12 @@ mod tests {
             .pid;
         assert_eq!(tree.resolve(sleep_pid, 2.0).0, Some(sleep_pid));
         assert_eq!(tree.resolve(1, 2.0).0, None, "init is not in the tree");
+        // A member in a nested namespace, reported by its inner PID 1.
+        let mut nested = tree.all()[0].clone();
+        nested.pid = sleep_pid;
+        nested.nspid = vec![sleep_pid, 1];
+        tree.live.insert(sleep_pid, nested);
+        assert_eq!(tree.resolve(1, 2.0).0, Some(sleep_pid), "NSpid match");
         unsafe { libc::kill(sleep_pid as i32, libc::SIGKILL) };
         let _ = child.wait();
         tree.refresh(3.0);
