@@ -40,8 +40,8 @@ pub const MARKERS_ENV: &str = "VRAMDOC_MARKERS";
 /// How long vramdoc keeps recording after the command exits, so memory that is (or is not)
 /// returned shows on the timeline (`held-after-exit` waits 500 ms).
 pub const SETTLE: Duration = Duration::from_millis(750);
-/// Main-loop tick: markers, stderr events, reaping.
-const TICK: Duration = Duration::from_millis(20);
+/// Main-loop tick: markers, stderr events, reaping, forwarded signals.
+const TICK: Duration = Duration::from_millis(50);
 
 /// Whether an argv is a `vramdoc run` invocation (global flags skipped): its usage errors
 /// exit 125.

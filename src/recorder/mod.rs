@@ -15,7 +15,7 @@ use crate::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tree::{ProcessTree, TreeChange, TreeProcess};
@@ -221,6 +221,8 @@ pub struct Recorder {
     sampler: Option<Sampler>,
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
+    /// Dropped to wake the tracker thread when stopping.
+    wake: Option<mpsc::Sender<()>>,
     tracker: Option<JoinHandle<()>>,
 }
 
@@ -277,8 +279,10 @@ impl Recorder {
             errors: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
+        let (wake_tx, wake_rx) = mpsc::channel::<()>();
         let tracker = cfg.track_period.and_then(|period| {
             let (shared, stop, devs) = (shared.clone(), stop.clone(), indices.clone());
+            let wake = wake_rx;
             std::thread::Builder::new()
                 .name("vramdoc-tracker".into())
                 .spawn(move || {
@@ -292,10 +296,10 @@ impl Recorder {
                             next = now;
                             continue;
                         }
-                        // Sleep in slices so stopping is quick.
-                        while !stop.load(Ordering::SeqCst) && Instant::now() < next {
-                            let left = next.saturating_duration_since(Instant::now());
-                            std::thread::sleep(left.min(Duration::from_millis(20)));
+                        // Sleep until the next round, or until `finish` drops the sender.
+                        let left = next.saturating_duration_since(Instant::now());
+                        if let Err(mpsc::RecvTimeoutError::Disconnected) = wake.recv_timeout(left) {
+                            break;
                         }
                     }
                 })
@@ -308,6 +312,7 @@ impl Recorder {
             sampler: Some(sampler),
             shared,
             stop,
+            wake: Some(wake_tx),
             tracker,
         }
     }
@@ -361,6 +366,7 @@ impl Recorder {
     /// Stop every thread and return the recording.
     pub fn finish(mut self) -> Recorded {
         self.stop.store(true, Ordering::SeqCst);
+        self.wake.take();
         if let Some(h) = self.tracker.take() {
             let _ = h.join();
         }
@@ -436,6 +442,7 @@ impl Recorder {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.wake.take();
         if let Some(h) = self.tracker.take() {
             let _ = h.join();
         }
