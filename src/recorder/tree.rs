@@ -60,6 +60,7 @@ pub struct ProcessTree {
 }
 
 struct Entry {
+    comm: String,
     ppid: u32,
     start_time: u64,
     zombie: bool,
@@ -78,6 +79,7 @@ fn read_entry_of_pid(pid: u32) -> Option<Entry> {
 
 fn entry_of(st: procfs::process::Stat) -> Option<Entry> {
     Some(Entry {
+        comm: st.comm.clone(),
         ppid: u32::try_from(st.ppid).ok()?,
         start_time: st.starttime,
         zombie: matches!(st.state, 'Z' | 'X'),
@@ -196,6 +198,15 @@ impl ProcessTree {
             let Some(e) = all.get(&pid) else { continue };
             if e.zombie {
                 continue;
+            }
+            // A fork seen before its exec: same process, new program; read it again.
+            if let Some(tp) = self.live.get_mut(&pid) {
+                if tp.start_time == e.start_time && tp.end_ms.is_none() {
+                    if tp.name.as_deref() != Some(crate::report::text::clean(&e.comm).as_str()) {
+                        *tp = details(pid, e.ppid, e.start_time, tp.start_ms);
+                    }
+                    continue;
+                }
             }
             changes.extend(self.add(pid, e.ppid, e.start_time, t_ms));
         }
