@@ -129,6 +129,9 @@ pub struct TimelineThresholds {
     pub growth_min_ratchets: usize,
     /// "Near full": used at or above this fraction of total. Default 0.95.
     pub near_full_fraction: f64,
+    /// An OOM this long after the last ratchet (and more than 4 times the widest gap
+    /// between ratchets) does not end the growth. Default 5 min.
+    pub growth_stale_ms: f64,
     /// Residual above the pre-job level after a release marker, at least this (and
     /// `residual_fraction` of total) for `not-released`. Default 1 GiB.
     pub residual_min: u64,
@@ -160,6 +163,7 @@ impl Default for TimelineThresholds {
             step_fraction: 0.02,
             growth_min_ratchets: 3,
             near_full_fraction: 0.95,
+            growth_stale_ms: 300_000.0,
             residual_min: GIB,
             residual_fraction: 0.05,
             load_min_fraction: 0.10,
@@ -658,11 +662,22 @@ fn order_ambiguous(rec: &Recording, p: &RecordedProcess, cvd: &str) -> bool {
 /// `stray-context`, over time: scan's rule ([`super::rules::stray_context_of`]) applied to
 /// the most each process of the job held on each device during the recording.
 fn stray_context(cx: &Prepared) -> Vec<Finding> {
-    let uuids: Vec<String> = {
-        let mut d: Vec<&RecordedDevice> = cx.rec.devices.iter().collect();
-        d.sort_by_key(|d| d.index);
-        d.iter().map(|d| d.uuid.clone()).collect()
-    };
+    // UUIDs by physical index (CUDA_VISIBLE_DEVICES maps onto positions in this list).
+    let n = cx
+        .rec
+        .devices
+        .iter()
+        .map(|d| d.index)
+        .chain(cx.devs.iter().map(|d| d.index))
+        .max()
+        .map_or(0, |m| m as usize + 1)
+        .min(1024);
+    let mut uuids = vec![String::new(); n];
+    for d in &cx.rec.devices {
+        if let Some(u) = uuids.get_mut(d.index as usize) {
+            u.clone_from(&d.uuid);
+        }
+    }
     let mut out = Vec::new();
     for rp in cx.rec.processes.iter().filter(|p| p.in_tree) {
         let Some(per_dev) = cx.procs.get(&rp.pid) else {
@@ -765,7 +780,20 @@ fn growth_without_release(cx: &Prepared, explained: &BTreeSet<u32>) -> Vec<Findi
                     (Some(r), Some(req)) => r.to.saturating_add(req) <= d.total,
                     _ => true,
                 };
-                if c.ratchets.len() + 1 >= th.growth_min_ratchets && c.ratchets.len() >= 2 && fits {
+                // The failure must come as the next step of the growth, not long after it
+                // stopped (a job that grew in its first minute and failed an hour later).
+                let mut prev = levels[c.first].0;
+                let mut widest = 0.0f64;
+                for r in &c.ratchets {
+                    widest = widest.max(r.t - prev);
+                    prev = r.t;
+                }
+                let fresh = e.t_ms - prev <= (4.0 * widest).max(th.growth_stale_ms);
+                if c.ratchets.len() + 1 >= th.growth_min_ratchets
+                    && c.ratchets.len() >= 2
+                    && fits
+                    && fresh
+                {
                     hit = Some((c, Some(e)));
                 }
             }
@@ -897,12 +925,6 @@ fn not_released(cx: &Prepared) -> Vec<Finding> {
                 .residual_min
                 .max((th.residual_fraction * d.total as f64) as u64);
             // Participating: the job held more than a context there before the release.
-            let before: Vec<u64> = d
-                .samples
-                .iter()
-                .take_while(|(ts, _)| *ts <= t)
-                .map(|p| p.1)
-                .collect();
             let participated = if has_proc {
                 cx.tree.iter().any(|pid| {
                     cx.procs
@@ -915,7 +937,9 @@ fn not_released(cx: &Prepared) -> Vec<Finding> {
                         })
                 })
             } else {
-                before.iter().max().copied().unwrap_or(0) >= d.baseline.saturating_add(threshold)
+                let n = d.samples.partition_point(|(ts, _)| *ts <= t);
+                d.samples[..n].iter().map(|p| p.1).max().unwrap_or(0)
+                    >= d.baseline.saturating_add(threshold)
             };
             if !participated {
                 continue;
@@ -1213,6 +1237,17 @@ fn double_load(cx: &Prepared) -> Vec<Finding> {
     out
 }
 
+/// An error that ends dynamic work: out of memory, a driver error, or a crash signal
+/// (SIGKILL from the OOM killer, SIGABRT, SIGBUS, SIGSEGV). A stop asked for (SIGINT,
+/// SIGTERM, SIGHUP) is not a failure.
+fn is_failure(kind: &ErrorKind) -> bool {
+    match kind {
+        ErrorKind::OutOfMemory | ErrorKind::DriverError => true,
+        ErrorKind::KilledBySignal { signal } => matches!(signal, 6 | 7 | 9 | 11),
+        ErrorKind::Other => false,
+    }
+}
+
 /// `overcommit`: one claim (a single phase's rise of at least `claim_min_fraction` of
 /// total) leaves free memory near zero with one process of the job holding at least
 /// `budget_holder_fraction` of the device, and a failure (out of memory, driver error,
@@ -1241,7 +1276,7 @@ fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             // A failure after the claim while it is still held.
             let Some(e) = cx.rec.errors.iter().find(|e| {
                 e.t_ms >= t0
-                    && !matches!(e.kind, ErrorKind::Other)
+                    && is_failure(&e.kind)
                     && e.device.is_none_or(|x| x == d.index)
                     && levels
                         .iter()
@@ -1382,12 +1417,13 @@ fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
         let still: Vec<String> = tree
             .iter()
             .filter(|p| {
-                cx.rec.timeline.processes.iter().any(|s| {
-                    s.pid == p.pid
-                        && s.device == d.index
-                        && s.t_ms >= from
-                        && s.used.is_some_and(|u| u > 0)
-                })
+                cx.procs
+                    .get(&p.pid)
+                    .and_then(|m| m.get(&d.index))
+                    .is_some_and(|s| {
+                        let i = s.partition_point(|(t, _)| *t < from);
+                        s[i..].iter().any(|(_, u)| u.is_some_and(|u| u > 0))
+                    })
             })
             .map(|p| cx.who(p.pid))
             .collect();

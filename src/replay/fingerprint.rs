@@ -151,10 +151,28 @@ pub fn recording(
             in_tree: false,
         });
     }
+    // The failure happened during its step; the monitor hears of it a little later, when
+    // the dying worker may already have returned its memory. The engine reads the state at
+    // the error's time: use the last reading before the failing step (the previous step's
+    // end, where the lockstep worker waited, alive, for its acknowledgement).
     let errors: Vec<ErrorEvent> = run
         .error
         .iter()
-        .filter_map(|e| error_event(e, run.worker_pid, ordinals))
+        .filter_map(|e| {
+            let mut ev = error_event(e, run.worker_pid, ordinals)?;
+            let failing = run
+                .steps
+                .iter()
+                .rposition(|r| r.index == e.step && r.status == e.kind);
+            let before = failing.and_then(|i| {
+                let prev = i.checked_sub(1).and_then(|p| run.steps[p].end_ms);
+                prev.map(|t| t + 0.001).or(Some(run.steps[i].start_ms))
+            });
+            if let Some(t) = before {
+                ev.t_ms = ev.t_ms.min(t);
+            }
+            Some(ev)
+        })
         .collect();
     let exit = errors.iter().find_map(|e| match e.kind {
         ErrorKind::KilledBySignal { signal } => Some(JobExit::Signal(signal)),
@@ -213,4 +231,141 @@ pub fn check(
         },
     };
     Some((result, findings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::MemoryInfo;
+    use crate::report::{DeviceSeries, StepRecord, Timeline, Verdict};
+    use crate::units::GIB;
+
+    fn device(index: u32) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            name: "Test GPU".into(),
+            uuid: format!("GPU-{index}"),
+            pci_bus_id: String::new(),
+            memory: MemoryInfo {
+                total: 16 * GIB,
+                reserved: 0,
+                used: 0,
+                free: 16 * GIB,
+            },
+            utilization_gpu: None,
+            temperature_c: None,
+        }
+    }
+
+    fn step(index: usize, id: &str, start: f64, end: f64, status: &str, held: u64) -> StepRecord {
+        StepRecord {
+            index,
+            id: id.into(),
+            label: id.into(),
+            op: "alloc".into(),
+            start_ms: start,
+            end_ms: Some(end),
+            status: status.into(),
+            bytes: None,
+            used_after: vec![held],
+            worker_after: vec![held],
+            held_after: held,
+            peak_used: Vec::new(),
+        }
+    }
+
+    /// Multi-size growth where the monitor hears of the OOM only after the dying worker's
+    /// memory is gone: the fingerprint must still see the state before the failure.
+    #[test]
+    fn late_error_event_still_reads_the_state_before_the_failure() {
+        let g = |x: f64| (x * GIB as f64) as u64;
+        let samples = vec![
+            (0.0, 0),
+            (2.0, g(8.4)),
+            (4.0, g(12.6)),
+            (6.0, g(12.6)),
+            (7.5, 0), // the worker died; its Failed event is handled at 9.0
+            (9.0, 0),
+        ];
+        let steps = vec![
+            step(0, "load", 1.0, 2.0, "ok", g(8.4)),
+            step(1, "tune-a", 3.0, 4.0, "ok", g(12.6)),
+            step(2, "tune-b", 8.0, 9.0, "out-of-memory", g(12.6)),
+        ];
+        let run = VariantRun {
+            scenario: "multi-size-oom".into(),
+            variant: "bug".into(),
+            source: String::new(),
+            verdict: Verdict::Reproduced,
+            reason: None,
+            checks: Vec::new(),
+            worker_pid: Some(42),
+            error: Some(StepError {
+                step: 2,
+                step_label: "tune-b".into(),
+                kind: "out-of-memory".into(),
+                message: "out of memory on device 0: requested 4682940416 bytes (x)".into(),
+                t_ms: 9.0,
+            }),
+            peaks: Vec::new(),
+            timeline: Timeline {
+                devices: vec![DeviceSeries {
+                    device: 0,
+                    total: 16 * GIB,
+                    samples,
+                }],
+                markers: vec![Marker {
+                    t_ms: 9.5,
+                    kind: "end".into(),
+                    label: "worker gone".into(),
+                    device: None,
+                }],
+                processes: Vec::new(),
+            },
+            duration_ms: 10,
+            steps,
+        };
+        let rec = recording(&run, &[device(0)], None, &[0], &[]);
+        assert_eq!(rec.errors.len(), 1);
+        assert_eq!(rec.errors[0].requested_bytes, Some(4_682_940_416));
+        assert_eq!(rec.errors[0].device, Some(0));
+        assert!(rec.errors[0].t_ms < 7.5, "{}", rec.errors[0].t_ms);
+        let ids: Vec<String> = fingerprints(&rec, &TimelineThresholds::default())
+            .into_iter()
+            .map(|f| f.id)
+            .collect();
+        assert!(
+            ids.contains(&"growth-without-release".to_string()),
+            "{ids:?}"
+        );
+        assert!(ids.contains(&"out-of-memory".to_string()), "{ids:?}");
+    }
+
+    #[test]
+    fn worker_errors_map_ordinals_to_physical_devices() {
+        let e = StepError {
+            step: 0,
+            step_label: "s".into(),
+            kind: "out-of-memory".into(),
+            message: "out of memory on device 0: requested 12 bytes (3 bytes free)".into(),
+            t_ms: 1.0,
+        };
+        // Under CUDA_VISIBLE_DEVICES=1, ordinal 0 is physical GPU 1.
+        let ev = error_event(&e, Some(7), &[1]).unwrap();
+        assert_eq!((ev.device, ev.requested_bytes), (Some(1), Some(12)));
+        assert_eq!(ev.kind, ErrorKind::OutOfMemory);
+        let killed = StepError {
+            kind: "killed".into(),
+            message: "worker killed by signal 9".into(),
+            ..e.clone()
+        };
+        let ev = error_event(&killed, None, &[0]).unwrap();
+        assert_eq!(ev.kind, ErrorKind::KilledBySignal { signal: 9 });
+        let interrupted = StepError {
+            kind: "interrupted".into(),
+            ..e
+        };
+        assert!(error_event(&interrupted, None, &[0]).is_none());
+        assert_eq!(number_after("x on device", "on device"), None);
+    }
 }

@@ -36,6 +36,8 @@ struct Job {
     end: f64,
     /// PIDs whose memory is NOT returned at exit (a stuck driver).
     stuck: Vec<u32>,
+    /// Device readings wobble by up to this many bytes (allocator and driver noise).
+    jitter: u64,
 }
 
 impl Job {
@@ -51,6 +53,7 @@ impl Job {
             proc_period: 250.0,
             end,
             stuck: Vec::new(),
+            jitter: 0,
         }
     }
 
@@ -140,7 +143,12 @@ impl Job {
                     .filter(|((_, dv), _)| *dv as usize == d)
                     .map(|(_, u)| *u)
                     .sum();
-                s.push((t, self.base[d] + held));
+                let wobble = if self.jitter > 0 {
+                    (t as u64).wrapping_mul(2_654_435_761) % self.jitter
+                } else {
+                    0
+                };
+                s.push((t, self.base[d] + held + wobble));
             }
             if t >= next_proc {
                 next_proc += self.proc_period;
@@ -298,6 +306,20 @@ fn stray_context_outside_cuda_visible_devices() {
 }
 
 #[test]
+fn stray_context_without_device_entries_maps_indices_by_the_series() {
+    let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
+    j.proc_(10, Some("1"), None);
+    j.set(100.0, 10, 1, gib(8.0));
+    let mut rec = j.build();
+    rec.devices.clear();
+    assert!(ids_of(&rec).is_empty(), "{:?}", ids_of(&rec));
+    j.set(200.0, 10, 0, 448 * MIB);
+    let mut rec = j.build();
+    rec.devices.clear();
+    assert_eq!(ids_of(&rec), vec![ids::STRAY_CONTEXT.to_string()]);
+}
+
+#[test]
 fn stray_context_is_scans_rule_on_one_sample() {
     // The one-sample case: the same decision and title as scan's snapshot rule.
     let mut j = Job::new(&[24 * G, 24 * G], 0.0);
@@ -388,6 +410,27 @@ fn growth_without_release_ending_in_oom() {
     // A request that would not fit even on the first plateau is not this pattern.
     let j = multi_size(16 * G, gib(9.0));
     assert!(!j.ids().contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
+}
+
+#[test]
+fn an_oom_long_after_the_growth_stopped_is_not_growth() {
+    // Load, first iteration, other ranks' contexts in the first minute; OOM an hour later.
+    let mut j = Job::new(&[16 * G], 3_700_000.0);
+    j.period = 500.0;
+    j.proc_(10, None, None);
+    j.ramp(1000.0, 20_000.0, 10, 0, 0, gib(6.0));
+    j.set(30_000.0, 10, 0, gib(10.0))
+        .set(40_000.0, 10, 0, gib(12.0));
+    j.oom(3_600_000.0, Some(0), Some(gib(1.0)));
+    assert_eq!(j.ids(), vec![ids::OUT_OF_MEMORY.to_string()]);
+    // The same growth failing at its next step is.
+    let mut j = Job::new(&[16 * G], 100_000.0);
+    j.proc_(10, None, None);
+    j.ramp(1000.0, 20_000.0, 10, 0, 0, gib(6.0));
+    j.set(30_000.0, 10, 0, gib(10.0))
+        .set(40_000.0, 10, 0, gib(12.0));
+    j.oom(60_000.0, Some(0), Some(gib(1.0)));
+    assert!(j.ids().contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
 }
 
 #[test]
@@ -527,6 +570,23 @@ fn overcommit_claim_then_failure() {
     assert_eq!(f.fix, fixes::OVERCOMMIT);
     // The same claim without a failure, or a 0.5 budget that fails for another reason.
     assert!(engine(0.92, false).ids().is_empty());
+    // Stopped with Ctrl-C / SIGTERM: not a failure; killed by the OOM killer: one.
+    for (signal, fires) in [(2, false), (15, false), (9, true)] {
+        let mut j = engine(0.92, false);
+        j.errors.push(ErrorEvent {
+            t_ms: 100_000.0,
+            kind: ErrorKind::KilledBySignal { signal },
+            device: None,
+            pid: Some(10),
+            line: format!("killed by signal {signal}"),
+            requested_bytes: None,
+        });
+        assert_eq!(
+            j.ids().contains(&ids::OVERCOMMIT.to_string()),
+            fires,
+            "signal {signal}"
+        );
+    }
     assert!(!engine(0.5, true)
         .ids()
         .contains(&ids::OVERCOMMIT.to_string()));
@@ -672,7 +732,7 @@ proptest! {
     /// flat steps), load-unload cycles, and an engine with a fixed budget that finishes.
     #[test]
     fn generated_benign_jobs_raise_nothing(
-        family in 0u8..3,
+        family in 0u8..4,
         total_gib in prop::sample::select(vec![16u64, 24, 40, 80, 141]),
         weights in 0.05f64..0.45,
         iter in prop::collection::vec(0.02f64..0.12, 1..4),
@@ -681,6 +741,8 @@ proptest! {
         cycles in 1usize..5,
         budget in 0.3f64..0.75,
         devices in 1u32..3,
+        jitter_mib in 0u64..48,
+        neighbour in any::<bool>(),
     ) {
         let total = total_gib * G;
         let j = match family {
@@ -704,6 +766,32 @@ proptest! {
                 }
                 j
             }
+            2 => {
+                // Data parallel: one process per GPU under CUDA_VISIBLE_DEVICES, each
+                // loading, warming up and running steps with activations that come and go.
+                let n = devices + 1;
+                let mut j = Job::new(&vec![total; n as usize], 40_000.0);
+                for dev in 0..n {
+                    let pid = 100 + dev;
+                    j.proc_(pid, Some(&dev.to_string()), Some(38_000.0));
+                    j.set(200.0, pid, dev, 448 * MIB);
+                    let w = 448 * MIB + (weights * total as f64) as u64;
+                    j.ramp(1000.0, 4000.0, pid, dev, 448 * MIB, w);
+                    let mut at = 6000.0;
+                    while at < 36_000.0 {
+                        let act = (iter[0] * total as f64) as u64;
+                        j.set(at, pid, dev, w + act);
+                        j.set(at + 300.0, pid, dev, w);
+                        at += 1000.0;
+                    }
+                }
+                if markers {
+                    for k in 0..30 {
+                        j.marker(6000.0 + k as f64 * 1000.0, "step", &format!("step {k}"));
+                    }
+                }
+                j
+            }
             _ => {
                 let t = total as f64;
                 let mut j = Job::new(&[total], 60_000.0);
@@ -721,6 +809,12 @@ proptest! {
                 j
             }
         };
+        let mut j = j;
+        j.jitter = jitter_mib * MIB;
+        if neighbour {
+            // Another user's process starts on GPU 0 during the job and keeps running.
+            j.set(j.end / 3.0, 999, 0, total / 10);
+        }
         let ids = j.ids();
         prop_assert!(ids.is_empty(), "family {} fired {:?}", family, ids);
     }
