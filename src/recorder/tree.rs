@@ -45,8 +45,12 @@ impl TreeProcess {
 /// A change in the tree, for the JSONL stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TreeChange {
+    /// First seen; again (same PID and start) when a fork seen before its exec is re-read.
     Started(TreeProcess),
-    Exited { pid: u32, t_ms: f64 },
+    Exited {
+        pid: u32,
+        t_ms: f64,
+    },
 }
 
 /// Every process ever seen below `root` (the root itself excluded unless `include_root`).
@@ -204,6 +208,7 @@ impl ProcessTree {
                 if tp.start_time == e.start_time && tp.end_ms.is_none() {
                     if tp.name.as_deref() != Some(crate::report::text::clean(&e.comm).as_str()) {
                         *tp = details(pid, e.ppid, e.start_time, tp.start_ms);
+                        changes.push(TreeChange::Started(tp.clone()));
                     }
                     continue;
                 }
