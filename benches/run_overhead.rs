@@ -48,6 +48,7 @@ fn recorder_cost() {
             tree_root: Some(std::process::id()),
             track_period: Some(Duration::from_millis(50)),
             sink: Some(Box::new(std::io::sink())),
+            header: None,
         },
     );
     std::thread::sleep(window);

@@ -383,23 +383,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     install_signal_handlers();
 
-    let t0 = Instant::now();
-    let recorder = Recorder::start(
-        sampler_monitor,
-        Some(monitor),
-        &devices,
-        t0,
-        RecorderConfig {
-            sampler: SamplerConfig {
-                period,
-                process_period: None,
-            },
-            tree_root: Some(std::process::id()),
-            track_period: Some(process_period),
-            sink: samples_file.map(|f| Box::new(f) as Box<dyn Write + Send>),
-        },
-    );
-    recorder.stream(&StreamLine::Header {
+    let header = StreamLine::Header {
         version: crate::recorder::STREAM_VERSION,
         created_unix_ms: crate::report::environment::now_unix_ms(),
         devices: devices
@@ -414,7 +398,24 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         command: command.clone(),
         period_us: period.as_micros() as u64,
         process_period_us: process_period.as_micros() as u64,
-    });
+    };
+    let t0 = Instant::now();
+    let recorder = Recorder::start(
+        sampler_monitor,
+        Some(monitor),
+        &devices,
+        t0,
+        RecorderConfig {
+            sampler: SamplerConfig {
+                period,
+                process_period: None,
+            },
+            tree_root: Some(std::process::id()),
+            track_period: Some(process_period),
+            sink: samples_file.map(|f| Box::new(f) as Box<dyn Write + Send>),
+            header: Some(header),
+        },
+    );
     // The pre-job level.
     recorder.reading();
 

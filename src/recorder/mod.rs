@@ -92,6 +92,8 @@ pub struct RecorderConfig {
     pub track_period: Option<Duration>,
     /// Where to stream JSON lines.
     pub sink: Option<Box<dyn Write + Send>>,
+    /// The stream's first line, written before any thread starts.
+    pub header: Option<StreamLine>,
 }
 
 impl RecorderConfig {
@@ -102,6 +104,7 @@ impl RecorderConfig {
             tree_root: None,
             track_period: None,
             sink: None,
+            header: None,
         }
     }
 }
@@ -278,6 +281,9 @@ impl Recorder {
             monitor,
             errors: 0,
         }));
+        if let Some(h) = &cfg.header {
+            lock(&shared).stream(h);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (wake_tx, wake_rx) = mpsc::channel::<()>();
         let tracker = cfg.track_period.and_then(|period| {
