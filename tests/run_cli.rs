@@ -203,9 +203,13 @@ fn a_forked_child_holding_the_memory_belongs_to_the_tree() {
 #[test]
 fn exit_status_and_death_by_signal_pass_through() {
     let tmp = tempfile::tempdir().unwrap();
-    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "exit 7"]);
+    let (o, r) = run_job(tmp.path(), &["--json"], &["sh", "-c", "exit 7"]);
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
     assert_eq!(r["run"]["exit"]["code"], 7);
+    // --json prints the same report on stdout.
+    let printed: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(printed["kind"], "run");
+    assert_eq!(printed["run"]["exit"], r["run"]["exit"]);
     let tmp = tempfile::tempdir().unwrap();
     let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "kill -9 $$"]);
     assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
@@ -422,4 +426,57 @@ Root Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n
     assert_eq!(errors[0]["device"], 1);
     assert_eq!(errors[0]["requested"], (14.4 * GIB as f64).round() as u64);
     assert_eq!(errors[2]["line"], "torchrun rank 1: exitcode -9 (pid 4242)");
+}
+
+#[test]
+fn the_jsonl_stream_survives_vramdoc_being_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let mut child = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--process-period",
+            "50ms",
+            "--samples",
+        ])
+        .arg(&samples)
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleep_pid = |p: &PathBuf| -> Option<i64> {
+        let text = std::fs::read_to_string(p).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["type"] == "start" && v["name"] == "sleep")
+            .and_then(|v| v["pid"].as_i64())
+    };
+    let mut pid = None;
+    for _ in 0..400 {
+        pid = sleep_pid(&samples);
+        if pid.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    if let Some(p) = pid {
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+    assert!(pid.is_some(), "sleep never showed up");
+    // Every line written so far is whole JSON; the header comes first.
+    let text = std::fs::read_to_string(&samples).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "header");
+    assert!(lines.iter().any(|l| l["type"] == "memory"));
+    assert!(
+        !lines.iter().any(|l| l["type"] == "end"),
+        "vramdoc never got to its end"
+    );
 }
