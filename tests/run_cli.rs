@@ -480,3 +480,44 @@ fn the_jsonl_stream_survives_vramdoc_being_killed() {
         "vramdoc never got to its end"
     );
 }
+
+#[test]
+fn memory_kept_by_a_stuck_driver_after_the_job_is_held_after_exit() {
+    // A shared box whose driver keeps the memory of exited processes (`keep_dead` fault).
+    let tmp = tempfile::tempdir().unwrap();
+    let boxdir = common::fresh_box("1x16GiB");
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", boxdir.path())
+        .args(["sim", "fault", "--keep-dead"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = tmp.path().join("run.json");
+    let job = python_job(&["ctx:0", "alloc:2048", "sleep:200"]);
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", boxdir.path())
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args([
+            "run",
+            "--process-period",
+            "100ms",
+            "--fail-on",
+            "warn",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--")
+        .args(&job)
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ids = finding_ids(&r);
+    assert!(
+        ids.contains(&"held-after-exit".to_string()),
+        "{ids:?} {}",
+        stderr(&o)
+    );
+    // The job itself exited 0; --fail-on turns that into 1.
+    assert_eq!(r["run"]["exit"]["code"], 0);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
