@@ -79,6 +79,7 @@ fn big_report() -> Report {
         command: vec!["vramdoc".into(), "replay".into(), "big".into()],
         created_unix_ms: 0,
         scan: None,
+        run: None,
         replay: Some(ReplayResult {
             period_us: 5000,
             runs: vec![VariantRun {

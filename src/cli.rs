@@ -66,6 +66,35 @@ pub enum Command {
         after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json\n  vramdoc replay all --out replay.html --junit junit.xml   (CI: see docs/ci.md)"
     )]
     Replay(ReplayArgs),
+    /// Run your own command and record its GPU memory, then name the failure it hit
+    ///
+    /// Starts CMD (stdin, stdout and stderr pass through), records every device's memory and
+    /// the per-process usage of the command's whole process tree, recognises out-of-memory
+    /// lines in its stderr, and decides findings on the timeline (out-of-memory,
+    /// stray-context, growth-without-release, not-released, double-load, overcommit,
+    /// held-after-exit). Label phases from the job with `vramdoc mark TEXT` or by appending a
+    /// line to the file in $VRAMDOC_MARKERS. See docs/run.md.
+    #[command(
+        after_help = "Exit status: the command's own (128+N when killed by signal N), as `time` \
+and `timeout` do; 1 instead of 0 when --fail-on is met; 125 vramdoc itself failed (bad flags, \
+no GPU, report not writable), 126 CMD found but not executable, 127 CMD not found.\n\n\
+Examples:\n  vramdoc run -- python train.py --epochs 3\n  \
+vramdoc run --out run.html --out run.json -- torchrun --nproc-per-node 2 train.py\n  \
+vramdoc run --samples run.jsonl --fail-on warn -- vllm serve my-model\n  \
+vramdoc --sim 2x16GiB run -- vramdoc sim hold --size 4GiB --duration 1s\n\n\
+Markers, from the job:\n  echo \"release model\" >> \"$VRAMDOC_MARKERS\"\n  \
+vramdoc mark load 1024x1024"
+    )]
+    Run(RunArgs),
+    /// Add a marker to the timeline of the `vramdoc run` this process runs under
+    #[command(
+        after_help = "Writes TEXT as one line to the file named by $VRAMDOC_MARKERS (set by \
+`vramdoc run` for the command it starts). A marker starting with `release` says the job has \
+released what it loaded (drives the not-released finding).\n\n\
+Examples:\n  vramdoc mark load model\n  vramdoc mark release model\n\n\
+From Python:\n  open(os.environ[\"VRAMDOC_MARKERS\"], \"a\").write(\"release model\\n\")"
+    )]
+    Mark(MarkArgs),
     /// Re-render a saved JSON report as Markdown or HTML
     Report(ReportArgs),
     /// Create and inspect simulated GPU boxes
@@ -203,6 +232,42 @@ pub struct ReplayArgs {
     /// Also write JUnit XML for CI (one test case per variant; unexpected = failure)
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Memory sampling period (e.g. 50ms, 1s)
+    #[arg(long, default_value = "100ms", value_name = "DURATION")]
+    pub period: String,
+    /// Period of the per-process lists and of the process-tree scan
+    #[arg(long, default_value = "500ms", value_name = "DURATION")]
+    pub process_period: String,
+    /// Write a report at the end; the format follows the extension (.json, .md, .html);
+    /// repeat for several formats. Checked before the command starts
+    #[arg(long, value_name = "FILE")]
+    pub out: Vec<PathBuf>,
+    /// Print the JSON report on standard output at the end (the summary goes to stderr)
+    #[arg(long)]
+    pub json: bool,
+    /// Turn the command's exit status 0 into 1 when a finding at or above this severity exists
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub fail_on: Option<Severity>,
+    /// Stream every sample, process, marker and error to this JSONL file as it is taken
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub samples: Option<PathBuf>,
+    /// Overwrite --out and --samples files that exist
+    #[arg(long)]
+    pub force: bool,
+    /// The command to run, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MarkArgs {
+    /// The marker's text (words are joined by spaces)
+    #[arg(required = true, value_name = "TEXT")]
+    pub text: Vec<String>,
 }
 
 #[derive(Debug, Args)]

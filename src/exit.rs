@@ -9,6 +9,21 @@ pub const OK: i32 = 0;
 pub const FINDINGS: i32 = 1;
 pub const USAGE: i32 = 2;
 pub const ENVIRONMENT: i32 = 3;
+/// `vramdoc run`: vramdoc itself failed (bad flags, no GPU, report not writable). As GNU
+/// `timeout`, so it cannot be mistaken for the command's own status.
+pub const RUN_FAILED: i32 = 125;
+/// `vramdoc run`: the command was found but could not be executed.
+pub const CANNOT_EXECUTE: i32 = 126;
+/// `vramdoc run`: the command was not found.
+pub const NOT_FOUND: i32 = 127;
+
+/// An error that carries its own exit code (`vramdoc run`'s 125/126/127).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CodedError {
+    pub code: i32,
+    pub message: String,
+}
 
 /// Bad input from the user: a flag value, a file that cannot be read or parsed. Exit 2.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +38,9 @@ pub struct EnvironmentError(pub String);
 /// The exit code for an error that reached the command edge.
 pub fn code_for(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
+        if let Some(c) = cause.downcast_ref::<CodedError>() {
+            return c.code;
+        }
         if let Some(g) = cause.downcast_ref::<GpuError>() {
             return if g.is_environment() {
                 ENVIRONMENT

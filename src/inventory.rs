@@ -371,15 +371,14 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
 
 /// What /proc says about one PID (all optional: a PID may not exist here).
 pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
-    let base = format!("/proc/{pid}");
-    let status = std::fs::read_to_string(format!("{base}/status")).ok();
-    let visible = status.as_deref().is_some_and(|s| {
-        !matches!(
-            field(s, "State:").and_then(|v| v.chars().next()),
-            Some('Z' | 'X')
-        )
-    });
-    if !visible {
+    let process = i32::try_from(pid)
+        .ok()
+        .and_then(|p| procfs::process::Process::new(p).ok());
+    let status = process.as_ref().and_then(|p| p.status().ok());
+    let visible = status
+        .as_ref()
+        .is_some_and(|s| !matches!(s.state.chars().next(), Some('Z' | 'X')));
+    let (Some(process), Some(status), true) = (process, status, visible) else {
         return ProcessInfo {
             pid,
             visible: false,
@@ -390,17 +389,14 @@ pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
             container: None,
             devices,
         };
-    }
-    let status = status.unwrap_or_default();
-    let name = field(&status, "Name:").map(str::to_string);
-    let user = field(&status, "Uid:")
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|uid| uid.parse::<u32>().ok())
-        .map(user_name);
-    let cmdline = std::fs::read(format!("{base}/cmdline"))
+    };
+    let name = Some(status.name.clone());
+    let user = Some(user_name(status.ruid));
+    let cmdline = process
+        .cmdline()
         .ok()
-        .filter(|b| !b.is_empty())
-        .map(|b| crate::redact::redact_cmdline(&split_nul(&b)));
+        .filter(|v| !v.is_empty())
+        .map(|v| crate::redact::redact_cmdline(&v));
     ProcessInfo {
         pid,
         visible: true,
@@ -411,13 +407,6 @@ pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
         container: container_hint(pid),
         devices,
     }
-}
-
-fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .map(str::trim)
 }
 
 fn split_nul(bytes: &[u8]) -> Vec<String> {

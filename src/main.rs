@@ -6,7 +6,7 @@ fn main() {
     let cli = match vramdoc::cli::Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version go to standard output through the one writer, so a full
-        // disk is an error (exit 3) there too; usage errors go to stderr (exit 2).
+        // disk is an error (exit 3) there too.
         Err(e) if !e.use_stderr() => {
             let text = e.render().to_string();
             let code = match vramdoc::term::write_stdout(text.as_bytes()) {
@@ -18,7 +18,17 @@ fn main() {
             };
             std::process::exit(code);
         }
-        Err(e) => e.exit(),
+        // Usage errors go to stderr (exit 2); `vramdoc run`'s own exit 125, never a status
+        // the command could have.
+        Err(e) => {
+            let _ = e.print();
+            let code = if vramdoc::commands::run::is_run_invocation(std::env::args()) {
+                vramdoc::exit::RUN_FAILED
+            } else {
+                vramdoc::exit::USAGE
+            };
+            std::process::exit(code);
+        }
     };
     let code = match vramdoc::commands::run(cli) {
         Ok(code) => code,

@@ -5,6 +5,7 @@ pub mod list;
 pub mod packaging;
 pub mod replay;
 pub mod report;
+pub mod run;
 pub mod scan;
 pub mod serve;
 pub mod sim;
@@ -144,6 +145,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Completions(args) => packaging::completions(args.shell),
         Command::Man => packaging::man(),
+        Command::Run(args) => run::run(&cli.global, &args),
+        Command::Mark(args) => run::mark(&args),
         Command::Worker => {
             let session = Session::new(&cli.global)?;
             Ok(replay::worker(&session))

@@ -449,6 +449,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         command: crate::report::environment::command_line(),
         created_unix_ms: crate::report::environment::now_unix_ms(),
         scan: None,
+        run: None,
         replay: Some(ReplayResult {
             period_us: period.as_micros() as u64,
             runs: runs.clone(),

@@ -95,6 +95,7 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
             headroom,
         }),
         replay: None,
+        run: None,
     }
 }
 

@@ -9,8 +9,9 @@ pub mod protocol;
 pub mod worker;
 
 use crate::gpu::{self, BackendKind, DeviceInfo, GpuError, Monitor};
+use crate::recorder::{Recorder, RecorderConfig};
 use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::SamplerConfig;
 use crate::scenario::{Op, Scenario, Step, Variant, VariantKind};
 use protocol::{WorkerEvent, WorkerInput};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -432,20 +433,25 @@ pub fn run_variant(
     // Memory of every device; process lists (slow, a driver lock) only where the worker
     // works: the first devices it sees, as many as the scenario needs.
     let sampler_monitor = gpu::open_monitor(opts.backend)?;
-    let sampler = Sampler::start_for(
+    let recorder = Recorder::start(
         sampler_monitor,
-        devices.iter().map(|d| (d.index, d.memory.total)).collect(),
-        ordinals
-            .iter()
-            .take(scn.devices.max(1) as usize)
-            .filter_map(|p| devices.get(*p as usize).map(|d| d.index))
-            .collect(),
+        None,
+        devices,
         t0,
-        opts.sampler,
+        RecorderConfig {
+            process_devices: Some(
+                ordinals
+                    .iter()
+                    .take(scn.devices.max(1) as usize)
+                    .filter_map(|p| devices.get(*p as usize).map(|d| d.index))
+                    .collect(),
+            ),
+            ..RecorderConfig::sampler_only(opts.sampler)
+        },
     );
 
     let mut records: Vec<StepRecord> = Vec::new();
-    let mut snap_points: Vec<(f64, Vec<u64>)> = vec![(ms(t0), baseline.clone())];
+    recorder.point(ms(t0), baseline.clone());
     let mut error: Option<StepError> = None;
     let mut completed = false;
     let mut interrupted = false;
@@ -527,6 +533,8 @@ pub fn run_variant(
                         continue;
                     };
                     let t = ms(t0);
+                    // A reading at every step boundary: short steps show on the chart.
+                    recorder.point(t, snapshot(monitor, devices, None).0);
                     observer.step_started(step, &s.label);
                     markers.push(Marker {
                         t_ms: t,
@@ -584,7 +592,7 @@ pub fn run_variant(
                     }
                     let (used, mine) = snapshot(monitor, devices, ident.nvml);
                     let t = ms(t0);
-                    snap_points.push((t, used.clone()));
+                    recorder.point(t, used.clone());
                     if let Some(r) = records.iter_mut().rev().find(|r| r.index == step) {
                         r.end_ms = Some(t);
                         r.status = "ok".into();
@@ -619,7 +627,7 @@ pub fn run_variant(
                 } => {
                     if kind == "environment" {
                         w.finish(Duration::from_millis(500));
-                        drop(sampler);
+                        drop(recorder);
                         for n in neighbours {
                             n.finish(Duration::from_millis(500));
                         }
@@ -627,7 +635,7 @@ pub fn run_variant(
                     }
                     let (used, mine) = snapshot(monitor, devices, ident.nvml);
                     let t = ms(t0);
-                    snap_points.push((t, used.clone()));
+                    recorder.point(t, used.clone());
                     let label = plan
                         .steps
                         .get(step)
@@ -737,47 +745,25 @@ pub fn run_variant(
     // One last reading after the worker is gone.
     let (used_end, _) = snapshot(monitor, devices, None);
     let t_end = ms(t0);
-    snap_points.push((t_end, used_end));
+    recorder.point(t_end, used_end);
     markers.push(Marker {
         t_ms: t_end,
         kind: "end".into(),
         label: "worker gone".into(),
         device: None,
     });
-    let samples = sampler.stop();
+    // Timeline: the recorder's series with the step-boundary readings merged in.
+    let recorded = recorder.finish();
     for n in neighbours {
         n.finish(Duration::from_millis(500));
     }
-
-    // Timeline: sampler series with the step-boundary readings merged in.
-    let mut series = samples.devices;
-    for (t, used) in &snap_points {
-        for (i, s) in series.iter_mut().enumerate() {
-            if let Some(u) = used.get(i) {
-                s.samples.push((*t, *u));
-            }
-        }
-    }
-    for s in series.iter_mut() {
-        s.samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    let peaks: Vec<DevicePeak> = series
-        .iter()
-        .map(|s| {
-            let (t_ms, peak_used) = s
-                .samples
-                .iter()
-                .copied()
-                .max_by_key(|(_, u)| *u)
-                .unwrap_or((0.0, 0));
-            DevicePeak {
-                device: s.device,
-                total: s.total,
-                peak_used,
-                t_ms,
-            }
-        })
-        .collect();
+    let series = recorded.timeline.devices;
+    let samples = crate::sampler::Samples {
+        processes: recorded.timeline.processes,
+        gaps: recorded.timeline.gaps,
+        ..Default::default()
+    };
+    let peaks: Vec<DevicePeak> = recorded.peaks;
     // Peak per step: samples from its start to its end.
     for r in records.iter_mut() {
         let end = r.end_ms.unwrap_or(f64::INFINITY);

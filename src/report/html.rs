@@ -81,6 +81,9 @@ pub fn render(report: &Report) -> Result<String, ChartError> {
             }
         }
     }
+    if let Some(run) = &report.run {
+        run_report(&mut o, run)?;
+    }
     let _ = writeln!(
         o,
         "<footer>Made by vramdoc {}. The JSON report is the source of truth; re-render it with \
@@ -491,6 +494,164 @@ fn inline_code(s: &str) -> String {
         .enumerate()
         .map(|(i, p)| if i % 2 == 1 { code(p) } else { esc(p) })
         .collect()
+}
+
+/// `vramdoc run`: the command and how it ended, findings, errors, memory per device with
+/// charts, the job's processes, the stderr tail.
+fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), ChartError> {
+    let how = match (&run.exit.signal_name, run.exit.code) {
+        (Some(sig), _) => format!("killed by {} (status {})", esc(sig), run.exit.status),
+        (None, Some(c)) => format!("exited {c}"),
+        _ => format!("ended (status {})", run.exit.status),
+    };
+    let _ = writeln!(
+        o,
+        "<h2>Command</h2>\n<p>{} {how} after {}. Memory sampled every {}, process lists every \
+         {}.</p>",
+        code(&run.command.join(" ")),
+        esc(&text::format_ms(run.duration_ms as f64)),
+        esc(&text::format_ms(run.period_us as f64 / 1000.0)),
+        esc(&text::format_ms(run.process_period_us as f64 / 1000.0))
+    );
+    let _ = writeln!(o, "<h2>Findings ({})</h2>", run.findings.len());
+    if run.findings.is_empty() {
+        let _ = writeln!(o, "<p>No findings.</p>");
+    }
+    let mut findings: Vec<&Finding> = run.findings.iter().collect();
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    for f in findings {
+        finding(o, f);
+    }
+    if !run.errors.is_empty() {
+        let _ = writeln!(o, "<h2>Errors in the command's output</h2>\n<ul>");
+        for e in &run.errors {
+            let mut facts = Vec::new();
+            if let Some(d) = e.device {
+                facts.push(format!("GPU {d}"));
+            }
+            if let Some(b) = e.requested {
+                facts.push(format!("asked for {}", format_bytes(b)));
+            }
+            let _ = writeln!(
+                o,
+                "<li>{} at {}{}: {}</li>",
+                code(&e.kind),
+                esc(&text::format_ms(e.t_ms)),
+                if facts.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", facts.join(", "))
+                },
+                code(&e.line)
+            );
+        }
+        let _ = writeln!(o, "</ul>");
+    }
+    let _ = writeln!(
+        o,
+        "<h2>Memory</h2>\n<table class=\"peaks\"><tr><th class=\"num\">GPU</th>\
+         <th class=\"num\">Total</th><th class=\"num\">Peak used</th><th class=\"num\">At</th>\
+         <th class=\"num\">Job's processes (peak of sum)</th><th class=\"num\">Lowest free</th></tr>"
+    );
+    for p in &run.peaks {
+        let tree = run.tree_peaks.iter().find(|t| t.device == p.device);
+        let free = run.min_free.iter().find(|f| f.device == p.device);
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} ({})</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            p.device,
+            format_bytes(p.total),
+            format_bytes(p.peak_used),
+            text::percent(p.peak_used, p.total),
+            esc(&text::format_ms(p.t_ms)),
+            tree.map_or("?".into(), |t| format_bytes(t.peak_used)),
+            free.map_or("?".into(), |f| format_bytes(f.min_free)),
+        );
+    }
+    let _ = writeln!(o, "</table>");
+    let span = text::timeline_span(&run.timeline);
+    let markers = text::timeline_markers(&run.timeline);
+    let mut charted = 0;
+    for s in run
+        .timeline
+        .devices
+        .iter()
+        .filter(|s| !s.samples.is_empty())
+    {
+        let svg = chart::device_chart(s, span, &markers)?;
+        let peak = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "<figure class=\"chart\" data-device=\"{}\"><figcaption>GPU {}: used memory \
+             (peak {} of {}, {})</figcaption>\n{svg}</figure>",
+            s.device,
+            s.device,
+            format_bytes(peak),
+            format_bytes(s.total),
+            text::percent(peak, s.total)
+        );
+        charted += 1;
+    }
+    if charted > 0 && !markers.is_empty() {
+        marker_table(o, &markers);
+    }
+    let _ = writeln!(
+        o,
+        "<h2>Processes of the job ({})</h2>\n<table class=\"processes\"><tr>\
+         <th class=\"num\">PID</th><th class=\"num\">Parent</th><th>Name</th>\
+         <th class=\"num\">Seen</th><th class=\"num\">Gone</th><th>Peak per GPU</th>\
+         <th>Command</th></tr>",
+        run.processes.len()
+    );
+    for p in &run.processes {
+        let peaks: Vec<String> = p
+            .devices
+            .iter()
+            .map(|d| {
+                format!(
+                    "GPU {}: {}",
+                    d.device,
+                    d.peak.map_or("n/a".to_string(), format_bytes)
+                )
+            })
+            .collect();
+        let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), code);
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            p.pid,
+            p.ppid.map_or("?".into(), |x| x.to_string()),
+            opt(&p.name),
+            esc(&text::format_ms(p.start_ms)),
+            esc(&p.end_ms.map_or("running".into(), text::format_ms)),
+            peaks.join("<br>"),
+            opt(&p.cmdline)
+        );
+    }
+    let _ = writeln!(o, "</table>");
+    if !run.stderr_tail.is_empty() {
+        let lines: Vec<String> = run
+            .stderr_tail
+            .iter()
+            .map(|l| esc(&text::clean(l)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "<details><summary>Last {} lines of stderr</summary><pre>{}</pre></details>",
+            run.stderr_tail.len(),
+            lines.join("\n")
+        );
+    }
+    if let Some(f) = &run.samples_file {
+        let _ = writeln!(
+            o,
+            "<p class=\"muted\">Samples were streamed to {}.</p>",
+            code(f)
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

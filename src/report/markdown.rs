@@ -46,6 +46,9 @@ pub fn render(report: &Report) -> String {
             }
         }
     }
+    if let Some(run) = &report.run {
+        run_report(&mut out, run);
+    }
     let _ = writeln!(
         out,
         "<sub>Made by vramdoc {} · JSON is the source of truth; re-render with `vramdoc report \
@@ -550,6 +553,172 @@ fn find_closing_run(chars: &[char], from: usize, len: usize) -> Option<usize> {
         }
     }
     None
+}
+
+/// `vramdoc run`: the command and how it ended, findings, errors, memory per device,
+/// the job's processes, sparklines with markers, the stderr tail.
+fn run_report(out: &mut String, run: &crate::report::RunResult) {
+    let how = match (&run.exit.signal_name, run.exit.code) {
+        (Some(sig), _) => format!(
+            "killed by {} (status {})",
+            md_text(sig, false),
+            run.exit.status
+        ),
+        (None, Some(c)) => format!("exited {c}"),
+        _ => format!("ended (status {})", run.exit.status),
+    };
+    let _ = writeln!(
+        out,
+        "### Command\n\n{} {how} after {}. Memory sampled every {}, process lists every {}.\n",
+        md_code(&run.command.join(" ")),
+        text::format_ms(run.duration_ms as f64),
+        text::format_ms(run.period_us as f64 / 1000.0),
+        text::format_ms(run.process_period_us as f64 / 1000.0)
+    );
+    let _ = writeln!(out, "### Findings ({})\n", run.findings.len());
+    if run.findings.is_empty() {
+        let _ = writeln!(out, "No findings.\n");
+    }
+    let mut findings: Vec<&Finding> = run.findings.iter().collect();
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    for (i, f) in findings.iter().enumerate() {
+        finding(out, i + 1, f);
+    }
+    if !run.errors.is_empty() {
+        let _ = writeln!(out, "### Errors in the command's output\n");
+        for e in &run.errors {
+            let mut facts = Vec::new();
+            if let Some(d) = e.device {
+                facts.push(format!("GPU {d}"));
+            }
+            if let Some(b) = e.requested {
+                facts.push(format!("asked for {}", format_bytes(b)));
+            }
+            let facts = if facts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", facts.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "- {} at {}{facts}: {}",
+                md_code(&e.kind),
+                text::format_ms(e.t_ms),
+                md_code(&e.line)
+            );
+        }
+        out.push('\n');
+    }
+    if !run.peaks.is_empty() {
+        let _ = writeln!(
+            out,
+            "### Memory\n\n| GPU | Total | Peak used | At | Job's processes (peak of sum) | \
+             Lowest free |\n|---:|---:|---:|---:|---:|---:|"
+        );
+        for p in &run.peaks {
+            let tree = run.tree_peaks.iter().find(|t| t.device == p.device);
+            let free = run.min_free.iter().find(|f| f.device == p.device);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} ({}) | {} | {} | {} |",
+                p.device,
+                format_bytes(p.total),
+                format_bytes(p.peak_used),
+                text::percent(p.peak_used, p.total),
+                text::format_ms(p.t_ms),
+                tree.map_or("?".into(), |t| format_bytes(t.peak_used)),
+                free.map_or("?".into(), |f| format_bytes(f.min_free)),
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "### Processes of the job ({})\n", run.processes.len());
+    if !run.processes.is_empty() {
+        let _ = writeln!(
+            out,
+            "| PID | Parent | Name | Seen | Gone | Peak per GPU | Command |\n\
+             |---:|---:|---|---:|---:|---|---|"
+        );
+        for p in &run.processes {
+            let peaks: Vec<String> = p
+                .devices
+                .iter()
+                .map(|d| {
+                    format!(
+                        "GPU {}: {}",
+                        d.device,
+                        d.peak.map_or("n/a".to_string(), format_bytes)
+                    )
+                })
+                .collect();
+            let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), md_code_cell);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                p.pid,
+                p.ppid.map_or("?".into(), |x| x.to_string()),
+                opt(&p.name),
+                text::format_ms(p.start_ms),
+                p.end_ms.map_or("running".into(), text::format_ms),
+                peaks.join("; "),
+                opt(&p.cmdline)
+            );
+        }
+        out.push('\n');
+    }
+    let series: Vec<&DeviceSeries> = run
+        .timeline
+        .devices
+        .iter()
+        .filter(|s| !s.samples.is_empty())
+        .collect();
+    if !series.is_empty() {
+        let span = text::timeline_span(&run.timeline);
+        let markers = text::timeline_markers(&run.timeline);
+        let mut block = String::new();
+        for s in &series {
+            sparkline(&mut block, s, span, &markers);
+        }
+        if !markers.is_empty() {
+            let _ = writeln!(block, "markers:");
+            for m in &markers {
+                let dev = m.device.map_or(String::new(), |d| format!(" (GPU {d})"));
+                let _ = writeln!(
+                    block,
+                    "  {} {:>9}  {}: {}{dev}",
+                    m.symbol,
+                    text::format_ms(m.t_ms),
+                    m.kind,
+                    m.label
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "Memory used over {} ({} cells of {} each, highest sample per cell):\n",
+            text::format_ms(span),
+            SPARK_CELLS,
+            text::format_ms(span / SPARK_CELLS as f64)
+        );
+        let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
+        let _ = writeln!(out, "{fence}text\n{block}{fence}\n");
+    }
+    if !run.stderr_tail.is_empty() {
+        let block: String = run
+            .stderr_tail
+            .iter()
+            .map(|l| text::clean(l) + "\n")
+            .collect();
+        let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
+        let _ = writeln!(
+            out,
+            "<details><summary>Last {} lines of stderr</summary>\n\n{fence}text\n{block}{fence}\n\n</details>\n",
+            run.stderr_tail.len()
+        );
+    }
+    if let Some(f) = &run.samples_file {
+        let _ = writeln!(out, "Samples were streamed to {}.\n", md_code(f));
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,20 @@ pub fn sanitized(report: &Report) -> Report {
             }
         }
     }
+    if let Some(run) = r.run.as_mut() {
+        run.command = redact_args(&run.command);
+        for p in &mut run.processes {
+            if let Some(c) = p.cmdline.as_mut() {
+                *c = redact_words(c);
+            }
+        }
+        for l in run.stderr_tail.iter_mut() {
+            *l = redact_words(l);
+        }
+        for e in run.errors.iter_mut() {
+            e.line = redact_words(&e.line);
+        }
+    }
     r
 }
 
@@ -33,6 +47,7 @@ pub fn kind_word(kind: ReportKind) -> &'static str {
     match kind {
         ReportKind::Scan => "scan",
         ReportKind::Replay => "replay",
+        ReportKind::Run => "run",
     }
 }
 
@@ -121,7 +136,79 @@ pub fn summary(report: &Report) -> String {
                 count(Verdict::Skipped)
             )
         }
+        ReportKind::Run => {
+            let Some(run) = &report.run else {
+                return format!("vramdoc run on {host} ({gpus}): no run result recorded.");
+            };
+            let cmd = clean(&run.command.join(" "));
+            let how = match (run.exit.code, &run.exit.signal_name) {
+                (_, Some(sig)) => format!("killed by {sig} (status {})", run.exit.status),
+                (Some(c), None) => format!("exited {c}"),
+                (None, None) => format!("ended with status {}", run.exit.status),
+            };
+            let n = run.findings.len();
+            let worst = run
+                .findings
+                .iter()
+                .max_by_key(|f| f.severity)
+                .map_or(String::new(), |f| format!("; worst: {}", clean(&f.title)));
+            format!(
+                "vramdoc run on {host} ({gpus}): `{cmd}` {how} after {}; {n} finding{}{worst}",
+                format_ms(run.duration_ms as f64),
+                plural(n)
+            )
+        }
     }
+}
+
+/// The time span a recorded timeline covers: from 0 to its last sample or marker.
+pub fn timeline_span(timeline: &super::Timeline) -> f64 {
+    let mut end: f64 = 0.0;
+    for s in &timeline.devices {
+        for &(t, _) in &s.samples {
+            if t.is_finite() {
+                end = end.max(t);
+            }
+        }
+    }
+    for m in &timeline.markers {
+        if m.t_ms.is_finite() {
+            end = end.max(m.t_ms);
+        }
+    }
+    if end <= 0.0 {
+        1.0
+    } else {
+        end
+    }
+}
+
+/// A timeline's markers in time order with their chart symbols (as [`chart_markers`]).
+pub fn timeline_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
+    let mut ms: Vec<ChartMarker> = timeline
+        .markers
+        .iter()
+        .filter(|m| m.t_ms.is_finite())
+        .map(|m| ChartMarker {
+            t_ms: m.t_ms,
+            kind: clean(&m.kind),
+            label: clean(&m.label),
+            device: m.device,
+            symbol: ' ',
+        })
+        .collect();
+    ms.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+    const SYMBOLS: &str = "123456789abcdefghijklmnopqrstuvwxyz";
+    let mut n = 0;
+    for m in &mut ms {
+        m.symbol = if m.is_failure() {
+            'X'
+        } else {
+            n += 1;
+            SYMBOLS.chars().nth(n - 1).unwrap_or('+')
+        };
+    }
+    ms
 }
 
 fn plural(n: usize) -> &'static str {

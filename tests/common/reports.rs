@@ -143,6 +143,7 @@ pub fn scan_report() -> Report {
             ],
         }),
         replay: None,
+        run: None,
     }
 }
 
@@ -448,6 +449,7 @@ pub fn replay_report() -> Report {
         ]),
         created_unix_ms: CREATED + 60_000,
         scan: None,
+        run: None,
         replay: Some(ReplayResult {
             period_us: 5000,
             runs: vec![

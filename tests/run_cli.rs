@@ -1,0 +1,523 @@
+//! End-to-end tests of `vramdoc run -- CMD`: real processes (Python over tests/simgpu's
+//! libcuda.so through ctypes, shells, `vramdoc sim hold`) wrapped by vramdoc on a simulated
+//! box; the report, the JSONL stream, markers, signals and exit statuses.
+
+mod common;
+
+use common::{simgpu_lib_dir, vramdoc};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const GIB: u64 = 1 << 30;
+const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `vramdoc --sim 2x16GiB run --process-period 100ms --out DIR/run.json [extra] -- cmd…`,
+/// with tests/simgpu on LD_LIBRARY_PATH for the command. Returns the output and the report.
+fn run_job(dir: &Path, extra: &[&str], cmd: &[&str]) -> (Output, Value) {
+    let out = dir.join("run.json");
+    let o = vramdoc()
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args([
+            "--sim",
+            "2x16GiB",
+            "run",
+            "--process-period",
+            "100ms",
+            "--period",
+            "20ms",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run vramdoc");
+    let report = std::fs::read(&out)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    (o, report)
+}
+
+fn python_job(actions: &[&str]) -> Vec<String> {
+    let mut v = vec!["python3".to_string(), JOB.to_string()];
+    v.extend(actions.iter().map(|s| s.to_string()));
+    v
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn finding_ids(report: &Value) -> Vec<String> {
+    report["run"]["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The job's process (the Python interpreter) peak per device, by device index.
+fn job_peaks(report: &Value) -> Vec<(u64, u64)> {
+    let mut v = Vec::new();
+    for p in report["run"]["processes"].as_array().into_iter().flatten() {
+        for d in p["devices"].as_array().into_iter().flatten() {
+            v.push((
+                d["device"].as_u64().unwrap(),
+                d["peak"].as_u64().unwrap_or(0),
+            ));
+        }
+    }
+    v
+}
+
+fn marker_kinds(report: &Value) -> Vec<String> {
+    report["run"]["timeline"]["markers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["kind"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_stray_context_is_recorded_on_the_device_the_job_did_not_pick() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = python_job(&["ctx:0", "ctx:1", "alloc:4096", "mark:work", "sleep:600"]);
+    let (o, r) = run_job(tmp.path(), &[], &refs(&job));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let peaks = job_peaks(&r);
+    // A context alone on GPU 0, the work on GPU 1, by the same process.
+    assert!(
+        peaks.iter().any(|(d, p)| *d == 0 && *p > 0 && *p < GIB),
+        "{peaks:?}"
+    );
+    assert!(
+        peaks.iter().any(|(d, p)| *d == 1 && *p >= 4 * GIB),
+        "{peaks:?}"
+    );
+    assert!(
+        finding_ids(&r).contains(&"stray-context".to_string()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(marker_kinds(&r).contains(&"marker".to_string()));
+}
+
+#[test]
+fn stepwise_growth_ending_in_oom_is_recorded_with_the_parsed_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = python_job(&[
+        "ctx:0",
+        "mark:size_1",
+        "alloc:4096",
+        "sleep:250",
+        "mark:size_2",
+        "alloc:4096",
+        "sleep:250",
+        "mark:size_3",
+        "alloc:4096",
+        "sleep:250",
+        "mark:size_4",
+        "alloc:8192",
+    ]);
+    let (o, r) = run_job(tmp.path(), &[], &refs(&job));
+    // The command's own status passes through.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // Its stderr passes through too.
+    assert!(
+        stderr(&o).contains("torch.OutOfMemoryError"),
+        "{}",
+        stderr(&o)
+    );
+    let errors = r["run"]["errors"].as_array().unwrap();
+    let oom = errors
+        .iter()
+        .find(|e| e["kind"] == "cuda-oom")
+        .expect("an OOM event");
+    assert_eq!(oom["device"], 0);
+    assert_eq!(oom["requested"], 8 * GIB);
+    assert!(marker_kinds(&r).contains(&"oom".to_string()));
+    // Each size shows as a plateau: the readings at the markers climb.
+    let series = &r["run"]["timeline"]["devices"][0]["samples"];
+    let max = series
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[1].as_u64().unwrap())
+        .max();
+    assert!(max.unwrap() >= 12 * GIB, "{max:?}");
+    let ids = finding_ids(&r);
+    assert!(ids.contains(&"out-of-memory".to_string()), "{ids:?}");
+    assert!(
+        ids.contains(&"growth-without-release".to_string()),
+        "{ids:?}"
+    );
+    // The stderr tail keeps the line.
+    let tail = r["run"]["stderr_tail"].as_array().unwrap();
+    assert!(tail
+        .iter()
+        .any(|l| l.as_str().unwrap().contains("Tried to allocate 8.00 GiB")));
+}
+
+#[test]
+fn a_forked_child_holding_the_memory_belongs_to_the_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let child = python_job(&["ctx:0", "alloc:3072", "sleep:700"]).join(" ");
+    let script = format!("{child} & wait");
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let procs = r["run"]["processes"].as_array().unwrap();
+    let sh = procs
+        .iter()
+        .find(|p| p["name"] == "sh")
+        .expect("sh in the tree");
+    let holder = procs
+        .iter()
+        .find(|p| {
+            p["devices"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|d| d["peak"].as_u64().unwrap_or(0) >= 3 * GIB))
+        })
+        .expect("the holder in the tree");
+    assert_ne!(holder["pid"], sh["pid"]);
+    // Its parent is in the tree (sh, or the pyenv shim sh started).
+    assert!(
+        procs.iter().any(|p| p["pid"] == holder["ppid"]),
+        "{procs:?}"
+    );
+    assert!(r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap() >= 3 * GIB);
+    // The holder exited with the job: its memory came back before the end.
+    assert!(!finding_ids(&r).contains(&"held-after-exit".to_string()));
+}
+
+#[test]
+fn exit_status_and_death_by_signal_pass_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, r) = run_job(tmp.path(), &["--json"], &["sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert_eq!(r["run"]["exit"]["code"], 7);
+    // --json prints the same report on stdout.
+    let printed: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(printed["kind"], "run");
+    assert_eq!(printed["run"]["exit"], r["run"]["exit"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "kill -9 $$"]);
+    assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
+    assert_eq!(r["run"]["exit"]["signal_name"], "SIGKILL");
+    let errors = r["run"]["errors"].as_array().unwrap();
+    assert!(errors.iter().any(|e| e["kind"] == "killed"), "{errors:?}");
+}
+
+#[test]
+fn a_benign_job_has_no_finding_and_fail_on_keeps_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("samples.jsonl");
+    let job = python_job(&[
+        "ctx:0",
+        "mark:load",
+        "alloc:2048",
+        "sleep:300",
+        "free",
+        "mark:release_model",
+        "sleep:300",
+    ]);
+    let mut extra = vec!["--fail-on", "info", "--samples"];
+    let s = samples.display().to_string();
+    extra.push(&s);
+    let (o, r) = run_job(tmp.path(), &extra, &refs(&job));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(finding_ids(&r), Vec::<String>::new(), "{}", stderr(&o));
+    assert!(marker_kinds(&r).contains(&"release".to_string()));
+    // The JSONL stream: a header first, then readings, the markers, the end.
+    let text = std::fs::read_to_string(&samples).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "header");
+    assert_eq!(lines[0]["devices"].as_array().unwrap().len(), 2);
+    let types: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
+    for t in ["memory", "process", "start", "marker", "end"] {
+        assert!(types.contains(&t), "no {t} line in {types:?}");
+    }
+    assert_eq!(lines.last().unwrap()["type"], "end");
+    // The report follows the published schema.
+    let text = std::fs::read_to_string(tmp.path().join("run.json")).unwrap();
+    common::reports::assert_valid_report_json(&text);
+    // Markdown and HTML come from the same model.
+    for ext in ["md", "html"] {
+        let p = tmp.path().join(format!("run.{ext}"));
+        let o = vramdoc()
+            .arg("report")
+            .arg(tmp.path().join("run.json"))
+            .args(["--format", ext, "--out"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("Processes of the job"), "{ext}");
+        assert!(text.contains("release model"), "{ext}");
+    }
+}
+
+#[test]
+fn sim_hold_children_are_found_through_the_process_lists() {
+    // `vramdoc sim hold` as a grandchild (through sh): memory on GPU 1 attributed to it.
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let script = format!("{exe} sim hold --device 1 --size 2GiB --duration 600ms; exit 0");
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(job_peaks(&r).iter().any(|(d, p)| *d == 1 && *p >= 2 * GIB));
+}
+
+#[test]
+fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let mut child = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--process-period",
+            "50ms",
+            "--samples",
+        ])
+        .arg(&samples)
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the tree shows `sleep` (it has started), then signal vramdoc only.
+    let started =
+        |p: &PathBuf| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""));
+    for _ in 0..400 {
+        if started(&samples) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(started(&samples), "sleep never showed up");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn vramdoc_own_failures_use_125_126_127() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Not found.
+    let o = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--",
+            "/nonexistent/vramdoc-test-cmd",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
+    assert!(stderr(&o).contains("command not found"), "{}", stderr(&o));
+    // Found, not executable.
+    let f = tmp.path().join("script.sh");
+    std::fs::write(&f, "echo hi\n").unwrap();
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
+    // A bad --out is refused before anything runs: the command never starts.
+    let witness = tmp.path().join("ran");
+    let o = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--out",
+            "report.txt",
+            "--",
+            "touch",
+        ])
+        .arg(&witness)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(!witness.exists());
+    // vramdoc's own bad flag, and a missing GPU.
+    let o = vramdoc()
+        .args(["run", "--period", "fast", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    let o = vramdoc()
+        .args(["run", "--no-such-flag", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    let o = vramdoc()
+        .args(["--backend", "sim", "run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+}
+
+#[test]
+fn mark_needs_the_variable_and_appends_one_line() {
+    let o = vramdoc()
+        .args(["mark", "load"])
+        .env_remove("VRAMDOC_MARKERS")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("VRAMDOC_MARKERS is not set"),
+        "{}",
+        stderr(&o)
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("m");
+    std::fs::write(&f, "").unwrap();
+    for t in [["release", "model"], ["load", "next"]] {
+        let o = vramdoc()
+            .env("VRAMDOC_MARKERS", &f)
+            .arg("mark")
+            .args(t)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        "release model\nload next\n"
+    );
+}
+
+#[test]
+fn vllm_and_torchrun_lines_become_error_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = "echo 'ValueError: Free memory on device cuda:1 (1.50/16.00 GiB) on startup is \
+less than desired GPU memory utilization (0.9, 14.40 GiB).' >&2; \
+printf 'torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\\n====\\n\
+Root Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n\
+  exitcode  : -9 (pid: 4242)\\n====\\n' >&2; exit 1";
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", script]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let errors = r["run"]["errors"].as_array().unwrap();
+    let kinds: Vec<&str> = errors.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["vllm-free-memory", "child-failed", "child-exit"],
+        "{errors:?}"
+    );
+    assert_eq!(errors[0]["device"], 1);
+    assert_eq!(errors[0]["requested"], (14.4 * GIB as f64).round() as u64);
+    assert_eq!(errors[2]["line"], "torchrun rank 1: exitcode -9 (pid 4242)");
+}
+
+#[test]
+fn the_jsonl_stream_survives_vramdoc_being_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let mut child = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--process-period",
+            "50ms",
+            "--samples",
+        ])
+        .arg(&samples)
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleep_pid = |p: &PathBuf| -> Option<i64> {
+        let text = std::fs::read_to_string(p).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["type"] == "start" && v["name"] == "sleep")
+            .and_then(|v| v["pid"].as_i64())
+    };
+    let mut pid = None;
+    for _ in 0..400 {
+        pid = sleep_pid(&samples);
+        if pid.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    if let Some(p) = pid {
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+    assert!(pid.is_some(), "sleep never showed up");
+    // Every line written so far is whole JSON; the header comes first.
+    let text = std::fs::read_to_string(&samples).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "header");
+    assert!(lines.iter().any(|l| l["type"] == "memory"));
+    assert!(
+        !lines.iter().any(|l| l["type"] == "end"),
+        "vramdoc never got to its end"
+    );
+}
+
+#[test]
+fn memory_kept_by_a_stuck_driver_after_the_job_is_held_after_exit() {
+    // A shared box whose driver keeps the memory of exited processes (`keep_dead` fault).
+    let tmp = tempfile::tempdir().unwrap();
+    let boxdir = common::fresh_box("1x16GiB");
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", boxdir.path())
+        .args(["sim", "fault", "--keep-dead"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = tmp.path().join("run.json");
+    let job = python_job(&["ctx:0", "alloc:2048", "sleep:200"]);
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", boxdir.path())
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args([
+            "run",
+            "--process-period",
+            "100ms",
+            "--fail-on",
+            "warn",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--")
+        .args(&job)
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ids = finding_ids(&r);
+    assert!(
+        ids.contains(&"held-after-exit".to_string()),
+        "{ids:?} {}",
+        stderr(&o)
+    );
+    // The job itself exited 0; --fail-on turns that into 1.
+    assert_eq!(r["run"]["exit"]["code"], 0);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
