@@ -428,7 +428,7 @@ pub fn run_variant(
     // them); the scenario's own value indexes them.
     let visible = plan.env.get("CUDA_VISIBLE_DEVICES").cloned();
     let (ordinals, pinned) = pin_by_uuid(visible.as_deref(), devices);
-    env.push(("CUDA_VISIBLE_DEVICES".into(), Some(pinned)));
+    env.push(("CUDA_VISIBLE_DEVICES".into(), Some(pinned.clone())));
 
     // Memory of every device; process lists (slow, a driver lock) only where the worker
     // works: the first devices it sees, as many as the scenario needs.
@@ -875,14 +875,13 @@ pub fn run_variant(
         duration_ms: started.elapsed().as_millis() as u64,
         steps: records,
     };
-    apply_fingerprint(
-        scn,
-        variant,
-        &mut run,
-        devices,
-        visible.as_deref(),
-        &ordinals,
-    );
+    // The engine reads physical indices and the worker's real CUDA_VISIBLE_DEVICES (its
+    // devices pinned by UUID), not positions among the usable devices.
+    let physical: Vec<u32> = ordinals
+        .iter()
+        .filter_map(|p| devices.get(*p as usize).map(|d| d.index))
+        .collect();
+    apply_fingerprint(scn, variant, &mut run, devices, Some(&pinned), &physical);
     observer.variant_finished(&run);
     Ok(run)
 }
