@@ -13,7 +13,7 @@ use crate::recorder::{Recorder, RecorderConfig};
 use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
 use crate::sampler::SamplerConfig;
 use crate::scenario::{Op, Scenario, Step, Variant, VariantKind};
-use protocol::{WorkerEvent, WorkerInput};
+use protocol::{Timed, WorkerEvent, WorkerInput};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -78,7 +78,7 @@ fn backend_arg(kind: BackendKind) -> &'static str {
 struct Proc {
     child: Child,
     stdin: Option<ChildStdin>,
-    events: Receiver<Result<WorkerEvent, String>>,
+    events: Receiver<Result<protocol::Timed, String>>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -130,7 +130,7 @@ impl Proc {
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines() {
                     let Ok(line) = line else { break };
-                    let ev = serde_json::from_str::<WorkerEvent>(&line).map_err(|_| line);
+                    let ev = protocol::parse_event(&line).ok_or(line);
                     if tx.send(ev).is_err() {
                         break;
                     }
@@ -164,6 +164,11 @@ impl Proc {
 
     fn kill(&mut self) {
         let _ = self.child.kill();
+    }
+
+    /// Whether the process is still running (not exited, not a zombie).
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Close stdin, give the process `grace` to exit, then kill it; reap it.
@@ -346,6 +351,7 @@ pub fn run_variant(
 ) -> Result<VariantRun, ReplayError> {
     let plan = scn.plan(variant);
     let t0 = Instant::now();
+    let t0_mono = protocol::mono_ns();
     let started = Instant::now();
     let mut markers: Vec<Marker> = Vec::new();
     observer.variant_started(&scn.id, &variant.name, plan.steps.len());
@@ -381,8 +387,14 @@ pub fn run_variant(
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match p.events.recv_timeout(Duration::from_millis(50)) {
-                Ok(Ok(WorkerEvent::Ready)) => break,
-                Ok(Ok(WorkerEvent::Failed { kind, message, .. })) => {
+                Ok(Ok(Timed {
+                    ev: WorkerEvent::Ready,
+                    ..
+                })) => break,
+                Ok(Ok(Timed {
+                    ev: WorkerEvent::Failed { kind, message, .. },
+                    ..
+                })) => {
                     if kind == "environment" {
                         p.finish(Duration::from_millis(100));
                         return Err(ReplayError::WorkerEnvironment(message));
@@ -505,8 +517,8 @@ pub fn run_variant(
                 w.kill();
                 break;
             }
-            let ev = match w.events.recv_timeout(Duration::from_millis(20)) {
-                Ok(Ok(ev)) => ev,
+            let (ev, sent) = match w.events.recv_timeout(Duration::from_millis(20)) {
+                Ok(Ok(Timed { ev, mono_ns })) => (ev, mono_ns),
                 Ok(Err(_unparsed)) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     if last_progress.elapsed() >= opts.step_timeout {
@@ -519,6 +531,12 @@ pub fn run_variant(
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             last_progress = Instant::now();
+            // When the event happened (the worker's stamp), never later than now: markers and
+            // step times use it, readings keep the time they were taken.
+            let now = ms(t0);
+            let at = sent
+                .and_then(|n| n.checked_sub(t0_mono))
+                .map_or(now, |n| (n as f64 / 1e6).min(now));
             match ev {
                 WorkerEvent::Hello { pid, nspid, .. } => {
                     worker_pid = Some(pid);
@@ -532,9 +550,15 @@ pub fn run_variant(
                     let Some(s) = plan.steps.get(step) else {
                         continue;
                     };
-                    let t = ms(t0);
-                    // A reading at every step boundary: short steps show on the chart.
-                    recorder.point(t, snapshot(monitor, devices, None).0);
+                    let t = at;
+                    // A reading at every step boundary: short steps show on the chart. Events
+                    // can be handled after the worker died (a fast OOM): a reading taken then
+                    // shows its memory already returned, so it counts only if the worker is
+                    // still alive after it was taken.
+                    let reading = snapshot(monitor, devices, None).0;
+                    if w.alive() {
+                        recorder.point(ms(t0), reading);
+                    }
                     observer.step_started(step, &s.label);
                     markers.push(Marker {
                         t_ms: t,
@@ -591,8 +615,12 @@ pub fn run_variant(
                         }
                     }
                     let (used, mine) = snapshot(monitor, devices, ident.nvml);
-                    let t = ms(t0);
-                    recorder.point(t, used.clone());
+                    let t = at;
+                    // Lockstep: the worker waits for our acknowledgement after `end`, so this
+                    // reading is the state when the step ended, if the worker still lives.
+                    if w.alive() {
+                        recorder.point(t, used.clone());
+                    }
                     if let Some(r) = records.iter_mut().rev().find(|r| r.index == step) {
                         r.end_ms = Some(t);
                         r.status = "ok".into();
@@ -634,8 +662,8 @@ pub fn run_variant(
                         return Err(ReplayError::WorkerEnvironment(message));
                     }
                     let (used, mine) = snapshot(monitor, devices, ident.nvml);
-                    let t = ms(t0);
-                    recorder.point(t, used.clone());
+                    recorder.point(ms(t0), used.clone());
+                    let t = at;
                     let label = plan
                         .steps
                         .get(step)

@@ -62,3 +62,68 @@ pub enum WorkerEvent {
     Ready,
     Done,
 }
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every process of the machine, so the
+/// worker stamps each event with the time it happened and the monitor places it on its own
+/// timeline even when it reads the event late (a worker that dies at once after an OOM).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
+/// The field of an event line that carries [`mono_ns`] (added next to the event's own
+/// fields; readers that do not know it ignore it).
+pub const MONO_FIELD: &str = "mono_ns";
+
+/// An event as the monitor receives it: with the worker's clock reading when it was sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timed {
+    pub ev: WorkerEvent,
+    pub mono_ns: Option<u64>,
+}
+
+/// Parse one line of a worker's output.
+pub fn parse_event(line: &str) -> Option<Timed> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let mono_ns = v.get(MONO_FIELD).and_then(|n| n.as_u64());
+    let ev = serde_json::from_value(v).ok()?;
+    Some(Timed { ev, mono_ns })
+}
+
+/// One line of a worker's output for `ev`, stamped with [`mono_ns`].
+pub fn event_line(ev: &WorkerEvent) -> Option<String> {
+    let mut v = serde_json::to_value(ev).ok()?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert(MONO_FIELD.into(), mono_ns().into());
+    }
+    serde_json::to_string(&v).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_carry_the_time_they_were_sent() {
+        let before = mono_ns();
+        let line = event_line(&WorkerEvent::Start { step: 3 }).expect("line");
+        let t = parse_event(&line).expect("parsed");
+        assert_eq!(t.ev, WorkerEvent::Start { step: 3 });
+        let sent = t.mono_ns.expect("stamped");
+        assert!(sent >= before && sent <= mono_ns());
+        // A line without the stamp (an older worker) still parses.
+        let plain = serde_json::to_string(&WorkerEvent::Done).expect("json");
+        assert_eq!(parse_event(&plain).map(|t| t.mono_ns), Some(None));
+        assert!(parse_event("not json").is_none());
+    }
+}

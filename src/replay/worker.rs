@@ -316,9 +316,9 @@ impl Framework {
 }
 
 fn emit(out: &mut dyn Write, ev: &WorkerEvent) -> bool {
-    match serde_json::to_string(ev) {
-        Ok(line) => writeln!(out, "{line}").and_then(|_| out.flush()).is_ok(),
-        Err(_) => false,
+    match super::protocol::event_line(ev) {
+        Some(line) => writeln!(out, "{line}").and_then(|_| out.flush()).is_ok(),
+        None => false,
     }
 }
 
