@@ -272,7 +272,10 @@ fn memory_loop(
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new("memory", period);
     let mut next = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    loop {
+        // One more round after stop: the series ends with the state at the end of the run
+        // (a device lost in the last moments shows as a gap, not as nothing).
+        let last = stop.load(Ordering::SeqCst);
         gaps.round(ms_since(t0));
         for series in out.devices.iter_mut() {
             match monitor.memory(series.device) {
@@ -288,6 +291,9 @@ fn memory_loop(
             }
         }
         out.rounds += 1;
+        if last {
+            break;
+        }
         pace(&mut next, period, stop);
     }
     out.gaps = gaps.finish(ms_since(t0));
