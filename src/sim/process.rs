@@ -48,13 +48,51 @@ pub fn cuda_enumeration(sim: &SimBox, env: &ProcessEnv) -> Vec<u32> {
     })
 }
 
+/// Token files of this process, per box `dev/` directory (see [`ClientFiles::token`]).
+static TOKENS: std::sync::Mutex<Vec<(std::path::PathBuf, std::sync::Arc<File>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// This process's token file for the box whose `dev/` is `dev`: opened and locked once.
+fn token_file(dev: &std::path::Path, token: &str) -> Result<std::sync::Arc<File>, SimError> {
+    let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f)) = tokens.iter().find(|(d, _)| d == dev) {
+        return Ok(f.clone());
+    }
+    let clients = dev.join(super::CLIENTS_DIR);
+    std::fs::create_dir_all(&clients).map_err(super::io_err(&clients))?;
+    let path = clients.join(token);
+    let tok = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(super::io_err(&path))?;
+    // SAFETY: flock on a valid, owned descriptor.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&tok), libc::LOCK_EX) } != 0 {
+        return Err(SimError::Io {
+            path,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let tok = std::sync::Arc::new(tok);
+    tokens.push((dev.to_path_buf(), tok.clone()));
+    Ok(tok)
+}
+
+/// Drop this process's token of a box (its last `SimProcess` released everything).
+fn forget_token(dev: &std::path::Path) {
+    let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
+    tokens.retain(|(d, _)| d != dev);
+}
+
 /// The driver files a process holds open, like the real driver's descriptors: memory of the
 /// process stays allocated while any process (a forked child included) holds them.
 #[derive(Debug)]
 struct ClientFiles {
     /// `dev/clients/<pid>-<start>`, flock'ed: its lock outlives this process in forked
-    /// children that inherited the descriptor.
-    _token: File,
+    /// children that inherited the descriptor. Shared by every `SimProcess` of this process
+    /// on the box (a second lock from the same process would wait for the first forever).
+    token: std::sync::Arc<File>,
     /// `dev/nvidiactl`.
     _ctl: File,
     /// `dev/nvidia<N>` per physical device this process made a context on.
@@ -170,28 +208,10 @@ impl SimProcess {
         let token = format!("{}-{}", self.pid, self.start_time);
         if self.files.is_none() {
             let dev = self.sim.dir().join(super::DEV_DIR);
-            let clients = dev.join(super::CLIENTS_DIR);
-            std::fs::create_dir_all(&clients).map_err(super::io_err(&clients))?;
-            let path = clients.join(&token);
-            let tok = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(super::io_err(&path))?;
-            // SAFETY: flock on a valid, owned descriptor. Non-blocking: the token names this
-            // process, so a lock already held is this process's own (a second client in it,
-            // e.g. `sim hold --physical-context`) or a forked child's, and is enough.
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&tok);
-            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                    return Err(SimError::Io { path, source: e });
-                }
-            }
+            let tok = token_file(&dev, &token)?;
             let ctl = super::open_node(&dev.join("nvidiactl"))?;
             self.files = Some(ClientFiles {
-                _token: tok,
+                token: tok,
                 _ctl: ctl,
                 nodes: HashMap::new(),
             });
@@ -580,7 +600,12 @@ impl SimProcess {
         self.allocations.clear();
         self.backed_bytes = 0;
         self.contexts.clear();
-        if self.files.take().is_some() {
+        let last = self
+            .files
+            .take()
+            .is_some_and(|f| std::sync::Arc::strong_count(&f.token) == 2);
+        if last {
+            forget_token(&self.sim.dir().join(super::DEV_DIR));
             let token = format!("{}-{}", self.pid, self.start_time);
             let path = self
                 .sim
