@@ -521,3 +521,121 @@ fn memory_kept_by_a_stuck_driver_after_the_job_is_held_after_exit() {
     assert_eq!(r["run"]["exit"]["code"], 0);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
+
+/// `vramdoc run --junit DIR/junit.xml --out DIR/run.html --out DIR/run.json [extra] -- cmd…`
+/// with `GITHUB_STEP_SUMMARY` set to DIR/summary.md. Returns the output, the JUnit XML, the
+/// job summary and the report.
+fn run_ci(dir: &Path, extra: &[&str], cmd: &[&str]) -> (Output, String, String, Value) {
+    let o = vramdoc()
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .env("GITHUB_STEP_SUMMARY", dir.join("summary.md"))
+        .args(["--sim", "2x16GiB", "run", "--process-period", "100ms"])
+        .arg("--junit")
+        .arg(dir.join("junit.xml"))
+        .arg("--out")
+        .arg(dir.join("run.html"))
+        .arg("--out")
+        .arg(dir.join("run.json"))
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run vramdoc");
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap_or_default();
+    let report = serde_json::from_str(&read("run.json")).unwrap_or(Value::Null);
+    (o, read("junit.xml"), read("summary.md"), report)
+}
+
+/// The single `<testcase>` of a `vramdoc run` JUnit document: (name, failure message,
+/// failure text), the failure parts `None` when it passed.
+fn junit_case(xml: &str) -> (String, Option<String>, Option<String>) {
+    let doc = roxmltree::Document::parse(xml).expect("well-formed JUnit XML");
+    let cases: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 1, "one test case per run: {xml}");
+    let c = cases[0];
+    assert_eq!(c.attribute("classname"), Some("vramdoc.run"));
+    let failure = c.children().find(|n| n.has_tag_name("failure"));
+    (
+        c.attribute("name").unwrap_or_default().to_string(),
+        failure.and_then(|f| f.attribute("message").map(str::to_string)),
+        failure.and_then(|f| f.text().map(str::to_string)),
+    )
+}
+
+#[test]
+fn junit_and_job_summary_for_a_failed_command_and_for_a_passing_one() {
+    // The command fails: a failure naming its status, with the evidence and the HTML report.
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, xml, summary, r) = run_ci(
+        tmp.path(),
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo 'CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 3",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let (name, message, text) = junit_case(&xml);
+    assert!(name.starts_with("sh -c"), "{name}");
+    assert_eq!(message.as_deref(), Some("the command exited 3"), "{xml}");
+    let text = text.unwrap_or_default();
+    assert!(text.contains("cuda-oom"), "{text}");
+    assert!(text.contains("run.html"), "{text}");
+    // The job summary is the run's Markdown report, appended.
+    assert!(summary.contains("## vramdoc run report"), "{summary}");
+    assert_eq!(r["run"]["exit"]["code"], 3);
+
+    // A clean command and no --fail-on: the case passes; a summary already there is kept.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("summary.md"), "# earlier step\n").unwrap();
+    let (o, xml, summary, _) = run_ci(tmp.path(), &[], &["true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (name, message, _) = junit_case(&xml);
+    assert_eq!(name, "true");
+    assert_eq!(message, None, "{xml}");
+    assert!(
+        summary.starts_with("# earlier step\n## vramdoc run report"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn junit_fails_the_case_when_findings_reach_fail_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = python_job(&["ctx:0", "ctx:1", "alloc:4096", "sleep:600"]);
+    let (o, xml, _, r) = run_ci(tmp.path(), &["--fail-on", "warn"], &refs(&job));
+    assert!(
+        finding_ids(&r).contains(&"stray-context".to_string()),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (_, message, text) = junit_case(&xml);
+    let message = message.expect("a failure");
+    assert!(message.contains("--fail-on warn"), "{message}");
+    assert!(message.contains("stray-context"), "{message}");
+    assert!(text.unwrap_or_default().contains("stray-context"));
+}
+
+#[test]
+fn an_existing_junit_file_is_refused_before_the_command_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("junit.xml");
+    std::fs::write(&junit, "keep").unwrap();
+    let witness = tmp.path().join("ran");
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--junit"])
+        .arg(&junit)
+        .args(["--", "touch"])
+        .arg(&witness)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert!(!witness.exists());
+    assert_eq!(std::fs::read_to_string(&junit).unwrap(), "keep");
+}
