@@ -237,10 +237,10 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Memory sampling period (e.g. 50ms, 1s)
+    /// Memory sampling period (e.g. 50ms, 1s; 1ms to 60s)
     #[arg(long, default_value = "100ms", value_name = "DURATION")]
     pub period: String,
-    /// Period of the per-process lists and of the process-tree scan
+    /// Period of the per-process lists and of the process-tree scan (10ms to 60s)
     #[arg(long, default_value = "500ms", value_name = "DURATION")]
     pub process_period: String,
     /// Write a report at the end; the format follows the extension (.json, .md, .html);

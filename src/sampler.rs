@@ -11,7 +11,7 @@ use crate::gpu::Monitor;
 use crate::report::{DeviceSeries, ProcessSample, SamplingGap};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -65,9 +65,49 @@ impl Samples {
     }
 }
 
+/// The stop request the sampling threads sleep on: [`StopSignal::wait_until`] returns as
+/// soon as [`StopSignal::set`] is called, whatever the period (no polling).
+#[derive(Default)]
+struct StopSignal {
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl StopSignal {
+    fn is_set(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    fn set(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        // Taken after the store: a waiter either saw the flag or is waiting and is woken.
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
+    }
+
+    /// Sleep until `deadline` or until stopped; whether stopped.
+    fn wait_until(&self, deadline: Instant) -> bool {
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.is_set() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = match self.cv.wait_timeout(g, deadline - now) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}
+
 /// Running sampler threads.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
     handle: Option<JoinHandle<Samples>>,
     process_handle: Option<JoinHandle<ProcessOut>>,
 }
@@ -99,7 +139,7 @@ impl Sampler {
         cfg: SamplerConfig,
     ) -> Sampler {
         let monitor: Arc<dyn Monitor> = Arc::from(monitor);
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(StopSignal::default());
         let process_handle = match cfg.process_period {
             Some(pp) if !process_devices.is_empty() => {
                 let (m, flag) = (monitor.clone(), stop.clone());
@@ -124,7 +164,7 @@ impl Sampler {
 
     /// Stop the threads and return what they collected.
     pub fn stop(mut self) -> Samples {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.set();
         let mut out = self
             .handle
             .take()
@@ -143,7 +183,7 @@ impl Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.set();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -234,21 +274,15 @@ impl Gaps {
 }
 
 /// Sleep until `next` (or return at once when behind: missed ticks are skipped, not burst).
-fn pace(next: &mut Instant, period: Duration, stop: &AtomicBool) {
+/// Sleeps on the stop signal, so `stop()` returns at once even with a long period.
+fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
     *next += period;
     let now = Instant::now();
     if *next <= now {
         *next = now;
         return;
     }
-    // Sleep in slices so a long process period does not delay stop().
-    while !stop.load(Ordering::SeqCst) {
-        let now = Instant::now();
-        if now >= *next {
-            break;
-        }
-        std::thread::sleep((*next - now).min(Duration::from_millis(20)));
-    }
+    stop.wait_until(*next);
 }
 
 fn memory_loop(
@@ -256,7 +290,7 @@ fn memory_loop(
     devices: &[(u32, u64)],
     t0: Instant,
     period: Duration,
-    stop: &AtomicBool,
+    stop: &StopSignal,
 ) -> Samples {
     let mut out = Samples {
         devices: devices
@@ -272,7 +306,7 @@ fn memory_loop(
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new("memory", period);
     let mut next = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_set() {
         gaps.round(ms_since(t0));
         for series in out.devices.iter_mut() {
             match monitor.memory(series.device) {
@@ -306,7 +340,7 @@ fn process_loop(
     devices: &[u32],
     t0: Instant,
     period: Duration,
-    stop: &AtomicBool,
+    stop: &StopSignal,
 ) -> ProcessOut {
     let period = period.max(Duration::from_millis(1));
     let mut out = ProcessOut {
@@ -317,7 +351,7 @@ fn process_loop(
     };
     let mut gaps = Gaps::new("processes", period);
     let mut next = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_set() {
         gaps.round(ms_since(t0));
         for d in devices {
             match monitor.processes(*d) {
@@ -350,6 +384,46 @@ mod tests {
     use crate::gpu::sim::{SimDriver, SimMonitor};
     use crate::gpu::Driver;
     use crate::sim::{InitOptions, SimBox, SimProcess};
+
+    #[test]
+    fn the_stop_signal_wakes_a_sleeper_before_its_deadline() {
+        let stop = Arc::new(StopSignal::default());
+        assert!(
+            !stop.wait_until(Instant::now()),
+            "a passed deadline returns"
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let sleeper = std::thread::spawn(move || {
+            let woken = s2.wait_until(Instant::now() + Duration::from_secs(3600));
+            let _ = tx.send(woken);
+        });
+        stop.set();
+        // An hour-long sleep ended by `set`: the thread says it was stopped, not timed out.
+        assert!(rx.recv().unwrap());
+        sleeper.join().unwrap();
+        assert!(stop.wait_until(Instant::now() + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn stop_ends_a_sampler_with_an_hour_long_period_after_one_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "1x16GiB", &InitOptions::default()).unwrap();
+        let s = Sampler::start(
+            Box::new(SimMonitor::new(sim)),
+            vec![(0, 16 << 30)],
+            Instant::now(),
+            SamplerConfig {
+                period: Duration::from_secs(3600),
+                process_period: Some(Duration::from_secs(3600)),
+            },
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let got = s.stop();
+        assert_eq!(got.rounds, 1);
+        assert_eq!(got.process_rounds, 1);
+        assert_eq!(got.devices[0].samples.len(), 1);
+    }
 
     #[test]
     fn samples_every_device_and_sees_a_pulse() {

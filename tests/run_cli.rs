@@ -639,3 +639,33 @@ fn an_existing_junit_file_is_refused_before_the_command_starts() {
     assert!(!witness.exists());
     assert_eq!(std::fs::read_to_string(&junit).unwrap(), "keep");
 }
+
+#[test]
+fn long_periods_are_accepted_up_to_a_minute() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run.json");
+    let o = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--period",
+            "60s",
+            "--process-period",
+            "60s",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r["run"]["period_us"], 60_000_000);
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--period", "61s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("60s"), "{}", stderr(&o));
+}
