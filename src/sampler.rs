@@ -4,7 +4,8 @@
 //! devices that matter, on its own slower cadence (default 250 ms): on real drivers that
 //! query takes ~4.5 ms and holds a driver lock, so it never runs inside the memory loop.
 //! Where either thread has no data (a round later than twice its period, a failed query)
-//! the sampler records a [`SamplingGap`]. Times are milliseconds since a shared start
+//! the sampler records a [`SamplingGap`]. [`Sampler::start_with`] also hands every complete
+//! memory round to a callback as it is taken (`run` streams it to its JSONL file). Times are milliseconds since a shared start
 //! instant, so samples line up with the step markers the replay engine records.
 
 use crate::gpu::Monitor;
@@ -105,6 +106,9 @@ impl StopSignal {
     }
 }
 
+/// Called by the memory thread after each complete round: `(t_ms, used bytes per device)`.
+pub type OnRound = Box<dyn FnMut(f64, &[u64]) + Send>;
+
 /// Running sampler threads.
 pub struct Sampler {
     stop: Arc<StopSignal>,
@@ -138,6 +142,21 @@ impl Sampler {
         t0: Instant,
         cfg: SamplerConfig,
     ) -> Sampler {
+        Sampler::start_with(monitor, devices, process_devices, t0, cfg, None)
+    }
+
+    /// Like [`Sampler::start_for`], calling `on_round` on the memory thread after every
+    /// complete memory round with its time (ms since `t0`) and the used bytes of every
+    /// device in `devices` order (a round where a query failed is not passed on). The
+    /// callback runs inside the sampling loop: it must be quick and never block for long.
+    pub fn start_with(
+        monitor: Box<dyn Monitor>,
+        devices: Vec<(u32, u64)>,
+        process_devices: Vec<u32>,
+        t0: Instant,
+        cfg: SamplerConfig,
+        on_round: Option<OnRound>,
+    ) -> Sampler {
         let monitor: Arc<dyn Monitor> = Arc::from(monitor);
         let stop = Arc::new(StopSignal::default());
         let process_handle = match cfg.process_period {
@@ -153,7 +172,7 @@ impl Sampler {
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, cfg.period, &flag))
+            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, cfg.period, &flag, on_round))
             .ok();
         Sampler {
             stop,
@@ -291,6 +310,7 @@ fn memory_loop(
     t0: Instant,
     period: Duration,
     stop: &StopSignal,
+    mut on_round: Option<OnRound>,
 ) -> Samples {
     let mut out = Samples {
         devices: devices
@@ -306,22 +326,31 @@ fn memory_loop(
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new("memory", period);
     let mut next = Instant::now();
+    let mut used: Vec<u64> = Vec::with_capacity(devices.len());
     while !stop.is_set() {
-        gaps.round(ms_since(t0));
+        let t_round = ms_since(t0);
+        gaps.round(t_round);
+        used.clear();
+        let mut complete = true;
         for series in out.devices.iter_mut() {
             match monitor.memory(series.device) {
                 Ok(m) => {
                     let t = ms_since(t0);
                     series.samples.push((t, m.used));
                     gaps.ok(series.device, t);
+                    used.push(m.used);
                 }
                 Err(e) => {
                     out.errors += 1;
+                    complete = false;
                     gaps.failed(series.device, ms_since(t0), &e.to_string());
                 }
             }
         }
         out.rounds += 1;
+        if let (Some(f), true) = (on_round.as_mut(), complete) {
+            f(t_round, &used);
+        }
         pace(&mut next, period, stop);
     }
     out.gaps = gaps.finish(ms_since(t0));
@@ -423,6 +452,35 @@ mod tests {
         assert_eq!(got.rounds, 1);
         assert_eq!(got.process_rounds, 1);
         assert_eq!(got.devices[0].samples.len(), 1);
+    }
+
+    #[test]
+    fn on_round_sees_every_complete_round_as_it_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
+        type Rounds = Vec<(f64, Vec<u64>)>;
+        let seen: Arc<Mutex<Rounds>> = Arc::default();
+        let sink = seen.clone();
+        let s = Sampler::start_with(
+            Box::new(SimMonitor::new(sim)),
+            vec![(0, 16 << 30), (1, 16 << 30)],
+            vec![],
+            Instant::now(),
+            SamplerConfig {
+                period: Duration::from_millis(2),
+                process_period: None,
+            },
+            Some(Box::new(move |t, used: &[u64]| {
+                sink.lock().unwrap().push((t, used.to_vec()))
+            })),
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        let got = s.stop();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len() as u64, got.rounds);
+        assert!(seen.iter().all(|(_, u)| u.len() == 2));
+        assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0));
+        assert_eq!(got.devices[0].samples.len(), seen.len());
     }
 
     #[test]

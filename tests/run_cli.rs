@@ -669,3 +669,45 @@ fn long_periods_are_accepted_up_to_a_minute() {
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     assert!(stderr(&o).contains("60s"), "{}", stderr(&o));
 }
+
+#[test]
+fn every_memory_sample_is_streamed_as_it_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let s = samples.display().to_string();
+    let job = python_job(&["ctx:1", "alloc:1024", "sleep:300", "free", "sleep:200"]);
+    let (o, r) = run_job(tmp.path(), &["--samples", &s], &refs(&job));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&samples).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["type"], "end");
+    let memory: Vec<&Value> = lines.iter().filter(|l| l["type"] == "memory").collect();
+    // The report's series of GPU 1 is the sampler's rounds plus the tracker's and markers'
+    // readings; the stream has a line for each of them (no query failed on this box) up to
+    // its `end` line (rounds after it are in the report only).
+    let series = r["run"]["timeline"]["devices"][1]["samples"]
+        .as_array()
+        .unwrap();
+    assert!(series.len() > 20, "{} samples at 20ms", series.len());
+    let end = lines.last().unwrap()["t_ms"].as_f64().unwrap();
+    let before = |t: f64| series.iter().filter(|s| s[0].as_f64().unwrap() < t).count();
+    assert!(memory.len() <= series.len());
+    assert!(
+        memory.len() >= before(end - 100.0),
+        "{} lines, {} samples before the end",
+        memory.len(),
+        before(end - 100.0)
+    );
+    let mut streamed: Vec<(f64, u64)> = memory
+        .iter()
+        .map(|m| (m["t_ms"].as_f64().unwrap(), m["used"][1].as_u64().unwrap()))
+        .collect();
+    streamed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The 1 GiB allocation shows in the stream, as in the report.
+    assert!(streamed.iter().any(|(_, u)| *u >= GIB), "{streamed:?}");
+    // Every line is whole JSON, in time order within the sampler's own lines.
+    assert!(streamed.windows(2).all(|w| w[0].0 <= w[1].0));
+}
