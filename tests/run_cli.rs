@@ -711,3 +711,28 @@ fn every_memory_sample_is_streamed_as_it_is_taken() {
     // Every line is whole JSON, in time order within the sampler's own lines.
     assert!(streamed.windows(2).all(|w| w[0].0 <= w[1].0));
 }
+
+#[test]
+fn the_summary_escapes_control_characters_from_paths_and_error_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out\x1b]0;pwned\x07");
+    std::fs::create_dir(&dir).unwrap();
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--out"])
+        .arg(dir.join("run.json"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf 'CUDA out of memory. Tried to allocate 2.00 GiB \\033[2J\\n' >&2; exit 1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    // The command's own stderr passes through untouched; vramdoc's summary after it is safe.
+    let summary = &err[err.find("\nvramdoc: `").expect("a summary")..];
+    assert!(!summary.contains('\x1b'), "{summary:?}");
+    assert!(!summary.contains('\x07'), "{summary:?}");
+    assert!(summary.contains("report: "), "{summary}");
+}

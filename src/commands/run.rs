@@ -387,6 +387,12 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    // run ends cleanly on a signal itself (it forwards it and writes its report), as
+    // replay and serve do: the shared handler must not exit. Its own sigaction then takes
+    // over SIGINT/SIGTERM/SIGHUP because it needs `si_code` (a terminal's Ctrl-C, already
+    // delivered to the command's process group, vs a `kill` to forward), which the shared
+    // handler does not see.
+    super::handle_interrupts_gracefully();
     install_signal_handlers();
 
     let header = StreamLine::Header {
@@ -576,18 +582,18 @@ fn finish(report: &Report, args: &RunArgs, status: i32) -> Result<i32> {
     let Some(run) = report.run.as_ref() else {
         return Ok(RUN_FAILED);
     };
+    // Command lines, error lines and paths come from the job: made terminal-safe.
+    let text = crate::term::clean_text(&summary(run, &args.out));
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(summary(run, &args.out).as_bytes());
+    let _ = err.write_all(text.as_bytes());
     let _ = err.flush();
     drop(err);
     crate::report::write::write_reports(report, &args.out, args.force)?;
     write_ci_outputs(report, run, args)?;
     if args.json {
         let bytes = render(report, Format::Json)?;
-        let mut out = std::io::stdout().lock();
-        out.write_all(&bytes)
-            .context("writing to standard output")?;
-        out.flush().context("writing to standard output")?;
+        // A closed pipe ends quietly; another write error is reported (crate::term).
+        crate::term::write_stdout(&bytes)?;
     }
     Ok(exit_status(status, &run.findings, args.fail_on))
 }
