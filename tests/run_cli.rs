@@ -736,3 +736,56 @@ fn the_summary_escapes_control_characters_from_paths_and_error_lines() {
     assert!(!summary.contains('\x07'), "{summary:?}");
     assert!(summary.contains("report: "), "{summary}");
 }
+
+#[test]
+fn a_job_in_its_own_pid_namespace_is_attributed_to_the_tree_through_host_pids() {
+    let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let usable = std::process::Command::new(wrap[0])
+        .args(&wrap[1..])
+        .arg("true")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !usable {
+        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not available here");
+        return;
+    }
+    // A shared box made by `sim init`: its broker hands out host PIDs, as the real driver
+    // (which has no PID-namespace support) reports them.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    let o = vramdoc()
+        .args(["sim", "init", "1x16GiB", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "sim init: {}", stderr(&o));
+    let out = tmp.path().join("run.json");
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", &dir)
+        .args(["run", "--process-period", "100ms", "--out"])
+        .arg(&out)
+        .arg("--")
+        .args(wrap)
+        .arg(env!("CARGO_BIN_EXE_vramdoc"))
+        .args(["sim", "hold", "--size", "1GiB", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let procs = r["run"]["processes"].as_array().unwrap();
+    // The holder is PID 1 of its namespace; NVML listed it under its host PID, which the
+    // recorder found in the tree (NSpid has both levels).
+    let holder = procs
+        .iter()
+        .find(|p| p["nspid"].as_array().is_some_and(|n| n.len() == 2))
+        .unwrap_or_else(|| panic!("no namespaced process in the tree: {procs:?}"));
+    assert_eq!(holder["nspid"][1], 1, "{holder}");
+    assert_eq!(holder["nspid"][0], holder["pid"], "{holder}");
+    assert!(
+        holder["devices"][0]["peak"].as_u64().unwrap_or(0) >= GIB,
+        "{holder}"
+    );
+    assert!(r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap() >= GIB);
+    let unshare = procs.iter().find(|p| p["name"] == "unshare").unwrap();
+    assert_eq!(holder["ppid"], unshare["pid"]);
+}
