@@ -3,7 +3,7 @@
 //!    period and a 50 ms tracker period, for 2 s (getrusage of this process);
 //! 2. the overhead on a wrapped job at the default cadence: `vramdoc run -- sleep 10`, CPU
 //!    time of vramdoc itself (wait4's rusage) over its wall time, as % of one core
-//!    (goal ≤ 1 %);
+//!    (goal ≤ 1 %), without and with `--samples` (every memory sample streamed as JSONL);
 //! 3. the time to diagnose a one-hour recording at the default cadence (100 ms memory, 500 ms
 //!    process lists; goal ≤ 1 s).
 
@@ -70,18 +70,18 @@ fn recorder_cost() {
 
 // Reaped with wait4 below, which std's Child cannot do (it would lose the rusage).
 #[allow(clippy::zombie_processes)]
-fn wrapped_overhead(seconds: u32) {
+fn wrapped_overhead(seconds: u32, stream: bool) {
     let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let samples = dir.path().join("samples.jsonl");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--sim", "2x80GiB", "run"]);
+    if stream {
+        cmd.arg("--samples").arg(&samples);
+    }
     let start = Instant::now();
-    let child = std::process::Command::new(exe)
-        .args([
-            "--sim",
-            "2x80GiB",
-            "run",
-            "--",
-            "sleep",
-            &seconds.to_string(),
-        ])
+    let child = cmd
+        .args(["--", "sleep", &seconds.to_string()])
         .env_remove("VRAMDOC_SIM_DIR")
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -93,8 +93,9 @@ fn wrapped_overhead(seconds: u32) {
     let wall = start.elapsed();
     let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
     println!(
-        "vramdoc run -- sleep {seconds} (default cadence, --sim 2x80GiB): wall {:.2} s, vramdoc \
-         CPU {:.0} ms = {:.2} % of one core (goal <= 1 %)",
+        "vramdoc run{} -- sleep {seconds} (default cadence, --sim 2x80GiB): wall {:.2} s, \
+         vramdoc CPU {:.0} ms = {:.2} % of one core (goal <= 1 %)",
+        if stream { " --samples s.jsonl" } else { "" },
         wall.as_secs_f64(),
         cpu.as_secs_f64() * 1e3,
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
@@ -188,6 +189,7 @@ fn diagnose_hour() {
 
 fn main() {
     recorder_cost();
-    wrapped_overhead(10);
+    wrapped_overhead(10, false);
+    wrapped_overhead(10, true);
     diagnose_hour();
 }

@@ -81,7 +81,8 @@ no GPU, report not writable), 126 CMD found but not executable, 127 CMD not foun
 Examples:\n  vramdoc run -- python train.py --epochs 3\n  \
 vramdoc run --out run.html --out run.json -- torchrun --nproc-per-node 2 train.py\n  \
 vramdoc run --samples run.jsonl --fail-on warn -- vllm serve my-model\n  \
-vramdoc --sim 2x16GiB run -- vramdoc sim hold --size 4GiB --duration 1s\n\n\
+vramdoc --sim 2x16GiB run -- vramdoc sim hold --size 4GiB --duration 1s\n  \
+vramdoc run --out run.html --junit junit.xml --fail-on warn -- ./train.sh   (CI: docs/ci.md)\n\n\
 Markers, from the job:\n  echo \"release model\" >> \"$VRAMDOC_MARKERS\"\n  \
 vramdoc mark load 1024x1024"
     )]
@@ -236,10 +237,10 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Memory sampling period (e.g. 50ms, 1s)
+    /// Memory sampling period (e.g. 50ms, 1s; 1ms to 60s)
     #[arg(long, default_value = "100ms", value_name = "DURATION")]
     pub period: String,
-    /// Period of the per-process lists and of the process-tree scan
+    /// Period of the per-process lists and of the process-tree scan (10ms to 60s)
     #[arg(long, default_value = "500ms", value_name = "DURATION")]
     pub process_period: String,
     /// Write a report at the end; the format follows the extension (.json, .md, .html);
@@ -255,7 +256,11 @@ pub struct RunArgs {
     /// Stream every sample, process, marker and error to this JSONL file as it is taken
     #[arg(long, value_name = "FILE.jsonl")]
     pub samples: Option<PathBuf>,
-    /// Overwrite --out and --samples files that exist
+    /// Also write JUnit XML for CI: one test case, a failure (with the evidence) when the
+    /// command failed or a finding reaches --fail-on. Checked before the command starts
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Overwrite --out, --samples and --junit files that exist
     #[arg(long)]
     pub force: bool,
     /// The command to run, after `--`

@@ -4,14 +4,15 @@
 //! devices that matter, on its own slower cadence (default 250 ms): on real drivers that
 //! query takes ~4.5 ms and holds a driver lock, so it never runs inside the memory loop.
 //! Where either thread has no data (a round later than twice its period, a failed query)
-//! the sampler records a [`SamplingGap`]. Times are milliseconds since a shared start
+//! the sampler records a [`SamplingGap`]. [`Sampler::start_with`] also hands every complete
+//! memory round to a callback as it is taken (`run` streams it to its JSONL file). Times are milliseconds since a shared start
 //! instant, so samples line up with the step markers the replay engine records.
 
 use crate::gpu::Monitor;
 use crate::report::{DeviceSeries, ProcessSample, SamplingGap};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -65,9 +66,52 @@ impl Samples {
     }
 }
 
+/// The stop request the sampling threads sleep on: [`StopSignal::wait_until`] returns as
+/// soon as [`StopSignal::set`] is called, whatever the period (no polling).
+#[derive(Default)]
+struct StopSignal {
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl StopSignal {
+    fn is_set(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    fn set(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        // Taken after the store: a waiter either saw the flag or is waiting and is woken.
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
+    }
+
+    /// Sleep until `deadline` or until stopped; whether stopped.
+    fn wait_until(&self, deadline: Instant) -> bool {
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.is_set() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = match self.cv.wait_timeout(g, deadline - now) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}
+
+/// Called by the memory thread after each complete round: `(t_ms, used bytes per device)`.
+pub type OnRound = Box<dyn FnMut(f64, &[u64]) + Send>;
+
 /// Running sampler threads.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
     handle: Option<JoinHandle<Samples>>,
     process_handle: Option<JoinHandle<ProcessOut>>,
 }
@@ -98,8 +142,23 @@ impl Sampler {
         t0: Instant,
         cfg: SamplerConfig,
     ) -> Sampler {
+        Sampler::start_with(monitor, devices, process_devices, t0, cfg, None)
+    }
+
+    /// Like [`Sampler::start_for`], calling `on_round` on the memory thread after every
+    /// complete memory round with its time (ms since `t0`) and the used bytes of every
+    /// device in `devices` order (a round where a query failed is not passed on). The
+    /// callback runs inside the sampling loop: it must be quick and never block for long.
+    pub fn start_with(
+        monitor: Box<dyn Monitor>,
+        devices: Vec<(u32, u64)>,
+        process_devices: Vec<u32>,
+        t0: Instant,
+        cfg: SamplerConfig,
+        on_round: Option<OnRound>,
+    ) -> Sampler {
         let monitor: Arc<dyn Monitor> = Arc::from(monitor);
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(StopSignal::default());
         let process_handle = match cfg.process_period {
             Some(pp) if !process_devices.is_empty() => {
                 let (m, flag) = (monitor.clone(), stop.clone());
@@ -113,7 +172,7 @@ impl Sampler {
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, cfg.period, &flag))
+            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, cfg.period, &flag, on_round))
             .ok();
         Sampler {
             stop,
@@ -124,7 +183,7 @@ impl Sampler {
 
     /// Stop the threads and return what they collected.
     pub fn stop(mut self) -> Samples {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.set();
         let mut out = self
             .handle
             .take()
@@ -143,7 +202,7 @@ impl Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.set();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -234,21 +293,15 @@ impl Gaps {
 }
 
 /// Sleep until `next` (or return at once when behind: missed ticks are skipped, not burst).
-fn pace(next: &mut Instant, period: Duration, stop: &AtomicBool) {
+/// Sleeps on the stop signal, so `stop()` returns at once even with a long period.
+fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
     *next += period;
     let now = Instant::now();
     if *next <= now {
         *next = now;
         return;
     }
-    // Sleep in slices so a long process period does not delay stop().
-    while !stop.load(Ordering::SeqCst) {
-        let now = Instant::now();
-        if now >= *next {
-            break;
-        }
-        std::thread::sleep((*next - now).min(Duration::from_millis(20)));
-    }
+    stop.wait_until(*next);
 }
 
 fn memory_loop(
@@ -256,7 +309,8 @@ fn memory_loop(
     devices: &[(u32, u64)],
     t0: Instant,
     period: Duration,
-    stop: &AtomicBool,
+    stop: &StopSignal,
+    mut on_round: Option<OnRound>,
 ) -> Samples {
     let mut out = Samples {
         devices: devices
@@ -272,25 +326,34 @@ fn memory_loop(
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new("memory", period);
     let mut next = Instant::now();
+    let mut used: Vec<u64> = Vec::with_capacity(devices.len());
     loop {
         // One more round after stop: the series ends with the state at the end of the run
         // (a device lost in the last moments shows as a gap, not as nothing).
-        let last = stop.load(Ordering::SeqCst);
-        gaps.round(ms_since(t0));
+        let last = stop.is_set();
+        let t_round = ms_since(t0);
+        gaps.round(t_round);
+        used.clear();
+        let mut complete = true;
         for series in out.devices.iter_mut() {
             match monitor.memory(series.device) {
                 Ok(m) => {
                     let t = ms_since(t0);
                     series.samples.push((t, m.used));
                     gaps.ok(series.device, t);
+                    used.push(m.used);
                 }
                 Err(e) => {
                     out.errors += 1;
+                    complete = false;
                     gaps.failed(series.device, ms_since(t0), &e.to_string());
                 }
             }
         }
         out.rounds += 1;
+        if let (Some(f), true) = (on_round.as_mut(), complete) {
+            f(t_round, &used);
+        }
         if last {
             break;
         }
@@ -312,7 +375,7 @@ fn process_loop(
     devices: &[u32],
     t0: Instant,
     period: Duration,
-    stop: &AtomicBool,
+    stop: &StopSignal,
 ) -> ProcessOut {
     let period = period.max(Duration::from_millis(1));
     let mut out = ProcessOut {
@@ -323,7 +386,7 @@ fn process_loop(
     };
     let mut gaps = Gaps::new("processes", period);
     let mut next = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_set() {
         gaps.round(ms_since(t0));
         for d in devices {
             match monitor.processes(*d) {
@@ -356,6 +419,76 @@ mod tests {
     use crate::gpu::sim::{SimDriver, SimMonitor};
     use crate::gpu::Driver;
     use crate::sim::{InitOptions, SimBox, SimProcess};
+
+    #[test]
+    fn the_stop_signal_wakes_a_sleeper_before_its_deadline() {
+        let stop = Arc::new(StopSignal::default());
+        assert!(
+            !stop.wait_until(Instant::now()),
+            "a passed deadline returns"
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let sleeper = std::thread::spawn(move || {
+            let woken = s2.wait_until(Instant::now() + Duration::from_secs(3600));
+            let _ = tx.send(woken);
+        });
+        stop.set();
+        // An hour-long sleep ended by `set`: the thread says it was stopped, not timed out.
+        assert!(rx.recv().unwrap());
+        sleeper.join().unwrap();
+        assert!(stop.wait_until(Instant::now() + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn stop_ends_a_sampler_with_an_hour_long_period_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "1x16GiB", &InitOptions::default()).unwrap();
+        let s = Sampler::start(
+            Box::new(SimMonitor::new(sim)),
+            vec![(0, 16 << 30)],
+            Instant::now(),
+            SamplerConfig {
+                period: Duration::from_secs(3600),
+                process_period: Some(Duration::from_secs(3600)),
+            },
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let got = s.stop();
+        // The first round, then the closing round taken at stop (not an hour later).
+        assert_eq!(got.rounds, 2);
+        assert_eq!(got.process_rounds, 1);
+        assert_eq!(got.devices[0].samples.len(), 2);
+    }
+
+    #[test]
+    fn on_round_sees_every_complete_round_as_it_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
+        type Rounds = Vec<(f64, Vec<u64>)>;
+        let seen: Arc<Mutex<Rounds>> = Arc::default();
+        let sink = seen.clone();
+        let s = Sampler::start_with(
+            Box::new(SimMonitor::new(sim)),
+            vec![(0, 16 << 30), (1, 16 << 30)],
+            vec![],
+            Instant::now(),
+            SamplerConfig {
+                period: Duration::from_millis(2),
+                process_period: None,
+            },
+            Some(Box::new(move |t, used: &[u64]| {
+                sink.lock().unwrap().push((t, used.to_vec()))
+            })),
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        let got = s.stop();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len() as u64, got.rounds);
+        assert!(seen.iter().all(|(_, u)| u.len() == 2));
+        assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0));
+        assert_eq!(got.devices[0].samples.len(), seen.len());
+    }
 
     #[test]
     fn samples_every_device_and_sees_a_pulse() {

@@ -521,3 +521,271 @@ fn memory_kept_by_a_stuck_driver_after_the_job_is_held_after_exit() {
     assert_eq!(r["run"]["exit"]["code"], 0);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
+
+/// `vramdoc run --junit DIR/junit.xml --out DIR/run.html --out DIR/run.json [extra] -- cmd…`
+/// with `GITHUB_STEP_SUMMARY` set to DIR/summary.md. Returns the output, the JUnit XML, the
+/// job summary and the report.
+fn run_ci(dir: &Path, extra: &[&str], cmd: &[&str]) -> (Output, String, String, Value) {
+    let o = vramdoc()
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .env("GITHUB_STEP_SUMMARY", dir.join("summary.md"))
+        .args(["--sim", "2x16GiB", "run", "--process-period", "100ms"])
+        .arg("--junit")
+        .arg(dir.join("junit.xml"))
+        .arg("--out")
+        .arg(dir.join("run.html"))
+        .arg("--out")
+        .arg(dir.join("run.json"))
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run vramdoc");
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap_or_default();
+    let report = serde_json::from_str(&read("run.json")).unwrap_or(Value::Null);
+    (o, read("junit.xml"), read("summary.md"), report)
+}
+
+/// The single `<testcase>` of a `vramdoc run` JUnit document: (name, failure message,
+/// failure text), the failure parts `None` when it passed.
+fn junit_case(xml: &str) -> (String, Option<String>, Option<String>) {
+    let doc = roxmltree::Document::parse(xml).expect("well-formed JUnit XML");
+    let cases: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 1, "one test case per run: {xml}");
+    let c = cases[0];
+    assert_eq!(c.attribute("classname"), Some("vramdoc.run"));
+    let failure = c.children().find(|n| n.has_tag_name("failure"));
+    (
+        c.attribute("name").unwrap_or_default().to_string(),
+        failure.and_then(|f| f.attribute("message").map(str::to_string)),
+        failure.and_then(|f| f.text().map(str::to_string)),
+    )
+}
+
+#[test]
+fn junit_and_job_summary_for_a_failed_command_and_for_a_passing_one() {
+    // The command fails: a failure naming its status, with the evidence and the HTML report.
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, xml, summary, r) = run_ci(
+        tmp.path(),
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo 'CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 3",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let (name, message, text) = junit_case(&xml);
+    assert!(name.starts_with("sh -c"), "{name}");
+    assert_eq!(message.as_deref(), Some("the command exited 3"), "{xml}");
+    let text = text.unwrap_or_default();
+    assert!(text.contains("cuda-oom"), "{text}");
+    assert!(text.contains("run.html"), "{text}");
+    // The job summary is the run's Markdown report, appended.
+    assert!(summary.contains("## vramdoc run report"), "{summary}");
+    assert_eq!(r["run"]["exit"]["code"], 3);
+
+    // A clean command and no --fail-on: the case passes; a summary already there is kept.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("summary.md"), "# earlier step\n").unwrap();
+    let (o, xml, summary, _) = run_ci(tmp.path(), &[], &["true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (name, message, _) = junit_case(&xml);
+    assert_eq!(name, "true");
+    assert_eq!(message, None, "{xml}");
+    assert!(
+        summary.starts_with("# earlier step\n## vramdoc run report"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn junit_fails_the_case_when_findings_reach_fail_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = python_job(&["ctx:0", "ctx:1", "alloc:4096", "sleep:600"]);
+    let (o, xml, _, r) = run_ci(tmp.path(), &["--fail-on", "warn"], &refs(&job));
+    assert!(
+        finding_ids(&r).contains(&"stray-context".to_string()),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (_, message, text) = junit_case(&xml);
+    let message = message.expect("a failure");
+    assert!(message.contains("--fail-on warn"), "{message}");
+    assert!(message.contains("stray-context"), "{message}");
+    assert!(text.unwrap_or_default().contains("stray-context"));
+}
+
+#[test]
+fn an_existing_junit_file_is_refused_before_the_command_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("junit.xml");
+    std::fs::write(&junit, "keep").unwrap();
+    let witness = tmp.path().join("ran");
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--junit"])
+        .arg(&junit)
+        .args(["--", "touch"])
+        .arg(&witness)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert!(!witness.exists());
+    assert_eq!(std::fs::read_to_string(&junit).unwrap(), "keep");
+}
+
+#[test]
+fn long_periods_are_accepted_up_to_a_minute() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run.json");
+    let o = vramdoc()
+        .args([
+            "--sim",
+            "1x16GiB",
+            "run",
+            "--period",
+            "60s",
+            "--process-period",
+            "60s",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r["run"]["period_us"], 60_000_000);
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--period", "61s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("60s"), "{}", stderr(&o));
+}
+
+#[test]
+fn every_memory_sample_is_streamed_as_it_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let s = samples.display().to_string();
+    let job = python_job(&["ctx:1", "alloc:1024", "sleep:300", "free", "sleep:200"]);
+    let (o, r) = run_job(tmp.path(), &["--samples", &s], &refs(&job));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&samples).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["type"], "end");
+    let memory: Vec<&Value> = lines.iter().filter(|l| l["type"] == "memory").collect();
+    // The report's series of GPU 1 is the sampler's rounds plus the tracker's and markers'
+    // readings; the stream has a line for each of them (no query failed on this box) up to
+    // its `end` line (rounds after it are in the report only).
+    let series = r["run"]["timeline"]["devices"][1]["samples"]
+        .as_array()
+        .unwrap();
+    assert!(series.len() > 20, "{} samples at 20ms", series.len());
+    let end = lines.last().unwrap()["t_ms"].as_f64().unwrap();
+    let before = |t: f64| series.iter().filter(|s| s[0].as_f64().unwrap() < t).count();
+    assert!(memory.len() <= series.len());
+    assert!(
+        memory.len() >= before(end - 100.0),
+        "{} lines, {} samples before the end",
+        memory.len(),
+        before(end - 100.0)
+    );
+    let mut streamed: Vec<(f64, u64)> = memory
+        .iter()
+        .map(|m| (m["t_ms"].as_f64().unwrap(), m["used"][1].as_u64().unwrap()))
+        .collect();
+    streamed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The 1 GiB allocation shows in the stream, as in the report.
+    assert!(streamed.iter().any(|(_, u)| *u >= GIB), "{streamed:?}");
+    // Every line is whole JSON, in time order within the sampler's own lines.
+    assert!(streamed.windows(2).all(|w| w[0].0 <= w[1].0));
+}
+
+#[test]
+fn the_summary_escapes_control_characters_from_paths_and_error_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out\x1b]0;pwned\x07");
+    std::fs::create_dir(&dir).unwrap();
+    let o = vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--out"])
+        .arg(dir.join("run.json"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf 'CUDA out of memory. Tried to allocate 2.00 GiB \\033[2J\\n' >&2; exit 1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    // The command's own stderr passes through untouched; vramdoc's summary after it is safe.
+    let summary = &err[err.find("\nvramdoc: `").expect("a summary")..];
+    assert!(!summary.contains('\x1b'), "{summary:?}");
+    assert!(!summary.contains('\x07'), "{summary:?}");
+    assert!(summary.contains("report: "), "{summary}");
+}
+
+#[test]
+fn a_job_in_its_own_pid_namespace_is_attributed_to_the_tree_through_host_pids() {
+    let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let usable = std::process::Command::new(wrap[0])
+        .args(&wrap[1..])
+        .arg("true")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !usable {
+        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not available here");
+        return;
+    }
+    // A shared box made by `sim init`: its broker hands out host PIDs, as the real driver
+    // (which has no PID-namespace support) reports them.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    let o = vramdoc()
+        .args(["sim", "init", "1x16GiB", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "sim init: {}", stderr(&o));
+    let out = tmp.path().join("run.json");
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", &dir)
+        .args(["run", "--process-period", "100ms", "--out"])
+        .arg(&out)
+        .arg("--")
+        .args(wrap)
+        .arg(env!("CARGO_BIN_EXE_vramdoc"))
+        .args(["sim", "hold", "--size", "1GiB", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let procs = r["run"]["processes"].as_array().unwrap();
+    // The holder is PID 1 of its namespace; NVML listed it under its host PID, which the
+    // recorder found in the tree (NSpid has both levels).
+    let holder = procs
+        .iter()
+        .find(|p| p["nspid"].as_array().is_some_and(|n| n.len() == 2))
+        .unwrap_or_else(|| panic!("no namespaced process in the tree: {procs:?}"));
+    assert_eq!(holder["nspid"][1], 1, "{holder}");
+    assert_eq!(holder["nspid"][0], holder["pid"], "{holder}");
+    assert!(
+        holder["devices"][0]["peak"].as_u64().unwrap_or(0) >= GIB,
+        "{holder}"
+    );
+    assert!(r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap() >= GIB);
+    let unshare = procs.iter().find(|p| p["name"] == "unshare").unwrap();
+    assert_eq!(holder["ppid"], unshare["pid"]);
+}

@@ -348,12 +348,18 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // Everything that can be checked is checked before the command starts.
     let period = crate::cli::parse_duration(&args.period)?;
     let process_period = crate::cli::parse_duration(&args.process_period)?;
-    if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&period)
-        || !(Duration::from_millis(10)..=Duration::from_secs(10)).contains(&process_period)
+    // The sampler sleeps on a signal `stop` wakes, so a long period never delays the end.
+    if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&period)
+        || !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&process_period)
     {
-        anyhow::bail!("--period must be between 1ms and 1s, --process-period between 10ms and 10s");
+        anyhow::bail!(
+            "--period must be between 1ms and 60s, --process-period between 10ms and 60s"
+        );
     }
     crate::report::write::check_outputs(&args.out, args.force)?;
+    if let Some(j) = &args.junit {
+        crate::report::write::check_output_file(j, args.force)?;
+    }
     let Some(program) = args.command.first() else {
         anyhow::bail!("no command given: write `vramdoc run -- CMD ARGS…`");
     };
@@ -381,6 +387,12 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    // run ends cleanly on a signal itself (it forwards it and writes its report), as
+    // replay and serve do: the shared handler must not exit. Its own sigaction then takes
+    // over SIGINT/SIGTERM/SIGHUP because it needs `si_code` (a terminal's Ctrl-C, already
+    // delivered to the command's process group, vs a `kill` to forward), which the shared
+    // handler does not see.
+    super::handle_interrupts_gracefully();
     install_signal_handlers();
 
     let header = StreamLine::Header {
@@ -570,19 +582,123 @@ fn finish(report: &Report, args: &RunArgs, status: i32) -> Result<i32> {
     let Some(run) = report.run.as_ref() else {
         return Ok(RUN_FAILED);
     };
+    // Command lines, error lines and paths come from the job: made terminal-safe.
+    let text = crate::term::clean_text(&summary(run, &args.out));
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(summary(run, &args.out).as_bytes());
+    let _ = err.write_all(text.as_bytes());
     let _ = err.flush();
     drop(err);
     crate::report::write::write_reports(report, &args.out, args.force)?;
+    write_ci_outputs(report, run, args)?;
     if args.json {
         let bytes = render(report, Format::Json)?;
-        let mut out = std::io::stdout().lock();
-        out.write_all(&bytes)
-            .context("writing to standard output")?;
-        out.flush().context("writing to standard output")?;
+        // A closed pipe ends quietly; another write error is reported (crate::term).
+        crate::term::write_stdout(&bytes)?;
     }
     Ok(exit_status(status, &run.findings, args.fail_on))
+}
+
+/// The `--out` path with one of `exts`, for pointers from CI outputs to the full report.
+fn out_with_ext(out: &[PathBuf], exts: &[&str]) -> Option<String> {
+    out.iter()
+        .find(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+        })
+        .map(|p| p.display().to_string())
+}
+
+/// Why the run is a failed test case: the command's status, else the findings at or above
+/// `--fail-on`; `None` when it passed. `(message, evidence)`. Pure.
+pub fn junit_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(String, String)> {
+    use crate::report::text::{clean, severity_word};
+    let mut evidence = String::new();
+    for e in &run.errors {
+        let line: String = clean(&e.line).chars().take(300).collect();
+        evidence.push_str(&format!("{} at {:.0} ms: {line}\n", e.kind, e.t_ms));
+    }
+    let over: Vec<&Finding> = run
+        .findings
+        .iter()
+        .filter(|f| fail_on.is_some_and(|l| f.severity >= l))
+        .collect();
+    for f in &run.findings {
+        evidence.push_str(&format!(
+            "{} {}: {}\n",
+            severity_word(f.severity),
+            f.id,
+            clean(&f.title)
+        ));
+        for ev in &f.evidence {
+            evidence.push_str(&format!("  {}: {}\n", clean(&ev.label), clean(&ev.value)));
+        }
+        if !f.fix.is_empty() {
+            evidence.push_str(&format!("  fix: {}\n", clean(&f.fix)));
+        }
+    }
+    if !run.stderr_tail.is_empty() {
+        evidence.push_str("stderr (last lines, redacted):\n");
+        for l in &run.stderr_tail {
+            evidence.push_str(&format!("  {}\n", clean(l)));
+        }
+    }
+    let message = if run.exit.status != 0 {
+        match (&run.exit.signal_name, run.exit.code) {
+            (Some(sig), _) => format!("the command was killed by {sig}"),
+            (None, Some(c)) => format!("the command exited {c}"),
+            _ => format!("the command ended with status {}", run.exit.status),
+        }
+    } else if let (Some(level), false) = (fail_on, over.is_empty()) {
+        let ids: Vec<&str> = over.iter().map(|f| f.id.as_str()).collect();
+        format!(
+            "finding{} at or above --fail-on {}: {}",
+            if ids.len() == 1 { "" } else { "s" },
+            severity_word(level).to_ascii_lowercase(),
+            ids.join(", ")
+        )
+    } else {
+        return None;
+    };
+    Some((message, evidence))
+}
+
+/// `--junit FILE` (one test case for the run), and the GitHub job summary when
+/// `GITHUB_STEP_SUMMARY` is set.
+fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<()> {
+    let html = out_with_ext(&args.out, &["html", "htm"]);
+    if let Some(path) = &args.junit {
+        let name: String = crate::report::text::clean(&run.command.join(" "))
+            .chars()
+            .take(200)
+            .collect();
+        let case = crate::report::junit::run_case(
+            &name,
+            junit_failure(run, args.fail_on),
+            Duration::from_millis(run.duration_ms),
+            html.as_deref(),
+        );
+        let xml = crate::report::junit::render_cases("vramdoc.run", std::slice::from_ref(&case))?;
+        crate::report::write::write_atomic(path, xml.as_bytes(), args.force)
+            .with_context(|| "writing the JUnit report")?;
+    }
+    let env = crate::report::step_summary::STEP_SUMMARY_ENV;
+    if let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) {
+        let full = html.or_else(|| out_with_ext(&args.out, &["md", "markdown", "json"]));
+        let md = crate::report::markdown::render(report);
+        let path = PathBuf::from(path);
+        // The job summary is a courtesy: failing to write it never changes the status.
+        match crate::report::write::append_step_summary(&path, &md, full.as_deref()) {
+            Ok(true) => {}
+            Ok(false) => crate::term::eprint_line(&format!(
+                "vramdoc run: {env} is full (1 MiB); summary not appended"
+            )),
+            Err(e) => {
+                crate::term::eprint_line(&format!("vramdoc run: job summary not written: {e}"))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The command's status, with `--fail-on` turning a 0 into 1.

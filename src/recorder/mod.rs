@@ -2,9 +2,10 @@
 //! period) plus a tracker thread (per-process lists, the job's process tree through
 //! [`tree`], one memory reading per round) plus the event and marker stream. Every marker
 //! and every step boundary also takes a memory reading, so a chart shows each step even
-//! when it lasts less than one period. With a sink, every reading, process, marker and
-//! error is streamed as one JSON line as it is taken (flushed), so the record survives a
-//! crash of the job or of vramdoc.
+//! when it lasts less than one period. With a sink, every reading (each sampler round
+//! included), process, marker and error is streamed as one JSON line as it is taken, through
+//! a buffer flushed at every line that is not a sampler round and at least every
+//! [`FLUSH_EVERY`], so a crash of the job or of vramdoc loses at most that much.
 
 pub mod stderr;
 pub mod tree;
@@ -19,6 +20,9 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tree::{ProcessTree, TreeChange, TreeProcess};
+
+/// Longest time a streamed sampler round waits in the buffer before it reaches the file.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Version of the JSONL sample stream (the `header` line's `version`).
 pub const STREAM_VERSION: u32 = 1;
@@ -113,30 +117,95 @@ impl RecorderConfig {
     }
 }
 
+/// The JSONL stream: a buffered writer shared by the tracker, the markers and the
+/// sampler's memory thread (which takes this lock alone, never [`Shared`]'s, so a slow
+/// process-list round never delays a memory sample).
+struct Sink {
+    out: std::io::BufWriter<Box<dyn Write + Send>>,
+    /// A write failed, or the `end` line was written: nothing more is written.
+    failed: bool,
+    last_flush: Instant,
+    /// One line, serialised whole before it enters the buffer (so the file only ever ends
+    /// between lines, whatever the buffer does).
+    line: Vec<u8>,
+}
+
+/// A sampler round as a `memory` line, without copying the readings.
+#[derive(Serialize)]
+struct MemoryLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    t_ms: f64,
+    used: &'a [u64],
+}
+
+impl Sink {
+    fn new(out: Box<dyn Write + Send>) -> Sink {
+        Sink {
+            out: std::io::BufWriter::with_capacity(64 * 1024, out),
+            failed: false,
+            last_flush: Instant::now(),
+            line: Vec::with_capacity(256),
+        }
+    }
+
+    fn write<T: Serialize>(&mut self, line: &T, flush: bool) {
+        if self.failed {
+            return;
+        }
+        self.line.clear();
+        let mut ok = serde_json::to_writer(&mut self.line, line).is_ok();
+        self.line.push(b'\n');
+        ok = ok && self.out.write_all(&self.line).is_ok();
+        if ok && flush {
+            ok = self.out.flush().is_ok();
+            self.last_flush = Instant::now();
+        }
+        if !ok {
+            // A full disk must not stop the job or the recording in memory.
+            self.failed = true;
+        }
+    }
+
+    /// A sampler round; flushed when the next round (one `period` away) would come later
+    /// than [`FLUSH_EVERY`] after the last flush.
+    fn round(&mut self, t_ms: f64, used: &[u64], period: Duration) {
+        let flush = self.last_flush.elapsed() + period >= FLUSH_EVERY;
+        self.write(
+            &MemoryLine {
+                kind: "memory",
+                t_ms,
+                used,
+            },
+            flush,
+        );
+    }
+}
+
+fn lock_sink(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Shared {
     markers: Vec<Marker>,
     /// Readings besides the sampler's: marker and step boundaries, tracker rounds.
     points: Vec<(f64, Vec<u64>)>,
     processes: Vec<ProcessSample>,
     tree: Option<ProcessTree>,
-    sink: Option<Box<dyn Write + Send>>,
-    sink_failed: bool,
+    sink: Option<Arc<Mutex<Sink>>>,
     monitor: Option<Box<dyn Monitor>>,
     errors: u64,
 }
 
 impl Shared {
+    /// Stream a line and flush (with it, any sampler rounds still in the buffer).
     fn stream(&mut self, line: &StreamLine) {
-        if self.sink_failed {
-            return;
-        }
-        if let Some(s) = self.sink.as_mut() {
-            let ok = serde_json::to_writer(&mut *s, line).is_ok()
-                && s.write_all(b"\n").is_ok()
-                && s.flush().is_ok();
-            if !ok {
-                // A full disk must not stop the job or the recording in memory.
-                self.sink_failed = true;
+        if let Some(s) = self.sink.as_ref() {
+            let mut sink = lock_sink(s);
+            sink.write(line, true);
+            // `end` is the last line: sampler rounds still to come are not streamed.
+            if matches!(line, StreamLine::End { .. }) {
+                sink.failed = true;
             }
         }
     }
@@ -269,7 +338,26 @@ impl Recorder {
             .process_devices
             .clone()
             .unwrap_or_else(|| indices.clone());
-        let sampler = Sampler::start_for(
+        let sink = cfg.sink.map(|out| Arc::new(Mutex::new(Sink::new(out))));
+        let shared = Arc::new(Mutex::new(Shared {
+            markers: Vec::new(),
+            points: Vec::new(),
+            processes: Vec::new(),
+            tree: cfg.tree_root.map(|r| ProcessTree::new(r, false)),
+            sink: sink.clone(),
+            monitor,
+            errors: 0,
+        }));
+        // The header first, before any thread can write.
+        if let Some(h) = &cfg.header {
+            lock(&shared).stream(h);
+        }
+        let period = cfg.sampler.period;
+        let on_round = sink.map(|sink| {
+            Box::new(move |t: f64, used: &[u64]| lock_sink(&sink).round(t, used, period))
+                as crate::sampler::OnRound
+        });
+        let sampler = Sampler::start_with(
             sampler_monitor,
             indices
                 .iter()
@@ -279,20 +367,8 @@ impl Recorder {
             process_devices,
             t0,
             cfg.sampler,
+            on_round,
         );
-        let shared = Arc::new(Mutex::new(Shared {
-            markers: Vec::new(),
-            points: Vec::new(),
-            processes: Vec::new(),
-            tree: cfg.tree_root.map(|r| ProcessTree::new(r, false)),
-            sink: cfg.sink,
-            sink_failed: false,
-            monitor,
-            errors: 0,
-        }));
-        if let Some(h) = &cfg.header {
-            lock(&shared).stream(h);
-        }
         let stop = Arc::new(AtomicBool::new(false));
         let (wake_tx, wake_rx) = mpsc::channel::<()>();
         let tracker = cfg.track_period.and_then(|period| {
@@ -388,6 +464,12 @@ impl Recorder {
         let samples = self.sampler.take().map(Sampler::stop).unwrap_or_default();
         let t_end = self.t_ms();
         let mut s = lock(&self.shared);
+        if let Some(sink) = s.sink.as_ref() {
+            let mut sink = lock_sink(sink);
+            if !sink.failed {
+                let _ = sink.out.flush();
+            }
+        }
         let mut devices: Vec<DeviceSeries> = if samples.devices.len() == self.devices.len() {
             samples.devices
         } else {

@@ -114,36 +114,7 @@ pub fn check_outputs(paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
     let mut seen: Vec<PathBuf> = Vec::new();
     for path in paths {
         format_for_path(path)?;
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let io = |source| WriteError::Io {
-            path: path.clone(),
-            source,
-        };
-        let meta = std::fs::metadata(dir).map_err(|e| {
-            WriteError::Render(format!(
-                "{}: the directory {} {} (create it first)",
-                path.display(),
-                dir.display(),
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    "does not exist".to_string()
-                } else {
-                    format!("cannot be used: {e}")
-                }
-            ))
-        })?;
-        if !meta.is_dir() {
-            return Err(WriteError::Render(format!(
-                "{}: {} is not a directory",
-                path.display(),
-                dir.display()
-            )));
-        }
-        let canonical = std::fs::canonicalize(dir)
-            .map_err(io)?
-            .join(path.file_name().unwrap_or_default());
+        let canonical = check_output_file(path, force)?;
         if seen.contains(&canonical) {
             return Err(WriteError::Render(format!(
                 "{}: given twice to --out",
@@ -151,22 +122,61 @@ pub fn check_outputs(paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
             )));
         }
         seen.push(canonical);
-        if path.is_dir() {
-            return Err(WriteError::Render(format!(
-                "{}: is a directory; name a report file",
-                path.display()
-            )));
-        }
-        if path.exists() && !force {
-            return Err(WriteError::Exists { path: path.clone() });
-        }
-        // Writable? The same kind of temp file the real write makes.
-        tempfile::Builder::new()
-            .prefix(".vramdoc-")
-            .tempfile_in(dir)
-            .map_err(io)?;
     }
     Ok(())
+}
+
+/// The checks of [`check_outputs`] for one file of any format (a `--junit` file): its
+/// directory exists and can be written, it is not a directory, it does not exist (unless
+/// `force`). Returns its canonical path.
+pub fn check_output_file(path: &Path, force: bool) -> Result<PathBuf, WriteError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let io = |source| WriteError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        WriteError::Render(format!(
+            "{}: the directory {} {} (create it first)",
+            path.display(),
+            dir.display(),
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "does not exist".to_string()
+            } else {
+                format!("cannot be used: {e}")
+            }
+        ))
+    })?;
+    if !meta.is_dir() {
+        return Err(WriteError::Render(format!(
+            "{}: {} is not a directory",
+            path.display(),
+            dir.display()
+        )));
+    }
+    let canonical = std::fs::canonicalize(dir)
+        .map_err(io)?
+        .join(path.file_name().unwrap_or_default());
+    if path.is_dir() {
+        return Err(WriteError::Render(format!(
+            "{}: is a directory; name a report file",
+            path.display()
+        )));
+    }
+    if path.exists() && !force {
+        return Err(WriteError::Exists {
+            path: path.to_path_buf(),
+        });
+    }
+    // Writable? The same kind of temp file the real write makes.
+    tempfile::Builder::new()
+        .prefix(".vramdoc-")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    Ok(canonical)
 }
 
 /// Write `report` to every path, each in the format its extension names.
