@@ -4,7 +4,7 @@
 mod common;
 
 use common::hold::Holder;
-use common::{fresh_box, json_ok, on_box, vramdoc};
+use common::{assert_ok, fresh_box, json_ok, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -401,23 +401,13 @@ fn planted_secrets_reach_no_output() {
     assert_no_secret("--out file", &std::fs::read(&file).unwrap());
     // Markdown on stdout, and Markdown and HTML files.
     let out = run(scan_cmd(b.path(), &["--markdown"]));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     assert_no_secret("markdown", &out.stdout);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&h.pid.to_string()));
     for name in ["scan.md", "scan.html"] {
         let f = out_dir.path().join(name);
         let out = run(scan_cmd(b.path(), &["--out", f.to_str().unwrap()]));
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out, "scan");
         let bytes = std::fs::read(&f).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains(&h.pid.to_string()));
         assert_no_secret(name, &bytes);
@@ -430,12 +420,7 @@ fn out_file_is_the_json_report_and_is_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.json");
     let out = run(scan_cmd(b.path(), &["--out", file.to_str().unwrap()]));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(v["kind"], "scan");
     assert_eq!(v["scan"]["devices"][0]["memory"]["total"], 16 * GIB);
@@ -661,12 +646,7 @@ fn scan_report_round_trip_and_schema() {
         c.arg(&json).arg("--out").arg(&md).arg("--out").arg(&html);
         c
     });
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     let text = std::fs::read_to_string(&json).unwrap();
     common::reports::assert_valid_report_json(&text);
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -707,12 +687,7 @@ fn non_utf8_argument_does_not_panic() {
         c.arg(&file);
         c
     });
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert!(v["command"]
         .as_array()

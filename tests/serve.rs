@@ -7,7 +7,7 @@
 mod common;
 
 use common::hold::{wait_for, Holder};
-use common::{fresh_box, vramdoc};
+use common::{assert_ok, fresh_box, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -26,10 +26,8 @@ struct Serve {
 impl Serve {
     /// `vramdoc GLOBAL serve --listen 127.0.0.1:0 --interval 200ms EXTRA`.
     fn start(dir: &Path, extra_env: &[(&str, &Path)], global: &[&str], extra: &[&str]) -> Serve {
-        let mut cmd = vramdoc();
-        cmd.env("VRAMDOC_SIM_DIR", dir)
-            .env("VRAMDOC_PIDNS", "host")
-            .args(global)
+        let mut cmd = on_box(dir);
+        cmd.args(global)
             .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
             .args(extra)
             .stdout(Stdio::null())
@@ -502,19 +500,12 @@ fn scan_prom_writes_the_exporters_metrics() {
     let out = tempfile::tempdir().unwrap();
     let file = out.path().join("vramdoc.prom");
     for _ in 0..2 {
-        let o = vramdoc()
-            .env("VRAMDOC_SIM_DIR", dir.path())
-            .env("VRAMDOC_PIDNS", "host")
+        let o = on_box(dir.path())
             .args(["scan", "--per-process", "--prom"])
             .arg(&file)
             .output()
             .unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert_ok(&o, "scan");
     }
     let text = std::fs::read_to_string(&file).unwrap();
     let (ok, msg) = promtool_check_metrics(&text);

@@ -76,11 +76,16 @@ pub fn on_box(dir: &Path) -> Command {
 /// The JSON a command printed, after checking it exited 0 (its stderr, after `what`, when
 /// it did not).
 pub fn json_ok(out: &std::process::Output, what: &str) -> serde_json::Value {
+    assert_ok(out, what);
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+/// Check a command exited 0; its stderr, after `what`, when it did not.
+pub fn assert_ok(out: &std::process::Output, what: &str) {
     assert_eq!(
         out.status.code(),
         Some(0),
         "{what}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
 }
