@@ -536,23 +536,12 @@ fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), Char
     if !run.errors.is_empty() {
         let _ = writeln!(o, "<h2>Errors in the command's output</h2>\n<ul>");
         for e in &run.errors {
-            let mut facts = Vec::new();
-            if let Some(d) = e.device {
-                facts.push(format!("GPU {d}"));
-            }
-            if let Some(b) = e.requested {
-                facts.push(format!("asked for {}", format_bytes(b)));
-            }
             let _ = writeln!(
                 o,
                 "<li>{} at {}{}: {}</li>",
                 code(&e.kind),
                 esc(&text::format_ms(e.t_ms)),
-                if facts.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", facts.join(", "))
-                },
+                text::error_facts(e),
                 code(&e.line)
             );
         }

@@ -593,18 +593,7 @@ fn run_report(out: &mut String, run: &crate::report::RunResult) {
     if !run.errors.is_empty() {
         let _ = writeln!(out, "### Errors in the command's output\n");
         for e in &run.errors {
-            let mut facts = Vec::new();
-            if let Some(d) = e.device {
-                facts.push(format!("GPU {d}"));
-            }
-            if let Some(b) = e.requested {
-                facts.push(format!("asked for {}", format_bytes(b)));
-            }
-            let facts = if facts.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", facts.join(", "))
-            };
+            let facts = text::error_facts(e);
             let _ = writeln!(
                 out,
                 "- {} at {}{facts}: {}",

@@ -457,6 +457,23 @@ pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
     numbered(ms)
 }
 
+/// What an error line of a job's output says beyond its text: ` (GPU 0, asked for 2.00 GiB)`,
+/// or empty when it names neither.
+pub fn error_facts(e: &super::model::RunError) -> String {
+    let mut facts = Vec::new();
+    if let Some(d) = e.device {
+        facts.push(format!("GPU {d}"));
+    }
+    if let Some(b) = e.requested {
+        facts.push(format!("asked for {}", format_bytes(b)));
+    }
+    if facts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", facts.join(", "))
+    }
+}
+
 /// A job process's peak on each GPU it used: `GPU 0: 1.00 GiB`, `n/a` where unknown.
 pub fn peaks_per_gpu(p: &super::RunProcess) -> Vec<String> {
     p.devices
@@ -517,6 +534,22 @@ pub fn gap_lines(run: &VariantRun) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_facts_name_the_gpu_and_the_request_when_known() {
+        let mut e = super::super::model::RunError {
+            t_ms: 1.0,
+            kind: "cuda-oom".into(),
+            device: Some(1),
+            requested: Some(2 << 30),
+            line: "x".into(),
+        };
+        assert_eq!(error_facts(&e), " (GPU 1, asked for 2.00 GiB)");
+        e.device = None;
+        assert_eq!(error_facts(&e), " (asked for 2.00 GiB)");
+        e.requested = None;
+        assert_eq!(error_facts(&e), "");
+    }
 
     #[test]
     fn dates() {
