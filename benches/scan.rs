@@ -3,77 +3,20 @@
 //! process-list query). Prints wall time and the NVML calls made by kind, and asserts the
 //! once-per-device rule. Run: `cargo bench --bench scan`.
 
-use std::process::{Child, Command};
+mod common;
+
 use std::time::{Duration, Instant};
 use vramdoc::gpu::{sim::SimMonitor, Monitor};
 use vramdoc::inventory::{self, PidNamespace};
-use vramdoc::sim::{procinfo, DeviceUsage, Faults, InitOptions, ProcessEntry, SimBox};
-use vramdoc::units::{format_bytes, MIB};
+use vramdoc::units::format_bytes;
 
 const DEVICES: u32 = 8;
 const PROCESSES: usize = 32;
 const ITERATIONS: usize = 10;
 
-struct Sleepers(Vec<Child>);
-
-impl Drop for Sleepers {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 fn main() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = format!("{DEVICES}xh100");
-    let sim = SimBox::create(dir.path(), &spec, &InitOptions::default()).expect("create box");
-    sim.set_faults(&Faults {
-        nvml_memory_latency_us: 12,
-        nvml_process_latency_us: 4500,
-        ..Faults::default()
-    })
-    .expect("set faults");
-
-    // 32 live PIDs: this process and 31 `sleep`s, each with a context on every device and
-    // an allocation of a different size.
-    let sleepers = Sleepers(
-        (1..PROCESSES)
-            .map(|_| {
-                Command::new("sleep")
-                    .arg("600")
-                    .spawn()
-                    .expect("spawn sleep")
-            })
-            .collect(),
-    );
-    let mut pids = vec![std::process::id()];
-    pids.extend(sleepers.0.iter().map(|c| c.id()));
-    let overhead = sim.devices()[0].context_overhead;
-    sim.update(|st, _| {
-        for (i, pid) in pids.iter().enumerate() {
-            let entry = ProcessEntry {
-                start_time: procinfo::start_time(*pid).unwrap_or(0),
-                name: format!("bench-{i}"),
-                devices: (0..DEVICES)
-                    .map(|d| {
-                        let usage = DeviceUsage {
-                            contexts: 1,
-                            context_bytes: overhead,
-                            allocations: 1,
-                            alloc_bytes: (2 + ((i as u64 + d as u64) % 5) * 2) * 64 * MIB,
-                        };
-                        (d, usage)
-                    })
-                    .collect(),
-                ..Default::default()
-            };
-            st.processes.insert(*pid, entry);
-        }
-        Ok(())
-    })
-    .expect("stage processes");
+    let staged = common::stage_box(DEVICES, PROCESSES);
+    let (spec, sim) = (&staged.spec, &staged.sim);
 
     let pidns = PidNamespace {
         host: true,
@@ -145,5 +88,5 @@ fn main() {
         format_bytes(used0)
     );
     println!("  once-per-device rule: ok");
-    drop(sleepers);
+    drop(staged);
 }

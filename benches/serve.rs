@@ -5,33 +5,21 @@
 //! loopback HTTP while the collector runs back to back, for kept-alive and fresh
 //! connections. Goal: p99 <= 5 ms. Run: `cargo bench --bench serve`.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vramdoc::exporter::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
 use vramdoc::gpu::{sim::SimMonitor, Monitor};
 use vramdoc::inventory::PidNamespace;
 use vramdoc::report::prom::PromOptions;
-use vramdoc::sim::{procinfo, DeviceUsage, Faults, InitOptions, ProcessEntry, SimBox};
-use vramdoc::units::MIB;
 
 const DEVICES: u32 = 8;
 const PROCESSES: usize = 32;
 const COLLECTIONS: usize = 10;
 const SCRAPES: usize = 2000;
-
-struct Sleepers(Vec<Child>);
-
-impl Drop for Sleepers {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// CPU time of the calling thread.
 fn thread_cpu() -> Duration {
@@ -108,51 +96,8 @@ fn scrape_latencies(addr: SocketAddr, keep_alive: bool, n: usize) -> (Vec<Durati
 }
 
 fn main() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = format!("{DEVICES}xh100");
-    let sim = SimBox::create(dir.path(), &spec, &InitOptions::default()).expect("create box");
-    sim.set_faults(&Faults {
-        nvml_memory_latency_us: 12,
-        nvml_process_latency_us: 4500,
-        ..Faults::default()
-    })
-    .expect("set faults");
-    let sleepers = Sleepers(
-        (1..PROCESSES)
-            .map(|_| {
-                Command::new("sleep")
-                    .arg("600")
-                    .spawn()
-                    .expect("spawn sleep")
-            })
-            .collect(),
-    );
-    let mut pids = vec![std::process::id()];
-    pids.extend(sleepers.0.iter().map(|c| c.id()));
-    let overhead = sim.devices()[0].context_overhead;
-    sim.update(|st, _| {
-        for (i, pid) in pids.iter().enumerate() {
-            let entry = ProcessEntry {
-                start_time: procinfo::start_time(*pid).unwrap_or(0),
-                name: format!("bench-{i}"),
-                devices: (0..DEVICES)
-                    .map(|d| {
-                        let usage = DeviceUsage {
-                            contexts: 1,
-                            context_bytes: overhead,
-                            allocations: 1,
-                            alloc_bytes: (2 + ((i as u64 + d as u64) % 5) * 2) * 64 * MIB,
-                        };
-                        (d, usage)
-                    })
-                    .collect(),
-                ..Default::default()
-            };
-            st.processes.insert(*pid, entry);
-        }
-        Ok(())
-    })
-    .expect("stage processes");
+    let staged = common::stage_box(DEVICES, PROCESSES);
+    let (spec, sim) = (&staged.spec, &staged.sim);
 
     let cfg = |per_process| CollectConfig {
         sim_spec: Some(spec.clone()),
@@ -250,5 +195,5 @@ fn main() {
     }
     collector.stop();
     server.shutdown();
-    drop(sleepers);
+    drop(staged);
 }

@@ -8,10 +8,12 @@
 
 mod common;
 
+use common::hold::eventually;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vramdoc::gpu::{self, BackendKind, Driver, GpuError, Monitor};
 use vramdoc::sim::{SimBox, SimProcess};
 use vramdoc::units::{GIB, MIB};
@@ -29,18 +31,6 @@ fn pid_used(monitor: &dyn Monitor, device: u32, pid: u32) -> Option<Option<u64>>
         .into_iter()
         .find(|p| p.pid == pid)
         .map(|p| p.used)
-}
-
-/// Wait until `cond` holds (the monitor may read the box a moment after a change).
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Start a holder process and wait for its `holding pid=` line; returns it and its pid.

@@ -129,28 +129,7 @@ fn replay_all_junit_has_one_case_per_variant_and_a_job_summary() {
 fn unexpected_variant_is_a_failure_with_its_evidence() {
     let dir = fresh_box("2xt4");
     let file = dir.path().join("wrong.toml");
-    std::fs::write(
-        &file,
-        r#"
-id = "wrong"
-title = "w"
-description = "d"
-source = "s"
-devices = 1
-[[steps]]
-op = "alloc"
-tag = "a"
-device = 0
-size = "10%"
-[[variants]]
-name = "fix-claims-nothing"
-[[variants.expect]]
-check = "worker_on_device"
-device = 0
-max = "0"
-"#,
-    )
-    .unwrap();
+    std::fs::write(&file, common::scenarios::WRONG_FIX).unwrap();
     let junit = dir.path().join("j.xml");
     let (code, err) = replay(
         dir.path(),

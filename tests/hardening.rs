@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{fresh_box, vramdoc};
+use common::hold::Holder;
+use common::{fresh_box, on_box, vramdoc};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -16,12 +17,6 @@ fn run(mut c: Command) -> Output {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn on_box(dir: &Path) -> Command {
-    let mut c = vramdoc();
-    c.env("VRAMDOC_SIM_DIR", dir).env("VRAMDOC_PIDNS", "host");
-    c
 }
 
 const HEAD: &str = r#"
@@ -202,29 +197,6 @@ fn fifo_device_huge_and_non_utf8_inputs_are_clear_errors() {
     assert!(err.contains("latin1.json:2:12: not UTF-8"), "{err}");
 }
 
-/// A `sim hold` process that stays until dropped.
-struct Holder(Child);
-
-impl Holder {
-    fn start(mut c: Command) -> Holder {
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = c.spawn().expect("spawn holder");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("holding pid="), "{line:?}");
-        Holder(child)
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn secrets_and_escapes_of_a_process_never_reach_the_table_or_the_files() {
     let b = fresh_box("1x16GiB");
@@ -250,7 +222,7 @@ fn secrets_and_escapes_of_a_process_never_reach_the_table_or_the_files() {
         "https://bob:S3cretUrl@db/x?access_token=S3cretQuery",
         "\x1b]0;pwned\x07\r",
     ]);
-    let _h = Holder::start(c);
+    let _h = Holder::spawn(c);
     let out_dir = tempfile::tempdir().unwrap();
     let md = out_dir.path().join("r.md");
     let json = out_dir.path().join("r.json");
@@ -499,15 +471,15 @@ fn private_box_is_removed_when_a_command_is_terminated() {
     let mut c = vramdoc();
     c.env("TMPDIR", tmp.path())
         .args(["--sim", "1x16GiB", "sim", "hold", "--size", "1GiB"]);
-    let mut h = Holder::start(c);
+    let mut h = Holder::spawn(c);
     assert_eq!(
         std::fs::read_dir(tmp.path()).unwrap().count(),
         1,
         "the private box"
     );
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(h.0.id() as i32, libc::SIGTERM) };
-    let status = h.0.wait().unwrap();
+    unsafe { libc::kill(h.child.id() as i32, libc::SIGTERM) };
+    let status = h.child.wait().unwrap();
     assert_eq!(status.code(), Some(1));
     assert_eq!(
         std::fs::read_dir(tmp.path()).unwrap().count(),

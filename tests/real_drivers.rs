@@ -10,12 +10,13 @@
 
 mod common;
 
+use common::hold::eventually;
+
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 use vramdoc::gpu::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::{DeviceStatus, Driver, GpuError, Monitor, ProcessKind};
 use vramdoc::sim::{ProcessEnv, SimBox, SimProcess};
@@ -117,17 +118,6 @@ fn field(line: &str, key: &str) -> Option<u32> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
         .and_then(|v| v.parse().ok())
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn python() -> String {

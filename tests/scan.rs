@@ -3,11 +3,12 @@
 
 mod common;
 
-use common::{fresh_box, vramdoc};
+use common::hold::Holder;
+use common::{assert_ok, fresh_box, json_ok, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -17,67 +18,9 @@ const CTX: u64 = 448 * MIB;
 const RESERVED_24: u64 = 256 * MIB;
 const TOTAL_24: u64 = 24 * GIB;
 
-/// A `vramdoc sim hold` process, killed and reaped on drop.
-struct Holder {
-    child: Child,
-    pid: u32,
-}
-
-impl Holder {
-    /// Spawn a holder on `dir` with `env` and `args`; returns once it printed `holding pid=`.
-    fn start(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Holder {
-        let mut cmd = vramdoc();
-        cmd.env("VRAMDOC_SIM_DIR", dir)
-            .args(["sim", "hold"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn sim hold");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read holder");
-        if !line.starts_with("holding pid=") {
-            let out = child.wait_with_output().expect("holder output");
-            panic!(
-                "holder failed: {line:?} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let pid = line["holding pid=".len()..]
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("pid in holding line");
-        assert_eq!(pid, child.id());
-        Holder { child, pid }
-    }
-
-    /// Kill and reap: the process no longer exists afterwards.
-    fn kill(mut self) -> u32 {
-        self.child.kill().expect("kill holder");
-        self.child.wait().expect("reap holder");
-        self.pid
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn scan_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = vramdoc();
-    c.env("VRAMDOC_SIM_DIR", dir)
-        .env("VRAMDOC_PIDNS", "host")
-        .arg("scan")
-        .args(args);
+    let mut c = on_box(dir);
+    c.arg("scan").args(args);
     c
 }
 
@@ -91,13 +34,7 @@ fn scan_json_with(dir: &Path, pidns: &str) -> Value {
         c.env("VRAMDOC_PIDNS", pidns);
         c
     });
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("scan --json is JSON")
+    json_ok(&out, "scan --json")
 }
 
 fn scan_json(dir: &Path) -> Value {
@@ -464,23 +401,13 @@ fn planted_secrets_reach_no_output() {
     assert_no_secret("--out file", &std::fs::read(&file).unwrap());
     // Markdown on stdout, and Markdown and HTML files.
     let out = run(scan_cmd(b.path(), &["--markdown"]));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     assert_no_secret("markdown", &out.stdout);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&h.pid.to_string()));
     for name in ["scan.md", "scan.html"] {
         let f = out_dir.path().join(name);
         let out = run(scan_cmd(b.path(), &["--out", f.to_str().unwrap()]));
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out, "scan");
         let bytes = std::fs::read(&f).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains(&h.pid.to_string()));
         assert_no_secret(name, &bytes);
@@ -493,12 +420,7 @@ fn out_file_is_the_json_report_and_is_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.json");
     let out = run(scan_cmd(b.path(), &["--out", file.to_str().unwrap()]));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(v["kind"], "scan");
     assert_eq!(v["scan"]["devices"][0]["memory"]["total"], 16 * GIB);
@@ -638,20 +560,8 @@ fn real_nvml_backend_over_simgpu_matches_sim_backend() {
         c.args(["--backend", "real"]).env("LD_LIBRARY_PATH", lib);
         run(c)
     };
-    assert_eq!(
-        sim.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&sim.stderr)
-    );
-    assert_eq!(
-        real.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&real.stderr)
-    );
-    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
-    let real: Value = serde_json::from_slice(&real.stdout).unwrap();
+    let sim = json_ok(&sim, "sim");
+    let real = json_ok(&real, "real");
     assert_eq!(real["environment"]["backend"], "nvml");
     assert_eq!(sim["environment"]["backend"], "sim");
     assert!(!findings(&sim, "stray-context").is_empty());
@@ -736,12 +646,7 @@ fn scan_report_round_trip_and_schema() {
         c.arg(&json).arg("--out").arg(&md).arg("--out").arg(&html);
         c
     });
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     let text = std::fs::read_to_string(&json).unwrap();
     common::reports::assert_valid_report_json(&text);
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -782,12 +687,7 @@ fn non_utf8_argument_does_not_panic() {
         c.arg(&file);
         c
     });
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "scan");
     let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert!(v["command"]
         .as_array()
@@ -816,14 +716,7 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
     for backend in ["sim", "real"] {
         let mut c = scan_cmd(b.path(), &["--json"]);
         c.args(["--backend", backend]).env("LD_LIBRARY_PATH", lib);
-        let out = run(c);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{backend}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json_ok(&run(c), backend);
         let devices = v["scan"]["devices"].as_array().unwrap();
         assert_eq!(devices.len(), 3, "{backend}");
         assert_eq!(devices[0]["status"], "lost", "{backend}");
@@ -974,9 +867,7 @@ fn graphics_clients_and_container_gpus_raise_no_false_alarm() {
     for backend in ["sim", "real"] {
         let mut cmd = scan_cmd(b.path(), &["--json"]);
         cmd.args(["--backend", backend]).env("LD_LIBRARY_PATH", lib);
-        let out = run(cmd);
-        assert_eq!(out.status.code(), Some(0), "{backend}");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json_ok(&run(cmd), backend);
         assert!(used_on(process(&v, x.pid), 0).is_some(), "{backend}: {v}");
         assert!(
             used_on(process(&v, c.pid), 1).unwrap() >= 1 << 30,

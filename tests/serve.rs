@@ -6,29 +6,16 @@
 
 mod common;
 
-use common::{fresh_box, vramdoc};
+use common::hold::{wait_for, Holder};
+use common::{assert_ok, fresh_box, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const GIB: u64 = 1024 * 1024 * 1024;
-
-/// Poll `f` every 50 ms for at most `limit`; the last value if it never held.
-fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > end {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// `vramdoc serve` on 127.0.0.1 (port chosen by the kernel), killed on drop.
 struct Serve {
@@ -39,10 +26,8 @@ struct Serve {
 impl Serve {
     /// `vramdoc GLOBAL serve --listen 127.0.0.1:0 --interval 200ms EXTRA`.
     fn start(dir: &Path, extra_env: &[(&str, &Path)], global: &[&str], extra: &[&str]) -> Serve {
-        let mut cmd = vramdoc();
-        cmd.env("VRAMDOC_SIM_DIR", dir)
-            .env("VRAMDOC_PIDNS", "host")
-            .args(global)
+        let mut cmd = on_box(dir);
+        cmd.args(global)
             .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
             .args(extra)
             .stdout(Stdio::null())
@@ -153,38 +138,6 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         })
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-}
-
-/// A `vramdoc sim hold` process, killed and reaped on drop.
-struct Holder(Child);
-
-impl Holder {
-    fn start(dir: &Path, args: &[&str]) -> Holder {
-        let mut child = vramdoc()
-            .env("VRAMDOC_SIM_DIR", dir)
-            .args(["sim", "hold"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sim hold");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read holder");
-        assert!(line.starts_with("holding pid="), "holder failed: {line:?}");
-        Holder(child)
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn tool(name: &str) -> PathBuf {
@@ -313,7 +266,7 @@ impl Drop for Prometheus {
 #[test]
 fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
     let dir = fresh_box("2x24GiB");
-    let _h = Holder::start(dir.path(), &["--size", "3GiB"]);
+    let _h = Holder::start(dir.path(), &[], &["--size", "3GiB"]);
     let serve = Serve::start(
         dir.path(),
         &[("LD_LIBRARY_PATH", common::simgpu_lib_dir())],
@@ -388,8 +341,8 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     let dir = fresh_box("2x24GiB");
     let serve = Serve::start(dir.path(), &[], &[], &[]);
     let serve_pp = Serve::start(dir.path(), &[], &[], &["--per-process"]);
-    let a = Holder::start(dir.path(), &["--size", "1GiB"]);
-    let b = Holder::start(dir.path(), &["--device", "1", "--size", "2GiB"]);
+    let a = Holder::start(dir.path(), &[], &["--size", "1GiB"]);
+    let b = Holder::start(dir.path(), &[], &["--device", "1", "--size", "2GiB"]);
     let series = |s: &Serve, pid: u32, gpu: &str| {
         sample(
             &s.metrics(),
@@ -543,23 +496,16 @@ fn idle_and_slow_clients_never_block_metrics() {
 #[test]
 fn scan_prom_writes_the_exporters_metrics() {
     let dir = fresh_box("2x24GiB");
-    let h = Holder::start(dir.path(), &["--size", "1GiB"]);
+    let h = Holder::start(dir.path(), &[], &["--size", "1GiB"]);
     let out = tempfile::tempdir().unwrap();
     let file = out.path().join("vramdoc.prom");
     for _ in 0..2 {
-        let o = vramdoc()
-            .env("VRAMDOC_SIM_DIR", dir.path())
-            .env("VRAMDOC_PIDNS", "host")
+        let o = on_box(dir.path())
             .args(["scan", "--per-process", "--prom"])
             .arg(&file)
             .output()
             .unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert_ok(&o, "scan");
     }
     let text = std::fs::read_to_string(&file).unwrap();
     let (ok, msg) = promtool_check_metrics(&text);

@@ -395,22 +395,7 @@ fn run_section(o: &mut String, i: usize, r: &VariantRun) -> Result<(), ChartErro
     }
     let span = text::time_span(r);
     let markers = text::chart_markers(r);
-    let mut charted = 0;
-    for s in r.timeline.devices.iter().filter(|s| !s.samples.is_empty()) {
-        let svg = chart::device_chart(s, span, &markers)?;
-        let peak = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "<figure class=\"chart\" data-device=\"{}\"><figcaption>GPU {}: used memory \
-             (peak {} of {}, {})</figcaption>\n{svg}</figure>",
-            s.device,
-            s.device,
-            format_bytes(peak),
-            format_bytes(s.total),
-            text::percent(peak, s.total)
-        );
-        charted += 1;
-    }
+    let charted = device_figures(o, &r.timeline, span, &markers)?;
     if charted == 0 && r.verdict != Verdict::Skipped {
         let _ = writeln!(o, "<p class=\"muted\">No memory samples were recorded.</p>");
     }
@@ -430,6 +415,32 @@ fn run_section(o: &mut String, i: usize, r: &VariantRun) -> Result<(), ChartErro
     }
     let _ = writeln!(o, "</section>");
     Ok(())
+}
+
+/// One chart figure per device of `timeline` that has samples; returns how many.
+fn device_figures(
+    o: &mut String,
+    timeline: &crate::report::Timeline,
+    span: f64,
+    markers: &[ChartMarker],
+) -> Result<usize, ChartError> {
+    let mut charted = 0;
+    for s in timeline.devices.iter().filter(|s| !s.samples.is_empty()) {
+        let svg = chart::device_chart(s, span, markers)?;
+        let peak = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "<figure class=\"chart\" data-device=\"{}\"><figcaption>GPU {}: used memory \
+             (peak {} of {}, {})</figcaption>\n{svg}</figure>",
+            s.device,
+            s.device,
+            format_bytes(peak),
+            format_bytes(s.total),
+            text::percent(peak, s.total)
+        );
+        charted += 1;
+    }
+    Ok(charted)
 }
 
 fn marker_table(o: &mut String, markers: &[ChartMarker]) {
@@ -525,23 +536,12 @@ fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), Char
     if !run.errors.is_empty() {
         let _ = writeln!(o, "<h2>Errors in the command's output</h2>\n<ul>");
         for e in &run.errors {
-            let mut facts = Vec::new();
-            if let Some(d) = e.device {
-                facts.push(format!("GPU {d}"));
-            }
-            if let Some(b) = e.requested {
-                facts.push(format!("asked for {}", format_bytes(b)));
-            }
             let _ = writeln!(
                 o,
                 "<li>{} at {}{}: {}</li>",
                 code(&e.kind),
                 esc(&text::format_ms(e.t_ms)),
-                if facts.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", facts.join(", "))
-                },
+                text::error_facts(e),
                 code(&e.line)
             );
         }
@@ -572,27 +572,7 @@ fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), Char
     let _ = writeln!(o, "</table>");
     let span = text::timeline_span(&run.timeline);
     let markers = text::timeline_markers(&run.timeline);
-    let mut charted = 0;
-    for s in run
-        .timeline
-        .devices
-        .iter()
-        .filter(|s| !s.samples.is_empty())
-    {
-        let svg = chart::device_chart(s, span, &markers)?;
-        let peak = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "<figure class=\"chart\" data-device=\"{}\"><figcaption>GPU {}: used memory \
-             (peak {} of {}, {})</figcaption>\n{svg}</figure>",
-            s.device,
-            s.device,
-            format_bytes(peak),
-            format_bytes(s.total),
-            text::percent(peak, s.total)
-        );
-        charted += 1;
-    }
+    let charted = device_figures(o, &run.timeline, span, &markers)?;
     if charted > 0 && !markers.is_empty() {
         marker_table(o, &markers);
     }
@@ -605,17 +585,7 @@ fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), Char
         run.processes.len()
     );
     for p in &run.processes {
-        let peaks: Vec<String> = p
-            .devices
-            .iter()
-            .map(|d| {
-                format!(
-                    "GPU {}: {}",
-                    d.device,
-                    d.peak.map_or("n/a".to_string(), format_bytes)
-                )
-            })
-            .collect();
+        let peaks = text::peaks_per_gpu(p);
         let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), code);
         let _ = writeln!(
             o,

@@ -370,13 +370,19 @@ fn run_section(out: &mut String, r: &VariantRun) {
     }
     let span = text::time_span(r);
     let markers = text::chart_markers(r);
+    sparkline_block(out, &series, span, &markers);
+}
+
+/// The sparklines of `series` over `span`, the marker legend and the chart's caption, in a
+/// fenced text block.
+fn sparkline_block(out: &mut String, series: &[&DeviceSeries], span: f64, markers: &[ChartMarker]) {
     let mut block = String::new();
-    for s in &series {
-        sparkline(&mut block, s, span, &markers);
+    for s in series {
+        sparkline(&mut block, s, span, markers);
     }
     if !markers.is_empty() {
         let _ = writeln!(block, "markers:");
-        for m in &markers {
+        for m in markers {
             let dev = m.device.map_or(String::new(), |d| format!(" (GPU {d})"));
             let _ = writeln!(
                 block,
@@ -587,18 +593,7 @@ fn run_report(out: &mut String, run: &crate::report::RunResult) {
     if !run.errors.is_empty() {
         let _ = writeln!(out, "### Errors in the command's output\n");
         for e in &run.errors {
-            let mut facts = Vec::new();
-            if let Some(d) = e.device {
-                facts.push(format!("GPU {d}"));
-            }
-            if let Some(b) = e.requested {
-                facts.push(format!("asked for {}", format_bytes(b)));
-            }
-            let facts = if facts.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", facts.join(", "))
-            };
+            let facts = text::error_facts(e);
             let _ = writeln!(
                 out,
                 "- {} at {}{facts}: {}",
@@ -640,17 +635,7 @@ fn run_report(out: &mut String, run: &crate::report::RunResult) {
              |---:|---:|---|---:|---:|---|---|"
         );
         for p in &run.processes {
-            let peaks: Vec<String> = p
-                .devices
-                .iter()
-                .map(|d| {
-                    format!(
-                        "GPU {}: {}",
-                        d.device,
-                        d.peak.map_or("n/a".to_string(), format_bytes)
-                    )
-                })
-                .collect();
+            let peaks = text::peaks_per_gpu(p);
             let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), md_code_cell);
             let _ = writeln!(
                 out,
@@ -675,33 +660,7 @@ fn run_report(out: &mut String, run: &crate::report::RunResult) {
     if !series.is_empty() {
         let span = text::timeline_span(&run.timeline);
         let markers = text::timeline_markers(&run.timeline);
-        let mut block = String::new();
-        for s in &series {
-            sparkline(&mut block, s, span, &markers);
-        }
-        if !markers.is_empty() {
-            let _ = writeln!(block, "markers:");
-            for m in &markers {
-                let dev = m.device.map_or(String::new(), |d| format!(" (GPU {d})"));
-                let _ = writeln!(
-                    block,
-                    "  {} {:>9}  {}: {}{dev}",
-                    m.symbol,
-                    text::format_ms(m.t_ms),
-                    m.kind,
-                    m.label
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "Memory used over {} ({} cells of {} each, highest sample per cell):\n",
-            text::format_ms(span),
-            SPARK_CELLS,
-            text::format_ms(span / SPARK_CELLS as f64)
-        );
-        let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
-        let _ = writeln!(out, "{fence}text\n{block}{fence}\n");
+        sparkline_block(out, &series, span, &markers);
     }
     if !run.stderr_tail.is_empty() {
         let block: String = run

@@ -90,6 +90,14 @@ fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<Gaug
     Ok(g)
 }
 
+/// Register a gauge without labels and set it to `value`.
+fn scalar(reg: &Registry, name: &str, help: &str, value: f64) -> Result<(), PromError> {
+    gauge(reg, name, help, &[])?
+        .with_label_values(&[] as &[&str])
+        .set(value);
+    Ok(())
+}
+
 /// The exposition for one collection: `scan` is what it read and decided (`None` when it
 /// produced nothing).
 pub fn render(
@@ -107,31 +115,24 @@ pub fn render(
     build
         .with_label_values(&[env!("CARGO_PKG_VERSION"), collection.backend.as_str()])
         .set(1.0);
-    let success = gauge(
+    scalar(
         &reg,
         "vramdoc_collect_success",
         "1 if the last collection read every device, 0 if it failed",
-        &[],
+        if collection.success { 1.0 } else { 0.0 },
     )?;
-    success
-        .with_label_values(&[] as &[&str])
-        .set(if collection.success { 1.0 } else { 0.0 });
-    gauge(
+    scalar(
         &reg,
         "vramdoc_collect_duration_seconds",
         "Wall time of the last collection (NVML queries, /proc, diagnosis)",
-        &[],
-    )?
-    .with_label_values(&[] as &[&str])
-    .set(collection.duration_seconds);
-    gauge(
+        collection.duration_seconds,
+    )?;
+    scalar(
         &reg,
         "vramdoc_collect_timestamp_seconds",
         "When the last collection finished, seconds since the Unix epoch",
-        &[],
-    )?
-    .with_label_values(&[] as &[&str])
-    .set(collection.timestamp_seconds);
+        collection.timestamp_seconds,
+    )?;
 
     let findings = gauge(
         &reg,

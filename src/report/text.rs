@@ -185,7 +185,12 @@ pub fn timeline_span(timeline: &super::Timeline) -> f64 {
 
 /// A timeline's markers in time order with their chart symbols (as [`chart_markers`]).
 pub fn timeline_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
-    let mut ms: Vec<ChartMarker> = timeline
+    numbered(finite_markers(timeline))
+}
+
+/// A timeline's markers with a finite time, cleaned for display, not yet numbered.
+fn finite_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
+    timeline
         .markers
         .iter()
         .filter(|m| m.t_ms.is_finite())
@@ -196,7 +201,12 @@ pub fn timeline_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
             device: m.device,
             symbol: ' ',
         })
-        .collect();
+        .collect()
+}
+
+/// Markers sorted by time with their chart symbols: `X` for failures, `1`..`9`, `a`..`z`
+/// for the others in order, `+` past those.
+fn numbered(mut ms: Vec<ChartMarker>) -> Vec<ChartMarker> {
     ms.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
     const SYMBOLS: &str = "123456789abcdefghijklmnopqrstuvwxyz";
     let mut n = 0;
@@ -427,19 +437,7 @@ impl ChartMarker {
 /// The run's markers in time order with symbols; when the run has an error but no failure
 /// marker, one is added from the error (so the failure point is always shown).
 pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
-    let mut ms: Vec<ChartMarker> = run
-        .timeline
-        .markers
-        .iter()
-        .filter(|m| m.t_ms.is_finite())
-        .map(|m| ChartMarker {
-            t_ms: m.t_ms,
-            kind: clean(&m.kind),
-            label: clean(&m.label),
-            device: m.device,
-            symbol: ' ',
-        })
-        .collect();
+    let mut ms = finite_markers(&run.timeline);
     if let Some(e) = &run.error {
         if !ms.iter().any(ChartMarker::is_failure) && e.t_ms.is_finite() {
             let kind = if e.kind == "out-of-memory" {
@@ -456,18 +454,38 @@ pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
             });
         }
     }
-    ms.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
-    const SYMBOLS: &str = "123456789abcdefghijklmnopqrstuvwxyz";
-    let mut n = 0;
-    for m in &mut ms {
-        m.symbol = if m.is_failure() {
-            'X'
-        } else {
-            n += 1;
-            SYMBOLS.chars().nth(n - 1).unwrap_or('+')
-        };
+    numbered(ms)
+}
+
+/// What an error line of a job's output says beyond its text: ` (GPU 0, asked for 2.00 GiB)`,
+/// or empty when it names neither.
+pub fn error_facts(e: &super::model::RunError) -> String {
+    let mut facts = Vec::new();
+    if let Some(d) = e.device {
+        facts.push(format!("GPU {d}"));
     }
-    ms
+    if let Some(b) = e.requested {
+        facts.push(format!("asked for {}", format_bytes(b)));
+    }
+    if facts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", facts.join(", "))
+    }
+}
+
+/// A job process's peak on each GPU it used: `GPU 0: 1.00 GiB`, `n/a` where unknown.
+pub fn peaks_per_gpu(p: &super::RunProcess) -> Vec<String> {
+    p.devices
+        .iter()
+        .map(|d| {
+            format!(
+                "GPU {}: {}",
+                d.device,
+                d.peak.map_or("n/a".to_string(), format_bytes)
+            )
+        })
+        .collect()
 }
 
 /// Control characters (newlines, escapes) replaced by spaces: every untrusted string passes
@@ -516,6 +534,22 @@ pub fn gap_lines(run: &VariantRun) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_facts_name_the_gpu_and_the_request_when_known() {
+        let mut e = super::super::model::RunError {
+            t_ms: 1.0,
+            kind: "cuda-oom".into(),
+            device: Some(1),
+            requested: Some(2 << 30),
+            line: "x".into(),
+        };
+        assert_eq!(error_facts(&e), " (GPU 1, asked for 2.00 GiB)");
+        e.device = None;
+        assert_eq!(error_facts(&e), " (asked for 2.00 GiB)");
+        e.requested = None;
+        assert_eq!(error_facts(&e), "");
+    }
 
     #[test]
     fn dates() {

@@ -2,7 +2,9 @@
 //! libraries (tests/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
 #![allow(dead_code)]
 
+pub mod hold;
 pub mod reports;
+pub mod scenarios;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,4 +64,28 @@ pub fn vramdoc() -> Command {
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("LD_LIBRARY_PATH");
     c
+}
+
+/// [`vramdoc`] on the simulated box `dir`, reading process lists as the host PID namespace.
+pub fn on_box(dir: &Path) -> Command {
+    let mut c = vramdoc();
+    c.env("VRAMDOC_SIM_DIR", dir).env("VRAMDOC_PIDNS", "host");
+    c
+}
+
+/// The JSON a command printed, after checking it exited 0 (its stderr, after `what`, when
+/// it did not).
+pub fn json_ok(out: &std::process::Output, what: &str) -> serde_json::Value {
+    assert_ok(out, what);
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+/// Check a command exited 0; its stderr, after `what`, when it did not.
+pub fn assert_ok(out: &std::process::Output, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

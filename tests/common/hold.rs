@@ -1,0 +1,100 @@
+//! `vramdoc sim hold` processes for integration tests, and polling until a condition holds.
+
+use super::vramdoc;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `vramdoc sim hold` process, killed and reaped on drop.
+pub struct Holder {
+    pub child: Child,
+    /// The pid the holder printed in its `holding pid=` line.
+    pub pid: u32,
+}
+
+impl Holder {
+    /// Spawn `cmd` (a `vramdoc ... sim hold ...` command); returns once it printed
+    /// `holding pid=`, and panics with its stderr if it did not.
+    pub fn spawn(mut cmd: Command) -> Holder {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn sim hold");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read holder");
+        if !line.starts_with("holding pid=") {
+            let out = child.wait_with_output().expect("holder output");
+            panic!(
+                "holder failed: {line:?} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let pid = line["holding pid=".len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("pid in holding line");
+        Holder { child, pid }
+    }
+
+    /// A holder on the box `dir` with `env` and `args`; its printed pid is its own.
+    pub fn start(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Holder {
+        let mut cmd = vramdoc();
+        cmd.env("VRAMDOC_SIM_DIR", dir)
+            .args(["sim", "hold"])
+            .args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let h = Holder::spawn(cmd);
+        assert_eq!(h.pid, h.child.id());
+        h
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Kill and reap: the process no longer exists afterwards.
+    pub fn kill(mut self) -> u32 {
+        self.child.kill().expect("kill holder");
+        self.child.wait().expect("reap holder");
+        self.pid
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until `cond` holds (a monitor may read the box a moment after a change); panics
+/// naming `what` after 10 s.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Poll `f` every 50 ms for at most `limit`; `None` if it never held.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
