@@ -1,6 +1,8 @@
 //! Expectations checked on a finished variant: each gives a [`CheckResult`] with the numbers
-//! behind it. Fractions refer to the checked device (device 0 for footprints); `ctx` units
-//! to the context cost measured during the run on that device.
+//! behind it. Fractions written in a check refer to the checked device (for footprints, each
+//! device's share of its own total, summed); named sizes of `[sizes]` are the same bytes the
+//! worker allocated for them (a fraction of the smallest of the scenario's devices); `ctx`
+//! units to the context cost measured during the run on that device.
 
 use crate::report::{CheckResult, StepError, StepRecord};
 use crate::scenario::{Expectation, SizeSpec};
@@ -24,6 +26,8 @@ pub struct Facts<'a> {
     pub peaks: Vec<u64>,
     /// Devices the scenario needs (0..n).
     pub needed: u32,
+    /// The smallest total among the scenario's devices: what named fractions refer to.
+    pub smallest: u64,
     /// The worker's footprint after a step (by step id) in device fractions: the sum over
     /// devices of what it holds there over that device's total. On GPUs of one size this is
     /// the footprint over GPU 0's total; on mixed GPUs it keeps fractional sizes comparable.
@@ -45,7 +49,7 @@ impl Facts<'_> {
     }
 
     fn resolve(&self, s: &SizeSpec, device: u32) -> u64 {
-        s.resolve(self.total(device), self.ctx(device))
+        s.resolve(self.total(device), self.smallest, self.ctx(device))
     }
 
     fn pct(&self, bytes: u64, device: u32) -> String {
@@ -180,10 +184,17 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             if let Some(s) = spread {
                 let hi = residual.iter().map(|(_, v)| *v).max().unwrap_or(0);
                 let lo = residual.iter().map(|(_, v)| *v).min().unwrap_or(0);
+                let smallest = devs
+                    .iter()
+                    .min_by_key(|d| f.total(**d))
+                    .copied()
+                    .unwrap_or(0);
                 if let SizeSpec::Fraction(frac) = s {
-                    // A fraction of each device: residuals beyond the device's own context
-                    // (a fixed cost, not a share) compared as fractions, so GPUs of different
-                    // sizes compare alike.
+                    // A fraction: the GPUs agree either in bytes (within that fraction of the
+                    // smallest, as equal shards of a named size do) or in share (residuals
+                    // beyond each device's own context, a fixed cost, compared as fractions
+                    // of each device, as per-device fractions do on GPUs of different sizes).
+                    let bytes_agree = hi - lo <= f.resolve(&SizeSpec::Fraction(*frac), smallest);
                     let fr: Vec<f64> = residual
                         .iter()
                         .map(|(d, v)| {
@@ -192,13 +203,8 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
                         .collect();
                     let hi = fr.iter().copied().fold(f64::MIN, f64::max);
                     let lo = fr.iter().copied().fold(f64::MAX, f64::min);
-                    passed &= fr.is_empty() || hi - lo <= *frac + 1e-9;
+                    passed &= fr.is_empty() || bytes_agree || hi - lo <= *frac + 1e-9;
                 } else {
-                    let smallest = devs
-                        .iter()
-                        .min_by_key(|d| f.total(**d))
-                        .copied()
-                        .unwrap_or(0);
                     passed &= hi - lo <= f.resolve(s, smallest);
                 }
             }
@@ -303,6 +309,7 @@ mod tests {
             worker_max: vec![500 * MIB, 0],
             peaks: vec![9 * GIB, GIB],
             needed: 2,
+            smallest: 10 * GIB,
             held_share: Default::default(),
         }
     }
@@ -399,5 +406,58 @@ mod tests {
         };
         assert!(evaluate(&fp(0.39, 0.41), &f).passed);
         assert!(!evaluate(&fp(0.5, 0.6), &f).passed);
+    }
+
+    #[test]
+    fn named_fractions_are_bytes_of_the_smallest_device_on_a_mixed_box() {
+        // A 16 GiB and an 80 GiB GPU; `model = "50%"` is 8 GiB wherever it lives. The worker
+        // held the model twice (16 GiB); its per-device shares (e.g. 75% + 10%) say nothing
+        // about how many copies that is.
+        let recs = [rec("b", 1, vec![0, 0], 16 * GIB)];
+        let mut f = facts(&recs, None);
+        f.totals = vec![16 * GIB, 80 * GIB];
+        f.smallest = 16 * GIB;
+        f.held_share.insert("b".into(), 0.85);
+        let fp = |min: f64, max: f64| Expectation::Footprint {
+            at: "b".into(),
+            min: Some(SizeSpec::FractionOfSmallest(min)),
+            max: Some(SizeSpec::FractionOfSmallest(max)),
+        };
+        // 1.9*model .. 2.1*model
+        assert!(evaluate(&fp(0.95, 1.05), &f).passed);
+        // 0.9*model .. 1.1*model
+        assert!(!evaluate(&fp(0.45, 0.55), &f).passed);
+        assert_eq!(
+            SizeSpec::FractionOfSmallest(0.5).resolve(80 * GIB, 16 * GIB, 0),
+            8 * GIB
+        );
+    }
+
+    #[test]
+    fn residual_spread_accepts_equal_bytes_or_equal_shares_on_a_mixed_box() {
+        // 16 GiB and 80 GiB GPUs, each starting from 1 GiB in use; one context = 448 MiB.
+        let check = |after: Vec<u64>| {
+            let recs = [rec("a", 0, after, 0)];
+            let mut f = facts(&recs, None);
+            f.totals = vec![16 * GIB, 80 * GIB];
+            f.smallest = 16 * GIB;
+            f.context_cost = vec![Some(448 * MIB), Some(448 * MIB)];
+            let e = Expectation::Residual {
+                after: "a".into(),
+                devices: Vec::new(),
+                min: None,
+                max: None,
+                spread: Some(SizeSpec::Fraction(0.02)),
+            };
+            evaluate(&e, &f).passed
+        };
+        let ctx = 448 * MIB;
+        // Equal shards of a named size: 5 GiB each (31% and 6% of the devices).
+        assert!(check(vec![6 * GIB, 6 * GIB]));
+        // Equal shares: 10% of each device beyond its context.
+        let share = |t: u64| GIB + ctx + t / 10;
+        assert!(check(vec![share(16 * GIB), share(80 * GIB)]));
+        // Neither: 5 GiB against 7 GiB.
+        assert!(!check(vec![6 * GIB, 8 * GIB]));
     }
 }

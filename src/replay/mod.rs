@@ -12,7 +12,7 @@ use crate::gpu::{self, BackendKind, DeviceInfo, GpuError, Monitor};
 use crate::recorder::{Recorder, RecorderConfig};
 use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
 use crate::sampler::SamplerConfig;
-use crate::scenario::{Op, Scenario, Step, Variant, VariantKind};
+use crate::scenario::{Op, Scenario, SizeSpec, Step, Variant, VariantKind};
 use protocol::{Timed, WorkerEvent, WorkerInput};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -356,6 +356,20 @@ pub fn run_variant(
     let mut markers: Vec<Marker> = Vec::new();
     observer.variant_started(&scn.id, &variant.name, plan.steps.len());
 
+    // `devices` already reflect the parent's CUDA_VISIBLE_DEVICES (the command selects
+    // them); the scenario's own value indexes them.
+    let visible = plan.env.get("CUDA_VISIBLE_DEVICES").cloned();
+    let (ordinals, pinned) = pin_by_uuid(visible.as_deref(), devices);
+    // What named fractions of `[sizes]` refer to: the smallest total among the devices the
+    // worker sees as its ordinals 0..scn.devices (docs/scenarios.md, "Sizes").
+    let smallest = ordinals
+        .iter()
+        .take(scn.devices.max(1) as usize)
+        .filter_map(|p| devices.get(*p as usize))
+        .map(|d| d.memory.total)
+        .min()
+        .unwrap_or(0);
+
     // Neighbours first: they hold memory for the whole variant.
     let mut neighbours = Vec::new();
     let mut neighbour_failure = None;
@@ -367,7 +381,13 @@ pub fn run_variant(
                 op: Op::Alloc {
                     tag: "held".into(),
                     device: 0,
-                    size: n.size,
+                    // A neighbour sees one device: a named fraction is resolved here.
+                    size: match n.size {
+                        SizeSpec::FractionOfSmallest(_) => {
+                            SizeSpec::Bytes(n.size.resolve(smallest, smallest, 0))
+                        }
+                        other => other,
+                    },
                     allocator: None,
                     group: None,
                     fill: true,
@@ -376,6 +396,7 @@ pub fn run_variant(
             }],
             lockstep: false,
             hold: true,
+            smallest_total: smallest,
         };
         // Pinned by UUID: scenario device k is `devices[k]`, whatever CUDA's order.
         let pin = devices
@@ -436,10 +457,6 @@ pub fn run_variant(
         .filter(|(k, _)| k.as_str() != "CUDA_VISIBLE_DEVICES")
         .map(|(k, v)| (k.clone(), Some(v.clone())))
         .collect();
-    // `devices` already reflect the parent's CUDA_VISIBLE_DEVICES (the command selects
-    // them); the scenario's own value indexes them.
-    let visible = plan.env.get("CUDA_VISIBLE_DEVICES").cloned();
-    let (ordinals, pinned) = pin_by_uuid(visible.as_deref(), devices);
     env.push(("CUDA_VISIBLE_DEVICES".into(), Some(pinned.clone())));
 
     // Memory of every device; process lists (slow, a driver lock) only where the worker
@@ -486,6 +503,7 @@ pub fn run_variant(
             steps: plan.steps.clone(),
             lockstep: true,
             hold: false,
+            smallest_total: smallest,
         };
         for d in devices {
             if let Ok(list) = monitor.processes(d.index) {
@@ -859,6 +877,7 @@ pub fn run_variant(
         worker_max,
         peaks: peaks.iter().map(|p| p.peak_used).collect(),
         needed: scn.devices,
+        smallest,
         held_share,
     };
     let results: Vec<_> = variant

@@ -14,6 +14,11 @@ pub struct WorkerInput {
     pub lockstep: bool,
     /// After the last step, print `ready` and hold everything until stdin closes (neighbours).
     pub hold: bool,
+    /// Bytes of the smallest of the scenario's devices, as the parent read it: what named
+    /// sizes given as fractions resolve against (docs/scenarios.md, "Sizes"). 0: unknown,
+    /// the step's own device is used.
+    #[serde(default)]
+    pub smallest_total: u64,
 }
 
 /// One event from a worker.

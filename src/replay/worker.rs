@@ -40,6 +40,8 @@ struct Framework {
     /// Cached free blocks per allocator name.
     caches: BTreeMap<String, Vec<Block>>,
     groups: BTreeMap<String, Group>,
+    /// The smallest total among the scenario's devices, as the parent read it (0: unknown).
+    smallest: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +82,27 @@ impl Framework {
     fn total(&mut self, ordinal: u32) -> Result<u64, GpuError> {
         let ctx = self.context(ordinal)?;
         Ok(self.driver.mem_info(ctx)?.1)
+    }
+
+    /// What a named size given as a fraction refers to: the smallest of the scenario's
+    /// devices as the parent read it (the parent sees every device; this process may see
+    /// fewer under `CUDA_VISIBLE_DEVICES`), else the step's own device, read without
+    /// creating a context (cuDeviceTotalMem).
+    fn smallest_total(&mut self, ordinal: u32) -> Result<u64, GpuError> {
+        if self.smallest > 0 {
+            return Ok(self.smallest);
+        }
+        self.driver.device_total(ordinal)
+    }
+
+    /// Bytes of `size` for a step on `ordinal`.
+    fn bytes_of(&mut self, size: &SizeSpec, ordinal: u32) -> Result<u64, GpuError> {
+        let total = self.total(ordinal)?;
+        let smallest = match size {
+            SizeSpec::FractionOfSmallest(_) => self.smallest_total(ordinal)?,
+            _ => total,
+        };
+        Ok(size.resolve(total, smallest, 0))
     }
 
     fn raw_alloc(&mut self, ordinal: u32, bytes: u64) -> Result<Block, GpuError> {
@@ -181,8 +204,7 @@ impl Framework {
                         "tag {tag:?} is already allocated; free it first"
                     )));
                 }
-                let total = self.total(*device)?;
-                let bytes = size.resolve(total, 0).max(1);
+                let bytes = self.bytes_of(size, *device)?.max(1);
                 let block = match allocator {
                     Some(a) => self.cached_alloc(a, *device, bytes)?,
                     None => self.raw_alloc(*device, bytes)?,
@@ -248,8 +270,7 @@ impl Framework {
                 let mut asked = 0;
                 let mut blocks = Vec::new();
                 for d in devices {
-                    let total = self.total(*d)?;
-                    let bytes = buffers.resolve(total, 0).max(1);
+                    let bytes = self.bytes_of(buffers, *d)?.max(1);
                     asked += bytes;
                     let b = self.raw_alloc(*d, bytes)?;
                     self.fill(b, 0x0CC1)?;
@@ -291,7 +312,7 @@ impl Framework {
                     )));
                 }
                 let total = self.total(*device)?;
-                let budget = SizeSpec::Fraction(*fraction).resolve(total, 0);
+                let budget = SizeSpec::Fraction(*fraction).resolve(total, total, 0);
                 let bytes = budget.saturating_sub(self.held_on(*device));
                 if bytes == 0 {
                     return Ok((Some(0), None));
@@ -403,6 +424,7 @@ pub fn run_plan(
         tensors: BTreeMap::new(),
         caches: BTreeMap::new(),
         groups: BTreeMap::new(),
+        smallest: plan.smallest_total,
     };
     for (i, step) in plan.steps.iter().enumerate() {
         if !emit(out, &WorkerEvent::Start { step: i }) {
@@ -501,6 +523,11 @@ mod tests {
     /// Run ops on a fresh box; returns the events and the box (usage after each step can be
     /// read from `End.held`; the box shows what is left after the driver is dropped).
     fn run(spec: &str, ops: Vec<Op>) -> (Vec<WorkerEvent>, i32) {
+        run_sized(spec, 0, ops)
+    }
+
+    /// As `run`, with the parent's smallest device total for named fractions.
+    fn run_sized(spec: &str, smallest_total: u64, ops: Vec<Op>) -> (Vec<WorkerEvent>, i32) {
         let dir = tempfile::tempdir().unwrap();
         let sim = SimBox::create(dir.path(), spec, &InitOptions::default()).unwrap();
         let driver = Box::new(SimDriver::new(SimProcess::new(sim.clone(), None)));
@@ -508,6 +535,7 @@ mod tests {
             steps: ops.into_iter().map(step).collect(),
             lockstep: false,
             hold: false,
+            smallest_total,
         };
         let mut out = Vec::new();
         let code = run_plan(driver, &plan, &mut std::io::empty(), &mut out);
@@ -559,6 +587,19 @@ mod tests {
             vec![GIB, GIB, GIB, GIB, 3 * GIB, 3 * GIB, 3 * GIB, 0]
         );
         assert!(matches!(ev.last(), Some(WorkerEvent::Done)));
+    }
+
+    #[test]
+    fn named_fractions_use_the_parents_smallest_total_else_the_steps_device() {
+        let half = SizeSpec::FractionOfSmallest(0.5);
+        // The parent saw a 4 GiB device among the scenario's: half of it, on a 16 GiB GPU.
+        let (ev, code) = run_sized("16GiB", 4 * GIB, vec![alloc("m", 0, half, None, None)]);
+        assert_eq!(code, 0);
+        assert_eq!(helds(&ev), vec![2 * GIB]);
+        // Unknown: the step's own device.
+        let (ev, code) = run_sized("16GiB", 0, vec![alloc("m", 0, half, None, None)]);
+        assert_eq!(code, 0);
+        assert_eq!(helds(&ev), vec![8 * GIB]);
     }
 
     #[test]

@@ -17,18 +17,25 @@ pub use parse::{parse_scenario, ScenarioError};
 pub enum SizeSpec {
     /// Absolute bytes (`2GiB`).
     Bytes(u64),
-    /// Fraction of the device's total memory, 0.0–1.0 (`30%`).
+    /// Fraction of the device's total memory, 0.0–1.0 (`30%` written in a step or check).
     Fraction(f64),
+    /// A named size of `[sizes]` given as a fraction (`model = "58%"`, used as `"model"` or
+    /// `"0.5*model"`): a fixed amount of bytes for the whole variant, this fraction of the
+    /// smallest total among the scenario's devices. A model has one size in bytes, whichever
+    /// GPU holds a copy or a shard of it; on GPUs of one size this equals [`Self::Fraction`].
+    FractionOfSmallest(f64),
     /// Multiples of the measured per-context cost (`1ctx`; expectations only).
     Contexts(f64),
 }
 
 impl SizeSpec {
-    /// Bytes for a device of `total` bytes whose context costs `context` bytes.
-    pub fn resolve(&self, total: u64, context: u64) -> u64 {
+    /// Bytes for a device of `total` bytes whose context costs `context` bytes, in a
+    /// variant whose smallest device has `smallest` bytes in total.
+    pub fn resolve(&self, total: u64, smallest: u64, context: u64) -> u64 {
         match *self {
             SizeSpec::Bytes(b) => b,
             SizeSpec::Fraction(f) => (f * total as f64).round() as u64,
+            SizeSpec::FractionOfSmallest(f) => (f * smallest as f64).round() as u64,
             SizeSpec::Contexts(n) => (n * context as f64).round() as u64,
         }
     }
@@ -38,6 +45,7 @@ impl SizeSpec {
         match *self {
             SizeSpec::Bytes(b) => crate::units::format_bytes(b),
             SizeSpec::Fraction(f) => format!("{:.1}%", f * 100.0),
+            SizeSpec::FractionOfSmallest(f) => format!("{:.1}% of the smallest GPU", f * 100.0),
             SizeSpec::Contexts(n) => format!("{n}ctx"),
         }
     }

@@ -655,7 +655,9 @@ fn size_spec(
             ))
         })?;
         match sizes.get(name.trim()) {
-            Some(SizeSpec::Fraction(f)) => SizeSpec::Fraction(f * k),
+            Some(SizeSpec::Fraction(f) | SizeSpec::FractionOfSmallest(f)) => {
+                SizeSpec::FractionOfSmallest(f * k)
+            }
             Some(SizeSpec::Bytes(b)) => SizeSpec::Bytes((*b as f64 * k).round() as u64),
             Some(SizeSpec::Contexts(c)) => SizeSpec::Contexts(c * k),
             None => {
@@ -666,11 +668,15 @@ fn size_spec(
             }
         }
     } else if let Some(named) = sizes.get(text) {
-        *named
+        // A named fraction is one amount of bytes for the whole variant (docs/scenarios.md).
+        match *named {
+            SizeSpec::Fraction(f) => SizeSpec::FractionOfSmallest(f),
+            other => other,
+        }
     } else {
         SizeSpec::Bytes(crate::units::parse_size(text).map_err(|e| bad(e.to_string()))?)
     };
-    if let SizeSpec::Fraction(f) = spec {
+    if let SizeSpec::Fraction(f) | SizeSpec::FractionOfSmallest(f) = spec {
         if f > 1.0 && !allow_over {
             return Err(bad(format!(
                 "size {text:?} is over 100 % of the device ({:.1}%; write at most \"100%\")",
@@ -931,7 +937,8 @@ max = "1ctx"
             Op::Alloc {
                 tag: "w".into(),
                 device: 1,
-                size: SizeSpec::Fraction(0.2),
+                // A named fraction: one size in bytes for the whole variant.
+                size: SizeSpec::FractionOfSmallest(0.2),
                 allocator: None,
                 group: None,
                 fill: true
@@ -1024,7 +1031,7 @@ max = "1ctx"
         )
         .unwrap();
         assert!(
-            matches!(s.steps[1].op, Op::Alloc { size: SizeSpec::Fraction(f), .. } if (f - 0.2).abs() < 1e-9)
+            matches!(s.steps[1].op, Op::Alloc { size: SizeSpec::FractionOfSmallest(f), .. } if (f - 0.2).abs() < 1e-9)
         );
         let e = err_of(&MINIMAL.replace("model = \"40%\"", "model = \"2*self\"\nself = \"model\""));
         assert!(e.message.contains("cycle"), "{e}");

@@ -790,7 +790,8 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: CUdevice) 
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     with_driver(|d| {
         let o = d.ordinal(dev)?;
-        out(bytes, d.proc.device(o).map_err(code)?.total as usize)
+        // The same total cuMemGetInfo reports for the device.
+        out(bytes, d.proc.mem_info(o).map_err(code)?.1 as usize)
     })
 }
 
