@@ -317,28 +317,7 @@ fn unexpected_behaviour_exits_1() {
     // A "fix" whose expectation cannot hold: the worker does allocate on GPU 0.
     let dir = fresh_box("2xt4");
     let file = dir.path().join("wrong.toml");
-    std::fs::write(
-        &file,
-        r#"
-id = "wrong"
-title = "w"
-description = "d"
-source = "s"
-devices = 1
-[[steps]]
-op = "alloc"
-tag = "a"
-device = 0
-size = "10%"
-[[variants]]
-name = "fix-claims-nothing"
-[[variants.expect]]
-check = "worker_on_device"
-device = 0
-max = "0"
-"#,
-    )
-    .unwrap();
+    std::fs::write(&file, common::scenarios::WRONG_FIX).unwrap();
     let (code, r) = replay_json(dir.path(), &[file.to_str().unwrap()]);
     assert_eq!(code, 1);
     let w = run(&r, "wrong", "fix-claims-nothing");

@@ -282,11 +282,9 @@ fn sim_hold_children_are_found_through_the_process_lists() {
     assert!(job_peaks(&r).iter().any(|(d, p)| *d == 1 && *p >= 2 * GIB));
 }
 
-#[test]
-fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
-    let tmp = tempfile::tempdir().unwrap();
-    let samples = tmp.path().join("s.jsonl");
-    let mut child = vramdoc()
+/// `vramdoc --sim 1x16GiB run --samples SAMPLES -- sleep 30`, process lists every 50 ms.
+fn run_sleep_30(samples: &Path, stderr: std::process::Stdio) -> std::process::Child {
+    vramdoc()
         .args([
             "--sim",
             "1x16GiB",
@@ -295,11 +293,18 @@ fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
             "50ms",
             "--samples",
         ])
-        .arg(&samples)
+        .arg(samples)
         .args(["--", "sleep", "30"])
-        .stderr(std::process::Stdio::piped())
+        .stderr(stderr)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let mut child = run_sleep_30(&samples, std::process::Stdio::piped());
     // Wait until the tree shows `sleep` (it has started), then signal vramdoc only.
     let started =
         |p: &PathBuf| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""));
@@ -432,20 +437,7 @@ Root Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n
 fn the_jsonl_stream_survives_vramdoc_being_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("s.jsonl");
-    let mut child = vramdoc()
-        .args([
-            "--sim",
-            "1x16GiB",
-            "run",
-            "--process-period",
-            "50ms",
-            "--samples",
-        ])
-        .arg(&samples)
-        .args(["--", "sleep", "30"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run_sleep_30(&samples, std::process::Stdio::null());
     let sleep_pid = |p: &PathBuf| -> Option<i64> {
         let text = std::fs::read_to_string(p).ok()?;
         text.lines()

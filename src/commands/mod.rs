@@ -95,6 +95,18 @@ static PRIVATE_BOX: Mutex<Option<PathBuf>> = Mutex::new(None);
 static GRACEFUL: AtomicBool = AtomicBool::new(false);
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
+/// The `--out` path with one of `exts` (any case), for pointers from CI outputs (JUnit, job
+/// summaries) to the full report.
+pub(crate) fn out_with_ext(out: &[PathBuf], exts: &[&str]) -> Option<String> {
+    out.iter()
+        .find(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+        })
+        .map(|p| p.display().to_string())
+}
+
 /// The flag SIGINT, SIGTERM and SIGHUP set (one handler per process, installed on first
 /// use). A command that has not called [`handle_interrupts_gracefully`] is ended by the
 /// signal at once: its private box removed, one line on stderr, exit 1.

@@ -231,20 +231,9 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-/// The `--out` path of a given extension, for pointers from CI outputs to the full report.
-fn out_with_ext(out: &[std::path::PathBuf], exts: &[&str]) -> Option<String> {
-    out.iter()
-        .find(|p| {
-            p.extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
-        })
-        .map(|p| p.display().to_string())
-}
-
 /// `--junit FILE`, and the GitHub job summary when `GITHUB_STEP_SUMMARY` is set.
 fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
-    let html = out_with_ext(&args.out, &["html", "htm"]);
+    let html = super::out_with_ext(&args.out, &["html", "htm"]);
     if let Some(path) = &args.junit {
         let xml = crate::report::junit::render_replay(report, html.as_deref())?;
         crate::report::write::write_atomic(path, xml.as_bytes(), args.force)
@@ -252,7 +241,7 @@ fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
     }
     let env = crate::report::step_summary::STEP_SUMMARY_ENV;
     if let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) {
-        let full = html.or_else(|| out_with_ext(&args.out, &["md", "markdown", "json"]));
+        let full = html.or_else(|| super::out_with_ext(&args.out, &["md", "markdown", "json"]));
         let md = crate::report::markdown::render(report);
         let path = std::path::PathBuf::from(path);
         // The job summary is a courtesy: failing to write it never changes the verdict.

@@ -598,17 +598,6 @@ fn finish(report: &Report, args: &RunArgs, status: i32) -> Result<i32> {
     Ok(exit_status(status, &run.findings, args.fail_on))
 }
 
-/// The `--out` path with one of `exts`, for pointers from CI outputs to the full report.
-fn out_with_ext(out: &[PathBuf], exts: &[&str]) -> Option<String> {
-    out.iter()
-        .find(|p| {
-            p.extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
-        })
-        .map(|p| p.display().to_string())
-}
-
 /// Why the run is a failed test case: the command's status, else the findings at or above
 /// `--fail-on`; `None` when it passed. `(message, evidence)`. Pure.
 pub fn junit_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(String, String)> {
@@ -666,7 +655,7 @@ pub fn junit_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(Stri
 /// `--junit FILE` (one test case for the run), and the GitHub job summary when
 /// `GITHUB_STEP_SUMMARY` is set.
 fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<()> {
-    let html = out_with_ext(&args.out, &["html", "htm"]);
+    let html = super::out_with_ext(&args.out, &["html", "htm"]);
     if let Some(path) = &args.junit {
         let name: String = crate::report::text::clean(&run.command.join(" "))
             .chars()
@@ -684,7 +673,7 @@ fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<
     }
     let env = crate::report::step_summary::STEP_SUMMARY_ENV;
     if let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) {
-        let full = html.or_else(|| out_with_ext(&args.out, &["md", "markdown", "json"]));
+        let full = html.or_else(|| super::out_with_ext(&args.out, &["md", "markdown", "json"]));
         let md = crate::report::markdown::render(report);
         let path = PathBuf::from(path);
         // The job summary is a courtesy: failing to write it never changes the status.
@@ -832,15 +821,7 @@ fn build(
         });
     }
     let recording = Recording {
-        devices: devices
-            .iter()
-            .map(|d| RecordedDevice {
-                index: d.index,
-                uuid: d.uuid.clone(),
-                name: d.name.clone(),
-                total: d.memory.total,
-            })
-            .collect(),
+        devices: devices.iter().map(RecordedDevice::from).collect(),
         timeline: rec.timeline.clone(),
         processes: recorded,
         errors: events,

@@ -31,6 +31,17 @@ pub struct RecordedDevice {
     pub total: u64,
 }
 
+impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
+    fn from(d: &crate::gpu::DeviceInfo) -> Self {
+        RecordedDevice {
+            index: d.index,
+            uuid: d.uuid.clone(),
+            name: d.name.clone(),
+            total: d.memory.total,
+        }
+    }
+}
+
 /// One process seen during the recording.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordedProcess {

@@ -179,15 +179,7 @@ pub fn recording(
         _ => None,
     });
     Recording {
-        devices: devices
-            .iter()
-            .map(|d| RecordedDevice {
-                index: d.index,
-                uuid: d.uuid.clone(),
-                name: d.name.clone(),
-                total: d.memory.total,
-            })
-            .collect(),
+        devices: devices.iter().map(RecordedDevice::from).collect(),
         timeline,
         processes,
         errors,
