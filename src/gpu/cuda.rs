@@ -637,19 +637,6 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn device_total(&mut self, ordinal: u32) -> Result<u64> {
-        guarded("cuDeviceTotalMem", || {
-            let dev = result::device::get(ordinal as i32).map_err(|e| match e.0 {
-                CUresult::CUDA_ERROR_INVALID_DEVICE => GpuError::InvalidDevice(ordinal),
-                _ => driver_err("cuDeviceGet", e),
-            })?;
-            // SAFETY: `dev` is a device handle cuDeviceGet just returned.
-            let total = unsafe { result::device::total_mem(dev) }
-                .map_err(|e| driver_err("cuDeviceTotalMem", e))?;
-            Ok(total as u64)
-        })
-    }
-
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
         guarded("cuCtxSynchronize", || {
             let c = self.context(ctx)?;

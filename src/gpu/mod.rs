@@ -208,9 +208,6 @@ pub trait Driver {
     /// (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`): the one way to match a CUDA ordinal to an
     /// NVML index (`cuDeviceGetUuid`).
     fn device_uuid(&mut self, ordinal: u32) -> Result<String>;
-    /// Total bytes of the device behind `ordinal`, the total `mem_info` reports there, read
-    /// without creating a context (`cuDeviceTotalMem`).
-    fn device_total(&mut self, ordinal: u32) -> Result<u64>;
 }
 
 /// Format a 16-byte CUDA UUID as NVML prints it: `GPU-` + 8-4-4-4-12 lowercase hex.

@@ -167,14 +167,6 @@ impl Driver for SimDriver {
     fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
         Ok(self.proc.device(ordinal)?.uuid.clone())
     }
-
-    fn device_total(&mut self, ordinal: u32) -> Result<u64> {
-        Ok(self
-            .proc
-            .mem_info(ordinal)
-            .map_err(|e| on_ordinal(e, ordinal))?
-            .1)
-    }
 }
 
 /// Report out-of-memory against the CUDA ordinal, as CudaDriver does.

@@ -84,23 +84,16 @@ impl Framework {
         Ok(self.driver.mem_info(ctx)?.1)
     }
 
-    /// What a named size given as a fraction refers to: the smallest of the scenario's
-    /// devices as the parent read it (the parent sees every device; this process may see
-    /// fewer under `CUDA_VISIBLE_DEVICES`), else the step's own device, read without
-    /// creating a context (cuDeviceTotalMem).
-    fn smallest_total(&mut self, ordinal: u32) -> Result<u64, GpuError> {
-        if self.smallest > 0 {
-            return Ok(self.smallest);
-        }
-        self.driver.device_total(ordinal)
-    }
-
-    /// Bytes of `size` for a step on `ordinal`.
+    /// Bytes of `size` for a step on `ordinal`. A named size given as a fraction refers to
+    /// the smallest of the scenario's devices as the parent read it (the parent sees every
+    /// device; this process may see fewer under `CUDA_VISIBLE_DEVICES`), else to the step's
+    /// own device.
     fn bytes_of(&mut self, size: &SizeSpec, ordinal: u32) -> Result<u64, GpuError> {
         let total = self.total(ordinal)?;
-        let smallest = match size {
-            SizeSpec::FractionOfSmallest(_) => self.smallest_total(ordinal)?,
-            _ => total,
+        let smallest = if self.smallest > 0 {
+            self.smallest
+        } else {
+            total
         };
         Ok(size.resolve(total, smallest, 0))
     }
