@@ -269,7 +269,9 @@ impl Gaps {
         }
     }
 
-    fn failed(&mut self, device: u32, t: f64, error: &str) {
+    /// A failed query; the error is formatted only when it opens a gap (a lost device fails
+    /// every round).
+    fn failed(&mut self, device: u32, t: f64, error: &dyn std::fmt::Display) {
         let start = self.last_ok.get(&device).copied().unwrap_or(t);
         let g = self.open.entry(device).or_insert_with(|| SamplingGap {
             kind: self.kind.into(),
@@ -277,7 +279,12 @@ impl Gaps {
             start_ms: start,
             end_ms: t,
             count: 0,
-            reason: error.lines().next().unwrap_or_default().to_string(),
+            reason: error
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
         });
         g.end_ms = t;
         g.count += 1;
@@ -346,7 +353,7 @@ fn memory_loop(
                 Err(e) => {
                     out.errors += 1;
                     complete = false;
-                    gaps.failed(series.device, ms_since(t0), &e.to_string());
+                    gaps.failed(series.device, ms_since(t0), &e);
                 }
             }
         }
@@ -402,7 +409,7 @@ fn process_loop(
                 }
                 Err(e) => {
                     out.errors += 1;
-                    gaps.failed(*d, ms_since(t0), &e.to_string());
+                    gaps.failed(*d, ms_since(t0), &e);
                 }
             }
         }

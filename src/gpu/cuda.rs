@@ -121,10 +121,11 @@ impl Drop for Kernels {
 struct Context {
     ordinal: u32,
     stream: Arc<CudaStream>,
-    kernels: Option<Kernels>,
+    /// The fill and checksum kernels, loaded with the context.
+    kernels: Kernels,
     /// The checksum kernel's result word, allocated with the context: a fill never needs
     /// device memory beyond the allocation it fills (which may be the last free bytes).
-    sum: Option<CudaSlice<u64>>,
+    sum: CudaSlice<u64>,
     ctx: Arc<CudaContext>,
 }
 
@@ -388,23 +389,6 @@ impl CudaDriver {
         check_raw("cuCtxSynchronize", raw::ctx_synchronize())
     }
 
-    /// Load the kernels into a context on first use.
-    fn kernels(&mut self, ctx: ContextId) -> Result<()> {
-        let c = self
-            .contexts
-            .get_mut(&ctx)
-            .ok_or_else(|| GpuError::Driver {
-                call: "fill".into(),
-                code: "CUDA_ERROR_INVALID_CONTEXT".into(),
-                message: format!("unknown context {}", ctx.0),
-            })?;
-        if c.kernels.is_some() {
-            return Ok(());
-        }
-        c.kernels = Some(Kernels::load(&c.ctx)?);
-        Ok(())
-    }
-
     fn fill_inner(&mut self, alloc: AllocId, value: u32) -> Result<u64> {
         let ctx_id = self
             .allocs
@@ -412,31 +396,19 @@ impl CudaDriver {
             .map(|a| a.ctx)
             .ok_or_else(|| unknown_alloc("fill", alloc))?;
         self.healthy(ctx_id)?;
-        self.kernels(ctx_id)?;
         let c = self
             .contexts
             .get_mut(&ctx_id)
             .ok_or_else(|| unknown_ctx(ctx_id))?;
-        let (ordinal, stream) = (c.ordinal, c.stream.clone());
-        let k = c.kernels.as_ref().ok_or_else(|| GpuError::Driver {
-            call: "fill".into(),
-            code: "CUDA_ERROR_NOT_FOUND".into(),
-            message: "kernels not loaded".into(),
-        })?;
+        let stream = c.stream.clone();
+        let k = &c.kernels;
         let a = self
             .allocs
             .get_mut(&alloc)
             .ok_or_else(|| unknown_alloc("fill", alloc))?;
         let n_words: u64 = a.bytes / 4;
         let blocks = n_words.div_ceil(256).clamp(1, 4096) as u32;
-        let sum = match c.sum.as_mut() {
-            Some(s) => s,
-            None => c.sum.insert(
-                stream
-                    .alloc_zeros::<u64>(1)
-                    .map_err(|e| alloc_err("cuMemAllocAsync", ordinal, 8, e))?,
-            ),
-        };
+        let sum = &mut c.sum;
         stream
             .memset_zeros(sum)
             .map_err(|e| driver_err("cuMemsetD8Async", e))?;
@@ -541,8 +513,8 @@ impl Driver for CudaDriver {
                 Context {
                     ordinal,
                     stream,
-                    kernels: Some(kernels),
-                    sum: Some(sum),
+                    kernels,
+                    sum,
                     ctx,
                 },
             );

@@ -341,7 +341,8 @@ impl NvmlMonitor {
             }
         };
         let mut buf = self.proc_buf.lock().unwrap_or_else(|e| e.into_inner());
-        let mut capacity = (buf.len() / WIDE_RECORD).max(INITIAL_PROCESS_CAPACITY);
+        // `buf` is in u64 words: the records it held last time, in bytes, over the record size.
+        let mut capacity = (buf.len() * 8 / WIDE_RECORD).max(INITIAL_PROCESS_CAPACITY);
         // The list may grow between calls: retry a few times with the size NVML asks for.
         for _ in 0..4 {
             buf.clear();

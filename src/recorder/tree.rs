@@ -70,12 +70,8 @@ struct Entry {
     zombie: bool,
 }
 
-fn read_entry(p: &Process) -> Option<Entry> {
-    entry_of(p.stat().ok()?)
-}
-
 /// /proc/PID/stat opened by path and parsed by procfs: two syscalls fewer per process than
-/// `Process::new` + `stat()` (which opens the PID's directory first), for the periodic scan.
+/// `Process::new` + `stat()` (which opens the PID's directory first).
 fn read_entry_of_pid(pid: u32) -> Option<Entry> {
     let file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
     entry_of(<procfs::process::Stat as procfs::FromRead>::from_read(file).ok()?)
@@ -83,7 +79,7 @@ fn read_entry_of_pid(pid: u32) -> Option<Entry> {
 
 fn entry_of(st: procfs::process::Stat) -> Option<Entry> {
     Some(Entry {
-        comm: st.comm.clone(),
+        comm: st.comm,
         ppid: u32::try_from(st.ppid).ok()?,
         start_time: st.starttime,
         zombie: matches!(st.state, 'Z' | 'X'),
@@ -237,8 +233,7 @@ impl ProcessTree {
         let mut cur = pid;
         let mut first: Option<(u32, u64)> = None;
         for _ in 0..64 {
-            let p = Process::new(i32::try_from(cur).ok()?).ok()?;
-            let e = read_entry(&p)?;
+            let e = read_entry_of_pid(cur)?;
             if first.is_none() {
                 if e.zombie {
                     return None;
@@ -321,11 +316,7 @@ impl ProcessTree {
 
 /// Whether `pid` is still the process that started at `start_time` and not a zombie.
 pub fn is_alive(pid: u32, start_time: u64) -> bool {
-    i32::try_from(pid)
-        .ok()
-        .and_then(|p| Process::new(p).ok())
-        .and_then(|p| read_entry(&p))
-        .is_some_and(|e| !e.zombie && e.start_time == start_time)
+    read_entry_of_pid(pid).is_some_and(|e| !e.zombie && e.start_time == start_time)
 }
 
 #[cfg(test)]

@@ -49,12 +49,7 @@ fn report_line(html_report: Option<&str>) -> String {
 /// The test case of one replayed variant. `html_report`: path of the HTML report written by
 /// the same command, referenced in the case's text.
 pub fn variant_case(run: &VariantRun, html_report: Option<&str>) -> Case {
-    let verdict = match run.verdict {
-        Verdict::Reproduced => "reproduced",
-        Verdict::Fixed => "fixed",
-        Verdict::Unexpected => "unexpected",
-        Verdict::Skipped => "skipped",
-    };
+    let verdict = super::text::verdict_word(run.verdict);
     let outcome = match run.verdict {
         Verdict::Reproduced | Verdict::Fixed => CaseOutcome::Passed,
         Verdict::Skipped => CaseOutcome::Skipped {

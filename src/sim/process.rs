@@ -39,8 +39,7 @@ impl ProcessEnv {
 /// Host indices of the devices a process sees, in CUDA's enumeration order (before
 /// `CUDA_VISIBLE_DEVICES`).
 pub fn cuda_enumeration(sim: &SimBox, env: &ProcessEnv) -> Vec<u32> {
-    let uuids: Vec<String> = sim.devices().iter().map(|d| d.uuid.clone()).collect();
-    let mounted = visible::mounted_devices(env.nvidia_visible.as_deref(), &uuids);
+    let mounted = sim.mounted(env.nvidia_visible.as_deref());
     visible::cuda_order(&mounted, env.device_order.as_deref(), |i| {
         let name = sim.device(i).map(|d| d.name.as_str()).unwrap_or("");
         let ((major, minor), sms) = super::spec::arch_of(name);
