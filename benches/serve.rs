@@ -121,7 +121,7 @@ fn main() {
         for _ in 0..COLLECTIONS {
             let monitor = SimMonitor::new(sim.clone());
             let (w0, c0) = (Instant::now(), thread_cpu());
-            let (body, err) = exporter::collect_exposition(&monitor, &c, &mut Vec::new());
+            let (body, err) = exporter::collect_exposition(&monitor, &c);
             walls.push(w0.elapsed());
             cpus.push(thread_cpu() - c0);
             assert!(err.is_none(), "{err:?}");
@@ -158,7 +158,7 @@ fn main() {
     // Scrapes, while the collector runs back to back (100 ms interval: ~40 ms collections).
     let c = cfg(true);
     let monitor = SimMonitor::new(sim.clone());
-    let (body, _) = exporter::collect_exposition(&monitor, &c, &mut Vec::new());
+    let (body, _) = exporter::collect_exposition(&monitor, &c);
     let latest = Arc::new(Latest::new(body));
     let server = Server::start(
         "127.0.0.1:0".parse().expect("addr"),
@@ -171,7 +171,6 @@ fn main() {
         c,
         Duration::from_millis(100),
         latest,
-        Vec::new(),
         None,
         |_| {},
     )

@@ -10,12 +10,11 @@
 //! no request bodies. (tiny_http 0.12 has neither a connection limit nor read timeouts: an
 //! idle client holds one of its threads forever.)
 
-use crate::diagnose::{self, Thresholds};
-use crate::gpu::{DeviceInfo, GpuError, Monitor, Versions};
-use crate::inventory::{self, Inventory, PidNamespace};
+use crate::diagnose::Thresholds;
+use crate::gpu::Monitor;
+use crate::inventory::{self, PidNamespace};
 use crate::report::prom::{self, Collection, PromOptions};
-use crate::report::{Environment, ProcessDeviceUsage, ScanResult};
-use std::collections::BTreeMap;
+use crate::report::ScanResult;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,8 +24,6 @@ use std::time::{Duration, Instant};
 
 /// Default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9835";
-/// Default collection interval.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The last exposition, shared between the collector and the server.
 #[derive(Debug, Default)]
@@ -61,148 +58,36 @@ pub struct CollectConfig {
     pub options: PromOptions,
 }
 
-/// The result of one collection: the scan (if any), whether it succeeded, and the error.
+/// The result of one collection: the scan (if any), and the error of a failed one.
 #[derive(Debug, Clone)]
 pub struct Collected {
     pub scan: Option<ScanResult>,
-    pub success: bool,
     pub error: Option<String>,
 }
 
-/// Read the machine once through `monitor` and diagnose it, as `vramdoc scan` does.
-/// `known` holds the devices of the last successful collection (updated here). A device the
-/// driver reports lost becomes a `device-lost` finding and a failed collection; the other
-/// devices in `known` are still read one by one (memory, processes) and diagnosed, so one
-/// lost GPU does not blank a node's metrics. Any other error is a failed collection without
-/// findings.
-pub fn collect(
-    monitor: &dyn Monitor,
-    cfg: &CollectConfig,
-    known: &mut Vec<DeviceInfo>,
-) -> Collected {
+/// Read the machine once through `monitor` and diagnose it, as `vramdoc scan` does. One bad
+/// GPU does not fail a collection: the monitor reports it with a status (lost, no
+/// permission), which the diagnosis turns into a finding while the other GPUs keep their
+/// metrics. Any error of the whole read is a failed collection without findings.
+pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
     match inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone()) {
-        Ok(inv) => {
-            known.clone_from(&inv.environment.devices);
-            let report = crate::commands::scan::build_report(&inv, &cfg.thresholds);
-            Collected {
-                scan: report.scan,
-                success: true,
-                error: None,
-            }
-        }
-        Err(e @ GpuError::DeviceLost(_)) => {
-            let detail = e.to_string();
-            let mut lost = Vec::new();
-            if let GpuError::DeviceLost(d) = e {
-                lost.push(d);
-            }
-            let inv = survivors(monitor, cfg, known, &mut lost);
-            let mut scan = match inv {
-                Some(inv) => crate::commands::scan::build_report(&inv, &cfg.thresholds)
-                    .scan
-                    .unwrap_or_else(|| empty_scan(cfg)),
-                None => empty_scan(cfg),
-            };
-            for d in lost.iter().rev() {
-                scan.findings.insert(0, diagnose::device_lost(*d, &detail));
-            }
-            Collected {
-                scan: Some(scan),
-                success: false,
-                error: Some(detail),
-            }
-        }
+        Ok(inv) => Collected {
+            scan: crate::commands::scan::build_report(&inv, &cfg.thresholds).scan,
+            error: None,
+        },
         Err(e) => Collected {
             scan: None,
-            success: false,
             error: Some(e.to_string()),
         },
     }
 }
 
-fn empty_scan(cfg: &CollectConfig) -> ScanResult {
-    ScanResult {
-        devices: Vec::new(),
-        processes: Vec::new(),
-        findings: Vec::new(),
-        pid_namespace: cfg.pid_namespace.label().to_string(),
-        headroom: Vec::new(),
-    }
-}
-
-/// The devices of `known` that still answer, read one by one (`memory(i)`, `processes(i)`),
-/// as an inventory; devices found lost on the way are added to `lost`. `None` when nothing
-/// is known or another error occurs.
-fn survivors(
-    monitor: &dyn Monitor,
-    cfg: &CollectConfig,
-    known: &[DeviceInfo],
-    lost: &mut Vec<u32>,
-) -> Option<Inventory> {
-    if known.is_empty() {
-        return None;
-    }
-    let mut devices = Vec::new();
-    let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
-    for d in known {
-        if lost.contains(&d.index) {
-            continue;
-        }
-        let read = monitor
-            .memory(d.index)
-            .and_then(|m| Ok((m, monitor.processes(d.index)?)));
-        match read {
-            Ok((memory, procs)) => {
-                devices.push(DeviceInfo {
-                    memory,
-                    ..d.clone()
-                });
-                for p in procs {
-                    by_pid.entry(p.pid).or_default().push(ProcessDeviceUsage {
-                        device: d.index,
-                        used: p.used,
-                    });
-                }
-            }
-            Err(GpuError::DeviceLost(i)) => lost.push(i),
-            Err(_) => return None,
-        }
-    }
-    let processes = by_pid
-        .into_iter()
-        .map(|(pid, usage)| inventory::process_info(pid, usage))
-        .collect();
-    Some(Inventory {
-        environment: Environment {
-            hostname: String::new(),
-            kernel: String::new(),
-            vramdoc_version: env!("CARGO_PKG_VERSION").to_string(),
-            backend: monitor.backend().to_string(),
-            sim_spec: cfg.sim_spec.clone(),
-            versions: Versions {
-                driver: String::new(),
-                cuda: String::new(),
-                nvml: String::new(),
-            },
-            devices,
-        },
-        processes,
-        pid_namespace: cfg.pid_namespace.clone(),
-        details: Default::default(),
-    })
-}
-
 /// One collection, rendered: returns the exposition and the collection's error, if any.
-/// `known`: as for [`collect`].
-pub fn collect_exposition(
-    monitor: &dyn Monitor,
-    cfg: &CollectConfig,
-    known: &mut Vec<DeviceInfo>,
-) -> (Vec<u8>, Option<String>) {
+pub fn collect_exposition(monitor: &dyn Monitor, cfg: &CollectConfig) -> (Vec<u8>, Option<String>) {
     let start = Instant::now();
-    let c = collect(monitor, cfg, known);
+    let c = collect(monitor, cfg);
     let meta = Collection {
-        success: c.success,
+        success: c.error.is_none(),
         duration_seconds: start.elapsed().as_secs_f64(),
         timestamp_seconds: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -228,15 +113,14 @@ pub struct Collector {
 
 impl Collector {
     /// Start collecting every `interval` (the first collection after one interval: run
-    /// [`collect_exposition`] once before, so the first scrape has data, and pass its
-    /// devices as `known` and its error as `first_error`). `on_change` is told when the collection error changes: the new
+    /// [`collect_exposition`] once before, so the first scrape has data, and pass its error
+    /// as `first_error`). `on_change` is told when the collection error changes: the new
     /// error, or `None` when collections succeed again.
     pub fn start(
         monitor: Box<dyn Monitor>,
         cfg: CollectConfig,
         interval: Duration,
         latest: Arc<Latest>,
-        mut known: Vec<DeviceInfo>,
         first_error: Option<String>,
         on_change: impl Fn(Option<&str>) + Send + 'static,
     ) -> std::io::Result<Collector> {
@@ -249,7 +133,7 @@ impl Collector {
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
-                let (body, err) = collect_exposition(monitor.as_ref(), &cfg, &mut known);
+                let (body, err) = collect_exposition(monitor.as_ref(), &cfg);
                 latest.set(body);
                 if err != last {
                     on_change(err.as_deref());
@@ -628,10 +512,9 @@ mod tests {
             thresholds: Thresholds::default(),
             options: PromOptions::default(),
         };
-        let mut known = Vec::new();
-        let ok = collect(&monitor, &cfg, &mut known);
-        assert!(ok.success);
-        assert_eq!(known.len(), 3);
+        let ok = collect(&monitor, &cfg);
+        assert!(ok.error.is_none(), "{:?}", ok.error);
+        assert_eq!(ok.scan.map(|s| s.devices.len()), Some(3));
         sim.set_faults(&Faults {
             lost_devices: vec![1],
             ..Faults::default()
@@ -639,8 +522,8 @@ mod tests {
         .unwrap();
         // The monitor answers for every device; the lost one carries its status. The
         // collection itself succeeds: the lost GPU is a finding, the others keep their data.
-        let later = collect(&monitor, &cfg, &mut known);
-        assert!(later.success, "{:?}", later.error);
+        let later = collect(&monitor, &cfg);
+        assert!(later.error.is_none(), "{:?}", later.error);
         let scan = later.scan.unwrap();
         let idx: Vec<u32> = scan.devices.iter().map(|d| d.index).collect();
         assert_eq!(idx, vec![0, 1, 2]);
@@ -649,7 +532,6 @@ mod tests {
         assert_eq!(headroom, vec![0, 2]);
         assert_eq!(scan.findings[0].id, "device-lost");
         assert_eq!(scan.findings[0].devices, vec![1]);
-        assert_eq!(known.len(), 3, "known devices are kept while one is lost");
     }
 
     #[test]

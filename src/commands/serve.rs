@@ -45,8 +45,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let monitor = session.monitor()?;
 
     // The first collection before the first scrape, so no scrape sees an empty exporter.
-    let mut known = Vec::new();
-    let (body, err) = exporter::collect_exposition(monitor.as_ref(), &cfg, &mut known);
+    let (body, err) = exporter::collect_exposition(monitor.as_ref(), &cfg);
     if let Some(e) = &err {
         crate::term::eprint_line(&format!(
             "vramdoc serve: collection failed (still serving): {e}"
@@ -60,7 +59,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     // noticed within 100 ms.
     let stop = super::handle_interrupts_gracefully();
 
-    let collector = Collector::start(monitor, cfg, interval, latest, known, err, |e| match e {
+    let collector = Collector::start(monitor, cfg, interval, latest, err, |e| match e {
         Some(e) => crate::term::eprint_line(&format!(
             "vramdoc serve: collection failed (still serving): {e}"
         )),
