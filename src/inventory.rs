@@ -121,10 +121,7 @@ fn container_sign() -> Option<String> {
             return Some(format!("{f} exists"));
         }
     }
-    std::fs::read_to_string("/proc/1/cgroup")
-        .ok()
-        .and_then(|t| container_from_cgroup(&t))
-        .map(|c| format!("PID 1's cgroup names {c}"))
+    container_hint(1).map(|c| format!("PID 1's cgroup names {c}"))
 }
 
 /// The PID-namespace verdict from what /proc shows: `nspid` entries in our NSpid line,
@@ -222,11 +219,6 @@ impl Inventory {
     pub fn devices(&self) -> &[DeviceInfo] {
         &self.environment.devices
     }
-
-    /// UUIDs in physical order (for `CUDA_VISIBLE_DEVICES` mapping).
-    pub fn uuids(&self) -> Vec<String> {
-        self.devices().iter().map(|d| d.uuid.clone()).collect()
-    }
 }
 
 /// Collect one scan through `monitor`: `versions()` once, `devices()` once, `processes(i)`
@@ -267,17 +259,14 @@ pub fn collect(
             }
         }
     }
-    let processes: Vec<ProcessInfo> = by_pid
-        .into_iter()
-        .map(|(pid, mut usage)| {
-            usage.sort_by_key(|u| u.device);
-            process_info(pid, usage)
-        })
-        .collect();
-    for p in processes.iter().filter(|p| p.visible) {
-        if let Ok(bytes) = std::fs::read(format!("/proc/{}/environ", p.pid)) {
-            details.gpu_env.insert(p.pid, gpu_env_from_environ(&bytes));
+    let mut processes: Vec<ProcessInfo> = Vec::with_capacity(by_pid.len());
+    for (pid, mut usage) in by_pid {
+        usage.sort_by_key(|u| u.device);
+        let (info, gpu_env) = process_info_and_env(pid, usage);
+        if let Some(env) = gpu_env {
+            details.gpu_env.insert(pid, env);
         }
+        processes.push(info);
     }
     details.node_holders = node_holders(&monitor.device_nodes());
     details.per_process_unavailable = std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -357,11 +346,11 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
         }
         held.sort();
         held.dedup();
-        let info = process_info(pid, Vec::new());
+        let (name, user) = name_and_user(pid).unzip();
         out.push(NodeHolder {
             pid,
-            name: info.name,
-            user: info.user,
+            name,
+            user,
             nodes: held,
         });
     }
@@ -371,15 +360,28 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
 
 /// What /proc says about one PID (all optional: a PID may not exist here).
 pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
-    let process = i32::try_from(pid)
-        .ok()
-        .and_then(|p| procfs::process::Process::new(p).ok());
-    let status = process.as_ref().and_then(|p| p.status().ok());
-    let visible = status
-        .as_ref()
-        .is_some_and(|s| !matches!(s.state.chars().next(), Some('Z' | 'X')));
-    let (Some(process), Some(status), true) = (process, status, visible) else {
-        return ProcessInfo {
+    process_info_and_env(pid, devices).0
+}
+
+/// The name and user of `pid` from /proc/PID/status, when it is live and visible here
+/// (not a zombie, not gone).
+fn name_and_user(pid: u32) -> Option<(String, String)> {
+    let process = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?;
+    let status = process.status().ok()?;
+    if matches!(status.state.chars().next(), Some('Z' | 'X')) {
+        return None;
+    }
+    Some((status.name, user_name(status.ruid)))
+}
+
+/// [`process_info`] and, when /proc/PID/environ of a visible process is readable, its
+/// [`GpuEnv`]: the environ file is read once for both.
+fn process_info_and_env(
+    pid: u32,
+    devices: Vec<ProcessDeviceUsage>,
+) -> (ProcessInfo, Option<GpuEnv>) {
+    let Some((name, user)) = name_and_user(pid) else {
+        let info = ProcessInfo {
             pid,
             visible: false,
             user: None,
@@ -389,24 +391,29 @@ pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
             container: None,
             devices,
         };
+        return (info, None);
     };
-    let name = Some(status.name.clone());
-    let user = Some(user_name(status.ruid));
-    let cmdline = process
-        .cmdline()
+    let cmdline = i32::try_from(pid)
         .ok()
+        .and_then(|p| procfs::process::Process::new(p).ok())
+        .and_then(|p| p.cmdline().ok())
         .filter(|v| !v.is_empty())
         .map(|v| crate::redact::redact_cmdline(&v));
-    ProcessInfo {
+    let (cuda_visible_devices, gpu_env) = match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(bytes) => (cvd_from_environ(&bytes), Some(gpu_env_from_environ(&bytes))),
+        Err(_) => (CVD_UNKNOWN.into(), None),
+    };
+    let info = ProcessInfo {
         pid,
         visible: true,
-        user,
-        name,
+        user: Some(user),
+        name: Some(name),
         cmdline,
-        cuda_visible_devices: cuda_visible_devices(pid),
+        cuda_visible_devices,
         container: container_hint(pid),
         devices,
-    }
+    };
+    (info, gpu_env)
 }
 
 fn split_nul(bytes: &[u8]) -> Vec<String> {
