@@ -201,13 +201,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             .copied()
             .filter(|(p, _)| !is_live(p))
             .collect();
-        let live_usage: Vec<Option<u64>> = on_dev
-            .iter()
-            .filter(|(p, _)| is_live(p))
-            .map(|(_, u)| *u)
-            .collect();
-        let live_known = live_usage.iter().all(Option::is_some);
-        let live_sum: u64 = live_usage.iter().flatten().sum();
+        let (live_sum, live_known) = live_sum(d, &inv.processes, host);
         let orphaned = d.memory.used.saturating_sub(live_sum);
         // WSL / WDDM: no process is ever listed; an empty list says nothing about owners.
         let no_data = on_dev.is_empty() && details.per_process_unavailable.is_some();
@@ -692,20 +686,12 @@ pub fn allowed_devices(
     if cvd == CVD_UNSET {
         return Ok(mounted);
     }
-    let pci_order = env
-        .and_then(|e| e.cuda_device_order.as_deref())
-        .is_some_and(|o| o.trim().eq_ignore_ascii_case("PCI_BUS_ID"));
-    let has_index = cvd
-        .split(',')
-        .any(|t| t.trim().chars().next().is_some_and(|c| c.is_ascii_digit()));
-    let same_model = mounted
+    let mounted_names = mounted
         .iter()
         .filter_map(|i| devices.get(*i as usize))
-        .map(|(_, name)| name.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-        <= 1;
-    if has_index && !pci_order && !same_model {
+        .map(|(_, name)| name.as_str());
+    let order = env.and_then(|e| e.cuda_device_order.as_deref());
+    if index_order_ambiguous(cvd, order, mounted_names) {
         return Err(
             "its CUDA_VISIBLE_DEVICES indices follow CUDA's fastest-first order on mixed GPUs \
              (set CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs)"
@@ -719,17 +705,46 @@ pub fn allowed_devices(
         .collect())
 }
 
+/// Whether integer `CUDA_VISIBLE_DEVICES` entries may not mean NVML's physical indices: CUDA
+/// orders devices fastest first unless `CUDA_DEVICE_ORDER` (`order`) is `PCI_BUS_ID`, which
+/// only differs from NVML's PCI order among GPUs of different models (`names`).
+pub(crate) fn index_order_ambiguous<'a>(
+    cvd: &str,
+    order: Option<&str>,
+    mut names: impl Iterator<Item = &'a str>,
+) -> bool {
+    let pci = order.is_some_and(|o| o.trim().eq_ignore_ascii_case("PCI_BUS_ID"));
+    let numeric = cvd
+        .split(',')
+        .any(|e| e.trim().chars().next().is_some_and(|c| c.is_ascii_digit()));
+    if pci || !numeric {
+        return false;
+    }
+    names.next().is_some_and(|first| names.any(|n| n != first))
+}
+
+/// What the live listed processes hold on `d` (in a container every listed process counts
+/// as live), summing the usages that are known, and whether all of them are.
+fn live_sum(d: &DeviceInfo, processes: &[ProcessInfo], host: bool) -> (u64, bool) {
+    let mut sum = 0u64;
+    let mut known = true;
+    for p in processes.iter().filter(|p| p.visible || !host) {
+        if let Some(u) = p.usage_on(d.index) {
+            match u.used {
+                Some(b) => sum = sum.saturating_add(b),
+                None => known = false,
+            }
+        }
+    }
+    (sum, known)
+}
+
 /// Used memory on `d` that no live listed process accounts for: the arithmetic of
 /// [`no_live_owner`] (`used` minus what live processes hold; in a container every listed
 /// process counts as live). `None` when a live process's usage is not available.
 pub fn unattributed_bytes(d: &DeviceInfo, processes: &[ProcessInfo], host: bool) -> Option<u64> {
-    let mut live_sum = 0u64;
-    for p in processes.iter().filter(|p| p.visible || !host) {
-        if let Some(u) = p.usage_on(d.index) {
-            live_sum = live_sum.saturating_add(u.used?);
-        }
-    }
-    Some(d.memory.used.saturating_sub(live_sum))
+    let (sum, known) = live_sum(d, processes, host);
+    known.then(|| d.memory.used.saturating_sub(sum))
 }
 
 /// A device the driver reports as lost while collecting: an error finding, so an exporter

@@ -655,21 +655,6 @@ fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     }]
 }
 
-/// Whether integer `CUDA_VISIBLE_DEVICES` entries may not mean NVML's physical indices: CUDA
-/// orders devices fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`, which only differs
-/// from NVML's PCI order on a box with different GPU models.
-fn order_ambiguous(rec: &Recording, p: &RecordedProcess, cvd: &str) -> bool {
-    let pci = p
-        .cuda_device_order
-        .as_deref()
-        .is_some_and(|o| o.trim().eq_ignore_ascii_case("PCI_BUS_ID"));
-    let mixed = rec.devices.windows(2).any(|w| w[0].name != w[1].name);
-    let numeric = cvd
-        .split(',')
-        .any(|e| e.trim().chars().next().is_some_and(|c| c.is_ascii_digit()));
-    !pci && mixed && numeric
-}
-
 /// `stray-context`, over time: scan's rule ([`super::rules::stray_context_of`]) applied to
 /// the most each process of the job held on each device during the recording.
 fn stray_context(cx: &Prepared) -> Vec<Finding> {
@@ -712,7 +697,13 @@ fn stray_context(cx: &Prepared) -> Vec<Finding> {
             });
         }
         let raw_cvd = rp.cuda_visible_devices.as_deref();
-        let ambiguous = raw_cvd.is_some_and(|c| order_ambiguous(cx.rec, rp, c));
+        let ambiguous = raw_cvd.is_some_and(|c| {
+            super::rules::index_order_ambiguous(
+                c,
+                rp.cuda_device_order.as_deref(),
+                cx.rec.devices.iter().map(|d| d.name.as_str()),
+            )
+        });
         let cvd = match raw_cvd {
             Some(c) if !ambiguous => c.to_string(),
             Some(_) => CVD_UNKNOWN.to_string(),
@@ -765,7 +756,12 @@ fn stray_context(cx: &Prepared) -> Vec<Finding> {
                 ));
             }
         }
-        if let Some(n) = &rp.nvidia_visible_devices {
+        // Branch (a) of the rule already shows it ("... (its container's GPUs)").
+        let shown = f
+            .evidence
+            .iter()
+            .any(|e| e.label.starts_with("NVIDIA_VISIBLE_DEVICES"));
+        if let (Some(n), false) = (&rp.nvidia_visible_devices, shown) {
             f.evidence.push(ev("NVIDIA_VISIBLE_DEVICES", n.clone()));
         }
         out.push(f);

@@ -307,6 +307,34 @@ fn stray_context_outside_cuda_visible_devices() {
 }
 
 #[test]
+fn stray_context_shows_nvidia_visible_devices_once() {
+    let nvd_labels = |f: &Finding| {
+        f.evidence
+            .iter()
+            .filter(|e| e.label.starts_with("NVIDIA_VISIBLE_DEVICES"))
+            .count()
+    };
+    // (a) outside CUDA_VISIBLE_DEVICES: the rule's own "(its container's GPUs)" evidence.
+    let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
+    j.proc_(10, Some("0"), None);
+    j.set(100.0, 10, 0, gib(8.0)).set(200.0, 10, 1, gib(3.0));
+    let mut rec = j.build();
+    rec.processes[0].nvidia_visible_devices = Some("all".into());
+    let f = find(&rec, ids::STRAY_CONTEXT);
+    assert_eq!(nvd_labels(&f), 1, "{:?}", f.evidence);
+    assert!(has(&f, "NVIDIA_VISIBLE_DEVICES (its container's GPUs)"));
+    // (b) a context-sized footprint, CUDA_VISIBLE_DEVICES unknown: the timeline adds it.
+    let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
+    j.proc_(10, Some("MIG-x"), None);
+    j.set(100.0, 10, 1, gib(8.0)).set(200.0, 10, 0, 448 * MIB);
+    let mut rec = j.build();
+    rec.processes[0].nvidia_visible_devices = Some("all".into());
+    let f = find(&rec, ids::STRAY_CONTEXT);
+    assert_eq!(nvd_labels(&f), 1, "{:?}", f.evidence);
+    assert!(has(&f, "NVIDIA_VISIBLE_DEVICES"));
+}
+
+#[test]
 fn stray_context_without_device_entries_maps_indices_by_the_series() {
     let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
     j.proc_(10, Some("1"), None);
