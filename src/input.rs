@@ -104,7 +104,8 @@ pub fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String, InputError> {
     String::from_utf8(bytes).map_err(|e| {
         let bytes = e.as_bytes();
         let at = e.utf8_error().valid_up_to();
-        let (line, col) = line_col_of(bytes, at);
+        let before = std::str::from_utf8(&bytes[..at.min(bytes.len())]).unwrap_or("");
+        let (line, col) = line_col(before, before.len());
         InputError::NotUtf8 {
             path: path.to_path_buf(),
             line,
@@ -114,12 +115,18 @@ pub fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String, InputError> {
     })
 }
 
-/// 1-based line and column (in characters) of byte offset `at`, whose prefix is valid UTF-8.
-fn line_col_of(bytes: &[u8], at: usize) -> (usize, usize) {
-    let before = std::str::from_utf8(&bytes[..at.min(bytes.len())]).unwrap_or("");
+/// 1-based line and column (in characters) of byte offset `offset` in `text` (clamped to
+/// its length and back to a character boundary).
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while offset > 0 && !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
     let line = before.matches('\n').count() + 1;
-    let start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-    (line, before[start..].chars().count() + 1)
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let col = before[line_start..].chars().count() + 1;
+    (line, col)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! change; nothing here panics on any input (a property test feeds it arbitrary text).
 
 use super::{Expectation, Neighbour, Op, Scenario, SizeSpec, Step, Variant, VariantKind};
+use crate::input::line_col;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -151,19 +152,6 @@ impl Ctx<'_> {
             message: message.into(),
         }
     }
-}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while offset > 0 && !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let col = before[line_start..].chars().count() + 1;
-    (line, col)
 }
 
 /// Parse a scenario. `file` names it in errors (a path, or `builtin:<id>`).
