@@ -192,7 +192,7 @@ impl MarkerTail {
 /// A marker line as shown: cleaned, redacted, at most 200 characters.
 fn marker_text(line: &str) -> String {
     let clean = crate::report::text::clean(line.trim());
-    crate::report::text::redact_words(clean.trim())
+    crate::redact::redact_text(clean.trim())
         .chars()
         .take(200)
         .collect()

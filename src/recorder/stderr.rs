@@ -37,7 +37,7 @@ pub struct StderrWatcher {
 
 fn cut(line: &str) -> String {
     let clean = crate::report::text::clean(line.trim_end());
-    let red = crate::report::text::redact_words(&clean);
+    let red = crate::redact::redact_text(&clean);
     red.chars().take(LINE_CHARS).collect()
 }
 

@@ -4,7 +4,7 @@
 
 use super::{ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict};
 use crate::gpu::DeviceInfo;
-use crate::redact::redact_args;
+use crate::redact::{redact_args, redact_text};
 use crate::units::format_bytes;
 
 /// A copy of `report` with its command line and process command lines passed through
@@ -17,7 +17,7 @@ pub fn sanitized(report: &Report) -> Report {
     if let Some(scan) = r.scan.as_mut() {
         for p in &mut scan.processes {
             if let Some(c) = p.cmdline.as_mut() {
-                *c = redact_words(c);
+                *c = redact_text(c);
             }
         }
     }
@@ -25,22 +25,17 @@ pub fn sanitized(report: &Report) -> Report {
         run.command = redact_args(&run.command);
         for p in &mut run.processes {
             if let Some(c) = p.cmdline.as_mut() {
-                *c = redact_words(c);
+                *c = redact_text(c);
             }
         }
         for l in run.stderr_tail.iter_mut() {
-            *l = redact_words(l);
+            *l = redact_text(l);
         }
         for e in run.errors.iter_mut() {
-            e.line = redact_words(&e.line);
+            e.line = redact_text(&e.line);
         }
     }
     r
-}
-
-/// Redact a command line held as one string: [`crate::redact::redact_text`].
-pub fn redact_words(s: &str) -> String {
-    crate::redact::redact_text(s)
 }
 
 pub fn kind_word(kind: ReportKind) -> &'static str {
@@ -593,10 +588,10 @@ mod tests {
     #[test]
     fn word_redaction_keeps_clean_text() {
         assert_eq!(
-            redact_words("python  serve.py --model x"),
+            redact_text("python  serve.py --model x"),
             "python  serve.py --model x"
         );
-        let r = redact_words("python serve.py --token hunter2 --x=1");
+        let r = redact_text("python serve.py --token hunter2 --x=1");
         assert!(!r.contains("hunter2"), "{r}");
         assert!(r.ends_with("--x=1"));
     }
