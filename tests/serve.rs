@@ -180,6 +180,11 @@ fn promtool_check_metrics(text: &str) -> (bool, String) {
     )
 }
 
+/// The shipped alert rules, loaded by [`Prometheus`].
+fn alert_rules_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/vramdoc-alerts.yml")
+}
+
 /// A Prometheus server on loopback with a temporary config and storage, killed on drop.
 struct Prometheus {
     child: Child,
@@ -197,9 +202,7 @@ impl Prometheus {
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
                  rule_files:\n  - {rules}\n\
                  scrape_configs:\n  - job_name: vramdoc\n    static_configs:\n      - targets: ['{target}']\n",
-                rules = Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("deploy/prometheus/vramdoc-alerts.yml")
-                    .display()
+                rules = alert_rules_file().display()
             ),
         )
         .expect("write config");
@@ -226,6 +229,23 @@ impl Prometheus {
         }
     }
 
+    /// The JSON answer of a GET on Prometheus' HTTP API (`path` with its query string);
+    /// `None` on any connection or parse error.
+    fn api(&self, path: &str) -> Option<Value> {
+        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).ok()?;
+        let raw = String::from_utf8_lossy(&raw);
+        let body = &raw[raw.find("\r\n\r\n")? + 4..];
+        // Prometheus may answer chunked: the JSON is between the first `{` and last `}`.
+        serde_json::from_str(&body[body.find('{')?..=body.rfind('}')?]).ok()
+    }
+
     /// The value of an instant query's first result, if any.
     fn query(&self, promql: &str) -> Option<f64> {
         let mut q = String::new();
@@ -236,19 +256,7 @@ impl Prometheus {
                 q.push_str(&format!("%{b:02X}"));
             }
         }
-        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(
-            format!("GET /api/v1/query?query={q} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .ok()?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).ok()?;
-        let raw = String::from_utf8_lossy(&raw);
-        let body = &raw[raw.find("\r\n\r\n")? + 4..];
-        // Prometheus may answer chunked: the JSON is between the first `{` and last `}`.
-        let json: Value = serde_json::from_str(&body[body.find('{')?..=body.rfind('}')?]).ok()?;
+        let json = self.api(&format!("/api/v1/query?query={q}"))?;
         json["data"]["result"][0]["value"][1].as_str()?.parse().ok()
     }
 }
@@ -304,12 +312,56 @@ fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
     );
     assert_eq!(prom.query("up{job=\"vramdoc\"}"), Some(1.0));
     assert_eq!(prom.query("vramdoc_collect_success"), Some(1.0));
-    // The shipped rules load and evaluate against the live series (nothing wrong: no alert).
     assert_eq!(
         prom.query("count(vramdoc_findings{rule=\"no-live-owner\"} == 0)"),
         Some(3.0)
     );
-    assert_eq!(prom.query("ALERTS{alertstate=\"firing\"}"), None);
+    // The shipped rules load and evaluate against the live series: Prometheus lists every
+    // group and rule of the file, each evaluated (health no longer `unknown`) and healthy.
+    let shipped = std::fs::read_to_string(alert_rules_file()).expect("read the alert rules");
+    let starts = |p: &[&str]| {
+        shipped
+            .lines()
+            .filter(|l| p.iter().any(|p| l.trim_start().starts_with(p)))
+            .count()
+    };
+    let (want_groups, want_rules) = (starts(&["- name:"]), starts(&["- alert:", "- record:"]));
+    assert!(want_groups > 0 && want_rules > 0, "{shipped}");
+    let mut last = None;
+    let loaded = wait_for(Duration::from_secs(30), || {
+        let v = prom.api("/api/v1/rules");
+        last = v.clone();
+        let groups = v.as_ref()?["data"]["groups"].as_array()?.clone();
+        let rules: Vec<Value> = groups
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let evaluated = rules.iter().all(|r| r["health"] != "unknown");
+        (groups.len() == want_groups && rules.len() == want_rules && evaluated)
+            .then_some((groups, rules))
+    });
+    let (groups, rules) = loaded.unwrap_or_else(|| {
+        panic!(
+            "Prometheus did not load and evaluate {want_groups} group(s) and {want_rules} \
+             rule(s) of {}: last /api/v1/rules answer: {last:?}",
+            alert_rules_file().display()
+        )
+    });
+    for g in &groups {
+        assert!(
+            g["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("vramdoc-alerts.yml")),
+            "{g}"
+        );
+    }
+    for r in &rules {
+        assert_eq!(
+            r["health"], "ok",
+            "rule {} does not evaluate: {}",
+            r["name"], r["lastError"]
+        );
+    }
     assert_eq!(serve.terminate(), Some(0), "SIGTERM stops cleanly");
 }
 
