@@ -1149,7 +1149,8 @@ size = "10%"
 [[steps]]
 id = "wait"
 op = "pause"
-duration = "1s"
+duration = "5s"
+only = ["bug"]
 [[steps]]
 id = "more"
 op = "alloc"
@@ -1178,23 +1179,27 @@ check = "completes"
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
-    loop {
+    let worker: u32 = loop {
         line.clear();
         assert!(err.read_line(&mut line).unwrap() > 0, "no worker started");
-        if line.starts_with("replay mid/bug: worker pid") {
-            break;
+        if let Some(pid) = line.strip_prefix("replay mid/bug: worker pid") {
+            break pid.trim().parse().expect("worker pid");
         }
-    }
-    let lose = vramdoc()
-        .env("VRAMDOC_SIM_DIR", dir.path())
-        .args(["sim", "fault", "--lose-device", "0"])
-        .output()
-        .unwrap();
-    assert!(lose.status.success());
+    };
     std::thread::spawn(move || {
         let mut sink = String::new();
         while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
     });
+    // Lose GPU 0 once the worker holds its `load` allocation (10 % of 16 GiB), i.e. during
+    // the 5 s pause before `more` (a pause in `bug` only: `fix-again` does not wait).
+    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    common::hold::eventually("the bug worker's load allocation on GPU 0", || {
+        sim.processes(0)
+            .unwrap()
+            .iter()
+            .any(|p| p.pid == worker && p.used >= sim.devices()[0].total / 10)
+    });
+    common::sim_fault(dir.path(), &["--lose-device", "0"]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -89,3 +89,18 @@ pub fn assert_ok(out: &std::process::Output, what: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `vramdoc sim fault ARGS` on the box `dir`; panics with its stderr unless it succeeded.
+pub fn sim_fault(dir: &Path, args: &[&str]) {
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir)
+        .args(["sim", "fault"])
+        .args(args)
+        .output()
+        .expect("run vramdoc sim fault");
+    assert!(
+        out.status.success(),
+        "sim fault {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
