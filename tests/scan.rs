@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::hold::Holder;
+use common::hold::{eventually, Holder};
 use common::{assert_ok, fresh_box, json_ok, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -775,12 +775,9 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
         .unwrap();
     // Wait until it has exec'd (its name is `sleep`).
     let comm = format!("/proc/{}/comm", child.id());
-    for _ in 0..400 {
-        if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    eventually("the descriptor-holding child has exec'd sleep", || {
+        std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep")
+    });
     let dead = h.kill();
     let v = scan_json(b.path());
     child.kill().unwrap();
