@@ -107,6 +107,30 @@ pub(crate) fn out_with_ext(out: &[PathBuf], exts: &[&str]) -> Option<String> {
         .map(|p| p.display().to_string())
 }
 
+/// Append the report's Markdown to the GitHub job summary when `GITHUB_STEP_SUMMARY` is set,
+/// pointing to the full report (`html`, else the `--out` Markdown or JSON). The summary is a
+/// courtesy: failing to write it is one stderr line (prefixed `who`), never a changed result.
+pub(crate) fn append_job_summary(
+    report: &crate::report::Report,
+    out: &[PathBuf],
+    html: Option<String>,
+    who: &str,
+) {
+    let env = crate::report::step_summary::STEP_SUMMARY_ENV;
+    let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) else {
+        return;
+    };
+    let full = html.or_else(|| out_with_ext(out, &["md", "markdown", "json"]));
+    let md = crate::report::markdown::render(report);
+    match crate::report::write::append_step_summary(&PathBuf::from(path), &md, full.as_deref()) {
+        Ok(true) => {}
+        Ok(false) => crate::term::eprint_line(&format!(
+            "{who}: {env} is full (1 MiB); summary not appended"
+        )),
+        Err(e) => crate::term::eprint_line(&format!("{who}: job summary not written: {e}")),
+    }
+}
+
 /// The flag SIGINT, SIGTERM and SIGHUP set (one handler per process, installed on first
 /// use). A command that has not called [`handle_interrupts_gracefully`] is ended by the
 /// signal at once: its private box removed, one line on stderr, exit 1.

@@ -239,20 +239,7 @@ fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
         crate::report::write::write_atomic(path, xml.as_bytes(), args.force)
             .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
     }
-    let env = crate::report::step_summary::STEP_SUMMARY_ENV;
-    if let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) {
-        let full = html.or_else(|| super::out_with_ext(&args.out, &["md", "markdown", "json"]));
-        let md = crate::report::markdown::render(report);
-        let path = std::path::PathBuf::from(path);
-        // The job summary is a courtesy: failing to write it never changes the verdict.
-        match crate::report::write::append_step_summary(&path, &md, full.as_deref()) {
-            Ok(true) => {}
-            Ok(false) => crate::term::eprint_line(&format!(
-                "replay: {env} is full (1 MiB); summary not appended"
-            )),
-            Err(e) => crate::term::eprint_line(&format!("replay: job summary not written: {e}")),
-        }
-    }
+    super::append_job_summary(report, &args.out, html, "replay");
     Ok(())
 }
 
@@ -269,12 +256,8 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     crate::report::write::check_outputs(&args.out, args.force)
         .map_err(|e| UsageError(e.to_string()))?;
     if let Some(j) = &args.junit {
-        if j.exists() && !args.force {
-            anyhow::bail!(UsageError(format!(
-                "{} already exists; pass --force to overwrite it",
-                j.display()
-            )));
-        }
+        crate::report::write::check_output_file(j, args.force)
+            .map_err(|e| UsageError(e.to_string()))?;
     }
     // `all` stands for every built-in scenario, in `vramdoc list` order.
     // Every argument is resolved before anything runs: `all nope` is exit 2, not a long

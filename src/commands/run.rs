@@ -671,22 +671,7 @@ fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<
         crate::report::write::write_atomic(path, xml.as_bytes(), args.force)
             .with_context(|| "writing the JUnit report")?;
     }
-    let env = crate::report::step_summary::STEP_SUMMARY_ENV;
-    if let Some(path) = std::env::var_os(env).filter(|v| !v.is_empty()) {
-        let full = html.or_else(|| super::out_with_ext(&args.out, &["md", "markdown", "json"]));
-        let md = crate::report::markdown::render(report);
-        let path = PathBuf::from(path);
-        // The job summary is a courtesy: failing to write it never changes the status.
-        match crate::report::write::append_step_summary(&path, &md, full.as_deref()) {
-            Ok(true) => {}
-            Ok(false) => crate::term::eprint_line(&format!(
-                "vramdoc run: {env} is full (1 MiB); summary not appended"
-            )),
-            Err(e) => {
-                crate::term::eprint_line(&format!("vramdoc run: job summary not written: {e}"))
-            }
-        }
-    }
+    super::append_job_summary(report, &args.out, html, "vramdoc run");
     Ok(())
 }
 
