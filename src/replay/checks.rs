@@ -189,24 +189,23 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
                     .min_by_key(|d| f.total(**d))
                     .copied()
                     .unwrap_or(0);
-                if let SizeSpec::Fraction(frac) = s {
-                    // A fraction: the GPUs agree either in bytes (within that fraction of the
-                    // smallest, as equal shards of a named size do) or in share (residuals
-                    // beyond each device's own context, a fixed cost, compared as fractions
-                    // of each device, as per-device fractions do on GPUs of different sizes).
-                    let bytes_agree = hi - lo <= f.resolve(&SizeSpec::Fraction(*frac), smallest);
-                    let fr: Vec<f64> = residual
-                        .iter()
-                        .map(|(d, v)| {
-                            v.saturating_sub(f.ctx(*d)) as f64 / f.total(*d).max(1) as f64
-                        })
-                        .collect();
-                    let hi = fr.iter().copied().fold(f64::MIN, f64::max);
-                    let lo = fr.iter().copied().fold(f64::MAX, f64::min);
-                    passed &= fr.is_empty() || bytes_agree || hi - lo <= *frac + 1e-9;
-                } else {
-                    passed &= hi - lo <= f.resolve(s, smallest);
-                }
+                // The GPUs agree in bytes (within the spread, a percentage of the smallest, as
+                // equal shards of a named size do); or, for a percentage, in share: residuals
+                // beyond each device's own context (a fixed cost) as fractions of each
+                // device, as per-device fractions do on GPUs of different sizes.
+                let bytes_agree = hi - lo <= f.resolve(s, smallest);
+                let shares_agree = || {
+                    let SizeSpec::Fraction(frac) = s else {
+                        return false;
+                    };
+                    let fr = residual.iter().map(|(d, v)| {
+                        v.saturating_sub(f.ctx(*d)) as f64 / f.total(*d).max(1) as f64
+                    });
+                    let hi = fr.clone().fold(f64::MIN, f64::max);
+                    let lo = fr.fold(f64::MAX, f64::min);
+                    hi - lo <= *frac + 1e-9
+                };
+                passed &= bytes_agree || shares_agree();
             }
             let detail = residual
                 .iter()

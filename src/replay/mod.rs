@@ -12,7 +12,7 @@ use crate::gpu::{self, BackendKind, DeviceInfo, GpuError, Monitor};
 use crate::recorder::{Recorder, RecorderConfig};
 use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
 use crate::sampler::SamplerConfig;
-use crate::scenario::{Op, Scenario, SizeSpec, Step, Variant, VariantKind};
+use crate::scenario::{Op, Scenario, Step, Variant, VariantKind};
 use protocol::{Timed, WorkerEvent, WorkerInput};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -289,8 +289,6 @@ pub fn pin_by_uuid(env: Option<&str>, devices: &[DeviceInfo]) -> (Vec<u32>, Stri
 /// it reported contexts on, as the one process that appeared there after it started.
 #[derive(Debug, Default)]
 struct WorkerIdentity {
-    /// PID as this PID namespace numbers it (what we spawned).
-    local: Option<u32>,
     /// PID as NVML lists it, once known.
     nvml: Option<u32>,
     /// How `nvml` was found (for the report's marker).
@@ -381,13 +379,8 @@ pub fn run_variant(
                 op: Op::Alloc {
                     tag: "held".into(),
                     device: 0,
-                    // A neighbour sees one device: a named fraction is resolved here.
-                    size: match n.size {
-                        SizeSpec::FractionOfSmallest(_) => {
-                            SizeSpec::Bytes(n.size.resolve(smallest, smallest, 0))
-                        }
-                        other => other,
-                    },
+                    // A named fraction: of `smallest_total`, as for the worker.
+                    size: n.size,
                     allocator: None,
                     group: None,
                     fill: true,
@@ -505,17 +498,21 @@ pub fn run_variant(
             hold: false,
             smallest_total: smallest,
         };
-        for d in devices {
-            if let Ok(list) = monitor.processes(d.index) {
-                ident.before.extend(list.iter().map(|p| p.pid));
-            }
-        }
         let host_ns = crate::inventory::detect_pid_namespace()
             .map(|ns| ns.host)
             .unwrap_or(true);
+        // Outside the host PID namespace the worker may have to be recognised as the one new
+        // process in NVML's lists: note who is there before it starts (slow lists, read only
+        // when needed).
+        if !host_ns {
+            for d in devices {
+                if let Ok(list) = monitor.processes(d.index) {
+                    ident.before.extend(list.iter().map(|p| p.pid));
+                }
+            }
+        }
         let mut w = Proc::spawn(opts, &env, &input, "the worker")?;
         worker_pid = Some(w.child.id());
-        ident.local = worker_pid;
         if host_ns {
             ident.nvml = worker_pid;
         }
@@ -558,7 +555,6 @@ pub fn run_variant(
             match ev {
                 WorkerEvent::Hello { pid, nspid, .. } => {
                     worker_pid = Some(pid);
-                    ident.local = Some(pid);
                     if ident.nvml.is_none() && nspid.len() > 1 {
                         ident.nvml = nspid.first().copied();
                         ident.how = Some("its NSpid in /proc".into());
