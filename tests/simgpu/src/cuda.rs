@@ -633,19 +633,10 @@ fn pci_parts(bus_id: &str) -> (i32, i32, i32) {
     (domain, bus, dev)
 }
 
-/// The 16 bytes of a `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` UUID.
+/// The 16 bytes of a `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` UUID (zeros if malformed;
+/// the box's UUIDs never are).
 pub fn uuid_bytes(uuid: &str) -> [u8; 16] {
-    let hex: Vec<u8> = uuid
-        .trim_start_matches("GPU-")
-        .bytes()
-        .filter(|b| b.is_ascii_hexdigit())
-        .collect();
-    let mut out = [0u8; 16];
-    for (i, pair) in hex.chunks(2).take(16).enumerate() {
-        let s = std::str::from_utf8(pair).unwrap_or("0");
-        out[i] = u8::from_str_radix(s, 16).unwrap_or(0);
-    }
-    out
+    vramdoc::gpu::parse_gpu_uuid(uuid).unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------
