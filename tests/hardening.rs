@@ -5,11 +5,12 @@
 
 mod common;
 
-use common::hold::Holder;
+use common::hold::{eventually, wait_for, Holder};
 use common::{fresh_box, on_box, vramdoc};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 fn run(mut c: Command) -> Output {
     c.output().expect("run vramdoc")
@@ -389,14 +390,9 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether `pid` is gone within 10 s.
 fn wait_gone(pid: u32) -> bool {
-    for _ in 0..400 {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    false
+    wait_for(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some()
 }
 
 fn box_processes(dir: &Path) -> usize {
@@ -443,26 +439,16 @@ fn sigkill_of_the_monitor_takes_worker_and_neighbours_with_it() {
     let out = dir.path().join("r.json");
     let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
     // The worker pid is printed at spawn; wait until it holds memory next to the neighbour.
-    for _ in 0..400 {
-        if box_processes(b.path()) >= 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    assert!(
-        box_processes(b.path()) >= 2,
-        "worker and neighbour hold memory"
-    );
+    eventually("worker and neighbour hold memory", || {
+        box_processes(b.path()) >= 2
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(wait_gone(worker), "worker {worker} orphaned");
-    for _ in 0..400 {
-        if box_processes(b.path()) == 0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    assert_eq!(box_processes(b.path()), 0, "a neighbour still holds memory");
+    eventually(
+        "no process holds memory on the box (a neighbour still did)",
+        || box_processes(b.path()) == 0,
+    );
 }
 
 #[test]

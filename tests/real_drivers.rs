@@ -54,20 +54,6 @@ fn sim(b: &CliBox) -> SimBox {
     SimBox::open(&b.dir).unwrap()
 }
 
-fn fault(b: &CliBox, args: &[&str]) {
-    let out = common::vramdoc()
-        .env("VRAMDOC_SIM_DIR", &b.dir)
-        .args(["sim", "fault"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "sim fault {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A `vramdoc sim hold` (optionally wrapped, e.g. in `unshare`), killed on drop.
 struct Holder {
     child: Child,
@@ -563,7 +549,7 @@ fn a_forked_worker_keeps_a_dead_parents_memory() {
 #[test]
 fn per_device_errors_give_a_status_and_never_end_the_inventory() {
     let b = cli_box("3xt4", None);
-    fault(&b, &["--lose-device", "1", "--no-permission", "2"]);
+    common::sim_fault(&b.dir, &["--lose-device", "1", "--no-permission", "2"]);
     let py = probe(&b, "nvml", &[], &[]);
     assert_eq!(py["devices"][1]["name_error"], 15, "{py}");
     assert_eq!(py["devices"][2]["name_error"], 4, "{py}");
@@ -592,8 +578,8 @@ fn per_device_errors_give_a_status_and_never_end_the_inventory() {
     assert!(devs[0].memory.total > 0);
 
     // MIG parent read without privileges: memory answers, process lists do not.
-    fault(&b, &["--clear"]);
-    fault(&b, &["--mig-unprivileged", "0"]);
+    common::sim_fault(&b.dir, &["--clear"]);
+    common::sim_fault(&b.dir, &["--mig-unprivileged", "0"]);
     let py = probe(&b, "nvml", &[], &[]);
     assert_eq!(py["devices"][0]["compute_error"], 4, "{py}");
     assert!(py["devices"][0]["total"].as_u64().unwrap() > 0);
@@ -609,7 +595,7 @@ fn per_device_errors_give_a_status_and_never_end_the_inventory() {
 #[test]
 fn driver_library_mismatch_is_an_environment_error() {
     let b = cli_box("t4", None);
-    fault(&b, &["--version-mismatch"]);
+    common::sim_fault(&b.dir, &["--version-mismatch"]);
     let py = probe(&b, "nvml", &[], &[]);
     assert_eq!(py["init_error"], 18, "{py}");
     let c = probe(&b, "cuda", &[], &[]);
@@ -637,7 +623,7 @@ fn cuda_faults_read_as_codes_with_advice() {
     };
 
     // 226, newer than the CUDA 12.0 headers cudarc is built with: no undefined behaviour.
-    fault(&b, &["--contained", "0"]);
+    common::sim_fault(&b.dir, &["--contained", "0"]);
     let c = probe(&b, "cuda", &[], &[]);
     assert_eq!(c["synchronize"], 226, "{c}");
     assert_eq!(c["synchronize_name"], "CUDA_ERROR_CONTAINED");
@@ -648,8 +634,8 @@ fn cuda_faults_read_as_codes_with_advice() {
     assert!(e.to_string().contains("CUDA_ERROR_CONTAINED"), "{e}");
 
     // The toolkit's stub libcuda.so shadowing the driver: an environment error.
-    fault(&b, &["--clear"]);
-    fault(&b, &["--cuda-stub"]);
+    common::sim_fault(&b.dir, &["--clear"]);
+    common::sim_fault(&b.dir, &["--cuda-stub"]);
     assert_eq!(probe(&b, "cuda", &[], &[])["init"], 34);
     let real = real_backend(&b, "cuda", &[]);
     assert_eq!(real["open"]["code"], "CUDA_ERROR_STUB_LIBRARY", "{real}");
@@ -661,8 +647,8 @@ fn cuda_faults_read_as_codes_with_advice() {
     assert!(in_process_fill().unwrap_err().is_environment());
 
     // No PTX JIT compiler: the fill kernel cannot load.
-    fault(&b, &["--clear"]);
-    fault(&b, &["--no-ptx-jit"]);
+    common::sim_fault(&b.dir, &["--clear"]);
+    common::sim_fault(&b.dir, &["--no-ptx-jit"]);
     assert_eq!(probe(&b, "cuda", &[], &[])["module_load"], 221);
     let real = real_backend(&b, "cuda", &[]);
     assert_eq!(
@@ -673,8 +659,8 @@ fn cuda_faults_read_as_codes_with_advice() {
     assert!(in_process_fill().unwrap_err().is_environment());
 
     // Exclusive-process mode: a second process cannot make a context.
-    fault(&b, &["--clear"]);
-    fault(&b, &["--exclusive-process", "0"]);
+    common::sim_fault(&b.dir, &["--clear"]);
+    common::sim_fault(&b.dir, &["--exclusive-process", "0"]);
     let mut first = Command::new(python())
         .arg(probe_script())
         .args(["cuda", "hold"])
@@ -710,8 +696,8 @@ fn cuda_faults_read_as_codes_with_advice() {
     );
 
     // cuMemGetInfo's total leaves out what NVML's total counts as reserved.
-    fault(&b, &["--clear"]);
-    fault(&b, &["--cuda-total-excludes-reserved"]);
+    common::sim_fault(&b.dir, &["--clear"]);
+    common::sim_fault(&b.dir, &["--cuda-total-excludes-reserved"]);
     let c = probe(&b, "cuda", &[], &[]);
     let d = &s.devices()[0];
     assert_eq!(c["total"], d.total - d.reserved, "{c}");

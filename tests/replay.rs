@@ -542,15 +542,11 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
         while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
     });
     let sim = vramdoc::sim::SimBox::open(dir).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let allocated = common::hold::wait_for(Duration::from_secs(20), || {
         let mine = sim.processes(0).unwrap().into_iter().find(|p| p.pid == pid);
-        if mine.is_some_and(|p| p.used > CONTEXT) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "worker never allocated");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        mine.is_some_and(|p| p.used > CONTEXT).then_some(())
+    });
+    assert!(allocated.is_some(), "worker never allocated");
     (child, pid)
 }
 
@@ -1026,12 +1022,7 @@ fn assert_all_as_expected(v: &Value) {
 #[test]
 fn lost_gpu_is_left_out_and_every_scenario_replays_on_the_others() {
     let dir = shared_box("3x16GiB");
-    let out = vramdoc()
-        .env("VRAMDOC_SIM_DIR", dir.path())
-        .args(["sim", "fault", "--lose-device", "0"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    common::sim_fault(dir.path(), &["--lose-device", "0"]);
     let out = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir.path())
         .args(["replay", "all", "--json"])

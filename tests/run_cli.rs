@@ -308,13 +308,7 @@ fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
     // Wait until the tree shows `sleep` (it has started), then signal vramdoc only.
     let started =
         |p: &PathBuf| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""));
-    for _ in 0..400 {
-        if started(&samples) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    assert!(started(&samples), "sleep never showed up");
+    common::hold::eventually("sleep shows up in the samples", || started(&samples));
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
@@ -445,14 +439,7 @@ fn the_jsonl_stream_survives_vramdoc_being_killed() {
             .find(|v| v["type"] == "start" && v["name"] == "sleep")
             .and_then(|v| v["pid"].as_i64())
     };
-    let mut pid = None;
-    for _ in 0..400 {
-        pid = sleep_pid(&samples);
-        if pid.is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
+    let pid = common::hold::wait_for(std::time::Duration::from_secs(10), || sleep_pid(&samples));
     child.kill().unwrap();
     let _ = child.wait();
     if let Some(p) = pid {
@@ -478,12 +465,7 @@ fn memory_kept_by_a_stuck_driver_after_the_job_is_held_after_exit() {
     // A shared box whose driver keeps the memory of exited processes (`keep_dead` fault).
     let tmp = tempfile::tempdir().unwrap();
     let boxdir = common::fresh_box("1x16GiB");
-    let o = vramdoc()
-        .env("VRAMDOC_SIM_DIR", boxdir.path())
-        .args(["sim", "fault", "--keep-dead"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    common::sim_fault(boxdir.path(), &["--keep-dead"]);
     let out = tmp.path().join("run.json");
     let job = python_job(&["ctx:0", "alloc:2048", "sleep:200"]);
     let o = vramdoc()

@@ -4,7 +4,7 @@
 mod common;
 
 use common::hold::{eventually, Holder};
-use common::{assert_ok, fresh_box, json_ok, on_box, vramdoc};
+use common::{assert_ok, fresh_box, json_ok, on_box, sim_fault, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -86,21 +86,6 @@ fn used_on(p: &Value, device: u32) -> Option<u64> {
         .iter()
         .find(|u| u["device"] == device)
         .and_then(|u| u["used"].as_u64())
-}
-
-fn fault(dir: &Path, args: &[&str]) {
-    let out = run({
-        let mut c = vramdoc();
-        c.env("VRAMDOC_SIM_DIR", dir)
-            .args(["sim", "fault"])
-            .args(args);
-        c
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -250,7 +235,7 @@ fn process_dying_while_holding_memory() {
 
     // With the stuck-driver fault the memory stays, owned by a PID that no longer exists.
     let b = fresh_box("2x24GiB");
-    fault(b.path(), &["--keep-dead"]);
+    sim_fault(b.path(), &["--keep-dead"]);
     let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
     let pid = h.kill();
     let v = scan_json(b.path());
@@ -760,7 +745,7 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
 fn no_live_owner_names_the_process_holding_the_device_files() {
     use vramdoc::sim::SimBox;
     let b = fresh_box("24GiB");
-    fault(b.path(), &["--keep-dead"]);
+    sim_fault(b.path(), &["--keep-dead"]);
     let h = Holder::start(b.path(), &[], &["--device", "0", "--size", "2GiB"]);
     let node = SimBox::open(b.path()).unwrap().device_nodes()[0].clone();
     if !node.exists() {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::hold::{wait_for, Holder};
+use common::hold::{eventually, wait_for, Holder};
 use common::{assert_ok, fresh_box, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -419,19 +419,13 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     assert!(!serve.metrics().contains("vramdoc_process_gpu_memory_bytes"));
 
     drop(a);
-    let gone = wait_for(Duration::from_secs(10), || {
-        Some(()).filter(|_| series(&serve_pp, pa, "0").is_none())
+    eventually("series of the exited PID removed", || {
+        series(&serve_pp, pa, "0").is_none()
     });
-    assert!(gone.is_some(), "series of the exited PID removed");
     assert!(series(&serve_pp, pb, "1").is_some(), "the live one stays");
 
     // Lose GPU 1.
-    let fault = vramdoc()
-        .env("VRAMDOC_SIM_DIR", dir.path())
-        .args(["sim", "fault", "--lose-device", "1"])
-        .output()
-        .unwrap();
-    assert!(fault.status.success());
+    common::sim_fault(dir.path(), &["--lose-device", "1"]);
     let lost = wait_for(Duration::from_secs(10), || {
         let t = serve.metrics();
         sample(
@@ -461,21 +455,14 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     let (ok, out) = promtool_check_metrics(&lost);
     assert!(ok, "{out}");
     // Back: collections succeed again and the finding clears.
-    let clear = vramdoc()
-        .env("VRAMDOC_SIM_DIR", dir.path())
-        .args(["sim", "fault", "--clear"])
-        .output()
-        .unwrap();
-    assert!(clear.status.success());
-    let back = wait_for(Duration::from_secs(10), || {
+    common::sim_fault(dir.path(), &["--clear"]);
+    eventually("the device-lost finding clears", || {
         sample(
             &serve.metrics(),
             "vramdoc_findings",
             &[("rule", "device-lost"), ("severity", "error")],
-        )
-        .filter(|v| *v == 0.0)
+        ) == Some(0.0)
     });
-    assert!(back.is_some());
     assert_eq!(
         sample(
             &serve.metrics(),
@@ -513,10 +500,9 @@ fn idle_and_slow_clients_never_block_metrics() {
     assert_eq!((status, body.as_str()), (503, "too many connections\n"));
     drop(extra);
     drop(idle);
-    let back = wait_for(Duration::from_secs(10), || {
-        Some(()).filter(|_| serve.get("/metrics").0 == 200)
+    eventually("slots are freed when clients go away", || {
+        serve.get("/metrics").0 == 200
     });
-    assert!(back.is_some(), "slots are freed when clients go away");
 
     // Keep-alive: two requests on one connection.
     let mut s = connect();
