@@ -37,13 +37,23 @@ fn escape_into(out: &mut String, c: char) {
 /// character, newline and tab included, becomes a visible escape. Text without such
 /// characters comes back unchanged.
 pub fn clean(s: &str) -> String {
-    if !s.chars().any(is_unsafe) {
+    escape_where(s, is_unsafe, escape_into)
+}
+
+/// `s` with every character that `escape` picks written out by `write_escape`; `s` as it is
+/// when there is none.
+fn escape_where(
+    s: &str,
+    escape: impl Fn(char) -> bool,
+    write_escape: impl Fn(&mut String, char),
+) -> String {
+    if !s.chars().any(&escape) {
         return s.to_string();
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        if is_unsafe(c) {
-            escape_into(&mut out, c);
+        if escape(c) {
+            write_escape(&mut out, c);
         } else {
             out.push(c);
         }
@@ -53,18 +63,7 @@ pub fn clean(s: &str) -> String {
 
 /// A block of text made safe for a terminal: like [`clean`], but `\n` is kept.
 pub fn clean_text(s: &str) -> String {
-    if !s.chars().any(|c| c != '\n' && is_unsafe(c)) {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if c != '\n' && is_unsafe(c) {
-            escape_into(&mut out, c);
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    escape_where(s, |c| c != '\n' && is_unsafe(c), escape_into)
 }
 
 /// Standard output could not be written (not a closed pipe: that ends output quietly).
@@ -103,21 +102,16 @@ pub fn print(text: &str) -> Result<(), OutputError> {
 /// JSON made safe for a terminal and still the same JSON: the characters [`clean`] escapes
 /// and serde_json leaves raw (C1 controls, bidirectional overrides) become `\uXXXX` escapes.
 pub fn json_safe(s: &str) -> String {
-    if !s.chars().any(|c| c != '\n' && is_unsafe(c)) {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if c != '\n' && is_unsafe(c) {
+    escape_where(
+        s,
+        |c| c != '\n' && is_unsafe(c),
+        |out, c| {
             let mut buf = [0u16; 2];
             for unit in c.encode_utf16(&mut buf) {
                 out.push_str(&format!("\\u{unit:04x}"));
             }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+        },
+    )
 }
 
 /// Print JSON on standard output (made safe with [`json_safe`]), with a final newline.
