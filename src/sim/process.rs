@@ -201,10 +201,15 @@ impl SimProcess {
         self.pid
     }
 
+    /// This process's token file name under `dev/clients`: `<pid>-<start time>`.
+    fn token_name(&self) -> String {
+        format!("{}-{}", self.pid, self.start_time)
+    }
+
     /// Open the driver files (once) and the node of `phys`, as a real CUDA client opens
     /// /dev/nvidiactl and /dev/nvidiaN. Returns the token file's name.
     fn open_files(&mut self, phys: u32) -> Result<String, SimError> {
-        let token = format!("{}-{}", self.pid, self.start_time);
+        let token = self.token_name();
         if self.files.is_none() {
             let dev = self.sim.dir().join(super::DEV_DIR);
             let tok = token_file(&dev, &token)?;
@@ -337,11 +342,7 @@ impl SimProcess {
             Ok(())
         })?;
         for va in freed {
-            if let Some(a) = self.allocations.remove(&va) {
-                if matches!(a.contents, Contents::Backed(_)) {
-                    self.backed_bytes = self.backed_bytes.saturating_sub(a.size);
-                }
-            }
+            self.forget_allocation(va);
         }
         if last {
             self.contexts.remove(&ordinal);
@@ -439,12 +440,18 @@ impl SimProcess {
             }
             Ok(())
         })?;
-        if let Some(a) = self.allocations.remove(&ptr) {
+        self.forget_allocation(ptr);
+        Ok(())
+    }
+
+    /// Drop this process's record of the allocation at `va`, returning its host backing to
+    /// the per-process budget.
+    fn forget_allocation(&mut self, va: u64) {
+        if let Some(a) = self.allocations.remove(&va) {
             if matches!(a.contents, Contents::Backed(_)) {
                 self.backed_bytes = self.backed_bytes.saturating_sub(a.size);
             }
         }
-        Ok(())
     }
 
     /// Size (as requested) of the allocation starting at `ptr`.
@@ -604,15 +611,9 @@ impl SimProcess {
             .take()
             .is_some_and(|f| std::sync::Arc::strong_count(&f.token) == 2);
         if last {
-            forget_token(&self.sim.dir().join(super::DEV_DIR));
-            let token = format!("{}-{}", self.pid, self.start_time);
-            let path = self
-                .sim
-                .dir()
-                .join(super::DEV_DIR)
-                .join(super::CLIENTS_DIR)
-                .join(token);
-            let _ = std::fs::remove_file(path);
+            let dev = self.sim.dir().join(super::DEV_DIR);
+            forget_token(&dev);
+            let _ = std::fs::remove_file(dev.join(super::CLIENTS_DIR).join(self.token_name()));
         }
         Ok(())
     }
