@@ -69,18 +69,18 @@ impl Samples {
 /// The stop request the sampling threads sleep on: [`StopSignal::wait_until`] returns as
 /// soon as [`StopSignal::set`] is called, whatever the period (no polling).
 #[derive(Default)]
-struct StopSignal {
+pub(crate) struct StopSignal {
     stopped: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
 }
 
 impl StopSignal {
-    fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
 
-    fn set(&self) {
+    pub(crate) fn set(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         // Taken after the store: a waiter either saw the flag or is waiting and is woken.
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -301,7 +301,7 @@ impl Gaps {
 
 /// Sleep until `next` (or return at once when behind: missed ticks are skipped, not burst).
 /// Sleeps on the stop signal, so `stop()` returns at once even with a long period.
-fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
+pub(crate) fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
     *next += period;
     let now = Instant::now();
     if *next <= now {

@@ -12,11 +12,10 @@ pub mod tree;
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::report::{DevicePeak, DeviceSeries, Marker, ProcessSample, Timeline};
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::{pace, Sampler, SamplerConfig, StopSignal};
 use serde::Serialize;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tree::{ProcessTree, TreeChange, TreeProcess};
@@ -296,9 +295,8 @@ pub struct Recorder {
     totals: Vec<u64>,
     sampler: Option<Sampler>,
     shared: Arc<Mutex<Shared>>,
-    stop: Arc<AtomicBool>,
-    /// Dropped to wake the tracker thread when stopping.
-    wake: Option<mpsc::Sender<()>>,
+    /// Set to stop the tracker thread (it wakes at once).
+    stop: Arc<StopSignal>,
     tracker: Option<JoinHandle<()>>,
 }
 
@@ -369,29 +367,17 @@ impl Recorder {
             cfg.sampler,
             on_round,
         );
-        let stop = Arc::new(AtomicBool::new(false));
-        let (wake_tx, wake_rx) = mpsc::channel::<()>();
+        let stop = Arc::new(StopSignal::default());
         let tracker = cfg.track_period.and_then(|period| {
             let (shared, stop, devs) = (shared.clone(), stop.clone(), indices.clone());
-            let wake = wake_rx;
             std::thread::Builder::new()
                 .name("vramdoc-tracker".into())
                 .spawn(move || {
                     let mut next = Instant::now();
-                    while !stop.load(Ordering::SeqCst) {
+                    while !stop.is_set() {
                         let t = t0.elapsed().as_secs_f64() * 1000.0;
                         lock(&shared).round(&devs, t);
-                        next += period;
-                        let now = Instant::now();
-                        if next <= now {
-                            next = now;
-                            continue;
-                        }
-                        // Sleep until the next round, or until `finish` drops the sender.
-                        let left = next.saturating_duration_since(Instant::now());
-                        if let Err(mpsc::RecvTimeoutError::Disconnected) = wake.recv_timeout(left) {
-                            break;
-                        }
+                        pace(&mut next, period, &stop);
                     }
                 })
                 .ok()
@@ -403,7 +389,6 @@ impl Recorder {
             sampler: Some(sampler),
             shared,
             stop,
-            wake: Some(wake_tx),
             tracker,
         }
     }
@@ -456,8 +441,7 @@ impl Recorder {
 
     /// Stop every thread and return the recording.
     pub fn finish(mut self) -> Recorded {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake.take();
+        self.stop.set();
         if let Some(h) = self.tracker.take() {
             let _ = h.join();
         }
@@ -539,8 +523,7 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake.take();
+        self.stop.set();
         if let Some(h) = self.tracker.take() {
             let _ = h.join();
         }
