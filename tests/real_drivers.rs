@@ -10,13 +10,13 @@
 
 mod common;
 
-use common::hold::eventually;
+use common::hold::{eventually, Holder};
 
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use vramdoc::gpu::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::{DeviceStatus, Driver, GpuError, Monitor, ProcessKind};
 use vramdoc::sim::{ProcessEnv, SimBox, SimProcess};
@@ -54,22 +54,7 @@ fn sim(b: &CliBox) -> SimBox {
     SimBox::open(&b.dir).unwrap()
 }
 
-/// A `vramdoc sim hold` (optionally wrapped, e.g. in `unshare`), killed on drop.
-struct Holder {
-    child: Child,
-    pid: u32,
-    line: String,
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        // SAFETY: signalling a process this test started.
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// A `vramdoc sim hold` on `b` (optionally wrapped, e.g. in `unshare`), killed on drop.
 fn hold(b: &CliBox, wrap: &[&str], args: &[&str], env: &[(&str, &str)]) -> Holder {
     let exe = env!("CARGO_BIN_EXE_vramdoc");
     let mut c = match wrap.split_first() {
@@ -85,25 +70,8 @@ fn hold(b: &CliBox, wrap: &[&str], args: &[&str], env: &[(&str, &str)]) -> Holde
         .env("VRAMDOC_SIM_DIR", &b.dir)
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("NVIDIA_VISIBLE_DEVICES")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped());
-    let mut child = c.spawn().expect("spawn holder");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("holding pid=") => break l,
-            Some(Ok(_)) => continue,
-            _ => panic!("holder exited before holding: {:?}", child.wait()),
-        }
-    };
-    let pid = field(&line, "pid").expect("pid in holder line");
-    Holder { child, pid, line }
-}
-
-fn field(line: &str, key: &str) -> Option<u32> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
+        .envs(env.iter().copied());
+    Holder::spawn(c)
 }
 
 fn python() -> String {
@@ -510,7 +478,7 @@ fn a_forked_worker_keeps_a_dead_parents_memory() {
         &["--size", "1GiB", "--fork-child", "--duration", "1ms"],
         &[],
     );
-    let worker = field(&h.line, "child").expect("child= in holder line");
+    let worker = h.field("child").expect("child= in holder line");
     let parent = h.pid;
     h.child.wait().unwrap();
     assert!(

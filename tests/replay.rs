@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::hold::Holder;
 use common::{fresh_box, simgpu_lib_dir, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -865,33 +866,10 @@ fn replay_report_round_trip_and_schema() {
 // Real machines as they are (issue 8): busy GPUs, hung steps, lost devices, containers,
 // mixed boxes.
 
-/// A shared box in a temp dir (so other processes can use it), made through the CLI.
-fn shared_box(spec: &str) -> tempfile::TempDir {
-    fresh_box(spec)
-}
-
-/// `vramdoc sim hold` on `dir` with `args`; returns once it holds its memory.
-fn hold(dir: &Path, args: &[&str]) -> std::process::Child {
-    let mut child = vramdoc()
-        .env("VRAMDOC_SIM_DIR", dir)
-        .args(["sim", "hold"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("holding pid="), "{line}");
-    child
-}
-
 #[test]
 fn replay_refuses_gpus_other_processes_use_unless_forced() {
-    let dir = shared_box("2x16GiB");
-    let mut other = hold(dir.path(), &["--device", "0", "--size", "64MiB"]);
+    let dir = fresh_box("2x16GiB");
+    let other = Holder::start(dir.path(), &[], &["--device", "0", "--size", "64MiB"]);
     let out = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir.path())
         .args(["replay", "multi-size-oom", "--variant", "fix-largest-first"])
@@ -900,7 +878,7 @@ fn replay_refuses_gpus_other_processes_use_unless_forced() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
-        err.contains(&format!("GPU 0 is in use by PID {}", other.id())),
+        err.contains(&format!("GPU 0 is in use by PID {}", other.pid())),
         "{err}"
     );
     assert!(err.contains("--force"), "{err}");
@@ -915,8 +893,7 @@ fn replay_refuses_gpus_other_processes_use_unless_forced() {
             "--force",
         ],
     );
-    other.kill().unwrap();
-    other.wait().unwrap();
+    other.kill();
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["replay"]["runs"].as_array().unwrap().len(), 1);
 }
@@ -1021,7 +998,7 @@ fn assert_all_as_expected(v: &Value) {
 
 #[test]
 fn lost_gpu_is_left_out_and_every_scenario_replays_on_the_others() {
-    let dir = shared_box("3x16GiB");
+    let dir = fresh_box("3x16GiB");
     common::sim_fault(dir.path(), &["--lose-device", "0"]);
     let out = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir.path())
@@ -1122,7 +1099,7 @@ fn replay_all_inside_a_pid_namespace() {
 /// next variant runs on the GPU that is left (pinned by UUID), and the report has both.
 #[test]
 fn gpu_lost_mid_replay_later_variants_run_on_the_rest() {
-    let dir = shared_box("2x16GiB");
+    let dir = fresh_box("2x16GiB");
     let file = dir.path().join("mid.toml");
     std::fs::write(
         &file,

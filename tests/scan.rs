@@ -6,9 +6,8 @@ mod common;
 use common::hold::{eventually, Holder};
 use common::{assert_ok, fresh_box, json_ok, on_box, sim_fault, vramdoc};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -792,23 +791,11 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
 fn forked_child_keeping_memory_is_named_by_no_live_owner() {
     let lib = common::simgpu_lib_dir();
     let b = fresh_box("2x24GiB");
-    let mut cmd = vramdoc();
-    cmd.env("VRAMDOC_SIM_DIR", b.path())
-        .args(["sim", "hold", "--size", "1GiB", "--fork-child"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut parent = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(parent.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let child: u32 = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("child="))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no child= in {line:?}"));
-    parent.kill().unwrap();
-    parent.wait().unwrap();
+    let holder = Holder::start(b.path(), &[], &["--size", "1GiB", "--fork-child"]);
+    let child = holder
+        .field("child")
+        .unwrap_or_else(|| panic!("no child= in {:?}", holder.line));
+    let parent = holder.kill();
     for backend in ["sim", "real"] {
         let mut c = scan_cmd(b.path(), &["--json"]);
         c.args(["--backend", backend]).env("LD_LIBRARY_PATH", lib);
@@ -824,7 +811,7 @@ fn forked_child_keeping_memory_is_named_by_no_live_owner() {
             "{backend}: {}",
             f[0]["title"]
         );
-        assert_eq!(f[0]["pid"], parent.id(), "{backend}: the exited PID");
+        assert_eq!(f[0]["pid"], parent, "{backend}: the exited PID");
     }
     // SAFETY: kill(2) on the PID of the child this test staged; no memory is touched.
     unsafe { libc::kill(child as i32, libc::SIGKILL) };

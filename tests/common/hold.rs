@@ -11,11 +11,14 @@ pub struct Holder {
     pub child: Child,
     /// The pid the holder printed in its `holding pid=` line.
     pub pid: u32,
+    /// Its `holding pid=… device=… size=…` line, without the newline.
+    pub line: String,
 }
 
 impl Holder {
-    /// Spawn `cmd` (a `vramdoc ... sim hold ...` command); returns once it printed
-    /// `holding pid=`, and panics with its stderr if it did not.
+    /// Spawn `cmd` (a `vramdoc ... sim hold ...` command, possibly under a wrapper such as
+    /// `unshare`); returns once it printed `holding pid=`, and panics with its stderr if it
+    /// did not.
     pub fn spawn(mut cmd: Command) -> Holder {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn sim hold");
@@ -31,12 +34,14 @@ impl Holder {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let pid = line["holding pid=".len()..]
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("pid in holding line");
-        Holder { child, pid }
+        let line = line.trim_end().to_string();
+        let pid = field(&line, "pid").expect("pid in holding line");
+        Holder { child, pid, line }
+    }
+
+    /// The number after `key=` in the holder's line (`child` for `--fork-child`).
+    pub fn field(&self, key: &str) -> Option<u32> {
+        field(&self.line, key)
     }
 
     /// A holder on the box `dir` with `env` and `args`; its printed pid is its own.
@@ -67,9 +72,21 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
+        if self.pid != self.child.id() {
+            // Under a wrapper (`unshare --fork`) the holder is a descendant, not the child.
+            // SAFETY: kill(2) on the PID of a holder this test started.
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The number after `key=` among the words of `line`.
+fn field(line: &str, key: &str) -> Option<u32> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
 }
 
 /// Wait until `cond` holds (a monitor may read the box a moment after a change); panics
