@@ -128,8 +128,7 @@ fn replay_all_junit_has_one_case_per_variant_and_a_job_summary() {
 #[test]
 fn unexpected_variant_is_a_failure_with_its_evidence() {
     let dir = fresh_box("2xt4");
-    let file = dir.path().join("wrong.toml");
-    std::fs::write(&file, common::scenarios::WRONG_FIX).unwrap();
+    let file = common::scenarios::write(dir.path(), "wrong.toml", common::scenarios::WRONG_FIX);
     let junit = dir.path().join("j.xml");
     let (code, err) = replay(
         dir.path(),

@@ -72,8 +72,7 @@ const STRAY: &str = include_str!("../scenarios/stray-cuda0.toml");
 
 fn replay_file(text: &str) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.toml");
-    std::fs::write(&path, text).unwrap();
+    let path = common::scenarios::write(dir.path(), "s.toml", text);
     let out = vramdoc()
         .args([
             "--sim",

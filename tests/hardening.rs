@@ -6,7 +6,7 @@
 mod common;
 
 use common::hold::{eventually, wait_for, Holder};
-use common::{fresh_box, on_box, vramdoc};
+use common::{fresh_box, on_box, scenarios, vramdoc};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -53,8 +53,7 @@ check = "completes"
 /// static), so no worker pid may be printed.
 fn replay_refused(name: &str, body: &str) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, body).unwrap();
+    let path = scenarios::write(dir.path(), name, body);
     let b = fresh_box("1x16GiB");
     let mut c = on_box(b.path());
     c.arg("replay").arg(&path);
@@ -93,8 +92,7 @@ fn scenario_env_outside_the_allow_list_is_refused_at_parse_time() {
     // Allowed names pass the parser (the allow-list is not a deny-all).
     let body = format!("{HEAD}\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\nOMP_NUM_THREADS = \"1\"\n{STEPS}{VARIANTS}");
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("ok.toml");
-    std::fs::write(&p, body).unwrap();
+    let p = scenarios::write(dir.path(), "ok.toml", &body);
     let b = fresh_box("1x16GiB");
     let mut c = on_box(b.path());
     c.arg("replay").arg(&p);
@@ -260,12 +258,6 @@ fn secrets_and_escapes_of_a_process_never_reach_the_table_or_the_files() {
     );
 }
 
-fn write_scenario(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, body).unwrap();
-    p
-}
-
 #[test]
 fn scenario_and_variant_names_cannot_drive_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,7 +272,7 @@ fn scenario_and_variant_names_cannot_drive_the_terminal() {
             "name = \"bug\\u001b[2J\\u009b1m\"\nkind = \"bug\""
         )
     );
-    let p = write_scenario(dir.path(), "esc.toml", &body);
+    let p = scenarios::write(dir.path(), "esc.toml", &body);
     let b = fresh_box("1x16GiB");
     let mut c = on_box(b.path());
     c.arg("replay").arg(&p);
@@ -292,7 +284,7 @@ fn scenario_and_variant_names_cannot_drive_the_terminal() {
     );
     assert!(all.contains("bug\\x1b[2J\\x9b1m"), "{all}");
     // An error quoting file content is neutralised too.
-    let p = write_scenario(dir.path(), "bad.toml", "id = \"x\u{1b}[2J\"\n");
+    let p = scenarios::write(dir.path(), "bad.toml", "id = \"x\u{1b}[2J\"\n");
     let mut c = on_box(b.path());
     c.arg("replay").arg(&p);
     let out = run(c);
@@ -405,7 +397,7 @@ fn box_processes(dir: &Path) -> usize {
 #[test]
 fn sigterm_and_sighup_stop_replay_like_ctrl_c_with_a_partial_report() {
     let dir = tempfile::tempdir().unwrap();
-    let scn = write_scenario(dir.path(), "slow.toml", SLOW);
+    let scn = scenarios::write(dir.path(), "slow.toml", SLOW);
     for sig in [libc::SIGTERM, libc::SIGHUP] {
         let b = fresh_box("1x16GiB");
         let out = dir.path().join(format!("r{sig}.json"));
@@ -434,7 +426,7 @@ fn sigterm_and_sighup_stop_replay_like_ctrl_c_with_a_partial_report() {
 #[test]
 fn sigkill_of_the_monitor_takes_worker_and_neighbours_with_it() {
     let dir = tempfile::tempdir().unwrap();
-    let scn = write_scenario(dir.path(), "slow.toml", SLOW);
+    let scn = scenarios::write(dir.path(), "slow.toml", SLOW);
     let b = fresh_box("1x16GiB");
     let out = dir.path().join("r.json");
     let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
@@ -492,7 +484,7 @@ fn finished_variants_are_reported_when_the_box_disappears_mid_replay() {
         "[[steps]]\nid = \"pre\"\nop = \"pause\"\nduration = \"1ms\"",
         "[[steps]]\nid = \"pre\"\nop = \"pause\"\nduration = \"3s\"\nonly = [\"fix\"]",
     );
-    let scn = write_scenario(dir.path(), "gone.toml", &body);
+    let scn = scenarios::write(dir.path(), "gone.toml", &body);
     let b = fresh_box("1x16GiB");
     let out = dir.path().join("r.json");
     let (child, _worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");

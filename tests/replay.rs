@@ -5,7 +5,7 @@
 mod common;
 
 use common::hold::Holder;
-use common::{fresh_box, simgpu_lib_dir, vramdoc};
+use common::{fresh_box, scenarios, simgpu_lib_dir, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -317,8 +317,7 @@ fn variant_filter_and_unknown_variant() {
 fn unexpected_behaviour_exits_1() {
     // A "fix" whose expectation cannot hold: the worker does allocate on GPU 0.
     let dir = fresh_box("2xt4");
-    let file = dir.path().join("wrong.toml");
-    std::fs::write(&file, common::scenarios::WRONG_FIX).unwrap();
+    let file = scenarios::write(dir.path(), "wrong.toml", scenarios::WRONG_FIX);
     let (code, r) = replay_json(dir.path(), &[file.to_str().unwrap()]);
     assert_eq!(code, 1);
     let w = run(&r, "wrong", "fix-claims-nothing");
@@ -369,8 +368,7 @@ check = "completes"
 
 fn bad_file(text: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
-    std::fs::write(&path, text).unwrap();
+    let path = scenarios::write(dir.path(), "bad.toml", text);
     let out = vramdoc()
         .args(["--sim", "2x16GiB", "replay", path.to_str().unwrap()])
         .output()
@@ -510,8 +508,7 @@ check = "completes"
 /// Start a replay of LONG_PAUSE on `dir`'s box; return the child and the worker's PID once
 /// the worker holds its memory.
 fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
-    let file = dir.join("long.toml");
-    std::fs::write(&file, LONG_PAUSE).unwrap();
+    let file = scenarios::write(dir, "long.toml", LONG_PAUSE);
     let mut child = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir)
         .args([
@@ -901,9 +898,9 @@ fn replay_refuses_gpus_other_processes_use_unless_forced() {
 #[test]
 fn hung_step_ends_with_a_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hang.toml");
-    std::fs::write(
-        &path,
+    let path = scenarios::write(
+        dir.path(),
+        "hang.toml",
         r#"id = "hang"
 title = "A step that hangs"
 description = "d"
@@ -927,8 +924,7 @@ name = "bug"
 [[variants.expect]]
 check = "completes"
 "#,
-    )
-    .unwrap();
+    );
     let started = Instant::now();
     let out = vramdoc()
         .args(["--sim", "16GiB", "replay"])
@@ -1100,9 +1096,9 @@ fn replay_all_inside_a_pid_namespace() {
 #[test]
 fn gpu_lost_mid_replay_later_variants_run_on_the_rest() {
     let dir = fresh_box("2x16GiB");
-    let file = dir.path().join("mid.toml");
-    std::fs::write(
-        &file,
+    let file = scenarios::write(
+        dir.path(),
+        "mid.toml",
         r#"id = "mid"
 title = "Lost mid-run"
 description = "d"
@@ -1134,8 +1130,7 @@ name = "fix-again"
 [[variants.expect]]
 check = "completes"
 "#,
-    )
-    .unwrap();
+    );
     let mut child = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir.path())
         .arg("replay")

@@ -1,5 +1,14 @@
 //! Scenario files shared by integration tests.
 
+use std::path::{Path, PathBuf};
+
+/// Write the scenario file `dir/name` with `body`; returns its path.
+pub fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).expect("write scenario file");
+    p
+}
+
 /// Scenario `wrong`: one allocation on GPU 0 and a "fix" variant whose expectation (no
 /// worker memory on GPU 0) cannot hold, so replaying it is an unexpected result (exit 1).
 pub const WRONG_FIX: &str = r#"
