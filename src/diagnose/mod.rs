@@ -17,9 +17,8 @@ pub use timeline::{
 };
 
 pub use rules::{
-    device_headroom, device_lost, device_unavailable, duplicate_copy, headroom,
-    invisible_processes, low_headroom, no_live_owner, stray_context, unattributed_bytes,
-    usage_unavailable,
+    device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
+    low_headroom, no_live_owner, stray_context, unattributed_bytes, usage_unavailable,
 };
 
 /// Stable finding ids (JSON `findings[].id`).

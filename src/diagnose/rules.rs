@@ -746,17 +746,3 @@ pub fn unattributed_bytes(d: &DeviceInfo, processes: &[ProcessInfo], host: bool)
     let (sum, known) = live_sum(d, processes, host);
     known.then(|| d.memory.used.saturating_sub(sum))
 }
-
-/// A device the driver reports as lost while collecting: an error finding, so an exporter
-/// keeps answering and says which GPU is gone.
-pub fn device_lost(device: u32, detail: &str) -> Finding {
-    Finding {
-        id: ids::DEVICE_LOST.into(),
-        severity: Severity::Error,
-        title: format!("GPU {device} is lost (fallen off the bus)"),
-        devices: vec![device],
-        pid: None,
-        evidence: vec![ev("driver error", detail)],
-        fix: fixes::DEVICE_LOST.into(),
-    }
-}

@@ -449,6 +449,11 @@ fn bad_device_gets_a_finding_and_the_others_are_still_diagnosed() {
     assert_eq!(bad[0].devices, vec![0]);
     assert_eq!(bad[0].severity, Severity::Error);
     assert!(bad[0].title.contains("lost"), "{}", bad[0].title);
+    assert!(
+        bad[0].fix.contains("nvidia-smi --gpu-reset"),
+        "{}",
+        bad[0].fix
+    );
     assert_eq!(bad[1].severity, Severity::Warn);
     // Zeroed memory of bad devices is never read as an over-full device.
     assert!(!f
@@ -601,13 +606,4 @@ fn unattributed_bytes_is_the_no_live_owner_arithmetic() {
         unattributed_bytes(&inv.devices()[0], &[unknown], true),
         None
     );
-}
-
-#[test]
-fn lost_device_is_an_error_finding_with_a_fix() {
-    let f = device_lost(3, "device 3 is lost (fallen off the bus)");
-    assert_eq!(f.id, ids::DEVICE_LOST);
-    assert_eq!(f.severity, Severity::Error);
-    assert_eq!(f.devices, vec![3]);
-    assert!(f.fix.contains("nvidia-smi --gpu-reset"));
 }
