@@ -1,0 +1,95 @@
+//! `held-after-exit`: memory still held after every process of the job exited.
+
+use super::prelude::*;
+
+/// `held-after-exit`: every process of the job has exited, yet `exit_grace_ms` later a
+/// device it used still holds more than `held_min` above its pre-job level (growth of
+/// other processes taken out).
+pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
+    let th = cx.th;
+    let tree: Vec<&RecordedProcess> = cx.rec.processes.iter().filter(|p| p.in_tree).collect();
+    if tree.is_empty() || tree.iter().any(|p| p.exit_ms.is_none()) {
+        return Vec::new();
+    }
+    let last_exit = tree
+        .iter()
+        .filter_map(|p| p.exit_ms)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let from = last_exit + th.exit_grace_ms;
+    let others: Vec<u32> = cx
+        .procs
+        .keys()
+        .copied()
+        .filter(|p| !cx.tree.contains(p))
+        .collect();
+    let others_at = |dev: u32, t: f64| -> u64 {
+        others
+            .iter()
+            .filter_map(|p| cx.procs.get(p)?.get(&dev))
+            .filter_map(|s| proc_level_at(s, t))
+            .sum()
+    };
+    let mut out = Vec::new();
+    for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {
+        let lo = d.samples.partition_point(|(t, _)| *t < from);
+        let Some(after) = d.samples[lo..].iter().map(|p| p.1).min() else {
+            continue;
+        };
+        let t_end = d.samples.last().map(|p| p.0).unwrap_or(from);
+        // Others' growth since the pre-job reading (a process that was already there but
+        // listed a little later counts as growth: the safe direction).
+        let others_growth =
+            others_at(d.index, t_end).saturating_sub(others_at(d.index, d.samples[0].0));
+        let held = after
+            .saturating_sub(d.baseline)
+            .saturating_sub(others_growth);
+        if held < th.held_min {
+            continue;
+        }
+        let mut evidence: Vec<Evidence> = uuid_ev(d).into_iter().collect();
+        evidence.push(ev("the job's last process exited", fmt_t(last_exit)));
+        evidence.push(ev_bytes("used before the job", d.baseline));
+        evidence.push(ev_bytes(
+            format!("used at least, from {} on", fmt_t(from)),
+            after,
+        ));
+        if others_growth > 0 {
+            evidence.push(ev_bytes(
+                "growth of other processes (not counted)",
+                others_growth,
+            ));
+        }
+        evidence.push(ev_bytes("not returned", held));
+        let still: Vec<String> = tree
+            .iter()
+            .filter(|p| {
+                cx.procs
+                    .get(&p.pid)
+                    .and_then(|m| m.get(&d.index))
+                    .is_some_and(|s| {
+                        let i = s.partition_point(|(t, _)| *t < from);
+                        s[i..].iter().any(|(_, u)| u.is_some_and(|u| u > 0))
+                    })
+            })
+            .map(|p| cx.who(p.pid))
+            .collect();
+        if !still.is_empty() {
+            evidence.push(ev("exited, still listed by NVML", still.join(", ")));
+        }
+        out.push(Finding {
+            id: ids::HELD_AFTER_EXIT.into(),
+            severity: Severity::Error,
+            title: format!(
+                "GPU {}: {} still used {} after the job's processes exited",
+                d.index,
+                format_bytes(held),
+                fmt_t(from - last_exit)
+            ),
+            devices: vec![d.index],
+            pid: None,
+            evidence,
+            fix: fixes::HELD_AFTER_EXIT.into(),
+        });
+    }
+    out
+}

@@ -1,0 +1,122 @@
+//! `overcommit`: one claim leaves free memory near zero and a failure follows.
+
+use super::prelude::*;
+
+/// An error that ends dynamic work: out of memory, a driver error, or a crash signal
+/// (SIGKILL from the OOM killer, SIGABRT, SIGBUS, SIGSEGV). A stop asked for (SIGINT,
+/// SIGTERM, SIGHUP) is not a failure.
+pub(super) fn is_failure(kind: &ErrorKind) -> bool {
+    match kind {
+        ErrorKind::OutOfMemory | ErrorKind::DriverError => true,
+        ErrorKind::KilledBySignal { signal } => matches!(signal, 6 | 7 | 9 | 11),
+        ErrorKind::Other => false,
+    }
+}
+
+/// `overcommit`: one claim (a single phase's rise of at least `claim_min_fraction` of
+/// total) leaves free memory near zero with one process of the job holding at least
+/// `budget_holder_fraction` of the device, and a failure (out of memory, driver error,
+/// kill) follows in later work while the claim is still held.
+pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
+    let th = cx.th;
+    let has_proc = cx.tree_has_samples();
+    let mut out = Vec::new();
+    for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {
+        if d.total == 0 {
+            continue;
+        }
+        let total = d.total as f64;
+        let levels = phase_levels(&d.samples, &cx.marker_times, d.step / 4);
+        let mut hit = None;
+        for i in 1..levels.len() {
+            let (t0, l0) = levels[i - 1];
+            let (t1, l1) = levels[i];
+            let claim = l1.saturating_sub(l0);
+            let free = d.total.saturating_sub(l1);
+            if (claim as f64) < th.claim_min_fraction * total
+                || free as f64 > th.near_zero_free_fraction * total
+            {
+                continue;
+            }
+            // A failure after the claim while it is still held.
+            let Some(e) = cx.rec.errors.iter().find(|e| {
+                e.t_ms >= t0
+                    && is_failure(&e.kind)
+                    && e.device.is_none_or(|x| x == d.index)
+                    && levels
+                        .iter()
+                        .filter(|(t, _)| *t > t1 && *t < e.t_ms)
+                        .all(|(_, l)| l.saturating_add(d.step) > l1)
+            }) else {
+                continue;
+            };
+            // Who holds the budget: per-process lists lag the device reading, so the
+            // largest holder from the claim up to the failure.
+            let holder = if has_proc {
+                [t1, e.t_ms]
+                    .iter()
+                    .filter_map(|t| cx.top_holder_at(d.index, *t))
+                    .max_by_key(|(pid, u)| (*u, u32::MAX - *pid))
+            } else {
+                None
+            };
+            let held = match holder {
+                Some((_, h)) => h,
+                None if has_proc => 0,
+                None => l1.saturating_sub(d.baseline),
+            };
+            if (held as f64) < th.budget_holder_fraction * total {
+                continue;
+            }
+            if let Some((pid, _)) = holder {
+                if double
+                    .iter()
+                    .any(|f| f.pid == Some(pid) && f.devices.contains(&d.index))
+                {
+                    continue;
+                }
+            }
+            hit = Some((t1, l0, l1, claim, free, holder, held, e));
+            break;
+        }
+        let Some((t1, l0, l1, claim, free, holder, held, e)) = hit else {
+            continue;
+        };
+        let util = held as f64 / total;
+        let mut evidence: Vec<Evidence> = uuid_ev(d).into_iter().collect();
+        evidence.push(ev_bytes(format!("one claim at {}", fmt_t(t1)), claim));
+        if let Some(p) = cx.phase_at(t1) {
+            evidence.push(ev("during", p));
+        }
+        evidence.push(ev_bytes("used before the claim", l0));
+        evidence.push(ev_bytes("used after the claim", l1));
+        evidence.push(ev_bytes("free after the claim", free));
+        evidence.push(ev_bytes(
+            match holder {
+                Some((pid, _)) => format!("{} then held ({util:.2} x total)", cx.who(pid)),
+                None => format!("the job then held ({util:.2} x total)"),
+            },
+            held,
+        ));
+        evidence.push(ev(
+            "then failed",
+            format!("at {}: {}", fmt_t(e.t_ms), e.line),
+        ));
+        out.push(Finding {
+            id: ids::OVERCOMMIT.into(),
+            severity: Severity::Error,
+            title: format!(
+                "GPU {}: one claim of {} left {} free ({:.2} x total held), then the job failed",
+                d.index,
+                format_bytes(claim),
+                format_bytes(free),
+                util
+            ),
+            devices: vec![d.index],
+            pid: holder.map(|(p, _)| p),
+            evidence,
+            fix: fixes::OVERCOMMIT.into(),
+        });
+    }
+    out
+}

@@ -1,0 +1,275 @@
+//! Prepared views of a recording shared by every rule: sorted device series with their
+//! baselines and noise steps, per-process per-device series, the job's processes and devices,
+//! and the formatting helpers the rules' evidence uses.
+
+use super::rules::ev;
+use super::{ErrorEvent, ErrorKind, RecordedProcess, Recording, TimelineThresholds};
+use crate::report::Evidence;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// `[t_ms, used]` samples of one device, in time order.
+pub(super) type Points<'a> = Cow<'a, [(f64, u64)]>;
+
+pub(super) struct Dev<'a> {
+    pub(super) index: u32,
+    pub(super) total: u64,
+    pub(super) uuid: Option<&'a str>,
+    pub(super) samples: Points<'a>,
+    /// Used before the job (the first sample).
+    pub(super) baseline: u64,
+    /// Level changes smaller than this are noise.
+    pub(super) step: u64,
+}
+
+impl Dev<'_> {
+    pub(super) fn level_at(&self, t: f64) -> Option<u64> {
+        level_at(&self.samples, t)
+    }
+
+    pub(super) fn label(&self) -> String {
+        match self.uuid {
+            Some(u) => format!("GPU {} ({u})", self.index),
+            None => format!("GPU {}", self.index),
+        }
+    }
+
+    pub(super) fn pct(&self, b: u64) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            b as f64 * 100.0 / self.total as f64
+        }
+    }
+}
+
+/// One process's samples on one device, in time order (`None`: not available).
+pub(super) type ProcSeries = Vec<(f64, Option<u64>)>;
+
+pub(super) struct Prepared<'a> {
+    pub(super) rec: &'a Recording,
+    pub(super) th: &'a TimelineThresholds,
+    pub(super) devs: Vec<Dev<'a>>,
+    /// Marker times, sorted.
+    pub(super) marker_times: Vec<f64>,
+    /// pid -> device -> samples.
+    pub(super) procs: BTreeMap<u32, BTreeMap<u32, ProcSeries>>,
+    /// Processes of the job.
+    pub(super) tree: BTreeSet<u32>,
+    /// Devices the job used: where its processes held memory, else where memory rose.
+    pub(super) job_devices: BTreeSet<u32>,
+}
+
+pub(super) fn sorted_points(s: &[(f64, u64)]) -> Points<'_> {
+    if s.windows(2).all(|w| w[0].0 <= w[1].0) {
+        Cow::Borrowed(s)
+    } else {
+        let mut v = s.to_vec();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Cow::Owned(v)
+    }
+}
+
+/// The last sample at or before `t`.
+pub(super) fn level_at(s: &[(f64, u64)], t: f64) -> Option<u64> {
+    let i = s.partition_point(|(ts, _)| *ts <= t);
+    i.checked_sub(1).map(|i| s[i].1)
+}
+
+pub(super) fn proc_level_at(s: &[(f64, Option<u64>)], t: f64) -> Option<u64> {
+    let i = s.partition_point(|(ts, _)| *ts <= t);
+    i.checked_sub(1).and_then(|i| s[i].1)
+}
+
+impl<'a> Prepared<'a> {
+    pub(super) fn new(rec: &'a Recording, th: &'a TimelineThresholds) -> Prepared<'a> {
+        let devs: Vec<Dev> = rec
+            .timeline
+            .devices
+            .iter()
+            .filter(|s| !s.samples.is_empty())
+            .map(|s| {
+                let info = rec.devices.iter().find(|d| d.index == s.device);
+                let total = if s.total > 0 {
+                    s.total
+                } else {
+                    info.map(|d| d.total).unwrap_or(0)
+                };
+                let samples = sorted_points(&s.samples);
+                let baseline = samples.first().map(|p| p.1).unwrap_or(0);
+                let step = th
+                    .step_min
+                    .max((th.step_fraction * total as f64).round() as u64)
+                    .max(1);
+                Dev {
+                    index: s.device,
+                    total,
+                    uuid: info.map(|d| d.uuid.as_str()).filter(|u| !u.is_empty()),
+                    samples,
+                    baseline,
+                    step,
+                }
+            })
+            .collect();
+        let mut marker_times: Vec<f64> = rec.timeline.markers.iter().map(|m| m.t_ms).collect();
+        marker_times.sort_by(f64::total_cmp);
+        let mut procs: BTreeMap<u32, BTreeMap<u32, ProcSeries>> = BTreeMap::new();
+        for p in &rec.timeline.processes {
+            procs
+                .entry(p.pid)
+                .or_default()
+                .entry(p.device)
+                .or_default()
+                .push((p.t_ms, p.used));
+        }
+        // A process that exited holds nothing any more (NVML drops it from its lists).
+        for rp in &rec.processes {
+            if let (Some(t), Some(per_dev)) = (rp.exit_ms, procs.get_mut(&rp.pid)) {
+                for s in per_dev.values_mut() {
+                    s.push((t, Some(0)));
+                }
+            }
+        }
+        for per_dev in procs.values_mut() {
+            for s in per_dev.values_mut() {
+                if !s.windows(2).all(|w| w[0].0 <= w[1].0) {
+                    s.sort_by(|a, b| a.0.total_cmp(&b.0));
+                }
+            }
+        }
+        let tree: BTreeSet<u32> = rec
+            .processes
+            .iter()
+            .filter(|p| p.in_tree)
+            .map(|p| p.pid)
+            .collect();
+        let mut job_devices: BTreeSet<u32> = BTreeSet::new();
+        for pid in &tree {
+            if let Some(per_dev) = procs.get(pid) {
+                for (d, s) in per_dev {
+                    if s.iter().any(|(_, u)| u.is_some_and(|u| u > 0)) {
+                        job_devices.insert(*d);
+                    }
+                }
+            }
+        }
+        if job_devices.is_empty() {
+            for d in &devs {
+                let peak = d.samples.iter().map(|p| p.1).max().unwrap_or(0);
+                if peak >= d.baseline.saturating_add(d.step) {
+                    job_devices.insert(d.index);
+                }
+            }
+        }
+        Prepared {
+            rec,
+            th,
+            devs,
+            marker_times,
+            procs,
+            tree,
+            job_devices,
+        }
+    }
+
+    pub(super) fn dev(&self, index: u32) -> Option<&Dev<'a>> {
+        self.devs.iter().find(|d| d.index == index)
+    }
+
+    /// Whether any process of the job has per-process samples (on any device).
+    pub(super) fn tree_has_samples(&self) -> bool {
+        self.tree.iter().any(|p| self.procs.contains_key(p))
+    }
+
+    /// What the job's processes held on `device` at `t` (`None`: no per-process data).
+    pub(super) fn tree_usage_at(&self, device: u32, t: f64) -> Option<u64> {
+        let mut any = false;
+        let mut sum = 0u64;
+        for pid in &self.tree {
+            if let Some(s) = self.procs.get(pid).and_then(|m| m.get(&device)) {
+                if let Some(u) = proc_level_at(s, t) {
+                    any = true;
+                    sum = sum.saturating_add(u);
+                }
+            }
+        }
+        any.then_some(sum)
+    }
+
+    /// The job's process holding the most on `device` at `t`.
+    pub(super) fn top_holder_at(&self, device: u32, t: f64) -> Option<(u32, u64)> {
+        self.tree
+            .iter()
+            .filter_map(|pid| {
+                let s = self.procs.get(pid)?.get(&device)?;
+                proc_level_at(s, t).map(|u| (*pid, u))
+            })
+            .max_by_key(|(pid, u)| (*u, u32::MAX - *pid))
+    }
+
+    pub(super) fn process(&self, pid: u32) -> Option<&RecordedProcess> {
+        self.rec.processes.iter().find(|p| p.pid == pid)
+    }
+
+    pub(super) fn who(&self, pid: u32) -> String {
+        match self.process(pid).and_then(|p| p.name.as_deref()) {
+            Some(n) => format!("PID {pid} ({n})"),
+            None => format!("PID {pid}"),
+        }
+    }
+
+    /// The label of the last step / marker at or before `t`.
+    pub(super) fn phase_at(&self, t: f64) -> Option<&str> {
+        self.rec
+            .timeline
+            .markers
+            .iter()
+            .filter(|m| m.t_ms <= t && matches!(m.kind.as_str(), "step" | "marker" | "release"))
+            .max_by(|a, b| a.t_ms.total_cmp(&b.t_ms))
+            .map(|m| m.label.as_str())
+    }
+
+    /// The device an error happened on: the one it names, else the job's device with the
+    /// least free memory at that moment.
+    pub(super) fn error_device(&self, e: &ErrorEvent) -> Option<u32> {
+        if let Some(d) = e.device {
+            return Some(d);
+        }
+        let pool: Vec<&Dev> = if self.job_devices.is_empty() {
+            self.devs.iter().collect()
+        } else {
+            self.devs
+                .iter()
+                .filter(|d| self.job_devices.contains(&d.index))
+                .collect()
+        };
+        pool.into_iter()
+            .filter_map(|d| d.level_at(e.t_ms).map(|u| (d, d.total.saturating_sub(u))))
+            .min_by_key(|(d, free)| (*free, d.index))
+            .map(|(d, _)| d.index)
+    }
+
+    pub(super) fn ooms(&self) -> impl Iterator<Item = &ErrorEvent> {
+        self.rec
+            .errors
+            .iter()
+            .filter(|e| e.kind == ErrorKind::OutOfMemory)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Formatting helpers.
+
+pub(super) fn fmt_t(ms: f64) -> String {
+    if ms.abs() < 1000.0 {
+        format!("{ms:.1} ms")
+    } else if ms.abs() < 120_000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{:.1} min", ms / 60_000.0)
+    }
+}
+
+pub(super) fn uuid_ev(d: &Dev) -> Option<Evidence> {
+    d.uuid.map(|u| ev(format!("GPU {} UUID", d.index), u))
+}

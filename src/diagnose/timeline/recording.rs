@@ -1,0 +1,106 @@
+//! The recording the timeline rules judge: devices, the timeline, processes, errors and the
+//! job's end.
+
+use crate::report::Timeline;
+use serde::{Deserialize, Serialize};
+
+/// One GPU of the recording (NVML physical index).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedDevice {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub total: u64,
+}
+
+impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
+    fn from(d: &crate::gpu::DeviceInfo) -> Self {
+        RecordedDevice {
+            index: d.index,
+            uuid: d.uuid.clone(),
+            name: d.name.clone(),
+            total: d.memory.total,
+        }
+    }
+}
+
+/// One process seen during the recording.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedProcess {
+    pub pid: u32,
+    /// `comm` or a short name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Milliseconds since the recording started.
+    pub first_seen_ms: f64,
+    /// When it exited (`None`: still running at the end, or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_ms: Option<f64>,
+    /// Its `CUDA_VISIBLE_DEVICES` (`None`: unset or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_device_order: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_visible_devices: Option<String>,
+    /// Part of the job (the recorded process tree, or the replay worker); other processes
+    /// are neighbours, counted in device totals only.
+    pub in_tree: bool,
+}
+
+/// What kind of error the job hit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// An allocation failed (`CUDA out of memory`, `torch.OutOfMemoryError`, ...).
+    OutOfMemory,
+    /// Another CUDA / driver error (`CUDA error: unknown error`, device lost, ...).
+    DriverError,
+    /// A process of the job was killed by a signal (the OOM killer: 9).
+    KilledBySignal { signal: i32 },
+    /// Anything else worth placing on the timeline.
+    Other,
+}
+
+/// An error the job hit, as parsed from its output or the worker's events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEvent {
+    /// Milliseconds since the recording started.
+    pub t_ms: f64,
+    #[serde(flatten)]
+    pub kind: ErrorKind,
+    /// Physical device, when the error names one (`GPU 0`, `cuda:1` mapped already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    /// The process that printed it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The line as printed, already redacted.
+    pub line: String,
+    /// Bytes the failed allocation asked for (`Tried to allocate 2.00 GiB`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_bytes: Option<u64>,
+}
+
+/// How the job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobExit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Everything a recorded job (or a replayed variant) gives the engine.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Recording {
+    pub devices: Vec<RecordedDevice>,
+    /// Device series `[t_ms, used]`, markers (`step`, `marker`, `release`, `oom`, `error`,
+    /// `end`, ...), per-process samples.
+    pub timeline: Timeline,
+    pub processes: Vec<RecordedProcess>,
+    pub errors: Vec<ErrorEvent>,
+    /// When the job ended (ms since the recording started).
+    pub end_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<JobExit>,
+}
