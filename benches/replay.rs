@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use vramdoc::gpu::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::Driver;
-use vramdoc::sampler::{Sampler, SamplerConfig};
+use vramdoc::record::sampler::{Sampler, SamplerConfig};
 use vramdoc::sim::{Faults, InitOptions, SimBox, SimProcess};
 use vramdoc::units::GIB;
 

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use vramdoc::diagnose::{self, RecordedDevice, RecordedProcess, Recording, TimelineThresholds};
 use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::Monitor;
-use vramdoc::recorder::{Recorder, RecorderConfig};
+use vramdoc::record::sampler::SamplerConfig;
+use vramdoc::record::{Recorder, RecorderConfig};
 use vramdoc::report::{DeviceSeries, Marker, ProcessSample, Timeline};
-use vramdoc::sampler::SamplerConfig;
 use vramdoc::sim::{InitOptions, SimBox};
 use vramdoc::units::GIB;
 

@@ -1,6 +1,6 @@
 //! `vramdoc run -- CMD` (issue 10): start the user's own command, record every device's
 //! memory and the usage of its whole process tree through the shared
-//! [`Recorder`](crate::recorder::Recorder), pass its stdin/stdout/stderr through (stderr is
+//! [`Recorder`](crate::record::Recorder), pass its stdin/stdout/stderr through (stderr is
 //! also read for out-of-memory lines and a redacted tail), take markers from
 //! `$VRAMDOC_MARKERS`, forward signals, then ask `diagnose::timeline` for findings and write
 //! the report. The exit status is the command's own (128+N for signal N); vramdoc's own
@@ -15,15 +15,15 @@ use crate::diagnose::{
 };
 use crate::exit::{CodedError, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED};
 use crate::gpu::DeviceInfo;
-use crate::recorder::stderr::{ParsedError, StderrWatcher};
-use crate::recorder::tree::TreeProcess;
-use crate::recorder::{Recorded, Recorder, RecorderConfig, StreamDevice, StreamLine};
+use crate::record::sampler::SamplerConfig;
+use crate::record::stderr::{ParsedError, StderrWatcher};
+use crate::record::tree::TreeProcess;
+use crate::record::{Recorded, Recorder, RecorderConfig, StreamDevice, StreamLine};
 use crate::report::write::{render, Format};
 use crate::report::{
     DeviceMinFree, DevicePeak, Finding, ProcessPeak, Report, ReportKind, RunError, RunExit,
     RunProcess, RunResult, Severity, SCHEMA_VERSION,
 };
-use crate::sampler::SamplerConfig;
 use crate::units::format_bytes;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -396,7 +396,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     install_signal_handlers();
 
     let header = StreamLine::Header {
-        version: crate::recorder::STREAM_VERSION,
+        version: crate::record::STREAM_VERSION,
         created_unix_ms: crate::report::environment::now_unix_ms(),
         devices: devices
             .iter()

@@ -9,9 +9,9 @@ pub mod protocol;
 pub mod worker;
 
 use crate::gpu::{self, BackendKind, DeviceInfo, GpuError, Monitor};
-use crate::recorder::{Recorder, RecorderConfig};
+use crate::record::sampler::SamplerConfig;
+use crate::record::{Recorder, RecorderConfig};
 use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
-use crate::sampler::SamplerConfig;
 use crate::scenario::{Op, Scenario, Step, Variant, VariantKind};
 use protocol::{Timed, WorkerEvent, WorkerInput};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -800,7 +800,7 @@ pub fn run_variant(
         n.finish(Duration::from_millis(500));
     }
     let series = recorded.timeline.devices;
-    let samples = crate::sampler::Samples {
+    let samples = crate::record::sampler::Samples {
         processes: recorded.timeline.processes,
         gaps: recorded.timeline.gaps,
         ..Default::default()

@@ -13,7 +13,6 @@ mod not_released;
 mod out_of_memory;
 mod overcommit;
 mod prepare;
-mod recording;
 mod stray_context;
 
 use super::rules;
@@ -46,7 +45,9 @@ pub mod marker_kinds {
     pub const RELEASE: &str = "release";
 }
 
-pub use recording::{ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording};
+pub use crate::record::recording::{
+    ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
+};
 
 /// Every threshold the timeline rules use; defaults documented per field and in
 /// docs/findings.md.

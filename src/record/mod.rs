@@ -7,12 +7,14 @@
 //! a buffer flushed at every line that is not a sampler round and at least every
 //! [`FLUSH_EVERY`], so a crash of the job or of vramdoc loses at most that much.
 
+pub mod recording;
+pub mod sampler;
 pub mod stderr;
 pub mod tree;
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::report::{DevicePeak, DeviceSeries, Marker, ProcessSample, Timeline};
-use crate::sampler::{pace, Sampler, SamplerConfig, StopSignal};
+use sampler::{pace, Sampler, SamplerConfig, StopSignal};
 use serde::Serialize;
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -353,7 +355,7 @@ impl Recorder {
         let period = cfg.sampler.period;
         let on_round = sink.map(|sink| {
             Box::new(move |t: f64, used: &[u64]| lock_sink(&sink).round(t, used, period))
-                as crate::sampler::OnRound
+                as crate::record::sampler::OnRound
         });
         let sampler = Sampler::start_with(
             sampler_monitor,
