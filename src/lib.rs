@@ -12,6 +12,7 @@ pub mod exporter;
 pub mod gpu;
 pub mod input;
 pub mod inventory;
+pub mod job;
 pub mod record;
 pub mod redact;
 pub mod replay;

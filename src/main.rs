@@ -22,12 +22,9 @@ fn main() {
         // the command could have.
         Err(e) => {
             let _ = e.print();
-            let code = if vramdoc::commands::run::is_run_invocation(std::env::args()) {
-                vramdoc::exit::RUN_FAILED
-            } else {
-                vramdoc::exit::USAGE
-            };
-            std::process::exit(code);
+            std::process::exit(vramdoc::commands::run::usage_error_status(
+                std::env::args_os(),
+            ));
         }
     };
     let code = match vramdoc::commands::run(cli) {

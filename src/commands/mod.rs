@@ -15,8 +15,6 @@ use crate::gpu::{self, BackendKind, Driver, Monitor};
 use crate::sim::{InitOptions, SimBox, SIM_DIR_ENV};
 use anyhow::Result;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where commands get their GPU from: the backend kind, and a private box for `--sim`.
 pub struct Session {
@@ -42,11 +40,8 @@ impl Session {
                     ))
                 })?;
             SimBox::create(dir.path(), spec, &InitOptions::default())?;
-            // Removed on drop; on SIGINT/SIGTERM/SIGHUP by the handler (see `interrupt_flag`).
-            if let Ok(mut p) = PRIVATE_BOX.lock() {
-                *p = Some(dir.path().to_path_buf());
-            }
-            interrupt_flag();
+            // Removed on drop; on SIGINT/SIGTERM/SIGHUP by the handler (`job::signals`).
+            crate::job::signals::remove_on_exit(dir.path().to_path_buf());
             // Single-threaded here: set before any thread or child starts.
             std::env::set_var(SIM_DIR_ENV, dir.path());
             private_box = Some(dir);
@@ -89,12 +84,6 @@ impl Session {
     }
 }
 
-/// The private `--sim` box of this process, for the signal handler to remove.
-static PRIVATE_BOX: Mutex<Option<PathBuf>> = Mutex::new(None);
-/// Set by a command that polls [`interrupt_flag`] and stops cleanly itself (replay).
-static GRACEFUL: AtomicBool = AtomicBool::new(false);
-static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-
 /// The `--out` path with one of `exts` (any case), for pointers from CI outputs (JUnit, job
 /// summaries) to the full report.
 pub(crate) fn out_with_ext(out: &[PathBuf], exts: &[&str]) -> Option<String> {
@@ -131,34 +120,17 @@ pub(crate) fn append_job_summary(
     }
 }
 
-/// The flag SIGINT, SIGTERM and SIGHUP set (one handler per process, installed on first
-/// use). A command that has not called [`handle_interrupts_gracefully`] is ended by the
-/// signal at once: its private box removed, one line on stderr, exit 1.
-pub fn interrupt_flag() -> Arc<AtomicBool> {
-    INTERRUPTED
-        .get_or_init(|| {
-            let flag = Arc::new(AtomicBool::new(false));
-            let f = flag.clone();
-            let _ = ctrlc::set_handler(move || {
-                f.store(true, Ordering::SeqCst);
-                if !GRACEFUL.load(Ordering::SeqCst) {
-                    if let Some(dir) = PRIVATE_BOX.lock().ok().and_then(|mut p| p.take()) {
-                        let _ = std::fs::remove_dir_all(dir);
-                    }
-                    crate::term::eprint_line("interrupted");
-                    std::process::exit(crate::exit::FINDINGS);
-                }
-            });
-            flag
-        })
-        .clone()
+/// The flag SIGINT, SIGTERM and SIGHUP set (the process's one handler, `job::signals`). A
+/// command that has not called [`handle_interrupts_gracefully`] is ended by the signal at
+/// once: its private box removed, one line on stderr, exit 1.
+pub fn interrupt_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    crate::job::signals::interrupt_flag()
 }
 
 /// For a command that stops cleanly on a signal itself (and writes what it has): the flag
 /// to poll.
-pub fn handle_interrupts_gracefully() -> Arc<AtomicBool> {
-    GRACEFUL.store(true, Ordering::SeqCst);
-    interrupt_flag()
+pub fn handle_interrupts_gracefully() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    crate::job::signals::handle_gracefully()
 }
 
 /// Run a parsed command line; returns the exit code.

@@ -158,7 +158,9 @@ fn verdict_str(v: Verdict) -> &'static str {
 fn outcome(run: &VariantRun) -> String {
     match (&run.error, run.verdict) {
         (_, Verdict::Skipped) => run.reason.clone().unwrap_or_default(),
-        (Some(e), _) if e.kind == "out-of-memory" => format!("OOM at {}", e.step_label),
+        (Some(e), _) if e.kind == crate::report::StepErrorKind::OutOfMemory => {
+            format!("OOM at {}", e.step_label)
+        }
         (Some(e), _) => format!("{} at {}", e.kind, e.step_label),
         (None, _) => "completed".into(),
     }
@@ -392,7 +394,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
                 runs.push(run);
                 continue;
             }
-            match replay::run_variant(s, v, monitor.as_ref(), &devices, &opts, &mut progress) {
+            match replay::run_variant(s, v, &devices, &opts, &mut progress) {
                 Ok(run) => runs.push(run),
                 // The machine failed under us (device lost, box removed): stop, but still
                 // report the variants already finished, then fail with exit 3.

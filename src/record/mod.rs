@@ -1,234 +1,121 @@
-//! The shared recorder behind `replay` and `run`: the [`Sampler`] (device memory every
-//! period) plus a tracker thread (per-process lists, the job's process tree through
-//! [`tree`], one memory reading per round) plus the event and marker stream. Every marker
-//! and every step boundary also takes a memory reading, so a chart shows each step even
-//! when it lasts less than one period. With a sink, every reading (each sampler round
-//! included), process, marker and error is streamed as one JSON line as it is taken, through
-//! a buffer flushed at every line that is not a sampler round and at least every
-//! [`FLUSH_EVERY`], so a crash of the job or of vramdoc loses at most that much.
+//! The one recording pipeline behind `run` and `replay`. A [`Recorder`] reads device memory
+//! on the [`Sampler`]'s thread, process lists (and the job's process tree, through [`tree`])
+//! on its process thread ([`processes`]), and takes what the job supervisor (`job/`) or the
+//! replay engine feed it: markers and step boundaries (each with a memory reading, so a chart
+//! shows a step shorter than one period), readings, error events and the job's processes.
+//! With a sink, everything is streamed as JSON lines as it is taken ([`stream`]).
+//! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
+//! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod processes;
 pub mod recording;
 pub mod sampler;
 pub mod stderr;
+pub mod stream;
 pub mod tree;
 
+pub use recording::{ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording};
+pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
+
 use crate::gpu::{DeviceInfo, Monitor};
-use crate::report::{DevicePeak, DeviceSeries, Marker, ProcessSample, Timeline};
+use crate::report::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
+use processes::{Lists, ProcessLists};
 use sampler::{pace, Sampler, SamplerConfig, StopSignal};
-use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use stream::{lock_sink, Sink};
 use tree::{ProcessTree, TreeChange, TreeProcess};
-
-/// Longest time a streamed sampler round waits in the buffer before it reaches the file.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
-
-/// Version of the JSONL sample stream (the `header` line's `version`).
-pub const STREAM_VERSION: u32 = 1;
-
-/// One line of the JSONL sample stream (`--samples FILE.jsonl`); `type` names the variant.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub enum StreamLine {
-    /// First line: the devices (by index and UUID) every `memory` line lists in order.
-    Header {
-        version: u32,
-        created_unix_ms: u64,
-        devices: Vec<StreamDevice>,
-        command: Vec<String>,
-        period_us: u64,
-        process_period_us: u64,
-    },
-    /// Used bytes of every device, in header order.
-    Memory { t_ms: f64, used: Vec<u64> },
-    /// One entry of a device's process list; `tree`: the PID belongs to the job.
-    Process {
-        t_ms: f64,
-        device: u32,
-        pid: u32,
-        used: Option<u64>,
-        tree: bool,
-    },
-    /// A process of the job's tree was first seen.
-    Start {
-        t_ms: f64,
-        pid: u32,
-        ppid: Option<u32>,
-        nspid: Vec<u32>,
-        name: Option<String>,
-        cmdline: Option<String>,
-    },
-    /// A process of the job's tree was seen gone.
-    Exit { t_ms: f64, pid: u32 },
-    Marker {
-        t_ms: f64,
-        kind: String,
-        label: String,
-    },
-    /// An error line recognised in stderr.
-    Error {
-        t_ms: f64,
-        kind: String,
-        device: Option<u32>,
-        requested: Option<u64>,
-        line: String,
-    },
-    /// The command ended with this status.
-    End { t_ms: f64, status: i32 },
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct StreamDevice {
-    pub index: u32,
-    pub uuid: String,
-    pub name: String,
-    pub total: u64,
-}
 
 /// How to record.
 pub struct RecorderConfig {
+    /// Memory period, and the process-list period (`None`: no process lists, no tree).
     pub sampler: SamplerConfig,
+    /// Physical indices whose process lists are read (replay: the worker's devices);
+    /// `None`: every recorded device.
+    pub process_devices: Option<Vec<u32>>,
     /// Track the descendants of this PID (`run`: vramdoc itself, a child subreaper).
     pub tree_root: Option<u32>,
-    /// Period of the tracker thread (process lists, tree, streamed memory); `None`: no
-    /// tracker thread (replay reads process lists through the sampler).
-    pub track_period: Option<Duration>,
+    /// Take (and stream) a memory reading at every process round too (`run`).
+    pub round_readings: bool,
     /// Where to stream JSON lines.
     pub sink: Option<Box<dyn Write + Send>>,
     /// The stream's first line, written before any thread starts.
     pub header: Option<StreamLine>,
-    /// Physical indices whose process lists the sampler reads on its own thread (replay:
-    /// the worker's devices); `None`: every recorded device. Empty: none.
-    pub process_devices: Option<Vec<u32>>,
 }
 
 impl RecorderConfig {
-    /// What replay uses: the sampler alone, no tree, no stream.
-    pub fn sampler_only(sampler: SamplerConfig) -> RecorderConfig {
+    /// Memory and process lists at `sampler`'s cadence on every device; no tree, no stream.
+    pub fn new(sampler: SamplerConfig) -> RecorderConfig {
         RecorderConfig {
             sampler,
+            process_devices: None,
             tree_root: None,
-            track_period: None,
+            round_readings: false,
             sink: None,
             header: None,
-            process_devices: None,
         }
     }
 }
 
-/// The JSONL stream: a buffered writer shared by the tracker, the markers and the
-/// sampler's memory thread (which takes this lock alone, never [`Shared`]'s, so a slow
-/// process-list round never delays a memory sample).
-struct Sink {
-    out: std::io::BufWriter<Box<dyn Write + Send>>,
-    /// A write failed, or the `end` line was written: nothing more is written.
-    failed: bool,
-    last_flush: Instant,
-    /// One line, serialised whole before it enters the buffer (so the file only ever ends
-    /// between lines, whatever the buffer does).
-    line: Vec<u8>,
+/// How the job ended, for the recording.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobEnd {
+    /// When (ms since the recording's start).
+    pub end_ms: f64,
+    pub exit: Option<JobExit>,
 }
 
-/// A sampler round as a `memory` line, without copying the readings.
-#[derive(Serialize)]
-struct MemoryLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    t_ms: f64,
-    used: &'a [u64],
+/// What a recording holds at its end.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// What the timeline rules judge: [`Recorded::timeline`] plus the phase boundaries and
+    /// boundary process readings fed for the rules only, the job's processes, its errors
+    /// and its end.
+    pub recording: Recording,
+    /// The timeline as reports show it: device series (sampler and boundary readings
+    /// merged, in time order), markers, per-process samples and sampling gaps.
+    pub timeline: Timeline,
+    /// Peak used bytes per device, with when.
+    pub peaks: Vec<DevicePeak>,
+    /// Every process of the job's tree (empty without a tree).
+    pub tree: Vec<TreeProcess>,
+    /// Memory rounds of the sampler.
+    pub rounds: u64,
+    /// Failed queries (device lost, ...).
+    pub errors: u64,
 }
 
-impl Sink {
-    fn new(out: Box<dyn Write + Send>) -> Sink {
-        Sink {
-            out: std::io::BufWriter::with_capacity(64 * 1024, out),
-            failed: false,
-            last_flush: Instant::now(),
-            line: Vec::with_capacity(256),
-        }
-    }
-
-    fn write<T: Serialize>(&mut self, line: &T, flush: bool) {
-        if self.failed {
-            return;
-        }
-        self.line.clear();
-        let mut ok = serde_json::to_writer(&mut self.line, line).is_ok();
-        self.line.push(b'\n');
-        ok = ok && self.out.write_all(&self.line).is_ok();
-        if ok && flush {
-            ok = self.out.flush().is_ok();
-            self.last_flush = Instant::now();
-        }
-        if !ok {
-            // A full disk must not stop the job or the recording in memory.
-            self.failed = true;
-        }
-    }
-
-    /// A sampler round; flushed when the next round (one `period` away) would come later
-    /// than [`FLUSH_EVERY`] after the last flush.
-    fn round(&mut self, t_ms: f64, used: &[u64], period: Duration) {
-        let flush = self.last_flush.elapsed() + period >= FLUSH_EVERY;
-        self.write(
-            &MemoryLine {
-                kind: "memory",
-                t_ms,
-                used,
-            },
-            flush,
-        );
-    }
+/// What the threads and the feeding calls share.
+#[derive(Default)]
+struct Shared {
+    markers: Vec<Marker>,
+    /// Phase boundaries for the rules only (replay's step ends and release points).
+    boundaries: Vec<Marker>,
+    /// Readings besides the sampler's: marker and step boundaries, process rounds.
+    points: Vec<(f64, Vec<u64>)>,
+    processes: Vec<ProcessSample>,
+    /// Process usage read at boundaries, for the rules only.
+    boundary_processes: Vec<ProcessSample>,
+    tree: Option<ProcessTree>,
+    /// Processes of the job fed by the caller (replay's worker).
+    job: Vec<RecordedProcess>,
+    errors: Vec<ErrorEvent>,
+    sink: Option<Arc<Mutex<Sink>>>,
+    failed_queries: u64,
 }
 
-fn lock_sink(m: &Mutex<Sink>) -> MutexGuard<'_, Sink> {
+fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct Shared {
-    markers: Vec<Marker>,
-    /// Readings besides the sampler's: marker and step boundaries, tracker rounds.
-    points: Vec<(f64, Vec<u64>)>,
-    processes: Vec<ProcessSample>,
-    tree: Option<ProcessTree>,
-    sink: Option<Arc<Mutex<Sink>>>,
-    monitor: Option<Box<dyn Monitor>>,
-    errors: u64,
-}
-
 impl Shared {
-    /// Stream a line and flush (with it, any sampler rounds still in the buffer).
     fn stream(&mut self, line: &StreamLine) {
         if let Some(s) = self.sink.as_ref() {
-            let mut sink = lock_sink(s);
-            sink.write(line, true);
-            // `end` is the last line: sampler rounds still to come are not streamed.
-            if matches!(line, StreamLine::End { .. }) {
-                sink.failed = true;
-            }
+            lock_sink(s).line(line);
         }
-    }
-
-    fn read_memory(&mut self, devices: &[u32], t: f64) -> Option<Vec<u64>> {
-        let mon = self.monitor.as_ref()?;
-        let mut used = Vec::with_capacity(devices.len());
-        for d in devices {
-            match mon.memory(*d) {
-                Ok(m) => used.push(m.used),
-                Err(_) => {
-                    self.errors += 1;
-                    return None;
-                }
-            }
-        }
-        self.points.push((t, used.clone()));
-        self.stream(&StreamLine::Memory {
-            t_ms: t,
-            used: used.clone(),
-        });
-        Some(used)
     }
 
     fn tree_changes(&mut self, changes: Vec<TreeChange>) {
@@ -248,39 +135,43 @@ impl Shared {
         }
     }
 
-    /// One tracker round: the tree, then memory and process lists.
-    fn round(&mut self, devices: &[u32], t: f64) {
+    /// Keep (and stream) a reading.
+    fn point(&mut self, t: f64, used: Vec<u64>) {
+        self.stream(&StreamLine::Memory {
+            t_ms: t,
+            used: used.clone(),
+        });
+        self.points.push((t, used));
+    }
+
+    /// One process round: the tree, a reading (`reading`), then the lists.
+    fn round(&mut self, t: f64, reading: Option<Vec<u64>>, lists: Lists) {
         if let Some(tree) = self.tree.as_mut() {
             let changes = tree.refresh(t);
             self.tree_changes(changes);
         }
-        self.read_memory(devices, t);
-        for d in devices {
-            let Some(list) = self.monitor.as_ref().map(|m| m.processes(*d)) else {
-                return;
-            };
-            let Ok(list) = list else {
-                self.errors += 1;
-                continue;
-            };
+        if let Some(used) = reading {
+            self.point(t, used);
+        }
+        for (device, t_list, list) in lists {
             for p in list {
                 let (pid, tree) = match self.tree.as_mut() {
                     Some(tree) => {
-                        let (member, change) = tree.resolve(p.pid, t);
+                        let (member, change) = tree.resolve(p.pid, t_list);
                         self.tree_changes(change.into_iter().collect());
                         (member.unwrap_or(p.pid), member.is_some())
                     }
                     None => (p.pid, false),
                 };
                 self.processes.push(ProcessSample {
-                    t_ms: t,
-                    device: *d,
+                    t_ms: t_list,
+                    device,
                     pid,
                     used: p.used,
                 });
                 self.stream(&StreamLine::Process {
-                    t_ms: t,
-                    device: *d,
+                    t_ms: t_list,
+                    device,
                     pid,
                     used: p.used,
                     tree,
@@ -293,60 +184,41 @@ impl Shared {
 /// A running recording.
 pub struct Recorder {
     t0: Instant,
-    devices: Vec<u32>,
-    totals: Vec<u64>,
+    devices: Vec<RecordedDevice>,
+    monitor: Arc<dyn Monitor>,
     sampler: Option<Sampler>,
     shared: Arc<Mutex<Shared>>,
-    /// Set to stop the tracker thread (it wakes at once).
+    lists: Option<Arc<Mutex<ProcessLists>>>,
+    round_readings: bool,
+    /// Set to stop the process thread (it wakes at once).
     stop: Arc<StopSignal>,
-    tracker: Option<JoinHandle<()>>,
+    process_thread: Option<JoinHandle<()>>,
 }
 
-/// What a recording holds at its end.
-#[derive(Debug, Clone, Default)]
-pub struct Recorded {
-    /// Device series (sampler and boundary readings merged, in time order), markers and
-    /// per-process samples.
-    pub timeline: Timeline,
-    /// Peak used bytes per device, with when.
-    pub peaks: Vec<DevicePeak>,
-    /// Every process of the job's tree (empty without a tree).
-    pub tree: Vec<TreeProcess>,
-    /// Sampler memory rounds.
-    pub rounds: u64,
-    /// Failed queries (device lost, ...).
-    pub errors: u64,
-}
-
-fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// Used bytes of every device in `devices` order; `None` when a query failed.
+fn read_memory(monitor: &dyn Monitor, devices: &[RecordedDevice]) -> Option<Vec<u64>> {
+    devices
+        .iter()
+        .map(|d| monitor.memory(d.index).ok().map(|m| m.used))
+        .collect()
 }
 
 impl Recorder {
-    /// Start recording `devices`. `sampler_monitor` is the sampler thread's own;
-    /// `monitor` (optional) serves boundary readings and the tracker thread.
+    /// Start recording `devices` through `monitor` (shared by the sampler thread, the
+    /// process thread and the readings), times in ms since `t0`.
     pub fn start(
-        sampler_monitor: Box<dyn Monitor>,
-        monitor: Option<Box<dyn Monitor>>,
+        monitor: Box<dyn Monitor>,
         devices: &[DeviceInfo],
         t0: Instant,
         cfg: RecorderConfig,
     ) -> Recorder {
-        let indices: Vec<u32> = devices.iter().map(|d| d.index).collect();
-        let totals: Vec<u64> = devices.iter().map(|d| d.memory.total).collect();
-        let process_devices = cfg
-            .process_devices
-            .clone()
-            .unwrap_or_else(|| indices.clone());
+        let monitor: Arc<dyn Monitor> = Arc::from(monitor);
+        let recorded: Vec<RecordedDevice> = devices.iter().map(RecordedDevice::from).collect();
         let sink = cfg.sink.map(|out| Arc::new(Mutex::new(Sink::new(out))));
         let shared = Arc::new(Mutex::new(Shared {
-            markers: Vec::new(),
-            points: Vec::new(),
-            processes: Vec::new(),
             tree: cfg.tree_root.map(|r| ProcessTree::new(r, false)),
             sink: sink.clone(),
-            monitor,
-            errors: 0,
+            ..Shared::default()
         }));
         // The header first, before any thread can write.
         if let Some(h) = &cfg.header {
@@ -355,44 +227,54 @@ impl Recorder {
         let period = cfg.sampler.period;
         let on_round = sink.map(|sink| {
             Box::new(move |t: f64, used: &[u64]| lock_sink(&sink).round(t, used, period))
-                as crate::record::sampler::OnRound
+                as sampler::OnRound
         });
-        let sampler = Sampler::start_with(
-            sampler_monitor,
-            indices
-                .iter()
-                .copied()
-                .zip(totals.iter().copied())
-                .collect(),
-            process_devices,
+        let sampler = Sampler::start(
+            monitor.clone(),
+            devices.iter().map(|d| (d.index, d.memory.total)).collect(),
             t0,
-            cfg.sampler,
+            period,
             on_round,
         );
         let stop = Arc::new(StopSignal::default());
-        let tracker = cfg.track_period.and_then(|period| {
-            let (shared, stop, devs) = (shared.clone(), stop.clone(), indices.clone());
-            std::thread::Builder::new()
-                .name("vramdoc-tracker".into())
-                .spawn(move || {
-                    let mut next = Instant::now();
-                    while !stop.is_set() {
-                        let t = t0.elapsed().as_secs_f64() * 1000.0;
-                        lock(&shared).round(&devs, t);
-                        pace(&mut next, period, &stop);
-                    }
-                })
-                .ok()
+        let lists = cfg.sampler.process_period.map(|pp| {
+            let which = cfg
+                .process_devices
+                .clone()
+                .unwrap_or_else(|| recorded.iter().map(|d| d.index).collect());
+            (pp, Arc::new(Mutex::new(ProcessLists::new(which, pp))))
         });
-        Recorder {
+        let mut rec = Recorder {
             t0,
-            devices: indices,
-            totals,
+            devices: recorded,
+            monitor,
             sampler: Some(sampler),
             shared,
+            lists: lists.as_ref().map(|(_, l)| l.clone()),
+            round_readings: cfg.round_readings,
             stop,
-            tracker,
+            process_thread: None,
+        };
+        if let Some((pp, _)) = lists {
+            rec.process_thread = rec.spawn_process_thread(pp);
         }
+        rec
+    }
+
+    fn spawn_process_thread(&self, period: std::time::Duration) -> Option<JoinHandle<()>> {
+        let (shared, stop, lists) = (self.shared.clone(), self.stop.clone(), self.lists.clone()?);
+        let (monitor, devices, t0) = (self.monitor.clone(), self.devices.clone(), self.t0);
+        let readings = self.round_readings;
+        std::thread::Builder::new()
+            .name("vramdoc-processes".into())
+            .spawn(move || {
+                let mut next = Instant::now();
+                while !stop.is_set() {
+                    round(&shared, &lists, monitor.as_ref(), &devices, t0, readings);
+                    pace(&mut next, period, &stop);
+                }
+            })
+            .ok()
     }
 
     /// Milliseconds since the recording's start instant.
@@ -400,105 +282,192 @@ impl Recorder {
         self.t0.elapsed().as_secs_f64() * 1000.0
     }
 
-    /// Stream a line (header, error, end, ...).
+    /// The monitor the recording reads through (for the caller's own queries).
+    pub fn monitor(&self) -> &dyn Monitor {
+        self.monitor.as_ref()
+    }
+
+    /// Stream a line (an error line, the end, ...).
     pub fn stream(&self, line: &StreamLine) {
         lock(&self.shared).stream(line);
     }
 
-    /// Add a marker, with a memory reading at that moment (when the recorder has a monitor).
-    pub fn mark(&self, kind: &str, label: &str, device: Option<u32>) -> f64 {
+    /// A marker now, with a memory reading at that moment; returns its time.
+    pub fn mark(&self, kind: MarkerKind, label: &str, device: Option<u32>) -> f64 {
         let t = self.t_ms();
+        let used = read_memory(self.monitor.as_ref(), &self.devices);
         let mut s = lock(&self.shared);
-        s.read_memory(&self.devices, t);
-        s.markers.push(Marker {
-            t_ms: t,
-            kind: kind.to_string(),
-            label: label.to_string(),
-            device,
-        });
+        match used {
+            Some(used) => s.point(t, used),
+            None => s.failed_queries += 1,
+        }
         s.stream(&StreamLine::Marker {
             t_ms: t,
-            kind: kind.to_string(),
+            kind: kind.clone(),
             label: label.to_string(),
+        });
+        s.markers.push(Marker {
+            t_ms: t,
+            kind,
+            label: label.to_string(),
+            device,
         });
         t
     }
 
-    /// Add a memory reading taken elsewhere (replay's step boundaries), in device order.
-    pub fn point(&self, t_ms: f64, used: Vec<u64>) {
-        lock(&self.shared).points.push((t_ms, used));
+    /// A marker at the time it happened (replay: the worker's own clock), without reading.
+    pub fn marker(&self, marker: Marker) {
+        let mut s = lock(&self.shared);
+        s.stream(&StreamLine::Marker {
+            t_ms: marker.t_ms,
+            kind: marker.kind.clone(),
+            label: marker.label.clone(),
+        });
+        s.markers.push(marker);
     }
 
-    /// Read every device's memory now through the recorder's monitor (one boundary point).
+    /// A phase boundary the rules read but reports do not show (replay: every step's end,
+    /// and release points).
+    pub fn boundary(&self, t_ms: f64, kind: MarkerKind, label: String) {
+        lock(&self.shared).boundaries.push(Marker {
+            t_ms,
+            kind,
+            label,
+            device: None,
+        });
+    }
+
+    /// Read every device's memory now and keep it (one boundary point); `None` when a
+    /// query failed.
     pub fn reading(&self) -> Option<Vec<u64>> {
         let t = self.t_ms();
-        lock(&self.shared).read_memory(&self.devices, t)
+        let used = read_memory(self.monitor.as_ref(), &self.devices);
+        let mut s = lock(&self.shared);
+        match &used {
+            Some(u) => s.point(t, u.clone()),
+            None => s.failed_queries += 1,
+        }
+        used
     }
 
-    /// One tracker round now (tree, memory, process lists), e.g. right after the job ends.
+    /// Every device's memory now, not kept (0 where a query failed): for a reading kept
+    /// only when the job is still alive after it was taken ([`Recorder::point`]).
+    pub fn memory_now(&self) -> Vec<u64> {
+        self.devices
+            .iter()
+            .map(|d| self.monitor.memory(d.index).map(|m| m.used).unwrap_or(0))
+            .collect()
+    }
+
+    /// Keep a reading taken at `t_ms` (device order).
+    pub fn point(&self, t_ms: f64, used: Vec<u64>) {
+        lock(&self.shared).point(t_ms, used);
+    }
+
+    /// What `pid` holds on every device now, from the process lists (0 where it is not
+    /// listed or a query failed). Slow on real drivers: for step boundaries only.
+    pub fn usage_of(&self, pid: Option<u32>) -> Vec<u64> {
+        self.devices
+            .iter()
+            .map(|d| {
+                let Some(pid) = pid else { return 0 };
+                self.monitor
+                    .processes(d.index)
+                    .ok()
+                    .and_then(|l| l.into_iter().find(|p| p.pid == pid))
+                    .and_then(|p| p.used)
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// What `pid` held on every device (device order) at a boundary, for the rules only.
+    pub fn boundary_usage(&self, t_ms: f64, pid: u32, used: &[u64]) {
+        let mut s = lock(&self.shared);
+        for (d, u) in self.devices.iter().zip(used) {
+            s.boundary_processes.push(ProcessSample {
+                t_ms,
+                device: d.index,
+                pid,
+                used: Some(*u),
+            });
+        }
+    }
+
+    /// An error the job hit, for the rules.
+    pub fn error(&self, event: ErrorEvent) {
+        lock(&self.shared).errors.push(event);
+    }
+
+    /// A process of the job that is not in the tree (replay's worker).
+    pub fn process(&self, process: RecordedProcess) {
+        lock(&self.shared).job.push(process);
+    }
+
+    /// One process round now (tree, reading, process lists), e.g. right after the job ends.
     pub fn round(&self) {
-        let t = self.t_ms();
-        lock(&self.shared).round(&self.devices, t);
+        if let Some(lists) = &self.lists {
+            let m = self.monitor.as_ref();
+            round(
+                &self.shared,
+                lists,
+                m,
+                &self.devices,
+                self.t0,
+                self.round_readings,
+            );
+        }
     }
 
     /// Stop every thread and return the recording.
-    pub fn finish(mut self) -> Recorded {
+    pub fn finish(mut self, end: JobEnd) -> Recorded {
         self.stop.set();
-        if let Some(h) = self.tracker.take() {
+        if let Some(h) = self.process_thread.take() {
             let _ = h.join();
         }
         let samples = self.sampler.take().map(Sampler::stop).unwrap_or_default();
         let t_end = self.t_ms();
+        let (list_gaps, list_errors) = match self.lists.take() {
+            Some(l) => {
+                let l = match Arc::try_unwrap(l) {
+                    Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()),
+                    Err(_) => ProcessLists::new(Vec::new(), std::time::Duration::from_secs(1)),
+                };
+                let errors = l.errors;
+                (l.finish(t_end), errors)
+            }
+            None => (Vec::new(), 0),
+        };
         let mut s = lock(&self.shared);
         if let Some(sink) = s.sink.as_ref() {
-            let mut sink = lock_sink(sink);
-            if !sink.failed {
-                let _ = sink.out.flush();
-            }
+            lock_sink(sink).flush();
         }
         let mut devices: Vec<DeviceSeries> = if samples.devices.len() == self.devices.len() {
             samples.devices
         } else {
             self.devices
                 .iter()
-                .zip(&self.totals)
-                .map(|(d, t)| DeviceSeries {
-                    device: *d,
-                    total: *t,
+                .map(|d| DeviceSeries {
+                    device: d.index,
+                    total: d.total,
                     samples: Vec::new(),
                 })
                 .collect()
         };
         for (t, used) in &s.points {
-            for (i, series) in devices.iter_mut().enumerate() {
-                if let Some(u) = used.get(i) {
-                    series.samples.push((*t, *u));
-                }
+            for (series, u) in devices.iter_mut().zip(used) {
+                series.samples.push((*t, *u));
             }
         }
         for series in devices.iter_mut() {
             series.samples.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        let peaks = devices
-            .iter()
-            .map(|series| {
-                let (t_ms, peak_used) = series
-                    .samples
-                    .iter()
-                    .copied()
-                    .max_by_key(|(_, u)| *u)
-                    .unwrap_or((0.0, 0));
-                DevicePeak {
-                    device: series.device,
-                    total: series.total,
-                    peak_used,
-                    t_ms,
-                }
-            })
-            .collect();
+        let peaks = devices.iter().map(peak).collect();
         let mut processes = std::mem::take(&mut s.processes);
-        processes.extend(samples.processes);
         processes.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+        let mut gaps = samples.gaps;
+        gaps.extend(list_gaps);
+        gaps.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
         let tree = match s.tree.as_mut() {
             Some(tree) => {
                 tree.end_all(t_end);
@@ -508,17 +477,27 @@ impl Recorder {
         };
         let mut markers = std::mem::take(&mut s.markers);
         markers.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+        let timeline = Timeline {
+            devices,
+            markers,
+            processes,
+            gaps,
+        };
+        let recording = Recording {
+            devices: self.devices.clone(),
+            timeline: judged_timeline(&timeline, &mut s),
+            processes: job_processes(&tree, std::mem::take(&mut s.job), &timeline),
+            errors: std::mem::take(&mut s.errors),
+            end_ms: end.end_ms,
+            exit: end.exit,
+        };
         Recorded {
-            timeline: Timeline {
-                devices,
-                markers,
-                processes,
-                gaps: samples.gaps,
-            },
+            recording,
+            timeline,
             peaks,
             tree,
             rounds: samples.rounds,
-            errors: samples.errors + s.errors,
+            errors: samples.errors + list_errors + s.failed_queries,
         }
     }
 }
@@ -526,8 +505,111 @@ impl Recorder {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.stop.set();
-        if let Some(h) = self.tracker.take() {
+        if let Some(h) = self.process_thread.take() {
             let _ = h.join();
         }
     }
 }
+
+/// One process round: the lists are read without holding the shared state (a slow driver
+/// never delays a marker), then recorded.
+fn round(
+    shared: &Mutex<Shared>,
+    lists: &Mutex<ProcessLists>,
+    monitor: &dyn Monitor,
+    devices: &[RecordedDevice],
+    t0: Instant,
+    readings: bool,
+) {
+    let (t, read) = lists
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .round(monitor, t0);
+    let reading = if readings {
+        read_memory(monitor, devices)
+    } else {
+        None
+    };
+    let mut s = lock(shared);
+    if readings && reading.is_none() {
+        s.failed_queries += 1;
+    }
+    s.round(t, reading, read);
+}
+
+/// Peak used bytes of a series, with when.
+fn peak(series: &DeviceSeries) -> DevicePeak {
+    let (t_ms, peak_used) = series
+        .samples
+        .iter()
+        .copied()
+        .max_by_key(|(_, u)| *u)
+        .unwrap_or((0.0, 0));
+    DevicePeak {
+        device: series.device,
+        total: series.total,
+        peak_used,
+        t_ms,
+    }
+}
+
+/// The shown timeline plus what was fed for the rules only.
+fn judged_timeline(shown: &Timeline, s: &mut Shared) -> Timeline {
+    let mut t = shown.clone();
+    if !s.boundaries.is_empty() {
+        t.markers.append(&mut s.boundaries);
+        t.markers.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+    }
+    if !s.boundary_processes.is_empty() {
+        t.processes.append(&mut s.boundary_processes);
+        t.processes.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+    }
+    t
+}
+
+/// The job's processes (its tree, or those fed), then every other PID the process lists
+/// showed (neighbours, counted in device totals only), by PID.
+fn job_processes(
+    tree: &[TreeProcess],
+    fed: Vec<RecordedProcess>,
+    timeline: &Timeline,
+) -> Vec<RecordedProcess> {
+    let mut out: Vec<RecordedProcess> = tree
+        .iter()
+        .map(|t| RecordedProcess {
+            pid: t.pid,
+            name: t.name.clone(),
+            first_seen_ms: t.start_ms,
+            exit_ms: t.end_ms,
+            cuda_visible_devices: t.env("CUDA_VISIBLE_DEVICES"),
+            cuda_device_order: t.env("CUDA_DEVICE_ORDER"),
+            nvidia_visible_devices: t.env("NVIDIA_VISIBLE_DEVICES"),
+            in_tree: true,
+        })
+        .collect();
+    out.extend(fed);
+    let known: HashSet<u32> = out.iter().map(|p| p.pid).collect();
+    let mut others: BTreeMap<u32, f64> = BTreeMap::new();
+    for p in timeline
+        .processes
+        .iter()
+        .filter(|p| !known.contains(&p.pid))
+    {
+        let first = others.entry(p.pid).or_insert(p.t_ms);
+        *first = first.min(p.t_ms);
+    }
+    out.extend(others.into_iter().map(|(pid, first)| RecordedProcess {
+        pid,
+        name: None,
+        first_seen_ms: first,
+        exit_ms: None,
+        cuda_visible_devices: None,
+        cuda_device_order: None,
+        nvidia_visible_devices: None,
+        in_tree: false,
+    }));
+    out
+}
+
+#[cfg(test)]
+mod tests;

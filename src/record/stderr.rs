@@ -5,6 +5,8 @@
 //! `ChildFailedError` exit tables. Recognising a line is recording, not diagnosing: the
 //! findings are decided in `diagnose/` from these events.
 
+use super::recording::ErrorKind;
+use crate::report::RunErrorKind;
 use std::collections::VecDeque;
 
 /// Lines kept in the tail.
@@ -15,15 +17,27 @@ pub const LINE_CHARS: usize = 500;
 /// A recognised error line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedError {
-    /// `cuda-oom`, `cuda-error-oom`, `vllm-free-memory`, `vllm-no-cache-blocks`,
-    /// `vllm-kv-cache`, `child-failed`, `child-exit`.
-    pub kind: &'static str,
+    pub kind: RunErrorKind,
     /// CUDA ordinal named by the line (`GPU 0`, `cuda:1`).
     pub device: Option<u32>,
     /// Bytes the failed allocation (or the engine's claim) asked for.
     pub requested: Option<u64>,
     /// The line, cleaned, redacted and cut to [`LINE_CHARS`].
     pub line: String,
+    /// A torchrun `exitcode` (negative: killed by that signal), for `child-exit`.
+    pub exit_code: Option<i32>,
+}
+
+impl ParsedError {
+    /// What the timeline rules read it as.
+    pub fn error_kind(&self) -> ErrorKind {
+        match (&self.kind, self.exit_code) {
+            (k, _) if k.is_out_of_memory() => ErrorKind::OutOfMemory,
+            // `exitcode -9`: killed by signal 9.
+            (RunErrorKind::ChildExit, Some(c)) if c < 0 => ErrorKind::KilledBySignal { signal: -c },
+            _ => ErrorKind::Other,
+        }
+    }
 }
 
 /// Reads stderr line by line: keeps the tail and yields recognised errors.
@@ -78,6 +92,7 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
         device,
         requested,
         line: cut(l),
+        exit_code: None,
     };
     if l.contains("CUDA out of memory") || l.contains("OutOfMemoryError") {
         let requested = l
@@ -90,10 +105,14 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
             let j = head.rfind("GPU ")?;
             head[j + 4..].trim().parse().ok()
         });
-        return Some(make("cuda-oom", device, requested));
+        return Some(make(RunErrorKind::CudaOom, device, requested));
     }
     if l.contains("CUDA error: out of memory") || l.contains("CUDA_ERROR_OUT_OF_MEMORY") {
-        return Some(make("cuda-error-oom", number_after(l, "cuda:"), None));
+        return Some(make(
+            RunErrorKind::CudaErrorOom,
+            number_after(l, "cuda:"),
+            None,
+        ));
     }
     if l.contains("less than desired GPU memory utilization") {
         // `Free memory on device cuda:0 (19.77/22.05 GiB) on startup is less than desired GPU
@@ -104,19 +123,19 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
             size_at(rest[comma + 1..].trim())
         });
         return Some(make(
-            "vllm-free-memory",
+            RunErrorKind::VllmFreeMemory,
             number_after(l, "cuda:"),
             requested,
         ));
     }
     if l.contains("No available memory for the cache blocks") {
-        return Some(make("vllm-no-cache-blocks", None, None));
+        return Some(make(RunErrorKind::VllmNoCacheBlocks, None, None));
     }
     if l.contains("maximum number of tokens that can be stored in KV cache") {
-        return Some(make("vllm-kv-cache", None, None));
+        return Some(make(RunErrorKind::VllmKvCache, None, None));
     }
     if l.contains("ChildFailedError") {
-        return Some(make("child-failed", None, None));
+        return Some(make(RunErrorKind::ChildFailed, None, None));
     }
     None
 }
@@ -134,7 +153,7 @@ impl StderrWatcher {
         self.tail.push_back(cut(line));
         let found = parse_line(line);
         if let Some(f) = &found {
-            if f.kind == "child-failed" {
+            if f.kind == RunErrorKind::ChildFailed {
                 self.in_table = true;
                 self.rank = None;
             }
@@ -157,9 +176,10 @@ impl StderrWatcher {
             let code = v.split_whitespace().next().unwrap_or("");
             let rank = self.rank.clone().unwrap_or_else(|| "?".into());
             return Some(ParsedError {
-                kind: "child-exit",
+                kind: RunErrorKind::ChildExit,
                 device: None,
                 requested: None,
+                exit_code: code.parse().ok(),
                 line: cut(&format!("torchrun rank {rank}: exitcode {code} {}", {
                     let pid = number_after(v, "pid: ");
                     pid.map_or(String::new(), |p| format!("(pid {p})"))
@@ -191,7 +211,7 @@ mod tests {
                  total capacity; 781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved \
                  in total by PyTorch)";
         let e = parse_line(l).unwrap();
-        assert_eq!(e.kind, "cuda-oom");
+        assert_eq!(e.kind, RunErrorKind::CudaOom);
         assert_eq!(e.device, Some(0));
         assert_eq!(e.requested, Some((2.26 * GIB as f64).round() as u64));
         let l = "RuntimeError: CUDA out of memory. Tried to allocate 1024.00 KiB (GPU 3; 11.17 \
@@ -208,7 +228,7 @@ mod tests {
         let e = parse_line(l).unwrap();
         assert_eq!(
             (e.kind, e.device, e.requested),
-            ("cuda-oom", Some(1), Some(20 * MIB))
+            (RunErrorKind::CudaOom, Some(1), Some(20 * MIB))
         );
         // 2.1 spelled it "capacty".
         let l = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. \
@@ -218,31 +238,31 @@ mod tests {
         assert_eq!(e.requested, Some((1.7 * GIB as f64).round() as u64));
         assert_eq!(
             parse_line("torch.OutOfMemoryError").unwrap().kind,
-            "cuda-oom"
+            RunErrorKind::CudaOom
         );
     }
 
     #[test]
     fn driver_and_vllm_lines() {
         let e = parse_line("RuntimeError: CUDA error: out of memory").unwrap();
-        assert_eq!(e.kind, "cuda-error-oom");
+        assert_eq!(e.kind, RunErrorKind::CudaErrorOom);
         let l = "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than \
                  desired GPU memory utilization (0.9, 71.24 GiB). Decrease GPU memory \
                  utilization or reduce GPU memory used by other processes.";
         let e = parse_line(l).unwrap();
-        assert_eq!(e.kind, "vllm-free-memory");
+        assert_eq!(e.kind, RunErrorKind::VllmFreeMemory);
         assert_eq!(e.requested, Some((71.24 * GIB as f64).round() as u64));
         let l = "free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired \
                  GPU memory utilization (0.9, 19.84 GiB)";
         assert_eq!(parse_line(l).unwrap().device, Some(1));
         let l = "ValueError: No available memory for the cache blocks. Try increasing \
                  `gpu_memory_utilization` when initializing the engine.";
-        assert_eq!(parse_line(l).unwrap().kind, "vllm-no-cache-blocks");
+        assert_eq!(parse_line(l).unwrap().kind, RunErrorKind::VllmNoCacheBlocks);
         let l = "ValueError: The model's max seq len (32768) is larger than the maximum number \
                  of tokens that can be stored in KV cache (20000). Try increasing \
                  `gpu_memory_utilization` or decreasing `max_model_len` when initializing the \
                  engine.";
-        assert_eq!(parse_line(l).unwrap().kind, "vllm-kv-cache");
+        assert_eq!(parse_line(l).unwrap().kind, RunErrorKind::VllmKvCache);
         assert!(parse_line("epoch 3: loss 0.25").is_none());
         assert!(parse_line("").is_none());
     }
@@ -268,8 +288,13 @@ Root Cause (first observed failure):\n\
         let mut w = StderrWatcher::new();
         let found: Vec<ParsedError> = table.lines().filter_map(|l| w.line(l)).collect();
         assert_eq!(found.len(), 2, "{found:?}");
-        assert_eq!(found[0].kind, "child-failed");
-        assert_eq!(found[1].kind, "child-exit");
+        assert_eq!(found[0].kind, RunErrorKind::ChildFailed);
+        assert_eq!(found[1].kind, RunErrorKind::ChildExit);
+        assert_eq!(
+            found[1].error_kind(),
+            ErrorKind::KilledBySignal { signal: 9 }
+        );
+        assert_eq!(found[0].error_kind(), ErrorKind::Other);
         assert_eq!(found[1].line, "torchrun rank 1: exitcode -9 (pid 4242)");
         assert!(w.line("exitcode  : 3").is_none(), "outside a table");
     }

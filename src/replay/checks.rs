@@ -4,7 +4,7 @@
 //! worker allocated for them (a fraction of the smallest of the scenario's devices); `ctx`
 //! units to the context cost measured during the run on that device.
 
-use crate::report::{CheckResult, StepError, StepRecord};
+use crate::report::{CheckResult, StepError, StepErrorKind, StepRecord};
 use crate::scenario::{Expectation, SizeSpec};
 use crate::units::format_bytes;
 
@@ -122,7 +122,7 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
                 };
             }
             let passed = match f.error {
-                Some(err) if err.kind == "out-of-memory" => {
+                Some(err) if err.kind == StepErrorKind::OutOfMemory => {
                     lo.flatten().is_none_or(|l| err.step >= l)
                         && hi.flatten().is_none_or(|h| err.step < h)
                 }

@@ -3,6 +3,7 @@
 //! lockstep mode the worker waits for an empty line on stdin after each step's `end`, so the
 //! monitor can read memory exactly at step boundaries.
 
+use crate::report::StepErrorKind;
 use crate::scenario::Step;
 use serde::{Deserialize, Serialize};
 
@@ -60,9 +61,17 @@ pub enum WorkerEvent {
     },
     Failed {
         step: usize,
-        /// `out-of-memory`, `device-lost`, `error` (`timeout` is decided by the monitor).
-        kind: String,
+        /// `out-of-memory`, `device-lost`, `environment`, `error` (`timeout`, `killed` and
+        /// `interrupted` are decided by the monitor).
+        kind: StepErrorKind,
+        /// For people only: nothing is read back out of it.
         message: String,
+        /// The CUDA ordinal (as the worker numbers devices) an allocation failed on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device: Option<u32>,
+        /// Bytes the failed allocation asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested: Option<u64>,
     },
     Ready,
     Done,

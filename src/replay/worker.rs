@@ -5,6 +5,7 @@
 
 use super::protocol::{WorkerEvent, WorkerInput};
 use crate::gpu::{self, AllocId, BackendKind, ContextId, Driver, GpuError};
+use crate::report::StepErrorKind;
 use crate::scenario::{Op, SizeSpec};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
@@ -336,15 +337,26 @@ fn emit(out: &mut dyn Write, ev: &WorkerEvent) -> bool {
     }
 }
 
-fn kind_of(e: &StepFailure) -> &'static str {
-    match e {
-        StepFailure::Gpu(g) if g.is_out_of_memory() => "out-of-memory",
+/// The typed failure the worker reports: kind, and for an allocation that failed the
+/// device (CUDA ordinal) and the bytes asked for, from the error's own fields.
+fn failure_of(step: usize, e: &StepFailure) -> WorkerEvent {
+    let (kind, device, requested) = match e {
+        StepFailure::Gpu(GpuError::OutOfMemory {
+            device, requested, ..
+        }) => (StepErrorKind::OutOfMemory, Some(*device), Some(*requested)),
         // A backend that reports the driver's code as is.
         StepFailure::Gpu(GpuError::Driver { code, .. }) if code.contains("OUT_OF_MEMORY") => {
-            "out-of-memory"
+            (StepErrorKind::OutOfMemory, None, None)
         }
-        StepFailure::Gpu(GpuError::DeviceLost(_)) => "device-lost",
-        _ => "error",
+        StepFailure::Gpu(GpuError::DeviceLost(_)) => (StepErrorKind::DeviceLost, None, None),
+        _ => (StepErrorKind::Error, None, None),
+    };
+    WorkerEvent::Failed {
+        step,
+        kind,
+        message: e.to_string(),
+        device,
+        requested,
     }
 }
 
@@ -383,8 +395,10 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
                 out,
                 &WorkerEvent::Failed {
                     step: 0,
-                    kind: "environment".into(),
+                    kind: StepErrorKind::Environment,
                     message: e.to_string(),
+                    device: None,
+                    requested: None,
                 },
             );
             return crate::exit::ENVIRONMENT;
@@ -441,14 +455,7 @@ pub fn run_plan(
                 }
             }
             Err(e) => {
-                emit(
-                    out,
-                    &WorkerEvent::Failed {
-                        step: i,
-                        kind: kind_of(&e).into(),
-                        message: e.to_string(),
-                    },
-                );
+                emit(out, &failure_of(i, &e));
                 // Like a framework raising: the process exits and the driver returns its memory.
                 return 1;
             }
@@ -641,9 +648,17 @@ mod tests {
                 step,
                 kind,
                 message,
+                device,
+                requested,
             }) => {
-                assert_eq!((*step, kind.as_str()), (2, "out-of-memory"));
+                assert_eq!((*step, kind), (2, &StepErrorKind::OutOfMemory));
                 assert!(message.contains("out of memory"), "{message}");
+                // Typed: the device and the size travel as fields, not inside the text.
+                assert_eq!(*device, Some(0));
+                assert!(
+                    requested.is_some_and(|r| r > 5 * GIB && r < 7 * GIB),
+                    "{requested:?}"
+                );
             }
             other => panic!("expected an OOM, got {other:?}"),
         }
@@ -653,6 +668,8 @@ mod tests {
     fn plan_errors_are_reported_not_panicked() {
         let (ev, code) = run("16GiB", vec![free("nothing")]);
         assert_eq!(code, 1);
-        assert!(matches!(ev.last(), Some(WorkerEvent::Failed { kind, .. }) if kind == "error"));
+        assert!(
+            matches!(ev.last(), Some(WorkerEvent::Failed { kind, .. }) if *kind == StepErrorKind::Error)
+        );
     }
 }

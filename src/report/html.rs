@@ -276,7 +276,7 @@ fn verdict_table(o: &mut String, runs: &[VariantRun]) {
     for (i, r) in runs.iter().enumerate() {
         let passed = r.checks.iter().filter(|c| c.passed).count();
         let failure = r.error.as_ref().map_or(String::new(), |e| {
-            format!("{} at step {}", esc(&e.kind), e.step)
+            format!("{} at step {}", esc(e.kind.as_str()), e.step)
         });
         let peak = r
             .peaks
@@ -348,7 +348,7 @@ fn run_section(o: &mut String, i: usize, r: &VariantRun) -> Result<(), ChartErro
         let _ = writeln!(
             o,
             "<p><strong>Failure:</strong> {} at step {} ({}) after {}: {}</p>",
-            esc(&e.kind),
+            esc(e.kind.as_str()),
             e.step,
             code(&e.step_label),
             esc(&text::format_ms(e.t_ms)),
@@ -539,7 +539,7 @@ fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), Char
             let _ = writeln!(
                 o,
                 "<li>{} at {}{}: {}</li>",
-                code(&e.kind),
+                code(e.kind.as_str()),
                 esc(&text::format_ms(e.t_ms)),
                 text::error_facts(e),
                 code(&e.line)

@@ -237,7 +237,7 @@ fn verdict_table(out: &mut String, runs: &[VariantRun]) {
     for r in runs {
         let passed = r.checks.iter().filter(|c| c.passed).count();
         let failure = r.error.as_ref().map_or(String::new(), |e| {
-            format!("{} at step {}", md_text(&e.kind, true), e.step)
+            format!("{} at step {}", md_text(e.kind.as_str(), true), e.step)
         });
         let (checks, duration) = if r.verdict == Verdict::Skipped {
             ("–".to_string(), "–".to_string())
@@ -310,7 +310,7 @@ fn run_section(out: &mut String, r: &VariantRun) {
         let _ = writeln!(
             out,
             "**Failure:** {} at step {} ({}) after {}: {}\n",
-            md_text(&e.kind, false),
+            md_text(e.kind.as_str(), false),
             e.step,
             md_code(&e.step_label),
             text::format_ms(e.t_ms),
@@ -597,7 +597,7 @@ fn run_report(out: &mut String, run: &crate::report::RunResult) {
             let _ = writeln!(
                 out,
                 "- {} at {}{facts}: {}",
-                md_code(&e.kind),
+                md_code(e.kind.as_str()),
                 text::format_ms(e.t_ms),
                 md_code(&e.line)
             );

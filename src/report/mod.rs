@@ -7,6 +7,7 @@
 
 pub mod chart;
 pub mod environment;
+pub mod events;
 pub mod html;
 pub mod json;
 pub mod junit;
@@ -16,7 +17,9 @@ pub mod prom;
 pub mod read;
 pub mod schema;
 pub mod step_summary;
+pub mod terminal;
 pub mod text;
 pub mod write;
 
+pub use events::{MarkerKind, RunErrorKind, StepErrorKind};
 pub use model::*;

@@ -2,6 +2,7 @@
 //! model is the source of truth (`schema_version`); field names are documented in
 //! docs/json.md and kept stable. Additive changes keep the version; renames bump it.
 
+use super::events::{MarkerKind, RunErrorKind, StepErrorKind};
 use crate::gpu::{DeviceInfo, Versions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -302,7 +303,7 @@ pub struct StepError {
     pub step: usize,
     pub step_label: String,
     /// `out-of-memory`, `killed`, `device-lost`, `error`.
-    pub kind: String,
+    pub kind: StepErrorKind,
     pub message: String,
     /// Milliseconds since the variant started.
     pub t_ms: f64,
@@ -363,7 +364,7 @@ pub struct DeviceSeries {
 pub struct Marker {
     pub t_ms: f64,
     /// `step`, `oom`, `error`, `killed`, `end`.
-    pub kind: String,
+    pub kind: MarkerKind,
     pub label: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,
@@ -475,7 +476,7 @@ pub struct RunError {
     pub t_ms: f64,
     /// `cuda-oom` (PyTorch), `cuda-error-oom` (driver), `vllm-free-memory`, `vllm-kv-cache`,
     /// `vllm-no-cache-blocks`, `child-failed` (torchrun), `killed` (death by signal).
-    pub kind: String,
+    pub kind: RunErrorKind,
     /// CUDA ordinal the line names (`GPU 0`, `cuda:1`), as the process numbered it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,

@@ -191,7 +191,7 @@ fn finite_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
         .filter(|m| m.t_ms.is_finite())
         .map(|m| ChartMarker {
             t_ms: m.t_ms,
-            kind: clean(&m.kind),
+            kind: clean(m.kind.as_str()),
             label: clean(&m.label),
             device: m.device,
             symbol: ' ',
@@ -435,7 +435,7 @@ pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
     let mut ms = finite_markers(&run.timeline);
     if let Some(e) = &run.error {
         if !ms.iter().any(ChartMarker::is_failure) && e.t_ms.is_finite() {
-            let kind = if e.kind == "out-of-memory" {
+            let kind = if e.kind == super::StepErrorKind::OutOfMemory {
                 "oom"
             } else {
                 "error"

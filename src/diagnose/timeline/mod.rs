@@ -33,16 +33,10 @@ mod prelude {
     pub(super) use super::levels::{chains, phase_levels, Chain};
     pub(super) use super::prepare::{fmt_t, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries};
     pub(super) use super::rules::{ev, ev_bytes};
-    pub(super) use super::{fixes, ids, marker_kinds, ErrorEvent, ErrorKind, RecordedProcess};
-    pub(super) use crate::report::{Evidence, Finding, Marker, Severity};
+    pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, RecordedProcess};
+    pub(super) use crate::report::{Evidence, Finding, Marker, MarkerKind, Severity};
     pub(super) use crate::units::format_bytes;
     pub(super) use std::collections::{BTreeMap, BTreeSet};
-}
-
-/// Marker kinds the engine reads (other kinds are shown but not interpreted).
-pub mod marker_kinds {
-    /// The job says everything it loaded has been released (drives `not-released`).
-    pub const RELEASE: &str = "release";
 }
 
 pub use crate::record::recording::{

@@ -15,7 +15,7 @@ pub(super) fn not_released(cx: &Prepared) -> Vec<Finding> {
         .timeline
         .markers
         .iter()
-        .filter(|m| m.kind == marker_kinds::RELEASE)
+        .filter(|m| m.kind == MarkerKind::Release)
         .collect();
     releases.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
     let has_proc = cx.tree_has_samples();

@@ -4,7 +4,7 @@
 
 use super::rules::ev;
 use super::{ErrorEvent, ErrorKind, RecordedProcess, Recording, TimelineThresholds};
-use crate::report::Evidence;
+use crate::report::{Evidence, MarkerKind};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -224,7 +224,13 @@ impl<'a> Prepared<'a> {
             .timeline
             .markers
             .iter()
-            .filter(|m| m.t_ms <= t && matches!(m.kind.as_str(), "step" | "marker" | "release"))
+            .filter(|m| {
+                m.t_ms <= t
+                    && matches!(
+                        m.kind,
+                        MarkerKind::Step | MarkerKind::Marker | MarkerKind::Release
+                    )
+            })
             .max_by(|a, b| a.t_ms.total_cmp(&b.t_ms))
             .map(|m| m.label.as_str())
     }

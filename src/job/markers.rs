@@ -1,0 +1,141 @@
+//! Markers from the job: `vramdoc mark TEXT` appends one line to the file named by
+//! `$VRAMDOC_MARKERS`, which the supervisor tails; each complete line becomes a marker
+//! (`release` when its first word says so).
+
+use crate::report::MarkerKind;
+use std::io::{Read, Write};
+use std::path::Path;
+use thiserror::Error;
+
+/// The environment variable naming the marker file.
+pub const MARKERS_ENV: &str = "VRAMDOC_MARKERS";
+
+/// Why `vramdoc mark` could not write its line.
+#[derive(Debug, Error)]
+pub enum MarkError {
+    #[error("{MARKERS_ENV} is not set: `vramdoc mark` works inside a command started by `vramdoc run -- CMD`")]
+    NotInRun,
+    #[error("{path}: {source} (set by `vramdoc run` in {MARKERS_ENV})")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Append `text` (newlines folded) as one line to `$VRAMDOC_MARKERS`.
+pub fn mark(text: &str) -> Result<(), MarkError> {
+    let path = std::env::var_os(MARKERS_ENV)
+        .filter(|v| !v.is_empty())
+        .ok_or(MarkError::NotInRun)?;
+    let shown = Path::new(&path).display().to_string();
+    let text = text.replace(['\n', '\r'], " ");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .map_err(|source| MarkError::Open {
+            path: shown.clone(),
+            source,
+        })?;
+    // One write, so concurrent markers from several processes never interleave.
+    f.write_all(format!("{text}\n").as_bytes())
+        .map_err(|source| MarkError::Write {
+            path: shown,
+            source,
+        })
+}
+
+/// The marker file, tailed: complete lines appended since the last poll.
+pub struct MarkerTail {
+    file: std::fs::File,
+    partial: Vec<u8>,
+}
+
+impl MarkerTail {
+    pub fn open(path: &Path) -> std::io::Result<MarkerTail> {
+        Ok(MarkerTail {
+            file: std::fs::File::open(path)?,
+            partial: Vec::new(),
+        })
+    }
+
+    /// The lines completed since the last poll, cleaned and redacted.
+    pub fn poll(&mut self) -> Vec<String> {
+        let mut buf = Vec::new();
+        let _ = self.file.read_to_end(&mut buf);
+        if buf.is_empty() {
+            return Vec::new();
+        }
+        self.partial.extend_from_slice(&buf);
+        let mut lines = Vec::new();
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            let text = marker_text(&String::from_utf8_lossy(&line));
+            if !text.is_empty() {
+                lines.push(text);
+            }
+        }
+        // A writer that never ends its line does not grow memory without bound.
+        if self.partial.len() > 4096 {
+            self.partial.clear();
+        }
+        lines
+    }
+}
+
+/// A marker line as shown: cleaned, redacted, at most 200 characters.
+pub fn marker_text(line: &str) -> String {
+    let clean = crate::report::text::clean(line.trim());
+    crate::redact::redact_text(clean.trim())
+        .chars()
+        .take(200)
+        .collect()
+}
+
+/// `release` for a line whose first word is `release` (drives `not-released`), else `marker`.
+pub fn marker_kind(text: &str) -> MarkerKind {
+    let first = text.split_whitespace().next().unwrap_or("");
+    if first.eq_ignore_ascii_case("release") || first.eq_ignore_ascii_case("release:") {
+        MarkerKind::Release
+    } else {
+        MarkerKind::Marker
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_markers_and_marker_text() {
+        assert_eq!(marker_kind("release model"), MarkerKind::Release);
+        assert_eq!(marker_kind("Release: shards"), MarkerKind::Release);
+        assert_eq!(marker_kind("released"), MarkerKind::Marker);
+        assert_eq!(marker_kind("load model"), MarkerKind::Marker);
+        assert_eq!(
+            marker_text("  load\x1b[31m --token=abcdefgh123  "),
+            "load [31m --token=«redacted»"
+        );
+    }
+
+    #[test]
+    fn the_tail_yields_complete_lines_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m");
+        std::fs::write(&path, b"").unwrap();
+        let mut tail = MarkerTail::open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"one\ntw").unwrap();
+        assert_eq!(tail.poll(), vec!["one".to_string()]);
+        f.write_all(b"o\n").unwrap();
+        assert_eq!(tail.poll(), vec!["two".to_string()]);
+        assert!(tail.poll().is_empty());
+    }
+}

@@ -1,0 +1,119 @@
+//! Process helpers shared by `run`'s job supervisor and replay's workers: a child that dies
+//! with vramdoc, becoming a child subreaper, reaping, stopping a child with a grace period,
+//! and how a child ended.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    /// From a `waitpid` status.
+    pub fn from_raw(raw: libc::c_int) -> Exit {
+        Exit::from(ExitStatus::from_raw(raw))
+    }
+
+    /// The status a shell would give: the code, or 128 + N for signal N.
+    pub fn status(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+impl From<ExitStatus> for Exit {
+    fn from(s: ExitStatus) -> Exit {
+        match (s.signal(), s.code()) {
+            (Some(sig), _) => Exit::Signal(sig),
+            (None, Some(c)) => Exit::Code(c),
+            (None, None) => Exit::Code(0),
+        }
+    }
+}
+
+/// `PR_SET_PDEATHSIG`: the kernel sends SIGKILL to the child when the thread that spawned it
+/// exits. If the parent is already gone by the time the child runs (the race between fork
+/// and prctl), the child exits at once.
+pub fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Make this process a child subreaper: orphaned descendants are re-parented to it (so the
+/// job's grandchildren stay in its tree, and are reaped by [`reap`]).
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Reap every exited child (as a subreaper, orphaned descendants too); how `child` ended
+/// when it is among them.
+pub fn reap(child: u32) -> Option<Exit> {
+    let mut found = None;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid with a valid out pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return found;
+        }
+        if pid as u32 == child {
+            found = Some(Exit::from_raw(status));
+        }
+    }
+}
+
+/// Send `signal` to `pid` (a child not reaped yet).
+pub fn send(pid: u32, signal: i32) {
+    // SAFETY: kill with a PID we started and have not reaped.
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
+}
+
+/// Give `child` `grace` to exit, then kill it; reap it.
+pub fn stop(child: &mut Child, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_decode_codes_and_signals() {
+        let mut c = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        assert_eq!(Exit::from(c.wait().unwrap()), Exit::Code(3));
+        let mut c = Command::new("sh")
+            .args(["-c", "kill -9 $$"])
+            .spawn()
+            .unwrap();
+        let e = Exit::from(c.wait().unwrap());
+        assert_eq!((e, e.status()), (Exit::Signal(9), 137));
+    }
+}

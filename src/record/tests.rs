@@ -1,0 +1,193 @@
+//! The recorder on a simulated box: one process-list path with gaps, readings at markers,
+//! and the recording the rules take.
+
+use super::*;
+use crate::gpu::sim::{SimDriver, SimMonitor};
+use crate::gpu::Driver;
+use crate::sim::{InitOptions, SimBox, SimProcess};
+use std::time::Duration;
+
+fn sim_box(spec: &str) -> (tempfile::TempDir, SimBox, Vec<DeviceInfo>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimBox::create(dir.path(), spec, &InitOptions::default()).unwrap();
+    let devices = SimMonitor::new(sim.clone()).devices().unwrap();
+    (dir, sim, devices)
+}
+
+fn cadence(period_ms: u64, process_ms: u64) -> SamplerConfig {
+    SamplerConfig {
+        period: Duration::from_millis(period_ms),
+        process_period: Some(Duration::from_millis(process_ms)),
+    }
+}
+
+const END: JobEnd = JobEnd {
+    end_ms: 0.0,
+    exit: None,
+};
+
+#[test]
+fn process_lists_are_read_only_on_the_devices_that_matter() {
+    let (_dir, sim, devices) = sim_box("2x16GiB");
+    let rec = Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        &devices,
+        Instant::now(),
+        RecorderConfig {
+            process_devices: Some(vec![1]),
+            ..RecorderConfig::new(cadence(1, 10))
+        },
+    );
+    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let ctx = drv.create_context(1).unwrap();
+    let a = drv.alloc(ctx, 1 << 30).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    drv.free(a).unwrap();
+    let got = rec.finish(END);
+    let me = std::process::id();
+    assert!(got
+        .timeline
+        .processes
+        .iter()
+        .any(|p| p.pid == me && p.device == 1));
+    assert!(got.timeline.processes.iter().all(|p| p.device == 1));
+    assert!(got.peaks[1].peak_used >= 1 << 30);
+    // A PID the lists showed is a neighbour of the recording (no tree, none fed).
+    assert!(got
+        .recording
+        .processes
+        .iter()
+        .any(|p| p.pid == me && !p.in_tree));
+}
+
+#[test]
+fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
+    let (_dir, sim, devices) = sim_box("2x16GiB");
+    // A process-list query that takes 150 ms (a driver holding its lock).
+    sim.set_faults(&crate::sim::Faults {
+        nvml_process_latency_us: 150_000,
+        ..Default::default()
+    })
+    .unwrap();
+    let rec = Recorder::start(
+        Box::new(SimMonitor::new(sim)),
+        &devices,
+        Instant::now(),
+        RecorderConfig {
+            process_devices: Some(vec![1]),
+            ..RecorderConfig::new(cadence(1, 10))
+        },
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    // A marker is not held up by the slow query either.
+    let asked = Instant::now();
+    rec.mark(MarkerKind::Marker, "mid-query", None);
+    assert!(asked.elapsed() < Duration::from_millis(100));
+    let got = rec.finish(END);
+    let during = got.timeline.devices[0]
+        .samples
+        .iter()
+        .filter(|(t, _)| *t > 20.0 && *t < 130.0)
+        .count();
+    assert!(during > 0, "memory loop stalled behind the process query");
+    assert!(
+        got.timeline
+            .gaps
+            .iter()
+            .any(|g| g.kind == processes::GAP_KIND && g.reason == "late" && g.device.is_none()),
+        "{:?}",
+        got.timeline.gaps
+    );
+}
+
+#[test]
+fn failed_process_lists_become_one_gap_per_device() {
+    let (_dir, sim, devices) = sim_box("2x16GiB");
+    let rec = Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        &devices,
+        Instant::now(),
+        RecorderConfig::new(cadence(1, 5)),
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    sim.set_faults(&crate::sim::Faults {
+        lost_devices: vec![1],
+        ..Default::default()
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let got = rec.finish(END);
+    assert!(got.errors > 0);
+    for kind in ["memory", processes::GAP_KIND] {
+        let lost: Vec<_> = got
+            .timeline
+            .gaps
+            .iter()
+            .filter(|g| g.kind == kind && g.device == Some(1))
+            .collect();
+        assert_eq!(lost.len(), 1, "{kind}: {:?}", got.timeline.gaps);
+        assert!(lost[0].reason.contains("lost"), "{}", lost[0].reason);
+    }
+    assert!(!got.timeline.gaps.iter().any(|g| g.device == Some(0)));
+}
+
+#[test]
+fn markers_read_memory_and_boundaries_reach_only_the_recording() {
+    let (_dir, sim, devices) = sim_box("1x16GiB");
+    let rec = Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        &devices,
+        Instant::now(),
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    );
+    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let ctx = drv.create_context(0).unwrap();
+    drv.alloc(ctx, 2 << 30).unwrap();
+    let t = rec.mark(MarkerKind::Step, "load", None);
+    rec.boundary(t + 1.0, MarkerKind::StepEnd, "load ended (ok)".into());
+    rec.boundary_usage(t + 1.0, 42, &[2 << 30]);
+    rec.process(RecordedProcess {
+        pid: 42,
+        name: Some("worker".into()),
+        first_seen_ms: 0.0,
+        exit_ms: Some(t + 2.0),
+        cuda_visible_devices: None,
+        cuda_device_order: None,
+        nvidia_visible_devices: None,
+        in_tree: true,
+    });
+    rec.error(ErrorEvent {
+        t_ms: t,
+        kind: ErrorKind::OutOfMemory,
+        device: Some(0),
+        pid: Some(42),
+        line: "oom".into(),
+        requested_bytes: Some(1),
+    });
+    let got = rec.finish(JobEnd {
+        end_ms: t + 2.0,
+        exit: Some(JobExit::Code(1)),
+    });
+    // The marker's reading is on the chart although the period is an hour.
+    assert!(got.timeline.devices[0]
+        .samples
+        .iter()
+        .any(|(ts, u)| *ts == t && *u >= 2 << 30));
+    assert_eq!(got.timeline.markers.len(), 1);
+    assert!(got.timeline.processes.iter().all(|p| p.pid != 42));
+    let r = &got.recording;
+    assert_eq!(r.timeline.markers.len(), 2);
+    assert!(r
+        .timeline
+        .markers
+        .iter()
+        .any(|m| m.kind == MarkerKind::StepEnd));
+    assert!(r.timeline.processes.iter().any(|p| p.pid == 42));
+    assert_eq!(r.processes.len(), 1);
+    assert_eq!(r.errors.len(), 1);
+    assert_eq!((r.end_ms, r.exit), (t + 2.0, Some(JobExit::Code(1))));
+    assert_eq!(r.devices[0].total, 16 << 30);
+}

@@ -1,0 +1,3 @@
+//! Terminal renderers: pure functions from the report model to the text vramdoc prints.
+
+pub mod run;

@@ -1,0 +1,65 @@
+//! The summary `vramdoc run` prints on stderr when the command ends: how it ended, each
+//! device's peak, the job's share and the lowest free memory, the error lines, the findings
+//! and where the reports went. Pure; lines fit 100 columns; text from the job is cleaned.
+
+use crate::report::text::{clean, format_ms, percent, severity_word};
+use crate::report::RunResult;
+use crate::units::format_bytes;
+use std::path::PathBuf;
+
+/// The summary of `run`, with the report paths `out`.
+pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
+    let mut s = String::new();
+    let how = match (&run.exit.signal_name, run.exit.code) {
+        (Some(sig), _) => format!("was killed by {sig} (status {})", run.exit.status),
+        (None, Some(c)) => format!("exited {c}"),
+        _ => format!("ended ({})", run.exit.status),
+    };
+    let cmd: String = clean(&run.command.join(" ")).chars().take(50).collect();
+    s.push_str(&format!(
+        "\nvramdoc: `{cmd}` {how} after {}; {} process{} in its tree\n",
+        format_ms(run.duration_ms as f64),
+        run.processes.len(),
+        if run.processes.len() == 1 { "" } else { "es" }
+    ));
+    for p in &run.peaks {
+        let tree = run
+            .tree_peaks
+            .iter()
+            .find(|t| t.device == p.device)
+            .map_or(0, |t| t.peak_used);
+        let free = run
+            .min_free
+            .iter()
+            .find(|f| f.device == p.device)
+            .map_or(0, |f| f.min_free);
+        s.push_str(&format!(
+            "  GPU {}: peak {} of {} ({}); the job's processes {}; lowest free {}\n",
+            p.device,
+            format_bytes(p.peak_used),
+            format_bytes(p.total),
+            percent(p.peak_used, p.total),
+            format_bytes(tree),
+            format_bytes(free)
+        ));
+    }
+    for e in &run.errors {
+        let line: String = e.line.chars().take(80).collect();
+        s.push_str(&format!("  {} at {}: {line}\n", e.kind, format_ms(e.t_ms)));
+    }
+    if run.findings.is_empty() {
+        s.push_str("  no findings\n");
+    }
+    for f in &run.findings {
+        s.push_str(&format!(
+            "  {} {}: {}\n",
+            severity_word(f.severity),
+            f.id,
+            clean(&f.title)
+        ));
+    }
+    for p in out {
+        s.push_str(&format!("  report: {}\n", p.display()));
+    }
+    s
+}
