@@ -8,7 +8,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use vramdoc::gpu::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::Driver;
+use vramdoc::gpu::Monitor;
 use vramdoc::record::sampler::{Sampler, SamplerConfig};
+use vramdoc::record::{JobEnd, Recorder, RecorderConfig};
 use vramdoc::sim::{Faults, InitOptions, SimBox, SimProcess};
 use vramdoc::units::GIB;
 
@@ -86,15 +88,25 @@ fn sampler_cost(label: &str, faults: Faults, process_period: Option<Duration>) {
     std::thread::sleep(window);
     let idle = cpu_time() - c0;
 
-    let devices = vec![(0, 24 * GIB), (1, 24 * GIB)];
+    let mon = SimMonitor::new(sim);
+    let devices = mon.devices().expect("devices");
     let cfg = SamplerConfig {
         period: Duration::from_millis(1),
         process_period,
     };
     let c0 = cpu_time();
-    let s = Sampler::start(Box::new(SimMonitor::new(sim)), devices, Instant::now(), cfg);
+    // The recorder: memory on the sampler thread, process lists on its own thread.
+    let rec = Recorder::start(
+        Box::new(mon),
+        &devices,
+        Instant::now(),
+        RecorderConfig::new(cfg),
+    );
     std::thread::sleep(window);
-    let got = s.stop();
+    let got = rec.finish(JobEnd {
+        end_ms: 0.0,
+        exit: None,
+    });
     let busy = cpu_time() - c0;
     let cost = busy.saturating_sub(idle);
     println!(
@@ -105,7 +117,7 @@ fn sampler_cost(label: &str, faults: Faults, process_period: Option<Duration>) {
         idle.as_secs_f64() * 1000.0,
         got.rounds,
         got.rounds as f64 / window.as_secs_f64(),
-        got.processes.len()
+        got.timeline.processes.len()
     );
 }
 
@@ -115,13 +127,11 @@ fn pulses(period: Duration) {
     let ctx = drv.create_context(0).expect("context");
     let t0 = Instant::now();
     let s = Sampler::start(
-        Box::new(SimMonitor::new(sim)),
+        std::sync::Arc::new(SimMonitor::new(sim)),
         vec![(0, 24 * GIB)],
         t0,
-        SamplerConfig {
-            period,
-            process_period: None,
-        },
+        period,
+        None,
     );
     let n = 20;
     let mut windows = Vec::new();

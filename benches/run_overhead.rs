@@ -8,10 +8,11 @@
 //!    process lists; goal ≤ 1 s).
 
 use std::time::{Duration, Instant};
-use vramdoc::diagnose::{self, RecordedDevice, RecordedProcess, Recording, TimelineThresholds};
+use vramdoc::diagnose::{self, TimelineThresholds};
 use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::Monitor;
 use vramdoc::record::sampler::SamplerConfig;
+use vramdoc::record::{JobEnd, RecordedDevice, RecordedProcess, Recording};
 use vramdoc::record::{Recorder, RecorderConfig};
 use vramdoc::report::{DeviceSeries, Marker, ProcessSample, Timeline};
 use vramdoc::sim::{InitOptions, SimBox};
@@ -36,24 +37,24 @@ fn recorder_cost() {
     let window = Duration::from_secs(2);
     let cpu0 = cpu_time();
     let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
-        Some(Box::new(mon)),
+        Box::new(mon),
         &devices,
         Instant::now(),
         RecorderConfig {
-            sampler: SamplerConfig {
-                period: Duration::from_millis(1),
-                process_period: None,
-            },
             tree_root: Some(std::process::id()),
-            track_period: Some(Duration::from_millis(50)),
+            round_readings: true,
             sink: Some(Box::new(std::io::sink())),
-            header: None,
-            process_devices: None,
+            ..RecorderConfig::new(SamplerConfig {
+                period: Duration::from_millis(1),
+                process_period: Some(Duration::from_millis(50)),
+            })
         },
     );
     std::thread::sleep(window);
-    let got = rec.finish();
+    let got = rec.finish(JobEnd {
+        end_ms: 0.0,
+        exit: None,
+    });
     let cpu = cpu_time() - cpu0;
     let rounds = got.rounds.max(1);
     let tracker_rounds = (window.as_millis() / 50) as f64;

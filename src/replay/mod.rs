@@ -123,19 +123,12 @@ pub fn run_variant(
     let view = View::new(scn, &plan, devices);
 
     // Neighbours first: they hold memory for the whole variant.
-    let (neighbours, neighbour_markers, neighbour_failure) =
-        variant::start_neighbours(scn, devices, view.smallest, opts, t0)?;
-    let finish_neighbours = |neighbours: Vec<child::WorkerChild>| {
-        for n in neighbours {
-            n.finish(Duration::from_millis(500));
-        }
-    };
-
+    let neighbours = variant::start_neighbours(scn, devices, view.smallest, opts, t0)?;
     // Memory of every device; process lists only where the worker works.
     let monitor = match gpu::open_monitor(opts.backend) {
         Ok(m) => m,
         Err(e) => {
-            finish_neighbours(neighbours);
+            neighbours.finish();
             return Err(e.into());
         }
     };
@@ -148,20 +141,18 @@ pub fn run_variant(
             ..RecorderConfig::new(opts.sampler)
         },
     );
-    for m in neighbour_markers {
-        recorder.marker(m);
+    for m in &neighbours.markers {
+        recorder.marker(m.clone());
     }
-    let baseline = recorder.memory_now();
-    recorder.point(ms(t0), baseline.clone());
-
+    // The baseline (every device before the worker) is its first reading.
     let mut worker = WorkerRun::new(&plan, devices, &view, &recorder, t0, t0_mono);
-    match neighbour_failure {
+    match neighbours.failure.clone() {
         Some(reason) => worker.fail_before_start(reason),
         None => {
             if let Err(e) = worker.drive(opts, &worker_env(&plan, &view), observer) {
                 drop(worker);
                 drop(recorder);
-                finish_neighbours(neighbours);
+                neighbours.finish();
                 return Err(e);
             }
         }
@@ -179,8 +170,9 @@ pub fn run_variant(
     let done = worker.into_outcome();
     let end = outcome::feed_recording(scn, &done, &recorder, &view, t_end);
     let recorded = recorder.finish(end);
-    finish_neighbours(neighbours);
-    let run = outcome::judge(scn, variant, &plan, &view, done, recorded, baseline, t0);
+    neighbours.finish();
+    let mut run = outcome::judge(scn, variant, &plan, &view, done, recorded);
+    run.duration_ms = t0.elapsed().as_millis() as u64;
     observer.variant_finished(&run);
     Ok(run)
 }

@@ -9,7 +9,6 @@ use super::variant::{Outcome, View};
 use crate::record::{ErrorKind, JobEnd, JobExit, Recorded, RecordedProcess, Recorder};
 use crate::report::{MarkerKind, StepErrorKind, Timeline, VariantRun, Verdict};
 use crate::scenario::{Op, Scenario, Variant, VariantKind, VariantPlan};
-use std::time::Instant;
 
 /// Feed the recorder what the rules read besides the timeline; how the job ended.
 pub(super) fn feed_recording(
@@ -74,11 +73,10 @@ pub(super) fn judge(
     view: &View,
     worker: Outcome,
     recorded: Recorded,
-    baseline: Vec<u64>,
-    t0: Instant,
 ) -> VariantRun {
     let devices = recorded.recording.devices.clone();
     let Outcome {
+        baseline,
         mut records,
         error,
         completed,
@@ -208,7 +206,8 @@ pub(super) fn judge(
         error,
         peaks: recorded.peaks,
         timeline,
-        duration_ms: t0.elapsed().as_millis() as u64,
+        // Set by the caller, who knows when the variant started.
+        duration_ms: 0,
         steps: records,
     }
 }

@@ -65,15 +65,32 @@ impl View {
     }
 }
 
-/// Start the scenario's neighbours (they hold memory for the whole variant); the markers
-/// saying so, and why one failed.
+/// The scenario's neighbours, started.
+pub(super) struct Neighbours {
+    pub(super) children: Vec<WorkerChild>,
+    /// When each started holding its memory.
+    pub(super) markers: Vec<Marker>,
+    /// Why one could not hold its memory (the variant does not run).
+    pub(super) failure: Option<String>,
+}
+
+impl Neighbours {
+    /// Release their memory and reap them.
+    pub(super) fn finish(self) {
+        for n in self.children {
+            n.finish(Duration::from_millis(500));
+        }
+    }
+}
+
+/// Start the scenario's neighbours (they hold memory for the whole variant).
 pub(super) fn start_neighbours(
     scn: &Scenario,
     devices: &[DeviceInfo],
     smallest: u64,
     opts: &ReplayOptions,
     t0: Instant,
-) -> Result<(Vec<WorkerChild>, Vec<Marker>, Option<String>), ReplayError> {
+) -> Result<Neighbours, ReplayError> {
     let mut neighbours = Vec::new();
     let mut markers = Vec::new();
     for n in &scn.neighbours {
@@ -112,10 +129,18 @@ pub(super) fn start_neighbours(
         });
         neighbours.push(p);
         if failure.is_some() {
-            return Ok((neighbours, markers, failure));
+            return Ok(Neighbours {
+                children: neighbours,
+                markers,
+                failure,
+            });
         }
     }
-    Ok((neighbours, markers, None))
+    Ok(Neighbours {
+        children: neighbours,
+        markers,
+        failure: None,
+    })
 }
 
 /// Wait for a neighbour's `ready`; why it failed, if it did.
@@ -165,6 +190,8 @@ pub struct Failure {
 
 /// What the worker did, once it is gone.
 pub(super) struct Outcome {
+    /// Every device's memory before the worker started.
+    pub(super) baseline: Vec<u64>,
     pub(super) records: Vec<StepRecord>,
     pub(super) error: Option<StepError>,
     pub(super) failure: Option<Failure>,
@@ -184,6 +211,7 @@ pub(super) struct WorkerRun<'a> {
     recorder: &'a Recorder,
     t0: Instant,
     t0_mono: u64,
+    baseline: Vec<u64>,
     pub(super) records: Vec<StepRecord>,
     pub(super) error: Option<StepError>,
     pub(super) failure: Option<Failure>,
@@ -208,6 +236,8 @@ impl<'a> WorkerRun<'a> {
         t0: Instant,
         t0_mono: u64,
     ) -> WorkerRun<'a> {
+        let baseline = recorder.memory_now();
+        recorder.point(ms(t0), baseline.clone());
         WorkerRun {
             plan,
             devices,
@@ -215,6 +245,7 @@ impl<'a> WorkerRun<'a> {
             recorder,
             t0,
             t0_mono,
+            baseline,
             records: Vec::new(),
             error: None,
             failure: None,
@@ -232,6 +263,7 @@ impl<'a> WorkerRun<'a> {
     /// What it did.
     pub(super) fn into_outcome(self) -> Outcome {
         Outcome {
+            baseline: self.baseline,
             records: self.records,
             error: self.error,
             failure: self.failure,
