@@ -16,6 +16,7 @@ pub mod prom;
 pub mod read;
 pub mod schema;
 pub mod step_summary;
+pub mod terminal;
 pub mod text;
 pub mod write;
 
