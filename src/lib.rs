@@ -9,6 +9,7 @@ pub mod commands;
 pub mod diagnose;
 pub mod exit;
 pub mod gpu;
+pub mod host;
 pub mod input;
 pub mod inventory;
 pub mod recorder;

@@ -66,7 +66,7 @@ fn busy_devices(monitor: &dyn crate::gpu::Monitor, devices: &[DeviceInfo]) -> Ve
             .iter()
             .filter(|p| p.pid != me)
             .map(|p| {
-                let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                let name = crate::host::comm(p.pid)
                     .map(|n| format!(" ({})", n.trim()))
                     .unwrap_or_default();
                 format!("PID {}{name}", p.pid)
