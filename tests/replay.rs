@@ -1218,7 +1218,11 @@ fn all_flag_and_all_argument_are_every_scenario() {
         .iter()
         .map(|(id, _)| (id.to_string(), "bug".to_string()))
         .collect();
-    assert_eq!(ids(&flag), builtin, "every built-in scenario, in list order");
+    assert_eq!(
+        ids(&flag),
+        builtin,
+        "every built-in scenario, in list order"
+    );
 
     let out = vramdoc()
         .env("VRAMDOC_SIM_DIR", dir.path())
