@@ -11,10 +11,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vramdoc::exporter::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
 use vramdoc::gpu::{sim::SimMonitor, Monitor};
 use vramdoc::inventory::PidNamespace;
 use vramdoc::report::prom::PromOptions;
+use vramdoc::scan::ScanConfig;
+use vramdoc::serve::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
 
 const DEVICES: u32 = 8;
 const PROCESSES: usize = 32;
@@ -100,12 +101,14 @@ fn main() {
     let (spec, sim) = (&staged.spec, &staged.sim);
 
     let cfg = |per_process| CollectConfig {
-        sim_spec: Some(spec.clone()),
-        pid_namespace: PidNamespace {
-            host: true,
-            reason: "bench".into(),
+        scan: ScanConfig {
+            sim_spec: Some(spec.clone()),
+            pid_namespace: PidNamespace {
+                host: true,
+                reason: "bench".into(),
+            },
+            thresholds: Default::default(),
         },
-        thresholds: Default::default(),
         options: PromOptions { per_process },
     };
     println!(
@@ -121,7 +124,7 @@ fn main() {
         for _ in 0..COLLECTIONS {
             let monitor = SimMonitor::new(sim.clone());
             let (w0, c0) = (Instant::now(), thread_cpu());
-            let (body, err) = exporter::collect_exposition(&monitor, &c);
+            let (body, err) = serve::collect_exposition(&monitor, &c);
             walls.push(w0.elapsed());
             cpus.push(thread_cpu() - c0);
             assert!(err.is_none(), "{err:?}");
@@ -158,7 +161,7 @@ fn main() {
     // Scrapes, while the collector runs back to back (100 ms interval: ~40 ms collections).
     let c = cfg(true);
     let monitor = SimMonitor::new(sim.clone());
-    let (body, _) = exporter::collect_exposition(&monitor, &c);
+    let (body, _) = serve::collect_exposition(&monitor, &c);
     let latest = Arc::new(Latest::new(body));
     let server = Server::start(
         "127.0.0.1:0".parse().expect("addr"),

@@ -2,7 +2,12 @@
 //! `commands/`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// `vramdoc serve`'s default address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9835";
 
 /// Diagnose and reproduce GPU memory (VRAM) failures.
 ///
@@ -63,7 +68,7 @@ pub enum Command {
     /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
     /// for writing your own scenario files, docs/scenarios.md.
     #[command(
-        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json\n  vramdoc replay all --out replay.html --junit junit.xml   (CI: see docs/ci.md)"
+        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay --all --variant bug   (every scenario's bug variant)\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json\n  vramdoc replay all --out replay.html --junit junit.xml   (CI: see docs/ci.md)"
     )]
     Replay(ReplayArgs),
     /// Run your own command and record its GPU memory, then name the failure it hit
@@ -171,11 +176,17 @@ pub use crate::report::Severity;
 pub struct ServeArgs {
     /// Address to listen on; loopback by default, `0.0.0.0:9835` (or the pod IP) to be
     /// scraped from other hosts
-    #[arg(long, default_value = crate::exporter::DEFAULT_LISTEN, value_name = "ADDR")]
-    pub listen: String,
-    /// Time between collections (process lists included); scrapes never trigger one
-    #[arg(long, default_value = "15s", value_name = "DURATION")]
-    pub interval: String,
+    #[arg(long, default_value = DEFAULT_LISTEN, value_name = "ADDR", value_parser = listen_addr)]
+    pub listen: SocketAddr,
+    /// Time between collections (process lists included), 100ms to 1h; scrapes never
+    /// trigger one
+    #[arg(
+        long,
+        default_value = "15s",
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600), " (default 15s)")
+    )]
+    pub interval: Duration,
     /// Also export per-process memory (`vramdoc_process_gpu_memory_bytes{gpu, uuid, pid,
     /// comm}`; one series per process: opt-in)
     #[arg(long)]
@@ -197,16 +208,18 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["scenarios", "all"])))]
 pub struct ReplayArgs {
     /// Scenario ids (see `vramdoc list`), `all` for every built-in one, or paths to scenario
     /// TOML files
-    #[arg(value_name = "ID|FILE", required = true)]
+    #[arg(value_name = "ID|FILE")]
     pub scenarios: Vec<String>,
-    /// Run only this variant (e.g. `bug`, `fix-visible-devices`)
+    /// Run only this variant of each scenario (e.g. `bug`, `fix-visible-devices`); without
+    /// it every variant runs
     #[arg(long, value_name = "V")]
     pub variant: Option<String>,
-    /// Run every variant (the default when --variant is not given)
-    #[arg(long, conflicts_with = "variant")]
+    /// Every built-in scenario, as `vramdoc replay all` (with any ID or FILE also named)
+    #[arg(long)]
     pub all: bool,
     /// Memory sampling period (e.g. 1ms, 5ms)
     #[arg(long, default_value = "5ms", value_name = "DURATION")]
@@ -227,9 +240,14 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub require: bool,
     /// Kill a worker that reports nothing for this long (a hung step or driver call); its
-    /// step ends with status `timeout` and the variant is unexpected
-    #[arg(long, default_value = "120s", value_name = "DURATION")]
-    pub step_timeout: String,
+    /// step ends with status `timeout` and the variant is unexpected. At least 10ms
+    #[arg(
+        long,
+        default_value = "120s",
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::from_millis(10), Duration::MAX, " (default 120s)")
+    )]
+    pub step_timeout: Duration,
     /// Also write JUnit XML for CI (one test case per variant; unexpected = failure)
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
@@ -376,12 +394,12 @@ pub struct SimFaultArgs {
     /// Let N more allocations succeed, then fail every one with out-of-memory
     #[arg(long, value_name = "N")]
     pub alloc_fail_after: Option<u64>,
-    /// Added latency of each NVML memory query (e.g. 12us)
-    #[arg(long, value_name = "DURATION")]
-    pub nvml_memory_latency: Option<String>,
-    /// Added latency of each NVML process-list query (e.g. 4.5ms)
-    #[arg(long, value_name = "DURATION")]
-    pub nvml_process_latency: Option<String>,
+    /// Added latency of each NVML memory query (e.g. 12us; at most 1m)
+    #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
+    pub nvml_memory_latency: Option<Duration>,
+    /// Added latency of each NVML process-list query (e.g. 4.5ms; at most 1m)
+    #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
+    pub nvml_process_latency: Option<Duration>,
     /// Keep the memory of exited processes (a stuck process or driver)
     #[arg(long)]
     pub keep_dead: bool,
@@ -433,8 +451,8 @@ pub struct SimHoldArgs {
     #[arg(long, value_name = "ORDINAL")]
     pub context_on: Vec<u32>,
     /// Exit after this long (default: hold until killed)
-    #[arg(long, value_name = "DURATION")]
-    pub duration: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub duration: Option<Duration>,
     /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list
     #[arg(long, conflicts_with = "mps")]
     pub graphics: bool,
@@ -456,31 +474,51 @@ pub struct SimHoldArgs {
     pub ignored: Vec<String>,
 }
 
-/// Parse a duration such as `1ms`, `250us`, `4.5ms`, `2s`.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::exit::UsageError> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || {
-        crate::exit::UsageError(format!(
-            "invalid duration {s:?}: write e.g. 500us, 1ms, 4.5ms, 2s"
-        ))
-    };
-    let v: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit.trim() {
-        "ns" => v / 1e9,
-        "us" | "µs" => v / 1e6,
-        "ms" => v / 1e3,
-        "s" | "" => v,
-        "m" | "min" => v * 60.0,
-        _ => return Err(bad()),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(bad());
+/// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`
+/// ([`crate::units::parse_duration`]).
+pub fn duration(s: &str) -> Result<Duration, String> {
+    crate::units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Clap value parser for a duration flag within `min..=max` (`Duration::MAX`: no upper
+/// bound); `note` ends the message of a value out of range, e.g. `" (default 15s)"`.
+pub fn duration_within(
+    min: Duration,
+    max: Duration,
+    note: &'static str,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    use crate::units::format_duration as f;
+    move |s: &str| {
+        let d = duration(s)?;
+        if (min..=max).contains(&d) {
+            return Ok(d);
+        }
+        Err(match (min.is_zero(), max == Duration::MAX) {
+            (true, _) => format!("at most {}{note}", f(max)),
+            (false, true) => format!("choose at least {}{note}", f(min)),
+            (false, false) => format!("choose between {} and {}{note}", f(min), f(max)),
+        })
     }
-    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// Longest latency a simulated fault may inject: a minute is already far past any NVML
+/// timeout a monitor should tolerate; a latency of years is a typo.
+fn fault_latency() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    duration_within(
+        Duration::ZERO,
+        Duration::from_secs(60),
+        " (a latency is injected into every query)",
+    )
+}
+
+/// Clap value parser for `--listen`: `HOST:PORT`, resolved now (the first address).
+pub fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let bad = |why: String| format!("{why}; write e.g. {DEFAULT_LISTEN}");
+    let mut addrs = s.to_socket_addrs().map_err(|e| bad(e.to_string()))?;
+    addrs
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
 }
 
 #[cfg(test)]
@@ -493,12 +531,76 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("vramdoc").chain(args.iter().copied()))
+    }
+
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1ms").unwrap().as_micros(), 1000);
-        assert_eq!(parse_duration("4.5ms").unwrap().as_micros(), 4500);
-        assert_eq!(parse_duration("250us").unwrap().as_micros(), 250);
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("1 fortnight").is_err());
+    fn duration_flags_are_typed_and_bounded() {
+        let Command::Serve(s) = parse(&["serve", "--interval", "1h"]).unwrap().command else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            s.interval,
+            Duration::from_secs(3600),
+            "issue 19: 1h as 3600s"
+        );
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        let Command::Serve(s) = parse(&["serve"]).unwrap().command else {
+            panic!("not serve");
+        };
+        assert_eq!(s.interval, Duration::from_secs(15));
+        for (args, want) in [
+            (
+                &["serve", "--interval", "1ms"][..],
+                "choose between 100ms and 1h (default 15s)",
+            ),
+            (
+                &["serve", "--interval", "2h"][..],
+                "choose between 100ms and 1h",
+            ),
+            (
+                &["serve", "--interval", "soon"][..],
+                "invalid duration \"soon\"",
+            ),
+            (
+                &["replay", "all", "--step-timeout", "1ms"][..],
+                "choose at least 10ms",
+            ),
+            (
+                &["sim", "fault", "--nvml-memory-latency", "2m"][..],
+                "at most 1m",
+            ),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+            assert!(e.contains(args[args.len() - 2]), "names the flag: {e}");
+        }
+        let Command::Sim(SimCommand::Fault(f)) =
+            parse(&["sim", "fault", "--nvml-process-latency", "4.5ms"])
+                .unwrap()
+                .command
+        else {
+            panic!("not sim fault");
+        };
+        assert_eq!(f.nvml_process_latency, Some(Duration::from_micros(4500)));
+    }
+
+    #[test]
+    fn replay_all_flag_means_every_scenario() {
+        let Command::Replay(r) = parse(&["replay", "--all"]).unwrap().command else {
+            panic!("not replay");
+        };
+        assert!(r.all && r.scenarios.is_empty());
+        // With a variant: every scenario's `bug` variant.
+        let Command::Replay(r) = parse(&["replay", "--all", "--variant", "bug"])
+            .unwrap()
+            .command
+        else {
+            panic!("not replay");
+        };
+        assert_eq!(r.variant.as_deref(), Some("bug"));
+        // Naming nothing at all is still a usage error.
+        assert!(parse(&["replay"]).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! Scan inventory: everything `vramdoc scan` reads about the machine, and nothing it decides.
 //! GPU facts come through the [`Monitor`] trait (versions, one `devices()` call, one
 //! `processes(i)` call per device: every query once per device per scan); facts about each
-//! process come from /proc (user, name, redacted command line, `CUDA_VISIBLE_DEVICES`,
+//! process come from /proc through [`crate::host`] (user, name, redacted command line,
+//! `CUDA_VISIBLE_DEVICES`,
 //! container hint, whether the PID exists in our PID namespace), plus what decides which
 //! physical GPUs a process may use (`CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES`), which
 //! processes hold the driver's device files open (the `fuser -v /dev/nvidia*` answer), and
@@ -10,10 +11,10 @@
 //! never here.
 
 use crate::gpu::{DeviceInfo, GpuError, Monitor};
+use crate::host::{self, Environ};
 use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 
 /// Test and diagnostic knob: force the PID-namespace verdict (`host` or `container`).
 pub const PIDNS_ENV: &str = "VRAMDOC_PIDNS";
@@ -66,21 +67,10 @@ pub fn detect_pid_namespace() -> Result<PidNamespace, crate::exit::UsageError> {
 }
 
 fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
-    let nspid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("NSpid:"))
-                .map(|line| line.split_whitespace().count().saturating_sub(1))
-        })
-        .unwrap_or(1);
-    let kthreadd = std::fs::read_to_string("/proc/2/comm")
-        .map(|s| s.trim() == "kthreadd")
-        .unwrap_or(false);
-    let hidepid = std::fs::read_to_string("/proc/self/mountinfo")
-        .ok()
-        .and_then(|m| proc_hidepid(&m));
+    // No NSpid line (kernels before 4.1): one namespace as far as we can tell.
+    let nspid = host::own_nspid().len().max(1);
+    let kthreadd = host::comm(2).is_ok_and(|c| c == "kthreadd");
+    let hidepid = host::proc_hidepid().ok().flatten();
     let sign = container_sign();
     Ok(decide_pid_namespace(
         nspid,
@@ -88,29 +78,6 @@ fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
         hidepid.as_deref(),
         sign.as_deref(),
     ))
-}
-
-/// The `hidepid=` option of the /proc mount in a mountinfo text, when not `0`/`off`.
-pub fn proc_hidepid(mountinfo: &str) -> Option<String> {
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mount_point = left.split_whitespace().nth(4)?;
-        let mut r = right.split_whitespace();
-        let fstype = r.next()?;
-        let _source = r.next();
-        let opts = r.next().unwrap_or_default();
-        if fstype != "proc" || mount_point != "/proc" {
-            return None;
-        }
-        let all = format!(
-            "{} {opts}",
-            left.split_whitespace().nth(5).unwrap_or_default()
-        );
-        all.split([',', ' '])
-            .find_map(|o| o.strip_prefix("hidepid="))
-            .filter(|v| !matches!(*v, "0" | "off"))
-            .map(str::to_string)
-    })
 }
 
 /// A sign of a container runtime other than hidden kernel threads: `/.dockerenv`,
@@ -269,9 +236,7 @@ pub fn collect(
         processes.push(info);
     }
     details.node_holders = node_holders(&monitor.device_nodes());
-    details.per_process_unavailable = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .ok()
-        .and_then(|r| wsl_reason(&r));
+    details.per_process_unavailable = host::kernel_release().ok().and_then(|r| wsl_reason(&r));
     Ok(Inventory {
         environment,
         processes,
@@ -280,19 +245,13 @@ pub fn collect(
     })
 }
 
-/// `CUDA_DEVICE_ORDER` and `NVIDIA_VISIBLE_DEVICES` from an environ file's bytes.
-pub fn gpu_env_from_environ(bytes: &[u8]) -> GpuEnv {
-    let mut env = GpuEnv::default();
-    for entry in split_nul(bytes) {
-        if let Some((k, v)) = entry.split_once('=') {
-            match k {
-                "CUDA_DEVICE_ORDER" => env.cuda_device_order = Some(v.trim().to_string()),
-                "NVIDIA_VISIBLE_DEVICES" => env.nvidia_visible_devices = Some(v.trim().to_string()),
-                _ => {}
-            }
-        }
+/// `CUDA_DEVICE_ORDER` and `NVIDIA_VISIBLE_DEVICES` of a process's environment.
+pub fn gpu_env_from_environ(env: &Environ) -> GpuEnv {
+    let get = |k: &str| env.get(k).map(|v| v.trim().to_string());
+    GpuEnv {
+        cuda_device_order: get("CUDA_DEVICE_ORDER"),
+        nvidia_visible_devices: get("NVIDIA_VISIBLE_DEVICES"),
     }
-    env
 }
 
 /// Why per-process data is unavailable, from the kernel release: WSL kernels name
@@ -318,26 +277,15 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
         .collect();
     let me = std::process::id();
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in host::pids().unwrap_or_default() {
         if pid == me {
             continue;
         }
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+        let Ok(targets) = host::fd_targets(pid) else {
             continue;
         };
-        let mut held: Vec<String> = fds
-            .flatten()
-            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        let mut held: Vec<String> = targets
+            .into_iter()
             .filter(|target| nodes.iter().any(|n| n == target))
             .map(|t| t.display().to_string())
             .collect();
@@ -366,12 +314,8 @@ pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
 /// The name and user of `pid` from /proc/PID/status, when it is live and visible here
 /// (not a zombie, not gone).
 fn name_and_user(pid: u32) -> Option<(String, String)> {
-    let process = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?;
-    let status = process.status().ok()?;
-    if matches!(status.state.chars().next(), Some('Z' | 'X')) {
-        return None;
-    }
-    Some((status.name, user_name(status.ruid)))
+    let status = host::status(pid).ok().filter(|s| !s.is_exited())?;
+    Some((status.name, host::user_name(status.ruid)))
 }
 
 /// [`process_info`] and, when /proc/PID/environ of a visible process is readable, its
@@ -393,14 +337,12 @@ fn process_info_and_env(
         };
         return (info, None);
     };
-    let cmdline = i32::try_from(pid)
+    let cmdline = host::cmdline(pid)
         .ok()
-        .and_then(|p| procfs::process::Process::new(p).ok())
-        .and_then(|p| p.cmdline().ok())
         .filter(|v| !v.is_empty())
         .map(|v| crate::redact::redact_cmdline(&v));
-    let (cuda_visible_devices, gpu_env) = match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(bytes) => (cvd_from_environ(&bytes), Some(gpu_env_from_environ(&bytes))),
+    let (cuda_visible_devices, gpu_env) = match host::environ(pid) {
+        Ok(env) => (cvd_from_environ(&env), Some(gpu_env_from_environ(&env))),
         Err(_) => (CVD_UNKNOWN.into(), None),
     };
     let info = ProcessInfo {
@@ -416,42 +358,29 @@ fn process_info_and_env(
     (info, gpu_env)
 }
 
-fn split_nul(bytes: &[u8]) -> Vec<String> {
-    bytes
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
-}
-
 /// `CUDA_VISIBLE_DEVICES` of `pid`, through the one redaction function: the value, `unset`,
 /// or `unknown` when /proc/PID/environ cannot be read (another user's process, gone).
 pub fn cuda_visible_devices(pid: u32) -> String {
-    match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(bytes) => cvd_from_environ(&bytes),
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => CVD_UNKNOWN.into(),
+    match host::environ(pid) {
+        Ok(env) => cvd_from_environ(&env),
         Err(_) => CVD_UNKNOWN.into(),
     }
 }
 
-/// `CUDA_VISIBLE_DEVICES` from the bytes of an environ file (NUL-separated `K=V`).
-pub fn cvd_from_environ(bytes: &[u8]) -> String {
+/// `CUDA_VISIBLE_DEVICES` of a process's environment, redacted: the value, or `unset`.
+pub fn cvd_from_environ(env: &Environ) -> String {
     const KEY: &str = "CUDA_VISIBLE_DEVICES";
-    for entry in split_nul(bytes) {
-        if let Some((k, v)) = entry.split_once('=') {
-            if k == KEY {
-                return crate::redact::redact_env(k, v).unwrap_or_else(|| CVD_UNKNOWN.into());
-            }
-        }
+    match env.get(KEY) {
+        Some(v) => crate::redact::redact_env(KEY, &v).unwrap_or_else(|| CVD_UNKNOWN.into()),
+        None => CVD_UNSET.into(),
     }
-    CVD_UNSET.into()
 }
 
 /// A container runtime named in /proc/PID/cgroup (`docker`, `kubepods`, `containerd`,
 /// `podman`, `lxc`, `crio`), if any.
 pub fn container_hint(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    container_from_cgroup(&text)
+    let paths = host::cgroup_paths(pid).ok()?;
+    container_from_cgroup(&paths.join("\n"))
 }
 
 pub fn container_from_cgroup(text: &str) -> Option<String> {
@@ -470,48 +399,27 @@ pub fn container_from_cgroup(text: &str) -> Option<String> {
         .map(|(_, name)| name.to_string())
 }
 
-/// The login name of `uid` from /etc/passwd, or the number.
-fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let mut it = l.split(':');
-                let name = it.next()?;
-                let _pw = it.next()?;
-                let id: u32 = it.next()?.parse().ok()?;
-                (id == uid).then(|| name.to_string())
-            })
-        })
-        .unwrap_or_else(|| uid.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn env(bytes: &[u8]) -> Environ {
+        Environ::from_bytes(bytes)
+    }
+
     #[test]
     fn cvd_from_environ_bytes() {
         assert_eq!(
-            cvd_from_environ(b"HOME=/root\0CUDA_VISIBLE_DEVICES=1,0\0"),
+            cvd_from_environ(&env(b"HOME=/root\0CUDA_VISIBLE_DEVICES=1,0\0")),
             "1,0"
         );
-        assert_eq!(cvd_from_environ(b"HOME=/root\0"), CVD_UNSET);
-        assert_eq!(cvd_from_environ(b"CUDA_VISIBLE_DEVICES=\0"), "");
+        assert_eq!(cvd_from_environ(&env(b"HOME=/root\0")), CVD_UNSET);
+        assert_eq!(cvd_from_environ(&env(b"CUDA_VISIBLE_DEVICES=\0")), "");
     }
 
     #[test]
     fn hidepid_is_not_taken_for_a_container() {
-        let mi = "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc \
-                  rw,hidepid=2\n23 1 0:5 / /dev rw - devtmpfs udev rw\n";
-        assert_eq!(proc_hidepid(mi).as_deref(), Some("2"));
-        let inv = "22 1 0:21 / /proc rw - proc proc rw,hidepid=invisible\n";
-        assert_eq!(proc_hidepid(inv).as_deref(), Some("invisible"));
-        assert_eq!(proc_hidepid("22 1 0:21 / /proc rw - proc proc rw\n"), None);
-        assert_eq!(
-            proc_hidepid("22 1 0:21 / /proc rw - proc proc rw,hidepid=0\n"),
-            None
-        );
+        // (Reading hidepid from mountinfo: crate::host::system.)
         // hidepid hides kthreadd from non-root users on the host: still the host.
         let ns = decide_pid_namespace(1, false, Some("2"), None);
         assert!(ns.host, "{}", ns.reason);
@@ -526,12 +434,12 @@ mod tests {
 
     #[test]
     fn gpu_env_and_wsl() {
-        let e = gpu_env_from_environ(
+        let e = gpu_env_from_environ(&env(
             b"CUDA_DEVICE_ORDER=PCI_BUS_ID\0NVIDIA_VISIBLE_DEVICES=GPU-ab,1\0HOME=/\0",
-        );
+        ));
         assert_eq!(e.cuda_device_order.as_deref(), Some("PCI_BUS_ID"));
         assert_eq!(e.nvidia_visible_devices.as_deref(), Some("GPU-ab,1"));
-        assert_eq!(gpu_env_from_environ(b"HOME=/\0"), GpuEnv::default());
+        assert_eq!(gpu_env_from_environ(&env(b"HOME=/\0")), GpuEnv::default());
         assert!(wsl_reason("5.15.153.1-microsoft-standard-WSL2\n").is_some());
         assert!(wsl_reason("6.1.0-18-amd64").is_none());
     }

@@ -1,6 +1,8 @@
-//! Byte quantities: parsing user-written sizes (`24GiB`, `512MiB`, `1.5GB`) and formatting
-//! them for people (`23.50 GiB`). One place, so every output agrees.
+//! Quantities people write and read: byte sizes (`24GiB`, `512MiB`, `1.5GB`, shown as
+//! `23.50 GiB`) and durations (`500us`, `4.5ms`, `2s`, `1m`, `1h`). One place, so every flag,
+//! scenario file and output agrees.
 
+use std::time::Duration;
 use thiserror::Error;
 
 pub const KIB: u64 = 1024;
@@ -79,9 +81,89 @@ pub fn round_up(bytes: u64, granularity: u64) -> u64 {
     bytes.div_ceil(granularity).saturating_mul(granularity)
 }
 
+/// A duration string that could not be read.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("invalid duration {0:?}: write e.g. 500us, 1ms, 4.5ms, 2s, 1m or 1h")]
+pub struct DurationError(pub String);
+
+/// Parse a duration: a number and a unit, `ns`, `us` (`µs`), `ms`, `s` (or none), `m`
+/// (`min`) or `h`; e.g. `250us`, `4.5ms`, `2s`, `3600s`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || DurationError(s.to_string());
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit.trim() {
+        "ns" => v / 1e9,
+        "us" | "µs" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" | "" => v,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Format a duration the way people write it: the largest unit that shows it exactly
+/// (`1h`, `15m`, `30s`, `200ms`, `250us`, `10ns`), so it reads back through
+/// [`parse_duration`] unchanged.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    for (unit, per) in [
+        ("h", 3_600_000_000_000u128),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+    ] {
+        if ns > 0 && ns.is_multiple_of(per) {
+            return format!("{}{unit}", ns / per);
+        }
+    }
+    format!("{ns}ns")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1ms").unwrap().as_micros(), 1000);
+        assert_eq!(parse_duration("4.5ms").unwrap().as_micros(), 4500);
+        assert_eq!(parse_duration("250us").unwrap().as_micros(), 250);
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        // Issue 19: an hour is accepted however it is written.
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(
+            parse_duration("3600s").unwrap(),
+            parse_duration("1h").unwrap()
+        );
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("1 fortnight").is_err());
+        assert!(parse_duration("-1s").is_err());
+        let e = parse_duration("soon").unwrap_err().to_string();
+        assert!(e.contains("\"soon\"") && e.contains("1h"), "{e}");
+    }
+
+    #[test]
+    fn durations_format_as_written() {
+        for s in [
+            "1h", "15m", "30s", "200ms", "250us", "10ns", "90s", "1500ms",
+        ] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+        assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+        assert_eq!(format_duration(Duration::ZERO), "0ns");
+    }
 
     #[test]
     fn parses_binary_and_decimal_units() {

@@ -1189,3 +1189,47 @@ check = "completes"
         .collect();
     assert_eq!(devs, vec![1], "{b}");
 }
+
+/// `replay --all` and `replay all` say one thing: every built-in scenario (issue 14). With
+/// `--variant` that is one variant of each; naming nothing is a usage error that says how.
+#[test]
+fn all_flag_and_all_argument_are_every_scenario() {
+    let dir = fresh_box("2x16GiB");
+    let ids = |v: &Value| -> Vec<(String, String)> {
+        v["replay"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert_eq!(r["verdict"], "reproduced", "{r}");
+                (
+                    r["scenario"].as_str().unwrap().to_string(),
+                    r["variant"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (code, flag) = replay_json(dir.path(), &["--all", "--variant", "bug"]);
+    assert_eq!(code, 0, "{flag}");
+    let (code, arg) = replay_json(dir.path(), &["all", "--variant", "bug"]);
+    assert_eq!(code, 0, "{arg}");
+    assert_eq!(ids(&flag), ids(&arg));
+    let builtin: Vec<(String, String)> = vramdoc::scenario::builtin::BUILTIN
+        .iter()
+        .map(|(id, _)| (id.to_string(), "bug".to_string()))
+        .collect();
+    assert_eq!(
+        ids(&flag),
+        builtin,
+        "every built-in scenario, in list order"
+    );
+
+    let out = vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .arg("replay")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("<ID|FILE|--all>"), "{err}");
+}

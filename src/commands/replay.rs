@@ -3,15 +3,15 @@
 //! behaved as its expectations say, 1 when not (or on Ctrl-C), 2 bad scenario, 3 environment.
 
 use super::Session;
-use crate::cli::{parse_duration, ReplayArgs};
+use crate::cli::ReplayArgs;
 use crate::exit::{EnvironmentError, UsageError};
 use crate::gpu::DeviceInfo;
 use crate::record::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
 use crate::replay::{self, Observer, ReplayError, ReplayOptions};
+use crate::report::terminal::{self, replay::verdict_str};
 use crate::report::{ReplayResult, Report, ReportKind, VariantRun, Verdict, SCHEMA_VERSION};
 use crate::scenario::{builtin, parse_scenario, Scenario};
 use anyhow::{Context, Result};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
@@ -66,7 +66,7 @@ fn busy_devices(monitor: &dyn crate::gpu::Monitor, devices: &[DeviceInfo]) -> Ve
             .iter()
             .filter(|p| p.pid != me)
             .map(|p| {
-                let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                let name = crate::host::comm(p.pid)
                     .map(|n| format!(" ({})", n.trim()))
                     .unwrap_or_default();
                 format!("PID {}{name}", p.pid)
@@ -146,93 +146,6 @@ impl Observer for Progress {
     }
 }
 
-fn verdict_str(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Reproduced => "reproduced",
-        Verdict::Fixed => "fixed",
-        Verdict::Unexpected => "UNEXPECTED",
-        Verdict::Skipped => "skipped",
-    }
-}
-
-fn outcome(run: &VariantRun) -> String {
-    match (&run.error, run.verdict) {
-        (_, Verdict::Skipped) => run.reason.clone().unwrap_or_default(),
-        (Some(e), _) if e.kind == crate::report::StepErrorKind::OutOfMemory => {
-            format!("OOM at {}", e.step_label)
-        }
-        (Some(e), _) => format!("{} at {}", e.kind, e.step_label),
-        (None, _) => "completed".into(),
-    }
-}
-
-fn peaks(run: &VariantRun) -> String {
-    run.peaks
-        .iter()
-        .map(|p| {
-            let pct = if p.total > 0 {
-                p.peak_used as f64 * 100.0 / p.total as f64
-            } else {
-                0.0
-            };
-            format!("{}:{pct:.0}%", p.device)
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn summary(runs: &[VariantRun]) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_width(100)
-        .set_header(vec![
-            "scenario", "variant", "verdict", "outcome", "peak/GPU", "checks",
-        ]);
-    for r in runs {
-        let passed = r.checks.iter().filter(|c| c.passed).count();
-        t.add_row(vec![
-            crate::term::clean(&r.scenario),
-            crate::term::clean(&r.variant),
-            verdict_str(r.verdict).to_string(),
-            crate::term::clean(&outcome(r)),
-            peaks(r),
-            format!("{passed}/{}", r.checks.len()),
-        ]);
-    }
-    let mut out = t.to_string();
-    for r in runs.iter().filter(|r| r.verdict == Verdict::Unexpected) {
-        for c in r.checks.iter().filter(|c| !c.passed) {
-            let line = format!(
-                "{}/{}: expected {}; {}",
-                r.scenario, r.variant, c.expectation, c.detail
-            );
-            out.push('\n');
-            out.push_str(&truncate(&crate::term::clean(&line), 100));
-        }
-        if let Some(reason) = &r.reason {
-            if r.checks.iter().all(|c| c.passed) {
-                out.push('\n');
-                out.push_str(&truncate(
-                    &crate::term::clean(&format!("{}/{}: {reason}", r.scenario, r.variant)),
-                    100,
-                ));
-            }
-        }
-    }
-    out
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
-}
-
 /// `--junit FILE`, and the GitHub job summary when `GITHUB_STEP_SUMMARY` is set.
 fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
     let html = super::out_with_ext(&args.out, &["html", "htm"]);
@@ -246,7 +159,8 @@ fn write_ci_outputs(report: &Report, args: &ReplayArgs) -> Result<()> {
 }
 
 pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
-    let period = parse_duration(&args.period)?;
+    let period =
+        crate::units::parse_duration(&args.period).map_err(|e| UsageError(e.to_string()))?;
     if period < std::time::Duration::from_micros(100) || period > std::time::Duration::from_secs(1)
     {
         anyhow::bail!(UsageError(format!(
@@ -261,11 +175,12 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         crate::report::write::check_output_file(j, args.force)
             .map_err(|e| UsageError(e.to_string()))?;
     }
-    // `all` stands for every built-in scenario, in `vramdoc list` order.
+    // `all` (or `--all`) stands for every built-in scenario, in `vramdoc list` order.
     // Every argument is resolved before anything runs: `all nope` is exit 2, not a long
     // replay that ignores `nope`. A scenario named twice runs once.
     let mut scenarios: Vec<Scenario> = Vec::new();
-    for a in &args.scenarios {
+    let all_flag = args.all.then(|| "all".to_string());
+    for a in all_flag.iter().chain(&args.scenarios) {
         let more = if a == "all" {
             crate::scenario::builtin::all()
                 .map_err(|e| UsageError(format!("built-in scenarios: {e}")))?
@@ -291,13 +206,8 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         }
     }
 
-    let step_timeout = parse_duration(&args.step_timeout)?;
-    if step_timeout < std::time::Duration::from_millis(10) {
-        anyhow::bail!(UsageError(format!(
-            "--step-timeout {}: choose at least 10ms (default 120s)",
-            args.step_timeout
-        )));
-    }
+    // At least 10ms: bounded by the flag's parser (crate::cli).
+    let step_timeout = args.step_timeout;
 
     let monitor = session.monitor()?;
     let all_devices = monitor.devices()?;
@@ -436,7 +346,10 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         let bytes = crate::report::json::render(&report);
         crate::term::print_json(&String::from_utf8_lossy(&bytes))?;
     } else {
-        crate::term::print(&summary(&runs))?;
+        crate::term::print(&terminal::replay::summary(
+            &runs,
+            terminal::Options::default(),
+        ))?;
         if was_interrupted {
             crate::term::print("interrupted: results above are partial")?;
         }

@@ -66,8 +66,9 @@ pub fn run(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
 
 fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // Everything that can be checked is checked before the command starts.
-    let period = crate::cli::parse_duration(&args.period)?;
-    let process_period = crate::cli::parse_duration(&args.process_period)?;
+    let usage = |e: crate::units::DurationError| crate::exit::UsageError(e.to_string());
+    let period = crate::units::parse_duration(&args.period).map_err(usage)?;
+    let process_period = crate::units::parse_duration(&args.process_period).map_err(usage)?;
     // The sampler sleeps on a signal `stop` wakes, so a long period never delays the end.
     if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&period)
         || !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&process_period)

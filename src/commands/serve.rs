@@ -1,43 +1,28 @@
 //! `vramdoc serve` (issue 11): the Prometheus exporter's command edge: flags, the first
-//! collection, the collector thread and the HTTP server (`crate::exporter`), and a clean stop
+//! collection, the collector thread and the HTTP server (`crate::serve`), and a clean stop
 //! on SIGTERM, SIGHUP or Ctrl-C (the process's one signal handler, `commands::interrupt_flag`).
 
 use super::Session;
-use crate::cli::{parse_duration, ServeArgs};
+use crate::cli::ServeArgs;
 use crate::diagnose::Thresholds;
-use crate::exit::{EnvironmentError, UsageError};
-use crate::exporter::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
+use crate::exit::EnvironmentError;
 use crate::inventory;
 use crate::report::prom::PromOptions;
+use crate::scan::ScanConfig;
+use crate::serve::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
 use anyhow::Result;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Shortest `--interval` accepted.
-pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
-
-fn listen_addr(s: &str) -> Result<SocketAddr, UsageError> {
-    let bad = |why: String| UsageError(format!("--listen {s:?}: {why}; write e.g. 127.0.0.1:9835"));
-    let mut addrs = s.to_socket_addrs().map_err(|e| bad(e.to_string()))?;
-    addrs
-        .next()
-        .ok_or_else(|| bad("resolves to no address".into()))
-}
-
 pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
-    let interval = parse_duration(&args.interval)?;
-    if interval < MIN_INTERVAL || interval > Duration::from_secs(3600) {
-        anyhow::bail!(UsageError(format!(
-            "--interval {}: choose between 100ms and 1h (default 15s)",
-            args.interval
-        )));
-    }
-    let addr = listen_addr(&args.listen)?;
+    // --listen and --interval are parsed and bounded by their flags (crate::cli).
+    let (addr, interval) = (args.listen, args.interval);
     let cfg = CollectConfig {
-        sim_spec: session.sim_spec(),
-        pid_namespace: inventory::detect_pid_namespace()?,
-        thresholds: Thresholds::default(),
+        scan: ScanConfig {
+            sim_spec: session.sim_spec(),
+            pid_namespace: inventory::detect_pid_namespace()?,
+            thresholds: Thresholds::default(),
+        },
         options: PromOptions {
             per_process: args.per_process,
         },
@@ -45,7 +30,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let monitor = session.monitor()?;
 
     // The first collection before the first scrape, so no scrape sees an empty exporter.
-    let (body, err) = exporter::collect_exposition(monitor.as_ref(), &cfg);
+    let (body, err) = serve::collect_exposition(monitor.as_ref(), &cfg);
     if let Some(e) = &err {
         crate::term::eprint_line(&format!(
             "vramdoc serve: collection failed (still serving): {e}"
@@ -75,7 +60,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     // Tests and scripts read the bound address (with --listen 127.0.0.1:0) from this line.
     crate::term::eprint_line(&format!(
         "vramdoc serve: listening on http://{local}/metrics (collection every {})",
-        args.interval
+        crate::units::format_duration(interval)
     ));
 
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {

@@ -1,8 +1,6 @@
 //! `vramdoc sim …`: create a simulated box, show it, inject faults, stage holder processes.
 
-use crate::cli::{
-    parse_duration, GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs,
-};
+use crate::cli::{GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs};
 use crate::exit::UsageError;
 use crate::gpu::{sim::SimDriver, Driver, ProcessKind};
 use crate::sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
@@ -212,21 +210,6 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Longest latency a fault may inject: a minute is already far past any NVML timeout a
-/// monitor should tolerate; a latency of years is a typo.
-const MAX_FAULT_LATENCY: std::time::Duration = std::time::Duration::from_secs(60);
-
-fn fault_latency(flag: &str, d: &str) -> Result<u64> {
-    let dur = parse_duration(d)?;
-    if dur > MAX_FAULT_LATENCY {
-        anyhow::bail!(UsageError(format!(
-            "--{flag} {d}: at most {}s (a latency is injected into every query)",
-            MAX_FAULT_LATENCY.as_secs()
-        )));
-    }
-    Ok(dur.as_micros() as u64)
-}
-
 fn fault(a: &SimFaultArgs) -> Result<i32> {
     let sim = SimBox::from_env()?;
     // Flag values checked before the box is touched.
@@ -252,16 +235,9 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
             )));
         }
     }
-    let memory_latency = a
-        .nvml_memory_latency
-        .as_deref()
-        .map(|d| fault_latency("nvml-memory-latency", d))
-        .transpose()?;
-    let process_latency = a
-        .nvml_process_latency
-        .as_deref()
-        .map(|d| fault_latency("nvml-process-latency", d))
-        .transpose()?;
+    // Bounded by the flags' parser (at most a minute).
+    let memory_latency = a.nvml_memory_latency.map(|d| d.as_micros() as u64);
+    let process_latency = a.nvml_process_latency.map(|d| d.as_micros() as u64);
     // One read-modify-write under the box lock.
     let f = sim.update_faults(|f, st| {
         if a.clear {
@@ -312,7 +288,7 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
 
 fn hold(a: &SimHoldArgs) -> Result<i32> {
     let size = parse_size(&a.size)?;
-    let duration = a.duration.as_deref().map(parse_duration).transpose()?;
+    let duration = a.duration;
     let mut process = SimProcess::from_env()?;
     // Device numbers are the user's to fix (exit 2), checked before anything is held.
     let visible = process.device_count();

@@ -3,17 +3,11 @@
 use super::Environment;
 use crate::gpu::{GpuError, Monitor};
 
-fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 /// Describe the machine through `monitor`. `sim_spec` is the box spec when simulated.
 pub fn collect(monitor: &dyn Monitor, sim_spec: Option<String>) -> Result<Environment, GpuError> {
     Ok(Environment {
-        hostname: read_trim("/proc/sys/kernel/hostname"),
-        kernel: read_trim("/proc/sys/kernel/osrelease"),
+        hostname: crate::host::hostname().unwrap_or_else(|_| "unknown".into()),
+        kernel: crate::host::kernel_release().unwrap_or_else(|_| "unknown".into()),
         vramdoc_version: env!("CARGO_PKG_VERSION").to_string(),
         backend: monitor.backend().to_string(),
         sim_spec,

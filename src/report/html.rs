@@ -1,12 +1,13 @@
-//! HTML renderer: one self-contained page (inline CSS, inline SVG, no scripts, no network —
-//! a Content-Security-Policy forbids any fetch) with the same content as the Markdown, plus
-//! per device an SVG chart of used memory over time ([`super::chart`]). Every string from
-//! the report is HTML-escaped; SVG text is escaped by plotters.
+//! HTML: the [`super::markup`] primitives as one self-contained page (inline CSS, inline
+//! SVG, no scripts, no network — a Content-Security-Policy forbids any fetch), with per
+//! device an SVG chart of used memory over time ([`super::chart`]) and a table of the
+//! markers on it. Every string from the report is HTML-escaped; SVG text is escaped by
+//! plotters.
 
 use super::chart::{self, ChartError};
+use super::markup::{self, Block, Chart, Column, Inline, Markup, Para};
 use super::text::{self, ChartMarker};
-use super::{Finding, ProcessInfo, Report, ScanResult, VariantRun, Verdict};
-use crate::gpu::DeviceInfo;
+use super::Report;
 use crate::units::format_bytes;
 use std::fmt::Write;
 
@@ -44,9 +45,11 @@ footer { margin-top: 30px; color: #5b6470; font-size: 13px; }
 pub fn render(report: &Report) -> Result<String, ChartError> {
     let report = text::sanitized(report);
     let kind = text::kind_word(report.kind);
-    let mut o = String::with_capacity(64 * 1024);
+    let mut h = Html {
+        out: String::with_capacity(64 * 1024),
+    };
     let _ = write!(
-        o,
+        h.out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
          style-src 'unsafe-inline'; img-src data:\">\n\
@@ -54,393 +57,187 @@ pub fn render(report: &Report) -> Result<String, ChartError> {
          <title>vramdoc {kind} report: {}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n",
         esc(&report.environment.hostname)
     );
-    let _ = writeln!(o, "<h1>vramdoc {kind} report</h1>");
+    markup::write_document(&mut h, &report)?;
     let _ = writeln!(
-        o,
-        "<p class=\"summary\">{}</p>",
-        esc(&text::summary(&report))
-    );
-    environment(&mut o, &report);
-    device_table(&mut o, report.devices());
-    if let Some(scan) = &report.scan {
-        scan_section(&mut o, scan);
-    }
-    if let Some(replay) = &report.replay {
-        let _ = writeln!(o, "<h2>Verdicts</h2>");
-        if replay.runs.is_empty() {
-            let _ = writeln!(o, "<p>No variants were run.</p>");
-        } else {
-            verdict_table(&mut o, &replay.runs);
-            let _ = writeln!(
-                o,
-                "<p class=\"muted\">Memory sampled every {}.</p>",
-                esc(&text::format_ms(replay.period_us as f64 / 1000.0))
-            );
-            for (i, run) in replay.runs.iter().enumerate() {
-                run_section(&mut o, i, run)?;
-            }
-        }
-    }
-    if let Some(run) = &report.run {
-        run_report(&mut o, run)?;
-    }
-    let _ = writeln!(
-        o,
+        h.out,
         "<footer>Made by vramdoc {}. The JSON report is the source of truth; re-render it with \
          <code>vramdoc report FILE.json --format html</code>.</footer>\n</main>\n</body>\n</html>",
         esc(&report.environment.vramdoc_version)
     );
-    Ok(o)
+    Ok(h.out)
 }
 
-fn environment(o: &mut String, r: &Report) {
-    let e = &r.environment;
-    let backend = match &e.sim_spec {
-        Some(spec) => format!("{} (simulated box {})", code(&e.backend), code(spec)),
-        None => code(&e.backend),
-    };
-    let rows: [(&str, String); 10] = [
-        ("Host", code(&e.hostname)),
-        ("Kernel", code(&e.kernel)),
-        ("Driver", code(&e.versions.driver)),
-        ("CUDA", code(&e.versions.cuda)),
-        ("NVML", code(&e.versions.nvml)),
-        ("vramdoc", code(&e.vramdoc_version)),
-        ("Backend", backend),
-        ("GPUs", esc(&text::devices_phrase(r))),
-        ("Command", code(&r.command.join(" "))),
-        ("Created", esc(&text::format_utc(r.created_unix_ms))),
-    ];
-    let _ = writeln!(o, "<h2>Environment</h2>\n<table class=\"env\">");
-    for (k, v) in rows {
-        let _ = writeln!(o, "<tr><th>{k}</th><td>{v}</td></tr>");
-    }
-    let _ = writeln!(o, "</table>");
+/// The HTML being written.
+#[derive(Debug, Default)]
+pub struct Html {
+    out: String,
 }
 
-fn device_table(o: &mut String, devices: &[DeviceInfo]) {
-    let _ = writeln!(o, "<h2>Devices</h2>");
-    if devices.is_empty() {
-        let _ = writeln!(o, "<p>No GPUs were found.</p>");
-        return;
-    }
-    let _ = writeln!(
-        o,
-        "<table class=\"devices\"><tr><th class=\"num\">GPU</th><th>Name</th><th>Bus</th>\
-         <th class=\"num\">Total</th><th class=\"num\">Used</th><th class=\"num\">Free</th>\
-         <th class=\"num\">Reserved</th><th class=\"num\">Util</th><th class=\"num\">Temp</th></tr>"
-    );
-    for d in devices {
-        let m = &d.memory;
-        let _ = writeln!(
-            o,
-            "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{} ({})</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            d.index,
-            esc(&d.name),
-            code(&d.pci_bus_id),
-            format_bytes(m.total),
-            format_bytes(m.used),
-            text::percent(m.used, m.total),
-            format_bytes(m.free),
-            format_bytes(m.reserved),
-            text::utilization(d),
-            text::temperature(d),
-        );
-    }
-    let _ = writeln!(o, "</table>");
-}
-
-fn scan_section(o: &mut String, scan: &ScanResult) {
-    let _ = writeln!(o, "<h2>Findings ({})</h2>", scan.findings.len());
-    if scan.findings.is_empty() {
-        let _ = writeln!(o, "<p>No findings.</p>");
-    }
-    let mut findings: Vec<&Finding> = scan.findings.iter().collect();
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
-    for f in findings {
-        finding(o, f);
-    }
-    if !scan.headroom.is_empty() {
-        let _ = writeln!(
-            o,
-            "<h2>Headroom for a new engine</h2>\n<table class=\"headroom\"><tr>\
-             <th class=\"num\">GPU</th><th class=\"num\">Max gpu_memory_utilization</th>\
-             <th>Arithmetic</th></tr>"
-        );
-        for h in &scan.headroom {
-            let _ = writeln!(
-                o,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{:.2}</td><td>{}</td></tr>",
-                h.device,
-                h.max_gpu_memory_utilization,
-                esc(&h.arithmetic)
-            );
-        }
-        let _ = writeln!(o, "</table>");
-    }
-    let _ = writeln!(o, "<h2>Processes ({})</h2>", scan.processes.len());
-    if scan.processes.is_empty() {
-        let _ = writeln!(o, "<p>No process holds GPU memory.</p>");
-        return;
-    }
-    let _ = writeln!(
-        o,
-        "<table class=\"processes\"><tr><th class=\"num\">PID</th><th>Name</th><th>User</th>\
-         <th>GPU memory</th><th>CUDA_VISIBLE_DEVICES</th><th>Container</th><th>Command</th></tr>"
-    );
-    for p in &scan.processes {
-        process_row(o, p);
-    }
-    let _ = writeln!(o, "</table>");
-    if scan.processes.iter().any(|p| !p.visible) {
-        let _ = writeln!(
-            o,
-            "<p class=\"muted\"><em>not visible</em>: the driver reports the PID but it is not \
-             in vramdoc's PID namespace (another container, or a process that has exited).</p>"
-        );
-    }
-}
-
-fn finding(o: &mut String, f: &Finding) {
-    let sev = f.severity.as_str();
-    let _ = writeln!(
-        o,
-        "<div class=\"finding\"><h3><span class=\"sev sev-{sev}\">{}</span> {}: {}</h3>",
-        text::severity_word(f.severity),
-        code(&f.id),
-        esc(&f.title)
-    );
-    let mut items = Vec::new();
-    if !f.devices.is_empty() {
-        let list: Vec<String> = f.devices.iter().map(u32::to_string).collect();
-        items.push(format!("<li>Where: GPU {}", list.join(", ")));
-        if let Some(pid) = f.pid {
-            if let Some(s) = items.last_mut() {
-                let _ = write!(s, " · PID {pid}");
+fn inline(out: &mut String, content: &[Inline]) {
+    for i in content {
+        match i {
+            Inline::Text(s) | Inline::Plain(s) => out.push_str(&esc(s)),
+            Inline::Prose(s) => out.push_str(&inline_code(s)),
+            Inline::Code(s) => out.push_str(&code(s)),
+            Inline::Strong(c) => {
+                out.push_str("<strong>");
+                inline(out, c);
+                out.push_str("</strong>");
+            }
+            Inline::Em(s) => {
+                let _ = write!(out, "<em>{}</em>", esc(s));
+            }
+            Inline::Value(s) => {
+                let _ = write!(out, "<strong>{}</strong>", esc(s));
+            }
+            Inline::Severity(s) => {
+                let _ = write!(
+                    out,
+                    "<span class=\"sev sev-{}\">{}</span>",
+                    s.as_str(),
+                    text::severity_word(*s)
+                );
+            }
+            Inline::Verdict(v) => {
+                let w = text::verdict_word(*v);
+                let _ = write!(out, "<span class=\"verdict v-{w}\">{w}</span>");
+            }
+            Inline::Check(true) => out.push_str("<span class=\"pass\">✔ pass</span>"),
+            Inline::Check(false) => out.push_str("<span class=\"fail\">✘ fail</span>"),
+            Inline::LineBreak => out.push_str("<br>"),
+            Inline::SoftBreak => out.push('\n'),
+            Inline::RunLink { index, content } => {
+                let _ = write!(out, "<a href=\"#run-{index}\">");
+                inline(out, content);
+                out.push_str("</a>");
             }
         }
-    } else if let Some(pid) = f.pid {
-        items.push(format!("<li>Where: PID {pid}"));
     }
-    for e in &f.evidence {
-        items.push(format!(
-            "<li>{}: <strong>{}</strong>",
-            esc(&e.label),
-            esc(&e.value)
-        ));
-    }
-    if !items.is_empty() {
-        let _ = writeln!(o, "<ul>{}</ul>", items.join("</li>") + "</li>");
-    }
-    let _ = writeln!(
-        o,
-        "<p class=\"fix\"><strong>Fix:</strong> {}</p></div>",
-        inline_code(&f.fix)
-    );
 }
 
-fn process_row(o: &mut String, p: &ProcessInfo) {
-    let pid = if p.visible {
-        p.pid.to_string()
+/// ` class="num"` for a numeric column.
+fn num(numeric: bool) -> &'static str {
+    if numeric {
+        " class=\"num\""
     } else {
-        format!("{} <em>not visible</em>", p.pid)
-    };
-    let mem = text::process_memory(p);
-    let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), code);
-    let _ = writeln!(
-        o,
-        "<tr><td class=\"num\">{pid}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-         <td>{}</td><td>{}</td></tr>",
-        opt(&p.name),
-        opt(&p.user),
-        mem.join("<br>"),
-        code(&p.cuda_visible_devices),
-        p.container.as_deref().map_or(String::new(), code),
-        opt(&p.cmdline),
-    );
+        ""
+    }
 }
 
-fn verdict_class(v: Verdict) -> String {
-    format!("verdict v-{}", text::verdict_word(v))
-}
+impl Markup for Html {
+    type Error = ChartError;
 
-fn verdict_table(o: &mut String, runs: &[VariantRun]) {
-    let _ = writeln!(
-        o,
-        "<table class=\"verdicts\"><tr><th>Scenario</th><th>Variant</th><th>Verdict</th>\
-         <th class=\"num\">Checks</th><th>Failure</th><th>Peak used</th>\
-         <th class=\"num\">Duration</th></tr>"
-    );
-    for (i, r) in runs.iter().enumerate() {
-        let passed = r.checks.iter().filter(|c| c.passed).count();
-        let failure = r.error.as_ref().map_or(String::new(), |e| {
-            format!("{} at step {}", esc(e.kind.as_str()), e.step)
+    fn heading(&mut self, level: u8, content: &[Inline]) {
+        let _ = write!(self.out, "<h{level}>");
+        inline(&mut self.out, content);
+        let _ = writeln!(self.out, "</h{level}>");
+    }
+
+    fn paragraph(&mut self, kind: Para, content: &[Inline]) {
+        self.out.push_str(match kind {
+            Para::Normal => "<p>",
+            Para::Summary => "<p class=\"summary\">",
+            Para::Fix => "<p class=\"fix\">",
+            Para::Muted => "<p class=\"muted\">",
         });
-        let peak = r
-            .peaks
-            .iter()
-            .max_by(|a, b| {
-                let fa = a.peak_used as f64 / a.total.max(1) as f64;
-                let fb = b.peak_used as f64 / b.total.max(1) as f64;
-                fa.total_cmp(&fb)
-            })
-            .map_or(String::new(), |p| {
-                format!(
-                    "GPU {}: {} ({})",
-                    p.device,
-                    format_bytes(p.peak_used),
-                    text::percent(p.peak_used, p.total)
-                )
-            });
-        let (checks, duration) = if r.verdict == Verdict::Skipped {
-            ("–".to_string(), "–".to_string())
-        } else {
-            (
-                format!("{passed}/{}", r.checks.len()),
-                esc(&text::format_ms(r.duration_ms as f64)),
-            )
-        };
-        let _ = writeln!(
-            o,
-            "<tr><td><a href=\"#run-{i}\">{}</a></td><td>{}</td><td class=\"{}\">{}</td>\
-             <td class=\"num\">{checks}</td><td>{failure}</td><td>{peak}</td>\
-             <td class=\"num\">{duration}</td></tr>",
-            code(&r.scenario),
-            code(&r.variant),
-            verdict_class(r.verdict),
-            text::verdict_word(r.verdict),
-        );
+        inline(&mut self.out, content);
+        self.out.push_str("</p>\n");
     }
-    let _ = writeln!(o, "</table>");
-}
 
-fn run_section(o: &mut String, i: usize, r: &VariantRun) -> Result<(), ChartError> {
-    let _ = writeln!(
-        o,
-        "<section class=\"run\" id=\"run-{i}\">\n<h2>{} / {}: <span class=\"{}\">{}</span></h2>",
-        code(&r.scenario),
-        code(&r.variant),
-        verdict_class(r.verdict),
-        text::verdict_word(r.verdict)
-    );
-    let mut facts = vec![format!("Source: {}", esc(&r.source))];
-    if let Some(pid) = r.worker_pid {
-        facts.push(format!("worker PID {pid}"));
+    fn list(&mut self, class: Option<&str>, items: &[Vec<Inline>]) {
+        match class {
+            Some(c) => {
+                let _ = writeln!(self.out, "<ul class=\"{c}\">");
+            }
+            None => self.out.push_str("<ul>\n"),
+        }
+        for item in items {
+            self.out.push_str("<li>");
+            inline(&mut self.out, item);
+            self.out.push_str("</li>\n");
+        }
+        self.out.push_str("</ul>\n");
     }
-    if r.verdict != Verdict::Skipped {
-        facts.push(format!(
-            "ran {}",
-            esc(&text::format_ms(r.duration_ms as f64))
-        ));
+
+    fn table(&mut self, class: &str, columns: &[Column], rows: &[Vec<markup::Cell>]) {
+        let o = &mut self.out;
+        let _ = write!(o, "<table class=\"{class}\"><tr>");
+        for c in columns {
+            let _ = write!(o, "<th{}>", num(c.numeric));
+            inline(o, &c.title);
+            o.push_str("</th>");
+        }
+        o.push_str("</tr>\n");
+        for row in rows {
+            o.push_str("<tr>");
+            for (i, cell) in row.iter().enumerate() {
+                let _ = write!(o, "<td{}>", num(columns.get(i).is_some_and(|c| c.numeric)));
+                inline(o, cell);
+                o.push_str("</td>");
+            }
+            o.push_str("</tr>\n");
+        }
+        o.push_str("</table>\n");
     }
-    let _ = writeln!(
-        o,
-        "<p><em>{}.</em> {}.</p>",
-        esc(text::verdict_meaning(r.verdict)),
-        facts.join(" · ")
-    );
-    if let Some(reason) = &r.reason {
-        let _ = writeln!(o, "<p><strong>Reason:</strong> {}</p>", esc(reason));
+
+    fn key_values(&mut self, class: &str, rows: &[(&str, markup::Cell)]) {
+        let o = &mut self.out;
+        let _ = writeln!(o, "<table class=\"{class}\">");
+        for (k, v) in rows {
+            let _ = write!(o, "<tr><th>{}</th><td>", esc(k));
+            inline(o, v);
+            o.push_str("</td></tr>\n");
+        }
+        o.push_str("</table>\n");
     }
-    if let Some(e) = &r.error {
-        let _ = writeln!(
-            o,
-            "<p><strong>Failure:</strong> {} at step {} ({}) after {}: {}</p>",
-            esc(e.kind.as_str()),
-            e.step,
-            code(&e.step_label),
-            esc(&text::format_ms(e.t_ms)),
-            esc(&e.message)
-        );
+
+    fn begin(&mut self, block: Block) {
+        match block {
+            Block::Finding => self.out.push_str("<div class=\"finding\">\n"),
+            Block::Run { index } => {
+                let _ = writeln!(self.out, "<section class=\"run\" id=\"run-{index}\">");
+            }
+        }
     }
-    if !r.checks.is_empty() {
-        let _ = writeln!(o, "<ul class=\"checks\">");
-        for c in &r.checks {
-            let (cls, mark) = if c.passed {
-                ("pass", "✔ pass")
-            } else {
-                ("fail", "✘ fail")
-            };
+
+    fn end(&mut self, block: Block) {
+        self.out.push_str(match block {
+            Block::Finding => "</div>\n",
+            Block::Run { .. } => "</section>\n",
+        });
+    }
+
+    /// One figure per device, then the table of the markers drawn on them.
+    fn chart(&mut self, c: &Chart) -> Result<(), ChartError> {
+        for s in &c.series {
+            let svg = chart::device_chart(s, c.span, &c.markers)?;
+            let peak = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
             let _ = writeln!(
-                o,
-                "<li><span class=\"{cls}\">{mark}</span> {}: {}</li>",
-                esc(&c.expectation),
-                esc(&c.detail)
+                self.out,
+                "<figure class=\"chart\" data-device=\"{}\"><figcaption>GPU {}: used memory \
+                 (peak {} of {}, {})</figcaption>\n{svg}</figure>",
+                s.device,
+                s.device,
+                format_bytes(peak),
+                format_bytes(s.total),
+                text::percent(peak, s.total)
             );
         }
-        let _ = writeln!(o, "</ul>");
-    }
-    if !r.peaks.is_empty() {
-        let _ = writeln!(
-            o,
-            "<table class=\"peaks\"><tr><th class=\"num\">GPU</th><th class=\"num\">Total</th>\
-             <th class=\"num\">Peak used</th><th class=\"num\">Of total</th>\
-             <th class=\"num\">At</th></tr>"
-        );
-        for p in &r.peaks {
-            let _ = writeln!(
-                o,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                 <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                p.device,
-                format_bytes(p.total),
-                format_bytes(p.peak_used),
-                text::percent(p.peak_used, p.total),
-                esc(&text::format_ms(p.t_ms))
-            );
+        if !c.markers.is_empty() {
+            marker_table(&mut self.out, &c.markers);
         }
-        let _ = writeln!(o, "</table>");
+        Ok(())
     }
-    let span = text::time_span(r);
-    let markers = text::chart_markers(r);
-    let charted = device_figures(o, &r.timeline, span, &markers)?;
-    if charted == 0 && r.verdict != Verdict::Skipped {
-        let _ = writeln!(o, "<p class=\"muted\">No memory samples were recorded.</p>");
-    }
-    if charted > 0 && !markers.is_empty() {
-        marker_table(o, &markers);
-    }
-    let gaps = text::gap_lines(r);
-    if !gaps.is_empty() {
-        let _ = writeln!(
-            o,
-            "<p>Sampling gaps (the timeline has no data there):</p>\n<ul class=\"gaps\">"
-        );
-        for g in &gaps {
-            let _ = writeln!(o, "<li>{}</li>", esc(g));
-        }
-        let _ = writeln!(o, "</ul>");
-    }
-    let _ = writeln!(o, "</section>");
-    Ok(())
-}
 
-/// One chart figure per device of `timeline` that has samples; returns how many.
-fn device_figures(
-    o: &mut String,
-    timeline: &crate::report::Timeline,
-    span: f64,
-    markers: &[ChartMarker],
-) -> Result<usize, ChartError> {
-    let mut charted = 0;
-    for s in timeline.devices.iter().filter(|s| !s.samples.is_empty()) {
-        let svg = chart::device_chart(s, span, markers)?;
-        let peak = s.samples.iter().map(|x| x.1).max().unwrap_or(0);
+    fn details(&mut self, summary: &str, lines: &[String]) {
+        let lines: Vec<String> = lines.iter().map(|l| esc(&text::clean(l))).collect();
         let _ = writeln!(
-            o,
-            "<figure class=\"chart\" data-device=\"{}\"><figcaption>GPU {}: used memory \
-             (peak {} of {}, {})</figcaption>\n{svg}</figure>",
-            s.device,
-            s.device,
-            format_bytes(peak),
-            format_bytes(s.total),
-            text::percent(peak, s.total)
+            self.out,
+            "<details><summary>{}</summary><pre>{}</pre></details>",
+            esc(summary),
+            lines.join("\n")
         );
-        charted += 1;
     }
-    Ok(charted)
 }
 
 fn marker_table(o: &mut String, markers: &[ChartMarker]) {
@@ -505,123 +302,6 @@ fn inline_code(s: &str) -> String {
         .enumerate()
         .map(|(i, p)| if i % 2 == 1 { code(p) } else { esc(p) })
         .collect()
-}
-
-/// `vramdoc run`: the command and how it ended, findings, errors, memory per device with
-/// charts, the job's processes, the stderr tail.
-fn run_report(o: &mut String, run: &crate::report::RunResult) -> Result<(), ChartError> {
-    let how = match (&run.exit.signal_name, run.exit.code) {
-        (Some(sig), _) => format!("killed by {} (status {})", esc(sig), run.exit.status),
-        (None, Some(c)) => format!("exited {c}"),
-        _ => format!("ended (status {})", run.exit.status),
-    };
-    let _ = writeln!(
-        o,
-        "<h2>Command</h2>\n<p>{} {how} after {}. Memory sampled every {}, process lists every \
-         {}.</p>",
-        code(&run.command.join(" ")),
-        esc(&text::format_ms(run.duration_ms as f64)),
-        esc(&text::format_ms(run.period_us as f64 / 1000.0)),
-        esc(&text::format_ms(run.process_period_us as f64 / 1000.0))
-    );
-    let _ = writeln!(o, "<h2>Findings ({})</h2>", run.findings.len());
-    if run.findings.is_empty() {
-        let _ = writeln!(o, "<p>No findings.</p>");
-    }
-    let mut findings: Vec<&Finding> = run.findings.iter().collect();
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
-    for f in findings {
-        finding(o, f);
-    }
-    if !run.errors.is_empty() {
-        let _ = writeln!(o, "<h2>Errors in the command's output</h2>\n<ul>");
-        for e in &run.errors {
-            let _ = writeln!(
-                o,
-                "<li>{} at {}{}: {}</li>",
-                code(e.kind.as_str()),
-                esc(&text::format_ms(e.t_ms)),
-                text::error_facts(e),
-                code(&e.line)
-            );
-        }
-        let _ = writeln!(o, "</ul>");
-    }
-    let _ = writeln!(
-        o,
-        "<h2>Memory</h2>\n<table class=\"peaks\"><tr><th class=\"num\">GPU</th>\
-         <th class=\"num\">Total</th><th class=\"num\">Peak used</th><th class=\"num\">At</th>\
-         <th class=\"num\">Job's processes (peak of sum)</th><th class=\"num\">Lowest free</th></tr>"
-    );
-    for p in &run.peaks {
-        let tree = run.tree_peaks.iter().find(|t| t.device == p.device);
-        let free = run.min_free.iter().find(|f| f.device == p.device);
-        let _ = writeln!(
-            o,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} ({})</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            p.device,
-            format_bytes(p.total),
-            format_bytes(p.peak_used),
-            text::percent(p.peak_used, p.total),
-            esc(&text::format_ms(p.t_ms)),
-            tree.map_or("?".into(), |t| format_bytes(t.peak_used)),
-            free.map_or("?".into(), |f| format_bytes(f.min_free)),
-        );
-    }
-    let _ = writeln!(o, "</table>");
-    let span = text::timeline_span(&run.timeline);
-    let markers = text::timeline_markers(&run.timeline);
-    let charted = device_figures(o, &run.timeline, span, &markers)?;
-    if charted > 0 && !markers.is_empty() {
-        marker_table(o, &markers);
-    }
-    let _ = writeln!(
-        o,
-        "<h2>Processes of the job ({})</h2>\n<table class=\"processes\"><tr>\
-         <th class=\"num\">PID</th><th class=\"num\">Parent</th><th>Name</th>\
-         <th class=\"num\">Seen</th><th class=\"num\">Gone</th><th>Peak per GPU</th>\
-         <th>Command</th></tr>",
-        run.processes.len()
-    );
-    for p in &run.processes {
-        let peaks = text::peaks_per_gpu(p);
-        let opt = |s: &Option<String>| s.as_deref().map_or("?".to_string(), code);
-        let _ = writeln!(
-            o,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
-            p.pid,
-            p.ppid.map_or("?".into(), |x| x.to_string()),
-            opt(&p.name),
-            esc(&text::format_ms(p.start_ms)),
-            esc(&p.end_ms.map_or("running".into(), text::format_ms)),
-            peaks.join("<br>"),
-            opt(&p.cmdline)
-        );
-    }
-    let _ = writeln!(o, "</table>");
-    if !run.stderr_tail.is_empty() {
-        let lines: Vec<String> = run
-            .stderr_tail
-            .iter()
-            .map(|l| esc(&text::clean(l)))
-            .collect();
-        let _ = writeln!(
-            o,
-            "<details><summary>Last {} lines of stderr</summary><pre>{}</pre></details>",
-            run.stderr_tail.len(),
-            lines.join("\n")
-        );
-    }
-    if let Some(f) = &run.samples_file {
-        let _ = writeln!(
-            o,
-            "<p class=\"muted\">Samples were streamed to {}.</p>",
-            code(f)
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -515,7 +515,8 @@ fn build_op(
                 .duration
                 .as_ref()
                 .ok_or_else(|| missing("duration", "\"100ms\""))?;
-            let dur = crate::cli::parse_duration(d.get_ref()).map_err(|e| cx.err(d.span(), e.0))?;
+            let dur = crate::units::parse_duration(d.get_ref())
+                .map_err(|e| cx.err(d.span(), e.to_string()))?;
             Op::Pause {
                 ms: dur.as_millis().min(u64::MAX as u128) as u64,
             }

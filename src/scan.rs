@@ -1,0 +1,189 @@
+//! The scan engine, below the commands: read the machine once ([`crate::inventory`]) and
+//! decide its findings ([`crate::diagnose`]) into the scan report model. `vramdoc scan`
+//! (terminal, files, `--prom`) and `vramdoc serve`'s collector ([`crate::serve`]) both take
+//! their reports from here, so a scrape and a scan always agree.
+
+use crate::diagnose::{self, Thresholds};
+use crate::gpu::{GpuError, Monitor};
+use crate::inventory::{self, Inventory, PidNamespace};
+use crate::report::{Report, ReportKind, ScanResult, SCHEMA_VERSION};
+
+/// What one scan needs besides the monitor.
+#[derive(Debug, Clone)]
+pub struct ScanConfig {
+    /// The simulated box's spec, for the report header (`None` on the real backends).
+    pub sim_spec: Option<String>,
+    /// The PID namespace vramdoc runs in (decided once: [`inventory::detect_pid_namespace`]).
+    pub pid_namespace: PidNamespace,
+    pub thresholds: Thresholds,
+}
+
+/// Read the machine once through `monitor` and diagnose it. One bad GPU does not fail a
+/// scan: the monitor reports it with a status (lost, no permission), which the diagnosis
+/// turns into a finding. An error of the whole read (no driver, box gone) is returned.
+pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError> {
+    let inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
+    Ok(build_report(&inv, &cfg.thresholds))
+}
+
+/// The report model for one scan (pure: inventory in, report out).
+pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
+    let (findings, headroom) = diagnose::diagnose(inv, th);
+    Report {
+        schema_version: SCHEMA_VERSION,
+        kind: ReportKind::Scan,
+        environment: inv.environment.clone(),
+        command: crate::report::environment::command_line(),
+        created_unix_ms: crate::report::environment::now_unix_ms(),
+        scan: Some(ScanResult {
+            devices: inv.devices().to_vec(),
+            processes: inv.processes.clone(),
+            findings,
+            pid_namespace: inv.pid_namespace.label().to_string(),
+            headroom,
+        }),
+        replay: None,
+        run: None,
+    }
+}
+
+/// A deterministic inventory for renderer tests: two 80 GiB devices with very long names, a
+/// visible process with a long command line on both, and an invisible one holding 70 GiB.
+#[cfg(test)]
+pub(crate) fn sample_inventory() -> Inventory {
+    use crate::gpu::{DeviceInfo, MemoryInfo, Versions};
+    use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo};
+    use crate::units::{GIB, MIB};
+    let total = 80 * GIB;
+    let dev = |i: u32, used: u64| DeviceInfo {
+        index: i,
+        name: "NVIDIA H100 80GB HBM3 with a very long product name for wrapping".into(),
+        uuid: format!("GPU-{i:08x}-0000-0000-0000-000000000000"),
+        pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + i),
+        memory: MemoryInfo {
+            total,
+            reserved: 522 * MIB,
+            used,
+            free: total - 522 * MIB - used,
+        },
+        utilization_gpu: Some(97),
+        temperature_c: Some(71),
+        status: Default::default(),
+    };
+    let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];
+    let versions = Versions {
+        driver: "550.54.15".into(),
+        cuda: "12.4".into(),
+        nvml: "12.550.54.15".into(),
+    };
+    let long = "x".repeat(300);
+    Inventory {
+        environment: Environment {
+            hostname: "a-very-long-hostname-".repeat(6),
+            kernel: "6.1".into(),
+            vramdoc_version: "0.1.0".into(),
+            backend: "sim".into(),
+            sim_spec: None,
+            versions,
+            devices,
+        },
+        processes: vec![
+            ProcessInfo {
+                pid: 4242,
+                visible: true,
+                user: Some("a-user-with-a-long-name".into()),
+                name: Some("python3".into()),
+                cmdline: Some(format!(
+                    "python3 -m vllm.entrypoints.openai.api_server {long}"
+                )),
+                cuda_visible_devices: "GPU-00000001-0000-0000-0000-000000000000".into(),
+                container: Some("kubepods".into()),
+                devices: vec![
+                    ProcessDeviceUsage {
+                        device: 0,
+                        used: Some(448 * MIB),
+                    },
+                    ProcessDeviceUsage {
+                        device: 1,
+                        used: Some(30 * GIB),
+                    },
+                ],
+            },
+            ProcessInfo {
+                pid: 77,
+                visible: false,
+                user: None,
+                name: None,
+                cmdline: None,
+                cuda_visible_devices: "unknown".into(),
+                container: None,
+                devices: vec![ProcessDeviceUsage {
+                    device: 0,
+                    used: Some(70 * GIB),
+                }],
+            },
+        ],
+        pid_namespace: PidNamespace {
+            host: true,
+            reason: "test".into(),
+        },
+        details: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{GIB, MIB};
+
+    #[test]
+    fn prometheus_exposition_of_a_scan() {
+        use crate::report::prom::{render, Collection, PromOptions};
+        let report = build_report(&sample_inventory(), &Thresholds::default());
+        let c = Collection {
+            success: true,
+            duration_seconds: 0.01,
+            timestamp_seconds: 1.0,
+            backend: "sim".into(),
+        };
+        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix} missing in {text}"))
+                .to_string()
+        };
+        let used = (448 * MIB + 70 * GIB) as f64;
+        assert_eq!(
+            line("vramdoc_gpu_memory_used_bytes{gpu=\"0\""),
+            format!("vramdoc_gpu_memory_used_bytes{{gpu=\"0\",{u0}}} {used}")
+        );
+        // PID 77 does not exist in the (host) namespace: its 70 GiB have no live owner.
+        assert_eq!(
+            line("vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\""),
+            format!(
+                "vramdoc_gpu_memory_unattributed_bytes{{gpu=\"0\",{u0}}} {}",
+                (70 * GIB) as f64
+            )
+        );
+        assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
+        assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
+        assert!(
+            text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("comm=\"unknown\",gpu=\"0\",pid=\"77\""),
+            "{text}"
+        );
+        assert!(!text.contains("vllm.entrypoints"), "never the command line");
+        let h = &report.scan.as_ref().unwrap().headroom[1];
+        assert!(text.contains(&format!(
+            "vramdoc_vllm_max_safe_gpu_memory_utilization_ratio{{gpu=\"1\",uuid=\"GPU-00000001-0000-0000-0000-000000000000\"}} {}",
+            h.max_gpu_memory_utilization
+        )));
+        let without = render(report.scan.as_ref(), &c, PromOptions::default()).unwrap();
+        assert!(!without.contains("vramdoc_process_gpu_memory_bytes"));
+    }
+}
