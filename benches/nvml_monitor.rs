@@ -7,10 +7,10 @@
 mod common;
 
 use std::time::{Duration, Instant};
+use vramdoc::backend::sim::SimMonitor;
 use vramdoc::gpu::nvml::NvmlMonitor;
-use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::Monitor;
-use vramdoc::sim::{Faults, SimBox};
+use vramdoc_sim::{Faults, SimBox};
 
 fn time(n: u32, mut f: impl FnMut()) -> Duration {
     f(); // warm-up

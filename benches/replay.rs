@@ -6,11 +6,11 @@
 
 use std::process::Command;
 use std::time::{Duration, Instant};
-use vramdoc::gpu::sim::{SimDriver, SimMonitor};
+use vramdoc::backend::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::Driver;
 use vramdoc::sampler::{Sampler, SamplerConfig};
-use vramdoc::sim::{Faults, InitOptions, SimBox, SimProcess};
 use vramdoc::units::GIB;
+use vramdoc_sim::{Faults, InitOptions, SimBox, SimProcess};
 
 const ALL: [&str; 5] = [
     "stray-cuda0",

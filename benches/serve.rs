@@ -11,8 +11,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vramdoc::backend::sim::SimMonitor;
 use vramdoc::exporter::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
-use vramdoc::gpu::{sim::SimMonitor, Monitor};
+use vramdoc::gpu::Monitor;
 use vramdoc::inventory::PidNamespace;
 use vramdoc::report::prom::PromOptions;
 

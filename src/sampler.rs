@@ -423,9 +423,9 @@ fn process_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::sim::{SimDriver, SimMonitor};
+    use crate::backend::sim::{SimDriver, SimMonitor};
     use crate::gpu::Driver;
-    use crate::sim::{InitOptions, SimBox, SimProcess};
+    use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
     #[test]
     fn the_stop_signal_wakes_a_sleeper_before_its_deadline() {
@@ -536,7 +536,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
         // A process-list query that takes 150 ms (a driver holding its lock).
-        sim.set_faults(&crate::sim::Faults {
+        sim.set_faults(&vramdoc_sim::Faults {
             nvml_process_latency_us: 150_000,
             ..Default::default()
         })
@@ -587,7 +587,7 @@ mod tests {
             },
         );
         std::thread::sleep(Duration::from_millis(30));
-        sim.set_faults(&crate::sim::Faults {
+        sim.set_faults(&vramdoc_sim::Faults {
             lost_devices: vec![1],
             ..Default::default()
         })

@@ -17,10 +17,10 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use vramdoc::gpu::sim::{SimDriver, SimMonitor};
+use vramdoc::backend::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::{DeviceStatus, Driver, GpuError, Monitor, ProcessKind};
-use vramdoc::sim::{ProcessEnv, SimBox, SimProcess};
 use vramdoc::units::{GIB, MIB};
+use vramdoc_sim::{ProcessEnv, SimBox, SimProcess};
 
 const CASE: &str = "VRAMDOC_RD_CASE";
 

@@ -339,7 +339,7 @@ fn reap(child: libc::pid_t) -> Option<libc::c_int> {
 fn physical(ordinal: u32, devices: &[DeviceInfo]) -> Option<u32> {
     let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
     let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    crate::sim::visible::visible_devices(env.as_deref(), &uuids)
+    crate::gpu::visible::visible_devices(env.as_deref(), &uuids)
         .get(ordinal as usize)
         .copied()
 }

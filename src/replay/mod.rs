@@ -8,7 +8,8 @@ pub mod fingerprint;
 pub mod protocol;
 pub mod worker;
 
-use crate::gpu::{self, BackendKind, DeviceInfo, GpuError, Monitor};
+use crate::backend::{self, BackendKind};
+use crate::gpu::{DeviceInfo, GpuError, Monitor};
 use crate::recorder::{Recorder, RecorderConfig};
 use crate::report::{DevicePeak, Marker, StepError, StepRecord, Timeline, VariantRun, Verdict};
 use crate::sampler::SamplerConfig;
@@ -274,7 +275,7 @@ fn snapshot(
 /// A value that selects nothing is passed on as is (the scenario wants no device).
 pub fn pin_by_uuid(env: Option<&str>, devices: &[DeviceInfo]) -> (Vec<u32>, String) {
     let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-    let view = crate::sim::visible::visible_devices(env, &uuids);
+    let view = crate::gpu::visible::visible_devices(env, &uuids);
     if view.is_empty() {
         return (view, env.unwrap_or_default().to_string());
     }
@@ -454,7 +455,7 @@ pub fn run_variant(
 
     // Memory of every device; process lists (slow, a driver lock) only where the worker
     // works: the first devices it sees, as many as the scenario needs.
-    let sampler_monitor = gpu::open_monitor(opts.backend)?;
+    let sampler_monitor = backend::open_monitor(opts.backend)?;
     let recorder = Recorder::start(
         sampler_monitor,
         None,

@@ -1,6 +1,6 @@
 //! NVML over the simulator: the entry points of `libnvidia-ml.so.1` that nvml-wrapper 0.13
 //! and NVIDIA's Python bindings (`nvidia-ml-py`, module `pynvml`) call, answered from the
-//! `vramdoc::sim` box named by `VRAMDOC_SIM_DIR` when NVML is initialised.
+//! `vramdoc_sim` box named by `VRAMDOC_SIM_DIR` when NVML is initialised.
 //!
 //! Structs, constants and return codes follow nvml.h (CUDA 12.x) exactly:
 //!
@@ -27,9 +27,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use vramdoc::gpu::ProcessKind;
-use vramdoc::sim::profile::RecordLayout;
-use vramdoc::sim::{Faults, SimBox, SimDevice, SimError};
+use vramdoc_gpu_spec::ProcessKind;
+use vramdoc_sim::profile::RecordLayout;
+use vramdoc_sim::{Faults, SimBox, SimDevice, SimError};
 
 pub type nvmlReturn_t = c_uint;
 
@@ -424,14 +424,14 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
 }
 
 fn default_nvml_version() -> String {
-    let o = vramdoc::sim::InitOptions::default();
+    let o = vramdoc_sim::InitOptions::default();
     format!("{}.{}", o.cuda_driver_version / 1000, o.driver_version)
 }
 
 fn cuda_version(out_v: *mut c_int) -> nvmlReturn_t {
     let v = match any_box() {
         Some(b) => b.config().cuda_driver_version,
-        None => vramdoc::sim::InitOptions::default().cuda_driver_version,
+        None => vramdoc_sim::InitOptions::default().cuda_driver_version,
     };
     // SAFETY: checked for NULL by `out`.
     done(unsafe { out(out_v, v) })
@@ -742,7 +742,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
 // ---------------------------------------------------------------------------------------
 // Memory
 
-fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc::sim::SimMemory> {
+fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc_sim::SimMemory> {
     sleep_us(faults.nvml_memory_latency_us);
     sim.memory_with(d.index, faults).map_err(|e| sim_code(&e))
 }
@@ -1040,7 +1040,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             // SAFETY: checked for NULL by `out`.
-            unsafe { out(temp, vramdoc::gpu::sim::SIM_TEMPERATURE_C) }
+            unsafe { out(temp, vramdoc_sim::TEMPERATURE_C) }
         }))
     })
 }

@@ -18,7 +18,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
-use vramdoc::sim::{SimError, SimProcess};
+use vramdoc_gpu_spec::kernel;
+use vramdoc_sim::{SimError, SimProcess};
 
 /// `CUresult` (cuda.h `enum cudaError_enum`); only the codes this library returns.
 pub type CUresult = c_uint;
@@ -142,8 +143,8 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
 ];
 
 /// Kernels the simulator emulates, by PTX entry name.
-pub const KERNEL_FILL: &str = "vramdoc_fill_u32";
-pub const KERNEL_CHECKSUM: &str = "vramdoc_checksum_u32";
+pub const KERNEL_FILL: &str = kernel::FILL;
+pub const KERNEL_CHECKSUM: &str = kernel::CHECKSUM;
 
 /// Event flag: no timing data (cuda.h `CU_EVENT_DISABLE_TIMING`).
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
@@ -613,7 +614,7 @@ impl Driver {
     }
 }
 
-use vramdoc::sim::spec::arch_of;
+use vramdoc_sim::spec::arch_of;
 
 fn pci_parts(bus_id: &str) -> (i32, i32, i32) {
     // NVML form `00000000:17:00.0`: domain, bus, device.
@@ -636,7 +637,7 @@ fn pci_parts(bus_id: &str) -> (i32, i32, i32) {
 /// The 16 bytes of a `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` UUID (zeros if malformed;
 /// the box's UUIDs never are).
 pub fn uuid_bytes(uuid: &str) -> [u8; 16] {
-    vramdoc::gpu::parse_gpu_uuid(uuid).unwrap_or_default()
+    vramdoc_gpu_spec::uuid::parse_gpu_uuid(uuid).unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -681,7 +682,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 /// Box faults that make the library unusable as a whole: the toolkit's stub shadowing the
 /// driver (every call `CUDA_ERROR_STUB_LIBRARY`), a library/kernel-module mismatch.
 fn init_fault() -> Option<CUresult> {
-    let faults = vramdoc::sim::SimBox::from_env().ok()?.faults().ok()?;
+    let faults = vramdoc_sim::SimBox::from_env().ok()?.faults().ok()?;
     if faults.cuda_stub_library {
         Some(CUDA_ERROR_STUB_LIBRARY)
     } else if faults.driver_version_mismatch {
@@ -699,9 +700,9 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
         }
         let v = match lock().as_ref() {
             Some(d) => d.proc.sim().config().cuda_driver_version,
-            None => vramdoc::sim::SimBox::from_env()
+            None => vramdoc_sim::SimBox::from_env()
                 .map(|b| b.config().cuda_driver_version)
-                .unwrap_or(vramdoc::sim::InitOptions::default().cuda_driver_version),
+                .unwrap_or(vramdoc_sim::InitOptions::default().cuda_driver_version),
         };
         match out(version, v) {
             Ok(()) => CUDA_SUCCESS,
@@ -1543,7 +1544,7 @@ mod tests {
     #[test]
     fn driver_api_sequence_over_a_box() {
         let dir = tempfile::tempdir().unwrap();
-        let b = vramdoc::sim::SimBox::create(dir.path(), "2x16GiB", &Default::default()).unwrap();
+        let b = vramdoc_sim::SimBox::create(dir.path(), "2x16GiB", &Default::default()).unwrap();
         unsafe {
             let mut n = 0;
             assert_eq!(cuDeviceGetCount(&mut n), CUDA_ERROR_NOT_INITIALIZED);
@@ -1719,7 +1720,7 @@ mod tests {
                 CUDA_SUCCESS
             );
             assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
-            assert_eq!(total, vramdoc::gpu::expected_checksum(3 << 20, value));
+            assert_eq!(total, kernel::expected_checksum(3 << 20, value));
             let bogus: u64 = 0x10;
             args[0] = &bogus as *const u64 as _;
             assert_eq!(
@@ -1761,7 +1762,7 @@ mod tests {
             assert_eq!(cuMemFree_v2(0), CUDA_ERROR_INVALID_VALUE);
 
             // Lost device: launches and syncs fail as launch failures, allocations as unknown.
-            b.set_faults(&vramdoc::sim::Faults {
+            b.set_faults(&vramdoc_sim::Faults {
                 lost_devices: vec![1],
                 ..Default::default()
             })
