@@ -1,5 +1,5 @@
 //! Prints what one NVML query costs through the real backend (`NvmlMonitor` over
-//! nvml-wrapper) loaded over tests/simgpu, next to the in-process sim backend, on an idle
+//! nvml-wrapper) loaded over crates/simgpu, next to the in-process sim backend, on an idle
 //! box and with the real-driver latencies injected (memory ~12 µs, process list ~4.5 ms).
 //! Numbers only, no assertions: `cargo bench --bench nvml_monitor`.
 

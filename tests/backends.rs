@@ -1,5 +1,5 @@
 //! One behaviour suite for every driver backend: the in-process `sim` driver, and the real
-//! `cuda` driver (cudarc) loading tests/simgpu as libcuda.so in a child process. The monitor
+//! `cuda` driver (cudarc) loading crates/simgpu as libcuda.so in a child process. The monitor
 //! side is `sim` in-process, and in the child whatever `VRAMDOC_TEST_MONITOR` names: the
 //! cuda suites run with `nvml` (nvml-wrapper over the simulated libnvidia-ml.so.1).
 //!
@@ -239,7 +239,7 @@ fn sim_backend_suite_under_cuda_visible_devices() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// (b) the real cuda backend over tests/simgpu, in a child process
+// (b) the real cuda backend over crates/simgpu, in a child process
 
 /// Re-run this test binary on one ignored entry test, with the simulated libraries.
 fn child(test: &str, box_dir: Option<&Path>, env: &[(&str, &str)]) -> Command {

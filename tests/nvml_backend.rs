@@ -1,4 +1,4 @@
-//! The NVML backend (`NvmlMonitor` over nvml-wrapper) loaded over tests/simgpu's
+//! The NVML backend (`NvmlMonitor` over nvml-wrapper) loaded over crates/simgpu's
 //! `libnvidia-ml.so.1`, and that library's C ABI checked directly (sizing protocol, struct
 //! versions, reference-counted init, error codes).
 //!

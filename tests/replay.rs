@@ -1,5 +1,5 @@
 //! `vramdoc replay` and `vramdoc list` end to end: every built-in scenario and variant on
-//! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over tests/simgpu, a
+//! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over crates/simgpu, a
 //! worker killed mid-step, Ctrl-C, malformed scenario files, skipping.
 
 mod common;
@@ -616,8 +616,8 @@ fn ctrl_c_stops_the_worker_and_writes_partial_results() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The real backends (cudarc + nvml-wrapper) over tests/simgpu loaded as libcuda.so and
-// libnvidia-ml.so.1. NOTE: src/gpu/cuda.rs, src/gpu/nvml.rs and tests/simgpu are written by
+// The real backends (cudarc + nvml-wrapper) over crates/simgpu loaded as libcuda.so and
+// libnvidia-ml.so.1. NOTE: src/gpu/cuda.rs, src/gpu/nvml.rs and crates/simgpu are written by
 // other helpers in parallel; until the lead merges them these two tests fail here (the
 // stubs report the libraries missing: exit 3).
 

@@ -522,7 +522,7 @@ fn normalise(mut v: Value) -> Value {
     v
 }
 
-// NOTE: needs the NVML backend (src/gpu/nvml.rs) and tests/simgpu's NVML side, written by
+// NOTE: needs the NVML backend (src/gpu/nvml.rs) and crates/simgpu's NVML side, written by
 // another helper in parallel: this test fails in the scan worktree until the lead merges.
 #[test]
 fn real_nvml_backend_over_simgpu_matches_sim_backend() {
@@ -682,7 +682,7 @@ fn non_utf8_argument_does_not_panic() {
 
 /// One bad GPU never ends a scan: a lost device and one we may not query each get a status
 /// and a `device-unavailable` finding; the good device is still reported, with its holder.
-/// The NVML backend over tests/simgpu says the same as the in-process simulator.
+/// The NVML backend over crates/simgpu says the same as the in-process simulator.
 #[test]
 fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
     use vramdoc_sim::{Faults, SimBox};
@@ -786,7 +786,7 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
 /// A process forked from a CUDA process keeps its parent's memory through the inherited
 /// device descriptors (`sim hold --fork-child`): after the parent is gone, NVML still lists
 /// it and `no-live-owner` names the child that holds the device files open. On the NVML
-/// backend over tests/simgpu too.
+/// backend over crates/simgpu too.
 #[test]
 fn forked_child_keeping_memory_is_named_by_no_live_owner() {
     let lib = common::simgpu_lib_dir();

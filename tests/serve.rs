@@ -269,7 +269,7 @@ impl Drop for Prometheus {
 }
 
 /// A real Prometheus scrapes `vramdoc serve` running on the NVML backend (nvml-wrapper over
-/// tests/simgpu as libnvidia-ml.so.1); the value it stores equals what the box's NVML side
+/// crates/simgpu as libnvidia-ml.so.1); the value it stores equals what the box's NVML side
 /// reports, and the exposition passes `promtool check metrics`.
 #[test]
 fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
