@@ -386,3 +386,33 @@ impl Monitor for SimMonitor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulator_errors_read_as_the_real_drivers_and_box_failures_as_environment() {
+        let no_box = GpuError::from(SimError::NoBox);
+        assert!(no_box.is_environment());
+        assert_eq!(
+            no_box.to_string(),
+            format!("simulated box: {}", SimError::NoBox)
+        );
+        let bad = GpuError::from(SimError::InvalidPointer(0x10));
+        assert!(!bad.is_environment());
+        assert!(matches!(
+            GpuError::from(SimError::DeviceLost(2)),
+            GpuError::DeviceLost(2)
+        ));
+        let oom = GpuError::from(SimError::OutOfMemory {
+            device: 1,
+            requested: 4096,
+            free: 0,
+        });
+        assert!(oom.is_out_of_memory());
+        assert!(GpuError::from(SimError::DeviceBusy(0))
+            .to_string()
+            .contains("CUDA_ERROR_DEVICE_UNAVAILABLE"));
+    }
+}
