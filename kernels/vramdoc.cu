@@ -7,7 +7,7 @@
 // Both use grid-stride loops, so any launch shape covers any n_words. The caller zeroes *out
 // before the checksum launch. crates/simgpu emulates these two kernels by name: keep the names
 // and parameter lists in step with crates/gpu-spec/src/kernel.rs, src/gpu/cuda.rs and
-// crates/simgpu/src/cuda.rs.
+// crates/simgpu/src/cuda/driver.rs.
 
 extern "C" __global__ void vramdoc_fill_u32(unsigned int *ptr, unsigned long long n_words,
                                             unsigned int value)
