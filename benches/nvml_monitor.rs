@@ -1,5 +1,5 @@
 //! Prints what one NVML query costs through the real backend (`NvmlMonitor` over
-//! nvml-wrapper) loaded over tests/simgpu, next to the in-process sim backend, on an idle
+//! nvml-wrapper) loaded over crates/simgpu, next to the in-process sim backend, on an idle
 //! box and with the real-driver latencies injected (memory ~12 µs, process list ~4.5 ms).
 //! Numbers only, no assertions: `cargo bench --bench nvml_monitor`.
 
@@ -7,10 +7,10 @@
 mod common;
 
 use std::time::{Duration, Instant};
+use vramdoc::backend::sim::SimMonitor;
 use vramdoc::gpu::nvml::NvmlMonitor;
-use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::Monitor;
-use vramdoc::sim::{Faults, SimBox};
+use vramdoc_sim::{Faults, SimBox};
 
 fn time(n: u32, mut f: impl FnMut()) -> Duration {
     f(); // warm-up

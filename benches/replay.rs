@@ -6,13 +6,13 @@
 
 use std::process::Command;
 use std::time::{Duration, Instant};
-use vramdoc::gpu::sim::{SimDriver, SimMonitor};
+use vramdoc::backend::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::Driver;
 use vramdoc::gpu::Monitor;
 use vramdoc::record::sampler::{Sampler, SamplerConfig};
 use vramdoc::record::{JobEnd, Recorder, RecorderConfig};
-use vramdoc::sim::{Faults, InitOptions, SimBox, SimProcess};
 use vramdoc::units::GIB;
+use vramdoc_sim::{Faults, InitOptions, SimBox, SimProcess};
 
 const ALL: [&str; 5] = [
     "stray-cuda0",

@@ -8,15 +8,15 @@
 //!    process lists; goal ≤ 1 s).
 
 use std::time::{Duration, Instant};
+use vramdoc::backend::sim::SimMonitor;
 use vramdoc::diagnose::{self, TimelineThresholds};
-use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::Monitor;
 use vramdoc::record::sampler::SamplerConfig;
 use vramdoc::record::{JobEnd, RecordedDevice, RecordedProcess, Recording};
 use vramdoc::record::{Recorder, RecorderConfig};
 use vramdoc::report::{DeviceSeries, Marker, ProcessSample, Timeline};
-use vramdoc::sim::{InitOptions, SimBox};
 use vramdoc::units::GIB;
+use vramdoc_sim::{InitOptions, SimBox};
 
 fn tv(t: libc::timeval) -> Duration {
     Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)

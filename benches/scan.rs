@@ -6,7 +6,8 @@
 mod common;
 
 use std::time::{Duration, Instant};
-use vramdoc::gpu::{sim::SimMonitor, Monitor};
+use vramdoc::backend::sim::SimMonitor;
+use vramdoc::gpu::Monitor;
 use vramdoc::inventory::{self, PidNamespace};
 use vramdoc::units::format_bytes;
 

@@ -5,8 +5,9 @@
 //   vramdoc_checksum_u32(ptr, n_words, out)   *out += sum of ptr[0..n_words) as 64-bit
 //
 // Both use grid-stride loops, so any launch shape covers any n_words. The caller zeroes *out
-// before the checksum launch. tests/simgpu emulates these two kernels by name: keep the names
-// and parameter lists in step with src/gpu/cuda.rs and tests/simgpu/src/cuda.rs.
+// before the checksum launch. crates/simgpu emulates these two kernels by name: keep the names
+// and parameter lists in step with crates/gpu-spec/src/kernel.rs, src/gpu/cuda.rs and
+// crates/simgpu/src/cuda/driver.rs.
 
 extern "C" __global__ void vramdoc_fill_u32(unsigned int *ptr, unsigned long long n_words,
                                             unsigned int value)

@@ -328,7 +328,7 @@ pub enum ReportFormat {
 pub enum SimCommand {
     /// Create a simulated box and print its directory
     ///
-    /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load tests/simgpu as
+    /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load crates/simgpu as
     /// libcuda.so / libnvidia-ml.so.1, share that box. Also starts the box's driver broker,
     /// so processes in child PID namespaces (containers, `unshare --pid`) are listed under
     /// host PIDs; it exits when the box directory is removed.

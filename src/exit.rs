@@ -54,18 +54,18 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
             return ENVIRONMENT;
         }
         if cause
-            .downcast_ref::<crate::sim::SimError>()
+            .downcast_ref::<vramdoc_sim::SimError>()
             .is_some_and(|e| {
                 matches!(
                     e,
-                    crate::sim::SimError::NoBox | crate::sim::SimError::BadBox { .. }
+                    vramdoc_sim::SimError::NoBox | vramdoc_sim::SimError::BadBox { .. }
                 )
             })
         {
             return ENVIRONMENT;
         }
         if cause.downcast_ref::<UsageError>().is_some()
-            || cause.downcast_ref::<crate::sim::SpecError>().is_some()
+            || cause.downcast_ref::<vramdoc_sim::SpecError>().is_some()
             || cause.downcast_ref::<crate::units::SizeError>().is_some()
         {
             return USAGE;

@@ -1,9 +1,11 @@
 //! vramdoc: diagnose and reproduce GPU memory (VRAM) failures.
 //!
-//! Stages, one module each: [`gpu`] (the only boundary with CUDA and NVML), [`sim`] (the
-//! simulated machine), [`commands`] (one file per subcommand), with `cli` for argument
-//! parsing. See docs/architecture.md.
+//! Stages, one module each: [`gpu`] (the only boundary with CUDA and NVML), [`backend`] (which
+//! implementation of its traits: the real one, or the simulated machine of the `vramdoc-sim`
+//! crate in-process), [`commands`] (one file per subcommand), with `cli` for argument parsing.
+//! See docs/architecture.md.
 
+pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod diagnose;
@@ -20,6 +22,5 @@ pub mod report;
 pub mod scan;
 pub mod scenario;
 pub mod serve;
-pub mod sim;
 pub mod term;
 pub mod units;

@@ -1,5 +1,5 @@
 //! One behaviour suite for every driver backend: the in-process `sim` driver, and the real
-//! `cuda` driver (cudarc) loading tests/simgpu as libcuda.so in a child process. The monitor
+//! `cuda` driver (cudarc) loading crates/simgpu as libcuda.so in a child process. The monitor
 //! side is `sim` in-process, and in the child whatever `VRAMDOC_TEST_MONITOR` names: the
 //! cuda suites run with `nvml` (nvml-wrapper over the simulated libnvidia-ml.so.1).
 //!
@@ -14,9 +14,10 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use vramdoc::gpu::{self, BackendKind, Driver, GpuError, Monitor};
-use vramdoc::sim::{SimBox, SimProcess};
+use vramdoc::backend::{self, BackendKind};
+use vramdoc::gpu::{self, Driver, GpuError, Monitor};
 use vramdoc::units::{GIB, MIB};
+use vramdoc_sim::{SimBox, SimProcess};
 
 const CHILD: &str = "VRAMDOC_TEST_CHILD";
 /// Physical index of each CUDA ordinal the child should see, e.g. `1` or `0,1`.
@@ -217,8 +218,8 @@ fn sim_holder(box_dir: &Path, visible: Option<&str>) -> Command {
 fn run_sim_suite(visible: Option<&str>, physical: &[u32]) {
     let dir = common::fresh_box(SPEC);
     let sim = SimBox::open(dir.path()).unwrap();
-    let mut driver = gpu::sim::SimDriver::new(SimProcess::new(sim.clone(), visible));
-    let monitor = gpu::sim::SimMonitor::new(sim);
+    let mut driver = backend::sim::SimDriver::new(SimProcess::new(sim.clone(), visible));
+    let monitor = backend::sim::SimMonitor::new(sim);
     let path = dir.path().to_path_buf();
     let v = visible.map(str::to_string);
     suite(&mut driver, &monitor, dir.path(), physical, &|| {
@@ -238,7 +239,7 @@ fn sim_backend_suite_under_cuda_visible_devices() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// (b) the real cuda backend over tests/simgpu, in a child process
+// (b) the real cuda backend over crates/simgpu, in a child process
 
 /// Re-run this test binary on one ignored entry test, with the simulated libraries.
 fn child(test: &str, box_dir: Option<&Path>, env: &[(&str, &str)]) -> Command {
@@ -318,7 +319,7 @@ fn cuda_suite_child() {
     let physical = physical_from(&std::env::var(EXPECT_PHYSICAL).unwrap());
     let box_dir = std::path::PathBuf::from(std::env::var("VRAMDOC_SIM_DIR").unwrap());
     let mut driver = gpu::cuda::CudaDriver::open().unwrap();
-    let monitor = gpu::open_monitor(monitor_kind()).unwrap();
+    let monitor = backend::open_monitor(monitor_kind()).unwrap();
     let holder = || {
         // The holder is this binary again, holding through the cuda backend; it inherits
         // LD_LIBRARY_PATH, VRAMDOC_SIM_DIR and CUDA_VISIBLE_DEVICES.

@@ -1,4 +1,4 @@
-//! The NVML backend (`NvmlMonitor` over nvml-wrapper) loaded over tests/simgpu's
+//! The NVML backend (`NvmlMonitor` over nvml-wrapper) loaded over crates/simgpu's
 //! `libnvidia-ml.so.1`, and that library's C ABI checked directly (sizing protocol, struct
 //! versions, reference-counted init, error codes).
 //!
@@ -14,10 +14,10 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::{Mutex, MutexGuard};
+use vramdoc::backend::sim::SimMonitor;
 use vramdoc::gpu::nvml::NvmlMonitor;
-use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::{GpuError, Monitor};
-use vramdoc::sim::{Faults, SimBox};
+use vramdoc_sim::{Faults, SimBox};
 
 const GIB: u64 = 1 << 30;
 
@@ -607,7 +607,7 @@ fn c_abi_devices_memory_and_sizing_protocol() {
     );
     let mut t = 0;
     assert_eq!(unsafe { tf(d0, 0, &mut t) }, SUCCESS);
-    assert_eq!(t, vramdoc::gpu::sim::SIM_TEMPERATURE_C);
+    assert_eq!(t, vramdoc_sim::TEMPERATURE_C);
     assert_eq!(unsafe { tf(d0, 5, &mut t) }, INVALID_ARGUMENT);
 
     drop(holder);

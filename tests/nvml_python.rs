@@ -13,10 +13,10 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use vramdoc::backend::sim::SimMonitor;
 use vramdoc::gpu::nvml::NvmlMonitor;
-use vramdoc::gpu::sim::SimMonitor;
 use vramdoc::gpu::{DeviceInfo, GpuProcess, Monitor};
-use vramdoc::sim::SimBox;
+use vramdoc_sim::SimBox;
 
 fn python() -> String {
     std::env::var("VRAMDOC_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -174,7 +174,7 @@ fn compare(py: &Value, m: &dyn Monitor) {
     assert_eq!(s(py, "nvml_version"), v.nvml, "{who}: NVML version");
     let cuda = u(py, "cuda_driver_version") as i32;
     assert_eq!(
-        vramdoc::gpu::sim::cuda_version_string(cuda),
+        vramdoc::gpu::cuda_version_string(cuda),
         v.cuda,
         "{who}: CUDA version"
     );

@@ -1,7 +1,7 @@
 //! Real-driver behaviours the simulator models (docs/simulator.md, "Modelled real-driver
 //! behaviours"), each seen three ways: by third-party clients of the simulated C libraries
 //! (NVIDIA's `pynvml`, a plain ctypes CUDA client: tests/real_drivers_probe.py), by vramdoc's
-//! real backends (cudarc / nvml-wrapper over tests/simgpu, in a child process), and by the
+//! real backends (cudarc / nvml-wrapper over crates/simgpu, in a child process), and by the
 //! in-process `sim` backends.
 //!
 //! Boxes are made with `vramdoc sim init` (which starts the box's PID broker) and removed with
@@ -17,10 +17,10 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use vramdoc::gpu::sim::{SimDriver, SimMonitor};
+use vramdoc::backend::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::{DeviceStatus, Driver, GpuError, Monitor, ProcessKind};
-use vramdoc::sim::{ProcessEnv, SimBox, SimProcess};
 use vramdoc::units::{GIB, MIB};
+use vramdoc_sim::{ProcessEnv, SimBox, SimProcess};
 
 const CASE: &str = "VRAMDOC_RD_CASE";
 
@@ -120,7 +120,7 @@ fn probe(b: &CliBox, what: &str, wrap: &[&str], env: &[(&str, &str)]) -> Value {
 }
 
 /// Run a child of this test binary that reads the box through vramdoc's real backends
-/// (`nvml`: nvml-wrapper, `cuda`: cudarc) over tests/simgpu and prints what it saw.
+/// (`nvml`: nvml-wrapper, `cuda`: cudarc) over crates/simgpu and prints what it saw.
 fn real_backend(b: &CliBox, case: &str, env: &[(&str, &str)]) -> Value {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([

@@ -1,5 +1,5 @@
 //! `vramdoc replay` and `vramdoc list` end to end: every built-in scenario and variant on
-//! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over tests/simgpu, a
+//! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over crates/simgpu, a
 //! worker killed mid-step, Ctrl-C, malformed scenario files, skipping.
 
 mod common;
@@ -190,7 +190,7 @@ fn all_scenarios_on(spec: &str) {
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) <= 0.80);
 
     // Every run left the box empty.
-    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
     for d in 0..2 {
         assert_eq!(
             sim.memory(d).unwrap().used,
@@ -539,7 +539,7 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
         let mut sink = String::new();
         while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
     });
-    let sim = vramdoc::sim::SimBox::open(dir).unwrap();
+    let sim = vramdoc_sim::SimBox::open(dir).unwrap();
     let allocated = common::hold::wait_for(Duration::from_secs(20), || {
         let mine = sim.processes(0).unwrap().into_iter().find(|p| p.pid == pid);
         mine.is_some_and(|p| p.used > CONTEXT).then_some(())
@@ -549,7 +549,7 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
 }
 
 fn box_is_empty(dir: &Path) {
-    let sim = vramdoc::sim::SimBox::open(dir).unwrap();
+    let sim = vramdoc_sim::SimBox::open(dir).unwrap();
     assert_eq!(
         sim.memory(0).unwrap().used,
         0,
@@ -616,8 +616,8 @@ fn ctrl_c_stops_the_worker_and_writes_partial_results() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The real backends (cudarc + nvml-wrapper) over tests/simgpu loaded as libcuda.so and
-// libnvidia-ml.so.1. NOTE: src/gpu/cuda.rs, src/gpu/nvml.rs and tests/simgpu are written by
+// The real backends (cudarc + nvml-wrapper) over crates/simgpu loaded as libcuda.so and
+// libnvidia-ml.so.1. NOTE: src/gpu/cuda.rs, src/gpu/nvml.rs and crates/simgpu are written by
 // other helpers in parallel; until the lead merges them these two tests fail here (the
 // stubs report the libraries missing: exit 3).
 
@@ -769,7 +769,7 @@ fn missing_libcuda_is_an_environment_error() {
         last.starts_with("error: ") && last.contains("libcuda.so"),
         "{err}"
     );
-    assert!(vramdoc::sim::SimBox::open(b.path())
+    assert!(vramdoc_sim::SimBox::open(b.path())
         .unwrap()
         .state()
         .unwrap()
@@ -1155,7 +1155,7 @@ check = "completes"
     });
     // Lose GPU 0 once the worker holds its `load` allocation (10 % of 16 GiB), i.e. during
     // the 5 s pause before `more` (a pause in `bug` only: `fix-again` does not wait).
-    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
     common::hold::eventually("the bug worker's load allocation on GPU 0", || {
         sim.processes(0)
             .unwrap()

@@ -1,4 +1,4 @@
-//! End-to-end tests of `vramdoc run -- CMD`: real processes (Python over tests/simgpu's
+//! End-to-end tests of `vramdoc run -- CMD`: real processes (Python over crates/simgpu's
 //! libcuda.so through ctypes, shells, `vramdoc sim hold`) wrapped by vramdoc on a simulated
 //! box; the report, the JSONL stream, markers, signals and exit statuses.
 
@@ -17,7 +17,7 @@ fn stderr(o: &Output) -> String {
 }
 
 /// `vramdoc --sim 2x16GiB run --process-period 100ms --out DIR/run.json [extra] -- cmd…`,
-/// with tests/simgpu on LD_LIBRARY_PATH for the command. Returns the output and the report.
+/// with crates/simgpu on LD_LIBRARY_PATH for the command. Returns the output and the report.
 fn run_job(dir: &Path, extra: &[&str], cmd: &[&str]) -> (Output, Value) {
     let out = dir.join("run.json");
     let o = vramdoc()

@@ -522,7 +522,7 @@ fn normalise(mut v: Value) -> Value {
     v
 }
 
-// NOTE: needs the NVML backend (src/gpu/nvml.rs) and tests/simgpu's NVML side, written by
+// NOTE: needs the NVML backend (src/gpu/nvml.rs) and crates/simgpu's NVML side, written by
 // another helper in parallel: this test fails in the scan worktree until the lead merges.
 #[test]
 fn real_nvml_backend_over_simgpu_matches_sim_backend() {
@@ -556,7 +556,7 @@ fn real_nvml_backend_over_simgpu_matches_sim_backend() {
 fn duplicate_copy_on_a_live_process() {
     // A live process (a `sleep`) with a 10 GiB and a 10.5 GiB footprint, written straight
     // into the box state: `sim hold` allocates on one device only.
-    use vramdoc::sim::{procinfo, DeviceUsage, ProcessEntry, SimBox};
+    use vramdoc_sim::{procinfo, DeviceUsage, ProcessEntry, SimBox};
     let b = fresh_box("2x24GiB");
     let mut sleeper = Command::new("sleep")
         .arg("60")
@@ -682,10 +682,10 @@ fn non_utf8_argument_does_not_panic() {
 
 /// One bad GPU never ends a scan: a lost device and one we may not query each get a status
 /// and a `device-unavailable` finding; the good device is still reported, with its holder.
-/// The NVML backend over tests/simgpu says the same as the in-process simulator.
+/// The NVML backend over crates/simgpu says the same as the in-process simulator.
 #[test]
 fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
-    use vramdoc::sim::{Faults, SimBox};
+    use vramdoc_sim::{Faults, SimBox};
     let lib = common::simgpu_lib_dir();
     let b = fresh_box("3x24GiB");
     let h = Holder::start(b.path(), &[], &["--device", "2", "--size", "3GiB"]);
@@ -742,7 +742,7 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
 /// it open after its parent's PID is gone; `no-live-owner` names it (the `fuser` answer).
 #[test]
 fn no_live_owner_names_the_process_holding_the_device_files() {
-    use vramdoc::sim::SimBox;
+    use vramdoc_sim::SimBox;
     let b = fresh_box("24GiB");
     sim_fault(b.path(), &["--keep-dead"]);
     let h = Holder::start(b.path(), &[], &["--device", "0", "--size", "2GiB"]);
@@ -786,7 +786,7 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
 /// A process forked from a CUDA process keeps its parent's memory through the inherited
 /// device descriptors (`sim hold --fork-child`): after the parent is gone, NVML still lists
 /// it and `no-live-owner` names the child that holds the device files open. On the NVML
-/// backend over tests/simgpu too.
+/// backend over crates/simgpu too.
 #[test]
 fn forked_child_keeping_memory_is_named_by_no_live_owner() {
     let lib = common::simgpu_lib_dir();

@@ -269,7 +269,7 @@ impl Drop for Prometheus {
 }
 
 /// A real Prometheus scrapes `vramdoc serve` running on the NVML backend (nvml-wrapper over
-/// tests/simgpu as libnvidia-ml.so.1); the value it stores equals what the box's NVML side
+/// crates/simgpu as libnvidia-ml.so.1); the value it stores equals what the box's NVML side
 /// reports, and the exposition passes `promtool check metrics`.
 #[test]
 fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
@@ -291,8 +291,8 @@ fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
     assert!(ok, "promtool check metrics: {out}\n{text}");
 
     // What NVML (the box's own view, through the in-process monitor) reports for GPU 0.
-    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
-    let nvml = vramdoc::gpu::sim::SimMonitor::new(sim);
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
+    let nvml = vramdoc::backend::sim::SimMonitor::new(sim);
     use vramdoc::gpu::Monitor;
     let used = nvml.memory(0).unwrap().used;
     assert!(used > 3 * GIB, "holder's 3 GiB plus its context");
@@ -440,7 +440,7 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     // The collection itself succeeded: every other GPU was read.
     assert_eq!(sample(&lost, "vramdoc_collect_success", &[]), Some(1.0));
     // The GPU that still answers keeps its metrics (read one by one); the lost one has none.
-    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
     assert_eq!(
         sample(&lost, "vramdoc_gpu_memory_used_bytes", &[("gpu", "0")]),
         Some(sim.memory(0).unwrap().used as f64),
@@ -548,7 +548,7 @@ fn scan_prom_writes_the_exporters_metrics() {
     let text = std::fs::read_to_string(&file).unwrap();
     let (ok, msg) = promtool_check_metrics(&text);
     assert!(ok, "{msg}\n{text}");
-    let sim = vramdoc::sim::SimBox::open(dir.path()).unwrap();
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
     assert_eq!(
         sample(&text, "vramdoc_gpu_memory_used_bytes", &[("gpu", "0")]),
         Some(sim.memory(0).unwrap().used as f64)

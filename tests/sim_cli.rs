@@ -98,7 +98,7 @@ fn faults_are_set_shown_and_cleared() {
         "--keep-dead",
         "--usage-unavailable",
     ]);
-    let sim = vramdoc::sim::SimBox::open(b.path()).unwrap();
+    let sim = vramdoc_sim::SimBox::open(b.path()).unwrap();
     let f = sim.faults().unwrap();
     assert_eq!(f.lost_devices, vec![1]);
     assert_eq!(f.alloc_fail_after, Some(2));
@@ -106,12 +106,12 @@ fn faults_are_set_shown_and_cleared() {
     assert!(f.keep_dead_processes && f.nvml_used_memory_unavailable);
     assert!(matches!(
         sim.memory(1),
-        Err(vramdoc::sim::SimError::DeviceLost(1))
+        Err(vramdoc_sim::SimError::DeviceLost(1))
     ));
     let text = stdout(&run(&["sim", "status"]));
     assert!(text.contains("1 LOST"), "{text}");
     run(&["sim", "fault", "--clear"]);
-    assert_eq!(sim.faults().unwrap(), vramdoc::sim::Faults::default());
+    assert_eq!(sim.faults().unwrap(), vramdoc_sim::Faults::default());
     let o = vramdoc()
         .env("VRAMDOC_SIM_DIR", b.path())
         .args(["sim", "fault", "--lose-device", "7"])
@@ -139,7 +139,7 @@ fn hold_is_visible_in_status_and_returned_on_kill() {
         line.starts_with(&format!("holding pid={}", child.id())),
         "{line}"
     );
-    let sim = vramdoc::sim::SimBox::open(b.path()).unwrap();
+    let sim = vramdoc_sim::SimBox::open(b.path()).unwrap();
     let overhead = sim.device(1).unwrap().context_overhead;
     assert_eq!(sim.memory(1).unwrap().used, (1 << 30) + overhead);
     assert_eq!(sim.memory(0).unwrap().used, 0);

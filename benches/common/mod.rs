@@ -3,8 +3,8 @@
 //! `scan` and `serve` benches through `mod common;`.
 
 use std::process::{Child, Command};
-use vramdoc::sim::{procinfo, DeviceUsage, Faults, InitOptions, ProcessEntry, SimBox};
 use vramdoc::units::MIB;
+use vramdoc_sim::{procinfo, DeviceUsage, Faults, InitOptions, ProcessEntry, SimBox};
 
 /// `sleep` children that hold PIDs for the staged processes; killed and reaped on drop.
 pub struct Sleepers(Vec<Child>);

@@ -10,11 +10,12 @@ pub mod scan;
 pub mod serve;
 pub mod sim;
 
+use crate::backend::{self, BackendKind};
 use crate::cli::{BackendArg, Cli, Command, GlobalArgs};
-use crate::gpu::{self, BackendKind, Driver, Monitor};
-use crate::sim::{InitOptions, SimBox, SIM_DIR_ENV};
+use crate::gpu::{self, Driver, Monitor};
 use anyhow::Result;
 use std::path::PathBuf;
+use vramdoc_sim::{InitOptions, SimBox, SIM_DIR_ENV};
 
 /// Where commands get their GPU from: the backend kind, and a private box for `--sim`.
 pub struct Session {
@@ -29,7 +30,7 @@ impl Session {
     pub fn new(global: &GlobalArgs) -> Result<Session> {
         let mut private_box = None;
         if let Some(spec) = &global.sim {
-            crate::sim::parse_spec(spec)?;
+            vramdoc_sim::parse_spec(spec)?;
             let dir = tempfile::Builder::new()
                 .prefix("vramdoc-sim-")
                 .tempdir()
@@ -69,7 +70,7 @@ impl Session {
 
     /// The monitor, on a machine with at least one GPU (none: exit 3).
     pub fn monitor(&self) -> Result<Box<dyn Monitor>> {
-        let m = gpu::open_monitor(self.backend)?;
+        let m = backend::open_monitor(self.backend)?;
         if m.devices()?.is_empty() {
             return Err(gpu::GpuError::NoDevice(
                 "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
@@ -80,7 +81,7 @@ impl Session {
     }
 
     pub fn driver(&self) -> Result<Box<dyn Driver>> {
-        Ok(gpu::open_driver(self.backend)?)
+        Ok(backend::open_driver(self.backend)?)
     }
 }
 

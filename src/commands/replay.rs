@@ -35,7 +35,7 @@ fn usable_devices(
     parent_cvd: Option<&str>,
 ) -> (Vec<DeviceInfo>, Vec<(u32, String)>) {
     let uuids: Vec<String> = all.iter().map(|d| d.uuid.clone()).collect();
-    let selected = crate::sim::visible::visible_devices(parent_cvd, &uuids);
+    let selected = crate::gpu::visible::visible_devices(parent_cvd, &uuids);
     let mut ok = Vec::new();
     let mut bad = Vec::new();
     for pos in selected {
@@ -216,7 +216,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     // would make each variant fail in a confusing way. Same check on every backend.
     if let Some(cvd) = &parent_cvd {
         let uuids: Vec<String> = all_devices.iter().map(|d| d.uuid.clone()).collect();
-        if crate::sim::visible::visible_devices(Some(cvd), &uuids).is_empty() {
+        if crate::gpu::visible::visible_devices(Some(cvd), &uuids).is_empty() {
             anyhow::bail!(EnvironmentError(format!(
                 "CUDA_VISIBLE_DEVICES={:?} leaves no visible GPU (CUDA reports no device); unset it or list device indices or UUIDs, e.g. 0,1",
                 crate::term::clean(cvd)

@@ -1,19 +1,20 @@
 //! `vramdoc sim …`: create a simulated box, show it, inject faults, stage holder processes.
 
+use crate::backend::sim::SimDriver;
 use crate::cli::{GlobalArgs, SimCommand, SimFaultArgs, SimHoldArgs, SimInitArgs, SimStatusArgs};
 use crate::exit::UsageError;
-use crate::gpu::{sim::SimDriver, Driver, ProcessKind};
-use crate::sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
+use crate::gpu::{Driver, ProcessKind};
 use crate::units::{format_bytes, parse_size};
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use vramdoc_sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
 
 pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
         SimCommand::Init(a) => init(&a),
         SimCommand::Presets => presets(),
         SimCommand::Driverd(a) => {
-            crate::sim::broker::serve(&a.dir)
+            vramdoc_sim::broker::serve(&a.dir)
                 .with_context(|| format!("serving the box at {}", a.dir.display()))?;
             Ok(0)
         }
@@ -37,13 +38,13 @@ fn init(a: &SimInitArgs) -> Result<i32> {
         ..InitOptions::default()
     };
     if let Some(v) = &a.driver {
-        let p = crate::sim::profile::DriverProfile::parse(v)
+        let p = vramdoc_sim::profile::DriverProfile::parse(v)
             .map_err(|e| UsageError(format!("--driver: {e}")))?;
         opts.driver_version = p.driver_version;
         opts.cuda_driver_version = p.cuda_driver_version;
     }
     // The spec first: a bad one leaves nothing behind in TMPDIR.
-    crate::sim::parse_spec(&a.spec)?;
+    vramdoc_sim::parse_spec(&a.spec)?;
     let (dir, temp) = match &a.dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -85,7 +86,7 @@ fn start_broker(dir: &std::path::Path) {
     let spawned = std::process::Command::new(exe)
         .args(["sim", "driverd", "--dir"])
         .arg(dir)
-        .env_remove(crate::sim::SIM_DIR_ENV)
+        .env_remove(vramdoc_sim::SIM_DIR_ENV)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -94,7 +95,7 @@ fn start_broker(dir: &std::path::Path) {
     if spawned.is_err() {
         return;
     }
-    let sock = crate::sim::broker::socket_path(dir);
+    let sock = vramdoc_sim::broker::socket_path(dir);
     for _ in 0..100 {
         if sock.exists() {
             return;
@@ -131,7 +132,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             .devices()
             .iter()
             .map(|d| {
-                let m = crate::sim::memory_of(d, &st);
+                let m = vramdoc_sim::memory_of(d, &st);
                 serde_json::json!({"device": d, "memory": m, "lost": faults.lost_devices.contains(&d.index)})
             })
             .collect();
@@ -156,7 +157,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         "gpu", "name", "used", "reserved", "free", "total", "ctx cost",
     ]);
     for d in sim.devices() {
-        let m = crate::sim::memory_of(d, &st);
+        let m = vramdoc_sim::memory_of(d, &st);
         let lost = faults.lost_devices.contains(&d.index);
         t.add_row(vec![
             format!("{}{}", d.index, if lost { " LOST" } else { "" }),
@@ -204,7 +205,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         }
         crate::term::print(&t.to_string())?;
     }
-    if faults != crate::sim::Faults::default() {
+    if faults != vramdoc_sim::Faults::default() {
         crate::term::print(&format!("faults: {}", serde_json::to_string(&faults)?))?;
     }
     Ok(0)
@@ -241,7 +242,7 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
     // One read-modify-write under the box lock.
     let f = sim.update_faults(|f, st| {
         if a.clear {
-            *f = crate::sim::Faults::default();
+            *f = vramdoc_sim::Faults::default();
         }
         for d in &a.lose_device {
             if !f.lost_devices.contains(d) {

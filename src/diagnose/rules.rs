@@ -1,10 +1,10 @@
 //! The scan rules, one function each. Every rule is pure: inventory in, findings out.
 
 use super::{fixes, ids, Thresholds};
+use crate::gpu::visible::visible_devices;
 use crate::gpu::DeviceInfo;
 use crate::inventory::{GpuEnv, Inventory, CVD_UNKNOWN, CVD_UNSET};
 use crate::report::{Evidence, Finding, Headroom, ProcessInfo, Severity};
-use crate::sim::visible::visible_devices;
 use crate::units::format_bytes;
 
 pub(super) fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {

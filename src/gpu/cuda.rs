@@ -1,7 +1,7 @@
 //! The real CUDA backend: [`CudaDriver`] over cudarc's safe driver API, loading libcuda.so at
-//! run time (on a GPU machine the NVIDIA driver's, in tests tests/simgpu's). The fill and
-//! checksum kernels are kernels/vramdoc.ptx, embedded here and loaded with cuModuleLoadData,
-//! so users need no nvcc or NVRTC.
+//! run time (the NVIDIA driver's, or whichever one `LD_LIBRARY_PATH` puts first). The fill
+//! and checksum kernels are kernels/vramdoc.ptx, embedded here and loaded with
+//! cuModuleLoadData, so users need no nvcc or NVRTC.
 //!
 //! Contexts are primary contexts (`cuDevicePrimaryCtxRetain`, as PyTorch and the CUDA runtime
 //! use): creating one on ordinal N touches device N only. Two [`ContextId`]s on one ordinal
@@ -16,10 +16,11 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-/// The kernels' PTX (see kernels/README.md).
+/// The kernels' PTX (see kernels/README.md); their names and what they compute are
+/// `vramdoc_gpu_spec::kernel`.
 pub const KERNELS_PTX: &str = include_str!("../../kernels/vramdoc.ptx");
-pub const KERNEL_FILL: &str = "vramdoc_fill_u32";
-pub const KERNEL_CHECKSUM: &str = "vramdoc_checksum_u32";
+pub const KERNEL_FILL: &str = vramdoc_gpu_spec::kernel::FILL;
+pub const KERNEL_CHECKSUM: &str = vramdoc_gpu_spec::kernel::CHECKSUM;
 
 /// libcuda.so entry points cudarc calls for what this backend does, by their dlsym names.
 /// [`CudaDriver::open`] checks each is present before any is called.

@@ -4,16 +4,23 @@
 //!   checksum kernels, memory info as the process sees it;
 //! - [`Monitor`]: what an observer reads through NVML — versions, inventory, memory, processes.
 //!
-//! Backends: `cuda` (cudarc driver API) and `nvml` (nvml-wrapper) for real machines and for
-//! tests/simgpu loaded in their place; `sim` (in-process, over `crate::sim`). Nothing outside
-//! this module names cudarc or nvml-wrapper.
+//! Here: the traits, [`GpuError`], the types both report, and the real backends, `cuda`
+//! (cudarc driver API) and `nvml` (nvml-wrapper), which load whatever `libcuda.so` and
+//! `libnvidia-ml.so.1` the dynamic loader finds. [`visible`] is vramdoc's reading of
+//! `CUDA_VISIBLE_DEVICES` and its kin. Nothing outside this module names cudarc or
+//! nvml-wrapper; other implementations of the traits (and the choice between them) live in
+//! `crate::backend`.
 
 pub mod cuda;
 pub mod nvml;
-pub mod sim;
+pub mod visible;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+pub use vramdoc_gpu_spec::kernel::expected_checksum;
+pub use vramdoc_gpu_spec::uuid::{format_gpu_uuid, parse_gpu_uuid};
+pub use vramdoc_gpu_spec::ProcessKind;
 
 /// Errors at the GPU boundary.
 #[derive(Debug, Error)]
@@ -41,8 +48,14 @@ pub enum GpuError {
         code: String,
         message: String,
     },
-    #[error("simulated box: {0}")]
-    Sim(crate::sim::SimError),
+    /// The backend itself failed rather than a driver call (e.g. the state files of a backend
+    /// that keeps them), with its own error. `environment`: exit code 3.
+    #[error("{what}: {error}")]
+    Backend {
+        what: &'static str,
+        environment: bool,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The driver stack is present but unusable as installed (library/kernel-module version
     /// mismatch, a CUDA toolkit stub shadowing the driver, no PTX JIT compiler): exit code 3.
     /// The message says what to do.
@@ -55,15 +68,18 @@ pub enum GpuError {
 }
 
 impl GpuError {
-    /// Whether this is an environment problem (missing driver, no device, no box): exit 3.
+    /// Whether this is an environment problem (missing driver, no device, a backend that
+    /// cannot start): exit 3.
     pub fn is_environment(&self) -> bool {
         matches!(
             self,
             GpuError::LibraryMissing { .. }
                 | GpuError::NoDevice(_)
                 | GpuError::Environment { .. }
-                | GpuError::Sim(crate::sim::SimError::NoBox)
-                | GpuError::Sim(crate::sim::SimError::BadBox { .. })
+                | GpuError::Backend {
+                    environment: true,
+                    ..
+                }
         )
     }
 
@@ -140,36 +156,23 @@ pub fn cuda_error(call: &str, code: i32, name: &str, text: &str) -> GpuError {
     }
 }
 
-impl From<crate::sim::SimError> for GpuError {
-    fn from(e: crate::sim::SimError) -> Self {
-        use crate::sim::SimError as S;
-        match e {
-            S::InvalidDevice(i) => GpuError::InvalidDevice(i),
-            S::DeviceLost(i) => GpuError::DeviceLost(i),
-            S::DeviceBusy(_) => cuda_error(
-                "cuDevicePrimaryCtxRetain",
-                cuda_codes::DEVICE_UNAVAILABLE,
-                "",
-                "",
-            ),
-            S::Contained(_) => cuda_error("cuCtxSynchronize", cuda_codes::CONTAINED, "", ""),
-            S::NoPermission(i) => GpuError::Driver {
-                call: format!("device {i}"),
-                code: "NVML_ERROR_NO_PERMISSION".into(),
-                message: "insufficient permissions to query this device".into(),
-            },
-            S::OutOfMemory {
-                device,
-                requested,
-                free,
-            } => GpuError::OutOfMemory {
-                device,
-                requested,
-                detail: format!("{free} bytes free"),
-            },
-            other => GpuError::Sim(other),
-        }
+/// NVML's answer at init after a driver upgrade without a reboot
+/// (`NVML_ERROR_LIB_RM_VERSION_MISMATCH`): exit code 3, with what to do.
+pub fn nvml_version_mismatch() -> GpuError {
+    GpuError::Environment {
+        call: "nvmlInit_v2".into(),
+        code: "NVML_ERROR_LIB_RM_VERSION_MISMATCH".into(),
+        advice: "Driver/library version mismatch: the NVML library and the loaded kernel module \
+                 are different versions (driver upgraded without a reboot); reboot or reload \
+                 the nvidia kernel module"
+            .into(),
     }
+}
+
+/// A CUDA driver API version as `cuDriverGetVersion` and NVML report it, as people write it:
+/// `12040` → `12.4`.
+pub fn cuda_version_string(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
 pub type Result<T> = std::result::Result<T, GpuError>;
@@ -185,7 +188,7 @@ pub struct AllocId(pub u64);
 /// What a workload does on GPUs, through CUDA. Ordinals are CUDA ordinals (renumbered by
 /// `CUDA_VISIBLE_DEVICES`). Dropping a driver releases everything it created.
 pub trait Driver {
-    /// Backend name (`cuda`, `sim`).
+    /// Backend name (`cuda`, or another implementation's).
     fn backend(&self) -> &'static str;
     /// Devices this process can see.
     fn device_count(&mut self) -> Result<u32>;
@@ -210,38 +213,6 @@ pub trait Driver {
     fn device_uuid(&mut self, ordinal: u32) -> Result<String>;
 }
 
-/// Format a 16-byte CUDA UUID as NVML prints it: `GPU-` + 8-4-4-4-12 lowercase hex.
-pub fn format_gpu_uuid(bytes: &[u8; 16]) -> String {
-    let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// Parse an NVML UUID (`GPU-` + 32 hex digits with dashes) into its 16 bytes.
-pub fn parse_gpu_uuid(s: &str) -> Option<[u8; 16]> {
-    let hex: String = s
-        .strip_prefix("GPU-")
-        .or_else(|| s.strip_prefix("MIG-"))
-        .unwrap_or(s)
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 /// The device files of the real NVIDIA driver whose open descriptors keep GPU memory alive
 /// (`/dev/nvidia[0-9]*`, `/dev/nvidiactl`, `/dev/nvidia-uvm`), those that exist.
 pub fn real_device_nodes() -> Vec<std::path::PathBuf> {
@@ -261,11 +232,6 @@ pub fn real_device_nodes() -> Vec<std::path::PathBuf> {
         .collect();
     out.sort();
     out
-}
-
-/// Expected checksum of [`Driver::fill`] over `bytes` with `value`.
-pub fn expected_checksum(bytes: u64, value: u32) -> u64 {
-    (value as u64).wrapping_mul(bytes / 4)
 }
 
 /// Versions of the driver stack.
@@ -341,33 +307,6 @@ impl DeviceStatus {
     }
 }
 
-/// Which of NVML's process lists a process came from.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcessKind {
-    /// A CUDA (or other compute API) process: `nvmlDeviceGetComputeRunningProcesses`.
-    #[default]
-    Compute,
-    /// A graphics client such as Xorg or a Wayland compositor:
-    /// `nvmlDeviceGetGraphicsRunningProcesses`.
-    Graphics,
-    /// A client of the CUDA MPS server: `nvmlDeviceGetMPSComputeRunningProcesses`.
-    Mps,
-}
-
 /// A process with memory (or a context) on a device. PIDs are those of the host PID
 /// namespace, as the driver reports them, whatever namespace the reader is in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -392,7 +331,7 @@ pub struct CallCounts {
 
 /// What an observer reads about the machine, through NVML. Indices are physical.
 pub trait Monitor: Send + Sync {
-    /// Backend name (`nvml`, `sim`).
+    /// Backend name (`nvml`, or another implementation's).
     fn backend(&self) -> &'static str;
     fn versions(&self) -> Result<Versions>;
     /// Every device with its static facts and current memory, utilization, temperature.
@@ -405,35 +344,10 @@ pub trait Monitor: Send + Sync {
     /// Queries made so far.
     fn call_counts(&self) -> CallCounts;
     /// Files whose open descriptors keep GPU memory alive: on a real machine
-    /// `/dev/nvidia[0-9]*`, `/dev/nvidiactl`, `/dev/nvidia-uvm`; on a simulated box its
-    /// `dev/` files. A process holding one open (even one that never made a context, such as
+    /// `/dev/nvidia[0-9]*`, `/dev/nvidiactl`, `/dev/nvidia-uvm` (a backend whose driver keeps
+    /// its device files elsewhere names those). A process holding one open (even one that never made a context, such as
     /// a forked DataLoader worker) keeps its parent's memory allocated.
     fn device_nodes(&self) -> Vec<std::path::PathBuf> {
         real_device_nodes()
-    }
-}
-
-/// Which backends to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BackendKind {
-    /// The in-process simulator over the box in `VRAMDOC_SIM_DIR`.
-    Sim,
-    /// cudarc + nvml-wrapper, over whatever libcuda.so / libnvidia-ml.so.1 the loader finds.
-    Real,
-}
-
-/// Open a monitor of the given kind.
-pub fn open_monitor(kind: BackendKind) -> Result<Box<dyn Monitor>> {
-    match kind {
-        BackendKind::Sim => Ok(Box::new(sim::SimMonitor::from_env()?)),
-        BackendKind::Real => Ok(Box::new(nvml::NvmlMonitor::open()?)),
-    }
-}
-
-/// Open a driver of the given kind.
-pub fn open_driver(kind: BackendKind) -> Result<Box<dyn Driver>> {
-    match kind {
-        BackendKind::Sim => Ok(Box::new(sim::SimDriver::from_env()?)),
-        BackendKind::Real => Ok(Box::new(cuda::CudaDriver::open()?)),
     }
 }

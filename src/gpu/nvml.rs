@@ -1,5 +1,6 @@
 //! The real NVML backend: [`NvmlMonitor`] over nvml-wrapper, loading `libnvidia-ml.so.1`
-//! (or `libnvidia-ml.so`) by name, so `LD_LIBRARY_PATH` can point it at tests/simgpu.
+//! (or `libnvidia-ml.so`) by name, so `LD_LIBRARY_PATH` can point it at any library that
+//! implements NVML.
 //!
 //! Cost per query, in NVML calls: [`Monitor::devices`] = one count, then per device one
 //! handle lookup + name, UUID, PCI info, memory (v2), utilization, temperature;
@@ -26,7 +27,7 @@ use nvml_wrapper_sys::bindings::{
 };
 use std::ffi::OsStr;
 use std::os::raw::c_uint;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -47,6 +48,8 @@ const INITIAL_PROCESS_CAPACITY: usize = 64;
 pub struct NvmlMonitor {
     nvml: Nvml,
     library: String,
+    /// Device files beyond the real driver's `/dev` ones ([`NvmlMonitor::with_device_nodes`]).
+    extra_nodes: Vec<PathBuf>,
     /// Raw `nvmlDevice_t` handles by index (0 = not looked up yet).
     handles: Mutex<Vec<usize>>,
     /// Reused buffer for the `_v3` process lists (u64 words: 8-byte aligned records).
@@ -96,7 +99,7 @@ fn map_err(call: &str, index: Option<u32>, library: &str, e: NvmlError) -> GpuEr
                 "{call} is missing from it ({s}); update the NVIDIA driver to a CUDA 12 one"
             ),
         },
-        (NvmlError::LibRmVersionMismatch, _) => super::sim::nvml_mismatch(),
+        (NvmlError::LibRmVersionMismatch, _) => super::nvml_version_mismatch(),
         (NvmlError::DriverNotLoaded, _) => GpuError::NoDevice(format!(
             "{call}: the NVIDIA kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED); \
              load it (`nvidia-smi` must work), or without a GPU use --sim SPEC"
@@ -165,12 +168,20 @@ impl NvmlMonitor {
         Ok(NvmlMonitor {
             nvml,
             library: label.to_string(),
+            extra_nodes: Vec::new(),
             handles: Mutex::new(Vec::new()),
             proc_buf: Mutex::new(Vec::new()),
             inventory: AtomicU64::new(0),
             memory: AtomicU64::new(0),
             processes: AtomicU64::new(0),
         })
+    }
+
+    /// Also report `nodes` as device files ([`Monitor::device_nodes`]): for an NVML whose
+    /// driver keeps them outside `/dev`.
+    pub fn with_device_nodes(mut self, nodes: Vec<PathBuf>) -> NvmlMonitor {
+        self.extra_nodes = nodes;
+        self
     }
 
     /// The library this monitor loaded (name or path as given).
@@ -476,7 +487,7 @@ impl Monitor for NvmlMonitor {
             .map_err(|e| self.err("nvmlSystemGetNVMLVersion", None, e))?;
         Ok(Versions {
             driver,
-            cuda: super::sim::cuda_version_string(cuda),
+            cuda: super::cuda_version_string(cuda),
             nvml,
         })
     }
@@ -561,12 +572,9 @@ impl Monitor for NvmlMonitor {
         Ok(out)
     }
 
-    fn device_nodes(&self) -> Vec<std::path::PathBuf> {
-        // Real nodes; over tests/simgpu (a box named by VRAMDOC_SIM_DIR) the box's files.
+    fn device_nodes(&self) -> Vec<PathBuf> {
         let mut nodes = super::real_device_nodes();
-        if let Ok(sim) = crate::sim::SimBox::from_env() {
-            nodes.extend(sim.device_nodes());
-        }
+        nodes.extend(self.extra_nodes.iter().cloned());
         nodes
     }
 
@@ -612,14 +620,5 @@ mod tests {
             );
         }
         assert!(decode_records(&buffer(&[], 24, 4), 0).is_empty());
-    }
-
-    #[test]
-    fn uuid_bytes_format_like_nvml() {
-        let b: [u8; 16] = std::array::from_fn(|i| i as u8 * 17);
-        let s = crate::gpu::format_gpu_uuid(&b);
-        assert_eq!(s, "GPU-00112233-4455-6677-8899-aabbccddeeff");
-        assert_eq!(crate::gpu::parse_gpu_uuid(&s), Some(b));
-        assert_eq!(crate::gpu::parse_gpu_uuid("GPU-12"), None);
     }
 }

@@ -342,7 +342,7 @@ impl Feed<'_> {
 fn physical(ordinal: u32, devices: &[DeviceInfo]) -> Option<u32> {
     let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
     let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    crate::sim::visible::visible_devices(env.as_deref(), &uuids)
+    crate::gpu::visible::visible_devices(env.as_deref(), &uuids)
         .get(ordinal as usize)
         .copied()
 }

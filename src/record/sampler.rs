@@ -321,9 +321,9 @@ fn memory_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::sim::{SimDriver, SimMonitor};
+    use crate::backend::sim::{SimDriver, SimMonitor};
     use crate::gpu::Driver;
-    use crate::sim::{InitOptions, SimBox, SimProcess};
+    use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
     fn sim_box(spec: &str) -> (tempfile::TempDir, SimBox) {
         let dir = tempfile::tempdir().unwrap();
@@ -428,7 +428,7 @@ mod tests {
             None,
         );
         std::thread::sleep(Duration::from_millis(30));
-        sim.set_faults(&crate::sim::Faults {
+        sim.set_faults(&vramdoc_sim::Faults {
             lost_devices: vec![1],
             ..Default::default()
         })

@@ -2,10 +2,10 @@
 //! and the recording the rules take.
 
 use super::*;
-use crate::gpu::sim::{SimDriver, SimMonitor};
+use crate::backend::sim::{SimDriver, SimMonitor};
 use crate::gpu::Driver;
-use crate::sim::{InitOptions, SimBox, SimProcess};
 use std::time::Duration;
+use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
 fn sim_box(spec: &str) -> (tempfile::TempDir, SimBox, Vec<DeviceInfo>) {
     let dir = tempfile::tempdir().unwrap();
@@ -64,7 +64,7 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
 fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
     // A process-list query that takes 150 ms (a driver holding its lock).
-    sim.set_faults(&crate::sim::Faults {
+    sim.set_faults(&vramdoc_sim::Faults {
         nvml_process_latency_us: 150_000,
         ..Default::default()
     })
@@ -110,7 +110,7 @@ fn failed_process_lists_become_one_gap_per_device() {
         RecorderConfig::new(cadence(1, 5)),
     );
     std::thread::sleep(Duration::from_millis(30));
-    sim.set_faults(&crate::sim::Faults {
+    sim.set_faults(&vramdoc_sim::Faults {
         lost_devices: vec![1],
         ..Default::default()
     })

@@ -4,7 +4,7 @@
 
 use super::protocol::{self, Timed, WorkerInput};
 use super::{ReplayError, ReplayOptions};
-use crate::gpu::BackendKind;
+use crate::backend::BackendKind;
 use crate::job::process;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};

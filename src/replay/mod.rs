@@ -15,7 +15,8 @@ pub mod protocol;
 mod variant;
 pub mod worker;
 
-use crate::gpu::{self, BackendKind, DeviceInfo, GpuError};
+use crate::backend::{self, BackendKind};
+use crate::gpu::{DeviceInfo, GpuError};
 use crate::record::sampler::SamplerConfig;
 use crate::record::{Recorder, RecorderConfig};
 use crate::report::{Timeline, VariantRun, Verdict};
@@ -99,7 +100,7 @@ pub fn skipped(scn: &Scenario, variant: &Variant, reason: String) -> VariantRun 
 /// A value that selects nothing is passed on as is (the scenario wants no device).
 pub fn pin_by_uuid(env: Option<&str>, devices: &[DeviceInfo]) -> (Vec<u32>, String) {
     let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-    let view = crate::sim::visible::visible_devices(env, &uuids);
+    let view = crate::gpu::visible::visible_devices(env, &uuids);
     if view.is_empty() {
         return (view, env.unwrap_or_default().to_string());
     }
@@ -125,7 +126,7 @@ pub fn run_variant(
     // Neighbours first: they hold memory for the whole variant.
     let neighbours = variant::start_neighbours(scn, devices, view.smallest, opts, t0)?;
     // Memory of every device; process lists only where the worker works.
-    let monitor = match gpu::open_monitor(opts.backend) {
+    let monitor = match backend::open_monitor(opts.backend) {
         Ok(m) => m,
         Err(e) => {
             neighbours.finish();

@@ -4,7 +4,8 @@
 //! process groups that own tensors until destroyed.
 
 use super::protocol::{WorkerEvent, WorkerInput};
-use crate::gpu::{self, AllocId, BackendKind, ContextId, Driver, GpuError};
+use crate::backend::{self, BackendKind};
+use crate::gpu::{self, AllocId, ContextId, Driver, GpuError};
 use crate::report::StepErrorKind;
 use crate::scenario::{Op, SizeSpec};
 use std::collections::{BTreeMap, HashMap};
@@ -388,7 +389,7 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
             return crate::exit::USAGE;
         }
     };
-    let driver = match gpu::open_driver(kind) {
+    let driver = match backend::open_driver(kind) {
         Ok(d) => d,
         Err(e) => {
             emit(
@@ -485,10 +486,10 @@ pub fn run_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::sim::SimDriver;
+    use crate::backend::sim::SimDriver;
     use crate::scenario::Step;
-    use crate::sim::{InitOptions, SimBox, SimProcess};
     use crate::units::{GIB, MIB};
+    use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
     fn step(op: Op) -> Step {
         Step {

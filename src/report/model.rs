@@ -55,7 +55,7 @@ pub struct Environment {
     /// Kernel release (`uname -r`).
     pub kernel: String,
     pub vramdoc_version: String,
-    /// `sim` (in-process simulator) or `nvml`/`cuda` (real libraries, possibly tests/simgpu).
+    /// `sim` (in-process simulator) or `nvml`/`cuda` (real libraries, possibly the simulated libraries of crates/simgpu).
     pub backend: String,
     /// The simulated box spec, when the backend is the simulator.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -141,8 +141,8 @@ mod tests {
 
     #[test]
     fn a_lost_gpu_is_a_finding_and_the_others_keep_their_metrics() {
-        use crate::gpu::sim::SimMonitor;
-        use crate::sim::{Faults, InitOptions, SimBox};
+        use crate::backend::sim::SimMonitor;
+        use vramdoc_sim::{Faults, InitOptions, SimBox};
         let dir = tempfile::tempdir().unwrap();
         let sim = SimBox::create(dir.path(), "3x16GiB", &InitOptions::default()).unwrap();
         let monitor = SimMonitor::new(sim.clone());

@@ -1,5 +1,5 @@
 //! Shared helpers for integration tests: fresh simulated boxes, and the simulated driver
-//! libraries (tests/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
+//! libraries (crates/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
 #![allow(dead_code)]
 
 pub mod hold;
@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 /// A fresh simulated box; the directory lives as long as the returned guard.
 pub fn fresh_box(spec: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    vramdoc::sim::SimBox::create(dir.path(), spec, &vramdoc::sim::InitOptions::default())
+    vramdoc_sim::SimBox::create(dir.path(), spec, &vramdoc_sim::InitOptions::default())
         .expect("create box");
     dir
 }
@@ -25,17 +25,17 @@ fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
 }
 
-/// Build tests/simgpu (once per test binary) and return a directory holding it under the
+/// Build crates/simgpu (once per test binary) and return a directory holding it under the
 /// names the real libraries have. Point `LD_LIBRARY_PATH` at it.
 pub fn simgpu_lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "simgpu"])
+            .args(["build", "--quiet", "-p", "vramdoc-simgpu"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
-            .expect("run cargo build -p simgpu");
-        assert!(status.success(), "building tests/simgpu failed");
+            .expect("run cargo build -p vramdoc-simgpu");
+        assert!(status.success(), "building crates/simgpu failed");
         let built = target_dir().join("debug").join("libsimgpu.so");
         assert!(built.exists(), "{} missing after build", built.display());
         // One directory per test process, so concurrent test binaries never see a

@@ -1,5 +1,5 @@
 """A GPU job for `vramdoc run` tests: drives the CUDA driver API through ctypes, so it runs
-over tests/simgpu's libcuda.so exactly as it would over NVIDIA's (LD_LIBRARY_PATH decides).
+over crates/simgpu's libcuda.so exactly as it would over NVIDIA's (LD_LIBRARY_PATH decides).
 
 usage: job.py ACTION...   where ACTION is one of
   ctx:N          create a context on CUDA ordinal N (and make it current)

@@ -6,8 +6,8 @@
 //! here ([`crate::term::clean`]); commands only write the result out.
 
 pub mod replay;
-pub mod scan;
 pub mod run;
+pub mod scan;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 

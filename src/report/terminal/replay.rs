@@ -19,7 +19,9 @@ pub fn verdict_str(v: Verdict) -> &'static str {
 pub fn outcome(run: &VariantRun) -> String {
     match (&run.error, run.verdict) {
         (_, Verdict::Skipped) => run.reason.clone().unwrap_or_default(),
-        (Some(e), _) if e.kind == crate::report::StepErrorKind::OutOfMemory => format!("OOM at {}", e.step_label),
+        (Some(e), _) if e.kind == crate::report::StepErrorKind::OutOfMemory => {
+            format!("OOM at {}", e.step_label)
+        }
         (Some(e), _) => format!("{} at {}", e.kind, e.step_label),
         (None, _) => "completed".into(),
     }

@@ -1,9 +1,9 @@
 //! Box specifications: the short strings (`2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`) that
 //! describe a simulated machine, and the presets with real product names and totals.
 
-use crate::units::{parse_size, GIB, MIB};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use vramdoc_gpu_spec::units::{parse_size, GIB, MIB};
 
 /// A GPU model the simulator knows by name. Totals are what NVML reports on the real card.
 #[derive(Debug, Clone, Copy)]

@@ -1,12 +1,29 @@
-//! `CUDA_VISIBLE_DEVICES` as the real CUDA driver reads it: a comma-separated list of physical
-//! indices or GPU UUIDs (unique prefixes allowed). Parsing stops at the first entry that is
-//! invalid, out of range or repeated; the devices before it stay visible. Unset means all.
-//! CUDA ordinals are positions in the resulting list; NVML keeps physical numbering.
+//! Which GPUs a process sees, and how it numbers them, from its environment:
+//!
+//! - `NVIDIA_VISIBLE_DEVICES` ([`mounted_devices`]): read by the NVIDIA container runtime,
+//!   which mounts only those GPUs into the container; NVML inside numbers them from 0 in PCI
+//!   order.
+//! - `CUDA_DEVICE_ORDER` ([`cuda_order`]): CUDA enumerates the mounted devices fastest first
+//!   unless it is `PCI_BUS_ID`.
+//! - `CUDA_VISIBLE_DEVICES` ([`visible_devices`]), as the real CUDA driver reads it: a
+//!   comma-separated list of indices (in CUDA's order) or GPU UUIDs (unique prefixes allowed).
+//!   Parsing stops at the first entry that is invalid, out of range or repeated; the devices
+//!   before it stay visible. Unset means all. CUDA ordinals are positions in the resulting
+//!   list; NVML ignores the variable and keeps physical numbering.
+//!
+//! Sources: CUDA C++ Programming Guide, "CUDA Environment Variables"; NVIDIA Container
+//! Toolkit docs ("GPU enumeration", `NVIDIA_VISIBLE_DEVICES`).
+
+/// The variable CUDA reads to hide and renumber devices.
+pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// The variable the NVIDIA container runtime reads to choose the GPUs it mounts.
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+/// The variable choosing CUDA's enumeration order (`FASTEST_FIRST` or `PCI_BUS_ID`).
+pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";
 
 /// The devices a process can use at all, as NVML indexes them on the host, given its
 /// `NVIDIA_VISIBLE_DEVICES`. The NVIDIA container runtime reads that variable and mounts only
-/// those GPUs into the container; the simulator treats a process that sets it as such a
-/// container. Unset or `all`: every device. `none`, `void` or empty: none. Otherwise a
+/// those GPUs into the container. Unset or `all`: every device. `none`, `void` or empty: none. Otherwise a
 /// comma-separated list of host indices or UUIDs (unknown entries are skipped, as the runtime
 /// would refuse to start the container instead). Result in host PCI (NVML) order.
 pub fn mounted_devices(env: Option<&str>, uuids: &[String]) -> Vec<u32> {

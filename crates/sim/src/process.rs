@@ -6,13 +6,14 @@
 //! the fill kernel writes), so a 40 GiB allocation costs no host RAM.
 //!
 //! Kernels are emulated by name: `vramdoc_fill_u32` and `vramdoc_checksum_u32` (see
-//! kernels/vramdoc.cu) compute exactly what the PTX computes on a GPU.
+//! kernels/vramdoc.cu and `vramdoc_gpu_spec::kernel`) compute exactly what the PTX computes on
+//! a GPU.
 
-use super::{procinfo, visible, SimBox, SimError, SimMemory, GRANULARITY};
-use crate::gpu::ProcessKind;
-use crate::units::round_up;
+use super::{procinfo, SimBox, SimError, SimMemory, GRANULARITY};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
+use vramdoc_gpu_spec::units::{round_up, MIB};
+use vramdoc_gpu_spec::{kernel, visible, ProcessKind};
 
 /// What a process's environment says about the devices it may use and their order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,9 +30,9 @@ impl ProcessEnv {
     /// This process's own environment.
     pub fn from_env() -> ProcessEnv {
         ProcessEnv {
-            cuda_visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
-            nvidia_visible: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
-            device_order: std::env::var("CUDA_DEVICE_ORDER").ok(),
+            cuda_visible: std::env::var(visible::CUDA_VISIBLE_DEVICES).ok(),
+            nvidia_visible: std::env::var(visible::NVIDIA_VISIBLE_DEVICES).ok(),
+            device_order: std::env::var(visible::CUDA_DEVICE_ORDER).ok(),
         }
     }
 }
@@ -66,13 +67,8 @@ fn token_file(dev: &std::path::Path, token: &str) -> Result<std::sync::Arc<File>
         .write(true)
         .open(&path)
         .map_err(super::io_err(&path))?;
-    // SAFETY: flock on a valid, owned descriptor.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&tok), libc::LOCK_EX) } != 0 {
-        return Err(SimError::Io {
-            path,
-            source: std::io::Error::last_os_error(),
-        });
-    }
+    // flock(2): the lock stays while any process (a forked child) holds the descriptor.
+    tok.lock().map_err(|source| SimError::Io { path, source })?;
     let tok = std::sync::Arc::new(tok);
     tokens.push((dev.to_path_buf(), tok.clone()));
     Ok(tok)
@@ -99,9 +95,9 @@ struct ClientFiles {
 }
 
 /// Allocations up to this size get real host backing for their contents.
-pub const BACKED_LIMIT: u64 = 64 * crate::units::MIB;
+pub const BACKED_LIMIT: u64 = 64 * MIB;
 /// Host memory one simulated process may use to back allocations (docs/security.md).
-pub const HOST_BACKING_LIMIT: u64 = 512 * crate::units::MIB;
+pub const HOST_BACKING_LIMIT: u64 = 512 * MIB;
 
 /// Where simulated device pointers start; each allocation gets its own aligned range.
 const VA_BASE: u64 = 0x7f00_0000_0000;
@@ -587,12 +583,13 @@ impl SimProcess {
             Contents::Backed(buf) => {
                 ensure_len(buf, alloc.size);
                 let region = &buf[offset as usize..(offset + count * 4) as usize];
-                Ok(region
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64)
-                    .fold(0u64, u64::wrapping_add))
+                Ok(kernel::checksum(
+                    region
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                ))
             }
-            Contents::Uniform(v) => Ok((*v as u64).wrapping_mul(count)),
+            Contents::Uniform(v) => Ok(kernel::checksum_uniform(*v, count)),
         }
     }
 
@@ -628,8 +625,8 @@ fn ensure_len(buf: &mut Vec<u8>, size: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{Faults, InitOptions};
-    use crate::units::{GIB, MIB};
+    use crate::{Faults, InitOptions};
+    use vramdoc_gpu_spec::units::GIB;
 
     fn new_box(spec: &str) -> (tempfile::TempDir, SimBox) {
         let dir = tempfile::tempdir().unwrap();
@@ -775,7 +772,7 @@ mod tests {
                     for _ in 0..40 {
                         // Each thread charges the same PID; the box lock keeps totals exact.
                         let r = b.update(|st, _| {
-                            let m = crate::sim::memory_of(b.device(0)?, st);
+                            let m = crate::memory_of(b.device(0)?, st);
                             if m.free < 256 * MIB {
                                 return Err(SimError::OutOfMemory {
                                     device: 0,

@@ -1,29 +1,34 @@
-//! The simulated GPU machine ("box"). It owns devices, the contexts and allocations of every
-//! process that uses it, and fault injection. A box lives in a state directory so several
-//! processes (vramdoc itself, replay workers, programs loading tests/simgpu as libcuda.so or
-//! libnvidia-ml.so.1) see one machine:
+//! vramdoc-sim: the simulated GPU machine ("box"). It owns devices, the contexts and
+//! allocations of every process that uses it, and fault injection. A box lives in a state
+//! directory so several processes (vramdoc itself, replay workers, programs loading the
+//! `vramdoc-simgpu` cdylib as libcuda.so or libnvidia-ml.so.1) see one machine:
 //!
 //! - `box.json`: devices and versions, written once by `vramdoc sim init`;
 //! - `faults.json`: injected faults, changed at any time (`vramdoc sim fault`);
 //! - `state.json`: per-process usage per physical device, replaced atomically under `lock`.
 //!
 //! Memory of a process that has exited is returned on the next read, as the real driver does.
+//!
+//! Modules: [`spec`] (box specs and presets), [`profile`] (driver branches), [`process`] (one
+//! process's side: CUDA ordinals, contexts, allocations, contents), [`broker`] (host PIDs
+//! across PID namespaces), [`procinfo`] (process liveness). The semantics the simulator shares
+//! with vramdoc (sizes, UUIDs, the kernels' checksum, visible devices) come from
+//! `vramdoc-gpu-spec`.
 
 pub mod broker;
 pub mod process;
 pub mod procinfo;
 pub mod profile;
 pub mod spec;
-pub mod visible;
 
-use crate::units::round_up;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
+use vramdoc_gpu_spec::units::{round_up, MIB};
+use vramdoc_gpu_spec::{visible, ProcessKind};
 
 pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
@@ -31,7 +36,10 @@ pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
 /// Environment variable naming the box directory used by vramdoc and the simulated libraries.
 pub const SIM_DIR_ENV: &str = "VRAMDOC_SIM_DIR";
 /// Allocation granularity of the simulated driver.
-pub const GRANULARITY: u64 = 2 * crate::units::MIB;
+pub const GRANULARITY: u64 = 2 * MIB;
+/// Temperature every simulated device reports, degrees Celsius: the simulator models memory
+/// only (utilization is always 0 %).
+pub const TEMPERATURE_C: u32 = 34;
 
 /// Errors of the simulated machine. Each maps onto a CUDA / NVML return code at the C ABI.
 #[derive(Debug, Error)]
@@ -185,7 +193,7 @@ pub struct ProcessEntry {
     pub devices: BTreeMap<u32, DeviceUsage>,
     /// Which NVML process list the process appears in.
     #[serde(default)]
-    pub kind: crate::gpu::ProcessKind,
+    pub kind: ProcessKind,
     /// Token file under `dev/clients/` the process holds open and locked: the process's
     /// memory stays while any process (a forked child) still holds it. `None`: liveness by
     /// PID and start time.
@@ -221,7 +229,7 @@ pub struct SimMemory {
 pub struct SimProcessView {
     pub pid: u32,
     pub used: u64,
-    pub kind: crate::gpu::ProcessKind,
+    pub kind: ProcessKind,
 }
 
 /// A handle on a box directory.
@@ -257,10 +265,9 @@ pub fn client_alive(dir: &Path, name: &str) -> bool {
     let Ok(f) = fs::File::open(path) else {
         return false;
     };
-    // A shared probe conflicts with the holder's exclusive lock, not with other probes.
-    // SAFETY: flock on a valid, owned descriptor (closed on return, releasing the probe).
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-    rc != 0
+    // A shared probe conflicts with the holder's exclusive lock, not with other probes; it
+    // is released when `f` closes on return.
+    f.try_lock_shared().is_err()
 }
 
 /// Whether the process recorded as `entry` under `pid` still holds its memory.
@@ -304,14 +311,10 @@ fn pseudo_random_seed() -> u64 {
 fn make_uuid(seed: u64, index: u32) -> String {
     let a = seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let b = a.rotate_left(17).wrapping_mul(0xD6E8_FEB8_6659_FD93);
-    format!(
-        "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        (a >> 32) as u32,
-        (a >> 16) as u16,
-        a as u16,
-        (b >> 48) as u16,
-        b & 0xFFFF_FFFF_FFFF
-    )
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&a.to_be_bytes());
+    bytes[8..].copy_from_slice(&b.to_be_bytes());
+    vramdoc_gpu_spec::uuid::format_gpu_uuid(&bytes)
 }
 
 /// The PCI bus id of device `index` as NVML writes `nvmlPciInfo_t.busId`
@@ -519,14 +522,9 @@ impl SimBox {
             .write(true)
             .open(&path)
             .map_err(io_err(&path))?;
-        // SAFETY: flock on a valid, owned file descriptor.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(SimError::Io {
-                path,
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        // flock(2): held until the file closes (the guard drops).
+        file.lock()
+            .map_err(|source| SimError::Io { path, source })?;
         Ok(LockGuard { _file: file })
     }
 
@@ -678,7 +676,7 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sim
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::{GIB, MIB};
+    use vramdoc_gpu_spec::units::GIB;
 
     #[test]
     fn pci_bus_ids_follow_the_nvml_format_past_16_gpus() {
@@ -726,7 +724,7 @@ mod tests {
             vec![SimProcessView {
                 pid: me,
                 used: 100 * MIB,
-                kind: crate::gpu::ProcessKind::Compute,
+                kind: ProcessKind::Compute,
             }]
         );
         assert!(b.processes(0).unwrap().is_empty());

@@ -1,18 +1,59 @@
-//! The in-process simulated backends: [`SimDriver`] and [`SimMonitor`] over a `crate::sim`
-//! box. They answer as the real backends do over tests/simgpu, without loading any library.
-//! Utilization is always 0 % and temperature a fixed 34 °C: the simulator models memory only.
+//! The in-process simulated backends: [`SimDriver`] and [`SimMonitor`] over a `vramdoc_sim`
+//! box, and how the simulator's errors read as [`GpuError`]s. They answer as the real backends
+//! do over the `vramdoc-simgpu` libraries, without loading any library. Utilization is always
+//! 0 % and temperature a fixed [`vramdoc_sim::TEMPERATURE_C`]: the simulator models memory
+//! only.
 
-use super::{
-    AllocId, CallCounts, ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess,
-    MemoryInfo, Monitor, Result, Versions,
+use crate::gpu::visible::NVIDIA_VISIBLE_DEVICES;
+use crate::gpu::{
+    cuda_codes, cuda_error, cuda_version_string, nvml_version_mismatch, AllocId, CallCounts,
+    ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess, MemoryInfo, Monitor, Result,
+    Versions,
 };
-use crate::sim::{SimBox, SimProcess};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use vramdoc_sim::{SimBox, SimError, SimMemory, SimProcess};
 
-/// Simulated temperature reported for every device.
-pub const SIM_TEMPERATURE_C: u32 = 34;
+/// The simulator's errors at the GPU boundary: each as the real driver's error for the same
+/// condition (a lost device, a busy one, out of memory...); the box's own failures (no box,
+/// unreadable files) as [`GpuError::Backend`], an environment problem when there is no usable
+/// box.
+impl From<SimError> for GpuError {
+    fn from(e: SimError) -> Self {
+        use SimError as S;
+        match e {
+            S::InvalidDevice(i) => GpuError::InvalidDevice(i),
+            S::DeviceLost(i) => GpuError::DeviceLost(i),
+            S::DeviceBusy(_) => cuda_error(
+                "cuDevicePrimaryCtxRetain",
+                cuda_codes::DEVICE_UNAVAILABLE,
+                "",
+                "",
+            ),
+            S::Contained(_) => cuda_error("cuCtxSynchronize", cuda_codes::CONTAINED, "", ""),
+            S::NoPermission(i) => GpuError::Driver {
+                call: format!("device {i}"),
+                code: "NVML_ERROR_NO_PERMISSION".into(),
+                message: "insufficient permissions to query this device".into(),
+            },
+            S::OutOfMemory {
+                device,
+                requested,
+                free,
+            } => GpuError::OutOfMemory {
+                device,
+                requested,
+                detail: format!("{free} bytes free"),
+            },
+            other => GpuError::Backend {
+                what: "simulated box",
+                environment: matches!(other, S::NoBox | S::BadBox { .. }),
+                error: Box::new(other),
+            },
+        }
+    }
+}
 
 /// CUDA on the simulated box, in this process.
 pub struct SimDriver {
@@ -33,17 +74,12 @@ impl SimDriver {
     pub fn open(proc: SimProcess) -> Result<SimDriver> {
         let faults = proc.sim().faults()?;
         if faults.cuda_stub_library {
-            return Err(super::cuda_error(
-                "cuInit",
-                super::cuda_codes::STUB_LIBRARY,
-                "",
-                "",
-            ));
+            return Err(cuda_error("cuInit", cuda_codes::STUB_LIBRARY, "", ""));
         }
         if faults.driver_version_mismatch {
-            return Err(super::cuda_error(
+            return Err(cuda_error(
                 "cuInit",
-                super::cuda_codes::SYSTEM_DRIVER_MISMATCH,
+                cuda_codes::SYSTEM_DRIVER_MISMATCH,
                 "",
                 "",
             ));
@@ -142,9 +178,9 @@ impl Driver for SimDriver {
         self.proc.check(ordinal)?;
         // The fill kernel is PTX: loading it needs the driver's JIT compiler.
         if self.proc.sim().faults()?.no_ptx_jit {
-            return Err(super::cuda_error(
+            return Err(cuda_error(
                 "cuModuleLoadData",
-                super::cuda_codes::JIT_COMPILER_NOT_FOUND,
+                cuda_codes::JIT_COMPILER_NOT_FOUND,
                 "",
                 "",
             ));
@@ -170,7 +206,7 @@ impl Driver for SimDriver {
 }
 
 /// Report out-of-memory against the CUDA ordinal, as CudaDriver does.
-fn on_ordinal(e: crate::sim::SimError, ordinal: u32) -> GpuError {
+fn on_ordinal(e: SimError, ordinal: u32) -> GpuError {
     match GpuError::from(e) {
         GpuError::OutOfMemory {
             requested, detail, ..
@@ -206,9 +242,9 @@ impl SimMonitor {
     pub fn from_env() -> Result<SimMonitor> {
         let sim = SimBox::from_env()?;
         if sim.faults()?.driver_version_mismatch {
-            return Err(nvml_mismatch());
+            return Err(nvml_version_mismatch());
         }
-        let mounted = sim.mounted(std::env::var("NVIDIA_VISIBLE_DEVICES").ok().as_deref());
+        let mounted = sim.mounted(std::env::var(NVIDIA_VISIBLE_DEVICES).ok().as_deref());
         Ok(SimMonitor::with_mounted(sim, mounted))
     }
 
@@ -236,18 +272,6 @@ impl SimMonitor {
     }
 }
 
-/// NVML init after a driver upgrade without reboot.
-pub fn nvml_mismatch() -> GpuError {
-    GpuError::Environment {
-        call: "nvmlInit_v2".into(),
-        code: "NVML_ERROR_LIB_RM_VERSION_MISMATCH".into(),
-        advice: "Driver/library version mismatch: the NVML library and the loaded kernel module \
-                 are different versions (driver upgraded without a reboot); reboot or reload \
-                 the nvidia kernel module"
-            .into(),
-    }
-}
-
 impl SimMonitor {
     /// Host index behind an NVML index of this monitor.
     fn host(&self, index: u32) -> Result<u32> {
@@ -258,18 +282,13 @@ impl SimMonitor {
     }
 }
 
-fn to_memory(m: crate::sim::SimMemory) -> MemoryInfo {
+fn to_memory(m: SimMemory) -> MemoryInfo {
     MemoryInfo {
         total: m.total,
         reserved: m.reserved,
         used: m.used,
         free: m.free,
     }
-}
-
-/// `12040` → `12.4`.
-pub fn cuda_version_string(v: i32) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
 impl Monitor for SimMonitor {
@@ -296,8 +315,8 @@ impl Monitor for SimMonitor {
             Self::delay(faults.nvml_memory_latency_us);
             let status = match self.sim.check_nvml_device(d.index, &faults) {
                 Ok(_) => DeviceStatus::Ok,
-                Err(crate::sim::SimError::DeviceLost(_)) => DeviceStatus::Lost,
-                Err(crate::sim::SimError::NoPermission(_)) => DeviceStatus::NoPermission,
+                Err(SimError::DeviceLost(_)) => DeviceStatus::Lost,
+                Err(SimError::NoPermission(_)) => DeviceStatus::NoPermission,
                 Err(e) => DeviceStatus::Error {
                     message: e.to_string(),
                 },
@@ -312,12 +331,12 @@ impl Monitor for SimMonitor {
                 uuid: text(&d.uuid),
                 pci_bus_id: text(&d.pci_bus_id),
                 memory: if ok {
-                    to_memory(crate::sim::memory_of(d, &st))
+                    to_memory(vramdoc_sim::memory_of(d, &st))
                 } else {
                     MemoryInfo::zeroed()
                 },
                 utilization_gpu: ok.then_some(0),
-                temperature_c: ok.then_some(SIM_TEMPERATURE_C),
+                temperature_c: ok.then_some(vramdoc_sim::TEMPERATURE_C),
                 status,
             });
         }
@@ -341,7 +360,7 @@ impl Monitor for SimMonitor {
         let host = self.host(index)?;
         self.sim.check_nvml_device(host, &faults)?;
         if faults.mig_unprivileged_devices.contains(&host) {
-            return Err(crate::sim::SimError::NoPermission(host).into());
+            return Err(SimError::NoPermission(host).into());
         }
         Ok(self
             .sim
@@ -365,5 +384,35 @@ impl Monitor for SimMonitor {
             memory: self.memory.load(Ordering::Relaxed),
             processes: self.processes.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulator_errors_read_as_the_real_drivers_and_box_failures_as_environment() {
+        let no_box = GpuError::from(SimError::NoBox);
+        assert!(no_box.is_environment());
+        assert_eq!(
+            no_box.to_string(),
+            format!("simulated box: {}", SimError::NoBox)
+        );
+        let bad = GpuError::from(SimError::InvalidPointer(0x10));
+        assert!(!bad.is_environment());
+        assert!(matches!(
+            GpuError::from(SimError::DeviceLost(2)),
+            GpuError::DeviceLost(2)
+        ));
+        let oom = GpuError::from(SimError::OutOfMemory {
+            device: 1,
+            requested: 4096,
+            free: 0,
+        });
+        assert!(oom.is_out_of_memory());
+        assert!(GpuError::from(SimError::DeviceBusy(0))
+            .to_string()
+            .contains("CUDA_ERROR_DEVICE_UNAVAILABLE"));
     }
 }

@@ -1,0 +1,303 @@
+//! The simulated CUDA driver's operations on its state ([`Driver`]): handles, contexts, the
+//! process's allocations and copies on the box, modules and the two emulated kernels.
+
+use super::*;
+
+impl Driver {
+    pub(super) fn mint(&mut self) -> usize {
+        let h = self.next_handle;
+        self.next_handle += 0x10;
+        h
+    }
+
+    pub(super) fn ordinal(&self, dev: CUdevice) -> Result<u32, CUresult> {
+        if dev < 0 || dev as u32 >= self.proc.device_count() {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        Ok(dev as u32)
+    }
+
+    /// A live context handle, else `CUDA_ERROR_INVALID_CONTEXT`.
+    pub(super) fn ctx(&self, h: usize) -> Result<&Context, CUresult> {
+        match self.contexts.get(&h) {
+            Some(c) if c.active => Ok(c),
+            _ => Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+    }
+
+    /// The calling thread's current context, which must be live.
+    pub(super) fn current(&self) -> Result<usize, CUresult> {
+        let h = current_ctx().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        self.ctx(h)?;
+        Ok(h)
+    }
+
+    /// Context of a stream handle (null and the special default streams: the current one).
+    pub(super) fn stream_ctx(&self, stream: CUstream) -> Result<usize, CUresult> {
+        let s = stream as usize;
+        if s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD {
+            return self.current();
+        }
+        let st = self.streams.get(&s).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        self.ctx(st.ctx)?;
+        Ok(st.ctx)
+    }
+
+    /// Create a context on `ordinal` (charging its overhead on that device only).
+    pub(super) fn create_context(
+        &mut self,
+        ordinal: u32,
+        primary: bool,
+    ) -> Result<usize, CUresult> {
+        self.proc.create_context(ordinal).map_err(code)?;
+        let h = if primary {
+            match self.primaries.get(&ordinal) {
+                Some(h) => *h,
+                None => {
+                    let h = self.mint();
+                    self.primaries.insert(ordinal, h);
+                    h
+                }
+            }
+        } else {
+            self.mint()
+        };
+        self.contexts.insert(
+            h,
+            Context {
+                ordinal,
+                primary,
+                active: true,
+                retains: 1,
+            },
+        );
+        Ok(h)
+    }
+
+    /// Destroy a context: its allocations, streams, events and modules go with it.
+    pub(super) fn destroy_context(&mut self, h: usize) -> Result<(), CUresult> {
+        let ordinal = self.ctx(h)?.ordinal;
+        let mine: Vec<u64> = self
+            .allocations
+            .iter()
+            .filter(|(_, c)| **c == h)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in mine {
+            self.allocations.remove(&p);
+            self.proc.free(p).map_err(code)?;
+        }
+        self.streams.retain(|_, s| s.ctx != h);
+        self.events.retain(|_, e| e.ctx != h);
+        let modules: Vec<usize> = self
+            .modules
+            .iter()
+            .filter(|(_, m)| m.ctx == h)
+            .map(|(k, _)| *k)
+            .collect();
+        self.functions.retain(|_, f| !modules.contains(&f.module));
+        self.modules.retain(|_, m| m.ctx != h);
+        self.proc.destroy_context(ordinal).map_err(code)?;
+        if let Some(c) = self.contexts.get_mut(&h) {
+            c.active = false;
+            c.retains = 0;
+        }
+        if !self.contexts.get(&h).is_some_and(|c| c.primary) {
+            self.contexts.remove(&h);
+        }
+        Ok(())
+    }
+
+    /// Allocate in context `h`.
+    pub(super) fn alloc(&mut self, h: usize, bytes: usize) -> Result<u64, CUresult> {
+        if bytes == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ordinal = self.ctx(h)?.ordinal;
+        let ptr = self.proc.alloc(ordinal, bytes as u64).map_err(code)?;
+        self.allocations.insert(ptr, h);
+        Ok(ptr)
+    }
+
+    pub(super) fn free(&mut self, ptr: u64) -> Result<(), CUresult> {
+        if ptr == 0 || !self.allocations.contains_key(&ptr) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        self.proc.free(ptr).map_err(code)?;
+        self.allocations.remove(&ptr);
+        Ok(())
+    }
+
+    /// Fail when the device behind an ordinal is lost (work that would run there).
+    pub(super) fn check_device(&self, ordinal: u32) -> Result<(), CUresult> {
+        self.proc.check(ordinal).map_err(sync_code)
+    }
+
+    pub(super) fn check_ptr(&mut self, ptr: u64) -> Result<u32, CUresult> {
+        let ordinal = self.proc.ordinal_of(ptr).map_err(code)?;
+        self.proc.check(ordinal).map_err(code)?;
+        Ok(ordinal)
+    }
+
+    pub(super) fn memcpy_htod(
+        &mut self,
+        dst: u64,
+        src: *const c_void,
+        n: usize,
+    ) -> Result<(), CUresult> {
+        if n == 0 {
+            return Ok(());
+        }
+        nonnull(src)?;
+        self.check_ptr(dst)?;
+        // SAFETY: src holds n bytes per the caller's contract, checked non-null.
+        let data = unsafe { std::slice::from_raw_parts(src as *const u8, n) };
+        self.proc.write(dst, data).map_err(code)
+    }
+
+    pub(super) fn memcpy_dtoh(
+        &mut self,
+        dst: *mut c_void,
+        src: u64,
+        n: usize,
+    ) -> Result<(), CUresult> {
+        if n == 0 {
+            return Ok(());
+        }
+        nonnull(dst)?;
+        self.check_ptr(src)?;
+        // SAFETY: dst holds n bytes per the caller's contract, checked non-null.
+        let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) };
+        self.proc.read(src, buf).map_err(code)
+    }
+
+    pub(super) fn memcpy_dtod(&mut self, dst: u64, src: u64, n: usize) -> Result<(), CUresult> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_ptr(src)?;
+        self.check_ptr(dst)?;
+        let mut buf = vec![0u8; n];
+        self.proc.read(src, &mut buf).map_err(code)?;
+        self.proc.write(dst, &buf).map_err(code)
+    }
+
+    pub(super) fn memset8(&mut self, dst: u64, v: u8, n: usize) -> Result<(), CUresult> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_ptr(dst)?;
+        self.proc.memset8(dst, v, n as u64).map_err(code)
+    }
+
+    pub(super) fn memset32(&mut self, dst: u64, v: u32, n: usize) -> Result<(), CUresult> {
+        if !dst.is_multiple_of(4) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_ptr(dst)?;
+        self.proc.fill_u32(dst, v, n as u64).map_err(code)
+    }
+
+    pub(super) fn load_module(&mut self, image: &str) -> Result<usize, CUresult> {
+        let ctx = self.current()?;
+        let entries = ptx_entries(image);
+        if !image.contains(".version") || !image.contains(".target") {
+            return Err(CUDA_ERROR_INVALID_PTX);
+        }
+        // PTX needs the JIT compiler library (libnvidia-ptxjitcompiler.so).
+        if self.proc.sim().faults().map_err(code)?.no_ptx_jit {
+            return Err(CUDA_ERROR_JIT_COMPILER_NOT_FOUND);
+        }
+        let h = self.mint();
+        self.modules.insert(h, Module { ctx, entries });
+        Ok(h)
+    }
+
+    /// Run an emulated kernel. Kernel faults (bad pointer, wrong device) give
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS` as a real launch would report them.
+    pub(super) fn launch(
+        &mut self,
+        f: usize,
+        stream: CUstream,
+        params: *mut *mut c_void,
+    ) -> Result<(), CUresult> {
+        let func = self.functions.get(&f).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let module = self
+            .modules
+            .get(&func.module)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let ctx = module.ctx;
+        let name = func.name.clone();
+        let ordinal = self.ctx(ctx)?.ordinal;
+        let sctx = self.stream_ctx(stream)?;
+        if sctx != ctx {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        self.check_device(ordinal)?;
+        nonnull(params)?;
+        // SAFETY: kernelParams holds one pointer per kernel parameter (cuda.h contract); both
+        // emulated kernels take three, each pointing at a value of the PTX parameter's type.
+        let arg = |i: usize| -> Result<*mut c_void, CUresult> {
+            let p = unsafe { *params.add(i) };
+            if p.is_null() {
+                Err(CUDA_ERROR_INVALID_VALUE)
+            } else {
+                Ok(p)
+            }
+        };
+        let on_device = |d: &mut Driver, ptr: u64| -> Result<(), CUresult> {
+            match d.proc.ordinal_of(ptr) {
+                Ok(o) if o == ordinal => Ok(()),
+                _ => Err(CUDA_ERROR_ILLEGAL_ADDRESS),
+            }
+        };
+        let fault = |e: SimError| match e {
+            SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => {
+                CUDA_ERROR_ILLEGAL_ADDRESS
+            }
+            other => sync_code(other),
+        };
+        match name.as_str() {
+            KERNEL_FILL => {
+                // SAFETY: parameter types per kernels/vramdoc.cu: (u32*, u64, u32).
+                let (ptr, n, value) = unsafe {
+                    (
+                        *(arg(0)? as *const u64),
+                        *(arg(1)? as *const u64),
+                        *(arg(2)? as *const u32),
+                    )
+                };
+                if n == 0 {
+                    return Ok(());
+                }
+                on_device(self, ptr)?;
+                self.proc.fill_u32(ptr, value, n).map_err(fault)
+            }
+            KERNEL_CHECKSUM => {
+                // SAFETY: parameter types per kernels/vramdoc.cu: (const u32*, u64, u64*).
+                let (ptr, n, outp) = unsafe {
+                    (
+                        *(arg(0)? as *const u64),
+                        *(arg(1)? as *const u64),
+                        *(arg(2)? as *const u64),
+                    )
+                };
+                on_device(self, outp)?;
+                let sum = if n == 0 {
+                    0
+                } else {
+                    on_device(self, ptr)?;
+                    self.proc.checksum_u32(ptr, n).map_err(fault)?
+                };
+                let mut cur = [0u8; 8];
+                self.proc.read(outp, &mut cur).map_err(fault)?;
+                let total = u64::from_le_bytes(cur).wrapping_add(sum);
+                self.proc.write(outp, &total.to_le_bytes()).map_err(fault)
+            }
+            _ => Err(CUDA_ERROR_NOT_FOUND),
+        }
+    }
+}

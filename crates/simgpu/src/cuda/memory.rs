@@ -1,0 +1,179 @@
+//! Entry points: device and host allocations, memset, copies.
+
+use super::*;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    with_driver(|d| {
+        nonnull(dptr)?;
+        let ctx = d.current()?;
+        let p = d.alloc(ctx, bytes)?;
+        out(dptr, p)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    with_driver(|d| {
+        nonnull(dptr)?;
+        let ctx = d.stream_ctx(stream)?;
+        let p = d.alloc(ctx, bytes)?;
+        out(dptr, p)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    with_driver(|d| d.free(dptr))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    with_driver(|d| {
+        d.stream_ctx(stream)?;
+        d.free(dptr)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    with_driver(|d| {
+        nonnull(free)?;
+        nonnull(total)?;
+        let ctx = d.current()?;
+        let (f, t) = d.proc.mem_info(d.contexts[&ctx].ordinal).map_err(code)?;
+        out(free, f as usize)?;
+        out(total, t as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -> CUresult {
+    with_driver(|d| {
+        nonnull(pp)?;
+        d.current()?;
+        // SAFETY: plain host allocation, released by cuMemFreeHost.
+        let p = unsafe { libc::malloc(bytes.max(1)) };
+        if p.is_null() {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        out(pp, p)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> CUresult {
+    cuMemAllocHost_v2(pp, bytes)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    with_driver(|_| {
+        nonnull(p)?;
+        // SAFETY: p came from cuMemAllocHost_v2 / cuMemHostAlloc (libc::malloc).
+        unsafe { libc::free(p) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: u8, n: usize) -> CUresult {
+    with_driver(|d| d.memset8(dst, uc, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst: CUdeviceptr,
+    uc: u8,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    with_driver(|d| {
+        d.stream_ctx(stream)?;
+        d.memset8(dst, uc, n)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, ui: c_uint, n: usize) -> CUresult {
+    with_driver(|d| d.memset32(dst, ui, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD32Async(
+    dst: CUdeviceptr,
+    ui: c_uint,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    with_driver(|d| {
+        d.stream_ctx(stream)?;
+        d.memset32(dst, ui, n)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
+    with_driver(|d| d.memcpy_htod(dst, src, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    with_driver(|d| {
+        d.stream_ctx(stream)?;
+        d.memcpy_htod(dst, src, n)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
+    with_driver(|d| d.memcpy_dtoh(dst, src, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    with_driver(|d| {
+        d.stream_ctx(stream)?;
+        d.memcpy_dtoh(dst, src, n)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
+    with_driver(|d| d.memcpy_dtod(dst, src, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    with_driver(|d| {
+        d.stream_ctx(stream)?;
+        d.memcpy_dtod(dst, src, n)
+    })
+}

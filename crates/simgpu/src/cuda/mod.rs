@@ -1,0 +1,352 @@
+//! The CUDA driver API (cuda.h, CUDA 12) over the simulated box: every entry point cudarc
+//! 0.19's safe API calls, under the exact symbol names cudarc resolves with dlsym
+//! (`cuMemAlloc_v2`, `cuDevicePrimaryCtxRelease_v2`, ...). One global [`Driver`] behind a
+//! mutex, created by `cuInit` from `VRAMDOC_SIM_DIR` and `CUDA_VISIBLE_DEVICES`; a per-thread
+//! current-context stack. Handles (`CUcontext`, `CUstream`, `CUevent`, `CUmodule`,
+//! `CUfunction`) are opaque non-null values minted here. All work runs synchronously when
+//! submitted, so streams and events only order nothing and events timestamp submission.
+//!
+//! Kernels are emulated by name (see kernels/vramdoc.cu): `vramdoc_fill_u32` and
+//! `vramdoc_checksum_u32`; any other kernel launches fail with `CUDA_ERROR_NOT_FOUND`.
+//! Return codes follow cuda.h; the choices where the simulator must pick one (a lost device,
+//! an unreadable box) are documented in docs/simulator.md. No entry point panics across the
+//! C ABI: every body runs under `catch_unwind` and a panic becomes `CUDA_ERROR_UNKNOWN`.
+//!
+//! Here: the C types and codes, the library's state and the helpers every entry point uses.
+//! The state's operations are in `driver`; the entry points, one file per group of cuda.h, in
+//! `init`, `device`, `context`, `stream` (streams and events), `memory` and `module`
+//! (modules and launches).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+use vramdoc_gpu_spec::kernel;
+use vramdoc_sim::{SimError, SimProcess};
+
+mod context;
+mod device;
+mod driver;
+mod init;
+mod memory;
+mod module;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+pub use context::*;
+pub use device::*;
+pub use init::*;
+pub use memory::*;
+pub use module::*;
+pub use stream::*;
+
+/// `CUresult` (cuda.h `enum cudaError_enum`); only the codes this library returns.
+pub type CUresult = c_uint;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_STUB_LIBRARY: CUresult = 34;
+pub const CUDA_ERROR_DEVICE_UNAVAILABLE: CUresult = 46;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_INVALID_PTX: CUresult = 218;
+/// Newer than some client headers: cuda.h 12.0 ends its JIT codes at 222, but 221 exists
+/// since CUDA 11.1; 226 arrived with CUDA 12.4 (CUDA 12.0 clients do not know it).
+pub const CUDA_ERROR_JIT_COMPILER_NOT_FOUND: CUresult = 221;
+pub const CUDA_ERROR_CONTAINED: CUresult = 226;
+pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CUresult = 803;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+/// cuda.h names and descriptions (cuGetErrorName / cuGetErrorString) of the codes above and
+/// the other common ones.
+const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
+    (0, c"CUDA_SUCCESS", c"no error"),
+    (1, c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
+    (2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
+    (3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
+    (4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
+    (
+        34,
+        c"CUDA_ERROR_STUB_LIBRARY",
+        c"CUDA driver is a stub library",
+    ),
+    (
+        100,
+        c"CUDA_ERROR_NO_DEVICE",
+        c"no CUDA-capable device is detected",
+    ),
+    (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+    (
+        46,
+        c"CUDA_ERROR_DEVICE_UNAVAILABLE",
+        c"CUDA-capable device(s) is/are busy or unavailable",
+    ),
+    (
+        221,
+        c"CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+        c"PTX JIT compiler library not found",
+    ),
+    (
+        226,
+        c"CUDA_ERROR_CONTAINED",
+        c"uncorrectable error was contained",
+    ),
+    (
+        803,
+        c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        c"system has unsupported display driver / cuda driver combination",
+    ),
+    (
+        200,
+        c"CUDA_ERROR_INVALID_IMAGE",
+        c"device kernel image is invalid",
+    ),
+    (
+        201,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        218,
+        c"CUDA_ERROR_INVALID_PTX",
+        c"a PTX JIT compilation failed",
+    ),
+    (
+        222,
+        c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        c"the provided PTX was compiled with an unsupported toolchain.",
+    ),
+    (301, c"CUDA_ERROR_FILE_NOT_FOUND", c"file not found"),
+    (
+        400,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
+    (500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
+    (600, c"CUDA_ERROR_NOT_READY", c"device not ready"),
+    (
+        700,
+        c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        c"an illegal memory access was encountered",
+    ),
+    (
+        709,
+        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        c"context is destroyed",
+    ),
+    (
+        719,
+        c"CUDA_ERROR_LAUNCH_FAILED",
+        c"unspecified launch failure",
+    ),
+    (801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
+    (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
+];
+
+/// Kernels the simulator emulates, by PTX entry name.
+pub const KERNEL_FILL: &str = kernel::FILL;
+pub const KERNEL_CHECKSUM: &str = kernel::CHECKSUM;
+
+/// Event flag: no timing data (cuda.h `CU_EVENT_DISABLE_TIMING`).
+const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// Stream handles with a meaning of their own: legacy and per-thread default streams.
+const CU_STREAM_LEGACY: usize = 0x1;
+const CU_STREAM_PER_THREAD: usize = 0x2;
+
+struct Context {
+    ordinal: u32,
+    primary: bool,
+    /// Primary contexts keep their handle after release; `active` says whether one exists.
+    active: bool,
+    retains: u32,
+}
+
+struct Stream {
+    ctx: usize,
+}
+
+struct Event {
+    ctx: usize,
+    timing: bool,
+    recorded: Option<Instant>,
+}
+
+struct Module {
+    ctx: usize,
+    entries: Vec<String>,
+}
+
+struct Function {
+    module: usize,
+    name: String,
+}
+
+/// The driver state of this process.
+struct Driver {
+    proc: SimProcess,
+    contexts: HashMap<usize, Context>,
+    /// Primary context handle per ordinal (minted on first retain, stable afterwards).
+    primaries: HashMap<u32, usize>,
+    streams: HashMap<usize, Stream>,
+    events: HashMap<usize, Event>,
+    modules: HashMap<usize, Module>,
+    functions: HashMap<usize, Function>,
+    /// Allocation base pointer -> owning context handle.
+    allocations: HashMap<u64, usize>,
+    next_handle: usize,
+}
+
+static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
+
+thread_local! {
+    /// This thread's context stack; the top is the current context.
+    static CTX_STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+fn current_ctx() -> Option<usize> {
+    CTX_STACK.with(|s| s.borrow().last().copied())
+}
+
+fn set_current(ctx: Option<usize>) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        match ctx {
+            Some(c) => match s.last_mut() {
+                Some(top) => *top = c,
+                None => s.push(c),
+            },
+            None => {
+                s.pop();
+            }
+        }
+    });
+}
+
+fn lock() -> MutexGuard<'static, Option<Driver>> {
+    DRIVER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Run an entry point body: no panic crosses the C ABI.
+fn guard(f: impl FnOnce() -> CUresult) -> CUresult {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// Run `f` on the initialised driver (`CUDA_ERROR_NOT_INITIALIZED` before a successful cuInit).
+fn with_driver(f: impl FnOnce(&mut Driver) -> Result<(), CUresult>) -> CUresult {
+    guard(|| {
+        let mut g = lock();
+        match g.as_mut() {
+            None => CUDA_ERROR_NOT_INITIALIZED,
+            Some(d) => match f(d) {
+                Ok(()) => CUDA_SUCCESS,
+                Err(code) => code,
+            },
+        }
+    })
+}
+
+/// CUresult of a simulator error. A lost device gives `CUDA_ERROR_UNKNOWN` here; launches
+/// and synchronisation use [`sync_code`] instead.
+fn code(e: SimError) -> CUresult {
+    match e {
+        SimError::InvalidDevice(_) => CUDA_ERROR_INVALID_DEVICE,
+        SimError::DeviceLost(_) => CUDA_ERROR_UNKNOWN,
+        SimError::OutOfMemory { .. } => CUDA_ERROR_OUT_OF_MEMORY,
+        SimError::NoContext(_) => CUDA_ERROR_INVALID_CONTEXT,
+        SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => CUDA_ERROR_INVALID_VALUE,
+        SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
+        SimError::NoBox => CUDA_ERROR_NO_DEVICE,
+        // NVML-only (MIG parent, unmounted device): CUDA never sees such a device.
+        SimError::NoPermission(_) => CUDA_ERROR_INVALID_DEVICE,
+        SimError::DeviceBusy(_) => CUDA_ERROR_DEVICE_UNAVAILABLE,
+        SimError::Contained(_) => CUDA_ERROR_CONTAINED,
+        SimError::BadBox { .. }
+        | SimError::Io { .. }
+        | SimError::Spec(_)
+        | SimError::Profile(_) => CUDA_ERROR_UNKNOWN,
+    }
+}
+
+/// CUresult of a failure seen by a launch or a synchronisation: work on a device that fell off
+/// the bus reports `CUDA_ERROR_LAUNCH_FAILED` ("unspecified launch failure").
+fn sync_code(e: SimError) -> CUresult {
+    match e {
+        SimError::DeviceLost(_) => CUDA_ERROR_LAUNCH_FAILED,
+        other => code(other),
+    }
+}
+
+fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: caller-provided output pointer, checked non-null; cuda.h contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+fn nonnull<T>(p: *const T) -> Result<(), CUresult> {
+    if p.is_null() {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    } else {
+        Ok(())
+    }
+}
+
+/// Write `s` as a NUL-terminated string into `buf` of `len` bytes (truncating).
+fn write_cstr(buf: *mut c_char, len: c_int, s: &str) -> Result<(), CUresult> {
+    if buf.is_null() || len <= 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = s.as_bytes();
+    let n = bytes.len().min(len as usize - 1);
+    // SAFETY: buf holds len bytes per the caller's contract; we write n + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+    }
+    Ok(())
+}
+
+/// PTX `.entry` names of a module image.
+pub fn ptx_entries(ptx: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = ptx;
+    while let Some(i) = rest.find(".entry") {
+        let after = &rest[i + ".entry".len()..];
+        // `.entry` must be a whole directive, followed by whitespace.
+        if after.starts_with(|c: char| c.is_whitespace()) {
+            let name: String = after
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$' || *c == '.')
+                .collect();
+            if !name.is_empty() && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        rest = after;
+    }
+    names
+}

@@ -1,0 +1,93 @@
+//! Entry points: system queries (driver, NVML and CUDA versions, process names).
+
+use super::*;
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    guard(|| {
+        done((|| {
+            let sim = current()?;
+            write_str(version, length, &sim.config().driver_version)
+        })())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    guard(|| {
+        let v = match any_box() {
+            Some(b) => b.config().nvml_version.clone(),
+            None => default_nvml_version(),
+        };
+        done(write_str(version, length, &v))
+    })
+}
+
+fn default_nvml_version() -> String {
+    let o = vramdoc_sim::InitOptions::default();
+    format!("{}.{}", o.cuda_driver_version / 1000, o.driver_version)
+}
+
+fn cuda_version(out_v: *mut c_int) -> nvmlReturn_t {
+    let v = match any_box() {
+        Some(b) => b.config().cuda_driver_version,
+        None => vramdoc_sim::InitOptions::default().cuda_driver_version,
+    };
+    // SAFETY: checked for NULL by `out`.
+    done(unsafe { out(out_v, v) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(
+    cudaDriverVersion: *mut c_int,
+) -> nvmlReturn_t {
+    guard(|| cuda_version(cudaDriverVersion))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
+    cudaDriverVersion: *mut c_int,
+) -> nvmlReturn_t {
+    guard(|| cuda_version(cudaDriverVersion))
+}
+
+/// The name the box recorded for `pid`, else `/proc/PID/comm`; cropped to `length`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetProcessName(
+    pid: c_uint,
+    name: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    guard(|| {
+        done((|| {
+            let sim = current()?;
+            if name.is_null() || length == 0 {
+                return Err(NVML_ERROR_INVALID_ARGUMENT);
+            }
+            let st = sim.state().map_err(|e| sim_code(&e))?;
+            let recorded = st
+                .processes
+                .get(&pid)
+                .map(|p| p.name.clone())
+                .filter(|n| !n.is_empty());
+            let n = match recorded {
+                Some(n) => n,
+                None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map(|s| s.trim_end().to_string())
+                    .map_err(|_| NVML_ERROR_NOT_FOUND)?,
+            };
+            let max = length as usize - 1;
+            let mut cut = n.len().min(max);
+            while !n.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            write_str(name, length, &n[..cut])
+        })())
+    })
+}
