@@ -61,6 +61,16 @@ fn escape_where(
     out
 }
 
+/// One field of untrusted text kept to one line: every control character (newline, tab,
+/// escape, C1) becomes a space. For what is stored in a report and shown as one line (a
+/// stderr line, a process name or command line, a marker label); [`clean`] still escapes
+/// what reaches a terminal.
+pub fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// A block of text made safe for a terminal: like [`clean`], but `\n` is kept.
 pub fn clean_text(s: &str) -> String {
     escape_where(s, |c| c != '\n' && is_unsafe(c), escape_into)
@@ -144,6 +154,7 @@ mod tests {
         assert_eq!(clean("abc\u{202e}def"), "abc\\u{202e}def");
         assert_eq!(clean_text("line1\nline2\x07"), "line1\nline2\\x07");
         assert_eq!(clean("plain text, é ü 日本"), "plain text, é ü 日本");
+        assert_eq!(one_line("a\nb\tc\x1b[2J\u{9b}d"), "a b c [2J d");
         let j = json_safe(&serde_json::to_string("a\u{9b}b\u{202e}\x1b").unwrap());
         assert_eq!(j, r#""a\u009bb\u202e\u001b""#);
         let back: String = serde_json::from_str(&j).unwrap();

@@ -150,10 +150,11 @@ fn finish(report: &Report, args: &RunArgs, status: i32) -> Result<i32> {
 /// Why the run is a failed test case: the command's status, else the findings at or above
 /// `--fail-on`; `None` when it passed. `(message, evidence)`. Pure.
 pub fn junit_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(String, String)> {
-    use crate::report::text::{clean, severity_word};
+    use crate::report::text::severity_word;
+    use crate::term::one_line;
     let mut evidence = String::new();
     for e in &run.errors {
-        let line: String = clean(&e.line).chars().take(300).collect();
+        let line: String = one_line(&e.line).chars().take(300).collect();
         evidence.push_str(&format!("{} at {:.0} ms: {line}\n", e.kind, e.t_ms));
     }
     let over: Vec<&Finding> = run
@@ -166,19 +167,23 @@ pub fn junit_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(Stri
             "{} {}: {}\n",
             severity_word(f.severity),
             f.id,
-            clean(&f.title)
+            one_line(&f.title)
         ));
         for ev in &f.evidence {
-            evidence.push_str(&format!("  {}: {}\n", clean(&ev.label), clean(&ev.value)));
+            evidence.push_str(&format!(
+                "  {}: {}\n",
+                one_line(&ev.label),
+                one_line(&ev.value)
+            ));
         }
         if !f.fix.is_empty() {
-            evidence.push_str(&format!("  fix: {}\n", clean(&f.fix)));
+            evidence.push_str(&format!("  fix: {}\n", one_line(&f.fix)));
         }
     }
     if !run.stderr_tail.is_empty() {
         evidence.push_str("stderr (last lines, redacted):\n");
         for l in &run.stderr_tail {
-            evidence.push_str(&format!("  {}\n", clean(l)));
+            evidence.push_str(&format!("  {}\n", one_line(l)));
         }
     }
     let message = if run.exit.status != 0 {
@@ -206,7 +211,7 @@ pub fn junit_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(Stri
 fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<()> {
     let html = super::out_with_ext(&args.out, &["html", "htm"]);
     if let Some(path) = &args.junit {
-        let name: String = crate::report::text::clean(&run.command.join(" "))
+        let name: String = crate::term::one_line(&run.command.join(" "))
             .chars()
             .take(200)
             .collect();

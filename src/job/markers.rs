@@ -89,7 +89,7 @@ impl MarkerTail {
 
 /// A marker line as shown: cleaned, redacted, at most 200 characters.
 pub fn marker_text(line: &str) -> String {
-    let clean = crate::report::text::clean(line.trim());
+    let clean = crate::term::one_line(line.trim());
     crate::redact::redact_text(clean.trim())
         .chars()
         .take(200)

@@ -70,7 +70,7 @@ impl JobError {
     }
 
     fn spawn(program: &str, e: std::io::Error) -> JobError {
-        let program = crate::report::text::clean(program);
+        let program = crate::term::one_line(program);
         match (e.kind(), e.raw_os_error()) {
             (std::io::ErrorKind::NotFound, _) => JobError::NotFound(program),
             (std::io::ErrorKind::PermissionDenied, _) | (_, Some(libc::ENOEXEC)) => {

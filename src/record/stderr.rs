@@ -50,7 +50,7 @@ pub struct StderrWatcher {
 }
 
 fn cut(line: &str) -> String {
-    let clean = crate::report::text::clean(line.trim_end());
+    let clean = crate::term::one_line(line.trim_end());
     let red = crate::redact::redact_text(&clean);
     red.chars().take(LINE_CHARS).collect()
 }

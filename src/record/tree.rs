@@ -98,12 +98,12 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
                 .collect()
         })
         .unwrap_or_default();
-    let name = status.map(|s| crate::report::text::clean(&s.name));
+    let name = status.map(|s| crate::term::one_line(&s.name));
     let cmdline = proc_
         .as_ref()
         .and_then(|p| p.cmdline().ok())
         .filter(|v| !v.is_empty())
-        .map(|v| crate::report::text::clean(&crate::redact::redact_cmdline(&v)));
+        .map(|v| crate::term::one_line(&crate::redact::redact_cmdline(&v)));
     let gpu_env = proc_
         .as_ref()
         .and_then(|p| p.environ().ok())
@@ -116,7 +116,7 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
                         .to_string_lossy()
                         .into_owned();
                     let v = crate::redact::redact_env(k, &v)?;
-                    Some((k.to_string(), crate::report::text::clean(&v)))
+                    Some((k.to_string(), crate::term::one_line(&v)))
                 })
                 .collect()
         })
@@ -202,7 +202,7 @@ impl ProcessTree {
             // A fork seen before its exec: same process, new program; read it again.
             if let Some(tp) = self.live.get_mut(&pid) {
                 if tp.start_time == e.start_time && tp.end_ms.is_none() {
-                    if tp.name.as_deref() != Some(crate::report::text::clean(&e.comm).as_str()) {
+                    if tp.name.as_deref() != Some(crate::term::one_line(&e.comm).as_str()) {
                         *tp = details(pid, e.ppid, e.start_time, tp.start_ms);
                         changes.push(TreeChange::Started(tp.clone()));
                     }

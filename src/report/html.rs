@@ -230,7 +230,10 @@ impl Markup for Html {
     }
 
     fn details(&mut self, summary: &str, lines: &[String]) {
-        let lines: Vec<String> = lines.iter().map(|l| esc(&text::clean(l))).collect();
+        let lines: Vec<String> = lines
+            .iter()
+            .map(|l| esc(&crate::term::one_line(l)))
+            .collect();
         let _ = writeln!(
             self.out,
             "<details><summary>{}</summary><pre>{}</pre></details>",

@@ -137,7 +137,10 @@ impl Markup for Markdown {
     }
 
     fn details(&mut self, summary: &str, lines: &[String]) {
-        let block: String = lines.iter().map(|l| text::clean(l) + "\n").collect();
+        let block: String = lines
+            .iter()
+            .map(|l| crate::term::one_line(l) + "\n")
+            .collect();
         let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
         let _ = writeln!(
             self.out,
@@ -246,7 +249,7 @@ pub fn md_code_cell(s: &str) -> String {
 }
 
 fn code_span(s: &str, in_table: bool) -> String {
-    let s = text::clean(s);
+    let s = crate::term::one_line(s);
     if s.is_empty() {
         return String::new();
     }
@@ -263,7 +266,7 @@ fn code_span(s: &str, in_table: bool) -> String {
 /// Inline text shown literally: Markdown and HTML punctuation is backslash-escaped, except
 /// inside balanced code spans, which are kept (fix texts use them for commands).
 pub fn md_text(s: &str, in_table: bool) -> String {
-    let s = text::clean(s);
+    let s = crate::term::one_line(s);
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len() + 8);
     let mut i = 0;

@@ -708,7 +708,11 @@ fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
         m.table("processes", &columns, &rows);
     }
     if !run.stderr_tail.is_empty() {
-        let lines: Vec<String> = run.stderr_tail.iter().map(|l| text::clean(l)).collect();
+        let lines: Vec<String> = run
+            .stderr_tail
+            .iter()
+            .map(|l| crate::term::one_line(l))
+            .collect();
         m.details(
             &format!("Last {} lines of stderr", run.stderr_tail.len()),
             &lines,

@@ -5,6 +5,7 @@
 use super::{ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict};
 use crate::gpu::DeviceInfo;
 use crate::redact::{redact_args, redact_text};
+use crate::term::one_line;
 use crate::units::format_bytes;
 
 /// A copy of `report` with its command line and process command lines passed through
@@ -135,7 +136,7 @@ pub fn summary(report: &Report) -> String {
             let Some(run) = &report.run else {
                 return format!("vramdoc run on {host} ({gpus}): no run result recorded.");
             };
-            let cmd = clean(&run.command.join(" "));
+            let cmd = one_line(&run.command.join(" "));
             let how = match (run.exit.code, &run.exit.signal_name) {
                 (_, Some(sig)) => format!("killed by {sig} (status {})", run.exit.status),
                 (Some(c), None) => format!("exited {c}"),
@@ -146,7 +147,9 @@ pub fn summary(report: &Report) -> String {
                 .findings
                 .iter()
                 .max_by_key(|f| f.severity)
-                .map_or(String::new(), |f| format!("; worst: {}", clean(&f.title)));
+                .map_or(String::new(), |f| {
+                    format!("; worst: {}", one_line(&f.title))
+                });
             format!(
                 "vramdoc run on {host} ({gpus}): `{cmd}` {how} after {}; {n} finding{}{worst}",
                 format_ms(run.duration_ms as f64),
@@ -191,8 +194,8 @@ fn finite_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
         .filter(|m| m.t_ms.is_finite())
         .map(|m| ChartMarker {
             t_ms: m.t_ms,
-            kind: clean(m.kind.as_str()),
-            label: clean(&m.label),
+            kind: one_line(m.kind.as_str()),
+            label: one_line(&m.label),
             device: m.device,
             symbol: ' ',
         })
@@ -443,7 +446,7 @@ pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
             ms.push(ChartMarker {
                 t_ms: e.t_ms,
                 kind: kind.into(),
-                label: clean(&format!("{} at step {}: {}", e.kind, e.step, e.step_label)),
+                label: one_line(&format!("{} at step {}: {}", e.kind, e.step, e.step_label)),
                 device: None,
                 symbol: 'X',
             });
@@ -480,14 +483,6 @@ pub fn peaks_per_gpu(p: &super::RunProcess) -> Vec<String> {
                 d.peak.map_or("n/a".to_string(), format_bytes)
             )
         })
-        .collect()
-}
-
-/// Control characters (newlines, escapes) replaced by spaces: every untrusted string passes
-/// through this before it is shown.
-pub fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
 }
 

@@ -2,8 +2,9 @@
 //! device's peak, the job's share and the lowest free memory, the error lines, the findings
 //! and where the reports went. Pure; lines fit 100 columns; text from the job is cleaned.
 
-use crate::report::text::{clean, format_ms, percent, severity_word};
+use crate::report::text::{format_ms, percent, severity_word};
 use crate::report::RunResult;
+use crate::term::one_line;
 use crate::units::format_bytes;
 use std::path::PathBuf;
 
@@ -15,7 +16,7 @@ pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
         (None, Some(c)) => format!("exited {c}"),
         _ => format!("ended ({})", run.exit.status),
     };
-    let cmd: String = clean(&run.command.join(" ")).chars().take(50).collect();
+    let cmd: String = one_line(&run.command.join(" ")).chars().take(50).collect();
     s.push_str(&format!(
         "\nvramdoc: `{cmd}` {how} after {}; {} process{} in its tree\n",
         format_ms(run.duration_ms as f64),
@@ -55,7 +56,7 @@ pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
             "  {} {}: {}\n",
             severity_word(f.severity),
             f.id,
-            clean(&f.title)
+            one_line(&f.title)
         ));
     }
     for p in out {
