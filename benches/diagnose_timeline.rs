@@ -10,7 +10,7 @@ use vramdoc::diagnose::{
     fingerprints, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
     TimelineThresholds,
 };
-use vramdoc::report::{DeviceSeries, Marker, ProcessSample, Timeline};
+use vramdoc::model::{DeviceSeries, Marker, ProcessSample, Timeline};
 use vramdoc::units::{GIB, MIB};
 
 const DEVICES: u32 = 8;

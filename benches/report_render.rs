@@ -5,8 +5,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 use vramdoc::gpu::{DeviceInfo, MemoryInfo, Versions};
+use vramdoc::model::*;
 use vramdoc::report::write::{render, Format};
-use vramdoc::report::*;
 use vramdoc::units::GIB;
 
 const DEVICES: u32 = 8;

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use vramdoc::backend::sim::SimMonitor;
 use vramdoc::diagnose::{self, TimelineThresholds};
 use vramdoc::gpu::Monitor;
+use vramdoc::model::{DeviceSeries, Marker, ProcessSample, Timeline};
 use vramdoc::record::sampler::SamplerConfig;
 use vramdoc::record::{JobEnd, RecordedDevice, RecordedProcess, Recording};
 use vramdoc::record::{Recorder, RecorderConfig};
-use vramdoc::report::{DeviceSeries, Marker, ProcessSample, Timeline};
 use vramdoc::units::GIB;
 use vramdoc_sim::{InitOptions, SimBox};
 

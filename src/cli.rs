@@ -170,7 +170,7 @@ pub struct ScanArgs {
     pub per_process: bool,
 }
 
-pub use crate::report::Severity;
+pub use crate::model::Severity;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

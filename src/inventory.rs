@@ -12,7 +12,7 @@
 
 use crate::gpu::{DeviceInfo, GpuError, Monitor};
 use crate::host::{self, Environ};
-use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo};
+use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -188,6 +188,23 @@ impl Inventory {
     }
 }
 
+/// The [`Environment`] section of a report: host, kernel, versions, devices, read through
+/// `monitor`. `sim_spec` is the box spec when simulated.
+pub fn environment(
+    monitor: &dyn Monitor,
+    sim_spec: Option<String>,
+) -> Result<Environment, GpuError> {
+    Ok(Environment {
+        hostname: host::hostname().unwrap_or_else(|_| "unknown".into()),
+        kernel: host::kernel_release().unwrap_or_else(|_| "unknown".into()),
+        vramdoc_version: env!("CARGO_PKG_VERSION").to_string(),
+        backend: monitor.backend().to_string(),
+        sim_spec,
+        versions: monitor.versions()?,
+        devices: monitor.devices()?,
+    })
+}
+
 /// Collect one scan through `monitor`: `versions()` once, `devices()` once, `processes(i)`
 /// once per device, then /proc for each PID.
 pub fn collect(
@@ -195,7 +212,7 @@ pub fn collect(
     sim_spec: Option<String>,
     pid_namespace: PidNamespace,
 ) -> Result<Inventory, GpuError> {
-    let environment = crate::report::environment::collect(monitor, sim_spec)?;
+    let environment = environment(monitor, sim_spec)?;
     let mut details = Details::default();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
     for d in environment.devices.iter().filter(|d| d.status.is_ok()) {

@@ -15,6 +15,7 @@ pub mod host;
 pub mod input;
 pub mod inventory;
 pub mod job;
+pub mod model;
 pub mod record;
 pub mod redact;
 pub mod replay;

@@ -6,7 +6,7 @@
 use crate::diagnose::{self, Thresholds};
 use crate::gpu::{GpuError, Monitor};
 use crate::inventory::{self, Inventory, PidNamespace};
-use crate::report::{Report, ReportKind, ScanResult, SCHEMA_VERSION};
+use crate::model::{Report, ReportKind, ScanResult, SCHEMA_VERSION};
 
 /// What one scan needs besides the monitor.
 #[derive(Debug, Clone)]
@@ -33,8 +33,8 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Scan,
         environment: inv.environment.clone(),
-        command: crate::report::environment::command_line(),
-        created_unix_ms: crate::report::environment::now_unix_ms(),
+        command: crate::model::command_line(),
+        created_unix_ms: crate::model::now_unix_ms(),
         scan: Some(ScanResult {
             devices: inv.devices().to_vec(),
             processes: inv.processes.clone(),
@@ -52,7 +52,7 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
 #[cfg(test)]
 pub(crate) fn sample_inventory() -> Inventory {
     use crate::gpu::{DeviceInfo, MemoryInfo, Versions};
-    use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo};
+    use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo};
     use crate::units::{GIB, MIB};
     let total = 80 * GIB;
     let dev = |i: u32, used: u64| DeviceInfo {

@@ -9,9 +9,10 @@ use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use vramdoc::model::Report;
 use vramdoc::report::read::parse_report;
 use vramdoc::report::write::{render, Format};
-use vramdoc::report::{html, json, markdown, Report};
+use vramdoc::report::{html, json, markdown};
 
 fn md(r: &Report) -> String {
     String::from_utf8(render(r, Format::Markdown).unwrap()).unwrap()
@@ -182,7 +183,7 @@ fn planted_secrets_never_reach_any_format() {
     let planted = ["hunter2-planted", "hf_plantedsecret0001", "s3cr3t-pw"];
     // Through the function every producer uses for Report::command.
     let mut r = scan_report();
-    r.command = vramdoc::report::environment::command_line_from([
+    r.command = vramdoc::model::command_line_from([
         "/opt/bin/vramdoc",
         "scan",
         "--token=hunter2-planted",
@@ -364,7 +365,7 @@ fn html_renders_in_headless_chromium() {
 mod robustness {
     use super::*;
     use proptest::prelude::*;
-    use vramdoc::report::{DeviceSeries, Marker};
+    use vramdoc::model::{DeviceSeries, Marker};
 
     fn time() -> impl Strategy<Value = f64> {
         prop_oneof![
@@ -419,7 +420,7 @@ mod robustness {
 
 #[test]
 fn sampling_gaps_are_shown_in_markdown_and_html() {
-    use vramdoc::report::SamplingGap;
+    use vramdoc::model::SamplingGap;
     let mut r = replay_report();
     assert!(!md(&r).contains("Sampling gaps"), "no gap, no section");
     let runs = &mut r.replay.as_mut().unwrap().runs;

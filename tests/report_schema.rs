@@ -19,7 +19,7 @@ fn checked_in_schema_matches_the_model() {
         checked_in == generated,
         "docs/report.schema.json is stale (the report model changed). Regenerate it with\n  \
          UPDATE_SCHEMA=1 cargo test --test report_schema\nand commit it (bump SCHEMA_VERSION \
-         in src/report/model.rs if a field was renamed or removed)."
+         in src/model/mod.rs if a field was renamed or removed)."
     );
 }
 

@@ -101,7 +101,7 @@ pub(crate) fn out_with_ext(out: &[PathBuf], exts: &[&str]) -> Option<String> {
 /// pointing to the full report (`html`, else the `--out` Markdown or JSON). The summary is a
 /// courtesy: failing to write it is one stderr line (prefixed `who`), never a changed result.
 pub(crate) fn append_job_summary(
-    report: &crate::report::Report,
+    report: &crate::model::Report,
     out: &[PathBuf],
     html: Option<String>,
     who: &str,

@@ -6,10 +6,10 @@ use super::Session;
 use crate::cli::ReplayArgs;
 use crate::exit::{EnvironmentError, UsageError};
 use crate::gpu::DeviceInfo;
+use crate::model::{ReplayResult, Report, ReportKind, VariantRun, Verdict, SCHEMA_VERSION};
 use crate::record::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
 use crate::replay::{self, Observer, ReplayError, ReplayOptions};
 use crate::report::terminal::{self, replay::verdict_str};
-use crate::report::{ReplayResult, Report, ReportKind, VariantRun, Verdict, SCHEMA_VERSION};
 use crate::scenario::{builtin, parse_scenario, Scenario};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -262,8 +262,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     };
 
     // Described now too: if the machine fails mid-replay the report still has its header.
-    let environment_at_start =
-        crate::report::environment::collect(monitor.as_ref(), session.sim_spec())?;
+    let environment_at_start = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
     let mut fatal: Option<anyhow::Error> = None;
     let mut runs = Vec::new();
     'outer: for s in &scenarios {
@@ -322,7 +321,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     let was_interrupted = interrupted.load(Ordering::SeqCst);
 
     let sim_spec = session.sim_spec();
-    let environment = match crate::report::environment::collect(monitor.as_ref(), sim_spec) {
+    let environment = match crate::inventory::environment(monitor.as_ref(), sim_spec) {
         Ok(env) => env,
         Err(_) => environment_at_start,
     };
@@ -330,8 +329,8 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Replay,
         environment,
-        command: crate::report::environment::command_line(),
-        created_unix_ms: crate::report::environment::now_unix_ms(),
+        command: crate::model::command_line(),
+        created_unix_ms: crate::model::now_unix_ms(),
         scan: None,
         run: None,
         replay: Some(ReplayResult {

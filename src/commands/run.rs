@@ -10,9 +10,9 @@ use crate::cli::{Cli, GlobalArgs, MarkArgs, RunArgs};
 use crate::diagnose::{self, TimelineThresholds};
 use crate::exit::{CodedError, RUN_FAILED};
 use crate::job::{self, JobSpec};
+use crate::model::{Finding, Report, ReportKind, RunResult, Severity, SCHEMA_VERSION};
 use crate::record::sampler::SamplerConfig;
 use crate::report::write::{render, Format};
-use crate::report::{Finding, Report, ReportKind, RunResult, Severity, SCHEMA_VERSION};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::time::Duration;
@@ -87,7 +87,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let session = Session::new(global)?;
     let monitor = session.monitor()?;
     let devices = monitor.devices()?;
-    let environment = crate::report::environment::collect(monitor.as_ref(), session.sim_spec())?;
+    let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
     let samples = match &args.samples {
         Some(p) => Some(job::open_samples(p, args.force).map_err(anyhow::Error::msg)?),
         None => None,
@@ -117,8 +117,8 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         schema_version: SCHEMA_VERSION,
         kind: ReportKind::Run,
         environment,
-        command: crate::report::environment::command_line(),
-        created_unix_ms: crate::report::environment::now_unix_ms(),
+        command: crate::model::command_line(),
+        created_unix_ms: crate::model::now_unix_ms(),
         scan: None,
         replay: None,
         run: Some(result),

@@ -8,7 +8,7 @@ mod rules;
 pub mod timeline;
 
 use crate::inventory::Inventory;
-use crate::report::{Finding, Headroom};
+use crate::model::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use timeline::{

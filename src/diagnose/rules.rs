@@ -4,7 +4,7 @@ use super::{fixes, ids, Thresholds};
 use crate::gpu::visible::visible_devices;
 use crate::gpu::DeviceInfo;
 use crate::inventory::{GpuEnv, Inventory, CVD_UNKNOWN, CVD_UNSET};
-use crate::report::{Evidence, Finding, Headroom, ProcessInfo, Severity};
+use crate::model::{Evidence, Finding, Headroom, ProcessInfo, Severity};
 use crate::units::format_bytes;
 
 pub(super) fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {
@@ -89,7 +89,7 @@ pub(crate) fn stray_context_of(
         None
     };
     if let Some(allowed) = allowed {
-        let outside: Vec<&crate::report::ProcessDeviceUsage> = p
+        let outside: Vec<&crate::model::ProcessDeviceUsage> = p
             .devices
             .iter()
             .filter(|u| !allowed.contains(&u.device))

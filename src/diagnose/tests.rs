@@ -3,7 +3,7 @@
 use super::*;
 use crate::gpu::{DeviceInfo, MemoryInfo, Versions};
 use crate::inventory::{PidNamespace, CVD_UNKNOWN, CVD_UNSET};
-use crate::report::{Environment, ProcessDeviceUsage, ProcessInfo, Severity};
+use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo, Severity};
 
 const TOTAL: u64 = 24 * GIB;
 const RESERVED: u64 = 256 * MIB;

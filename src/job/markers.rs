@@ -2,7 +2,7 @@
 //! `$VRAMDOC_MARKERS`, which the supervisor tails; each complete line becomes a marker
 //! (`release` when its first word says so).
 
-use crate::report::MarkerKind;
+use crate::model::MarkerKind;
 use std::io::{Read, Write};
 use std::path::Path;
 use thiserror::Error;

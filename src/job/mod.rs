@@ -12,13 +12,13 @@ pub mod stderr;
 pub mod summary;
 
 use crate::gpu::{DeviceInfo, Monitor};
+use crate::model::{MarkerKind, RunError, RunErrorKind};
 use crate::record::sampler::SamplerConfig;
 use crate::record::stderr::{ParsedError, StderrWatcher};
 use crate::record::{
     ErrorEvent, ErrorKind, JobEnd, JobExit, Recorded, Recorder, RecorderConfig, StreamDevice,
     StreamLine,
 };
-use crate::report::{MarkerKind, RunError, RunErrorKind};
 use markers::{marker_kind, MarkerTail, MARKERS_ENV};
 use process::Exit;
 use std::io::Write;
@@ -244,7 +244,7 @@ pub fn run(
 fn recorder_config(spec: &mut JobSpec, devices: &[DeviceInfo]) -> RecorderConfig {
     let header = StreamLine::Header {
         version: crate::record::STREAM_VERSION,
-        created_unix_ms: crate::report::environment::now_unix_ms(),
+        created_unix_ms: crate::model::now_unix_ms(),
         devices: devices
             .iter()
             .map(|d| StreamDevice {

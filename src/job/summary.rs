@@ -5,7 +5,7 @@
 use super::signals::signal_name;
 use super::{process::Exit, JobRun};
 use crate::gpu::DeviceInfo;
-use crate::report::{
+use crate::model::{
     DeviceMinFree, DevicePeak, Finding, ProcessPeak, RunExit, RunProcess, RunResult,
 };
 use std::collections::{BTreeMap, HashSet};

@@ -18,7 +18,7 @@ pub use recording::{ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProc
 pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
-use crate::report::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
+use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
 use processes::{Lists, ProcessLists};
 use sampler::{pace, Sampler, SamplerConfig, StopSignal};
 use std::collections::{BTreeMap, HashSet};

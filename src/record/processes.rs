@@ -6,7 +6,7 @@
 
 use super::sampler::{ms_since, Gaps};
 use crate::gpu::{GpuProcess, Monitor};
-use crate::report::SamplingGap;
+use crate::model::SamplingGap;
 use std::time::{Duration, Instant};
 
 /// Gap kind of the process thread.

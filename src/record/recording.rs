@@ -1,7 +1,7 @@
 //! The recording the timeline rules judge: devices, the timeline, processes, errors and the
 //! job's end.
 
-use crate::report::Timeline;
+use crate::model::Timeline;
 use serde::{Deserialize, Serialize};
 
 /// One GPU of the recording (NVML physical index).

@@ -8,7 +8,7 @@
 //! milliseconds since a shared start instant, so samples line up with the markers.
 
 use crate::gpu::Monitor;
-use crate::report::{DeviceSeries, SamplingGap};
+use crate::model::{DeviceSeries, SamplingGap};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

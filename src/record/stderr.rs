@@ -6,7 +6,7 @@
 //! findings are decided in `diagnose/` from these events.
 
 use super::recording::ErrorKind;
-use crate::report::RunErrorKind;
+use crate::model::RunErrorKind;
 use std::collections::VecDeque;
 
 /// Lines kept in the tail.

@@ -4,7 +4,7 @@
 //! [`FLUSH_EVERY`], so a crash of the job or of vramdoc loses at most that much. The file
 //! only ever ends between lines.
 
-use crate::report::{MarkerKind, RunErrorKind};
+use crate::model::{MarkerKind, RunErrorKind};
 use serde::Serialize;
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard};

@@ -4,7 +4,7 @@
 //! worker allocated for them (a fraction of the smallest of the scenario's devices); `ctx`
 //! units to the context cost measured during the run on that device.
 
-use crate::report::{CheckResult, StepError, StepErrorKind, StepRecord};
+use crate::model::{CheckResult, StepError, StepErrorKind, StepRecord};
 use crate::scenario::{Expectation, SizeSpec};
 use crate::units::format_bytes;
 

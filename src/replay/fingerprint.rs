@@ -6,8 +6,8 @@
 
 use super::Failure;
 use crate::diagnose::{fingerprints, TimelineThresholds};
+use crate::model::{CheckResult, Finding, StepError, StepErrorKind, StepRecord};
 use crate::record::{ErrorEvent, Recording};
-use crate::report::{CheckResult, Finding, StepError, StepErrorKind, StepRecord};
 use crate::scenario::{Expectation, Scenario, VariantKind};
 
 /// Steps after which a scenario expects memory to be released: the `after` of its

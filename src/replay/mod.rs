@@ -17,9 +17,9 @@ pub mod worker;
 
 use crate::backend::{self, BackendKind};
 use crate::gpu::{DeviceInfo, GpuError};
+use crate::model::{Timeline, VariantRun, Verdict};
 use crate::record::sampler::SamplerConfig;
 use crate::record::{Recorder, RecorderConfig};
-use crate::report::{Timeline, VariantRun, Verdict};
 use crate::scenario::{Scenario, Variant};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -162,9 +162,9 @@ pub fn run_variant(
     // One last reading after the worker is gone.
     let t_end = ms(t0);
     recorder.point(t_end, recorder.memory_now());
-    recorder.marker(crate::report::Marker {
+    recorder.marker(crate::model::Marker {
         t_ms: t_end,
-        kind: crate::report::MarkerKind::End,
+        kind: crate::model::MarkerKind::End,
         label: "worker gone".into(),
         device: None,
     });

@@ -6,8 +6,8 @@
 
 use super::fingerprint;
 use super::variant::{Outcome, View};
+use crate::model::{MarkerKind, StepErrorKind, Timeline, VariantRun, Verdict};
 use crate::record::{ErrorKind, JobEnd, JobExit, Recorded, RecordedProcess, Recorder};
-use crate::report::{MarkerKind, StepErrorKind, Timeline, VariantRun, Verdict};
 use crate::scenario::{Op, Scenario, Variant, VariantKind, VariantPlan};
 
 /// Feed the recorder what the rules read besides the timeline; how the job ended.

@@ -3,7 +3,7 @@
 //! lockstep mode the worker waits for an empty line on stdin after each step's `end`, so the
 //! monitor can read memory exactly at step boundaries.
 
-use crate::report::StepErrorKind;
+use crate::model::StepErrorKind;
 use crate::scenario::Step;
 use serde::{Deserialize, Serialize};
 

@@ -6,7 +6,7 @@
 use super::protocol::{WorkerEvent, WorkerInput};
 use crate::backend::{self, BackendKind};
 use crate::gpu::{self, AllocId, ContextId, Driver, GpuError};
-use crate::report::StepErrorKind;
+use crate::model::StepErrorKind;
 use crate::scenario::{Op, SizeSpec};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};

@@ -4,7 +4,7 @@
 //! no font files are read), so the output is self-contained.
 
 use super::text::{self, ChartMarker};
-use super::DeviceSeries;
+use crate::model::DeviceSeries;
 use crate::units::{format_bytes, GIB, MIB};
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -7,7 +7,7 @@
 use super::chart::{self, ChartError};
 use super::markup::{self, Block, Chart, Column, Inline, Markup, Para};
 use super::text::{self, ChartMarker};
-use super::Report;
+use crate::model::Report;
 use crate::units::format_bytes;
 use std::fmt::Write;
 

@@ -3,7 +3,7 @@
 //! long timeline stays a few bytes per sample and one sample per line. Command lines pass
 //! through the render-time redaction pass ([`super::text::sanitized`]) like every format.
 
-use super::Report;
+use crate::model::Report;
 use serde::Serialize;
 use std::io::{self, Write};
 
@@ -122,7 +122,7 @@ impl serde_json::ser::Formatter for ReportFormatter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{DeviceSeries, Timeline};
+    use crate::model::{DeviceSeries, Timeline};
 
     #[test]
     fn samples_are_one_per_line_and_the_rest_is_pretty() {

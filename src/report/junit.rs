@@ -4,7 +4,7 @@
 //! `skipped` is skipped, `reproduced` and `fixed` pass. [`run_case`] builds the test case of a
 //! single run (for `vramdoc run`). Written to disk only by `report::write`.
 
-use super::{Report, VariantRun, Verdict};
+use crate::model::{Report, VariantRun, Verdict};
 use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
 use std::time::Duration;
 use thiserror::Error;
@@ -179,7 +179,7 @@ pub fn render_replay(report: &Report, html_report: Option<&str>) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{CheckResult, Timeline};
+    use crate::model::{CheckResult, Timeline};
 
     fn run(verdict: Verdict) -> VariantRun {
         VariantRun {

@@ -6,7 +6,7 @@
 
 use super::markup::{self, Block, Chart, Column, Inline, Markup, Para};
 use super::text::{self, ChartMarker};
-use super::{DeviceSeries, Report};
+use crate::model::{DeviceSeries, Report};
 use crate::units::format_bytes;
 use std::fmt::Write;
 

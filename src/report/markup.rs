@@ -10,11 +10,11 @@
 //! literally; [`Inline::Plain`] is vramdoc's own wording and numbers.
 
 use super::text::{self, ChartMarker};
-use super::{
+use crate::gpu::DeviceInfo;
+use crate::model::{
     DeviceSeries, Finding, ProcessInfo, Report, RunResult, ScanResult, Severity, Timeline,
     VariantRun, Verdict,
 };
-use crate::gpu::DeviceInfo;
 use crate::units::format_bytes;
 
 /// A piece of inline content.

@@ -1,20 +1,17 @@
-//! Reports: one model ([`model::Report`]) shared by every command, and renderers, one file
-//! per format, that are pure functions from the model to bytes: `json`, the [`terminal`]
-//! (tables for people at a terminal), and `markdown` and `html` (with `chart`), which write
-//! the one document of [`markup`] through its primitives, sharing wording from `text`. Files are written in one place, [`write`],
-//! atomically; [`read`] loads a saved JSON report; [`schema`] is its JSON Schema. For the
+//! Reports: renderers of the model ([`crate::model::Report`]), one file per format, that are
+//! pure functions from the model to bytes: `json`, the [`terminal`] (tables for people at a
+//! terminal), and `markdown` and `html` (with `chart`), which write the one document of
+//! [`markup`] through its primitives, sharing wording from `text`. Files are written in one
+//! place, [`write`], atomically; [`read`] loads a saved JSON report; [`schema`] is its JSON Schema. For the
 //! engines users already run: [`prom`] (Prometheus exposition), [`junit`] (JUnit XML) and
 //! [`step_summary`] (GitHub job summaries).
 
 pub mod chart;
-pub mod environment;
-pub mod events;
 pub mod html;
 pub mod json;
 pub mod junit;
 pub mod markdown;
 pub mod markup;
-pub mod model;
 pub mod prom;
 pub mod read;
 pub mod schema;
@@ -22,6 +19,3 @@ pub mod step_summary;
 pub mod terminal;
 pub mod text;
 pub mod write;
-
-pub use events::{MarkerKind, RunErrorKind, StepErrorKind};
-pub use model::*;

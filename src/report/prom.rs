@@ -6,7 +6,7 @@
 //! headroom come from `crate::diagnose` through the report, and the "no live owner" bytes
 //! from [`crate::diagnose::unattributed_bytes`], the arithmetic of that rule.
 
-use super::{ScanResult, Severity};
+use crate::model::{ScanResult, Severity};
 use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
 use thiserror::Error;
 

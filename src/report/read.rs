@@ -1,7 +1,7 @@
 //! Reading a saved JSON report back into the model, with errors that name the file, the
 //! line and column, and what to change.
 
-use super::{Report, SCHEMA_VERSION};
+use crate::model::{Report, SCHEMA_VERSION};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 

@@ -2,7 +2,7 @@
 //! copy is docs/report.schema.json; `tests/report_schema.rs` fails when it is stale
 //! (regenerate with `UPDATE_SCHEMA=1 cargo test --test report_schema`).
 
-use super::Report;
+use crate::model::Report;
 
 /// The schema as pretty-printed JSON with a trailing newline.
 pub fn json_schema() -> String {

@@ -2,8 +2,8 @@
 //! summary, verdict and severity words, dates and durations, the render-time redaction pass,
 //! and the time-binning behind sparklines and charts. Pure functions, no I/O.
 
-use super::{ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict};
 use crate::gpu::DeviceInfo;
+use crate::model::{ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict};
 use crate::redact::{redact_args, redact_text};
 use crate::term::one_line;
 use crate::units::format_bytes;
@@ -160,7 +160,7 @@ pub fn summary(report: &Report) -> String {
 }
 
 /// The time span a recorded timeline covers: from 0 to its last sample or marker.
-pub fn timeline_span(timeline: &super::Timeline) -> f64 {
+pub fn timeline_span(timeline: &crate::model::Timeline) -> f64 {
     let mut end: f64 = 0.0;
     for s in &timeline.devices {
         for &(t, _) in &s.samples {
@@ -182,12 +182,12 @@ pub fn timeline_span(timeline: &super::Timeline) -> f64 {
 }
 
 /// A timeline's markers in time order with their chart symbols (as [`chart_markers`]).
-pub fn timeline_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
+pub fn timeline_markers(timeline: &crate::model::Timeline) -> Vec<ChartMarker> {
     numbered(finite_markers(timeline))
 }
 
 /// A timeline's markers with a finite time, cleaned for display, not yet numbered.
-fn finite_markers(timeline: &super::Timeline) -> Vec<ChartMarker> {
+fn finite_markers(timeline: &crate::model::Timeline) -> Vec<ChartMarker> {
     timeline
         .markers
         .iter()
@@ -438,7 +438,7 @@ pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
     let mut ms = finite_markers(&run.timeline);
     if let Some(e) = &run.error {
         if !ms.iter().any(ChartMarker::is_failure) && e.t_ms.is_finite() {
-            let kind = if e.kind == super::StepErrorKind::OutOfMemory {
+            let kind = if e.kind == crate::model::StepErrorKind::OutOfMemory {
                 "oom"
             } else {
                 "error"
@@ -457,7 +457,7 @@ pub fn chart_markers(run: &VariantRun) -> Vec<ChartMarker> {
 
 /// What an error line of a job's output says beyond its text: ` (GPU 0, asked for 2.00 GiB)`,
 /// or empty when it names neither.
-pub fn error_facts(e: &super::model::RunError) -> String {
+pub fn error_facts(e: &crate::model::RunError) -> String {
     let mut facts = Vec::new();
     if let Some(d) = e.device {
         facts.push(format!("GPU {d}"));
@@ -473,7 +473,7 @@ pub fn error_facts(e: &super::model::RunError) -> String {
 }
 
 /// A job process's peak on each GPU it used: `GPU 0: 1.00 GiB`, `n/a` where unknown.
-pub fn peaks_per_gpu(p: &super::RunProcess) -> Vec<String> {
+pub fn peaks_per_gpu(p: &crate::model::RunProcess) -> Vec<String> {
     p.devices
         .iter()
         .map(|d| {
@@ -527,7 +527,7 @@ mod tests {
 
     #[test]
     fn error_facts_name_the_gpu_and_the_request_when_known() {
-        let mut e = super::super::model::RunError {
+        let mut e = crate::model::RunError {
             t_ms: 1.0,
             kind: "cuda-oom".into(),
             device: Some(1),

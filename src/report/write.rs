@@ -2,7 +2,7 @@
 //! write (temp file in the same directory + rename), no overwrite without `--force`; and the
 //! one append, to a GitHub Actions job summary ([`append_step_summary`]).
 
-use super::Report;
+use crate::model::Report;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;

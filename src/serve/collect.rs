@@ -3,8 +3,8 @@
 //! the [`Collector`] thread that repeats it every interval.
 
 use crate::gpu::Monitor;
+use crate::model::ScanResult;
 use crate::report::prom::{self, Collection, PromOptions};
-use crate::report::ScanResult;
 use crate::scan::ScanConfig;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;

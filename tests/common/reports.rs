@@ -3,8 +3,8 @@
 //! output uses: `common::reports::assert_valid_report_json(&json)`.
 
 use vramdoc::gpu::{DeviceInfo, MemoryInfo, Versions};
-use vramdoc::report::environment::command_line_from;
-use vramdoc::report::*;
+use vramdoc::model::command_line_from;
+use vramdoc::model::*;
 use vramdoc::units::{GIB, MIB};
 
 /// 2026-11-21 23:58:51 UTC.

@@ -17,14 +17,14 @@ mod stray_context;
 
 use super::rules;
 use super::{fixes, ids};
-use crate::report::Finding;
+use crate::model::Finding;
 use crate::units::{GIB, MIB};
 use prepare::Prepared;
 use std::collections::BTreeSet;
 #[cfg(test)]
 use {
     crate::inventory::CVD_UNSET,
-    crate::report::{ProcessDeviceUsage, ProcessInfo, Severity, Timeline},
+    crate::model::{ProcessDeviceUsage, ProcessInfo, Severity, Timeline},
     std::collections::BTreeMap,
 };
 
@@ -34,7 +34,7 @@ mod prelude {
     pub(super) use super::prepare::{fmt_t, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries};
     pub(super) use super::rules::{ev, ev_bytes};
     pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, RecordedProcess};
-    pub(super) use crate::report::{Evidence, Finding, Marker, MarkerKind, Severity};
+    pub(super) use crate::model::{Evidence, Finding, Marker, MarkerKind, Severity};
     pub(super) use crate::units::format_bytes;
     pub(super) use std::collections::{BTreeMap, BTreeSet};
 }

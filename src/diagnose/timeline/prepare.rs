@@ -4,7 +4,7 @@
 
 use super::rules::ev;
 use super::{ErrorEvent, ErrorKind, RecordedProcess, Recording, TimelineThresholds};
-use crate::report::{Evidence, MarkerKind};
+use crate::model::{Evidence, MarkerKind};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 

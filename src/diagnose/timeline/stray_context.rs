@@ -2,7 +2,7 @@
 
 use super::prelude::*;
 use crate::inventory::{CVD_UNKNOWN, CVD_UNSET};
-use crate::report::{ProcessDeviceUsage, ProcessInfo};
+use crate::model::{ProcessDeviceUsage, ProcessInfo};
 
 /// `stray-context`, over time: scan's rule ([`crate::diagnose::rules::stray_context_of`]) applied to
 /// the most each process of the job held on each device during the recording.

@@ -2,7 +2,7 @@
 //! benign jobs raise nothing (hand-written families, then proptest-generated ones).
 
 use super::*;
-use crate::report::{DeviceSeries, Marker, ProcessSample};
+use crate::model::{DeviceSeries, Marker, ProcessSample};
 use proptest::prelude::*;
 
 const G: u64 = GIB;

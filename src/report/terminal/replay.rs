@@ -2,7 +2,7 @@
 //! outcome, peak per GPU, checks) and, below it, why each unexpected one failed.
 
 use super::{clip, table, Options};
-use crate::report::{VariantRun, Verdict};
+use crate::model::{VariantRun, Verdict};
 
 /// The word for a verdict in the terminal (`UNEXPECTED` shouts).
 pub fn verdict_str(v: Verdict) -> &'static str {
@@ -19,7 +19,7 @@ pub fn verdict_str(v: Verdict) -> &'static str {
 pub fn outcome(run: &VariantRun) -> String {
     match (&run.error, run.verdict) {
         (_, Verdict::Skipped) => run.reason.clone().unwrap_or_default(),
-        (Some(e), _) if e.kind == crate::report::StepErrorKind::OutOfMemory => {
+        (Some(e), _) if e.kind == crate::model::StepErrorKind::OutOfMemory => {
             format!("OOM at {}", e.step_label)
         }
         (Some(e), _) => format!("{} at {}", e.kind, e.step_label),
@@ -90,7 +90,7 @@ pub fn summary(runs: &[VariantRun], opts: Options) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{CheckResult, DevicePeak, StepError, Timeline};
+    use crate::model::{CheckResult, DevicePeak, StepError, Timeline};
 
     fn run(verdict: Verdict) -> VariantRun {
         VariantRun {

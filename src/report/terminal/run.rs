@@ -2,8 +2,8 @@
 //! device's peak, the job's share and the lowest free memory, the error lines, the findings
 //! and where the reports went. Pure; lines fit 100 columns; text from the job is cleaned.
 
+use crate::model::RunResult;
 use crate::report::text::{format_ms, percent, severity_word};
-use crate::report::RunResult;
 use crate::term::one_line;
 use crate::units::format_bytes;
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! (with evidence and fix), each a table that fits the terminal width.
 
 use super::{clip, table, Options};
-use crate::report::{Headroom, Report, Severity};
+use crate::model::{Headroom, Report, Severity};
 use crate::units::format_bytes;
 
 fn headroom_for(h: &[Headroom], device: u32) -> String {

@@ -1,20 +1,5 @@
-//! Collects the [`Environment`](super::Environment) section: host, kernel, versions, devices.
-
-use super::Environment;
-use crate::gpu::{GpuError, Monitor};
-
-/// Describe the machine through `monitor`. `sim_spec` is the box spec when simulated.
-pub fn collect(monitor: &dyn Monitor, sim_spec: Option<String>) -> Result<Environment, GpuError> {
-    Ok(Environment {
-        hostname: crate::host::hostname().unwrap_or_else(|_| "unknown".into()),
-        kernel: crate::host::kernel_release().unwrap_or_else(|_| "unknown".into()),
-        vramdoc_version: env!("CARGO_PKG_VERSION").to_string(),
-        backend: monitor.backend().to_string(),
-        sim_spec,
-        versions: monitor.versions()?,
-        devices: monitor.devices()?,
-    })
-}
+//! The header fields every report producer fills the same way: the vramdoc command line
+//! (redacted) and the time the report was made.
 
 /// This process's command line for [`Report::command`](super::Report::command), redacted by
 /// [`crate::redact::redact_args`]. Every report producer uses this, never `std::env::args`.

@@ -1,0 +1,122 @@
+//! What `vramdoc run -- CMD` recorded.
+
+use super::{DevicePeak, Finding, RunErrorKind, Timeline};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What `vramdoc run -- CMD` recorded: the user's own job, its whole process tree, memory
+/// over time, the errors its stderr showed and the findings decided on that timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunResult {
+    /// The wrapped command line (redacted).
+    pub command: Vec<String>,
+    /// Memory sampling period, microseconds.
+    pub period_us: u64,
+    /// Process-list and process-tree period, microseconds.
+    pub process_period_us: u64,
+    /// Wall time from the command's start to its end, milliseconds.
+    pub duration_ms: u64,
+    pub exit: RunExit,
+    /// Peak used bytes per device (all processes, as NVML reports the device).
+    pub peaks: Vec<DevicePeak>,
+    /// Peak of the sum of the job's own processes' usage, per device.
+    pub tree_peaks: Vec<DevicePeak>,
+    /// Lowest free memory per device before the command ended.
+    pub min_free: Vec<DeviceMinFree>,
+    /// Every process of the job's tree ever seen, with its peak per device.
+    pub processes: Vec<RunProcess>,
+    /// Out-of-memory and related errors recognised in the command's stderr.
+    pub errors: Vec<RunError>,
+    /// Findings decided on the recorded timeline (`diagnose/`).
+    pub findings: Vec<Finding>,
+    /// Memory over time, markers (`mark`, `release`, `oom`, `exit`, ...), per-process lists.
+    pub timeline: Timeline,
+    /// The last lines of the command's stderr (redacted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stderr_tail: Vec<String>,
+    /// The JSONL file the samples were streamed to, when one was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_file: Option<String>,
+}
+
+/// How the wrapped command ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunExit {
+    /// The status vramdoc passes on: the command's exit code, or 128 + N for signal N.
+    pub status: i32,
+    /// The exit code, when the command exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// The signal number, when the command was killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// `SIGKILL`, `SIGTERM`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_name: Option<String>,
+}
+
+/// The lowest free memory of one device while the command ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceMinFree {
+    pub device: u32,
+    pub uuid: String,
+    pub total: u64,
+    pub min_free: u64,
+    /// Milliseconds since the command started.
+    pub t_ms: f64,
+}
+
+/// One process of the job's tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunProcess {
+    /// PID in vramdoc's PID namespace.
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
+    /// The PID in every namespace the process is in, outermost first (`NSpid`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nspid: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Command line, redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    /// When it was first seen, milliseconds since the command started.
+    pub start_ms: f64,
+    /// When it was seen gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<f64>,
+    /// Peak usage per device (only devices it appeared on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<ProcessPeak>,
+}
+
+/// A process's peak on one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessPeak {
+    pub device: u32,
+    pub uuid: String,
+    /// `None` where NVML reports "not available".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<u64>,
+    /// Milliseconds since the command started.
+    pub t_ms: f64,
+}
+
+/// An error line recognised in the command's stderr.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunError {
+    /// Milliseconds since the command started, when the line was read.
+    pub t_ms: f64,
+    /// `cuda-oom` (PyTorch), `cuda-error-oom` (driver), `vllm-free-memory`, `vllm-kv-cache`,
+    /// `vllm-no-cache-blocks`, `child-failed` (torchrun), `killed` (death by signal).
+    pub kind: RunErrorKind,
+    /// CUDA ordinal the line names (`GPU 0`, `cuda:1`), as the process numbered it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    /// Bytes the failed allocation asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<u64>,
+    /// The line itself (redacted, at most 500 characters).
+    pub line: String,
+}

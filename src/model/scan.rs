@@ -1,0 +1,78 @@
+//! What `vramdoc scan` found: processes holding memory, headroom.
+
+use super::Finding;
+use crate::gpu::DeviceInfo;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One process's memory on one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessDeviceUsage {
+    pub device: u32,
+    /// `None` where NVML reports "not available".
+    pub used: Option<u64>,
+}
+
+/// A process holding GPU memory, as scan sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Whether the PID exists in vramdoc's PID namespace.
+    pub visible: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Command line, redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` from /proc/PID/environ: the value, `unset`, or `unknown`
+    /// (permission denied or process not visible).
+    pub cuda_visible_devices: String,
+    /// Container hint from /proc/PID/cgroup (`docker`, `kubepods`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    pub devices: Vec<ProcessDeviceUsage>,
+}
+
+impl ProcessInfo {
+    /// This process's entry on physical device `device`, if NVML lists it there.
+    pub fn usage_on(&self, device: u32) -> Option<&ProcessDeviceUsage> {
+        self.devices.iter().find(|u| u.device == device)
+    }
+}
+
+/// What `vramdoc scan` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScanResult {
+    pub devices: Vec<DeviceInfo>,
+    pub processes: Vec<ProcessInfo>,
+    pub findings: Vec<Finding>,
+    /// `host` or `container`: the PID namespace scan ran in (container: NVML PIDs may not map
+    /// to local processes).
+    #[serde(default)]
+    pub pid_namespace: String,
+    /// Room for a new vLLM-style engine on every device (decided in `diagnose/`).
+    #[serde(default)]
+    pub headroom: Vec<Headroom>,
+}
+
+/// Room for a new vLLM-style engine on one device. vLLM claims
+/// `gpu_memory_utilization x total` up front; that must fit in
+/// `total - used_by_others - reserved - context_reserve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Headroom {
+    pub device: u32,
+    pub total: u64,
+    pub reserved: u64,
+    /// Held by processes already on the device (NVML v2 `used`).
+    pub used_by_others: u64,
+    /// Kept back for the new process's own CUDA context.
+    pub context_reserve: u64,
+    /// `total - used_by_others - reserved - context_reserve`, floored at 0.
+    pub available: u64,
+    /// `available / total`, rounded down to 0.01.
+    pub max_gpu_memory_utilization: f64,
+    /// The arithmetic above with the numbers, for people.
+    pub arithmetic: String,
+}
