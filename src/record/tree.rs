@@ -1,9 +1,9 @@
-//! The job's process tree, read from /proc through the `procfs` crate: every descendant of a
+//! The job's process tree, read from /proc through [`crate::host`]: every descendant of a
 //! root PID ever seen (children, grandchildren, short-lived workers, torchrun ranks), with its
 //! parent, `NSpid` (its PID in every nested namespace) and redacted command line, and the
 //! matching of NVML PIDs to tree members across PID namespaces.
 
-use procfs::process::Process;
+use crate::host::{self, Stat};
 use std::collections::{BTreeMap, HashMap};
 
 /// One process of the tree.
@@ -63,59 +63,24 @@ pub struct ProcessTree {
     past: Vec<TreeProcess>,
 }
 
-struct Entry {
-    comm: String,
-    ppid: u32,
-    start_time: u64,
-    zombie: bool,
-}
-
-/// /proc/PID/stat opened by path and parsed by procfs: two syscalls fewer per process than
-/// `Process::new` + `stat()` (which opens the PID's directory first).
-fn read_entry_of_pid(pid: u32) -> Option<Entry> {
-    let file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-    entry_of(<procfs::process::Stat as procfs::FromRead>::from_read(file).ok()?)
-}
-
-fn entry_of(st: procfs::process::Stat) -> Option<Entry> {
-    Some(Entry {
-        comm: st.comm,
-        ppid: u32::try_from(st.ppid).ok()?,
-        start_time: st.starttime,
-        zombie: matches!(st.state, 'Z' | 'X'),
-    })
-}
-
+/// The details of a new member, read once: `status` (name, `NSpid`), the command line
+/// (redacted) and the GPU variables of its environment (redacted), each through
+/// [`crate::host`]. A read that fails (the process exited, another user's environ) leaves
+/// its field empty.
 fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
-    let proc_ = i32::try_from(pid).ok().and_then(|p| Process::new(p).ok());
-    let status = proc_.as_ref().and_then(|p| p.status().ok());
-    let nspid = status
-        .as_ref()
-        .and_then(|s| s.nspid.clone())
-        .map(|v| {
-            v.into_iter()
-                .filter_map(|x| u32::try_from(x).ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let status = host::status(pid).ok();
+    let nspid = status.as_ref().map(|s| s.nspid.clone()).unwrap_or_default();
     let name = status.map(|s| crate::term::one_line(&s.name));
-    let cmdline = proc_
-        .as_ref()
-        .and_then(|p| p.cmdline().ok())
+    let cmdline = host::cmdline(pid)
+        .ok()
         .filter(|v| !v.is_empty())
         .map(|v| crate::term::one_line(&crate::redact::redact_cmdline(&v)));
-    let gpu_env = proc_
-        .as_ref()
-        .and_then(|p| p.environ().ok())
+    let gpu_env = host::environ(pid)
         .map(|env| {
             GPU_ENV
                 .iter()
                 .filter_map(|k| {
-                    let v = env
-                        .get(std::ffi::OsStr::new(k))?
-                        .to_string_lossy()
-                        .into_owned();
-                    let v = crate::redact::redact_env(k, &v)?;
+                    let v = crate::redact::redact_env(k, &env.get(k)?)?;
                     Some((k.to_string(), crate::term::one_line(&v)))
                 })
                 .collect()
@@ -147,15 +112,11 @@ impl ProcessTree {
     /// Read /proc once: add new descendants, end the ones gone (or zombies). Returns the
     /// changes. Unreadable entries are skipped (a process can vanish mid-scan).
     pub fn refresh(&mut self, t_ms: f64) -> Vec<TreeChange> {
-        let mut all: HashMap<u32, Entry> = HashMap::new();
-        if let Ok(dir) = std::fs::read_dir("/proc") {
-            for d in dir.flatten() {
-                let pid = d.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
-                if let Some((pid, e)) = pid.and_then(|p| Some((p, read_entry_of_pid(p)?))) {
-                    all.insert(pid, e);
-                }
-            }
-        }
+        let all: HashMap<u32, Stat> = host::pids()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|pid| Some((pid, host::stat(pid).ok()?)))
+            .collect();
         let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
         for (pid, e) in &all {
             children.entry(e.ppid).or_default().push(*pid);
@@ -184,7 +145,7 @@ impl ProcessTree {
                 tp.end_ms.is_none()
                     && all
                         .get(pid)
-                        .is_none_or(|e| e.zombie || e.start_time != tp.start_time)
+                        .is_none_or(|e| e.is_exited() || e.start_time != tp.start_time)
             })
             .map(|(pid, _)| *pid)
             .collect();
@@ -196,7 +157,7 @@ impl ProcessTree {
         }
         for pid in members {
             let Some(e) = all.get(&pid) else { continue };
-            if e.zombie {
+            if e.is_exited() {
                 continue;
             }
             // A fork seen before its exec: same process, new program; read it again.
@@ -233,9 +194,9 @@ impl ProcessTree {
         let mut cur = pid;
         let mut first: Option<(u32, u64)> = None;
         for _ in 0..64 {
-            let e = read_entry_of_pid(cur)?;
+            let e = host::stat(cur).ok()?;
             if first.is_none() {
-                if e.zombie {
+                if e.is_exited() {
                     return None;
                 }
                 first = Some((e.ppid, e.start_time));
@@ -307,16 +268,11 @@ impl ProcessTree {
     /// Mark every live member ended at `t_ms` (the recording stops).
     pub fn end_all(&mut self, t_ms: f64) {
         for tp in self.live.values_mut() {
-            if tp.end_ms.is_none() && !is_alive(tp.pid, tp.start_time) {
+            if tp.end_ms.is_none() && !host::is_alive(tp.pid, tp.start_time) {
                 tp.end_ms = Some(t_ms);
             }
         }
     }
-}
-
-/// Whether `pid` is still the process that started at `start_time` and not a zombie.
-pub fn is_alive(pid: u32, start_time: u64) -> bool {
-    read_entry_of_pid(pid).is_some_and(|e| !e.zombie && e.start_time == start_time)
 }
 
 #[cfg(test)]

@@ -361,20 +361,6 @@ fn failure_of(step: usize, e: &StepFailure) -> WorkerEvent {
     }
 }
 
-/// This process's `NSpid` (outermost PID namespace first), empty when /proc does not say.
-fn own_nspid() -> Vec<u32> {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|v| {
-                v.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
-        })
-        .unwrap_or_default()
-}
-
 /// Run a worker: read the plan from `input`, stream events to `out`. Returns the exit code
 /// (0 all steps ran, 1 a step failed, 2 bad input, 3 no driver).
 pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Write) -> i32 {
@@ -422,7 +408,7 @@ pub fn run_plan(
             pid: std::process::id(),
             backend: driver.backend().to_string(),
             devices,
-            nspid: own_nspid(),
+            nspid: crate::host::own_nspid(),
         },
     );
     let mut fw = Framework {

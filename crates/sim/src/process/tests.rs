@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::{Faults, InitOptions};
 use vramdoc_gpu_spec::units::GIB;
