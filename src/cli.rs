@@ -221,9 +221,14 @@ pub struct ReplayArgs {
     /// Every built-in scenario, as `vramdoc replay all` (with any ID or FILE also named)
     #[arg(long)]
     pub all: bool,
-    /// Memory sampling period (e.g. 1ms, 5ms)
-    #[arg(long, default_value = "5ms", value_name = "DURATION")]
-    pub period: String,
+    /// Memory sampling period (e.g. 1ms, 5ms; 100us to 1s)
+    #[arg(
+        long,
+        default_value = "5ms",
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::from_micros(100), Duration::from_secs(1), " (default 5ms)")
+    )]
+    pub period: Duration,
     /// Print JSON instead of the summary table
     #[arg(long)]
     pub json: bool,
@@ -256,11 +261,21 @@ pub struct ReplayArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Memory sampling period (e.g. 50ms, 1s; 1ms to 60s)
-    #[arg(long, default_value = "100ms", value_name = "DURATION")]
-    pub period: String,
+    #[arg(
+        long,
+        default_value = "100ms",
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::from_millis(1), Duration::from_secs(60), " (default 100ms)")
+    )]
+    pub period: Duration,
     /// Period of the per-process lists and of the process-tree scan (10ms to 60s)
-    #[arg(long, default_value = "500ms", value_name = "DURATION")]
-    pub process_period: String,
+    #[arg(
+        long,
+        default_value = "500ms",
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::from_millis(10), Duration::from_secs(60), " (default 500ms)")
+    )]
+    pub process_period: Duration,
     /// Write a report at the end; the format follows the extension (.json, .md, .html);
     /// repeat for several formats. Checked before the command starts
     #[arg(long, value_name = "FILE")]
@@ -481,13 +496,21 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Clap value parser for a duration flag within `min..=max` (`Duration::MAX`: no upper
-/// bound); `note` ends the message of a value out of range, e.g. `" (default 15s)"`.
+/// bound); `note` ends the message of a value out of range, e.g. `" (default 15s)"`. Bounds
+/// are written as [`crate::units::format_duration`] writes them, except that whole seconds
+/// up to a minute stay seconds (`60s`, not `1m`).
 pub fn duration_within(
     min: Duration,
     max: Duration,
     note: &'static str,
 ) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
-    use crate::units::format_duration as f;
+    fn f(d: Duration) -> String {
+        if d.subsec_nanos() == 0 && (1..=60).contains(&d.as_secs()) {
+            format!("{}s", d.as_secs())
+        } else {
+            crate::units::format_duration(d)
+        }
+    }
     move |s: &str| {
         let d = duration(s)?;
         if (min..=max).contains(&d) {
@@ -569,7 +592,19 @@ mod tests {
             ),
             (
                 &["sim", "fault", "--nvml-memory-latency", "2m"][..],
-                "at most 1m",
+                "at most 60s",
+            ),
+            (
+                &["replay", "all", "--period", "2s"][..],
+                "choose between 100us and 1s (default 5ms)",
+            ),
+            (
+                &["run", "--period", "61s", "--", "true"][..],
+                "choose between 1ms and 60s (default 100ms)",
+            ),
+            (
+                &["run", "--process-period", "1ms", "--", "true"][..],
+                "choose between 10ms and 60s (default 500ms)",
             ),
         ] {
             let e = parse(args).unwrap_err().to_string();
