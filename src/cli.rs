@@ -409,10 +409,10 @@ pub struct SimFaultArgs {
     /// Let N more allocations succeed, then fail every one with out-of-memory
     #[arg(long, value_name = "N")]
     pub alloc_fail_after: Option<u64>,
-    /// Added latency of each NVML memory query (e.g. 12us; at most 1m)
+    /// Added latency of each NVML memory query (e.g. 12us; at most 60s)
     #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
     pub nvml_memory_latency: Option<Duration>,
-    /// Added latency of each NVML process-list query (e.g. 4.5ms; at most 1m)
+    /// Added latency of each NVML process-list query (e.g. 4.5ms; at most 60s)
     #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
     pub nvml_process_latency: Option<Duration>,
     /// Keep the memory of exited processes (a stuck process or driver)
