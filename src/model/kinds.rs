@@ -41,6 +41,15 @@ macro_rules! string_kind {
             }
         }
 
+        string_serde!($name);
+    };
+}
+
+/// For a type with `as_str(&self) -> &str` and `From<&str>` (which never fails): `Display`,
+/// serde as that string, and the JSON Schema of a string (so the report's schema is the same
+/// as when the field was a `String`).
+macro_rules! string_serde {
+    ($name:ident) => {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(self.as_str())
@@ -180,6 +189,91 @@ string_kind! {
     }
 }
 
+/// How a replay step ended, as [`StepRecord::status`](super::StepRecord::status) records it:
+/// written `running`, `ok`, or the [`StepErrorKind`] it failed with (`out-of-memory`,
+/// `killed`, ...). Any other text read from a report is a failure of that (unknown) kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StepStatus {
+    /// Started and not yet ended.
+    Running,
+    /// Ended without error.
+    Ok,
+    /// Ended with this error (or killed, interrupted, timed out).
+    Failed(StepErrorKind),
+}
+
+impl StepStatus {
+    /// The string the report uses.
+    pub fn as_str(&self) -> &str {
+        match self {
+            StepStatus::Running => "running",
+            StepStatus::Ok => "ok",
+            StepStatus::Failed(kind) => kind.as_str(),
+        }
+    }
+
+    /// The kind of error the step failed with, when it failed.
+    pub fn failure(&self) -> Option<&StepErrorKind> {
+        match self {
+            StepStatus::Failed(kind) => Some(kind),
+            _ => None,
+        }
+    }
+}
+
+impl From<&str> for StepStatus {
+    fn from(s: &str) -> Self {
+        match s {
+            "running" => StepStatus::Running,
+            "ok" => StepStatus::Ok,
+            other => StepStatus::Failed(StepErrorKind::from(other)),
+        }
+    }
+}
+
+string_serde!(StepStatus);
+
+string_kind! {
+    /// Which sampling loop a [`SamplingGap`](super::SamplingGap) is in.
+    pub enum GapKind {
+        /// The fast memory loop.
+        Memory = "memory",
+        /// The per-process lists (and the process tree), on the slower cadence.
+        Processes = "processes",
+    }
+}
+
+/// Why a [`SamplingGap`](super::SamplingGap) has no data: written `late`, or the failed
+/// query's error (one line). Any text other than `late` read from a report is an error.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum GapReason {
+    /// Rounds came later than twice the period (the sampler was starved).
+    Late,
+    /// A query failed: its error, one line.
+    Failed(String),
+}
+
+impl GapReason {
+    /// The string the report uses.
+    pub fn as_str(&self) -> &str {
+        match self {
+            GapReason::Late => "late",
+            GapReason::Failed(error) => error,
+        }
+    }
+}
+
+impl From<&str> for GapReason {
+    fn from(s: &str) -> Self {
+        match s {
+            "late" => GapReason::Late,
+            error => GapReason::Failed(error.to_string()),
+        }
+    }
+}
+
+string_serde!(GapReason);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +291,44 @@ mod tests {
         assert_eq!(serde_json::to_string(&k).unwrap(), "\"gpu-on-fire\"");
         assert_eq!(MarkerKind::from("release"), MarkerKind::Release);
         assert!(MarkerKind::Oom.is_failure() && !MarkerKind::Step.is_failure());
+    }
+
+    #[test]
+    fn step_status_and_gaps_are_written_as_their_strings_and_unknown_ones_kept() {
+        for (status, text) in [
+            (StepStatus::Running, "running"),
+            (StepStatus::Ok, "ok"),
+            (
+                StepStatus::Failed(StepErrorKind::OutOfMemory),
+                "out-of-memory",
+            ),
+            (StepStatus::Failed(StepErrorKind::Timeout), "timeout"),
+        ] {
+            assert_eq!(
+                serde_json::to_string(&status).unwrap(),
+                format!("\"{text}\"")
+            );
+            let back: StepStatus = serde_json::from_str(&format!("\"{text}\"")).unwrap();
+            assert_eq!(back, status);
+        }
+        let old: StepStatus = serde_json::from_str("\"melted\"").unwrap();
+        assert_eq!(
+            old,
+            StepStatus::Failed(StepErrorKind::Other("melted".into()))
+        );
+        assert_eq!(old.as_str(), "melted");
+        assert_eq!(StepStatus::Ok.failure(), None);
+
+        assert_eq!(
+            serde_json::to_string(&GapKind::Processes).unwrap(),
+            "\"processes\""
+        );
+        let k: GapKind = serde_json::from_str("\"tree\"").unwrap();
+        assert_eq!(k, GapKind::Other("tree".into()));
+        let r: GapReason = serde_json::from_str("\"late\"").unwrap();
+        assert_eq!(r, GapReason::Late);
+        let r: GapReason = serde_json::from_str("\"device 1 is lost\"").unwrap();
+        assert_eq!(r, GapReason::Failed("device 1 is lost".into()));
+        assert_eq!(serde_json::to_string(&r).unwrap(), "\"device 1 is lost\"");
     }
 }

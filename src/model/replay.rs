@@ -1,6 +1,6 @@
 //! What `vramdoc replay` did: one [`VariantRun`] per variant, with its steps and checks.
 
-use super::{DevicePeak, StepErrorKind, Timeline};
+use super::{DevicePeak, StepErrorKind, StepStatus, Timeline};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +77,7 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<f64>,
     /// `ok`, `out-of-memory`, `device-lost`, `error`, `killed`, `interrupted`.
-    pub status: String,
+    pub status: StepStatus,
     /// Bytes the step asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,

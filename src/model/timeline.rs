@@ -1,7 +1,7 @@
 //! Memory over time, shared by replay and `run`: device series, markers, per-process
 //! samples, sampling gaps, peaks.
 
-use super::MarkerKind;
+use super::{GapKind, GapReason, MarkerKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -42,7 +42,7 @@ pub struct Timeline {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SamplingGap {
     /// `memory` (the fast loop) or `processes` (the per-process lists).
-    pub kind: String,
+    pub kind: GapKind,
     /// Physical device whose query failed; absent for a late round (every device).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,
@@ -53,7 +53,7 @@ pub struct SamplingGap {
     /// Rounds missed or failed queries merged into this gap.
     pub count: u64,
     /// `late` (a round later than twice the period) or the query's error, one line.
-    pub reason: String,
+    pub reason: GapReason,
 }
 
 /// Samples of one device.

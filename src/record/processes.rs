@@ -6,11 +6,11 @@
 
 use super::sampler::{ms_since, Gaps};
 use crate::gpu::{GpuProcess, Monitor};
-use crate::model::SamplingGap;
+use crate::model::{GapKind, SamplingGap};
 use std::time::{Duration, Instant};
 
 /// Gap kind of the process thread.
-pub const GAP_KIND: &str = "processes";
+pub const GAP_KIND: GapKind = GapKind::Processes;
 
 /// The lists read in one round: `(device, when it was read, entries)` for every device whose
 /// query succeeded.

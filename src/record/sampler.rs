@@ -8,7 +8,7 @@
 //! milliseconds since a shared start instant, so samples line up with the markers.
 
 use crate::gpu::Monitor;
-use crate::model::{DeviceSeries, SamplingGap};
+use crate::model::{DeviceSeries, GapKind, GapReason, SamplingGap};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -163,7 +163,7 @@ impl Drop for Sampler {
 /// Gaps of one sampling thread: late rounds, and failed queries per device (consecutive
 /// failures of one device merge into one gap, so a lost device is one entry, not thousands).
 pub(super) struct Gaps {
-    kind: &'static str,
+    kind: GapKind,
     limit_ms: f64,
     last_round: Option<f64>,
     /// Last good sample per device.
@@ -173,7 +173,7 @@ pub(super) struct Gaps {
 }
 
 impl Gaps {
-    pub(super) fn new(kind: &'static str, period: Duration) -> Gaps {
+    pub(super) fn new(kind: GapKind, period: Duration) -> Gaps {
         Gaps {
             kind,
             limit_ms: 2.0 * period.as_secs_f64() * 1000.0,
@@ -191,17 +191,21 @@ impl Gaps {
                 let missed = ((t - prev) / (self.limit_ms / 2.0)).floor().max(2.0) as u64 - 1;
                 match self.done.last_mut() {
                     // Consecutive late rounds merge into one gap.
-                    Some(g) if g.device.is_none() && g.reason == "late" && g.end_ms == prev => {
+                    Some(g)
+                        if g.device.is_none()
+                            && g.reason == GapReason::Late
+                            && g.end_ms == prev =>
+                    {
                         g.end_ms = t;
                         g.count += missed;
                     }
                     _ => self.done.push(SamplingGap {
-                        kind: self.kind.into(),
+                        kind: self.kind.clone(),
                         device: None,
                         start_ms: prev,
                         end_ms: t,
                         count: missed,
-                        reason: "late".into(),
+                        reason: GapReason::Late,
                     }),
                 }
             }
@@ -222,17 +226,19 @@ impl Gaps {
     pub(super) fn failed(&mut self, device: u32, t: f64, error: &dyn std::fmt::Display) {
         let start = self.last_ok.get(&device).copied().unwrap_or(t);
         let g = self.open.entry(device).or_insert_with(|| SamplingGap {
-            kind: self.kind.into(),
+            kind: self.kind.clone(),
             device: Some(device),
             start_ms: start,
             end_ms: t,
             count: 0,
-            reason: error
-                .to_string()
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string(),
+            reason: GapReason::Failed(
+                error
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
         });
         g.end_ms = t;
         g.count += 1;
@@ -279,7 +285,7 @@ fn memory_loop(
         ..Samples::default()
     };
     let period = period.max(Duration::from_micros(100));
-    let mut gaps = Gaps::new("memory", period);
+    let mut gaps = Gaps::new(GapKind::Memory, period);
     let mut next = Instant::now();
     let mut used: Vec<u64> = Vec::with_capacity(devices.len());
     loop {
@@ -438,9 +444,13 @@ mod tests {
         assert!(got.errors > 0);
         let lost: Vec<_> = got.gaps.iter().filter(|g| g.device == Some(1)).collect();
         assert_eq!(lost.len(), 1, "{:?}", got.gaps);
-        assert_eq!(lost[0].kind, "memory");
+        assert_eq!(lost[0].kind, GapKind::Memory);
         assert!(lost[0].count >= 1 && lost[0].end_ms >= lost[0].start_ms);
-        assert!(lost[0].reason.contains("lost"), "{}", lost[0].reason);
+        assert!(
+            matches!(&lost[0].reason, GapReason::Failed(e) if e.contains("lost")),
+            "{}",
+            lost[0].reason
+        );
         assert!(!got.gaps.iter().any(|g| g.device == Some(0)));
     }
 }

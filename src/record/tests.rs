@@ -4,6 +4,7 @@
 use super::*;
 use crate::backend::sim::{SimDriver, SimMonitor};
 use crate::gpu::Driver;
+use crate::model::{GapKind, GapReason};
 use std::time::Duration;
 use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
@@ -94,7 +95,9 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
         got.timeline
             .gaps
             .iter()
-            .any(|g| g.kind == processes::GAP_KIND && g.reason == "late" && g.device.is_none()),
+            .any(|g| g.kind == processes::GAP_KIND
+                && g.reason == GapReason::Late
+                && g.device.is_none()),
         "{:?}",
         got.timeline.gaps
     );
@@ -118,7 +121,7 @@ fn failed_process_lists_become_one_gap_per_device() {
     std::thread::sleep(Duration::from_millis(60));
     let got = rec.finish(END);
     assert!(got.errors > 0);
-    for kind in ["memory", processes::GAP_KIND] {
+    for kind in [GapKind::Memory, processes::GAP_KIND] {
         let lost: Vec<_> = got
             .timeline
             .gaps
@@ -126,7 +129,11 @@ fn failed_process_lists_become_one_gap_per_device() {
             .filter(|g| g.kind == kind && g.device == Some(1))
             .collect();
         assert_eq!(lost.len(), 1, "{kind}: {:?}", got.timeline.gaps);
-        assert!(lost[0].reason.contains("lost"), "{}", lost[0].reason);
+        assert!(
+            matches!(&lost[0].reason, GapReason::Failed(e) if e.contains("lost")),
+            "{}",
+            lost[0].reason
+        );
     }
     assert!(!got.timeline.gaps.iter().any(|g| g.device == Some(0)));
 }

@@ -4,7 +4,7 @@
 //! worker allocated for them (a fraction of the smallest of the scenario's devices); `ctx`
 //! units to the context cost measured during the run on that device.
 
-use crate::model::{CheckResult, StepError, StepErrorKind, StepRecord};
+use crate::model::{CheckResult, StepError, StepErrorKind, StepRecord, StepStatus};
 use crate::scenario::{Expectation, SizeSpec};
 use crate::units::format_bytes;
 
@@ -162,7 +162,7 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             if let Some(s) = spread {
                 text.push_str(&format!(", within {} of each other", s.describe()));
             }
-            let Some(rec) = f.record(after).filter(|r| r.status == "ok") else {
+            let Some(rec) = f.record(after).filter(|r| r.status == StepStatus::Ok) else {
                 return CheckResult {
                     expectation: text,
                     passed: false,
@@ -242,7 +242,7 @@ pub fn evaluate(e: &Expectation, f: &Facts) -> CheckResult {
             let fractions = (min.is_some() || max.is_some())
                 .then(|| frac(min).zip(frac(max)))
                 .flatten();
-            match f.record(at).filter(|r| r.status == "ok") {
+            match f.record(at).filter(|r| r.status == StepStatus::Ok) {
                 Some(rec) => match (fractions, f.held_share.get(at)) {
                     (Some((lo, hi)), Some(share)) => CheckResult {
                         expectation: text,

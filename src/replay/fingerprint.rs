@@ -43,7 +43,7 @@ pub fn error_event(
     }
     let failing = steps
         .iter()
-        .rposition(|r| r.index == e.step && r.status == e.kind.as_str());
+        .rposition(|r| r.index == e.step && r.status.failure() == Some(&e.kind));
     let before = failing.and_then(|i| {
         let prev = i.checked_sub(1).and_then(|p| steps[p].end_ms);
         prev.map(|t| t + 0.001).or(Some(steps[i].start_ms))

@@ -6,7 +6,7 @@
 
 use super::fingerprint;
 use super::variant::{Outcome, View};
-use crate::model::{MarkerKind, StepErrorKind, Timeline, VariantRun, Verdict};
+use crate::model::{MarkerKind, StepErrorKind, StepStatus, Timeline, VariantRun, Verdict};
 use crate::record::{ErrorKind, JobEnd, JobExit, Recorded, RecordedProcess, Recorder};
 use crate::scenario::{Op, Scenario, Variant, VariantKind, VariantPlan};
 
@@ -29,7 +29,7 @@ pub(super) fn feed_recording(
             MarkerKind::StepEnd,
             format!("{} ended ({})", r.id, r.status),
         );
-        if release_after.contains(&r.id) && r.status == "ok" {
+        if release_after.contains(&r.id) && r.status == StepStatus::Ok {
             recorder.boundary(t, MarkerKind::Release, format!("{}: {}", r.id, r.label));
         }
     }
@@ -128,7 +128,7 @@ pub(super) fn judge(
         if r.worker_after.len() != devices.len() {
             continue;
         }
-        if let (Op::Context { device }, "ok") = (&plan.steps[r.index].op, r.status.as_str()) {
+        if let (Op::Context { device }, StepStatus::Ok) = (&plan.steps[r.index].op, &r.status) {
             // The device the worker itself named by UUID; else the pinned view.
             let by_uuid = context_positions
                 .iter()

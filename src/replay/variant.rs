@@ -8,7 +8,7 @@ use super::protocol::{self, Timed, WorkerEvent, WorkerInput};
 use super::{Observer, ReplayError, ReplayOptions};
 use crate::gpu::DeviceInfo;
 use crate::job::process::Exit;
-use crate::model::{Marker, MarkerKind, StepError, StepErrorKind, StepRecord};
+use crate::model::{Marker, MarkerKind, StepError, StepErrorKind, StepRecord, StepStatus};
 use crate::record::{ErrorKind, Recorder};
 use crate::scenario::{Op, Scenario, Step, VariantPlan as Plan};
 use std::collections::BTreeMap;
@@ -429,7 +429,7 @@ impl<'a> WorkerRun<'a> {
             op: s.op.name().into(),
             start_ms: at,
             end_ms: None,
-            status: "running".into(),
+            status: StepStatus::Running,
             bytes: None,
             used_after: Vec::new(),
             worker_after: Vec::new(),
@@ -468,7 +468,7 @@ impl<'a> WorkerRun<'a> {
         }
         if let Some(r) = self.records.iter_mut().rev().find(|r| r.index == step) {
             r.end_ms = Some(at);
-            r.status = "ok".into();
+            r.status = StepStatus::Ok;
             r.bytes = bytes;
             r.used_after = used;
             r.worker_after = mine.clone();
@@ -535,7 +535,7 @@ impl<'a> WorkerRun<'a> {
             .unwrap_or_default();
         if let Some(r) = self.records.iter_mut().rev().find(|r| r.index == step) {
             r.end_ms = Some(at);
-            r.status = kind.to_string();
+            r.status = StepStatus::Failed(kind.clone());
             r.used_after = used;
             r.worker_after = if mine.iter().any(|m| *m > 0) {
                 mine
@@ -609,10 +609,10 @@ impl<'a> WorkerRun<'a> {
             .records
             .iter_mut()
             .rev()
-            .find(|r| r.status == "running");
+            .find(|r| r.status == StepStatus::Running);
         let (step, label) = match running {
             Some(r) => {
-                r.status = kind.to_string();
+                r.status = StepStatus::Failed(kind.clone());
                 r.end_ms = Some(t);
                 (r.index, r.id.clone())
             }

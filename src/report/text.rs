@@ -3,7 +3,9 @@
 //! and the time-binning behind sparklines and charts. Pure functions, no I/O.
 
 use crate::gpu::DeviceInfo;
-use crate::model::{ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict};
+use crate::model::{
+    GapKind, GapReason, ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict,
+};
 use crate::redact::{redact_args, redact_text};
 use crate::term::one_line;
 use crate::units::format_bytes;
@@ -497,16 +499,15 @@ pub fn gap_lines(run: &VariantRun) -> Vec<String> {
         .iter()
         .take(GAPS_LISTED)
         .map(|g| {
-            let what = match (g.kind.as_str(), g.device) {
-                ("processes", Some(d)) => format!("process lists of GPU {d}"),
-                ("processes", None) => "process lists".to_string(),
+            let what = match (&g.kind, g.device) {
+                (GapKind::Processes, Some(d)) => format!("process lists of GPU {d}"),
+                (GapKind::Processes, None) => "process lists".to_string(),
                 (_, Some(d)) => format!("memory of GPU {d}"),
                 (_, None) => "memory".to_string(),
             };
-            let why = if g.reason == "late" {
-                format!("{} round(s) missed (sampler late)", g.count)
-            } else {
-                format!("{} failed quer(ies): {}", g.count, g.reason)
+            let why = match &g.reason {
+                GapReason::Late => format!("{} round(s) missed (sampler late)", g.count),
+                GapReason::Failed(error) => format!("{} failed quer(ies): {error}", g.count),
             };
             format!(
                 "{what}: no data from {} to {}, {why}",
