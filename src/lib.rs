@@ -25,3 +25,6 @@ pub mod scenario;
 pub mod serve;
 pub mod term;
 pub mod units;
+
+#[cfg(test)]
+mod architecture_tests;
