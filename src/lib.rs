@@ -1,9 +1,11 @@
 //! vramdoc: diagnose and reproduce GPU memory (VRAM) failures.
 //!
-//! Stages, one module each: [`gpu`] (the only boundary with CUDA and NVML), [`backend`] (which
-//! implementation of its traits: the real one, or the simulated machine of the `vramdoc-sim`
-//! crate in-process), [`commands`] (one file per subcommand), with `cli` for argument parsing.
-//! See docs/architecture.md.
+//! Layers, bottom to top (docs/architecture.md; `architecture_tests` keeps them): the
+//! foundations [`units`], [`term`], [`redact`], [`input`], [`host`] (every /proc read) and
+//! [`gpu`] (the only boundary with CUDA and NVML); the report [`model`], [`exit`] codes and
+//! [`backend`] (real, or the simulated machine of `vramdoc-sim` in-process); the stages
+//! [`inventory`] and [`record`], then [`diagnose`] and [`job`], then [`scenario`], [`scan`] and
+//! the [`report`] renderers, then [`replay`] and [`serve`]; on top, `cli` and [`commands`].
 
 pub mod backend;
 pub mod cli;
