@@ -2,9 +2,10 @@
 //! pure functions from the model to bytes: `json`, the [`terminal`] (tables for people at a
 //! terminal), and `markdown` and `html` (with `chart`), which write the one document of
 //! [`markup`] through its primitives, sharing wording from `text`. Files are written in one
-//! place, [`write`], atomically; [`read`] loads a saved JSON report; [`schema`] is its JSON Schema. For the
-//! engines users already run: [`prom`] (Prometheus exposition), [`junit`] (JUnit XML) and
-//! [`step_summary`] (GitHub job summaries).
+//! place, [`write`](mod@write), atomically; [`read`] loads a saved JSON report; [`schema`] is
+//! its JSON Schema. For the engines users already run: [`prom`] (Prometheus exposition),
+//! [`junit`] (JUnit XML) and [`step_summary`] (GitHub job summaries). Stages never import
+//! this module: they build the model, and `commands/` and `serve/` render it.
 
 pub mod chart;
 pub mod html;
