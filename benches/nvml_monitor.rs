@@ -3,7 +3,7 @@
 //! box and with the real-driver latencies injected (memory ~12 µs, process list ~4.5 ms).
 //! Numbers only, no assertions: `cargo bench --bench nvml_monitor`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over crates/simgpu, a
 //! worker killed mid-step, Ctrl-C, malformed scenario files, skipping.
 
-mod common;
+use crate::common;
 
 use common::hold::Holder;
 use common::{fresh_box, scenarios, simgpu_lib_dir, vramdoc};
@@ -540,11 +540,10 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
         while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
     });
     let sim = vramdoc_sim::SimBox::open(dir).unwrap();
-    let allocated = common::hold::wait_for(Duration::from_secs(20), || {
+    common::poll::eventually(Duration::from_secs(20), "the worker to allocate", || {
         let mine = sim.processes(0).unwrap().into_iter().find(|p| p.pid == pid);
-        mine.is_some_and(|p| p.used > CONTEXT).then_some(())
+        mine.is_some_and(|p| p.used > CONTEXT)
     });
-    assert!(allocated.is_some(), "worker never allocated");
     (child, pid)
 }
 
@@ -737,11 +736,9 @@ fn replay_all_runs_every_builtin_scenario_and_variant() {
 /// driver; vramdoc says so in one line and exits 3 (environment), no panic.
 #[test]
 fn missing_libcuda_is_an_environment_error() {
-    // Meaningless where a real libcuda is installed: the loader would find it.
-    if unsafe { cudarc_present_without_sim() } {
-        return;
-    }
     let libs = tempfile::tempdir().unwrap();
+    // Meaningless where a real libcuda is installed: the loader would find it.
+    common::skip::require!("real-driver", common::no_libcuda_outside(libs.path()));
     std::fs::copy(
         common::simgpu_lib_dir().join("libnvidia-ml.so.1"),
         libs.path().join("libnvidia-ml.so.1"),
@@ -775,18 +772,6 @@ fn missing_libcuda_is_an_environment_error() {
         .unwrap()
         .processes
         .is_empty());
-}
-
-/// Whether the dynamic loader finds a libcuda.so on this machine without our help.
-unsafe fn cudarc_present_without_sim() -> bool {
-    ["libcuda.so", "libcuda.so.1"].iter().any(|n| {
-        let c = std::ffi::CString::new(*n).unwrap();
-        let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
-        if !h.is_null() {
-            libc::dlclose(h);
-        }
-        !h.is_null()
-    })
 }
 
 /// The report round trip on a real replay: one run writes JSON and Markdown; re-rendering
@@ -1041,13 +1026,7 @@ fn every_scenario_replays_on_a_mixed_t4_h100_box() {
 /// NVML reports host PIDs, vramdoc sees namespace PIDs, and the worker is still found.
 #[test]
 fn replay_all_inside_a_pid_namespace() {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.map(|o| o.status.success()).unwrap_or(false) {
-        eprintln!("skipped: unshare --pid --fork --mount-proc needs root (or user namespaces)");
-        return;
-    }
+    common::skip::require!("unshare", common::skip::unshare());
     // Made by `sim init`, which starts the box's driver broker in the host namespace: the
     // simulated NVML then reports host PIDs, as the real driver does.
     let dir = tempfile::tempdir().unwrap();
@@ -1156,12 +1135,16 @@ check = "completes"
     // Lose GPU 0 once the worker holds its `load` allocation (10 % of 16 GiB), i.e. during
     // the 5 s pause before `more` (a pause in `bug` only: `fix-again` does not wait).
     let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
-    common::hold::eventually("the bug worker's load allocation on GPU 0", || {
-        sim.processes(0)
-            .unwrap()
-            .iter()
-            .any(|p| p.pid == worker && p.used >= sim.devices()[0].total / 10)
-    });
+    common::poll::eventually(
+        common::poll::SECS_10,
+        "the bug worker's load allocation on GPU 0",
+        || {
+            sim.processes(0)
+                .unwrap()
+                .iter()
+                .any(|p| p.pid == worker && p.used >= sim.devices()[0].total / 10)
+        },
+    );
     common::sim_fault(dir.path(), &["--lose-device", "0"]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -2,7 +2,7 @@
 //! rendering it directly gives; bad input is one line naming the file, exit 2; `--out`
 //! writes through the atomic writer and refuses to overwrite without `--force`.
 
-mod common;
+use crate::common;
 
 use common::reports::{assert_valid_report_json, replay_report, scan_report};
 use common::vramdoc;

@@ -1,7 +1,7 @@
 //! The JSON Schema in docs/report.schema.json is generated from the report model and stays
 //! current; report JSON validates against it (and broken JSON does not).
 
-mod common;
+use crate::common;
 
 use common::reports::{assert_valid_report_json, replay_report, report_schema_errors, scan_report};
 use std::path::Path;

@@ -1,9 +1,10 @@
 //! End-to-end tests of `vramdoc scan` through the binary, on simulated boxes shared with real
 //! holder processes staged by `vramdoc sim hold` (each test has its own box).
 
-mod common;
+use crate::common;
 
-use common::hold::{eventually, Holder};
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
 use common::{assert_ok, fresh_box, json_ok, on_box, sim_fault, vramdoc};
 use serde_json::Value;
 use std::path::Path;
@@ -759,9 +760,11 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
         .unwrap();
     // Wait until it has exec'd (its name is `sleep`).
     let comm = format!("/proc/{}/comm", child.id());
-    eventually("the descriptor-holding child has exec'd sleep", || {
-        std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep")
-    });
+    eventually(
+        SECS_10,
+        "the descriptor-holding child has exec'd sleep",
+        || std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep"),
+    );
     let dead = h.kill();
     let v = scan_json(b.path());
     child.kill().unwrap();

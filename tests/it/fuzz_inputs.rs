@@ -7,7 +7,7 @@
 //! Bounded: `VRAMDOC_FUZZ_CASES` cases per target (default 400, a few seconds). For a longer,
 //! coverage-guided run: `cargo +nightly fuzz run scenario` (fuzz/, see docs/security.md).
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use std::path::Path;

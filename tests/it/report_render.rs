@@ -2,13 +2,14 @@
 //! trips, hostile text staying text in Markdown and HTML, planted secrets never reaching any
 //! format, and the HTML opened in headless Chromium (screenshot not blank, charts in the DOM).
 
-mod common;
+use crate::common;
 
+use common::poll::eventually;
 use common::reports::{hostile_reports, replay_report, scan_report, REPLAY_CHARTS};
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vramdoc::report::read::parse_report;
 use vramdoc::report::write::{render, Format};
 use vramdoc::report::{html, json, markdown, Report};
@@ -219,58 +220,48 @@ fn planted_secrets_never_reach_any_format() {
 
 // ---- headless Chromium ----
 
-fn chromium() -> PathBuf {
-    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(c).exists() {
-            return PathBuf::from(c);
-        }
-    }
-    panic!(
-        "chromium not found: this test opens the HTML report in headless Chromium. Install \
-         Debian's `chromium` package (`apt-get install -y chromium`); .ci/run installs it."
-    );
+/// Chromium's executable (Debian names it `chromium`, others `chromium-browser`).
+fn chromium() -> Result<PathBuf, String> {
+    common::skip::tool("chromium", "chromium")
+        .or_else(|e| common::skip::tool("chromium-browser", "chromium").map_err(|_| e))
+        .map_err(|e| format!("{e}: this test opens the HTML report in headless Chromium"))
 }
 
-/// Run headless Chromium with `extra` args on `page`; returns stdout. Fails after 120 s.
-fn run_chromium(page: &Path, extra: &[String]) -> String {
+/// Run headless Chromium `exe` with `extra` args on `page`; returns stdout. Fails after 120 s.
+fn run_chromium(exe: &Path, page: &Path, extra: &[String]) -> String {
     let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1280,1600",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(format!("file://{}", page.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start chromium");
+    let mut child = common::KillOnDrop(
+        Command::new(exe)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--window-size=1280,1600",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("file://{}", page.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start chromium"),
+    );
     let out = child.stdout.take().unwrap();
     let err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
     let err_reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = eventually(
+        Duration::from_secs(120),
+        "headless Chromium to finish",
+        || child.try_wait().unwrap(),
+    );
     let stdout = reader.join().unwrap();
     let stderr = err_reader.join().unwrap();
     assert!(status.success(), "chromium failed ({status}): {stderr}");
@@ -279,13 +270,14 @@ fn run_chromium(page: &Path, extra: &[String]) -> String {
 
 #[test]
 fn html_renders_in_headless_chromium() {
+    let chromium = common::skip::require!("chromium", chromium());
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("replay.html");
     vramdoc::report::write::write_report(&replay_report(), &page, false).unwrap();
 
     // The DOM Chromium built: one <svg> per device chart with the series, total line, OOM
     // point and marker labels; no script or image elements.
-    let dom = run_chromium(&page, &["--dump-dom".into()]);
+    let dom = run_chromium(&chromium, &page, &["--dump-dom".into()]);
     assert!(dom.contains("<main>"), "no page in DOM: {dom:.300}");
     let figures: Vec<&str> = dom.split("<figure class=\"chart\"").skip(1).collect();
     assert_eq!(figures.len(), REPLAY_CHARTS);
@@ -316,7 +308,11 @@ fn html_renders_in_headless_chromium() {
 
     // The screenshot: not blank, many colours, the chart's blue series drawn.
     let png_path = dir.path().join("shot.png");
-    run_chromium(&page, &[format!("--screenshot={}", png_path.display())]);
+    run_chromium(
+        &chromium,
+        &page,
+        &[format!("--screenshot={}", png_path.display())],
+    );
     let decoder = png::Decoder::new(std::io::BufReader::new(
         std::fs::File::open(&png_path).unwrap(),
     ));

@@ -2,8 +2,9 @@
 //! libcuda.so through ctypes, shells, `vramdoc sim hold`) wrapped by vramdoc on a simulated
 //! box; the report, the JSONL stream, markers, signals and exit statuses.
 
-mod common;
+use crate::common;
 
+use common::poll::{eventually, SECS_10};
 use common::{simgpu_lib_dir, vramdoc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -304,11 +305,13 @@ fn run_sleep_30(samples: &Path, stderr: std::process::Stdio) -> std::process::Ch
 fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("s.jsonl");
-    let mut child = run_sleep_30(&samples, std::process::Stdio::piped());
+    let mut child = common::KillOnDrop(run_sleep_30(&samples, std::process::Stdio::piped()));
     // Wait until the tree shows `sleep` (it has started), then signal vramdoc only.
     let started =
         |p: &PathBuf| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""));
-    common::hold::eventually("sleep shows up in the samples", || started(&samples));
+    eventually(SECS_10, "sleep shows up in the samples", || {
+        started(&samples)
+    });
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
@@ -431,7 +434,7 @@ Root Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n
 fn the_jsonl_stream_survives_vramdoc_being_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("s.jsonl");
-    let mut child = run_sleep_30(&samples, std::process::Stdio::null());
+    let mut child = common::KillOnDrop(run_sleep_30(&samples, std::process::Stdio::null()));
     let sleep_pid = |p: &PathBuf| -> Option<i64> {
         let text = std::fs::read_to_string(p).ok()?;
         text.lines()
@@ -439,13 +442,13 @@ fn the_jsonl_stream_survives_vramdoc_being_killed() {
             .find(|v| v["type"] == "start" && v["name"] == "sleep")
             .and_then(|v| v["pid"].as_i64())
     };
-    let pid = common::hold::wait_for(std::time::Duration::from_secs(10), || sleep_pid(&samples));
+    let pid = eventually(SECS_10, "sleep's start line in the samples", || {
+        sleep_pid(&samples)
+    });
     child.kill().unwrap();
     let _ = child.wait();
-    if let Some(p) = pid {
-        unsafe { libc::kill(p as i32, libc::SIGKILL) };
-    }
-    assert!(pid.is_some(), "sleep never showed up");
+    // SAFETY: kill(2) on the `sleep` this test started (orphaned by the SIGKILL of vramdoc).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     // Every line written so far is whole JSON; the header comes first.
     let text = std::fs::read_to_string(&samples).unwrap();
     let lines: Vec<Value> = text
@@ -713,16 +716,8 @@ fn the_summary_escapes_control_characters_from_paths_and_error_lines() {
 
 #[test]
 fn a_job_in_its_own_pid_namespace_is_attributed_to_the_tree_through_host_pids() {
+    common::skip::require!("unshare", common::skip::unshare());
     let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
-    let usable = std::process::Command::new(wrap[0])
-        .args(&wrap[1..])
-        .arg("true")
-        .status()
-        .is_ok_and(|s| s.success());
-    if !usable {
-        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not available here");
-        return;
-    }
     // A shared box made by `sim init`: its broker hands out host PIDs, as the real driver
     // (which has no PID-namespace support) reports them.
     let tmp = tempfile::tempdir().unwrap();

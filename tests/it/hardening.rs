@@ -3,14 +3,14 @@
 //! outputs checked before work, broken standard output, exit codes, the simulated box under
 //! misuse. docs/security.md describes the trust boundaries these tests hold.
 
-mod common;
+use crate::common;
 
-use common::hold::{eventually, wait_for, Holder};
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
 use common::{fresh_box, on_box, scenarios, vramdoc};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 fn run(mut c: Command) -> Output {
     c.output().expect("run vramdoc")
@@ -382,9 +382,11 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether `pid` is gone within 10 s.
-fn wait_gone(pid: u32) -> bool {
-    wait_for(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some()
+/// Wait (at most 10 s) until `pid` is gone: `what` it is, for the failure message.
+fn wait_gone(pid: u32, what: &str) {
+    eventually(SECS_10, &format!("{what} (PID {pid}) to exit"), || {
+        !alive(pid)
+    });
 }
 
 fn box_processes(dir: &Path) -> usize {
@@ -406,7 +408,7 @@ fn sigterm_and_sighup_stop_replay_like_ctrl_c_with_a_partial_report() {
         unsafe { libc::kill(child.id() as i32, sig) };
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(1), "signal {sig}");
-        assert!(wait_gone(worker), "worker {worker} still running");
+        wait_gone(worker, "the worker");
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         let runs = r["replay"]["runs"].as_array().unwrap();
@@ -431,13 +433,14 @@ fn sigkill_of_the_monitor_takes_worker_and_neighbours_with_it() {
     let out = dir.path().join("r.json");
     let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
     // The worker pid is printed at spawn; wait until it holds memory next to the neighbour.
-    eventually("worker and neighbour hold memory", || {
+    eventually(SECS_10, "worker and neighbour hold memory", || {
         box_processes(b.path()) >= 2
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(wait_gone(worker), "worker {worker} orphaned");
+    wait_gone(worker, "the orphaned worker");
     eventually(
+        SECS_10,
         "no process holds memory on the box (a neighbour still did)",
         || box_processes(b.path()) == 0,
     );
