@@ -83,28 +83,34 @@ fn frac(bytes: u64, total: u64) -> f64 {
     bytes as f64 / total as f64
 }
 
-/// Every scenario, every variant, on a box that meets its needs: verdicts and key numbers.
-fn all_scenarios_on(spec: &str) {
+/// Every variant of `scenario` (it has `variants`) on a fresh `spec` box, sampled every
+/// 1 ms: all behave as expected (exit 0), and the box is empty afterwards. Returns the
+/// report and the total of GPU 0.
+fn replay_every_variant(spec: &str, scenario: &str, variants: usize) -> (Value, u64) {
     let dir = fresh_box(spec);
-    let (code, r) = replay_json(
-        dir.path(),
-        &[
-            "stray-cuda0",
-            "multi-size-oom",
-            "sharded-release",
-            "double-load",
-            "overcommit",
-            "--period",
-            "1ms",
-        ],
+    let (code, r) = replay_json(dir.path(), &[scenario, "--period", "1ms"]);
+    assert_eq!(
+        code, 0,
+        "every variant of {scenario} behaves as expected on {spec}"
     );
-    assert_eq!(code, 0, "every variant behaves as expected on {spec}");
-    assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), 11);
+    assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), variants);
     assert_eq!(r["replay"]["period_us"], 1000);
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
+    for d in 0..2 {
+        assert_eq!(
+            sim.memory(d).unwrap().used,
+            0,
+            "GPU {d} is empty after the replays of {scenario}"
+        );
+    }
     let t0 = total(&r, 0);
+    (r, t0)
+}
 
-    // stray-cuda0: the bug holds about one context (plus the warm-up workspace) on physical
-    // GPU 0; with CUDA_VISIBLE_DEVICES=1 nothing.
+/// stray-cuda0: the bug holds about one context (plus the warm-up workspace) on physical
+/// GPU 0; with CUDA_VISIBLE_DEVICES=1 nothing.
+fn stray_cuda0_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "stray-cuda0", 2);
     let bug = run(&r, "stray-cuda0", "bug");
     assert_verdict(bug, "reproduced");
     let on0 = max_worker_on(bug, 0);
@@ -119,8 +125,11 @@ fn all_scenarios_on(spec: &str) {
     // The neighbour really holds 40 % of GPU 0 in both: used on GPU 0 at the end of the
     // first step is at least that.
     assert!(frac(u(&step(fix, "model-to-cuda1")["used_after"][0]), t0) >= 0.40);
+}
 
-    // multi-size-oom: OOM at the second size; largest-first never grows after the first size.
+/// multi-size-oom: OOM at the second size; largest-first never grows after the first size.
+fn multi_size_oom_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "multi-size-oom", 3);
     let bug = run(&r, "multi-size-oom", "bug");
     assert_verdict(bug, "reproduced");
     assert_eq!(bug["error"]["kind"], "out-of-memory");
@@ -141,8 +150,11 @@ fn all_scenarios_on(spec: &str) {
     let fix = run(&r, "multi-size-oom", "fix-no-tuning-warmup");
     assert_verdict(fix, "fixed");
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) < 0.80);
+}
 
-    // sharded-release: residual after release roughly equal on every GPU; fix: one context.
+/// sharded-release: residual after release roughly equal on every GPU; fix: one context.
+fn sharded_release_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "sharded-release", 2);
     let bug = run(&r, "sharded-release", "bug");
     assert_verdict(bug, "reproduced");
     let rel = step(bug, "release");
@@ -159,8 +171,11 @@ fn all_scenarios_on(spec: &str) {
             "GPU {d} keeps at most a context"
         );
     }
+}
 
-    // double-load: footprint about twice the model (58 %), then OOM at inference.
+/// double-load: footprint about twice the model (58 %), then OOM at inference.
+fn double_load_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "double-load", 2);
     let bug = run(&r, "double-load", "bug");
     assert_verdict(bug, "reproduced");
     let fp = frac(u(&step(bug, "load-auto-1")["held_after"]), t0);
@@ -170,8 +185,11 @@ fn all_scenarios_on(spec: &str) {
     assert_verdict(fix, "fixed");
     let fp = frac(u(&step(fix, "load-auto-1")["held_after"]), t0);
     assert!((fp - 0.58).abs() < 0.01, "footprint {fp}");
+}
 
-    // overcommit: 0.9 fills the card, then dynamic work fails; 0.5 completes.
+/// overcommit: 0.9 fills the card, then dynamic work fails; 0.5 completes.
+fn overcommit_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "overcommit", 2);
     let bug = run(&r, "overcommit", "bug");
     assert_verdict(bug, "reproduced");
     let claimed = u(&step(bug, "kv-cache")["bytes"]);
@@ -188,27 +206,44 @@ fn all_scenarios_on(spec: &str) {
     let fix = run(&r, "overcommit", "fix-utilization-0.5");
     assert_verdict(fix, "fixed");
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) <= 0.80);
-
-    // Every run left the box empty.
-    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
-    for d in 0..2 {
-        assert_eq!(
-            sim.memory(d).unwrap().used,
-            0,
-            "GPU {d} is empty after the replays"
-        );
-    }
 }
 
-#[test]
-fn every_scenario_and_variant_on_a_16gib_box() {
-    all_scenarios_on("2xt4");
+/// One test per built-in scenario on a box of `spec`: verdicts and key numbers.
+macro_rules! every_scenario_and_variant_on {
+    ($name:ident, $spec:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn stray_cuda0() {
+                stray_cuda0_on($spec);
+            }
+
+            #[test]
+            fn multi_size_oom() {
+                multi_size_oom_on($spec);
+            }
+
+            #[test]
+            fn sharded_release() {
+                sharded_release_on($spec);
+            }
+
+            #[test]
+            fn double_load() {
+                double_load_on($spec);
+            }
+
+            #[test]
+            fn overcommit() {
+                overcommit_on($spec);
+            }
+        }
+    };
 }
 
-#[test]
-fn every_scenario_and_variant_on_a_141gib_box() {
-    all_scenarios_on("2xh200");
-}
+every_scenario_and_variant_on!(every_scenario_and_variant_on_a_16gib_box, "2xt4");
+every_scenario_and_variant_on!(every_scenario_and_variant_on_a_141gib_box, "2xh200");
 
 #[test]
 fn timeline_has_samples_markers_and_step_peaks() {
@@ -930,7 +965,10 @@ check = "completes"
         "{}",
         r["reason"]
     );
-    // Bad value: usage error.
+}
+
+#[test]
+fn a_step_timeout_that_is_not_a_duration_is_a_usage_error() {
     let out = vramdoc()
         .args([
             "--sim",
@@ -942,7 +980,9 @@ check = "completes"
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--step-timeout"), "{err}");
 }
 
 /// The physical GPU index of each peak of every run that ran.

@@ -42,13 +42,14 @@ fn render_dispatches_to_the_renderers() {
 
 #[test]
 fn json_round_trip_gives_the_same_report_and_markdown() {
-    for r in [scan_report(), replay_report()] {
+    for (name, r) in [("scan", scan_report()), ("replay", replay_report())] {
         let text = String::from_utf8(json::render(&r)).unwrap();
-        let back = parse_report(&text, Path::new("fixture.json")).unwrap();
-        assert_eq!(back, r);
-        assert_eq!(md(&back), md(&r));
-        assert_eq!(html_of(&back), html_of(&r));
-        assert_eq!(json::render(&back), json::render(&r));
+        let back = parse_report(&text, Path::new("fixture.json"))
+            .unwrap_or_else(|e| panic!("{name} report: {e}"));
+        assert_eq!(back, r, "{name} report");
+        assert_eq!(md(&back), md(&r), "{name} report: Markdown");
+        assert_eq!(html_of(&back), html_of(&r), "{name} report: HTML");
+        assert_eq!(json::render(&back), json::render(&r), "{name} report: JSON");
     }
 }
 
@@ -124,7 +125,7 @@ fn md_shape(text: &str) -> MdShape {
 
 #[test]
 fn hostile_text_stays_text_in_markdown() {
-    for (clean, hostile) in [scan_report(), replay_report()]
+    for ((name, clean), hostile) in [("scan", scan_report()), ("replay", replay_report())]
         .into_iter()
         .zip(hostile_reports())
     {
@@ -133,46 +134,58 @@ fn hostile_text_stays_text_in_markdown() {
         // The only raw HTML is our own footer, and no link or image appeared.
         assert!(
             shape.raw_html.iter().all(|h| h == "<sub>" || h == "</sub>"),
-            "raw HTML leaked: {:?}",
+            "hostile {name} report: raw HTML leaked: {:?}",
             shape.raw_html
         );
-        assert_eq!(shape.links, 0, "{text}");
+        assert_eq!(shape.links, 0, "hostile {name} report: {text}");
         // Pipes in the data did not split table cells: same shape as the clean report.
         let clean_shape = md_shape(&md(&clean));
-        assert_eq!(shape.table_rows, clean_shape.table_rows, "{text}");
-        assert_eq!(shape.table_heads, clean_shape.table_heads);
-        assert!(text.contains("alert(1)"), "the text itself is still shown");
+        assert_eq!(
+            shape.table_rows, clean_shape.table_rows,
+            "hostile {name} report: {text}"
+        );
+        assert_eq!(
+            shape.table_heads, clean_shape.table_heads,
+            "hostile {name} report"
+        );
+        assert!(
+            text.contains("alert(1)"),
+            "hostile {name} report: the text itself is still shown"
+        );
     }
 }
 
 #[test]
 fn hostile_text_stays_text_in_html() {
-    for r in hostile_reports() {
-        let page = html_of(&r);
+    for (i, r) in hostile_reports().iter().enumerate() {
+        let page = html_of(r);
         let lower = page.to_ascii_lowercase();
         for tag in ["<script", "<img", "<iframe", "javascript:alert(3)\""] {
-            assert!(!lower.contains(tag), "{tag} in HTML");
+            assert!(!lower.contains(tag), "hostile report {i}: {tag} in HTML");
         }
-        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
-        assert!(!page.contains("href=\"javascript"));
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "hostile report {i}"
+        );
+        assert!(!page.contains("href=\"javascript"), "hostile report {i}");
     }
 }
 
 #[test]
 fn html_is_self_contained() {
-    for r in [scan_report(), replay_report()] {
+    for (name, r) in [("scan", scan_report()), ("replay", replay_report())] {
         let page = html_of(&r);
         let lower = page.to_ascii_lowercase();
         for bad in ["<link", "<script", " src=", "@import", "url("] {
-            assert!(!lower.contains(bad), "{bad} in HTML");
+            assert!(!lower.contains(bad), "{name} report: {bad} in HTML");
         }
         // The only absolute URL is the SVG namespace name, which is never fetched.
         let urls = lower.matches("http://").count() + lower.matches("https://").count();
         let ns = lower
             .matches("xmlns=\"http://www.w3.org/2000/svg\"")
             .count();
-        assert_eq!(urls, ns, "network URL in HTML");
-        assert!(page.contains("Content-Security-Policy"));
+        assert_eq!(urls, ns, "{name} report: network URL in HTML");
+        assert!(page.contains("Content-Security-Policy"), "{name} report");
     }
     let page = html_of(&replay_report());
     assert_eq!(page.matches("<svg").count(), REPLAY_CHARTS);
@@ -204,15 +217,15 @@ fn planted_secrets_never_reach_any_format() {
     .to_vec();
     let p = &mut r.scan.as_mut().unwrap().processes[1];
     p.cmdline = Some("python serve.py --hf-token hf_plantedsecret0001 --model qwen".into());
-    for report in [r, raw] {
+    for (name, report) in [("redacted by its producer", r), ("not redacted", raw)] {
         for format in [Format::Json, Format::Markdown, Format::Html] {
             let out = String::from_utf8(render(&report, format).unwrap()).unwrap();
             for s in planted {
-                assert!(!out.contains(s), "{s} leaked into {format:?}");
+                assert!(!out.contains(s), "{name}: {s} leaked into {format:?}");
             }
             assert!(
                 out.contains("redacted"),
-                "{format:?} shows that something was redacted"
+                "{name}: {format:?} shows that something was redacted"
             );
         }
     }

@@ -201,22 +201,30 @@ fn a_forked_child_holding_the_memory_belongs_to_the_tree() {
     assert!(!finding_ids(&r).contains(&"held-after-exit".to_string()));
 }
 
-#[test]
-fn exit_status_and_death_by_signal_pass_through() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (o, r) = run_job(tmp.path(), &["--json"], &["sh", "-c", "exit 7"]);
-    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
-    assert_eq!(r["run"]["exit"]["code"], 7);
-    // --json prints the same report on stdout.
-    let printed: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
-    assert_eq!(printed["kind"], "run");
-    assert_eq!(printed["run"]["exit"], r["run"]["exit"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "kill -9 $$"]);
-    assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
-    assert_eq!(r["run"]["exit"]["signal_name"], "SIGKILL");
-    let errors = r["run"]["errors"].as_array().unwrap();
-    assert!(errors.iter().any(|e| e["kind"] == "killed"), "{errors:?}");
+mod exit_status_and_death_by_signal_pass_through {
+    use super::*;
+
+    #[test]
+    fn exit_status() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, r) = run_job(tmp.path(), &["--json"], &["sh", "-c", "exit 7"]);
+        assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+        assert_eq!(r["run"]["exit"]["code"], 7);
+        // --json prints the same report on stdout.
+        let printed: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+        assert_eq!(printed["kind"], "run");
+        assert_eq!(printed["run"]["exit"], r["run"]["exit"]);
+    }
+
+    #[test]
+    fn death_by_signal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "kill -9 $$"]);
+        assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
+        assert_eq!(r["run"]["exit"]["signal_name"], "SIGKILL");
+        let errors = r["run"]["errors"].as_array().unwrap();
+        assert!(errors.iter().any(|e| e["kind"] == "killed"), "{errors:?}");
+    }
 }
 
 #[test]
@@ -317,35 +325,45 @@ fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
 }
 
-#[test]
-fn vramdoc_own_failures_use_125_126_127() {
-    let tmp = tempfile::tempdir().unwrap();
-    // Not found.
-    let o = vramdoc()
-        .args([
+/// vramdoc's own failures use the codes a shell uses: 127 not found, 126 not executable,
+/// 125 anything else of vramdoc's (and the command never starts).
+mod vramdoc_own_failures_use_125_126_127 {
+    use super::*;
+
+    /// `vramdoc ARGS`: its exit code and stderr.
+    fn vramdoc_run(args: &[&str]) -> (Option<i32>, String) {
+        let o = vramdoc().args(args).output().unwrap();
+        (o.status.code(), stderr(&o))
+    }
+
+    #[test]
+    fn command_not_found_is_127() {
+        let (code, err) = vramdoc_run(&[
             "--sim",
             "1x16GiB",
             "run",
             "--",
             "/nonexistent/vramdoc-test-cmd",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
-    assert!(stderr(&o).contains("command not found"), "{}", stderr(&o));
-    // Found, not executable.
-    let f = tmp.path().join("script.sh");
-    std::fs::write(&f, "echo hi\n").unwrap();
-    let o = vramdoc()
-        .args(["--sim", "1x16GiB", "run", "--"])
-        .arg(&f)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
-    // A bad --out is refused before anything runs: the command never starts.
-    let witness = tmp.path().join("ran");
-    let o = vramdoc()
-        .args([
+        ]);
+        assert_eq!(code, Some(127), "{err}");
+        assert!(err.contains("command not found"), "{err}");
+    }
+
+    #[test]
+    fn found_not_executable_is_126() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("script.sh");
+        std::fs::write(&f, "echo hi\n").unwrap();
+        let (code, err) = vramdoc_run(&["--sim", "1x16GiB", "run", "--", f.to_str().unwrap()]);
+        assert_eq!(code, Some(126), "{err}");
+    }
+
+    /// A bad --out is refused before anything runs: the command never starts.
+    #[test]
+    fn bad_out_is_125_and_nothing_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let witness = tmp.path().join("ran");
+        let (code, err) = vramdoc_run(&[
             "--sim",
             "1x16GiB",
             "run",
@@ -353,28 +371,29 @@ fn vramdoc_own_failures_use_125_126_127() {
             "report.txt",
             "--",
             "touch",
-        ])
-        .arg(&witness)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    assert!(!witness.exists());
-    // vramdoc's own bad flag, and a missing GPU.
-    let o = vramdoc()
-        .args(["run", "--period", "fast", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    let o = vramdoc()
-        .args(["run", "--no-such-flag", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    let o = vramdoc()
-        .args(["--backend", "sim", "run", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+            witness.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(125), "{err}");
+        assert!(!witness.exists());
+    }
+
+    #[test]
+    fn bad_flag_value_is_125() {
+        let (code, err) = vramdoc_run(&["run", "--period", "fast", "--", "true"]);
+        assert_eq!(code, Some(125), "{err}");
+    }
+
+    #[test]
+    fn unknown_flag_is_125() {
+        let (code, err) = vramdoc_run(&["run", "--no-such-flag", "--", "true"]);
+        assert_eq!(code, Some(125), "{err}");
+    }
+
+    #[test]
+    fn no_gpu_is_125() {
+        let (code, err) = vramdoc_run(&["--backend", "sim", "run", "--", "true"]);
+        assert_eq!(code, Some(125), "{err}");
+    }
 }
 
 #[test]
@@ -542,42 +561,49 @@ fn junit_case(xml: &str) -> (String, Option<String>, Option<String>) {
     )
 }
 
-#[test]
-fn junit_and_job_summary_for_a_failed_command_and_for_a_passing_one() {
-    // The command fails: a failure naming its status, with the evidence and the HTML report.
-    let tmp = tempfile::tempdir().unwrap();
-    let (o, xml, summary, r) = run_ci(
-        tmp.path(),
-        &[],
-        &[
-            "sh",
-            "-c",
-            "echo 'CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 3",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let (name, message, text) = junit_case(&xml);
-    assert!(name.starts_with("sh -c"), "{name}");
-    assert_eq!(message.as_deref(), Some("the command exited 3"), "{xml}");
-    let text = text.unwrap_or_default();
-    assert!(text.contains("cuda-oom"), "{text}");
-    assert!(text.contains("run.html"), "{text}");
-    // The job summary is the run's Markdown report, appended.
-    assert!(summary.contains("## vramdoc run report"), "{summary}");
-    assert_eq!(r["run"]["exit"]["code"], 3);
+mod junit_and_job_summary_for_a_failed_command_and_for_a_passing_one {
+    use super::*;
 
-    // A clean command and no --fail-on: the case passes; a summary already there is kept.
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("summary.md"), "# earlier step\n").unwrap();
-    let (o, xml, summary, _) = run_ci(tmp.path(), &[], &["true"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let (name, message, _) = junit_case(&xml);
-    assert_eq!(name, "true");
-    assert_eq!(message, None, "{xml}");
-    assert!(
-        summary.starts_with("# earlier step\n## vramdoc run report"),
-        "{summary}"
-    );
+    /// The command fails: a failure naming its status, with the evidence and the HTML report.
+    #[test]
+    fn failed_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, xml, summary, r) = run_ci(
+            tmp.path(),
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo 'CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 3",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let (name, message, text) = junit_case(&xml);
+        assert!(name.starts_with("sh -c"), "{name}");
+        assert_eq!(message.as_deref(), Some("the command exited 3"), "{xml}");
+        let text = text.unwrap_or_default();
+        assert!(text.contains("cuda-oom"), "{text}");
+        assert!(text.contains("run.html"), "{text}");
+        // The job summary is the run's Markdown report, appended.
+        assert!(summary.contains("## vramdoc run report"), "{summary}");
+        assert_eq!(r["run"]["exit"]["code"], 3);
+    }
+
+    /// A clean command and no --fail-on: the case passes; a summary already there is kept.
+    #[test]
+    fn passing_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("summary.md"), "# earlier step\n").unwrap();
+        let (o, xml, summary, _) = run_ci(tmp.path(), &[], &["true"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let (name, message, _) = junit_case(&xml);
+        assert_eq!(name, "true");
+        assert_eq!(message, None, "{xml}");
+        assert!(
+            summary.starts_with("# earlier step\n## vramdoc run report"),
+            "{summary}"
+        );
+    }
 }
 
 #[test]

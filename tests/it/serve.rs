@@ -507,30 +507,44 @@ fn idle_and_slow_clients_never_block_metrics() {
     eventually(SECS_10, "slots are freed when clients go away", || {
         serve.get("/metrics").0 == 200
     });
+}
 
-    // Keep-alive: two requests on one connection.
-    let mut s = connect();
+/// Keep-alive: two requests on one connection.
+#[test]
+fn keep_alive_serves_two_requests_on_one_connection() {
+    let dir = fresh_box("t4");
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let mut s = TcpStream::connect_timeout(&serve.addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for _ in 0..2 {
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
             .unwrap();
         assert_eq!(read_response(&mut s), (200, "ok\n".to_string()));
     }
+}
+
+/// Bad requests get their status codes.
+#[test]
+fn bad_requests_get_their_status_codes() {
+    let dir = fresh_box("t4");
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
     let (status, head) = http(serve.addr, "POST /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert_eq!(status, 405);
+    assert_eq!(status, 405, "POST: {head}");
     assert!(head.contains("Allow: GET"), "{head}");
-    assert_eq!(http(serve.addr, "GET /secrets HTTP/1.1\r\n\r\n").0, 404);
     let big = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
-    assert_eq!(http(serve.addr, &big).0, 431);
-    assert_eq!(
-        http(
-            serve.addr,
-            "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
-        )
-        .0,
-        413
-    );
-    assert_eq!(http(serve.addr, "BREW\r\n\r\n").0, 400);
+    for (what, request, want) in [
+        ("unknown path", "GET /secrets HTTP/1.1\r\n\r\n", 404),
+        ("10 kB header", big.as_str(), 431),
+        (
+            "a body",
+            "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            413,
+        ),
+        ("not HTTP", "BREW\r\n\r\n", 400),
+    ] {
+        let (status, body) = http(serve.addr, request);
+        assert_eq!(status, want, "{what}: {body}");
+    }
 }
 
 /// `scan --prom FILE` writes the same metrics (for node_exporter's textfile collector),
@@ -580,10 +594,12 @@ fn scan_prom_writes_the_exporters_metrics() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("*.prom"));
 }
 
-#[test]
-fn bad_flags_exit_2_and_a_busy_port_exits_3() {
-    let dir = fresh_box("t4");
-    let run = |args: &[&str]| {
+mod bad_flags_exit_2_and_a_busy_port_exits_3 {
+    use super::*;
+
+    /// `vramdoc serve ARGS` on a fresh box: exit code and stderr.
+    fn serve_with(args: &[&str]) -> (Option<i32>, String) {
+        let dir = fresh_box("t4");
         let out = vramdoc()
             .env("VRAMDOC_SIM_DIR", dir.path())
             .arg("serve")
@@ -594,18 +610,30 @@ fn bad_flags_exit_2_and_a_busy_port_exits_3() {
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
-    };
-    let (code, err) = run(&["--interval", "1ms"]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--interval"), "{err}");
-    let (code, err) = run(&["--listen", "not an address"]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--listen"), "{err}");
-    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = busy.local_addr().unwrap().to_string();
-    let (code, err) = run(&["--listen", &addr]);
-    assert_eq!(code, Some(3), "{err}");
-    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    }
+
+    #[test]
+    fn interval_too_short() {
+        let (code, err) = serve_with(&["--interval", "1ms"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("--interval"), "{err}");
+    }
+
+    #[test]
+    fn listen_not_an_address() {
+        let (code, err) = serve_with(&["--listen", "not an address"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("--listen"), "{err}");
+    }
+
+    #[test]
+    fn busy_port() {
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = busy.local_addr().unwrap().to_string();
+        let (code, err) = serve_with(&["--listen", &addr]);
+        assert_eq!(code, Some(3), "{err}");
+        assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    }
 }
 
 /// On a private `--sim` box (whose signal handler removes the box) SIGTERM still stops the
