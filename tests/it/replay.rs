@@ -541,7 +541,8 @@ check = "completes"
 "#;
 
 /// Start a replay of LONG_PAUSE on `dir`'s box; return the child and the worker's PID once
-/// the worker holds its memory.
+/// the worker holds its memory and is inside the `wait` step (sleeping: it announced the
+/// step before it started it, so a kill from now on lands in `wait`).
 fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
     let file = scenarios::write(dir, "long.toml", LONG_PAUSE);
     let mut child = vramdoc()
@@ -579,6 +580,11 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
         let mine = sim.processes(0).unwrap().into_iter().find(|p| p.pid == pid);
         mine.is_some_and(|p| p.used > CONTEXT)
     });
+    common::poll::eventually(
+        common::poll::SECS_10,
+        "the worker to sleep in its `wait` step",
+        || common::sleeping(pid),
+    );
     (child, pid)
 }
 

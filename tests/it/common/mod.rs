@@ -144,3 +144,18 @@ pub fn no_libcuda_outside(ld_path: &Path) -> Result<(), String> {
         Ok(())
     }
 }
+
+/// Whether process `pid` is blocked in `nanosleep` / `clock_nanosleep` (a worker inside a
+/// `pause` step, as opposed to one between steps, which waits on a pipe): the first field of
+/// /proc/PID/syscall is the number of the system call it is blocked in.
+pub fn sleeping(pid: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const SLEEPS: [&str; 2] = ["35", "230"];
+    #[cfg(target_arch = "aarch64")]
+    const SLEEPS: [&str; 2] = ["101", "115"];
+    std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|s| {
+        s.split_whitespace()
+            .next()
+            .is_some_and(|n| SLEEPS.contains(&n))
+    })
+}
