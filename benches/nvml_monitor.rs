@@ -1,10 +1,12 @@
 //! Prints what one NVML query costs through the real backend (`NvmlMonitor` over
 //! nvml-wrapper) loaded over crates/simgpu, next to the in-process sim backend, on an idle
 //! box and with the real-driver latencies injected (memory ~12 µs, process list ~4.5 ms).
-//! Numbers only, no assertions: `cargo bench --bench nvml_monitor`.
+//! Numbers only, no assertions. It loads the simulated libraries `scripts/test` installs:
+//! `VRAMDOC_SIMGPU_DIR=$(scripts/test --simgpu-dir) cargo bench --bench nvml_monitor`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+/// Where the simulated libraries are (`VRAMDOC_SIMGPU_DIR`), as the tests find them.
+#[path = "../tests/it/common/simgpu.rs"]
+mod simgpu;
 
 use std::time::{Duration, Instant};
 use vramdoc::backend::sim::SimMonitor;
@@ -38,13 +40,15 @@ fn row(label: &str, m: &dyn Monitor, n: u32) {
 }
 
 fn main() {
-    let dir = common::fresh_box("4xh100");
-    let lib = common::simgpu_lib_dir().join("libnvidia-ml.so.1");
+    let dir = tempfile::tempdir().expect("tempdir");
+    SimBox::create(dir.path(), "4xh100", &vramdoc_sim::InitOptions::default()).expect("box");
+    let lib = simgpu::lib_dir().join("libnvidia-ml.so.1");
     // Single-threaded: set before nvmlInit, which reads it.
     std::env::set_var("VRAMDOC_SIM_DIR", dir.path());
     let nvml = NvmlMonitor::open_path(&lib).expect("open simulated NVML");
     let sim = SimMonitor::new(SimBox::open(dir.path()).unwrap());
-    let mut holder = common::vramdoc()
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_vramdoc"))
+        .env_remove("CUDA_VISIBLE_DEVICES")
         .env("VRAMDOC_SIM_DIR", dir.path())
         .args(["sim", "hold", "--device", "1", "--size", "2GiB"])
         .stdout(std::process::Stdio::piped())

@@ -6,11 +6,15 @@
 //!
 //! Boxes are made with `vramdoc sim init` (which starts the box's PID broker) and removed with
 //! their temp directory (the broker then exits). pynvml missing is a failure, as in
-//! tests/nvml_python.rs; so is an `unshare` that cannot make a PID namespace.
+//! nvml_python.rs; so is an `unshare` that cannot make a PID namespace (unless
+//! `VRAMDOC_ALLOW_SKIP` allows `pynvml` or `unshare`: common/skip.rs).
 
-mod common;
+use crate::common;
 
-use common::hold::{eventually, Holder};
+use common::child;
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
+use common::skip::{python, require};
 
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -21,8 +25,6 @@ use vramdoc::backend::sim::{SimDriver, SimMonitor};
 use vramdoc::gpu::{DeviceStatus, Driver, GpuError, Monitor, ProcessKind};
 use vramdoc::units::{GIB, MIB};
 use vramdoc_sim::{ProcessEnv, SimBox, SimProcess};
-
-const CASE: &str = "VRAMDOC_RD_CASE";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -74,10 +76,6 @@ fn hold(b: &CliBox, wrap: &[&str], args: &[&str], env: &[(&str, &str)]) -> Holde
     Holder::spawn(c)
 }
 
-fn python() -> String {
-    std::env::var("VRAMDOC_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
 fn probe_script() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/real_drivers_probe.py")
 }
@@ -105,11 +103,6 @@ fn probe(b: &CliBox, what: &str, wrap: &[&str], env: &[(&str, &str)]) -> Value {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {py} ({e}); set VRAMDOC_PYTHON"));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("No module named 'pynvml'"),
-        "NVIDIA's Python NVML bindings are not installed for {py}: run `{py} -m pip install \
-         nvidia-ml-py`"
-    );
     assert!(out.status.success(), "probe {what} failed: {stderr}");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -119,37 +112,26 @@ fn probe(b: &CliBox, what: &str, wrap: &[&str], env: &[(&str, &str)]) -> Value {
     })
 }
 
-/// Run a child of this test binary that reads the box through vramdoc's real backends
-/// (`nvml`: nvml-wrapper, `cuda`: cudarc) over crates/simgpu and prints what it saw.
-fn real_backend(b: &CliBox, case: &str, env: &[(&str, &str)]) -> Value {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "real_backend_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("NVIDIA_VISIBLE_DEVICES")
-        .env_remove("CUDA_DEVICE_ORDER")
+/// Which of vramdoc's real backends [`real_backend_child`] reads the box with.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+enum Real {
+    /// `NvmlMonitor` (nvml-wrapper).
+    Nvml,
+    /// `CudaDriver` (cudarc).
+    Cuda,
+}
+
+/// Run a child of this test binary that reads the box through vramdoc's real backend
+/// `which` over crates/simgpu (with `env`) and returns what it saw.
+fn real_backend(b: &CliBox, which: Real, env: &[(&str, &str)]) -> Value {
+    let mut c = child::of!(real_backend_child)
+        .simgpu()
         .env("VRAMDOC_SIM_DIR", &b.dir)
-        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
-        .env(CASE, case)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child {case} failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = text
-        .lines()
-        .find_map(|l| l.split("RD-JSON ").nth(1))
-        .unwrap_or_else(|| panic!("child {case} printed nothing: {text}"));
-    serde_json::from_str(line).unwrap()
+        .input(&which);
+    for (k, v) in env {
+        c = c.env(k, v);
+    }
+    c.run()
 }
 
 fn err_json(e: &GpuError) -> Value {
@@ -161,46 +143,41 @@ fn err_json(e: &GpuError) -> Value {
     json!({"error": e.to_string(), "code": code, "environment": e.is_environment()})
 }
 
-/// The child side of [`real_backend`].
-#[test]
-#[ignore = "run by the tests of this file in a child process"]
-fn real_backend_child() {
-    let Ok(case) = std::env::var(CASE) else {
-        return;
-    };
-    let report = match case.as_str() {
-        "nvml" => match vramdoc::gpu::nvml::NvmlMonitor::open() {
-            Err(e) => json!({"open": err_json(&e)}),
-            Ok(m) => {
-                let devices = m.devices().expect("devices");
-                let processes: Vec<Value> = (0..devices.len() as u32)
-                    .map(|i| match m.processes(i) {
-                        Ok(p) => serde_json::to_value(p).unwrap(),
+child::entry! {
+    /// The child side of [`real_backend`]: what the real backend `which` reads, as JSON.
+    fn real_backend_child(which: Real) -> Value {
+        match which {
+            Real::Nvml => match vramdoc::gpu::nvml::NvmlMonitor::open() {
+                Err(e) => json!({"open": err_json(&e)}),
+                Ok(m) => {
+                    let devices = m.devices().expect("devices");
+                    let processes: Vec<Value> = (0..devices.len() as u32)
+                        .map(|i| match m.processes(i) {
+                            Ok(p) => serde_json::to_value(p).unwrap(),
+                            Err(e) => err_json(&e),
+                        })
+                        .collect();
+                    json!({"devices": devices, "processes": processes})
+                }
+            },
+            Real::Cuda => match vramdoc::gpu::cuda::CudaDriver::open() {
+                Err(e) => json!({"open": err_json(&e)}),
+                Ok(mut d) => {
+                    let n = d.device_count().expect("count");
+                    let uuids: Vec<String> = (0..n).map(|o| d.device_uuid(o).unwrap()).collect();
+                    let fill = d
+                        .create_context(0)
+                        .and_then(|c| d.alloc(c, 4 * MIB))
+                        .and_then(|a| d.fill(a, 7));
+                    let fill = match fill {
+                        Ok(sum) => json!({"checksum": sum}),
                         Err(e) => err_json(&e),
-                    })
-                    .collect();
-                json!({"devices": devices, "processes": processes})
-            }
-        },
-        "cuda" => match vramdoc::gpu::cuda::CudaDriver::open() {
-            Err(e) => json!({"open": err_json(&e)}),
-            Ok(mut d) => {
-                let n = d.device_count().expect("count");
-                let uuids: Vec<String> = (0..n).map(|o| d.device_uuid(o).unwrap()).collect();
-                let fill = d
-                    .create_context(0)
-                    .and_then(|c| d.alloc(c, 4 * MIB))
-                    .and_then(|a| d.fill(a, 7));
-                let fill = match fill {
-                    Ok(sum) => json!({"checksum": sum}),
-                    Err(e) => err_json(&e),
-                };
-                json!({"uuids": uuids, "fill": fill})
-            }
-        },
-        other => panic!("unknown case {other}"),
-    };
-    println!("RD-JSON {report}");
+                    };
+                    json!({"uuids": uuids, "fill": fill})
+                }
+            },
+        }
+    }
 }
 
 /// `(pid, used)` pairs of a pynvml process list.
@@ -226,6 +203,7 @@ fn pids_of(v: &Value, kind: &str) -> BTreeSet<u64> {
 
 #[test]
 fn r535_writes_32_byte_records_pynvml_scrambles_vramdoc_does_not() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("h100", Some("535.54.03"));
     let h1 = hold(&b, &[], &["--size", "1GiB"], &[]);
     let h2 = hold(&b, &[], &["--size", "2GiB"], &[]);
@@ -243,7 +221,7 @@ fn r535_writes_32_byte_records_pynvml_scrambles_vramdoc_does_not() {
     assert!(seen.contains(&0), "{d0}");
     assert_eq!(d0["detail_error"], 13, "R535 has no DetailList: {d0}");
 
-    let real = real_backend(&b, "nvml", &[]);
+    let real = real_backend(&b, Real::Nvml, &[]);
     assert_eq!(pids_of(&real["processes"][0], "compute"), want, "{real}");
     let used: Vec<u64> = real["processes"][0]
         .as_array()
@@ -264,27 +242,45 @@ fn r535_writes_32_byte_records_pynvml_scrambles_vramdoc_does_not() {
     assert_eq!(mine, want);
 }
 
-#[test]
-fn r525_and_r550_profiles_list_processes_right_everywhere() {
-    for (driver, cuda, detail) in [("525", 12000, false), ("550.127.05", 12040, true)] {
-        let b = cli_box("2x16GiB", Some(driver));
-        let h1 = hold(&b, &[], &["--device", "1", "--size", "1GiB"], &[]);
-        let h2 = hold(&b, &[], &["--device", "1", "--size", "512MiB"], &[]);
-        let want: BTreeSet<u64> = [h1.pid as u64, h2.pid as u64].into();
-        let py = probe(&b, "nvml", &[], &[]);
-        assert_eq!(py["cuda"], cuda, "{driver}");
-        let d1 = &py["devices"][1];
-        let seen: BTreeSet<u64> = py_procs(&d1["compute"]).iter().map(|p| p.0).collect();
-        assert_eq!(seen, want, "{driver}: {d1}");
-        if detail {
-            let det: BTreeSet<u64> = py_procs(&d1["detail"]).iter().map(|p| p.0).collect();
-            assert_eq!(det, want, "{driver}: {d1}");
-        } else {
-            assert_eq!(d1["detail_error"], 13, "{driver}: {d1}");
-        }
-        let real = real_backend(&b, "nvml", &[]);
-        assert_eq!(pids_of(&real["processes"][1], "compute"), want, "{driver}");
-        assert!(pids_of(&real["processes"][0], "compute").is_empty());
+/// On a box with driver profile `driver` (CUDA `cuda`, with a DetailList API or not),
+/// pynvml and vramdoc both list the two holders of GPU 1, and nothing on GPU 0.
+fn profile_lists_processes_right_everywhere(driver: &str, cuda: u64, detail: bool) {
+    let b = cli_box("2x16GiB", Some(driver));
+    let h1 = hold(&b, &[], &["--device", "1", "--size", "1GiB"], &[]);
+    let h2 = hold(&b, &[], &["--device", "1", "--size", "512MiB"], &[]);
+    let want: BTreeSet<u64> = [h1.pid as u64, h2.pid as u64].into();
+    let py = probe(&b, "nvml", &[], &[]);
+    assert_eq!(py["cuda"], cuda, "{driver}");
+    let d1 = &py["devices"][1];
+    let seen: BTreeSet<u64> = py_procs(&d1["compute"]).iter().map(|p| p.0).collect();
+    assert_eq!(seen, want, "{driver}: {d1}");
+    if detail {
+        let det: BTreeSet<u64> = py_procs(&d1["detail"]).iter().map(|p| p.0).collect();
+        assert_eq!(det, want, "{driver}: {d1}");
+    } else {
+        assert_eq!(d1["detail_error"], 13, "{driver}: {d1}");
+    }
+    let real = real_backend(&b, Real::Nvml, &[]);
+    assert_eq!(pids_of(&real["processes"][1], "compute"), want, "{driver}");
+    assert!(
+        pids_of(&real["processes"][0], "compute").is_empty(),
+        "{driver}: {real}"
+    );
+}
+
+mod r525_and_r550_profiles_list_processes_right_everywhere {
+    use super::*;
+
+    #[test]
+    fn r525() {
+        require!("pynvml", common::skip::pynvml());
+        profile_lists_processes_right_everywhere("525", 12000, false);
+    }
+
+    #[test]
+    fn r550() {
+        require!("pynvml", common::skip::pynvml());
+        profile_lists_processes_right_everywhere("550.127.05", 12040, true);
     }
 }
 
@@ -293,6 +289,7 @@ fn r525_and_r550_profiles_list_processes_right_everywhere() {
 
 #[test]
 fn cuda_enumerates_fastest_first_on_a_t4_h100_box() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("t4,h100", None);
     let s = sim(&b);
     let (t4, h100) = (s.devices()[0].uuid.clone(), s.devices()[1].uuid.clone());
@@ -316,7 +313,7 @@ fn cuda_enumerates_fastest_first_on_a_t4_h100_box() {
     let py = probe(&b, "nvml", &[], &[]);
     assert_eq!(py["devices"][0]["uuid"], t4.as_str());
 
-    let real = real_backend(&b, "cuda", &[]);
+    let real = real_backend(&b, Real::Cuda, &[]);
     assert_eq!(real["uuids"], json!([h100, t4]), "{real}");
     assert_eq!(real["fill"]["checksum"], 7 * MIB, "{real}");
     let mut d = SimDriver::new(SimProcess::new(s.clone(), None));
@@ -331,6 +328,7 @@ fn cuda_enumerates_fastest_first_on_a_t4_h100_box() {
 
 #[test]
 fn a_container_sees_only_its_mounted_gpu() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("2x16GiB", None);
     let s = sim(&b);
     let host1 = s.devices()[1].uuid.clone();
@@ -344,7 +342,7 @@ fn a_container_sees_only_its_mounted_gpu() {
     let py = probe(&b, "nvml", &[], &env);
     assert_eq!(py["devices"].as_array().unwrap().len(), 1, "{py}");
     assert_eq!(py["devices"][0]["uuid"], host1.as_str());
-    let real = real_backend(&b, "nvml", &env);
+    let real = real_backend(&b, Real::Nvml, &env);
     assert_eq!(real["devices"][0]["uuid"], host1.as_str(), "{real}");
     assert_eq!(real["devices"].as_array().unwrap().len(), 1);
 
@@ -364,16 +362,8 @@ fn a_container_sees_only_its_mounted_gpu() {
 
 #[test]
 fn pid_namespace_clients_are_listed_under_host_pids_even_from_inside() {
-    let ok = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "`unshare --pid --fork --mount-proc true` failed: this test needs util-linux unshare \
-         and the privilege to create PID namespaces (root, or user namespaces enabled)"
-    );
+    require!("pynvml", common::skip::pynvml());
+    require!("unshare", common::skip::unshare());
     let b = cli_box("t4", None);
     let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
     let h = hold(&b, &wrap, &["--size", "1GiB"], &[]);
@@ -409,9 +399,11 @@ fn pid_namespace_clients_are_listed_under_host_pids_even_from_inside() {
     let pid = h.pid;
     drop(h);
     let s = sim(&b);
-    eventually("the namespaced holder's memory is returned", || {
-        s.processes(0).unwrap().iter().all(|p| p.pid != pid)
-    });
+    eventually(
+        SECS_10,
+        "the namespaced holder's memory is returned",
+        || s.processes(0).unwrap().iter().all(|p| p.pid != pid),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,6 +411,7 @@ fn pid_namespace_clients_are_listed_under_host_pids_even_from_inside() {
 
 #[test]
 fn graphics_and_mps_clients_are_listed_only_in_their_lists() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("rtx4090", None);
     let x = hold(&b, &[], &["--graphics", "--size", "256MiB"], &[]);
     let mps = hold(&b, &[], &["--mps", "--size", "128MiB"], &[]);
@@ -429,7 +422,7 @@ fn graphics_and_mps_clients_are_listed_only_in_their_lists() {
     assert_eq!(pids("graphics"), [x.pid as u64], "{d}");
     assert_eq!(pids("mps"), [mps.pid as u64], "{d}");
     assert_eq!(pids("compute"), [cu.pid as u64], "{d}");
-    let real = real_backend(&b, "nvml", &[]);
+    let real = real_backend(&b, Real::Nvml, &[]);
     let p = &real["processes"][0];
     assert_eq!(pids_of(p, "graphics"), [x.pid as u64].into());
     assert_eq!(pids_of(p, "mps"), [mps.pid as u64].into());
@@ -471,6 +464,7 @@ fn holders(nodes: &[PathBuf]) -> BTreeSet<u32> {
 
 #[test]
 fn a_forked_worker_keeps_a_dead_parents_memory() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("a10", None);
     let mut h = hold(
         &b,
@@ -499,16 +493,18 @@ fn a_forked_worker_keeps_a_dead_parents_memory() {
         "{nodes:?}"
     );
     assert!(holders(&nodes).contains(&worker), "{nodes:?}");
-    let real = real_backend(&b, "nvml", &[]);
+    let real = real_backend(&b, Real::Nvml, &[]);
     assert_eq!(
         pids_of(&real["processes"][0], "compute"),
         [parent as u64].into()
     );
     // SAFETY: the worker is this test's grandchild.
     unsafe { libc::kill(worker as i32, libc::SIGKILL) };
-    eventually("the memory is returned once the last holder exits", || {
-        m.processes(0).unwrap().is_empty() && m.memory(0).unwrap().used == 0
-    });
+    eventually(
+        SECS_10,
+        "the memory is returned once the last holder exits",
+        || m.processes(0).unwrap().is_empty() && m.memory(0).unwrap().used == 0,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -516,6 +512,7 @@ fn a_forked_worker_keeps_a_dead_parents_memory() {
 
 #[test]
 fn per_device_errors_give_a_status_and_never_end_the_inventory() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("3xt4", None);
     common::sim_fault(&b.dir, &["--lose-device", "1", "--no-permission", "2"]);
     let py = probe(&b, "nvml", &[], &[]);
@@ -529,7 +526,7 @@ fn per_device_errors_give_a_status_and_never_end_the_inventory() {
             .collect()
     };
     let want = json!(["ok", "lost", "no-permission"]);
-    let real = real_backend(&b, "nvml", &[]);
+    let real = real_backend(&b, Real::Nvml, &[]);
     assert_eq!(Value::from(statuses(&real["devices"])), want, "{real}");
     assert_eq!(real["devices"][1]["memory"]["total"], 0);
     let m = SimMonitor::new(sim(&b));
@@ -544,130 +541,160 @@ fn per_device_errors_give_a_status_and_never_end_the_inventory() {
         ]
     );
     assert!(devs[0].memory.total > 0);
+}
 
-    // MIG parent read without privileges: memory answers, process lists do not.
-    common::sim_fault(&b.dir, &["--clear"]);
+/// A MIG parent read without privileges: memory answers, process lists do not.
+#[test]
+fn an_unprivileged_mig_parent_answers_memory_but_not_processes() {
+    require!("pynvml", common::skip::pynvml());
+    let b = cli_box("3xt4", None);
     common::sim_fault(&b.dir, &["--mig-unprivileged", "0"]);
     let py = probe(&b, "nvml", &[], &[]);
     assert_eq!(py["devices"][0]["compute_error"], 4, "{py}");
     assert!(py["devices"][0]["total"].as_u64().unwrap() > 0);
-    let real = real_backend(&b, "nvml", &[]);
+    let real = real_backend(&b, Real::Nvml, &[]);
     assert_eq!(
         real["processes"][0]["code"], "NVML_ERROR_NO_PERMISSION",
         "{real}"
     );
+    let m = SimMonitor::new(sim(&b));
     assert!(m.processes(0).is_err());
     assert!(m.memory(0).is_ok());
 }
 
 #[test]
 fn driver_library_mismatch_is_an_environment_error() {
+    require!("pynvml", common::skip::pynvml());
     let b = cli_box("t4", None);
     common::sim_fault(&b.dir, &["--version-mismatch"]);
     let py = probe(&b, "nvml", &[], &[]);
     assert_eq!(py["init_error"], 18, "{py}");
     let c = probe(&b, "cuda", &[], &[]);
     assert_eq!(c["init"], 803, "{c}");
-    let real = real_backend(&b, "nvml", &[]);
+    let real = real_backend(&b, Real::Nvml, &[]);
     assert_eq!(real["open"]["environment"], true, "{real}");
     assert!(real["open"]["error"]
         .as_str()
         .unwrap()
         .contains("Driver/library version mismatch"));
-    let real = real_backend(&b, "cuda", &[]);
+    let real = real_backend(&b, Real::Cuda, &[]);
     assert_eq!(real["open"]["environment"], true, "{real}");
     assert_eq!(real["open"]["code"], "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH");
 }
 
-#[test]
-fn cuda_faults_read_as_codes_with_advice() {
-    let b = cli_box("2xt4", None);
-    let s = sim(&b);
-    let in_process_fill = || -> Result<u64, GpuError> {
-        let mut d = SimDriver::open(SimProcess::new(s.clone(), None))?;
+/// CUDA faults real drivers produce, each read by a ctypes client, by the real cuda backend
+/// (cudarc) and by the in-process sim driver: one test per fault, on a `2xt4` box.
+mod cuda_faults_read_as_codes_with_advice {
+    use super::*;
+
+    /// A box with `fault` set (`vramdoc sim fault ARGS`).
+    fn faulted(fault: &[&str]) -> CliBox {
+        let b = cli_box("2xt4", None);
+        common::sim_fault(&b.dir, fault);
+        b
+    }
+
+    /// Context, allocation and fill through the in-process sim driver.
+    fn in_process_fill(b: &CliBox) -> Result<u64, GpuError> {
+        let mut d = SimDriver::open(SimProcess::new(sim(b), None))?;
         let c = d.create_context(0)?;
         let a = d.alloc(c, 4 * MIB)?;
         d.fill(a, 7)
-    };
+    }
 
-    // 226, newer than the CUDA 12.0 headers cudarc is built with: no undefined behaviour.
-    common::sim_fault(&b.dir, &["--contained", "0"]);
-    let c = probe(&b, "cuda", &[], &[]);
-    assert_eq!(c["synchronize"], 226, "{c}");
-    assert_eq!(c["synchronize_name"], "CUDA_ERROR_CONTAINED");
-    let real = real_backend(&b, "cuda", &[]);
-    assert_eq!(real["fill"]["code"], "CUDA_ERROR_CONTAINED", "{real}");
-    assert!(real["fill"]["error"].as_str().unwrap().contains("restart"));
-    let e = in_process_fill().unwrap_err();
-    assert!(e.to_string().contains("CUDA_ERROR_CONTAINED"), "{e}");
+    /// 226, newer than the CUDA 12.0 headers cudarc is built with: no undefined behaviour.
+    #[test]
+    fn contained() {
+        let b = faulted(&["--contained", "0"]);
+        let c = probe(&b, "cuda", &[], &[]);
+        assert_eq!(c["synchronize"], 226, "{c}");
+        assert_eq!(c["synchronize_name"], "CUDA_ERROR_CONTAINED");
+        let real = real_backend(&b, Real::Cuda, &[]);
+        assert_eq!(real["fill"]["code"], "CUDA_ERROR_CONTAINED", "{real}");
+        assert!(real["fill"]["error"].as_str().unwrap().contains("restart"));
+        let e = in_process_fill(&b).unwrap_err();
+        assert!(e.to_string().contains("CUDA_ERROR_CONTAINED"), "{e}");
+    }
 
-    // The toolkit's stub libcuda.so shadowing the driver: an environment error.
-    common::sim_fault(&b.dir, &["--clear"]);
-    common::sim_fault(&b.dir, &["--cuda-stub"]);
-    assert_eq!(probe(&b, "cuda", &[], &[])["init"], 34);
-    let real = real_backend(&b, "cuda", &[]);
-    assert_eq!(real["open"]["code"], "CUDA_ERROR_STUB_LIBRARY", "{real}");
-    assert_eq!(real["open"]["environment"], true);
-    assert!(real["open"]["error"]
-        .as_str()
-        .unwrap()
-        .contains("LD_LIBRARY_PATH"));
-    assert!(in_process_fill().unwrap_err().is_environment());
+    /// The toolkit's stub libcuda.so shadowing the driver: an environment error.
+    #[test]
+    fn stub_library() {
+        let b = faulted(&["--cuda-stub"]);
+        assert_eq!(probe(&b, "cuda", &[], &[])["init"], 34);
+        let real = real_backend(&b, Real::Cuda, &[]);
+        assert_eq!(real["open"]["code"], "CUDA_ERROR_STUB_LIBRARY", "{real}");
+        assert_eq!(real["open"]["environment"], true);
+        assert!(real["open"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("LD_LIBRARY_PATH"));
+        assert!(in_process_fill(&b).unwrap_err().is_environment());
+    }
 
-    // No PTX JIT compiler: the fill kernel cannot load.
-    common::sim_fault(&b.dir, &["--clear"]);
-    common::sim_fault(&b.dir, &["--no-ptx-jit"]);
-    assert_eq!(probe(&b, "cuda", &[], &[])["module_load"], 221);
-    let real = real_backend(&b, "cuda", &[]);
-    assert_eq!(
-        real["fill"]["code"], "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
-        "{real}"
-    );
-    assert_eq!(real["fill"]["environment"], true);
-    assert!(in_process_fill().unwrap_err().is_environment());
+    /// No PTX JIT compiler: the fill kernel cannot load.
+    #[test]
+    fn no_ptx_jit() {
+        let b = faulted(&["--no-ptx-jit"]);
+        assert_eq!(probe(&b, "cuda", &[], &[])["module_load"], 221);
+        let real = real_backend(&b, Real::Cuda, &[]);
+        assert_eq!(
+            real["fill"]["code"], "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+            "{real}"
+        );
+        assert_eq!(real["fill"]["environment"], true);
+        assert!(in_process_fill(&b).unwrap_err().is_environment());
+    }
 
-    // Exclusive-process mode: a second process cannot make a context.
-    common::sim_fault(&b.dir, &["--clear"]);
-    common::sim_fault(&b.dir, &["--exclusive-process", "0"]);
-    let mut first = Command::new(python())
-        .arg(probe_script())
-        .args(["cuda", "hold"])
-        .env("VRAMDOC_SIM_DIR", &b.dir)
-        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(first.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let held: Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(held["retain"], 0, "{held}");
-    assert_eq!(probe(&b, "cuda", &[], &[])["retain"], 46);
-    let real = real_backend(&b, "cuda", &[]);
-    assert_eq!(
-        real["fill"]["code"], "CUDA_ERROR_DEVICE_UNAVAILABLE",
-        "{real}"
-    );
-    assert!(matches!(
-        in_process_fill(),
-        Err(GpuError::Driver { ref code, .. }) if code == "CUDA_ERROR_DEVICE_UNAVAILABLE"
-    ));
-    let _ = first.stdin.take().unwrap().write_all(b"");
-    first.wait().unwrap();
-    // Device 1 is in the default mode: two processes share it.
-    assert_eq!(
-        probe(&b, "cuda", &[], &[("CUDA_VISIBLE_DEVICES", "1")])["retain"],
-        0
-    );
+    /// Exclusive-process mode: a second process cannot make a context.
+    #[test]
+    fn exclusive_process() {
+        let b = faulted(&["--exclusive-process", "0"]);
+        let mut first = common::KillOnDrop(
+            Command::new(python())
+                .arg(probe_script())
+                .args(["cuda", "hold"])
+                .env("VRAMDOC_SIM_DIR", &b.dir)
+                .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+                .env_remove("CUDA_VISIBLE_DEVICES")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut line = String::new();
+        BufReader::new(first.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let held: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(held["retain"], 0, "{held}");
+        assert_eq!(probe(&b, "cuda", &[], &[])["retain"], 46);
+        let real = real_backend(&b, Real::Cuda, &[]);
+        assert_eq!(
+            real["fill"]["code"], "CUDA_ERROR_DEVICE_UNAVAILABLE",
+            "{real}"
+        );
+        assert!(matches!(
+            in_process_fill(&b),
+            Err(GpuError::Driver { ref code, .. }) if code == "CUDA_ERROR_DEVICE_UNAVAILABLE"
+        ));
+        let _ = first.stdin.take().unwrap().write_all(b"");
+        first.wait().unwrap();
+        // Device 1 is in the default mode: two processes share it.
+        assert_eq!(
+            probe(&b, "cuda", &[], &[("CUDA_VISIBLE_DEVICES", "1")])["retain"],
+            0
+        );
+    }
 
-    // cuMemGetInfo's total leaves out what NVML's total counts as reserved.
-    common::sim_fault(&b.dir, &["--clear"]);
-    common::sim_fault(&b.dir, &["--cuda-total-excludes-reserved"]);
-    let c = probe(&b, "cuda", &[], &[]);
-    let d = &s.devices()[0];
-    assert_eq!(c["total"], d.total - d.reserved, "{c}");
-    assert_eq!(probe(&b, "nvml", &[], &[])["devices"][0]["total"], d.total);
+    /// cuMemGetInfo's total leaves out what NVML's total counts as reserved.
+    #[test]
+    fn cuda_total_excludes_reserved() {
+        require!("pynvml", common::skip::pynvml());
+        let b = faulted(&["--cuda-total-excludes-reserved"]);
+        let c = probe(&b, "cuda", &[], &[]);
+        let s = sim(&b);
+        let d = &s.devices()[0];
+        assert_eq!(c["total"], d.total - d.reserved, "{c}");
+        assert_eq!(probe(&b, "nvml", &[], &[])["devices"][0]["total"], d.total);
+    }
 }

@@ -2,13 +2,14 @@
 //! trips, hostile text staying text in Markdown and HTML, planted secrets never reaching any
 //! format, and the HTML opened in headless Chromium (screenshot not blank, charts in the DOM).
 
-mod common;
+use crate::common;
 
+use common::poll::eventually;
 use common::reports::{hostile_reports, replay_report, scan_report, REPLAY_CHARTS};
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vramdoc::model::Report;
 use vramdoc::report::read::parse_report;
 use vramdoc::report::write::{render, Format};
@@ -42,13 +43,14 @@ fn render_dispatches_to_the_renderers() {
 
 #[test]
 fn json_round_trip_gives_the_same_report_and_markdown() {
-    for r in [scan_report(), replay_report()] {
+    for (name, r) in [("scan", scan_report()), ("replay", replay_report())] {
         let text = String::from_utf8(json::render(&r)).unwrap();
-        let back = parse_report(&text, Path::new("fixture.json")).unwrap();
-        assert_eq!(back, r);
-        assert_eq!(md(&back), md(&r));
-        assert_eq!(html_of(&back), html_of(&r));
-        assert_eq!(json::render(&back), json::render(&r));
+        let back = parse_report(&text, Path::new("fixture.json"))
+            .unwrap_or_else(|e| panic!("{name} report: {e}"));
+        assert_eq!(back, r, "{name} report");
+        assert_eq!(md(&back), md(&r), "{name} report: Markdown");
+        assert_eq!(html_of(&back), html_of(&r), "{name} report: HTML");
+        assert_eq!(json::render(&back), json::render(&r), "{name} report: JSON");
     }
 }
 
@@ -124,7 +126,7 @@ fn md_shape(text: &str) -> MdShape {
 
 #[test]
 fn hostile_text_stays_text_in_markdown() {
-    for (clean, hostile) in [scan_report(), replay_report()]
+    for ((name, clean), hostile) in [("scan", scan_report()), ("replay", replay_report())]
         .into_iter()
         .zip(hostile_reports())
     {
@@ -133,46 +135,58 @@ fn hostile_text_stays_text_in_markdown() {
         // The only raw HTML is our own footer, and no link or image appeared.
         assert!(
             shape.raw_html.iter().all(|h| h == "<sub>" || h == "</sub>"),
-            "raw HTML leaked: {:?}",
+            "hostile {name} report: raw HTML leaked: {:?}",
             shape.raw_html
         );
-        assert_eq!(shape.links, 0, "{text}");
+        assert_eq!(shape.links, 0, "hostile {name} report: {text}");
         // Pipes in the data did not split table cells: same shape as the clean report.
         let clean_shape = md_shape(&md(&clean));
-        assert_eq!(shape.table_rows, clean_shape.table_rows, "{text}");
-        assert_eq!(shape.table_heads, clean_shape.table_heads);
-        assert!(text.contains("alert(1)"), "the text itself is still shown");
+        assert_eq!(
+            shape.table_rows, clean_shape.table_rows,
+            "hostile {name} report: {text}"
+        );
+        assert_eq!(
+            shape.table_heads, clean_shape.table_heads,
+            "hostile {name} report"
+        );
+        assert!(
+            text.contains("alert(1)"),
+            "hostile {name} report: the text itself is still shown"
+        );
     }
 }
 
 #[test]
 fn hostile_text_stays_text_in_html() {
-    for r in hostile_reports() {
-        let page = html_of(&r);
+    for (i, r) in hostile_reports().iter().enumerate() {
+        let page = html_of(r);
         let lower = page.to_ascii_lowercase();
         for tag in ["<script", "<img", "<iframe", "javascript:alert(3)\""] {
-            assert!(!lower.contains(tag), "{tag} in HTML");
+            assert!(!lower.contains(tag), "hostile report {i}: {tag} in HTML");
         }
-        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
-        assert!(!page.contains("href=\"javascript"));
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "hostile report {i}"
+        );
+        assert!(!page.contains("href=\"javascript"), "hostile report {i}");
     }
 }
 
 #[test]
 fn html_is_self_contained() {
-    for r in [scan_report(), replay_report()] {
+    for (name, r) in [("scan", scan_report()), ("replay", replay_report())] {
         let page = html_of(&r);
         let lower = page.to_ascii_lowercase();
         for bad in ["<link", "<script", " src=", "@import", "url("] {
-            assert!(!lower.contains(bad), "{bad} in HTML");
+            assert!(!lower.contains(bad), "{name} report: {bad} in HTML");
         }
         // The only absolute URL is the SVG namespace name, which is never fetched.
         let urls = lower.matches("http://").count() + lower.matches("https://").count();
         let ns = lower
             .matches("xmlns=\"http://www.w3.org/2000/svg\"")
             .count();
-        assert_eq!(urls, ns, "network URL in HTML");
-        assert!(page.contains("Content-Security-Policy"));
+        assert_eq!(urls, ns, "{name} report: network URL in HTML");
+        assert!(page.contains("Content-Security-Policy"), "{name} report");
     }
     let page = html_of(&replay_report());
     assert_eq!(page.matches("<svg").count(), REPLAY_CHARTS);
@@ -204,15 +218,15 @@ fn planted_secrets_never_reach_any_format() {
     .to_vec();
     let p = &mut r.scan.as_mut().unwrap().processes[1];
     p.cmdline = Some("python serve.py --hf-token hf_plantedsecret0001 --model qwen".into());
-    for report in [r, raw] {
+    for (name, report) in [("redacted by its producer", r), ("not redacted", raw)] {
         for format in [Format::Json, Format::Markdown, Format::Html] {
             let out = String::from_utf8(render(&report, format).unwrap()).unwrap();
             for s in planted {
-                assert!(!out.contains(s), "{s} leaked into {format:?}");
+                assert!(!out.contains(s), "{name}: {s} leaked into {format:?}");
             }
             assert!(
                 out.contains("redacted"),
-                "{format:?} shows that something was redacted"
+                "{name}: {format:?} shows that something was redacted"
             );
         }
     }
@@ -220,58 +234,48 @@ fn planted_secrets_never_reach_any_format() {
 
 // ---- headless Chromium ----
 
-fn chromium() -> PathBuf {
-    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(c).exists() {
-            return PathBuf::from(c);
-        }
-    }
-    panic!(
-        "chromium not found: this test opens the HTML report in headless Chromium. Install \
-         Debian's `chromium` package (`apt-get install -y chromium`); .ci/run installs it."
-    );
+/// Chromium's executable (Debian names it `chromium`, others `chromium-browser`).
+fn chromium() -> Result<PathBuf, String> {
+    common::skip::tool("chromium", "chromium")
+        .or_else(|e| common::skip::tool("chromium-browser", "chromium").map_err(|_| e))
+        .map_err(|e| format!("{e}: this test opens the HTML report in headless Chromium"))
 }
 
-/// Run headless Chromium with `extra` args on `page`; returns stdout. Fails after 120 s.
-fn run_chromium(page: &Path, extra: &[String]) -> String {
+/// Run headless Chromium `exe` with `extra` args on `page`; returns stdout. Fails after 120 s.
+fn run_chromium(exe: &Path, page: &Path, extra: &[String]) -> String {
     let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1280,1600",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(format!("file://{}", page.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start chromium");
+    let mut child = common::KillOnDrop(
+        Command::new(exe)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--window-size=1280,1600",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("file://{}", page.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start chromium"),
+    );
     let out = child.stdout.take().unwrap();
     let err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
     let err_reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = eventually(
+        Duration::from_secs(120),
+        "headless Chromium to finish",
+        || child.try_wait().unwrap(),
+    );
     let stdout = reader.join().unwrap();
     let stderr = err_reader.join().unwrap();
     assert!(status.success(), "chromium failed ({status}): {stderr}");
@@ -280,13 +284,14 @@ fn run_chromium(page: &Path, extra: &[String]) -> String {
 
 #[test]
 fn html_renders_in_headless_chromium() {
+    let chromium = common::skip::require!("chromium", chromium());
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("replay.html");
     vramdoc::report::write::write_report(&replay_report(), &page, false).unwrap();
 
     // The DOM Chromium built: one <svg> per device chart with the series, total line, OOM
     // point and marker labels; no script or image elements.
-    let dom = run_chromium(&page, &["--dump-dom".into()]);
+    let dom = run_chromium(&chromium, &page, &["--dump-dom".into()]);
     assert!(dom.contains("<main>"), "no page in DOM: {dom:.300}");
     let figures: Vec<&str> = dom.split("<figure class=\"chart\"").skip(1).collect();
     assert_eq!(figures.len(), REPLAY_CHARTS);
@@ -317,7 +322,11 @@ fn html_renders_in_headless_chromium() {
 
     // The screenshot: not blank, many colours, the chart's blue series drawn.
     let png_path = dir.path().join("shot.png");
-    run_chromium(&page, &[format!("--screenshot={}", png_path.display())]);
+    run_chromium(
+        &chromium,
+        &page,
+        &[format!("--screenshot={}", png_path.display())],
+    );
     let decoder = png::Decoder::new(std::io::BufReader::new(
         std::fs::File::open(&png_path).unwrap(),
     ));

@@ -7,7 +7,7 @@
 //! Bounded: `VRAMDOC_FUZZ_CASES` cases per target (default 400, a few seconds). For a longer,
 //! coverage-guided run: `cargo +nightly fuzz run scenario` (fuzz/, see docs/security.md).
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use std::path::Path;
@@ -150,10 +150,13 @@ proptest! {
 
 #[test]
 fn seeds_are_valid_inputs() {
-    for s in scenario_seeds() {
-        parse_scenario("seed.toml", std::str::from_utf8(&s).unwrap()).unwrap();
+    for (i, s) in scenario_seeds().iter().enumerate() {
+        let (id, _) = vramdoc::scenario::builtin::BUILTIN[i];
+        parse_scenario("seed.toml", std::str::from_utf8(s).unwrap())
+            .unwrap_or_else(|e| panic!("scenario seed {id}: {e}"));
     }
-    for r in report_seeds() {
-        parse_report(std::str::from_utf8(&r).unwrap(), Path::new("seed.json")).unwrap();
+    for (i, r) in report_seeds().iter().enumerate() {
+        parse_report(std::str::from_utf8(r).unwrap(), Path::new("seed.json"))
+            .unwrap_or_else(|e| panic!("report seed {i}: {e}"));
     }
 }

@@ -3,7 +3,7 @@
 //! appended to `GITHUB_STEP_SUMMARY` within its 1 MiB limit; and the packaging outputs
 //! (`completions`, `man`).
 
-mod common;
+use crate::common;
 
 use common::{fresh_box, vramdoc};
 use serde_json::Value;

@@ -2,8 +2,9 @@
 //! libcuda.so through ctypes, shells, `vramdoc sim hold`) wrapped by vramdoc on a simulated
 //! box; the report, the JSONL stream, markers, signals and exit statuses.
 
-mod common;
+use crate::common;
 
+use common::poll::{eventually, SECS_10};
 use common::{simgpu_lib_dir, vramdoc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -200,22 +201,30 @@ fn a_forked_child_holding_the_memory_belongs_to_the_tree() {
     assert!(!finding_ids(&r).contains(&"held-after-exit".to_string()));
 }
 
-#[test]
-fn exit_status_and_death_by_signal_pass_through() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (o, r) = run_job(tmp.path(), &["--json"], &["sh", "-c", "exit 7"]);
-    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
-    assert_eq!(r["run"]["exit"]["code"], 7);
-    // --json prints the same report on stdout.
-    let printed: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
-    assert_eq!(printed["kind"], "run");
-    assert_eq!(printed["run"]["exit"], r["run"]["exit"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "kill -9 $$"]);
-    assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
-    assert_eq!(r["run"]["exit"]["signal_name"], "SIGKILL");
-    let errors = r["run"]["errors"].as_array().unwrap();
-    assert!(errors.iter().any(|e| e["kind"] == "killed"), "{errors:?}");
+mod exit_status_and_death_by_signal_pass_through {
+    use super::*;
+
+    #[test]
+    fn exit_status() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, r) = run_job(tmp.path(), &["--json"], &["sh", "-c", "exit 7"]);
+        assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+        assert_eq!(r["run"]["exit"]["code"], 7);
+        // --json prints the same report on stdout.
+        let printed: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+        assert_eq!(printed["kind"], "run");
+        assert_eq!(printed["run"]["exit"], r["run"]["exit"]);
+    }
+
+    #[test]
+    fn death_by_signal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", "kill -9 $$"]);
+        assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
+        assert_eq!(r["run"]["exit"]["signal_name"], "SIGKILL");
+        let errors = r["run"]["errors"].as_array().unwrap();
+        assert!(errors.iter().any(|e| e["kind"] == "killed"), "{errors:?}");
+    }
 }
 
 #[test]
@@ -304,45 +313,57 @@ fn run_sleep_30(samples: &Path, stderr: std::process::Stdio) -> std::process::Ch
 fn sigterm_to_vramdoc_is_forwarded_to_the_command() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("s.jsonl");
-    let mut child = run_sleep_30(&samples, std::process::Stdio::piped());
+    let mut child = common::KillOnDrop(run_sleep_30(&samples, std::process::Stdio::piped()));
     // Wait until the tree shows `sleep` (it has started), then signal vramdoc only.
     let started =
         |p: &PathBuf| std::fs::read_to_string(p).is_ok_and(|t| t.contains("\"name\":\"sleep\""));
-    common::hold::eventually("sleep shows up in the samples", || started(&samples));
+    eventually(SECS_10, "sleep shows up in the samples", || {
+        started(&samples)
+    });
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
 }
 
-#[test]
-fn vramdoc_own_failures_use_125_126_127() {
-    let tmp = tempfile::tempdir().unwrap();
-    // Not found.
-    let o = vramdoc()
-        .args([
+/// vramdoc's own failures use the codes a shell uses: 127 not found, 126 not executable,
+/// 125 anything else of vramdoc's (and the command never starts).
+mod vramdoc_own_failures_use_125_126_127 {
+    use super::*;
+
+    /// `vramdoc ARGS`: its exit code and stderr.
+    fn vramdoc_run(args: &[&str]) -> (Option<i32>, String) {
+        let o = vramdoc().args(args).output().unwrap();
+        (o.status.code(), stderr(&o))
+    }
+
+    #[test]
+    fn command_not_found_is_127() {
+        let (code, err) = vramdoc_run(&[
             "--sim",
             "1x16GiB",
             "run",
             "--",
             "/nonexistent/vramdoc-test-cmd",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
-    assert!(stderr(&o).contains("command not found"), "{}", stderr(&o));
-    // Found, not executable.
-    let f = tmp.path().join("script.sh");
-    std::fs::write(&f, "echo hi\n").unwrap();
-    let o = vramdoc()
-        .args(["--sim", "1x16GiB", "run", "--"])
-        .arg(&f)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
-    // A bad --out is refused before anything runs: the command never starts.
-    let witness = tmp.path().join("ran");
-    let o = vramdoc()
-        .args([
+        ]);
+        assert_eq!(code, Some(127), "{err}");
+        assert!(err.contains("command not found"), "{err}");
+    }
+
+    #[test]
+    fn found_not_executable_is_126() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("script.sh");
+        std::fs::write(&f, "echo hi\n").unwrap();
+        let (code, err) = vramdoc_run(&["--sim", "1x16GiB", "run", "--", f.to_str().unwrap()]);
+        assert_eq!(code, Some(126), "{err}");
+    }
+
+    /// A bad --out is refused before anything runs: the command never starts.
+    #[test]
+    fn bad_out_is_125_and_nothing_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let witness = tmp.path().join("ran");
+        let (code, err) = vramdoc_run(&[
             "--sim",
             "1x16GiB",
             "run",
@@ -350,28 +371,29 @@ fn vramdoc_own_failures_use_125_126_127() {
             "report.txt",
             "--",
             "touch",
-        ])
-        .arg(&witness)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    assert!(!witness.exists());
-    // vramdoc's own bad flag, and a missing GPU.
-    let o = vramdoc()
-        .args(["run", "--period", "fast", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    let o = vramdoc()
-        .args(["run", "--no-such-flag", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    let o = vramdoc()
-        .args(["--backend", "sim", "run", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+            witness.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(125), "{err}");
+        assert!(!witness.exists());
+    }
+
+    #[test]
+    fn bad_flag_value_is_125() {
+        let (code, err) = vramdoc_run(&["run", "--period", "fast", "--", "true"]);
+        assert_eq!(code, Some(125), "{err}");
+    }
+
+    #[test]
+    fn unknown_flag_is_125() {
+        let (code, err) = vramdoc_run(&["run", "--no-such-flag", "--", "true"]);
+        assert_eq!(code, Some(125), "{err}");
+    }
+
+    #[test]
+    fn no_gpu_is_125() {
+        let (code, err) = vramdoc_run(&["--backend", "sim", "run", "--", "true"]);
+        assert_eq!(code, Some(125), "{err}");
+    }
 }
 
 #[test]
@@ -431,7 +453,7 @@ Root Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n
 fn the_jsonl_stream_survives_vramdoc_being_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("s.jsonl");
-    let mut child = run_sleep_30(&samples, std::process::Stdio::null());
+    let mut child = common::KillOnDrop(run_sleep_30(&samples, std::process::Stdio::null()));
     let sleep_pid = |p: &PathBuf| -> Option<i64> {
         let text = std::fs::read_to_string(p).ok()?;
         text.lines()
@@ -439,13 +461,13 @@ fn the_jsonl_stream_survives_vramdoc_being_killed() {
             .find(|v| v["type"] == "start" && v["name"] == "sleep")
             .and_then(|v| v["pid"].as_i64())
     };
-    let pid = common::hold::wait_for(std::time::Duration::from_secs(10), || sleep_pid(&samples));
+    let pid = eventually(SECS_10, "sleep's start line in the samples", || {
+        sleep_pid(&samples)
+    });
     child.kill().unwrap();
     let _ = child.wait();
-    if let Some(p) = pid {
-        unsafe { libc::kill(p as i32, libc::SIGKILL) };
-    }
-    assert!(pid.is_some(), "sleep never showed up");
+    // SAFETY: kill(2) on the `sleep` this test started (orphaned by the SIGKILL of vramdoc).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     // Every line written so far is whole JSON; the header comes first.
     let text = std::fs::read_to_string(&samples).unwrap();
     let lines: Vec<Value> = text
@@ -539,42 +561,49 @@ fn junit_case(xml: &str) -> (String, Option<String>, Option<String>) {
     )
 }
 
-#[test]
-fn junit_and_job_summary_for_a_failed_command_and_for_a_passing_one() {
-    // The command fails: a failure naming its status, with the evidence and the HTML report.
-    let tmp = tempfile::tempdir().unwrap();
-    let (o, xml, summary, r) = run_ci(
-        tmp.path(),
-        &[],
-        &[
-            "sh",
-            "-c",
-            "echo 'CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 3",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let (name, message, text) = junit_case(&xml);
-    assert!(name.starts_with("sh -c"), "{name}");
-    assert_eq!(message.as_deref(), Some("the command exited 3"), "{xml}");
-    let text = text.unwrap_or_default();
-    assert!(text.contains("cuda-oom"), "{text}");
-    assert!(text.contains("run.html"), "{text}");
-    // The job summary is the run's Markdown report, appended.
-    assert!(summary.contains("## vramdoc run report"), "{summary}");
-    assert_eq!(r["run"]["exit"]["code"], 3);
+mod junit_and_job_summary_for_a_failed_command_and_for_a_passing_one {
+    use super::*;
 
-    // A clean command and no --fail-on: the case passes; a summary already there is kept.
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("summary.md"), "# earlier step\n").unwrap();
-    let (o, xml, summary, _) = run_ci(tmp.path(), &[], &["true"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let (name, message, _) = junit_case(&xml);
-    assert_eq!(name, "true");
-    assert_eq!(message, None, "{xml}");
-    assert!(
-        summary.starts_with("# earlier step\n## vramdoc run report"),
-        "{summary}"
-    );
+    /// The command fails: a failure naming its status, with the evidence and the HTML report.
+    #[test]
+    fn failed_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, xml, summary, r) = run_ci(
+            tmp.path(),
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo 'CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 3",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let (name, message, text) = junit_case(&xml);
+        assert!(name.starts_with("sh -c"), "{name}");
+        assert_eq!(message.as_deref(), Some("the command exited 3"), "{xml}");
+        let text = text.unwrap_or_default();
+        assert!(text.contains("cuda-oom"), "{text}");
+        assert!(text.contains("run.html"), "{text}");
+        // The job summary is the run's Markdown report, appended.
+        assert!(summary.contains("## vramdoc run report"), "{summary}");
+        assert_eq!(r["run"]["exit"]["code"], 3);
+    }
+
+    /// A clean command and no --fail-on: the case passes; a summary already there is kept.
+    #[test]
+    fn passing_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("summary.md"), "# earlier step\n").unwrap();
+        let (o, xml, summary, _) = run_ci(tmp.path(), &[], &["true"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let (name, message, _) = junit_case(&xml);
+        assert_eq!(name, "true");
+        assert_eq!(message, None, "{xml}");
+        assert!(
+            summary.starts_with("# earlier step\n## vramdoc run report"),
+            "{summary}"
+        );
+    }
 }
 
 #[test]
@@ -713,16 +742,8 @@ fn the_summary_escapes_control_characters_from_paths_and_error_lines() {
 
 #[test]
 fn a_job_in_its_own_pid_namespace_is_attributed_to_the_tree_through_host_pids() {
+    common::skip::require!("unshare", common::skip::unshare());
     let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
-    let usable = std::process::Command::new(wrap[0])
-        .args(&wrap[1..])
-        .arg("true")
-        .status()
-        .is_ok_and(|s| s.success());
-    if !usable {
-        eprintln!("skipped: `unshare --pid --fork --mount-proc` is not available here");
-        return;
-    }
     // A shared box made by `sim init`: its broker hands out host PIDs, as the real driver
     // (which has no PID-namespace support) reports them.
     let tmp = tempfile::tempdir().unwrap();

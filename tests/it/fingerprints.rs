@@ -2,7 +2,7 @@
 //! fires the fingerprint its file names and no fix variant does; a scenario naming the wrong
 //! fingerprint is `unexpected`; an unknown fingerprint is a one-line file:line:col error.
 
-mod common;
+use crate::common;
 
 use common::vramdoc;
 use serde_json::Value;
@@ -68,7 +68,7 @@ fn every_bug_fires_its_fingerprint_and_no_fix_does_on_2xh200() {
     check_every_builtin("2xh200");
 }
 
-const STRAY: &str = include_str!("../scenarios/stray-cuda0.toml");
+const STRAY: &str = include_str!("../../scenarios/stray-cuda0.toml");
 
 fn replay_file(text: &str) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,9 +1,10 @@
 //! End-to-end tests of `vramdoc scan` through the binary, on simulated boxes shared with real
 //! holder processes staged by `vramdoc sim hold` (each test has its own box).
 
-mod common;
+use crate::common;
 
-use common::hold::{eventually, Holder};
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
 use common::{assert_ok, fresh_box, json_ok, on_box, sim_fault, vramdoc};
 use serde_json::Value;
 use std::path::Path;
@@ -220,57 +221,75 @@ fn stray_context_onediff_pattern() {
     );
 }
 
-#[test]
-fn process_dying_while_holding_memory() {
-    // Without the fault the driver returns the memory: no finding.
-    let b = fresh_box("2x24GiB");
-    let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
-    let v = scan_json(b.path());
-    assert_eq!(used_on(process(&v, h.pid), 1), Some(6 * GIB + CTX));
-    h.kill();
-    let v = scan_json(b.path());
-    assert!(all_ids(&v).is_empty(), "{:?}", all_ids(&v));
-    assert_eq!(v["scan"]["devices"][1]["memory"]["used"], 0);
+mod process_dying_while_holding_memory {
+    use super::*;
 
-    // With the stuck-driver fault the memory stays, owned by a PID that no longer exists.
-    let b = fresh_box("2x24GiB");
-    sim_fault(b.path(), &["--keep-dead"]);
-    let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
-    let pid = h.kill();
-    let v = scan_json(b.path());
-    let f = findings(&v, "no-live-owner");
-    assert_eq!(f.len(), 1, "{:?}", all_ids(&v));
-    assert_eq!(f[0]["severity"], "error");
-    assert_eq!(f[0]["devices"], serde_json::json!([1]));
-    assert_eq!(f[0]["pid"], pid);
-    assert_eq!(evidence_bytes(f[0], "no live owner"), Some(6 * GIB + CTX));
-    assert_eq!(
-        evidence_bytes(f[0], &format!("PID {pid} listed by NVML")),
-        Some(6 * GIB + CTX)
-    );
-    assert_eq!(evidence_bytes(f[0], "held by live processes"), Some(0));
-    assert_eq!(process(&v, pid)["visible"], false);
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "error"]))
-            .status
-            .code(),
-        Some(1)
-    );
+    /// Without the fault the driver returns the memory: no finding.
+    #[test]
+    fn the_driver_returns_its_memory() {
+        let b = fresh_box("2x24GiB");
+        let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
+        let v = scan_json(b.path());
+        assert_eq!(used_on(process(&v, h.pid), 1), Some(6 * GIB + CTX));
+        h.kill();
+        let v = scan_json(b.path());
+        assert!(all_ids(&v).is_empty(), "{:?}", all_ids(&v));
+        assert_eq!(v["scan"]["devices"][1]["memory"]["used"], 0);
+    }
 
-    // Seen from a container namespace the same PID is invisible, not dead: no guessing.
-    let v = scan_json_with(b.path(), "container");
-    assert_eq!(v["scan"]["pid_namespace"], "container");
-    assert!(
-        findings(&v, "no-live-owner").is_empty(),
-        "{:?}",
-        all_ids(&v)
-    );
-    let f = findings(&v, "invisible-processes");
-    assert_eq!(f.len(), 1, "{:?}", all_ids(&v));
-    assert_eq!(
-        evidence_bytes(f[0], "memory they hold"),
-        Some(6 * GIB + CTX)
-    );
+    /// A box whose driver keeps the memory of exited processes, and the PID of a holder of
+    /// 6 GiB on GPU 1 that has exited.
+    fn stuck_driver_with_a_dead_holder() -> (tempfile::TempDir, u32) {
+        let b = fresh_box("2x24GiB");
+        sim_fault(b.path(), &["--keep-dead"]);
+        let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
+        let pid = h.kill();
+        (b, pid)
+    }
+
+    /// With the stuck-driver fault the memory stays, owned by a PID that no longer exists.
+    #[test]
+    fn a_stuck_driver_keeps_it_with_no_live_owner() {
+        let (b, pid) = stuck_driver_with_a_dead_holder();
+        let v = scan_json(b.path());
+        let f = findings(&v, "no-live-owner");
+        assert_eq!(f.len(), 1, "{:?}", all_ids(&v));
+        assert_eq!(f[0]["severity"], "error");
+        assert_eq!(f[0]["devices"], serde_json::json!([1]));
+        assert_eq!(f[0]["pid"], pid);
+        assert_eq!(evidence_bytes(f[0], "no live owner"), Some(6 * GIB + CTX));
+        assert_eq!(
+            evidence_bytes(f[0], &format!("PID {pid} listed by NVML")),
+            Some(6 * GIB + CTX)
+        );
+        assert_eq!(evidence_bytes(f[0], "held by live processes"), Some(0));
+        assert_eq!(process(&v, pid)["visible"], false);
+        assert_eq!(
+            run(scan_cmd(b.path(), &["--fail-on", "error"]))
+                .status
+                .code(),
+            Some(1)
+        );
+    }
+
+    /// Seen from a container namespace the same PID is invisible, not dead: no guessing.
+    #[test]
+    fn from_a_container_it_is_invisible_not_dead() {
+        let (b, _) = stuck_driver_with_a_dead_holder();
+        let v = scan_json_with(b.path(), "container");
+        assert_eq!(v["scan"]["pid_namespace"], "container");
+        assert!(
+            findings(&v, "no-live-owner").is_empty(),
+            "{:?}",
+            all_ids(&v)
+        );
+        let f = findings(&v, "invisible-processes");
+        assert_eq!(f.len(), 1, "{:?}", all_ids(&v));
+        assert_eq!(
+            evidence_bytes(f[0], "memory they hold"),
+            Some(6 * GIB + CTX)
+        );
+    }
 }
 
 #[test]
@@ -459,32 +478,47 @@ fn table_lines_fit_100_columns() {
     }
 }
 
-#[test]
-fn environment_and_usage_errors_have_documented_codes() {
-    // No box: environment (3), one line.
-    let out = run({
-        let mut c = vramdoc();
-        c.args(["--backend", "sim", "scan"]);
-        c
-    });
-    assert_eq!(out.status.code(), Some(3));
-    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
-    // Bad VRAMDOC_PIDNS: usage (2).
-    let b = fresh_box("1x16GiB");
-    let out = run({
-        let mut c = scan_cmd(b.path(), &[]);
-        c.env("VRAMDOC_PIDNS", "sideways");
-        c
-    });
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("VRAMDOC_PIDNS"));
-    // Bad --fail-on level: usage (2, clap).
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "fatal"]))
-            .status
-            .code(),
-        Some(2)
-    );
+mod environment_and_usage_errors_have_documented_codes {
+    use super::*;
+
+    /// No box: environment (3), one line.
+    #[test]
+    fn no_box_is_3() {
+        let out = run({
+            let mut c = vramdoc();
+            c.args(["--backend", "sim", "scan"]);
+            c
+        });
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    /// Bad VRAMDOC_PIDNS: usage (2).
+    #[test]
+    fn bad_pidns_is_2() {
+        let b = fresh_box("1x16GiB");
+        let out = run({
+            let mut c = scan_cmd(b.path(), &[]);
+            c.env("VRAMDOC_PIDNS", "sideways");
+            c
+        });
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("VRAMDOC_PIDNS"), "{err}");
+    }
+
+    /// Bad --fail-on level: usage (2, clap).
+    #[test]
+    fn bad_fail_on_level_is_2() {
+        let b = fresh_box("1x16GiB");
+        assert_eq!(
+            run(scan_cmd(b.path(), &["--fail-on", "fatal"]))
+                .status
+                .code(),
+            Some(2)
+        );
+    }
 }
 
 #[test]
@@ -759,9 +793,11 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
         .unwrap();
     // Wait until it has exec'd (its name is `sleep`).
     let comm = format!("/proc/{}/comm", child.id());
-    eventually("the descriptor-holding child has exec'd sleep", || {
-        std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep")
-    });
+    eventually(
+        SECS_10,
+        "the descriptor-holding child has exec'd sleep",
+        || std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep"),
+    );
     let dead = h.kill();
     let v = scan_json(b.path());
     child.kill().unwrap();

@@ -3,17 +3,14 @@
 //! versions, reference-counted init, error codes).
 //!
 //! The simulated library is loaded once per process and reads `VRAMDOC_SIM_DIR` when NVML is
-//! initialised, so every test that initialises it holds [`NVML_LOCK`], sets the variable and
-//! shuts NVML down before releasing the lock.
+//! initialised, so every test that initialises it holds a `common::nvml::session` (the lock,
+//! with the variable set) and shuts NVML down before releasing it.
 
-mod common;
+use crate::common;
 
 use libloading::{Library, Symbol};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::path::Path;
 use vramdoc::backend::sim::SimMonitor;
 use vramdoc::gpu::nvml::NvmlMonitor;
 use vramdoc::gpu::{GpuError, Monitor};
@@ -21,59 +18,9 @@ use vramdoc_sim::{Faults, SimBox};
 
 const GIB: u64 = 1 << 30;
 
-static NVML_LOCK: Mutex<()> = Mutex::new(());
-
-/// Serialise NVML users and point the simulated library at `dir` (or at no box).
-fn nvml_session(dir: Option<&Path>) -> MutexGuard<'static, ()> {
-    let g = NVML_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    match dir {
-        Some(d) => std::env::set_var("VRAMDOC_SIM_DIR", d),
-        None => std::env::remove_var("VRAMDOC_SIM_DIR"),
-    }
-    g
-}
-
-fn nvml_lib_path() -> PathBuf {
-    common::simgpu_lib_dir().join("libnvidia-ml.so.1")
-}
-
-/// `vramdoc sim hold` in the background, killed on drop.
-struct Holder {
-    child: Child,
-    pid: u32,
-}
-
-impl Holder {
-    fn start(dir: &Path, args: &[&str]) -> Holder {
-        let mut child = common::vramdoc()
-            .env("VRAMDOC_SIM_DIR", dir)
-            .args(["sim", "hold"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn vramdoc sim hold");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read holder line");
-        assert!(line.starts_with("holding pid="), "holder said {line:?}");
-        let pid = child.id();
-        Holder { child, pid }
-    }
-
-    fn stop(mut self) {
-        self.child.kill().expect("kill holder");
-        self.child.wait().expect("reap holder");
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::child;
+use common::hold::Holder;
+use common::nvml::{lib_path as nvml_lib_path, session as nvml_session};
 
 fn assert_same_view(nvml: &NvmlMonitor, sim: &SimMonitor) {
     let a = nvml.devices().expect("nvml devices");
@@ -114,6 +61,7 @@ fn nvml_monitor_matches_sim_monitor() {
     // With a neighbour holding memory on physical 1 and a context on 0.
     let holder = Holder::start(
         dir.path(),
+        &[],
         &["--device", "1", "--size", "1GiB", "--context-on", "0"],
     );
     assert_same_view(&nvml, &sim);
@@ -129,11 +77,11 @@ fn nvml_monitor_matches_sim_monitor() {
     let m1 = nvml.memory(1).unwrap();
     assert_eq!(m1.total, m1.reserved + m1.used + m1.free);
     assert_eq!(m1.used, p1[0].used.unwrap());
-    holder.stop();
+    holder.kill();
     assert_same_view(&nvml, &sim);
 
     // Per-process memory "not available" (containers, WDDM) comes through as None.
-    let holder = Holder::start(dir.path(), &["--device", "0", "--size", "64MiB"]);
+    let holder = Holder::start(dir.path(), &[], &["--device", "0", "--size", "64MiB"]);
     let b = SimBox::open(dir.path()).unwrap();
     b.set_faults(&Faults {
         nvml_used_memory_unavailable: true,
@@ -177,7 +125,7 @@ fn cross_process_nvml_sees_neighbour_and_its_release() {
     let before = nvml.memory(1).unwrap();
     assert!(nvml.processes(1).unwrap().is_empty());
 
-    let a = Holder::start(dir.path(), &["--device", "1", "--size", "3GiB"]);
+    let a = Holder::start(dir.path(), &[], &["--device", "1", "--size", "3GiB"]);
     let procs = nvml.processes(1).unwrap();
     assert_eq!(procs.len(), 1, "{procs:?}");
     assert_eq!(procs[0].pid, a.pid);
@@ -189,7 +137,7 @@ fn cross_process_nvml_sees_neighbour_and_its_release() {
     // Physical 0 untouched by A.
     assert!(nvml.processes(0).unwrap().is_empty());
 
-    a.stop();
+    a.kill();
     assert!(nvml.processes(1).unwrap().is_empty());
     assert_eq!(nvml.memory(1).unwrap(), before);
 }
@@ -507,7 +455,7 @@ fn c_abi_devices_memory_and_sizing_protocol() {
         api.procs::<ProcV2>("nvmlDeviceGetComputeRunningProcesses_v3", d1, 0, true);
     assert_eq!((rc, count), (SUCCESS, 0));
 
-    let holder = Holder::start(dir.path(), &["--device", "1", "--size", "512MiB"]);
+    let holder = Holder::start(dir.path(), &[], &["--device", "1", "--size", "512MiB"]);
     let used = 512 * (1 << 20) + dev1.context_overhead;
     // count 0 + NULL → INSUFFICIENT_SIZE and the count needed.
     let (rc, count, _) =
@@ -620,60 +568,78 @@ fn buf_ptr(b: &mut [c_char; 96]) -> *mut c_char {
     b.as_mut_ptr()
 }
 
+/// What `NvmlMonitor::open()` by name gave in [`nvml_open_by_name_child`].
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+enum OpenedByName {
+    /// It opened `library`, which lists `devices` GPUs.
+    Opened { library: String, devices: usize },
+    /// `GpuError::LibraryMissing` for `library`, with its message.
+    Missing { library: String, message: String },
+    /// Any other error.
+    Failed(String),
+}
+
 /// `NvmlMonitor::open()` loads by name, so the loader's `LD_LIBRARY_PATH` (read at process
-/// start) decides which NVML it gets. Runs itself as a child with the variable set.
+/// start) decides which NVML it gets: the simulated one here.
 #[test]
 fn open_by_name_honours_ld_library_path() {
-    if let Some(mode) = std::env::var_os("VRAMDOC_NVML_CHILD") {
-        match (mode.to_str(), NvmlMonitor::open()) {
-            (Some("sim"), Ok(m)) => {
-                assert_eq!(m.library(), "libnvidia-ml.so.1");
-                println!("CHILD devices={}", m.devices().unwrap().len());
-            }
-            // No library on the path: a typed error naming the canonical library, unless
-            // this machine has a real NVIDIA driver installed.
-            (Some("none"), Ok(_)) => println!("CHILD real-nvml"),
-            (Some("none"), Err(e)) => {
-                assert!(
-                    matches!(&e, GpuError::LibraryMissing { library, .. } if library == "libnvidia-ml.so.1"),
-                    "{e:?}"
-                );
-                println!("CHILD missing: {e}");
-            }
-            (m, r) => panic!("child mode {m:?}: {r:?}"),
-        }
-        return;
-    }
     let dir = common::fresh_box("3x16GiB");
-    let child = |mode: &str, ld: &Path| {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "open_by_name_honours_ld_library_path",
-                "--nocapture",
-            ])
-            .env("VRAMDOC_NVML_CHILD", mode)
-            .env("LD_LIBRARY_PATH", ld)
-            .env("VRAMDOC_SIM_DIR", dir.path())
-            .output()
-            .expect("run child");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "child {mode}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
+    let opened: OpenedByName = child::of!(nvml_open_by_name_child)
+        .simgpu()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .run();
+    let want = OpenedByName::Opened {
+        library: "libnvidia-ml.so.1".into(),
+        devices: 3,
     };
-    let text = child("sim", common::simgpu_lib_dir());
-    assert!(text.contains("CHILD devices=3"), "{text}");
+    assert_eq!(opened, want);
+}
+
+/// No NVML on `LD_LIBRARY_PATH` (nor installed): a typed error naming the canonical library.
+#[test]
+fn open_by_name_without_a_library_is_library_missing() {
+    let dir = common::fresh_box("3x16GiB");
     let empty = tempfile::tempdir().unwrap();
-    let text = child("none", empty.path());
-    assert!(
-        text.contains("CHILD missing: libnvidia-ml.so.1 could not be loaded")
-            || text.contains("CHILD real-nvml"),
-        "{text}"
-    );
+    let opened: OpenedByName = child::of!(nvml_open_by_name_child)
+        .env("LD_LIBRARY_PATH", empty.path())
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .run();
+    match opened {
+        OpenedByName::Missing { library, message } => {
+            assert_eq!(library, "libnvidia-ml.so.1");
+            assert!(
+                message.contains("libnvidia-ml.so.1 could not be loaded"),
+                "{message}"
+            );
+        }
+        OpenedByName::Opened { library, .. } => common::skip::cannot_run(
+            "real-driver",
+            &format!(
+                "NvmlMonitor::open() found {library} outside LD_LIBRARY_PATH (an NVIDIA driver \
+                 is installed), so a missing library cannot be staged"
+            ),
+        ),
+        other => panic!("expected LibraryMissing, got {other:?}"),
+    }
+}
+
+child::entry! {
+    /// `NvmlMonitor::open()` by name, as [`OpenedByName`].
+    fn nvml_open_by_name_child() -> OpenedByName {
+        match NvmlMonitor::open() {
+            Ok(m) => OpenedByName::Opened {
+                library: m.library().to_string(),
+                devices: m.devices().unwrap().len(),
+            },
+            Err(e) => match &e {
+                GpuError::LibraryMissing { library, .. } => OpenedByName::Missing {
+                    library: library.clone(),
+                    message: e.to_string(),
+                },
+                _ => OpenedByName::Failed(format!("{e:?}")),
+            },
+        }
+    }
 }
 
 /// The box's injected NVML latencies are spent inside the library's memory and process-list
@@ -701,30 +667,13 @@ fn injected_latency_is_spent_inside_the_calls() {
     assert!(procs >= std::time::Duration::from_millis(40), "{procs:?}");
 }
 
-/// Build a stand-in libnvidia-ml from C source with the system C compiler (the one Rust links
-/// with) into `dir`.
-fn build_stub(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let lib = dir.join(format!("{name}.so"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = std::process::Command::new(&cc)
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .unwrap_or_else(|e| panic!("run {cc} ({e}): a C compiler is needed to build NVML stubs"));
-    assert!(st.success(), "{cc} failed on {}", src.display());
-    lib
-}
-
 /// Libraries that load but lack symbols never make vramdoc panic, including nvml-wrapper's
 /// `Drop`, which calls `nvmlShutdown` unchecked.
 #[test]
 fn missing_symbols_are_typed_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     // nvmlInit_v2 but no nvmlShutdown: refused at open.
-    let no_shutdown = build_stub(
+    let no_shutdown = common::c_library(
         dir.path(),
         "no_shutdown",
         "int nvmlInit_v2(void) { return 0; }\n",
@@ -734,7 +683,7 @@ fn missing_symbols_are_typed_errors_not_panics() {
     assert!(e.to_string().contains("nvmlShutdown"), "{e}");
 
     // Init and shutdown only: opens; every query is a typed error naming the missing call.
-    let bare = build_stub(
+    let bare = common::c_library(
         dir.path(),
         "bare",
         "int nvmlInit_v2(void) { return 0; }\nint nvmlShutdown(void) { return 0; }\n",

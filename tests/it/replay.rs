@@ -2,7 +2,7 @@
 //! simulated boxes (a 16 GiB and a 141 GiB card), the real backends over crates/simgpu, a
 //! worker killed mid-step, Ctrl-C, malformed scenario files, skipping.
 
-mod common;
+use crate::common;
 
 use common::hold::Holder;
 use common::{fresh_box, scenarios, simgpu_lib_dir, vramdoc};
@@ -83,28 +83,34 @@ fn frac(bytes: u64, total: u64) -> f64 {
     bytes as f64 / total as f64
 }
 
-/// Every scenario, every variant, on a box that meets its needs: verdicts and key numbers.
-fn all_scenarios_on(spec: &str) {
+/// Every variant of `scenario` (it has `variants`) on a fresh `spec` box, sampled every
+/// 1 ms: all behave as expected (exit 0), and the box is empty afterwards. Returns the
+/// report and the total of GPU 0.
+fn replay_every_variant(spec: &str, scenario: &str, variants: usize) -> (Value, u64) {
     let dir = fresh_box(spec);
-    let (code, r) = replay_json(
-        dir.path(),
-        &[
-            "stray-cuda0",
-            "multi-size-oom",
-            "sharded-release",
-            "double-load",
-            "overcommit",
-            "--period",
-            "1ms",
-        ],
+    let (code, r) = replay_json(dir.path(), &[scenario, "--period", "1ms"]);
+    assert_eq!(
+        code, 0,
+        "every variant of {scenario} behaves as expected on {spec}"
     );
-    assert_eq!(code, 0, "every variant behaves as expected on {spec}");
-    assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), 11);
+    assert_eq!(r["replay"]["runs"].as_array().unwrap().len(), variants);
     assert_eq!(r["replay"]["period_us"], 1000);
+    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
+    for d in 0..2 {
+        assert_eq!(
+            sim.memory(d).unwrap().used,
+            0,
+            "GPU {d} is empty after the replays of {scenario}"
+        );
+    }
     let t0 = total(&r, 0);
+    (r, t0)
+}
 
-    // stray-cuda0: the bug holds about one context (plus the warm-up workspace) on physical
-    // GPU 0; with CUDA_VISIBLE_DEVICES=1 nothing.
+/// stray-cuda0: the bug holds about one context (plus the warm-up workspace) on physical
+/// GPU 0; with CUDA_VISIBLE_DEVICES=1 nothing.
+fn stray_cuda0_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "stray-cuda0", 2);
     let bug = run(&r, "stray-cuda0", "bug");
     assert_verdict(bug, "reproduced");
     let on0 = max_worker_on(bug, 0);
@@ -119,8 +125,11 @@ fn all_scenarios_on(spec: &str) {
     // The neighbour really holds 40 % of GPU 0 in both: used on GPU 0 at the end of the
     // first step is at least that.
     assert!(frac(u(&step(fix, "model-to-cuda1")["used_after"][0]), t0) >= 0.40);
+}
 
-    // multi-size-oom: OOM at the second size; largest-first never grows after the first size.
+/// multi-size-oom: OOM at the second size; largest-first never grows after the first size.
+fn multi_size_oom_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "multi-size-oom", 3);
     let bug = run(&r, "multi-size-oom", "bug");
     assert_verdict(bug, "reproduced");
     assert_eq!(bug["error"]["kind"], "out-of-memory");
@@ -141,8 +150,11 @@ fn all_scenarios_on(spec: &str) {
     let fix = run(&r, "multi-size-oom", "fix-no-tuning-warmup");
     assert_verdict(fix, "fixed");
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) < 0.80);
+}
 
-    // sharded-release: residual after release roughly equal on every GPU; fix: one context.
+/// sharded-release: residual after release roughly equal on every GPU; fix: one context.
+fn sharded_release_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "sharded-release", 2);
     let bug = run(&r, "sharded-release", "bug");
     assert_verdict(bug, "reproduced");
     let rel = step(bug, "release");
@@ -159,8 +171,11 @@ fn all_scenarios_on(spec: &str) {
             "GPU {d} keeps at most a context"
         );
     }
+}
 
-    // double-load: footprint about twice the model (58 %), then OOM at inference.
+/// double-load: footprint about twice the model (58 %), then OOM at inference.
+fn double_load_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "double-load", 2);
     let bug = run(&r, "double-load", "bug");
     assert_verdict(bug, "reproduced");
     let fp = frac(u(&step(bug, "load-auto-1")["held_after"]), t0);
@@ -170,8 +185,11 @@ fn all_scenarios_on(spec: &str) {
     assert_verdict(fix, "fixed");
     let fp = frac(u(&step(fix, "load-auto-1")["held_after"]), t0);
     assert!((fp - 0.58).abs() < 0.01, "footprint {fp}");
+}
 
-    // overcommit: 0.9 fills the card, then dynamic work fails; 0.5 completes.
+/// overcommit: 0.9 fills the card, then dynamic work fails; 0.5 completes.
+fn overcommit_on(spec: &str) {
+    let (r, t0) = replay_every_variant(spec, "overcommit", 2);
     let bug = run(&r, "overcommit", "bug");
     assert_verdict(bug, "reproduced");
     let claimed = u(&step(bug, "kv-cache")["bytes"]);
@@ -188,27 +206,44 @@ fn all_scenarios_on(spec: &str) {
     let fix = run(&r, "overcommit", "fix-utilization-0.5");
     assert_verdict(fix, "fixed");
     assert!(frac(u(&fix["peaks"][0]["peak_used"]), t0) <= 0.80);
-
-    // Every run left the box empty.
-    let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
-    for d in 0..2 {
-        assert_eq!(
-            sim.memory(d).unwrap().used,
-            0,
-            "GPU {d} is empty after the replays"
-        );
-    }
 }
 
-#[test]
-fn every_scenario_and_variant_on_a_16gib_box() {
-    all_scenarios_on("2xt4");
+/// One test per built-in scenario on a box of `spec`: verdicts and key numbers.
+macro_rules! every_scenario_and_variant_on {
+    ($name:ident, $spec:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn stray_cuda0() {
+                stray_cuda0_on($spec);
+            }
+
+            #[test]
+            fn multi_size_oom() {
+                multi_size_oom_on($spec);
+            }
+
+            #[test]
+            fn sharded_release() {
+                sharded_release_on($spec);
+            }
+
+            #[test]
+            fn double_load() {
+                double_load_on($spec);
+            }
+
+            #[test]
+            fn overcommit() {
+                overcommit_on($spec);
+            }
+        }
+    };
 }
 
-#[test]
-fn every_scenario_and_variant_on_a_141gib_box() {
-    all_scenarios_on("2xh200");
-}
+every_scenario_and_variant_on!(every_scenario_and_variant_on_a_16gib_box, "2xt4");
+every_scenario_and_variant_on!(every_scenario_and_variant_on_a_141gib_box, "2xh200");
 
 #[test]
 fn timeline_has_samples_markers_and_step_peaks() {
@@ -506,7 +541,8 @@ check = "completes"
 "#;
 
 /// Start a replay of LONG_PAUSE on `dir`'s box; return the child and the worker's PID once
-/// the worker holds its memory.
+/// the worker holds its memory and is inside the `wait` step (sleeping: it announced the
+/// step before it started it, so a kill from now on lands in `wait`).
 fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
     let file = scenarios::write(dir, "long.toml", LONG_PAUSE);
     let mut child = vramdoc()
@@ -540,11 +576,15 @@ fn start_long(dir: &Path, out: &Path) -> (std::process::Child, u32) {
         while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
     });
     let sim = vramdoc_sim::SimBox::open(dir).unwrap();
-    let allocated = common::hold::wait_for(Duration::from_secs(20), || {
+    common::poll::eventually(Duration::from_secs(20), "the worker to allocate", || {
         let mine = sim.processes(0).unwrap().into_iter().find(|p| p.pid == pid);
-        mine.is_some_and(|p| p.used > CONTEXT).then_some(())
+        mine.is_some_and(|p| p.used > CONTEXT)
     });
-    assert!(allocated.is_some(), "worker never allocated");
+    common::poll::eventually(
+        common::poll::SECS_10,
+        "the worker to sleep in its `wait` step",
+        || common::sleeping(pid),
+    );
     (child, pid)
 }
 
@@ -737,11 +777,9 @@ fn replay_all_runs_every_builtin_scenario_and_variant() {
 /// driver; vramdoc says so in one line and exits 3 (environment), no panic.
 #[test]
 fn missing_libcuda_is_an_environment_error() {
-    // Meaningless where a real libcuda is installed: the loader would find it.
-    if unsafe { cudarc_present_without_sim() } {
-        return;
-    }
     let libs = tempfile::tempdir().unwrap();
+    // Meaningless where a real libcuda is installed: the loader would find it.
+    common::skip::require!("real-driver", common::no_libcuda_outside(libs.path()));
     std::fs::copy(
         common::simgpu_lib_dir().join("libnvidia-ml.so.1"),
         libs.path().join("libnvidia-ml.so.1"),
@@ -775,18 +813,6 @@ fn missing_libcuda_is_an_environment_error() {
         .unwrap()
         .processes
         .is_empty());
-}
-
-/// Whether the dynamic loader finds a libcuda.so on this machine without our help.
-unsafe fn cudarc_present_without_sim() -> bool {
-    ["libcuda.so", "libcuda.so.1"].iter().any(|n| {
-        let c = std::ffi::CString::new(*n).unwrap();
-        let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
-        if !h.is_null() {
-            libc::dlclose(h);
-        }
-        !h.is_null()
-    })
 }
 
 /// The report round trip on a real replay: one run writes JSON and Markdown; re-rendering
@@ -945,7 +971,10 @@ check = "completes"
         "{}",
         r["reason"]
     );
-    // Bad value: usage error.
+}
+
+#[test]
+fn a_step_timeout_that_is_not_a_duration_is_a_usage_error() {
     let out = vramdoc()
         .args([
             "--sim",
@@ -957,7 +986,9 @@ check = "completes"
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--step-timeout"), "{err}");
 }
 
 /// The physical GPU index of each peak of every run that ran.
@@ -1041,13 +1072,7 @@ fn every_scenario_replays_on_a_mixed_t4_h100_box() {
 /// NVML reports host PIDs, vramdoc sees namespace PIDs, and the worker is still found.
 #[test]
 fn replay_all_inside_a_pid_namespace() {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.map(|o| o.status.success()).unwrap_or(false) {
-        eprintln!("skipped: unshare --pid --fork --mount-proc needs root (or user namespaces)");
-        return;
-    }
+    common::skip::require!("unshare", common::skip::unshare());
     // Made by `sim init`, which starts the box's driver broker in the host namespace: the
     // simulated NVML then reports host PIDs, as the real driver does.
     let dir = tempfile::tempdir().unwrap();
@@ -1156,12 +1181,16 @@ check = "completes"
     // Lose GPU 0 once the worker holds its `load` allocation (10 % of 16 GiB), i.e. during
     // the 5 s pause before `more` (a pause in `bug` only: `fix-again` does not wait).
     let sim = vramdoc_sim::SimBox::open(dir.path()).unwrap();
-    common::hold::eventually("the bug worker's load allocation on GPU 0", || {
-        sim.processes(0)
-            .unwrap()
-            .iter()
-            .any(|p| p.pid == worker && p.used >= sim.devices()[0].total / 10)
-    });
+    common::poll::eventually(
+        common::poll::SECS_10,
+        "the bug worker's load allocation on GPU 0",
+        || {
+            sim.processes(0)
+                .unwrap()
+                .iter()
+                .any(|p| p.pid == worker && p.used >= sim.devices()[0].total / 10)
+        },
+    );
     common::sim_fault(dir.path(), &["--lose-device", "0"]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));

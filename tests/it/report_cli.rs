@@ -2,7 +2,7 @@
 //! rendering it directly gives; bad input is one line naming the file, exit 2; `--out`
 //! writes through the atomic writer and refuses to overwrite without `--force`.
 
-mod common;
+use crate::common;
 
 use common::reports::{assert_valid_report_json, replay_report, scan_report};
 use common::vramdoc;
@@ -45,7 +45,11 @@ fn round_trip_through_the_binary_matches_direct_rendering() {
                 .args(["--format", flag])
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{}", stderr_of(&out));
+            assert!(
+                out.status.success(),
+                "{name} --format {flag}: {}",
+                stderr_of(&out)
+            );
             assert_eq!(
                 out.stdout,
                 render(&report, format).unwrap(),
@@ -123,51 +127,72 @@ fn report_of(dir: &Path, name: &str, content: &str) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn bad_input_is_one_line_naming_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let missing = vramdoc()
-        .arg("report")
-        .arg(dir.path().join("nope.json"))
-        .args(["--format", "md"])
-        .output()
-        .unwrap();
-    assert_usage_error(&missing, &["nope.json", "cannot read"]);
+/// Bad input is one line naming the file (and where in it), exit 2.
+mod bad_input_is_one_line_naming_the_file {
+    use super::*;
 
-    let syntax = report_of(
-        dir.path(),
-        "broken.json",
-        "{\n  \"schema_version\": 1,\n  \"kind\": scan\n}\n",
-    );
-    assert_usage_error(&syntax, &["broken.json:3:11: invalid JSON"]);
+    #[test]
+    fn missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = vramdoc()
+            .arg("report")
+            .arg(dir.path().join("nope.json"))
+            .args(["--format", "md"])
+            .output()
+            .unwrap();
+        assert_usage_error(&missing, &["nope.json", "cannot read"]);
+    }
 
-    let future = report_of(
-        dir.path(),
-        "future.json",
-        "{\"schema_version\": 2, \"kind\": \"scan\"}",
-    );
-    assert_usage_error(
-        &future,
-        &[
+    #[test]
+    fn invalid_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let syntax = report_of(
+            dir.path(),
+            "broken.json",
+            "{\n  \"schema_version\": 1,\n  \"kind\": scan\n}\n",
+        );
+        assert_usage_error(&syntax, &["broken.json:3:11: invalid JSON"]);
+    }
+
+    #[test]
+    fn future_schema_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let future = report_of(
+            dir.path(),
             "future.json",
-            "schema_version 2 is not supported",
-            "version 1",
-        ],
-    );
+            "{\"schema_version\": 2, \"kind\": \"scan\"}",
+        );
+        assert_usage_error(
+            &future,
+            &[
+                "future.json",
+                "schema_version 2 is not supported",
+                "version 1",
+            ],
+        );
+    }
 
-    let other = report_of(dir.path(), "other.json", "{\"name\": \"not a report\"}");
-    assert_usage_error(&other, &["other.json", "not a vramdoc report"]);
+    #[test]
+    fn not_a_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = report_of(dir.path(), "other.json", "{\"name\": \"not a report\"}");
+        assert_usage_error(&other, &["other.json", "not a vramdoc report"]);
+    }
 
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&render(&scan_report(), Format::Json).unwrap()).unwrap();
-    v["scan"]["processes"][0]["pid"] = "four".into();
-    let pretty = serde_json::to_string_pretty(&v).unwrap();
-    let line = pretty.lines().position(|l| l.contains("\"four\"")).unwrap() + 1;
-    let shape = report_of(dir.path(), "shape.json", &pretty);
-    assert_usage_error(
-        &shape,
-        &[&format!("shape.json:{line}:"), "not a valid vramdoc report"],
-    );
+    #[test]
+    fn wrong_shape_names_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&render(&scan_report(), Format::Json).unwrap()).unwrap();
+        v["scan"]["processes"][0]["pid"] = "four".into();
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        let line = pretty.lines().position(|l| l.contains("\"four\"")).unwrap() + 1;
+        let shape = report_of(dir.path(), "shape.json", &pretty);
+        assert_usage_error(
+            &shape,
+            &[&format!("shape.json:{line}:"), "not a valid vramdoc report"],
+        );
+    }
 }
 
 #[test]

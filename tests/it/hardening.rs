@@ -3,14 +3,14 @@
 //! outputs checked before work, broken standard output, exit codes, the simulated box under
 //! misuse. docs/security.md describes the trust boundaries these tests hold.
 
-mod common;
+use crate::common;
 
-use common::hold::{eventually, wait_for, Holder};
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
 use common::{fresh_box, on_box, scenarios, vramdoc};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 fn run(mut c: Command) -> Output {
     c.output().expect("run vramdoc")
@@ -63,137 +63,184 @@ fn replay_refused(name: &str, body: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), err)
 }
 
-#[test]
-fn scenario_env_outside_the_allow_list_is_refused_at_parse_time() {
-    for (var, line) in [
-        ("LD_PRELOAD = \"/tmp/evil.so\"", 9),
-        ("PATH = \"/tmp\"", 9),
-        ("VRAMDOC_SIM_DIR = \"/tmp/other\"", 9),
-        ("PYTHONPATH = \"/tmp\"", 9),
-        ("CUDA_INJECTION64_PATH = \"/tmp/evil.so\"", 9),
-        ("NCCL_NET_PLUGIN = \"evil\"", 9),
-    ] {
-        let body = format!("{HEAD}\n[env]\n{var}\n{STEPS}{VARIANTS}");
-        let (code, err) = replay_refused("env.toml", &body);
-        assert_eq!(code, 2, "{var}: {err}");
+/// `[env]` of a scenario or variant is an allow-list: anything else is refused when the file
+/// is parsed, before a worker runs.
+mod scenario_env_outside_the_allow_list_is_refused_at_parse_time {
+    use super::*;
+
+    #[test]
+    fn in_the_scenario() {
+        for var in [
+            "LD_PRELOAD = \"/tmp/evil.so\"",
+            "PATH = \"/tmp\"",
+            "VRAMDOC_SIM_DIR = \"/tmp/other\"",
+            "PYTHONPATH = \"/tmp\"",
+            "CUDA_INJECTION64_PATH = \"/tmp/evil.so\"",
+            "NCCL_NET_PLUGIN = \"evil\"",
+        ] {
+            let body = format!("{HEAD}\n[env]\n{var}\n{STEPS}{VARIANTS}");
+            let (code, err) = replay_refused("env.toml", &body);
+            assert_eq!(code, 2, "{var}: {err}");
+            assert!(
+                err.contains("env.toml:9:1: environment variable"),
+                "{var}: {err}"
+            );
+            assert!(err.contains("docs/security.md"), "{var}: {err}");
+        }
+    }
+
+    #[test]
+    fn in_a_variant() {
+        let body = format!(
+            "{HEAD}{STEPS}{VARIANTS}\n[[variants]]\nname = \"fix\"\nenv = {{ LD_LIBRARY_PATH = \"/x\" }}\n[[variants.expect]]\ncheck = \"completes\"\n"
+        );
+        let (code, err) = replay_refused("v.toml", &body);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("\"LD_LIBRARY_PATH\" may not be set"), "{err}");
+    }
+
+    /// The allow-list is not a deny-all: allowed names pass the parser and the replay runs.
+    #[test]
+    fn allowed_names_pass() {
+        let body = format!("{HEAD}\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\nOMP_NUM_THREADS = \"1\"\n{STEPS}{VARIANTS}");
+        let dir = tempfile::tempdir().unwrap();
+        let p = scenarios::write(dir.path(), "ok.toml", &body);
+        let b = fresh_box("1x16GiB");
+        let mut c = on_box(b.path());
+        c.arg("replay").arg(&p);
+        let out = run(c);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+}
+
+/// Mistakes a parser can see without running anything: exit 2, `file:line` and what is wrong.
+mod static_scenario_mistakes_are_parse_errors_with_positions {
+    use super::*;
+
+    #[test]
+    fn free_before_alloc() {
+        let free_first = format!(
+            "{HEAD}{STEPS}\n[[steps]]\nid = \"drop\"\nop = \"free\"\ntag = \"nope\"\n{VARIANTS}"
+        );
+        let (code, err) = replay_refused("a.toml", &free_first);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("a.toml:2"), "{err}");
         assert!(
-            err.contains(&format!("env.toml:{line}:1: environment variable")),
+            err.contains("frees tag \"nope\" before any step allocates it"),
             "{err}"
         );
-        assert!(err.contains("docs/security.md"), "{err}");
     }
-    // In a variant, too.
-    let body = format!(
-        "{HEAD}{STEPS}{VARIANTS}\n[[variants]]\nname = \"fix\"\nenv = {{ LD_LIBRARY_PATH = \"/x\" }}\n[[variants.expect]]\ncheck = \"completes\"\n"
-    );
-    let (code, err) = replay_refused("v.toml", &body);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("\"LD_LIBRARY_PATH\" may not be set"), "{err}");
-    // Allowed names pass the parser (the allow-list is not a deny-all).
-    let body = format!("{HEAD}\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\nOMP_NUM_THREADS = \"1\"\n{STEPS}{VARIANTS}");
-    let dir = tempfile::tempdir().unwrap();
-    let p = scenarios::write(dir.path(), "ok.toml", &body);
-    let b = fresh_box("1x16GiB");
-    let mut c = on_box(b.path());
-    c.arg("replay").arg(&p);
-    let out = run(c);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    #[test]
+    fn tag_allocated_twice() {
+        let dup = format!("{HEAD}{STEPS}\n[[steps]]\nid = \"again\"\nop = \"alloc\"\ntag = \"w\"\ndevice = 0\nsize = \"1%\"\n{VARIANTS}");
+        let (code, err) = replay_refused("b.toml", &dup);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("tag \"w\" is already allocated"), "{err}");
+    }
+
+    #[test]
+    fn group_not_initialised() {
+        let group = STEPS.replace("size = \"10%\"", "size = \"10%\"\ngroup = \"pg\"");
+        let (code, err) = replay_refused("c.toml", &format!("{HEAD}{group}{VARIANTS}"));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("group \"pg\" is not initialised"), "{err}");
+    }
+
+    /// Sizes may refer to each other in any order; a cycle is an error naming both.
+    #[test]
+    fn sizes_in_any_order_but_not_in_a_cycle() {
+        let sizes = "\n[sizes]\nb = \"0.5*a\"\na = \"20%\"\n";
+        let ok = format!(
+            "{HEAD}{sizes}{}{VARIANTS}",
+            STEPS.replace("\"10%\"", "\"b\"")
+        );
+        let out_ok = vramdoc::scenario::parse_scenario("s.toml", &ok);
+        assert!(out_ok.is_ok(), "{out_ok:?}");
+        let cyc = "\n[sizes]\nb = \"0.5*a\"\na = \"2*b\"\n";
+        let (code, err) = replay_refused("d.toml", &format!("{HEAD}{cyc}{STEPS}{VARIANTS}"));
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("sizes a, b refer to each other in a cycle"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nul_byte() {
+        let nul =
+            format!("{HEAD}{STEPS}{VARIANTS}").replace("title = \"T\"", "title = \"T\\u0000\"");
+        let (code, err) = replay_refused("e.toml", &nul);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("e.toml:3:") && err.contains("NUL byte"),
+            "{err}"
+        );
+    }
 }
 
-#[test]
-fn static_scenario_mistakes_are_parse_errors_with_positions() {
-    let free_first = format!(
-        "{HEAD}{STEPS}\n[[steps]]\nid = \"drop\"\nop = \"free\"\ntag = \"nope\"\n{VARIANTS}"
-    );
-    let (code, err) = replay_refused("a.toml", &free_first);
-    assert_eq!(code, 2);
-    assert!(err.contains("a.toml:2"), "{err}");
-    assert!(
-        err.contains("frees tag \"nope\" before any step allocates it"),
-        "{err}"
-    );
+/// Input files that are not what a scenario or report file is: one clear line, exit 2.
+mod fifo_device_huge_and_non_utf8_inputs_are_clear_errors {
+    use super::*;
 
-    let dup = format!("{HEAD}{STEPS}\n[[steps]]\nid = \"again\"\nop = \"alloc\"\ntag = \"w\"\ndevice = 0\nsize = \"1%\"\n{VARIANTS}");
-    let (code, err) = replay_refused("b.toml", &dup);
-    assert_eq!(code, 2);
-    assert!(err.contains("tag \"w\" is already allocated"), "{err}");
-
-    let group = STEPS.replace("size = \"10%\"", "size = \"10%\"\ngroup = \"pg\"");
-    let (code, err) = replay_refused("c.toml", &format!("{HEAD}{group}{VARIANTS}"));
-    assert_eq!(code, 2);
-    assert!(err.contains("group \"pg\" is not initialised"), "{err}");
-
-    // Sizes may refer to each other in any order; a cycle is an error naming both.
-    let sizes = "\n[sizes]\nb = \"0.5*a\"\na = \"20%\"\n";
-    let ok = format!(
-        "{HEAD}{sizes}{}{VARIANTS}",
-        STEPS.replace("\"10%\"", "\"b\"")
-    );
-    let out_ok = vramdoc::scenario::parse_scenario("s.toml", &ok);
-    assert!(out_ok.is_ok(), "{out_ok:?}");
-    let cyc = "\n[sizes]\nb = \"0.5*a\"\na = \"2*b\"\n";
-    let (code, err) = replay_refused("d.toml", &format!("{HEAD}{cyc}{STEPS}{VARIANTS}"));
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("sizes a, b refer to each other in a cycle"),
-        "{err}"
-    );
-
-    let nul = format!("{HEAD}{STEPS}{VARIANTS}").replace("title = \"T\"", "title = \"T\\u0000\"");
-    let (code, err) = replay_refused("e.toml", &nul);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("e.toml:3:") && err.contains("NUL byte"),
-        "{err}"
-    );
-}
-
-#[test]
-fn fifo_device_huge_and_non_utf8_inputs_are_clear_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("scenario.toml");
-    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-    let b = fresh_box("1x16GiB");
-    // A FIFO nobody writes to would block a plain read forever.
-    for (cmd, path) in [
-        ("replay", fifo.as_path()),
-        ("replay", Path::new("/dev/zero")),
-        ("report", fifo.as_path()),
-        ("report", Path::new("/dev/zero")),
-    ] {
-        let mut c = on_box(b.path());
-        c.arg(cmd).arg(path);
-        if cmd == "report" {
-            c.args(["--format", "md"]);
+    /// A FIFO nobody writes to (or /dev/zero) would block or fill memory on a plain read.
+    #[test]
+    fn fifo_and_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("scenario.toml");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let b = fresh_box("1x16GiB");
+        for (cmd, path) in [
+            ("replay", fifo.as_path()),
+            ("replay", Path::new("/dev/zero")),
+            ("report", fifo.as_path()),
+            ("report", Path::new("/dev/zero")),
+        ] {
+            let mut c = on_box(b.path());
+            c.arg(cmd).arg(path);
+            if cmd == "report" {
+                c.args(["--format", "md"]);
+            }
+            let out = run(c);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {path:?}: {err}");
+            assert!(err.contains("not a regular file"), "{cmd} {path:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{cmd} {path:?}: {err}");
         }
+    }
+
+    #[test]
+    fn huge() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = fresh_box("1x16GiB");
+        let big = dir.path().join("big.toml");
+        std::fs::write(
+            &big,
+            vec![b'#'; (vramdoc::input::MAX_SCENARIO_BYTES + 1) as usize],
+        )
+        .unwrap();
+        let mut c = on_box(b.path());
+        c.arg("replay").arg(&big);
         let out = run(c);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{cmd} {path:?}: {err}");
-        assert!(err.contains("not a regular file"), "{err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("larger than the 1048576-byte limit"), "{err}");
     }
-    let big = dir.path().join("big.toml");
-    std::fs::write(
-        &big,
-        vec![b'#'; (vramdoc::input::MAX_SCENARIO_BYTES + 1) as usize],
-    )
-    .unwrap();
-    let mut c = on_box(b.path());
-    c.arg("replay").arg(&big);
-    let out = run(c);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("larger than the 1048576-byte limit"));
 
-    let latin1 = dir.path().join("latin1.json");
-    std::fs::write(&latin1, b"{\n  \"a\": \"caf\xe9\"\n}").unwrap();
-    let mut c = vramdoc();
-    c.arg("report").arg(&latin1).args(["--format", "md"]);
-    let out = run(c);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(err.contains("latin1.json:2:12: not UTF-8"), "{err}");
+    #[test]
+    fn non_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        let latin1 = dir.path().join("latin1.json");
+        std::fs::write(&latin1, b"{\n  \"a\": \"caf\xe9\"\n}").unwrap();
+        let mut c = vramdoc();
+        c.arg("report").arg(&latin1).args(["--format", "md"]);
+        let out = run(c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("latin1.json:2:12: not UTF-8"), "{err}");
+    }
 }
 
 #[test]
@@ -382,9 +429,11 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether `pid` is gone within 10 s.
-fn wait_gone(pid: u32) -> bool {
-    wait_for(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some()
+/// Wait (at most 10 s) until `pid` is gone: `what` it is, for the failure message.
+fn wait_gone(pid: u32, what: &str) {
+    eventually(SECS_10, &format!("{what} (PID {pid}) to exit"), || {
+        !alive(pid)
+    });
 }
 
 fn box_processes(dir: &Path) -> usize {
@@ -394,32 +443,49 @@ fn box_processes(dir: &Path) -> usize {
     v["processes"].as_object().map_or(0, |m| m.len())
 }
 
-#[test]
-fn sigterm_and_sighup_stop_replay_like_ctrl_c_with_a_partial_report() {
+/// SIGTERM or SIGHUP to `vramdoc replay` while the `fix` worker runs: exit 1, the worker
+/// stopped, both variants in the report (the second interrupted), nothing left on the box.
+fn signal_stops_replay_with_a_partial_report(sig: i32) {
     let dir = tempfile::tempdir().unwrap();
     let scn = scenarios::write(dir.path(), "slow.toml", SLOW);
-    for sig in [libc::SIGTERM, libc::SIGHUP] {
-        let b = fresh_box("1x16GiB");
-        let out = dir.path().join(format!("r{sig}.json"));
-        let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
-        let status = child.wait().unwrap();
-        assert_eq!(status.code(), Some(1), "signal {sig}");
-        assert!(wait_gone(worker), "worker {worker} still running");
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        let runs = r["replay"]["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), 2, "both variants reported");
-        assert!(
-            runs[1]["reason"]
-                .as_str()
-                .unwrap_or("")
-                .contains("interrupted"),
-            "{}",
-            runs[1]
-        );
-        assert_eq!(box_processes(b.path()), 0, "no memory stays held");
+    let b = fresh_box("1x16GiB");
+    let out = dir.path().join(format!("r{sig}.json"));
+    let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "signal {sig}");
+    wait_gone(worker, "the worker");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let runs = r["replay"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "signal {sig}: both variants reported");
+    assert!(
+        runs[1]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("interrupted"),
+        "signal {sig}: {}",
+        runs[1]
+    );
+    assert_eq!(
+        box_processes(b.path()),
+        0,
+        "signal {sig}: no memory stays held"
+    );
+}
+
+mod sigterm_and_sighup_stop_replay_like_ctrl_c_with_a_partial_report {
+    use super::*;
+
+    #[test]
+    fn sigterm() {
+        signal_stops_replay_with_a_partial_report(libc::SIGTERM);
+    }
+
+    #[test]
+    fn sighup() {
+        signal_stops_replay_with_a_partial_report(libc::SIGHUP);
     }
 }
 
@@ -431,13 +497,14 @@ fn sigkill_of_the_monitor_takes_worker_and_neighbours_with_it() {
     let out = dir.path().join("r.json");
     let (mut child, worker, _err) = replay_until_worker(b.path(), &scn, &out, "fix");
     // The worker pid is printed at spawn; wait until it holds memory next to the neighbour.
-    eventually("worker and neighbour hold memory", || {
+    eventually(SECS_10, "worker and neighbour hold memory", || {
         box_processes(b.path()) >= 2
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(wait_gone(worker), "worker {worker} orphaned");
+    wait_gone(worker, "the orphaned worker");
     eventually(
+        SECS_10,
         "no process holds memory on the box (a neighbour still did)",
         || box_processes(b.path()) == 0,
     );
@@ -510,14 +577,9 @@ fn every_out_is_checked_before_the_first_variant() {
     let dir = tempfile::tempdir().unwrap();
     let existing = dir.path().join("old.json");
     std::fs::write(&existing, "{}").unwrap();
-    let readonly = dir.path().join("ro");
-    std::fs::create_dir(&readonly).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&readonly, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let root = unsafe { libc::geteuid() } == 0;
     let a = dir.path().join("a.json");
     let same = dir.path().join(".").join("a.json");
-    let mut cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
         (
             vec![dir.path().join("missing/r.json").into()],
             "does not exist",
@@ -529,9 +591,6 @@ fn every_out_is_checked_before_the_first_variant() {
             "unknown report extension",
         ),
     ];
-    if !root {
-        cases.push((vec![readonly.join("r.json").into()], "ermission denied"));
-    }
     for (outs, want) in cases {
         let mut c = on_box(b.path());
         c.args(["replay", "stray-cuda0"]);
@@ -542,9 +601,55 @@ fn every_out_is_checked_before_the_first_variant() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{outs:?}: {err}");
         assert!(err.contains(want), "{outs:?}: {err}");
-        assert!(!err.contains("worker pid"), "work started: {err}");
-        assert!(!a.exists());
+        assert!(!err.contains("worker pid"), "{outs:?}: work started: {err}");
+        assert!(!a.exists(), "{outs:?}");
     }
+}
+
+/// `--out` into a directory the user may not write to: refused before any work. Root may
+/// write anywhere, so as root vramdoc runs as `nobody` (through util-linux `setpriv`).
+#[test]
+fn an_out_in_a_read_only_directory_is_refused_before_work() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = unsafe { libc::geteuid() } == 0;
+    let setpriv = if root {
+        let setpriv = common::skip::require!(
+            "setpriv",
+            common::skip::tool("setpriv", "util-linux")
+                .map_err(|e| format!("{e}: as root, this test drops to `nobody` with it"))
+        );
+        Some(setpriv)
+    } else {
+        None
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Reachable by `nobody`; the directory inside writable by no one but root.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let readonly = dir.path().join("ro");
+    std::fs::create_dir(&readonly).unwrap();
+    std::fs::set_permissions(&readonly, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let target = readonly.join("r.json");
+    let mut c = match &setpriv {
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_vramdoc"))
+                .env_remove("VRAMDOC_SIM_DIR")
+                .env_remove("CUDA_VISIBLE_DEVICES")
+                .env_remove("TMPDIR");
+            c
+        }
+        None => vramdoc(),
+    };
+    // A private box (in the world-writable /tmp when run as nobody).
+    c.args(["--sim", "1x16GiB", "replay", "stray-cuda0", "--out"])
+        .arg(&target);
+    let out = run(c);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ermission denied"), "{err}");
+    assert!(!err.contains("worker pid"), "work started: {err}");
+    assert!(!target.exists());
 }
 
 /// Every subcommand that writes to standard output: a closed pipe is quiet (the command's
@@ -614,48 +719,69 @@ fn broken_and_full_stdout_never_panic() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{args:?} > /dev/full: {err}");
         let errors: Vec<&str> = err.lines().filter(|l| !l.starts_with("replay ")).collect();
-        assert_eq!(errors.len(), 1, "{err}");
+        assert_eq!(errors.len(), 1, "{args:?} > /dev/full: {err}");
         assert!(
             errors[0].starts_with("error: writing to standard output"),
-            "{err}"
+            "{args:?} > /dev/full: {err}"
         );
-        assert!(!err.contains("panicked"), "{err}");
+        assert!(!err.contains("panicked"), "{args:?} > /dev/full: {err}");
     }
 }
 
-#[test]
-fn exit_codes_mean_one_thing() {
-    let b = fresh_box("2x16GiB");
-    let code = |c: &mut Command| run(std::mem::replace(c, vramdoc())).status.code();
-    // An unknown scenario among `all`: refused before anything runs.
-    let mut c = on_box(b.path());
-    c.args(["replay", "all", "nope"]);
-    assert_eq!(code(&mut c), Some(2));
-    // Out-of-range devices for `sim hold`: the user's to fix.
-    for args in [
-        vec!["sim", "hold", "--device", "2"],
-        vec!["sim", "hold", "--context-on", "7"],
-    ] {
-        let mut c = on_box(b.path());
-        c.args(&args);
-        assert_eq!(code(&mut c), Some(2), "{args:?}");
+/// Exit codes: 2 for what the user must fix, 3 for the environment (docs/exit-codes.md).
+mod exit_codes_mean_one_thing {
+    use super::*;
+
+    fn code(c: Command) -> Option<i32> {
+        run(c).status.code()
     }
-    // A missing TMPDIR: the environment.
-    let mut c = vramdoc();
-    c.env("TMPDIR", "/nonexistent/tmp")
-        .args(["--sim", "1x16GiB", "scan"]);
-    assert_eq!(code(&mut c), Some(3));
-    // Zero devices: the environment.
-    let zero = fresh_box("1x16GiB");
-    let cfg = zero.path().join("box.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
-    v["devices"] = serde_json::json!([]);
-    std::fs::write(&cfg, v.to_string()).unwrap();
-    for args in [vec!["scan"], vec!["replay", "stray-cuda0"]] {
-        let mut c = on_box(zero.path());
-        c.args(&args);
-        assert_eq!(code(&mut c), Some(3), "{args:?} with zero devices");
+
+    /// An unknown scenario among `all`: refused before anything runs.
+    #[test]
+    fn unknown_scenario_among_all_is_2() {
+        let b = fresh_box("2x16GiB");
+        let mut c = on_box(b.path());
+        c.args(["replay", "all", "nope"]);
+        assert_eq!(code(c), Some(2));
+    }
+
+    /// Out-of-range devices for `sim hold`: the user's to fix.
+    #[test]
+    fn out_of_range_device_is_2() {
+        let b = fresh_box("2x16GiB");
+        for args in [
+            vec!["sim", "hold", "--device", "2"],
+            vec!["sim", "hold", "--context-on", "7"],
+        ] {
+            let mut c = on_box(b.path());
+            c.args(&args);
+            assert_eq!(code(c), Some(2), "{args:?}");
+        }
+    }
+
+    /// A missing TMPDIR: the environment.
+    #[test]
+    fn missing_tmpdir_is_3() {
+        let mut c = vramdoc();
+        c.env("TMPDIR", "/nonexistent/tmp")
+            .args(["--sim", "1x16GiB", "scan"]);
+        assert_eq!(code(c), Some(3));
+    }
+
+    /// Zero devices: the environment.
+    #[test]
+    fn zero_devices_is_3() {
+        let zero = fresh_box("1x16GiB");
+        let cfg = zero.path().join("box.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        v["devices"] = serde_json::json!([]);
+        std::fs::write(&cfg, v.to_string()).unwrap();
+        for args in [vec!["scan"], vec!["replay", "stray-cuda0"]] {
+            let mut c = on_box(zero.path());
+            c.args(&args);
+            assert_eq!(code(c), Some(3), "{args:?} with zero devices");
+        }
     }
 }
 
@@ -681,43 +807,63 @@ fn garbage_cuda_visible_devices_is_the_same_answer_on_both_backends() {
     }
 }
 
-#[test]
-fn the_simulated_box_refuses_misuse() {
-    let b = fresh_box("1x16GiB");
-    // A latency of years is a typo.
-    let mut c = on_box(b.path());
-    c.args(["sim", "fault", "--nvml-memory-latency", "40000000s"]);
-    let out = run(c);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    // `sim init` never overwrites a box.
-    let mut c = vramdoc();
-    c.args(["sim", "init", "2x16GiB", "--dir"]).arg(b.path());
-    assert_eq!(run(c).status.code(), Some(2));
-    let cfg = std::fs::read_to_string(b.path().join("box.json")).unwrap();
-    assert!(cfg.contains("1x16GiB"));
-    // A failed `sim init` leaves nothing in TMPDIR.
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = vramdoc();
-    c.env("TMPDIR", tmp.path()).args(["sim", "init", "2xbogus"]);
-    assert_eq!(run(c).status.code(), Some(2));
-    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
-    // Concurrent `sim fault` calls lose nothing: each adds a lost device under the lock.
-    let many = fresh_box("8x16GiB");
-    let children: Vec<Child> = (0..8)
-        .map(|i| {
-            let mut c = on_box(many.path());
-            c.args(["sim", "fault", "--lose-device", &i.to_string()])
-                .stdout(Stdio::null());
-            c.spawn().unwrap()
-        })
-        .collect();
-    for mut ch in children {
-        assert!(ch.wait().unwrap().success());
+mod the_simulated_box_refuses_misuse {
+    use super::*;
+
+    /// A latency of years is a typo.
+    #[test]
+    fn a_latency_of_years() {
+        let b = fresh_box("1x16GiB");
+        let mut c = on_box(b.path());
+        c.args(["sim", "fault", "--nvml-memory-latency", "40000000s"]);
+        let out = run(c);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     }
-    let f: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(many.path().join("faults.json")).unwrap())
-            .unwrap();
-    assert_eq!(f["lost_devices"].as_array().unwrap().len(), 8, "{f}");
+
+    /// `sim init` never overwrites a box.
+    #[test]
+    fn init_over_a_box() {
+        let b = fresh_box("1x16GiB");
+        let mut c = vramdoc();
+        c.args(["sim", "init", "2x16GiB", "--dir"]).arg(b.path());
+        let out = run(c);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        let cfg = std::fs::read_to_string(b.path().join("box.json")).unwrap();
+        assert!(cfg.contains("1x16GiB"), "{cfg}");
+    }
+
+    /// A failed `sim init` leaves nothing in TMPDIR.
+    #[test]
+    fn failed_init_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = vramdoc();
+        c.env("TMPDIR", tmp.path()).args(["sim", "init", "2xbogus"]);
+        let out = run(c);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    /// Concurrent `sim fault` calls lose nothing: each adds a lost device under the lock.
+    #[test]
+    fn concurrent_faults_lose_nothing() {
+        let many = fresh_box("8x16GiB");
+        let children: Vec<Child> = (0..8)
+            .map(|i| {
+                let mut c = on_box(many.path());
+                c.args(["sim", "fault", "--lose-device", &i.to_string()])
+                    .stdout(Stdio::null());
+                c.spawn().unwrap()
+            })
+            .collect();
+        for mut ch in children {
+            assert!(ch.wait().unwrap().success());
+        }
+        let f: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(many.path().join("faults.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(f["lost_devices"].as_array().unwrap().len(), 8, "{f}");
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! End-to-end tests of `vramdoc sim …`: creating a box, its status, faults, errors.
 
-mod common;
+use crate::common;
 
 use common::vramdoc;
 

@@ -3,13 +3,14 @@
 //! side is `sim` in-process, and in the child whatever `VRAMDOC_TEST_MONITOR` names: the
 //! cuda suites run with `nvml` (nvml-wrapper over the simulated libnvidia-ml.so.1).
 //!
-//! Child processes re-run this test binary on one `#[ignore]`d entry test with
-//! `VRAMDOC_TEST_CHILD` set; without it those entries do nothing.
+//! The child processes are entries of the child-process harness (common/child.rs).
 
-mod common;
+use crate::common;
 
-use common::hold::eventually;
+use common::child;
+use common::poll::{eventually, SECS_10};
 
+use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,10 +20,6 @@ use vramdoc::gpu::{self, Driver, GpuError, Monitor};
 use vramdoc::units::{GIB, MIB};
 use vramdoc_sim::{SimBox, SimProcess};
 
-const CHILD: &str = "VRAMDOC_TEST_CHILD";
-/// Physical index of each CUDA ordinal the child should see, e.g. `1` or `0,1`.
-const EXPECT_PHYSICAL: &str = "VRAMDOC_TEST_EXPECT_PHYSICAL";
-const MONITOR: &str = "VRAMDOC_TEST_MONITOR";
 const SPEC: &str = "2x16GiB";
 
 fn pid_used(monitor: &dyn Monitor, device: u32, pid: u32) -> Option<Option<u64>> {
@@ -192,14 +189,10 @@ fn suite(
     assert!(used.unwrap_or(0) >= GIB, "holder uses {used:?}");
     child.kill().unwrap();
     child.wait().unwrap();
-    eventually("the killed holder's memory is returned", || {
+    eventually(SECS_10, "the killed holder's memory is returned", || {
         pid_used(monitor, held, hpid).is_none()
             && monitor.memory(held).unwrap().used == base[held as usize]
     });
-}
-
-fn physical_from(spec: &str) -> Vec<u32> {
-    spec.split(',').map(|s| s.trim().parse().unwrap()).collect()
 }
 
 fn sim_holder(box_dir: &Path, visible: Option<&str>) -> Command {
@@ -241,52 +234,32 @@ fn sim_backend_suite_under_cuda_visible_devices() {
 // ---------------------------------------------------------------------------------------------
 // (b) the real cuda backend over crates/simgpu, in a child process
 
-/// Re-run this test binary on one ignored entry test, with the simulated libraries.
-fn child(test: &str, box_dir: Option<&Path>, env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args([
-        "--exact",
-        test,
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env_remove("CUDA_VISIBLE_DEVICES")
-    .env_remove("VRAMDOC_SIM_DIR")
-    .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
-    .env(CHILD, "1");
-    if let Some(d) = box_dir {
-        c.env("VRAMDOC_SIM_DIR", d);
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c
+/// What the child running the suite is told.
+#[derive(Serialize, Deserialize)]
+struct SuiteInput {
+    /// The box.
+    box_dir: std::path::PathBuf,
+    /// Physical index of each CUDA ordinal the child should see.
+    physical: Vec<u32>,
+    /// The monitor backend: nvml-wrapper over simgpu (`Real`) or in-process (`Sim`).
+    nvml: bool,
 }
 
-fn run_child(mut c: Command) {
-    let out = c.output().expect("run child test process");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "child failed ({}):\n{text}",
-        out.status
-    );
-    assert!(text.contains("1 passed"), "child ran no test:\n{text}");
-}
-
-fn run_cuda_suite(visible: Option<&str>, physical: &str) {
+fn run_cuda_suite(visible: Option<&str>, physical: &[u32]) {
     let dir = common::fresh_box(SPEC);
     // The real pair: cudarc's CudaDriver and nvml-wrapper's NvmlMonitor, both over simgpu.
-    let mut env = vec![(EXPECT_PHYSICAL, physical), (MONITOR, "nvml")];
+    let mut c = child::of!(cuda_suite_child)
+        .simgpu()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .input(&SuiteInput {
+            box_dir: dir.path().to_path_buf(),
+            physical: physical.to_vec(),
+            nvml: true,
+        });
     if let Some(v) = visible {
-        env.push(("CUDA_VISIBLE_DEVICES", v));
+        c = c.env("CUDA_VISIBLE_DEVICES", v);
     }
-    run_child(child("cuda_suite_child", Some(dir.path()), &env));
+    c.run::<()>();
     // The child has exited: nothing of it is left on the box.
     let sim = SimBox::open(dir.path()).unwrap();
     assert!(sim.state().unwrap().processes.is_empty());
@@ -294,167 +267,138 @@ fn run_cuda_suite(visible: Option<&str>, physical: &str) {
 
 #[test]
 fn cuda_backend_suite() {
-    run_cuda_suite(None, "0,1");
+    run_cuda_suite(None, &[0, 1]);
 }
 
 #[test]
 fn cuda_backend_suite_under_cuda_visible_devices() {
-    run_cuda_suite(Some("1"), "1");
+    run_cuda_suite(Some("1"), &[1]);
 }
 
-fn monitor_kind() -> BackendKind {
-    match std::env::var(MONITOR).as_deref() {
-        Ok("nvml") => BackendKind::Real,
-        Ok("sim") | Err(_) => BackendKind::Sim,
-        Ok(other) => panic!("{MONITOR}={other}: use `nvml` or `sim`"),
+child::entry! {
+    /// The suite through the cuda backend (cudarc over the simulated libcuda.so).
+    fn cuda_suite_child(input: SuiteInput) {
+        let mut driver = gpu::cuda::CudaDriver::open().unwrap();
+        let kind = if input.nvml { BackendKind::Real } else { BackendKind::Sim };
+        let monitor = backend::open_monitor(kind).unwrap();
+        let holder = || {
+            // The holder is this binary again, holding through the cuda backend, with this
+            // process's libraries, box and CUDA_VISIBLE_DEVICES.
+            child::of!(cuda_hold_child)
+                .inherit(&["LD_LIBRARY_PATH", "VRAMDOC_SIM_DIR", "CUDA_VISIBLE_DEVICES"])
+                .command()
+        };
+        suite(&mut driver, monitor.as_ref(), &input.box_dir, &input.physical, &holder);
+        assert!(
+            driver.last_fill_ms().is_some_and(|ms| ms >= 0.0),
+            "event timing"
+        );
     }
 }
 
-#[test]
-#[ignore = "entry point of a child process (cuda_backend_suite)"]
-fn cuda_suite_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
+child::entry! {
+    /// Holds 1 GiB on ordinal 0 through the cuda backend until killed.
+    fn cuda_hold_child() {
+        let mut driver = gpu::cuda::CudaDriver::open().unwrap();
+        let ctx = driver.create_context(0).unwrap();
+        let a = driver.alloc(ctx, GIB).unwrap();
+        assert_eq!(driver.fill(a, 1).unwrap(), gpu::expected_checksum(GIB, 1));
+        println!("holding pid={} device=0 size={GIB}", std::process::id());
+        std::thread::sleep(Duration::from_secs(120));
     }
-    let physical = physical_from(&std::env::var(EXPECT_PHYSICAL).unwrap());
-    let box_dir = std::path::PathBuf::from(std::env::var("VRAMDOC_SIM_DIR").unwrap());
-    let mut driver = gpu::cuda::CudaDriver::open().unwrap();
-    let monitor = backend::open_monitor(monitor_kind()).unwrap();
-    let holder = || {
-        // The holder is this binary again, holding through the cuda backend; it inherits
-        // LD_LIBRARY_PATH, VRAMDOC_SIM_DIR and CUDA_VISIBLE_DEVICES.
-        let mut c = Command::new(std::env::current_exe().unwrap());
-        c.args([
-            "--exact",
-            "cuda_hold_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ]);
-        c
-    };
-    suite(&mut driver, monitor.as_ref(), &box_dir, &physical, &holder);
-    assert!(
-        driver.last_fill_ms().is_some_and(|ms| ms >= 0.0),
-        "event timing"
-    );
-}
-
-#[test]
-#[ignore = "entry point of a child process (holder for cuda_suite_child)"]
-fn cuda_hold_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
-    let mut driver = gpu::cuda::CudaDriver::open().unwrap();
-    let ctx = driver.create_context(0).unwrap();
-    let a = driver.alloc(ctx, GIB).unwrap();
-    assert_eq!(driver.fill(a, 1).unwrap(), gpu::expected_checksum(GIB, 1));
-    println!("holding pid={} device=0 size={GIB}", std::process::id());
-    std::thread::sleep(Duration::from_secs(120));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Missing library, no device
 
+/// How `CudaDriver::open()` must fail in [`cuda_open_child`].
+#[derive(Debug, Serialize, Deserialize)]
+enum OpenFailure {
+    /// No libcuda.so at all: `LibraryMissing` with the install hint.
+    Missing,
+    /// A libcuda.so without the cu* symbols: `LibraryMissing` naming cuInit.
+    Symbols,
+    /// The library loads but sees no device: `NoDevice`.
+    NoDevice,
+}
+
+/// Run [`cuda_open_child`] expecting `expect`; `Err` when the machine cannot stage it.
+fn open_fails(expect: OpenFailure, c: child::Child) -> Result<String, String> {
+    c.input(&expect).run()
+}
+
 #[test]
 fn cuda_open_without_libcuda_is_library_missing() {
-    if gpu::cuda::library_present() {
-        println!("skipped: a real libcuda.so is installed on this machine");
-        return;
-    }
     let empty = tempfile::tempdir().unwrap();
-    let mut c = child(
-        "cuda_open_child",
-        None,
-        &[("VRAMDOC_TEST_EXPECT", "missing")],
-    );
-    c.env("LD_LIBRARY_PATH", empty.path());
-    run_child(c);
+    let c = child::of!(cuda_open_child).env("LD_LIBRARY_PATH", empty.path());
+    common::skip::require!("real-driver", open_fails(OpenFailure::Missing, c));
 }
 
 #[test]
 fn cuda_open_with_a_libcuda_lacking_symbols_is_library_missing() {
     // A library that loads under the name libcuda.so but exports no cu* symbol: cudarc would
-    // panic on the first call; open() must find out first.
-    if gpu::cuda::library_present() {
-        println!("skipped: a real libcuda.so is installed on this machine");
-        return;
-    }
-    let Some(libz) = [
-        "/lib/x86_64-linux-gnu/libz.so.1",
-        "/usr/lib/x86_64-linux-gnu/libz.so.1",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists()) else {
-        println!("skipped: no libz.so.1 to stand in for a broken libcuda.so");
-        return;
-    };
+    // panic on the first call; open() must find out first. LD_LIBRARY_PATH puts it before
+    // any installed driver.
     let dir = tempfile::tempdir().unwrap();
+    let lib = common::c_library(dir.path(), "notcuda", "int not_cuda(void) { return 0; }\n");
     for name in ["libcuda.so", "libcuda.so.1"] {
-        std::fs::copy(libz, dir.path().join(name)).unwrap();
+        std::fs::copy(&lib, dir.path().join(name)).unwrap();
     }
-    let mut c = child(
-        "cuda_open_child",
-        None,
-        &[("VRAMDOC_TEST_EXPECT", "symbols")],
-    );
-    c.env("LD_LIBRARY_PATH", dir.path());
-    run_child(c);
+    let c = child::of!(cuda_open_child).env("LD_LIBRARY_PATH", dir.path());
+    open_fails(OpenFailure::Symbols, c).unwrap();
 }
 
 #[test]
 fn cuda_open_without_box_is_no_device() {
     // The simulated libcuda.so loads, but cuInit finds no box: CUDA_ERROR_NO_DEVICE.
-    run_child(child(
-        "cuda_open_child",
-        None,
-        &[("VRAMDOC_TEST_EXPECT", "no-device")],
-    ));
+    open_fails(OpenFailure::NoDevice, child::of!(cuda_open_child).simgpu()).unwrap();
 }
 
 #[test]
 fn cuda_open_with_no_visible_device_is_no_device() {
     let dir = common::fresh_box(SPEC);
-    let env = [
-        ("VRAMDOC_TEST_EXPECT", "no-device"),
-        ("CUDA_VISIBLE_DEVICES", ""),
-    ];
-    run_child(child("cuda_open_child", Some(dir.path()), &env));
+    let c = child::of!(cuda_open_child)
+        .simgpu()
+        .env("VRAMDOC_SIM_DIR", dir.path())
+        .env("CUDA_VISIBLE_DEVICES", "");
+    open_fails(OpenFailure::NoDevice, c).unwrap();
 }
 
-#[test]
-#[ignore = "entry point of a child process (cuda_open_* tests)"]
-fn cuda_open_child() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
-    let expect = std::env::var("VRAMDOC_TEST_EXPECT").unwrap();
-    let err = match gpu::cuda::CudaDriver::open() {
-        Ok(_) => panic!("CudaDriver::open succeeded; expected {expect}"),
-        Err(e) => e,
-    };
-    println!("open failed as expected: {err}");
-    assert!(
-        err.is_environment(),
-        "{err} must be an environment error (exit 3)"
-    );
-    assert!(!err.to_string().contains('\n'), "one-line message: {err}");
-    match (expect.as_str(), &err) {
-        ("missing", GpuError::LibraryMissing { hint, .. }) => {
-            assert!(hint.contains("install the NVIDIA driver"), "{hint}");
-            assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+child::entry! {
+    /// `CudaDriver::open()` fails as `expect` says: `Ok(the error)`; `Err` when a real
+    /// libcuda.so outside `LD_LIBRARY_PATH` makes a missing library impossible to stage.
+    fn cuda_open_child(expect: OpenFailure) -> Result<String, String> {
+        if matches!(expect, OpenFailure::Missing) && gpu::cuda::library_present() {
+            return Err("the loader finds a libcuda.so outside LD_LIBRARY_PATH (an NVIDIA \
+                        driver is installed), so a missing library cannot be staged"
+                .into());
         }
-        ("symbols", GpuError::LibraryMissing { hint, .. }) => {
-            assert!(hint.contains("lacks cuInit"), "{hint}");
-            assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+        let err = match gpu::cuda::CudaDriver::open() {
+            Ok(_) => panic!("CudaDriver::open succeeded; expected {expect:?}"),
+            Err(e) => e,
+        };
+        assert!(
+            err.is_environment(),
+            "{err} must be an environment error (exit 3)"
+        );
+        assert!(!err.to_string().contains('\n'), "one-line message: {err}");
+        match (&expect, &err) {
+            (OpenFailure::Missing, GpuError::LibraryMissing { hint, .. }) => {
+                assert!(hint.contains("install the NVIDIA driver"), "{hint}");
+                assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+            }
+            (OpenFailure::Symbols, GpuError::LibraryMissing { hint, .. }) => {
+                assert!(hint.contains("lacks cuInit"), "{hint}");
+                assert!(err.to_string().len() <= 100, "fits 100 columns: {err}");
+            }
+            (OpenFailure::NoDevice, GpuError::NoDevice(msg)) => {
+                assert!(
+                    msg.contains("CUDA_ERROR_NO_DEVICE") || msg.contains("no device"),
+                    "{msg}"
+                );
+            }
+            _ => panic!("expected {expect:?}, got {err:?}"),
         }
-        ("no-device", GpuError::NoDevice(msg)) => {
-            assert!(
-                msg.contains("CUDA_ERROR_NO_DEVICE") || msg.contains("no device"),
-                "{msg}"
-            );
-        }
-        _ => panic!("expected {expect}, got {err:?}"),
+        Ok(err.to_string())
     }
 }

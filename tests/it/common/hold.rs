@@ -1,10 +1,9 @@
-//! `vramdoc sim hold` processes for integration tests, and polling until a condition holds.
+//! `vramdoc sim hold` processes for integration tests.
 
 use super::vramdoc;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A `vramdoc sim hold` process, killed and reaped on drop.
 pub struct Holder {
@@ -87,31 +86,4 @@ fn field(line: &str, key: &str) -> Option<u32> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
         .and_then(|v| v.parse().ok())
-}
-
-/// Wait until `cond` holds (a monitor may read the box a moment after a change); panics
-/// naming `what` after 10 s.
-pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Poll `f` every 50 ms for at most `limit`; `None` if it never held.
-pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > end {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }

@@ -4,45 +4,27 @@
 //! compares every field with what vramdoc reports for the same box, through both the
 //! in-process sim backend and the NVML backend.
 //!
-//! pynvml missing is a FAILURE with the install command, not a skip: `.ci/run` installs it.
-//! `VRAMDOC_PYTHON` names the interpreter (default `python3`).
+//! pynvml missing is a failure with the install command (scripts/test installs it), unless
+//! `VRAMDOC_ALLOW_SKIP=pynvml`. `VRAMDOC_PYTHON` names the interpreter (default `python3`).
 
-mod common;
+use crate::common;
 
+use common::hold::Holder;
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use vramdoc::backend::sim::SimMonitor;
 use vramdoc::gpu::nvml::NvmlMonitor;
 use vramdoc::gpu::{DeviceInfo, GpuProcess, Monitor};
 use vramdoc_sim::SimBox;
 
-fn python() -> String {
-    std::env::var("VRAMDOC_PYTHON").unwrap_or_else(|_| "python3".into())
-}
+use common::skip::python;
 
 fn script() -> &'static Path {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/nvml_conformance.py"
     ))
-}
-
-fn require_pynvml() {
-    let py = python();
-    let out = Command::new(&py)
-        .args(["-c", "import pynvml"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {py} ({e}); install Python 3 or set VRAMDOC_PYTHON")
-        });
-    assert!(
-        out.status.success(),
-        "NVIDIA's Python NVML bindings are not installed for {py}: run `{py} -m pip install \
-         nvidia-ml-py` (module pynvml). {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
 }
 
 fn run_probe(dir: &Path) -> Value {
@@ -189,37 +171,22 @@ fn compare(py: &Value, m: &dyn Monitor) {
 
 #[test]
 fn pynvml_sees_what_vramdoc_sees() {
-    require_pynvml();
+    common::skip::require!("pynvml", common::skip::pynvml());
     let dir = common::fresh_box("h100,rtx3090");
     // A neighbour: 1 GiB on physical 1 plus a stray context on physical 0.
-    let mut holder = common::vramdoc()
-        .env("VRAMDOC_SIM_DIR", dir.path())
-        .args([
-            "sim",
-            "hold",
-            "--device",
-            "1",
-            "--size",
-            "1GiB",
-            "--context-on",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("holding pid="), "{line:?}");
-    let pid = holder.id();
+    let holder = Holder::start(
+        dir.path(),
+        &[],
+        &["--device", "1", "--size", "1GiB", "--context-on", "0"],
+    );
+    let pid = holder.pid;
 
     let py = run_probe(dir.path());
     let sim = SimMonitor::new(SimBox::open(dir.path()).unwrap());
     compare(&py, &sim);
-    // The only test in this binary: setting the variable before nvmlInit is race-free.
-    std::env::set_var("VRAMDOC_SIM_DIR", dir.path());
-    let nvml = NvmlMonitor::open_path(&common::simgpu_lib_dir().join("libnvidia-ml.so.1")).unwrap();
+    // In-process NVML: the session sets the box for nvmlInit (common/nvml.rs).
+    let _session = common::nvml::session(Some(dir.path()));
+    let nvml = NvmlMonitor::open_path(&common::nvml::lib_path()).unwrap();
     compare(&py, &nvml);
 
     // The probe really saw the neighbour on both devices, named as the box recorded it.
@@ -233,8 +200,7 @@ fn pynvml_sees_what_vramdoc_sees() {
         assert_eq!(pids, vec![pid as u64], "{d}");
         assert_eq!(d["process_names"][pid.to_string()], Value::from("vramdoc"));
     }
-    let _ = holder.kill();
-    let _ = holder.wait();
+    holder.kill();
 
     // After the neighbour exits, the bindings see its memory returned.
     let after = run_probe(dir.path());

@@ -4,9 +4,10 @@
 //! `prometheus` package, installed by scripts/test) scrapes it and `promtool` lints the
 //! exposition and tests the shipped alert rules. Every wait is bounded.
 
-mod common;
+use crate::common;
 
-use common::hold::{eventually, wait_for, Holder};
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
 use common::{assert_ok, fresh_box, on_box, vramdoc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -73,10 +74,10 @@ impl Serve {
     fn terminate(mut self) -> Option<i32> {
         // SAFETY: kill(2) on our own child's PID.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = wait_for(Duration::from_secs(10), || {
+        let status = eventually(SECS_10, "vramdoc serve to exit after SIGTERM", || {
             self.child.try_wait().ok().flatten()
         });
-        status.and_then(|s| s.code())
+        status.code()
     }
 }
 
@@ -140,18 +141,18 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn tool(name: &str) -> PathBuf {
-    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
-        let p = Path::new(dir).join(name);
-        if p.exists() {
-            return p;
-        }
+/// `prometheus` and `promtool` are installed, or what is missing: these tests scrape vramdoc
+/// with a real Prometheus server and lint with promtool (scripts/test installs them).
+fn prometheus_tools() -> Result<(), String> {
+    for name in ["prometheus", "promtool"] {
+        common::skip::tool(name, "prometheus")?;
     }
-    panic!(
-        "{name} not found: these tests scrape vramdoc with a real Prometheus server. Install \
-         Debian's `prometheus` package (`apt-get install -y prometheus`, which brings \
-         /usr/bin/prometheus and /usr/bin/promtool); scripts/test installs it."
-    );
+    Ok(())
+}
+
+/// The path of `name` (checked by [`prometheus_tools`] at the start of the test).
+fn tool(name: &str) -> PathBuf {
+    common::skip::tool(name, "prometheus").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `promtool check metrics` on an exposition: (success, output).
@@ -273,6 +274,7 @@ impl Drop for Prometheus {
 /// reports, and the exposition passes `promtool check metrics`.
 #[test]
 fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
+    common::skip::require!("prometheus", prometheus_tools());
     let dir = fresh_box("2x24GiB");
     let _h = Holder::start(dir.path(), &[], &["--size", "3GiB"]);
     let serve = Serve::start(
@@ -298,14 +300,12 @@ fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
     assert!(used > 3 * GIB, "holder's 3 GiB plus its context");
 
     let prom = Prometheus::start(serve.addr);
-    let got = wait_for(Duration::from_secs(40), || {
-        prom.query("vramdoc_gpu_memory_used_bytes{gpu=\"0\"}")
-    });
-    assert_eq!(
-        got,
-        Some(used as f64),
-        "Prometheus stored what NVML reports"
+    let got = eventually(
+        Duration::from_secs(40),
+        "Prometheus to store a scrape of GPU 0's used memory",
+        || prom.query("vramdoc_gpu_memory_used_bytes{gpu=\"0\"}"),
     );
+    assert_eq!(got, used as f64, "Prometheus stored what NVML reports");
     assert_eq!(
         prom.query("vramdoc_gpu_memory_capacity_bytes{gpu=\"1\"}"),
         Some(24.0 * GIB as f64)
@@ -327,26 +327,32 @@ fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
     };
     let (want_groups, want_rules) = (starts(&["- name:"]), starts(&["- alert:", "- record:"]));
     assert!(want_groups > 0 && want_rules > 0, "{shipped}");
-    let mut last = None;
-    let loaded = wait_for(Duration::from_secs(30), || {
-        let v = prom.api("/api/v1/rules");
-        last = v.clone();
-        let groups = v.as_ref()?["data"]["groups"].as_array()?.clone();
-        let rules: Vec<Value> = groups
-            .iter()
-            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-            .collect();
-        let evaluated = rules.iter().all(|r| r["health"] != "unknown");
-        (groups.len() == want_groups && rules.len() == want_rules && evaluated)
-            .then_some((groups, rules))
-    });
-    let (groups, rules) = loaded.unwrap_or_else(|| {
-        panic!(
-            "Prometheus did not load and evaluate {want_groups} group(s) and {want_rules} \
-             rule(s) of {}: last /api/v1/rules answer: {last:?}",
+    let (groups, rules) = eventually(
+        Duration::from_secs(30),
+        &format!(
+            "Prometheus to load and evaluate {want_groups} group(s) and {want_rules} rule(s) \
+             of {}",
             alert_rules_file().display()
-        )
-    });
+        ),
+        || {
+            let v = prom.api("/api/v1/rules");
+            let last = || format!("last /api/v1/rules answer: {v:?}");
+            let groups = v
+                .as_ref()
+                .and_then(|v| v["data"]["groups"].as_array().cloned());
+            let groups = groups.ok_or_else(last)?;
+            let rules: Vec<Value> = groups
+                .iter()
+                .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+                .collect();
+            let evaluated = rules.iter().all(|r| r["health"] != "unknown");
+            if groups.len() == want_groups && rules.len() == want_rules && evaluated {
+                Ok((groups, rules))
+            } else {
+                Err(last())
+            }
+        },
+    );
     for g in &groups {
         assert!(
             g["file"]
@@ -367,6 +373,7 @@ fn real_prometheus_scrapes_serve_and_agrees_with_nvml() {
 
 #[test]
 fn shipped_alert_rules_pass_promtool_check_and_unit_tests() {
+    common::skip::require!("prometheus", prometheus_tools());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
     for args in [
         vec!["check", "rules", "vramdoc-alerts.yml"],
@@ -390,6 +397,7 @@ fn shipped_alert_rules_pass_promtool_check_and_unit_tests() {
 /// `device-lost` finding while the exporter keeps answering; SIGTERM exits 0.
 #[test]
 fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
+    common::skip::require!("prometheus", prometheus_tools());
     let dir = fresh_box("2x24GiB");
     let serve = Serve::start(dir.path(), &[], &[], &[]);
     let serve_pp = Serve::start(dir.path(), &[], &[], &["--per-process"]);
@@ -403,12 +411,9 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
         )
     };
     let (pa, pb) = (a.pid(), b.pid());
-    let both = wait_for(Duration::from_secs(10), || {
-        Some(()).filter(|_| {
-            series(&serve_pp, pa, "0").is_some() && series(&serve_pp, pb, "1").is_some()
-        })
+    eventually(SECS_10, "per-process series of both holders", || {
+        series(&serve_pp, pa, "0").is_some() && series(&serve_pp, pb, "1").is_some()
     });
-    assert!(both.is_some(), "{}", serve_pp.metrics());
     let text = serve_pp.metrics();
     assert!(
         text.contains(&format!("comm=\"vramdoc\",gpu=\"0\",pid=\"{pa}\"")),
@@ -419,14 +424,14 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     assert!(!serve.metrics().contains("vramdoc_process_gpu_memory_bytes"));
 
     drop(a);
-    eventually("series of the exited PID removed", || {
+    eventually(SECS_10, "series of the exited PID removed", || {
         series(&serve_pp, pa, "0").is_none()
     });
     assert!(series(&serve_pp, pb, "1").is_some(), "the live one stays");
 
     // Lose GPU 1.
     common::sim_fault(dir.path(), &["--lose-device", "1"]);
-    let lost = wait_for(Duration::from_secs(10), || {
+    let lost = eventually(SECS_10, "the device-lost finding to be exported", || {
         let t = serve.metrics();
         sample(
             &t,
@@ -435,8 +440,7 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
         )
         .filter(|v| *v == 1.0)
         .map(|_| t)
-    })
-    .expect("device-lost finding exported");
+    });
     // The collection itself succeeded: every other GPU was read.
     assert_eq!(sample(&lost, "vramdoc_collect_success", &[]), Some(1.0));
     // The GPU that still answers keeps its metrics (read one by one); the lost one has none.
@@ -456,7 +460,7 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     assert!(ok, "{out}");
     // Back: collections succeed again and the finding clears.
     common::sim_fault(dir.path(), &["--clear"]);
-    eventually("the device-lost finding clears", || {
+    eventually(SECS_10, "the device-lost finding clears", || {
         sample(
             &serve.metrics(),
             "vramdoc_findings",
@@ -500,39 +504,54 @@ fn idle_and_slow_clients_never_block_metrics() {
     assert_eq!((status, body.as_str()), (503, "too many connections\n"));
     drop(extra);
     drop(idle);
-    eventually("slots are freed when clients go away", || {
+    eventually(SECS_10, "slots are freed when clients go away", || {
         serve.get("/metrics").0 == 200
     });
+}
 
-    // Keep-alive: two requests on one connection.
-    let mut s = connect();
+/// Keep-alive: two requests on one connection.
+#[test]
+fn keep_alive_serves_two_requests_on_one_connection() {
+    let dir = fresh_box("t4");
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let mut s = TcpStream::connect_timeout(&serve.addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for _ in 0..2 {
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
             .unwrap();
         assert_eq!(read_response(&mut s), (200, "ok\n".to_string()));
     }
+}
+
+/// Bad requests get their status codes.
+#[test]
+fn bad_requests_get_their_status_codes() {
+    let dir = fresh_box("t4");
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
     let (status, head) = http(serve.addr, "POST /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert_eq!(status, 405);
+    assert_eq!(status, 405, "POST: {head}");
     assert!(head.contains("Allow: GET"), "{head}");
-    assert_eq!(http(serve.addr, "GET /secrets HTTP/1.1\r\n\r\n").0, 404);
     let big = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
-    assert_eq!(http(serve.addr, &big).0, 431);
-    assert_eq!(
-        http(
-            serve.addr,
-            "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
-        )
-        .0,
-        413
-    );
-    assert_eq!(http(serve.addr, "BREW\r\n\r\n").0, 400);
+    for (what, request, want) in [
+        ("unknown path", "GET /secrets HTTP/1.1\r\n\r\n", 404),
+        ("10 kB header", big.as_str(), 431),
+        (
+            "a body",
+            "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            413,
+        ),
+        ("not HTTP", "BREW\r\n\r\n", 400),
+    ] {
+        let (status, body) = http(serve.addr, request);
+        assert_eq!(status, want, "{what}: {body}");
+    }
 }
 
 /// `scan --prom FILE` writes the same metrics (for node_exporter's textfile collector),
 /// atomically replacing the previous file; a name that is not `*.prom` is refused.
 #[test]
 fn scan_prom_writes_the_exporters_metrics() {
+    common::skip::require!("prometheus", prometheus_tools());
     let dir = fresh_box("2x24GiB");
     let h = Holder::start(dir.path(), &[], &["--size", "1GiB"]);
     let out = tempfile::tempdir().unwrap();
@@ -575,10 +594,12 @@ fn scan_prom_writes_the_exporters_metrics() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("*.prom"));
 }
 
-#[test]
-fn bad_flags_exit_2_and_a_busy_port_exits_3() {
-    let dir = fresh_box("t4");
-    let run = |args: &[&str]| {
+mod bad_flags_exit_2_and_a_busy_port_exits_3 {
+    use super::*;
+
+    /// `vramdoc serve ARGS` on a fresh box: exit code and stderr.
+    fn serve_with(args: &[&str]) -> (Option<i32>, String) {
+        let dir = fresh_box("t4");
         let out = vramdoc()
             .env("VRAMDOC_SIM_DIR", dir.path())
             .arg("serve")
@@ -589,18 +610,30 @@ fn bad_flags_exit_2_and_a_busy_port_exits_3() {
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
-    };
-    let (code, err) = run(&["--interval", "1ms"]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--interval"), "{err}");
-    let (code, err) = run(&["--listen", "not an address"]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--listen"), "{err}");
-    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = busy.local_addr().unwrap().to_string();
-    let (code, err) = run(&["--listen", &addr]);
-    assert_eq!(code, Some(3), "{err}");
-    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    }
+
+    #[test]
+    fn interval_too_short() {
+        let (code, err) = serve_with(&["--interval", "1ms"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("--interval"), "{err}");
+    }
+
+    #[test]
+    fn listen_not_an_address() {
+        let (code, err) = serve_with(&["--listen", "not an address"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("--listen"), "{err}");
+    }
+
+    #[test]
+    fn busy_port() {
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = busy.local_addr().unwrap().to_string();
+        let (code, err) = serve_with(&["--listen", &addr]);
+        assert_eq!(code, Some(3), "{err}");
+        assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    }
 }
 
 /// On a private `--sim` box (whose signal handler removes the box) SIGTERM still stops the

@@ -1,0 +1,42 @@
+//! vramdoc's integration tests: one test binary (`it`), one module per area, sharing the
+//! helpers in `common/`. tests/README.md describes the layout, how the simulated driver
+//! libraries are built and found (`VRAMDOC_SIMGPU_DIR`, set by `scripts/test`), the
+//! child-process harness, the polling helper and the skip policy (`VRAMDOC_ALLOW_SKIP`).
+//!
+//! One area: `scripts/test --test it scan::` (or `cargo test --test it scan::` with
+//! `VRAMDOC_SIMGPU_DIR` set).
+
+mod common;
+
+/// The behaviour suite every driver backend passes (sim in-process, cudarc over simgpu).
+mod backends;
+/// CI outputs: JUnit, the GitHub job summary, completions and man page.
+mod ci;
+/// Every built-in scenario's bug fires its fingerprint; no fix does.
+mod fingerprints;
+/// Bounded fuzzing of the scenario parser and the report reader.
+mod fuzz_inputs;
+/// Untrusted input, secrets, escapes, signals, exit codes, the box under misuse.
+mod hardening;
+/// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
+mod nvml_backend;
+/// NVIDIA's Python NVML bindings read the box as vramdoc does.
+mod nvml_python;
+/// Real-driver behaviours the simulator models, seen by third-party clients and by vramdoc.
+mod real_drivers;
+/// `vramdoc replay` and `vramdoc list`.
+mod replay;
+/// `vramdoc report`: re-rendering saved reports.
+mod report_cli;
+/// Renderers: Markdown snapshots, hostile text, headless Chromium.
+mod report_render;
+/// The report JSON Schema stays current and validates.
+mod report_schema;
+/// `vramdoc run -- CMD`.
+mod run_cli;
+/// `vramdoc scan`.
+mod scan;
+/// `vramdoc serve` and `scan --prom`, scraped by a real Prometheus.
+mod serve;
+/// `vramdoc sim ...`.
+mod sim_cli;
