@@ -16,22 +16,28 @@
 //! `vramdoc-gpu-spec`.
 
 pub mod broker;
+mod faults;
 pub mod process;
 pub mod procinfo;
 pub mod profile;
 pub mod spec;
+mod state;
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use state::reap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use vramdoc_gpu_spec::units::{round_up, MIB};
-use vramdoc_gpu_spec::{visible, ProcessKind};
+use vramdoc_gpu_spec::visible;
 
+pub use faults::Faults;
 pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
+pub use state::{
+    memory_of, processes_on, DeviceUsage, ProcessEntry, SimMemory, SimProcessView, State,
+};
 
 /// Environment variable naming the box directory used by vramdoc and the simulated libraries.
 pub const SIM_DIR_ENV: &str = "VRAMDOC_SIM_DIR";
@@ -122,114 +128,6 @@ impl BoxConfig {
     pub fn record_layout(&self) -> profile::RecordLayout {
         profile::layout_of(&self.driver_version)
     }
-}
-
-/// Faults injected into a box; read on every operation, so they can change while processes run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Faults {
-    /// Physical indices of devices that have fallen off the bus.
-    pub lost_devices: Vec<u32>,
-    /// Allocations (counted across the box) that succeed before every later one fails with
-    /// out-of-memory.
-    pub alloc_fail_after: Option<u64>,
-    /// Added latency of an NVML memory query, microseconds.
-    pub nvml_memory_latency_us: u64,
-    /// Added latency of an NVML process-list query, microseconds (~4500 on real drivers).
-    pub nvml_process_latency_us: u64,
-    /// Keep the memory of exited processes (a stuck process or driver problem).
-    pub keep_dead_processes: bool,
-    /// NVML reports per-process used memory as "not available" (`NVML_VALUE_NOT_AVAILABLE`),
-    /// as in containers without the host PID namespace or under Windows WDDM.
-    pub nvml_used_memory_unavailable: bool,
-    /// Physical indices NVML refuses to query for this caller (`NVML_ERROR_NO_PERMISSION`).
-    pub no_permission_devices: Vec<u32>,
-    /// MIG-enabled devices read by an unprivileged caller: memory answers, but the process
-    /// lists of the parent device return `NVML_ERROR_NO_PERMISSION` (no aggregate data).
-    pub mig_unprivileged_devices: Vec<u32>,
-    /// Devices in `EXCLUSIVE_PROCESS` compute mode: a second process's context fails with
-    /// `CUDA_ERROR_DEVICE_UNAVAILABLE` (46).
-    pub exclusive_process_devices: Vec<u32>,
-    /// Devices where an uncorrectable error was contained: launches and synchronisation
-    /// return `CUDA_ERROR_CONTAINED` (226, newer than the CUDA 12.0 headers).
-    pub contained_devices: Vec<u32>,
-    /// libcuda.so is the CUDA toolkit's stub (`lib64/stubs`) shadowing the driver: every
-    /// call returns `CUDA_ERROR_STUB_LIBRARY` (34).
-    pub cuda_stub_library: bool,
-    /// The PTX JIT compiler (libnvidia-ptxjitcompiler) is missing: loading PTX returns
-    /// `CUDA_ERROR_JIT_COMPILER_NOT_FOUND` (221).
-    pub no_ptx_jit: bool,
-    /// `cuMemGetInfo` reports `total` minus the device's reservation, as real drivers do
-    /// (NVML's `total` counts it).
-    pub cuda_total_excludes_reserved: bool,
-    /// NVML init fails with `NVML_ERROR_LIB_RM_VERSION_MISMATCH` (18) and cuInit with
-    /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (803): the library was upgraded, the kernel
-    /// module not (until reboot).
-    pub driver_version_mismatch: bool,
-}
-
-/// Usage of one process on one physical device.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceUsage {
-    pub contexts: u32,
-    pub context_bytes: u64,
-    pub allocations: u32,
-    pub alloc_bytes: u64,
-}
-
-impl DeviceUsage {
-    pub fn total(&self) -> u64 {
-        self.context_bytes + self.alloc_bytes
-    }
-}
-
-/// One process known to the box.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessEntry {
-    /// Start time from /proc (0: unknown, liveness by PID only).
-    pub start_time: u64,
-    pub name: String,
-    /// Usage keyed by physical device index.
-    pub devices: BTreeMap<u32, DeviceUsage>,
-    /// Which NVML process list the process appears in.
-    #[serde(default)]
-    pub kind: ProcessKind,
-    /// Token file under `dev/clients/` the process holds open and locked: the process's
-    /// memory stays while any process (a forked child) still holds it. `None`: liveness by
-    /// PID and start time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<String>,
-    /// The PID the process sees for itself when that differs from the host PID (the key)
-    /// because it runs in a child PID namespace (a container, `unshare --pid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ns_pid: Option<u32>,
-}
-
-/// The mutable shared state of a box.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct State {
-    pub processes: BTreeMap<u32, ProcessEntry>,
-    /// Allocation calls made on the box so far (for `Faults::alloc_fail_after`).
-    pub alloc_calls: u64,
-}
-
-/// Memory of one device, NVML v2 definitions: `used` excludes `reserved`;
-/// `total = reserved + used + free`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SimMemory {
-    pub total: u64,
-    pub reserved: u64,
-    pub used: u64,
-    pub free: u64,
-}
-
-/// A process on a device as NVML lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SimProcessView {
-    pub pid: u32,
-    pub used: u64,
-    pub kind: ProcessKind,
 }
 
 /// A handle on a box directory.
@@ -605,54 +503,6 @@ impl SimBox {
     }
 }
 
-/// Memory of `dev` given `st` (NVML v2: used excludes reserved).
-pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
-    let used: u64 = st
-        .processes
-        .values()
-        .filter_map(|p| p.devices.get(&dev.index))
-        .map(DeviceUsage::total)
-        .sum();
-    let avail = dev.total.saturating_sub(dev.reserved);
-    let used = used.min(avail);
-    SimMemory {
-        total: dev.total,
-        reserved: dev.reserved,
-        used,
-        free: avail - used,
-    }
-}
-
-/// Processes holding anything (a context at least) on physical device `index`.
-pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
-    st.processes
-        .iter()
-        .filter_map(|(pid, p)| {
-            p.devices
-                .get(&index)
-                .filter(|u| u.contexts > 0 || u.total() > 0)
-                .map(|u| SimProcessView {
-                    pid: *pid,
-                    used: u.total(),
-                    kind: p.kind,
-                })
-        })
-        .collect()
-}
-
-/// Drop exited processes from `st`; returns the token files of those that had one.
-fn reap(dir: &Path, st: &mut State) -> Vec<String> {
-    let mut gone = Vec::new();
-    st.processes.retain(|pid, p| {
-        let alive = entry_alive(dir, *pid, p);
-        if !alive {
-            gone.extend(p.client.clone());
-        }
-        alive
-    });
-    gone
-}
-
 struct LockGuard {
     _file: fs::File,
 }
@@ -674,111 +524,4 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sim
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use vramdoc_gpu_spec::units::GIB;
-
-    #[test]
-    fn pci_bus_ids_follow_the_nvml_format_past_16_gpus() {
-        assert_eq!(pci_bus_id(0), "00000000:17:00.0");
-        assert_eq!(pci_bus_id(14), "00000000:F7:00.0");
-        assert_eq!(pci_bus_id(15), "00000001:07:00.0");
-        let ids: Vec<String> = (0..64).map(pci_bus_id).collect();
-        for id in &ids {
-            // "%08X:%02X:%02X.0"
-            let (dom, rest) = id.split_once(':').unwrap();
-            let (bus, dev) = rest.split_once(':').unwrap();
-            assert_eq!((dom.len(), bus.len(), dev), (8, 2, "00.0"), "{id}");
-        }
-        let mut unique = ids.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), 64);
-    }
-
-    #[test]
-    fn create_open_and_memory_accounting() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), "2x24GiB", &InitOptions::default()).unwrap();
-        let again = SimBox::open(dir.path()).unwrap();
-        assert_eq!(b.config(), again.config());
-        assert_ne!(b.devices()[0].uuid, b.devices()[1].uuid);
-        let m = b.memory(0).unwrap();
-        assert_eq!(m.total, 24 * GIB);
-        assert_eq!(m.used, 0);
-        assert_eq!(m.reserved + m.free, m.total);
-        // A live process (ourselves) holding memory.
-        let me = std::process::id();
-        b.update(|st, _| {
-            let e = st.processes.entry(me).or_default();
-            e.start_time = procinfo::start_time(me).unwrap_or(0);
-            e.devices.entry(1).or_default().alloc_bytes = 100 * MIB;
-            Ok(())
-        })
-        .unwrap();
-        let m1 = b.memory(1).unwrap();
-        assert_eq!(m1.used, 100 * MIB);
-        assert_eq!(m1.reserved + m1.used + m1.free, m1.total);
-        assert_eq!(
-            b.processes(1).unwrap(),
-            vec![SimProcessView {
-                pid: me,
-                used: 100 * MIB,
-                kind: ProcessKind::Compute,
-            }]
-        );
-        assert!(b.processes(0).unwrap().is_empty());
-        assert!(SimBox::create(dir.path(), "t4", &InitOptions::default()).is_err());
-    }
-
-    #[test]
-    fn dead_process_memory_returns_unless_fault_keeps_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), "t4", &InitOptions::default()).unwrap();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        let plant_dead = |b: &SimBox| {
-            b.update(|st, _| {
-                let usage = DeviceUsage {
-                    allocations: 1,
-                    alloc_bytes: GIB,
-                    ..Default::default()
-                };
-                let entry = ProcessEntry {
-                    start_time: 1,
-                    name: "gone".into(),
-                    devices: [(0, usage)].into(),
-                    ..Default::default()
-                };
-                st.processes.insert(pid, entry);
-                Ok(())
-            })
-        };
-        plant_dead(&b).unwrap();
-        // update reaps before the closure; the write happened after. A read reaps again.
-        assert_eq!(b.memory(0).unwrap().used, 0);
-        b.set_faults(&Faults {
-            keep_dead_processes: true,
-            ..Default::default()
-        })
-        .unwrap();
-        plant_dead(&b).unwrap();
-        assert_eq!(b.memory(0).unwrap().used, GIB);
-        assert_eq!(b.processes(0).unwrap()[0].pid, pid);
-    }
-
-    #[test]
-    fn lost_device_faults() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), "2xt4", &InitOptions::default()).unwrap();
-        b.set_faults(&Faults {
-            lost_devices: vec![1],
-            ..Default::default()
-        })
-        .unwrap();
-        assert!(b.memory(0).is_ok());
-        assert!(matches!(b.memory(1), Err(SimError::DeviceLost(1))));
-        assert!(matches!(b.memory(5), Err(SimError::InvalidDevice(5))));
-    }
-}
+mod tests;

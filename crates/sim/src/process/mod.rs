@@ -9,11 +9,17 @@
 //! kernels/vramdoc.cu and `vramdoc_gpu_spec::kernel`) compute exactly what the PTX computes on
 //! a GPU.
 
-use super::{procinfo, SimBox, SimError, SimMemory, GRANULARITY};
+use crate::{procinfo, SimBox, SimError, SimMemory, GRANULARITY};
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use vramdoc_gpu_spec::units::{round_up, MIB};
-use vramdoc_gpu_spec::{kernel, visible, ProcessKind};
+use vramdoc_gpu_spec::{visible, ProcessKind};
+
+mod client;
+mod contents;
+#[cfg(test)]
+mod tests;
+
+use client::{forget_token, token_file, ClientFiles};
 
 /// What a process's environment says about the devices it may use and their order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,55 +49,9 @@ pub fn cuda_enumeration(sim: &SimBox, env: &ProcessEnv) -> Vec<u32> {
     let mounted = sim.mounted(env.nvidia_visible.as_deref());
     visible::cuda_order(&mounted, env.device_order.as_deref(), |i| {
         let name = sim.device(i).map(|d| d.name.as_str()).unwrap_or("");
-        let ((major, minor), sms) = super::spec::arch_of(name);
+        let ((major, minor), sms) = crate::spec::arch_of(name);
         (major, minor, sms)
     })
-}
-
-/// Token files of this process, per box `dev/` directory (see [`ClientFiles::token`]).
-static TOKENS: std::sync::Mutex<Vec<(std::path::PathBuf, std::sync::Arc<File>)>> =
-    std::sync::Mutex::new(Vec::new());
-
-/// This process's token file for the box whose `dev/` is `dev`: opened and locked once.
-fn token_file(dev: &std::path::Path, token: &str) -> Result<std::sync::Arc<File>, SimError> {
-    let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, f)) = tokens.iter().find(|(d, _)| d == dev) {
-        return Ok(f.clone());
-    }
-    let clients = dev.join(super::CLIENTS_DIR);
-    std::fs::create_dir_all(&clients).map_err(super::io_err(&clients))?;
-    let path = clients.join(token);
-    let tok = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(super::io_err(&path))?;
-    // flock(2): the lock stays while any process (a forked child) holds the descriptor.
-    tok.lock().map_err(|source| SimError::Io { path, source })?;
-    let tok = std::sync::Arc::new(tok);
-    tokens.push((dev.to_path_buf(), tok.clone()));
-    Ok(tok)
-}
-
-/// Drop this process's token of a box (its last `SimProcess` released everything).
-fn forget_token(dev: &std::path::Path) {
-    let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-    tokens.retain(|(d, _)| d != dev);
-}
-
-/// The driver files a process holds open, like the real driver's descriptors: memory of the
-/// process stays allocated while any process (a forked child included) holds them.
-#[derive(Debug)]
-struct ClientFiles {
-    /// `dev/clients/<pid>-<start>`, flock'ed: its lock outlives this process in forked
-    /// children that inherited the descriptor. Shared by every `SimProcess` of this process
-    /// on the box (a second lock from the same process would wait for the first forever).
-    token: std::sync::Arc<File>,
-    /// `dev/nvidiactl`.
-    _ctl: File,
-    /// `dev/nvidia<N>` per physical device this process made a context on.
-    nodes: HashMap<u32, File>,
 }
 
 /// Allocations up to this size get real host backing for their contents.
@@ -163,7 +123,7 @@ impl SimProcess {
             .collect();
         let own_pid = std::process::id();
         // The host PID, as the box's broker (its "kernel driver") sees us.
-        let pid = super::broker::host_pid(sim.dir()).unwrap_or(own_pid);
+        let pid = crate::broker::host_pid(sim.dir()).unwrap_or(own_pid);
         SimProcess {
             start_time: procinfo::start_time(own_pid).unwrap_or(0),
             pid,
@@ -207,19 +167,19 @@ impl SimProcess {
     fn open_files(&mut self, phys: u32) -> Result<String, SimError> {
         let token = self.token_name();
         if self.files.is_none() {
-            let dev = self.sim.dir().join(super::DEV_DIR);
+            let dev = self.sim.dir().join(crate::DEV_DIR);
             let tok = token_file(&dev, &token)?;
-            let ctl = super::open_node(&dev.join("nvidiactl"))?;
+            let ctl = crate::open_node(&dev.join("nvidiactl"))?;
             self.files = Some(ClientFiles {
                 token: tok,
                 _ctl: ctl,
                 nodes: HashMap::new(),
             });
         }
-        let dev = self.sim.dir().join(super::DEV_DIR);
+        let dev = self.sim.dir().join(crate::DEV_DIR);
         if let Some(f) = self.files.as_mut() {
             if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
-                e.insert(super::open_node(&dev.join(format!("nvidia{phys}")))?);
+                e.insert(crate::open_node(&dev.join(format!("nvidia{phys}")))?);
             }
         }
         Ok(token)
@@ -241,7 +201,7 @@ impl SimProcess {
             .ok_or(SimError::InvalidDevice(ordinal))
     }
 
-    pub fn device(&self, ordinal: u32) -> Result<&super::SimDevice, SimError> {
+    pub fn device(&self, ordinal: u32) -> Result<&crate::SimDevice, SimError> {
         self.sim.device(self.physical(ordinal)?)
     }
 
@@ -269,7 +229,7 @@ impl SimProcess {
                     return Err(SimError::DeviceBusy(phys));
                 }
             }
-            let mem = super::memory_of(dev, st);
+            let mem = crate::memory_of(dev, st);
             if mem.free < dev.context_overhead {
                 return Err(SimError::OutOfMemory {
                     device: phys,
@@ -361,7 +321,7 @@ impl SimProcess {
         sim.update(|st, faults| {
             sim.check_device(phys, faults)?;
             st.alloc_calls = st.alloc_calls.saturating_add(1);
-            let mem = super::memory_of(sim.device(phys)?, st);
+            let mem = crate::memory_of(sim.device(phys)?, st);
             let injected = faults.alloc_fail_after.is_some_and(|n| st.alloc_calls > n);
             if injected || mem.free < charged {
                 return Err(SimError::OutOfMemory {
@@ -479,120 +439,6 @@ impl SimProcess {
         Ok(())
     }
 
-    fn find(&mut self, ptr: u64, len: u64) -> Result<(&mut Allocation, u64), SimError> {
-        let (base, alloc) = self
-            .allocations
-            .range_mut(..=ptr)
-            .next_back()
-            .ok_or(SimError::InvalidPointer(ptr))?;
-        let offset = ptr - *base;
-        if offset >= alloc.size.max(1) {
-            return Err(SimError::InvalidPointer(ptr));
-        }
-        if offset + len > alloc.size {
-            return Err(SimError::OutOfBounds { ptr, len });
-        }
-        Ok((alloc, offset))
-    }
-
-    /// Ordinal of the allocation containing `ptr`.
-    pub fn ordinal_of(&mut self, ptr: u64) -> Result<u32, SimError> {
-        Ok(self.find(ptr, 0)?.0.ordinal)
-    }
-
-    /// Copy host bytes into device memory.
-    pub fn write(&mut self, ptr: u64, data: &[u8]) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, data.len() as u64)?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                buf[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-                Ok(())
-            }
-            Contents::Uniform(_) => Err(SimError::Unsupported(format!(
-                "writing host data into an allocation over {} bytes",
-                BACKED_LIMIT
-            ))),
-        }
-    }
-
-    /// Copy device memory into host bytes.
-    pub fn read(&mut self, ptr: u64, out: &mut [u8]) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, out.len() as u64)?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                out.copy_from_slice(&buf[offset as usize..offset as usize + out.len()]);
-            }
-            Contents::Uniform(v) => {
-                let word = v.to_le_bytes();
-                for (i, b) in out.iter_mut().enumerate() {
-                    *b = word[((offset as usize) + i) % 4];
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Set `count` bytes at `ptr` to `value` (cuMemsetD8).
-    pub fn memset8(&mut self, ptr: u64, value: u8, count: u64) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, count)?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                buf[offset as usize..(offset + count) as usize].fill(value);
-                Ok(())
-            }
-            Contents::Uniform(v) if offset == 0 && count == alloc.size => {
-                *v = u32::from_le_bytes([value; 4]);
-                Ok(())
-            }
-            Contents::Uniform(_) => Err(SimError::Unsupported(
-                "partial memset of a large allocation".into(),
-            )),
-        }
-    }
-
-    /// Set `count` 32-bit words at `ptr` to `value` (cuMemsetD32, and the fill kernel).
-    pub fn fill_u32(&mut self, ptr: u64, value: u32, count: u64) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, count.saturating_mul(4))?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                let bytes = value.to_le_bytes();
-                let region = &mut buf[offset as usize..(offset + count * 4) as usize];
-                for chunk in region.chunks_exact_mut(4) {
-                    chunk.copy_from_slice(&bytes);
-                }
-                Ok(())
-            }
-            Contents::Uniform(v) if offset == 0 && count == alloc.size / 4 => {
-                *v = value;
-                Ok(())
-            }
-            Contents::Uniform(_) => Err(SimError::Unsupported(
-                "partial fill of a large allocation".into(),
-            )),
-        }
-    }
-
-    /// Sum of `count` little-endian 32-bit words at `ptr`, as the checksum kernel computes.
-    pub fn checksum_u32(&mut self, ptr: u64, count: u64) -> Result<u64, SimError> {
-        let (alloc, offset) = self.find(ptr, count.saturating_mul(4))?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                let region = &buf[offset as usize..(offset + count * 4) as usize];
-                Ok(kernel::checksum(
-                    region
-                        .chunks_exact(4)
-                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                ))
-            }
-            Contents::Uniform(v) => Ok(kernel::checksum_uniform(*v, count)),
-        }
-    }
-
     /// Release everything this process holds on the box (contexts and allocations).
     pub fn release_all(&mut self) -> Result<(), SimError> {
         let pid = self.pid;
@@ -608,198 +454,10 @@ impl SimProcess {
             .take()
             .is_some_and(|f| std::sync::Arc::strong_count(&f.token) == 2);
         if last {
-            let dev = self.sim.dir().join(super::DEV_DIR);
+            let dev = self.sim.dir().join(crate::DEV_DIR);
             forget_token(&dev);
-            let _ = std::fs::remove_file(dev.join(super::CLIENTS_DIR).join(self.token_name()));
+            let _ = std::fs::remove_file(dev.join(crate::CLIENTS_DIR).join(self.token_name()));
         }
         Ok(())
-    }
-}
-
-fn ensure_len(buf: &mut Vec<u8>, size: u64) {
-    if buf.len() < size as usize {
-        buf.resize(size as usize, 0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Faults, InitOptions};
-    use vramdoc_gpu_spec::units::GIB;
-
-    fn new_box(spec: &str) -> (tempfile::TempDir, SimBox) {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), spec, &InitOptions::default()).unwrap();
-        (dir, b)
-    }
-
-    #[test]
-    fn host_backing_is_bounded_per_process() {
-        let (_d, b) = new_box("1x16GiB");
-        let mut p = SimProcess::new(b, None);
-        p.create_context(0).unwrap();
-        let n = HOST_BACKING_LIMIT / BACKED_LIMIT;
-        let ptrs: Vec<u64> = (0..n).map(|_| p.alloc(0, BACKED_LIMIT).unwrap()).collect();
-        for &ptr in &ptrs {
-            p.write(ptr, &[1, 2, 3, 4]).unwrap();
-        }
-        // Past the limit a small allocation is uniform: it costs no host memory.
-        let over = p.alloc(0, BACKED_LIMIT).unwrap();
-        assert!(matches!(p.write(over, &[1]), Err(SimError::Unsupported(_))));
-        p.fill_u32(over, 7, BACKED_LIMIT / 4).unwrap();
-        assert_eq!(p.checksum_u32(over, 2).unwrap(), 14);
-        // Freeing gives the budget back.
-        p.free(ptrs[0]).unwrap();
-        let again = p.alloc(0, MIB).unwrap();
-        p.write(again, &[9]).unwrap();
-    }
-
-    #[test]
-    fn context_alloc_free_are_charged_and_returned() {
-        let (_d, b) = new_box("2x24GiB");
-        let mut p = SimProcess::new(b.clone(), None);
-        assert!(matches!(p.alloc(0, MIB), Err(SimError::NoContext(0))));
-        p.create_context(1).unwrap();
-        let overhead = b.device(1).unwrap().context_overhead;
-        assert_eq!(b.memory(1).unwrap().used, overhead);
-        assert_eq!(b.memory(0).unwrap().used, 0, "device 0 untouched");
-        let ptr = p.alloc(1, 3 * MIB).unwrap();
-        assert_eq!(
-            b.memory(1).unwrap().used,
-            overhead + 4 * MIB,
-            "rounded to 2 MiB"
-        );
-        p.free(ptr).unwrap();
-        assert_eq!(b.memory(1).unwrap().used, overhead);
-        p.destroy_context(1).unwrap();
-        assert_eq!(b.memory(1).unwrap().used, 0);
-        assert!(b.state().unwrap().processes.is_empty());
-    }
-
-    #[test]
-    fn out_of_memory_beyond_free() {
-        let (_d, b) = new_box("t4");
-        let mut p = SimProcess::new(b.clone(), None);
-        p.create_context(0).unwrap();
-        let free = b.memory(0).unwrap().free;
-        assert!(matches!(
-            p.alloc(0, free + 1),
-            Err(SimError::OutOfMemory { .. })
-        ));
-        let fit = free / GRANULARITY * GRANULARITY;
-        let ptr = p.alloc(0, fit).unwrap();
-        assert!(b.memory(0).unwrap().free < GRANULARITY);
-        p.free(ptr).unwrap();
-    }
-
-    #[test]
-    fn visible_devices_map_ordinals_to_physical() {
-        let (_d, b) = new_box("3x16GiB");
-        let mut p = SimProcess::new(b.clone(), Some("2"));
-        assert_eq!(p.device_count(), 1);
-        p.create_context(0).unwrap();
-        p.alloc(0, GIB).unwrap();
-        assert_eq!(b.memory(0).unwrap().used, 0);
-        assert_eq!(b.memory(1).unwrap().used, 0);
-        assert!(b.memory(2).unwrap().used > GIB);
-        assert!(matches!(
-            p.create_context(1),
-            Err(SimError::InvalidDevice(1))
-        ));
-    }
-
-    #[test]
-    fn fill_and_checksum_small_and_large() {
-        let (_d, b) = new_box("24GiB");
-        let mut p = SimProcess::new(b, None);
-        p.create_context(0).unwrap();
-        let small = p.alloc(0, 4096).unwrap();
-        p.fill_u32(small, 7, 1024).unwrap();
-        assert_eq!(p.checksum_u32(small, 1024).unwrap(), 7 * 1024);
-        let mut out = [0u8; 4];
-        p.read(small + 8, &mut out).unwrap();
-        assert_eq!(u32::from_le_bytes(out), 7);
-        let large = p.alloc(0, 2 * GIB).unwrap();
-        assert_eq!(p.checksum_u32(large, 2 * GIB / 4).unwrap(), 0);
-        p.fill_u32(large, 3, 2 * GIB / 4).unwrap();
-        assert_eq!(
-            p.checksum_u32(large, 2 * GIB / 4).unwrap(),
-            3 * (2 * GIB / 4)
-        );
-        assert!(p.read(small + 4096, &mut out).is_err());
-    }
-
-    #[test]
-    fn injected_allocation_failure_after_n_calls() {
-        let (_d, b) = new_box("t4");
-        b.set_faults(&Faults {
-            alloc_fail_after: Some(2),
-            ..Default::default()
-        })
-        .unwrap();
-        let mut p = SimProcess::new(b, None);
-        p.create_context(0).unwrap();
-        p.alloc(0, MIB).unwrap();
-        p.alloc(0, MIB).unwrap();
-        assert!(matches!(p.alloc(0, MIB), Err(SimError::OutOfMemory { .. })));
-    }
-
-    #[test]
-    fn lost_device_fails_operations() {
-        let (_d, b) = new_box("2xt4");
-        let mut p = SimProcess::new(b.clone(), None);
-        p.create_context(1).unwrap();
-        b.set_faults(&Faults {
-            lost_devices: vec![1],
-            ..Default::default()
-        })
-        .unwrap();
-        assert!(matches!(p.alloc(1, MIB), Err(SimError::DeviceLost(1))));
-        assert!(matches!(p.check(1), Err(SimError::DeviceLost(1))));
-        assert!(p.check(0).is_ok());
-    }
-
-    #[test]
-    fn concurrent_allocations_never_overcommit() {
-        let (_d, b) = new_box("16GiB");
-        let free0 = b.memory(0).unwrap().free;
-        let handles: Vec<_> = (0..4)
-            .map(|_| {
-                let b = b.clone();
-                std::thread::spawn(move || {
-                    let mut ok = 0u64;
-                    for _ in 0..40 {
-                        // Each thread charges the same PID; the box lock keeps totals exact.
-                        let r = b.update(|st, _| {
-                            let m = crate::memory_of(b.device(0)?, st);
-                            if m.free < 256 * MIB {
-                                return Err(SimError::OutOfMemory {
-                                    device: 0,
-                                    requested: 256 * MIB,
-                                    free: m.free,
-                                });
-                            }
-                            let u = st
-                                .processes
-                                .entry(std::process::id())
-                                .or_default()
-                                .devices
-                                .entry(0)
-                                .or_default();
-                            u.alloc_bytes += 256 * MIB;
-                            Ok(())
-                        });
-                        if r.is_ok() {
-                            ok += 1;
-                        }
-                    }
-                    ok
-                })
-            })
-            .collect();
-        let granted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
-        assert_eq!(granted, free0 / (256 * MIB));
-        assert_eq!(b.memory(0).unwrap().used, granted * 256 * MIB);
     }
 }
