@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use vramdoc_sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
 
+mod calls;
+
 pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
         SimCommand::Init(a) => init(&a),
@@ -125,6 +127,9 @@ fn presets() -> Result<i32> {
 
 fn status(a: &SimStatusArgs) -> Result<i32> {
     let sim = SimBox::from_env()?;
+    if a.calls {
+        return calls::show(&sim, a.json, a.reset_calls);
+    }
     let st = sim.state()?;
     let faults = sim.faults()?;
     if a.json {
@@ -205,7 +210,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         }
         crate::term::print(&t.to_string())?;
     }
-    if faults != vramdoc_sim::Faults::default() {
+    if !faults.is_clear() {
         crate::term::print(&format!("faults: {}", serde_json::to_string(&faults)?))?;
     }
     Ok(0)
@@ -236,13 +241,35 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
             )));
         }
     }
+    if let Some(d) = a.device {
+        if d as usize >= n {
+            anyhow::bail!(UsageError(format!(
+                "--device {d}: the box has {n} devices (0..{})",
+                n.saturating_sub(1)
+            )));
+        }
+    }
     // Bounded by the flags' parser (at most a minute).
     let memory_latency = a.nvml_memory_latency.map(|d| d.as_micros() as u64);
     let process_latency = a.nvml_process_latency.map(|d| d.as_micros() as u64);
     // One read-modify-write under the box lock.
     let f = sim.update_faults(|f, st| {
         if a.clear {
-            *f = vramdoc_sim::Faults::default();
+            *f = f.cleared();
+        }
+        if a.nvml_hang {
+            f.nvml_hang = Some(vramdoc_sim::NvmlHang {
+                device: a.device,
+                limit_ms: a
+                    .hang_limit
+                    .map_or(vramdoc_sim::NvmlHang::DEFAULT_LIMIT_MS, |d| {
+                        d.as_millis() as u64
+                    }),
+            });
+        }
+        if a.nvml_session_lost {
+            f.nvml_sessions_lost = true;
+            f.nvml_epoch = f.nvml_epoch.saturating_add(1);
         }
         for d in &a.lose_device {
             if !f.lost_devices.contains(d) {

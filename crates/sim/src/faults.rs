@@ -45,4 +45,61 @@ pub struct Faults {
     /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (803): the library was upgraded, the kernel
     /// module not (until reboot).
     pub driver_version_mismatch: bool,
+    /// NVML calls block, as on a GPU in a bad state (a D-state driver call): calls on
+    /// `device` (every call, init included, when `None`) wait while this fault is set, at
+    /// most `limit_ms`, then fail with `NVML_ERROR_UNKNOWN`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvml_hang: Option<NvmlHang>,
+    /// The container lost access to its devices: every call of an NVML session opened before
+    /// (epoch below [`Faults::nvml_epoch`]) fails with `NVML_ERROR_UNKNOWN`, and `nvmlInit`
+    /// fails with it while this is set.
+    pub nvml_sessions_lost: bool,
+    /// Generation of NVML sessions: a session opened at an older epoch is lost. Survives
+    /// `sim fault --clear` (a lost session stays lost; a new one works).
+    pub nvml_epoch: u64,
+    /// Devices whose next kernel launch (in any process) faults with
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS` (700), which then sticks to that context. One entry is
+    /// consumed per fault.
+    pub illegal_address_devices: Vec<u32>,
+}
+
+/// How NVML calls hang ([`Faults::nvml_hang`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmlHang {
+    /// Physical device whose queries hang; `None`: every NVML call.
+    pub device: Option<u32>,
+    /// Longest one call blocks, milliseconds.
+    pub limit_ms: u64,
+}
+
+impl NvmlHang {
+    /// Default bound of one hung call: long enough for any monitor's timeout to fire, short
+    /// enough that a test that forgets to clear the fault ends.
+    pub const DEFAULT_LIMIT_MS: u64 = 120_000;
+    /// Upper bound accepted for `limit_ms`.
+    pub const MAX_LIMIT_MS: u64 = 600_000;
+
+    /// Whether a call on physical `device` (`None`: a call not about one device) hangs.
+    pub fn applies(&self, device: Option<u32>) -> bool {
+        match (self.device, device) {
+            (None, _) => true,
+            (Some(d), Some(q)) => d == q,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+impl Faults {
+    /// Every fault removed, except the NVML session epoch (sessions lost stay lost).
+    pub fn cleared(&self) -> Faults {
+        Faults {
+            nvml_epoch: self.nvml_epoch,
+            ..Faults::default()
+        }
+    }
+
+    /// Whether no fault is active (the epoch alone is not a fault).
+    pub fn is_clear(&self) -> bool {
+        *self == self.cleared()
+    }
 }

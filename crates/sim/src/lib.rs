@@ -16,6 +16,7 @@
 //! `vramdoc-gpu-spec`.
 
 pub mod broker;
+pub mod calls;
 mod faults;
 pub mod process;
 pub mod procinfo;
@@ -32,7 +33,7 @@ use thiserror::Error;
 use vramdoc_gpu_spec::units::{round_up, MIB};
 use vramdoc_gpu_spec::visible;
 
-pub use faults::Faults;
+pub use faults::{Faults, NvmlHang};
 pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
 pub use state::{

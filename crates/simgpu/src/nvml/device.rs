@@ -14,12 +14,12 @@ fn device_count(count: *mut c_uint) -> nvmlReturn_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> nvmlReturn_t {
-    guard(|| device_count(deviceCount))
+    guard("nvmlDeviceGetCount_v2", || device_count(deviceCount))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> nvmlReturn_t {
-    guard(|| device_count(deviceCount))
+    guard("nvmlDeviceGetCount", || device_count(deviceCount))
 }
 
 /// Handle lookups succeed for a lost device (real NVML enumerates at init); the queries on
@@ -40,7 +40,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_index(index, device))
+    guard("nvmlDeviceGetHandleByIndex_v2", || {
+        handle_by_index(index, device)
+    })
 }
 
 #[no_mangle]
@@ -48,7 +50,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_index(index, device))
+    guard("nvmlDeviceGetHandleByIndex", || {
+        handle_by_index(index, device)
+    })
 }
 
 #[no_mangle]
@@ -56,7 +60,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetHandleByUUID", || {
         done((|| {
             let sim = current()?;
             if uuid.is_null() || device.is_null() {
@@ -120,7 +124,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     pciBusId: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_pci(pciBusId, device))
+    guard("nvmlDeviceGetHandleByPciBusId_v2", || {
+        handle_by_pci(pciBusId, device)
+    })
 }
 
 #[no_mangle]
@@ -128,7 +134,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
     pciBusId: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_pci(pciBusId, device))
+    guard("nvmlDeviceGetHandleByPciBusId", || {
+        handle_by_pci(pciBusId, device)
+    })
 }
 
 #[no_mangle]
@@ -137,7 +145,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetName", || {
         done(with_device(device, |_, d, _| {
             // SAFETY: caller's buffer of `length` bytes; NULL checked in write_str.
             unsafe { write_str(name, length, &d.name) }
@@ -151,7 +159,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetUUID", || {
         done(with_device(device, |_, d, _| {
             // SAFETY: caller's buffer of `length` bytes; NULL checked in write_str.
             unsafe { write_str(uuid, length, &d.uuid) }
@@ -164,7 +172,7 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     device: nvmlDevice_t,
     index: *mut c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetIndex", || {
         done(with_device(device, |_, d, _| {
             let i = mounted()
                 .iter()
@@ -232,7 +240,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    guard(|| pci_info(device, pci))
+    guard("nvmlDeviceGetPciInfo_v3", || pci_info(device, pci))
 }
 
 #[no_mangle]
@@ -240,7 +248,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    guard(|| pci_info(device, pci))
+    guard("nvmlDeviceGetPciInfo_v2", || pci_info(device, pci))
 }
 
 #[no_mangle]
@@ -248,7 +256,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    guard(|| pci_info(device, pci))
+    guard("nvmlDeviceGetPciInfo", || pci_info(device, pci))
 }
 
 fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc_sim::SimMemory> {
@@ -262,7 +270,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetMemoryInfo", || {
         done(with_device(device, |sim, d, faults| {
             if memory.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -285,7 +293,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetMemoryInfo_v2", || {
         done(with_device(device, |sim, d, faults| {
             if memory.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -313,7 +321,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetUtilizationRates", || {
         done(with_device(device, |_, _, _| {
             // SAFETY: checked for NULL by `out`.
             unsafe { out(utilization, nvmlUtilization_t { gpu: 0, memory: 0 }) }
@@ -327,7 +335,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     sensorType: c_uint,
     temp: *mut c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetTemperature", || {
         done(with_device(device, |_, _, _| {
             if sensorType != NVML_TEMPERATURE_GPU {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);

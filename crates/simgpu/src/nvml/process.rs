@@ -82,7 +82,9 @@ fn detail(pid: c_uint, used: c_ulonglong) -> nvmlProcessDetail_v1_t {
 
 /// The layout of the box's driver branch (R525 when no box is initialised).
 fn layout() -> RecordLayout {
-    current()
+    lock(&LIB)
+        .sim
+        .as_ref()
         .map(|b| b.config().record_layout())
         .unwrap_or(RecordLayout::R525)
 }
@@ -108,7 +110,9 @@ macro_rules! process_entry {
             infoCount: *mut c_uint,
             infos: *mut $t,
         ) -> nvmlReturn_t {
-            guard(|| processes(device, infoCount, infos, $kind, $make))
+            guard(stringify!($name), || {
+                processes(device, infoCount, infos, $kind, $make)
+            })
         }
     };
 }
@@ -121,7 +125,9 @@ macro_rules! process_entry_v3 {
             infoCount: *mut c_uint,
             infos: *mut nvmlProcessInfo_v2_t,
         ) -> nvmlReturn_t {
-            guard(|| processes_v3(device, infoCount, infos, $kind))
+            guard(stringify!($name), || {
+                processes_v3(device, infoCount, infos, $kind)
+            })
         }
     };
 }
@@ -182,8 +188,8 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(
     device: nvmlDevice_t,
     plist: *mut nvmlProcessDetailList_t,
 ) -> nvmlReturn_t {
-    guard(|| {
-        if layout() != RecordLayout::R550 && current().is_ok() {
+    guard("nvmlDeviceGetRunningProcessDetailList", || {
+        if layout() != RecordLayout::R550 && lock(&LIB).sim.is_some() {
             return NVML_ERROR_FUNCTION_NOT_FOUND;
         }
         if plist.is_null() {

@@ -1,0 +1,207 @@
+//! `vramdoc sim …` flags: the simulated machine's commands (boxes, faults, holders, the
+//! container runtime). Behaviour lives in `commands/sim*.rs`.
+
+use super::{duration, duration_within};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Create a simulated box and print its directory
+    ///
+    /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load crates/simgpu as
+    /// libcuda.so / libnvidia-ml.so.1, share that box. Also starts the box's driver broker,
+    /// so processes in child PID namespaces (containers, `unshare --pid`) are listed under
+    /// host PIDs; it exits when the box directory is removed.
+    #[command(
+        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records"
+    )]
+    Init(SimInitArgs),
+    /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
+    ///
+    /// With --calls: the NVML calls every client (vramdoc, nvitop, gpustat, an exporter) made
+    /// on the box, per entry point and client PID, with the calls per second of each, to
+    /// measure what monitoring costs. Process-list calls take ~4.5 ms under the driver's
+    /// lock on real drivers, a memory query ~12 us.
+    #[command(
+        after_help = "Examples:\n  vramdoc sim status\n  vramdoc sim status --json\n  vramdoc sim status --calls\n  vramdoc sim status --calls --json --reset-calls"
+    )]
+    Status(SimStatusArgs),
+    /// Inject faults into the box in VRAMDOC_SIM_DIR (for tests and drills)
+    #[command(
+        after_help = "Examples:\n  vramdoc sim fault --lose-device 1\n  vramdoc sim fault --contained 0 --exclusive-process 1\n  vramdoc sim fault --cuda-stub\n  vramdoc sim fault --nvml-hang --device 1 --hang-limit 30s   # GPU 1's NVML calls block\n  vramdoc sim fault --nvml-session-lost     # \"Failed to initialize NVML: Unknown Error\"\n  vramdoc sim fault --clear"
+    )]
+    Fault(SimFaultArgs),
+    /// Hold memory on the box from a new process until killed (to stage neighbours)
+    #[command(
+        after_help = "Examples:\n  vramdoc sim hold --device 1 --size 3GiB &\n  vramdoc sim hold --graphics --size 200MiB &          # an Xorg-like client\n  vramdoc sim hold --size 1GiB --fork-child &          # memory outlives this process\n  NVIDIA_VISIBLE_DEVICES=1 vramdoc sim hold --size 1GiB &   # a container's one GPU"
+    )]
+    Hold(SimHoldArgs),
+    /// List device presets usable in SPEC
+    Presets,
+    /// The box's driver broker (started by `sim init`): tells clients their host PID
+    #[command(hide = true)]
+    Driverd(SimDriverdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimDriverdArgs {
+    /// Box directory to serve
+    #[arg(long)]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SimInitArgs {
+    /// Devices: `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`, ...
+    pub spec: String,
+    /// Directory for the box (default: a new directory under the system temp dir)
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Memory one CUDA context costs on each device
+    #[arg(long, default_value = "448MiB", value_name = "SIZE")]
+    pub context_overhead: String,
+    /// Driver to simulate: any version of a branch (`525`, `R535`, `535.54.03`, `570.86.10`).
+    /// Picks the reported versions and the NVML process-record layout of that branch
+    /// (default 550.54.15)
+    #[arg(long, value_name = "VERSION")]
+    pub driver: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SimStatusArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Show the NVML calls each client made on the box, per entry point (C name) and client
+    /// PID, instead of devices and processes
+    #[arg(long)]
+    pub calls: bool,
+    /// With --calls: zero the counters after printing them
+    #[arg(long, requires = "calls")]
+    pub reset_calls: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimFaultArgs {
+    /// Mark a physical device as fallen off the bus (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub lose_device: Vec<u32>,
+    /// Let N more allocations succeed, then fail every one with out-of-memory
+    #[arg(long, value_name = "N")]
+    pub alloc_fail_after: Option<u64>,
+    /// Added latency of each NVML memory query (e.g. 12us; at most 1m)
+    #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
+    pub nvml_memory_latency: Option<Duration>,
+    /// Added latency of each NVML process-list query (e.g. 4.5ms; at most 1m)
+    #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
+    pub nvml_process_latency: Option<Duration>,
+    /// Keep the memory of exited processes (a stuck process or driver)
+    #[arg(long)]
+    pub keep_dead: bool,
+    /// Report per-process memory as "not available", as NVML does in some containers
+    #[arg(long)]
+    pub usage_unavailable: bool,
+    /// NVML answers NVML_ERROR_NO_PERMISSION for every query on this device (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub no_permission: Vec<u32>,
+    /// MIG-enabled device read without privileges: its process lists answer
+    /// NVML_ERROR_NO_PERMISSION, memory still answers (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub mig_unprivileged: Vec<u32>,
+    /// Exclusive-process compute mode: a second process's context fails with
+    /// CUDA_ERROR_DEVICE_UNAVAILABLE (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub exclusive_process: Vec<u32>,
+    /// An uncorrectable error was contained: launches and synchronisation return
+    /// CUDA_ERROR_CONTAINED (226) (repeatable)
+    #[arg(long, value_name = "INDEX")]
+    pub contained: Vec<u32>,
+    /// libcuda.so is the toolkit's stub: every CUDA call returns CUDA_ERROR_STUB_LIBRARY (34)
+    #[arg(long)]
+    pub cuda_stub: bool,
+    /// The PTX JIT compiler is missing: loading PTX returns CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+    #[arg(long)]
+    pub no_ptx_jit: bool,
+    /// cuMemGetInfo's total excludes the device's reserved memory, as on real drivers
+    #[arg(long)]
+    pub cuda_total_excludes_reserved: bool,
+    /// Driver upgraded without reboot: NVML init fails with "Driver/library version mismatch"
+    /// and cuInit with CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+    #[arg(long)]
+    pub version_mismatch: bool,
+    /// NVML calls block, as on a GPU in a bad state (a driver call stuck in D state): calls
+    /// on --device's GPU (every call, init included, without --device) wait until the fault
+    /// is cleared, at most --hang-limit, then fail with NVML_ERROR_UNKNOWN
+    #[arg(long)]
+    pub nvml_hang: bool,
+    /// Physical GPU whose NVML queries hang (with --nvml-hang)
+    #[arg(long, value_name = "INDEX", requires = "nvml_hang")]
+    pub device: Option<u32>,
+    /// Longest one hung call blocks (with --nvml-hang; default 2m, at most 10m)
+    #[arg(long, value_name = "DURATION", value_parser = hang_limit(), requires = "nvml_hang")]
+    pub hang_limit: Option<Duration>,
+    /// The container lost access to its GPUs: every call of an NVML session opened before
+    /// fails with NVML_ERROR_UNKNOWN, and nvmlInit fails with it until --clear (sessions
+    /// lost stay lost; a new nvmlInit after --clear works)
+    #[arg(long)]
+    pub nvml_session_lost: bool,
+    /// Remove every fault
+    #[arg(long)]
+    pub clear: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimHoldArgs {
+    /// CUDA ordinal to hold memory on (renumbered by CUDA_VISIBLE_DEVICES)
+    #[arg(long, default_value_t = 0)]
+    pub device: u32,
+    /// Bytes to allocate besides the context (0: context only)
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub size: String,
+    /// Also create a context (only) on these CUDA ordinals (repeatable)
+    #[arg(long, value_name = "ORDINAL")]
+    pub context_on: Vec<u32>,
+    /// Exit after this long (default: hold until killed)
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub duration: Option<Duration>,
+    /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list
+    #[arg(long, conflicts_with = "mps")]
+    pub graphics: bool,
+    /// Stage a client of the CUDA MPS server: NVML lists it only in the MPS process list
+    #[arg(long)]
+    pub mps: bool,
+    /// Fork a child that inherits the driver descriptors and sleeps (a DataLoader worker):
+    /// after this process exits, its memory stays allocated while the child lives. Prints
+    /// `child=PID`
+    #[arg(long)]
+    pub fork_child: bool,
+    /// Test-only staging: also create a context on this PHYSICAL device, bypassing
+    /// CUDA_VISIBLE_DEVICES (a process whose env says 1 but has a context on 0). Repeatable.
+    #[arg(long, value_name = "INDEX", hide = true)]
+    pub physical_context: Vec<u32>,
+    /// Ignored arguments after `--`, so a holder's command line can look like a real job's
+    /// (tests plant secrets there to check redaction)
+    #[arg(last = true, value_name = "ARGS")]
+    pub ignored: Vec<String>,
+}
+
+/// Longest latency a simulated fault may inject: a minute is already far past any NVML
+/// timeout a monitor should tolerate; a latency of years is a typo.
+fn fault_latency() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    duration_within(
+        Duration::ZERO,
+        Duration::from_secs(60),
+        " (a latency is injected into every query)",
+    )
+}
+
+/// Bound of one hung NVML call: at least 10ms, at most 10 minutes.
+fn hang_limit() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    duration_within(
+        Duration::from_millis(10),
+        Duration::from_secs(600),
+        " (a hung call fails with NVML_ERROR_UNKNOWN after this long)",
+    )
+}
