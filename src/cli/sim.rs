@@ -11,9 +11,10 @@ pub enum SimCommand {
     /// Create a simulated box and print its directory
     ///
     /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load crates/simgpu as
-    /// libcuda.so / libnvidia-ml.so.1, share that box. Also starts the box's driver broker,
-    /// so processes in child PID namespaces (containers, `unshare --pid`) are listed under
-    /// host PIDs; it exits when the box directory is removed.
+    /// libcuda.so / libnvidia-ml.so.1, share that box. Also starts the box's two daemons: the
+    /// driver broker, so processes in child PID namespaces (containers, `unshare --pid`) are
+    /// listed under host PIDs, and the runtime daemon that starts `sim run` containers; both
+    /// exit when the box directory is removed.
     #[command(
         after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records"
     )]
@@ -35,14 +36,108 @@ pub enum SimCommand {
     Fault(SimFaultArgs),
     /// Hold memory on the box from a new process until killed (to stage neighbours)
     #[command(
-        after_help = "Examples:\n  vramdoc sim hold --device 1 --size 3GiB &\n  vramdoc sim hold --graphics --size 200MiB &          # an Xorg-like client\n  vramdoc sim hold --size 1GiB --fork-child &          # memory outlives this process\n  NVIDIA_VISIBLE_DEVICES=1 vramdoc sim hold --size 1GiB &   # a container's one GPU"
+        after_help = "Examples:\n  vramdoc sim hold --device 1 --size 3GiB &\n  vramdoc sim hold --graphics --size 200MiB &          # an Xorg-like client\n  vramdoc sim hold --size 1GiB --fork-child &          # memory outlives this process\n  vramdoc sim run --gpus 1 -- vramdoc sim hold --size 1GiB &   # a container's one GPU"
     )]
     Hold(SimHoldArgs),
+    /// Run a command in a container of the box, as the NVIDIA container runtime and the
+    /// Kubernetes device plugin would
+    ///
+    /// The box's runtime daemon (started by `sim init`, like containerd) starts CMD, so CMD
+    /// is not a child of this command; it gets its own cgroup (default `docker/<64-hex id>`,
+    /// Docker's cgroupfs layout) and a mount namespace in which only the given GPUs' device
+    /// files exist: the simulated driver then shows CMD only those GPUs, to CUDA and NVML,
+    /// whatever its environment says. CMD's environment is this command's, plus what the
+    /// device plugin and runtime set for --strategy: NVIDIA_VISIBLE_DEVICES=<UUIDs>
+    /// (envvar), =/var/run/nvidia-container-devices with one /dev/null bind mount per
+    /// device there (volume-mounts; readable from the host under /proc/PID/root/...), =all
+    /// or =void (cdi), =MIG-<uuid>,... (mig). Stdin, stdout and stderr are CMD's own;
+    /// signals to this command are forwarded to CMD; the exit status is CMD's. Needs root
+    /// (mount namespace, cgroups). See docs/simulator.md.
+    #[command(
+        after_help = "Exit status: CMD's own (128+N when killed by signal N), as `docker run`; \
+125 the container could not be started (the reason on stderr), 127 CMD not found.\n\n\
+Examples:\n  vramdoc sim run --gpus 1 -- vramdoc sim hold --size 1GiB\n  \
+vramdoc sim run --gpus GPU-3b1b,2 --strategy volume-mounts -- python train.py\n  \
+vramdoc sim run --gpus 0 --strategy cdi --cdi-env void -- nvitop --once\n  \
+vramdoc sim run -d --cidfile /tmp/cid --gpus all -- python serve.py   # prints the id\n  \
+vramdoc sim run --cgroup 'kubepods/burstable/pod0b76-32a2/{id}' --gpus 0 -- ./job"
+    )]
+    Run(SimRunArgs),
+    /// List the containers the box's runtime started (id, PID, GPUs, cgroup, status)
+    #[command(after_help = "Examples:\n  vramdoc sim ps\n  vramdoc sim ps --json")]
+    Ps(SimPsArgs),
     /// List device presets usable in SPEC
     Presets,
     /// The box's driver broker (started by `sim init`): tells clients their host PID
     #[command(hide = true)]
     Driverd(SimDriverdArgs),
+    /// The box's runtime daemon (started by `sim init`): starts `sim run` containers
+    #[command(hide = true)]
+    Runtimed(SimDriverdArgs),
+}
+
+/// How the device list reaches the runtime (the device plugin's DEVICE_LIST_STRATEGY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyArg {
+    /// NVIDIA_VISIBLE_DEVICES=<ids> (the plugin's default)
+    Envvar,
+    /// NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, one entry per device there
+    VolumeMounts,
+    /// CDI: the plugin sets no variable (see --cdi-env)
+    Cdi,
+    /// NVIDIA_VISIBLE_DEVICES=MIG-<uuid>,... (MIG device ids)
+    Mig,
+}
+
+#[derive(Debug, Args)]
+pub struct SimRunArgs {
+    /// GPUs given to the container, as `docker run --gpus`: `all`, `none`, physical indices
+    /// (`0,2`), GPU UUIDs or unique prefixes, `device=0,2`
+    #[arg(long, default_value = "all", value_name = "LIST")]
+    pub gpus: String,
+    /// How the device plugin passes the list to the runtime
+    #[arg(long, value_enum, default_value_t = StrategyArg::Envvar)]
+    pub strategy: StrategyArg,
+    /// Name devices by UUID or by index (the device plugin's DEVICE_ID_STRATEGY)
+    #[arg(long, value_enum, default_value_t = DeviceIdsArg::Uuid)]
+    pub device_ids: DeviceIdsArg,
+    /// With --strategy cdi: the image's NVIDIA_VISIBLE_DEVICES=all stays, or the CDI spec's
+    /// `void` wins
+    #[arg(long, value_enum, default_value_t = CdiEnvArg::All)]
+    pub cdi_env: CdiEnvArg,
+    /// The container's cgroup, relative to each cgroup hierarchy's root; `{id}` is replaced
+    /// by the container id. `none`: stay in this command's cgroup
+    #[arg(long, default_value = "docker/{id}", value_name = "PATH")]
+    pub cgroup: String,
+    /// Start CMD and print its container id; do not wait (output goes to the box's
+    /// containers/<id>.log)
+    #[arg(short = 'd', long)]
+    pub detach: bool,
+    /// Write the container id to FILE (which must not exist), as `docker run --cidfile`
+    #[arg(long, value_name = "FILE")]
+    pub cidfile: Option<PathBuf>,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceIdsArg {
+    Uuid,
+    Index,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CdiEnvArg {
+    All,
+    Void,
+}
+
+#[derive(Debug, Args)]
+pub struct SimPsArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

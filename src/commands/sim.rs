@@ -10,6 +10,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use vramdoc_sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
 
 mod calls;
+mod container;
 
 pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
@@ -20,6 +21,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 .with_context(|| format!("serving the box at {}", a.dir.display()))?;
             Ok(0)
         }
+        SimCommand::Runtimed(a) => container::runtimed(&a.dir),
         other => {
             let session = super::Session::new(global)?;
             let _keep = &session.private_box;
@@ -27,7 +29,12 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 SimCommand::Status(a) => status(&a),
                 SimCommand::Fault(a) => fault(&a),
                 SimCommand::Hold(a) => hold(&a),
-                SimCommand::Init(_) | SimCommand::Presets | SimCommand::Driverd(_) => Ok(0),
+                SimCommand::Run(a) => container::run(&a),
+                SimCommand::Ps(a) => container::ps(&a),
+                SimCommand::Init(_)
+                | SimCommand::Presets
+                | SimCommand::Driverd(_)
+                | SimCommand::Runtimed(_) => Ok(0),
             }
         }
     }
@@ -78,32 +85,12 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Start the box's driver broker (`sim driverd`) in this PID namespace, detached, and wait
-/// briefly for its socket. Failure is not fatal: without it processes use their own PIDs.
+/// Start the box's daemons in this PID namespace, detached: the driver broker (`sim
+/// driverd`) and the container runtime (`sim runtimed`). Failure is not fatal: without the
+/// broker processes use their own PIDs; `sim run` starts a runtime when it finds none.
 fn start_broker(dir: &std::path::Path) {
-    use std::os::unix::process::CommandExt;
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let spawned = std::process::Command::new(exe)
-        .args(["sim", "driverd", "--dir"])
-        .arg(dir)
-        .env_remove(vramdoc_sim::SIM_DIR_ENV)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn();
-    if spawned.is_err() {
-        return;
-    }
-    let sock = vramdoc_sim::broker::socket_path(dir);
-    for _ in 0..100 {
-        if sock.exists() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    container::start_daemon("driverd", dir, &vramdoc_sim::broker::socket_path(dir));
+    container::start_daemon("runtimed", dir, &vramdoc_sim::runtime::socket_path(dir));
 }
 
 fn presets() -> Result<i32> {

@@ -17,10 +17,12 @@
 
 pub mod broker;
 pub mod calls;
+pub mod container;
 mod faults;
 pub mod process;
 pub mod procinfo;
 pub mod profile;
+pub mod runtime;
 pub mod spec;
 mod state;
 
@@ -31,7 +33,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use vramdoc_gpu_spec::units::{round_up, MIB};
-use vramdoc_gpu_spec::visible;
 
 pub use faults::{Faults, NvmlHang};
 pub use process::{ProcessEnv, SimProcess};
@@ -388,11 +389,18 @@ impl SimBox {
         Ok(dev)
     }
 
-    /// Physical indices NVML shows a process with this `NVIDIA_VISIBLE_DEVICES` (a container
-    /// sees only its mounted GPUs, renumbered from 0 in PCI order).
-    pub fn mounted(&self, nvidia_visible: Option<&str>) -> Vec<u32> {
-        let uuids: Vec<String> = self.devices().iter().map(|d| d.uuid.clone()).collect();
-        visible::mounted_devices(nvidia_visible, &uuids)
+    /// Physical indices of the devices this process can open, PCI order: those whose device
+    /// file (`dev/nvidiaN`) exists in its view of the box. The driver reads no environment
+    /// variable for this: outside a container every file is there; a container made by the
+    /// box's runtime ([`container`]) sees only the files of its GPUs, as the NVIDIA
+    /// container runtime mounts only those `/dev/nvidiaN`.
+    pub fn mounted(&self) -> Vec<u32> {
+        let dev = self.dir.join(DEV_DIR);
+        self.devices()
+            .iter()
+            .map(|d| d.index)
+            .filter(|i| dev.join(format!("nvidia{i}")).exists())
+            .collect()
     }
 
     /// Whether a process recorded in the state still holds its memory.

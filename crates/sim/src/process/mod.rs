@@ -26,8 +26,6 @@ use client::{forget_token, token_file, ClientFiles};
 pub struct ProcessEnv {
     /// `CUDA_VISIBLE_DEVICES`: indices (in CUDA's order) or UUIDs.
     pub cuda_visible: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES`: set by the NVIDIA container runtime; only those GPUs exist.
-    pub nvidia_visible: Option<String>,
     /// `CUDA_DEVICE_ORDER`: `FASTEST_FIRST` (default) or `PCI_BUS_ID`.
     pub device_order: Option<String>,
 }
@@ -37,7 +35,6 @@ impl ProcessEnv {
     pub fn from_env() -> ProcessEnv {
         ProcessEnv {
             cuda_visible: std::env::var(visible::CUDA_VISIBLE_DEVICES).ok(),
-            nvidia_visible: std::env::var(visible::NVIDIA_VISIBLE_DEVICES).ok(),
             device_order: std::env::var(visible::CUDA_DEVICE_ORDER).ok(),
         }
     }
@@ -46,7 +43,7 @@ impl ProcessEnv {
 /// Host indices of the devices a process sees, in CUDA's enumeration order (before
 /// `CUDA_VISIBLE_DEVICES`).
 pub fn cuda_enumeration(sim: &SimBox, env: &ProcessEnv) -> Vec<u32> {
-    let mounted = sim.mounted(env.nvidia_visible.as_deref());
+    let mounted = sim.mounted();
     visible::cuda_order(&mounted, env.device_order.as_deref(), |i| {
         let name = sim.device(i).map(|d| d.name.as_str()).unwrap_or("");
         let ((major, minor), sms) = crate::spec::arch_of(name);
@@ -140,7 +137,8 @@ impl SimProcess {
     }
 
     /// Attach to the box of `VRAMDOC_SIM_DIR`, honouring this process's
-    /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`.
+    /// `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` (and, in a container, the devices its
+    /// runtime mounted: [`SimBox::mounted`]).
     pub fn from_env() -> Result<SimProcess, SimError> {
         let sim = SimBox::from_env()?;
         Ok(SimProcess::with_env(sim, &ProcessEnv::from_env()))

@@ -21,8 +21,7 @@ fn init(_flags: c_uint) -> nvmlReturn_t {
     }
     let mut lib = lock(&LIB);
     if lib.refcount == 0 {
-        let env = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
-        lib.mounted = b.mounted(env.as_deref());
+        lib.mounted = b.mounted();
         lib.epoch = faults.nvml_epoch;
         lib.sim = Some(Arc::new(b));
     }
