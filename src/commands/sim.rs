@@ -175,6 +175,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             "gpu",
             "contexts",
             "allocations",
+            "mapped",
             "bytes",
         ]);
         for (pid, p) in &st.processes {
@@ -186,11 +187,16 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
                         None => pid.to_string(),
                     },
                     crate::term::clean(&p.name),
-                    format!("{:?}", p.kind).to_lowercase(),
+                    std::iter::once(p.kind)
+                        .chain(p.also.iter().copied())
+                        .map(|k| format!("{k:?}").to_lowercase())
+                        .collect::<Vec<_>>()
+                        .join("+"),
                     if alive { "yes" } else { "NO" }.to_string(),
                     dev.to_string(),
                     u.contexts.to_string(),
                     u.allocations.to_string(),
+                    u.peer_mappings.to_string(),
                     format_bytes(u.total()),
                 ]);
             }

@@ -38,7 +38,8 @@ pub use faults::{Faults, NvmlHang};
 pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
 pub use state::{
-    memory_of, processes_on, DeviceUsage, ProcessEntry, SimMemory, SimProcessView, State,
+    memory_of, processes_on, reclaim, DeviceUsage, IpcExport, ProcessEntry, SimMemory,
+    SimProcessView, State,
 };
 
 /// Environment variable naming the box directory used by vramdoc and the simulated libraries.
@@ -90,6 +91,10 @@ pub enum SimError {
     OutOfBounds { ptr: u64, len: u64 },
     #[error("not supported by the simulator: {0}")]
     Unsupported(String),
+    #[error("not a CUDA IPC handle of this box, or its memory was freed")]
+    IpcHandle,
+    #[error("a CUDA IPC handle cannot be opened in the process that exported it")]
+    IpcSameProcess,
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
@@ -112,6 +117,10 @@ pub struct SimDevice {
     pub reserved: u64,
     /// Bytes one CUDA context costs on this device.
     pub context_overhead: u64,
+    /// The host NUMA node its memory is, on coherent-memory systems (GH200, GB200: GPU
+    /// memory managed by the operating system); `None` on ordinary PCIe/SXM boards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
 }
 
 /// The immutable description of a box.
@@ -238,6 +247,10 @@ impl SimBox {
             });
         }
         let seed = pseudo_random_seed();
+        // Coherent-memory GPUs: one CPU node per superchip first, then one node per GPU's
+        // memory (the simulator's numbering).
+        let superchips = models.iter().filter(|m| m.coherent).count() as u32;
+        let mut next_node = superchips;
         let devices = models
             .iter()
             .enumerate()
@@ -249,6 +262,10 @@ impl SimBox {
                 total: m.total,
                 reserved: m.reserved,
                 context_overhead: round_up(opts.context_overhead, GRANULARITY),
+                numa_node: m.coherent.then(|| {
+                    next_node += 1;
+                    next_node - 1
+                }),
             })
             .collect();
         let major = opts.cuda_driver_version / 1000;
@@ -403,6 +420,44 @@ impl SimBox {
             .collect()
     }
 
+    /// Physical indices of the devices whose memory is a NUMA node of the host (coherent
+    /// memory: GH200, GB200).
+    pub fn coherent_devices(&self) -> Vec<u32> {
+        self.devices()
+            .iter()
+            .filter(|d| d.numa_node.is_some())
+            .map(|d| d.index)
+            .collect()
+    }
+
+    /// Whether device `a` can map device `b`'s memory directly (`cuDeviceCanAccessPeer`):
+    /// two distinct boards of the same product, except GeForce boards, whose stock drivers
+    /// report no peer access (NVIDIA/nccl#1127: 8×RTX 3090 "CANNOT Access Peer"; mixed
+    /// models report none either).
+    pub fn can_access_peer(&self, a: u32, b: u32) -> bool {
+        match (self.device(a), self.device(b)) {
+            (Ok(x), Ok(y)) => a != b && x.name == y.name && !x.name.contains("GeForce"),
+            _ => false,
+        }
+    }
+
+    /// Consume one injected kernel fault of physical `device` (`sim fault --illegal-address`):
+    /// whether the next launch there must fault.
+    pub fn take_kernel_fault(&self, device: u32) -> Result<bool, SimError> {
+        if !self.faults()?.illegal_address_devices.contains(&device) {
+            return Ok(false);
+        }
+        let mut fired = false;
+        self.update_faults(|f, _| {
+            if let Some(i) = f.illegal_address_devices.iter().position(|d| *d == device) {
+                f.illegal_address_devices.remove(i);
+                fired = true;
+            }
+            Ok(())
+        })?;
+        Ok(fired)
+    }
+
     /// Whether a process recorded in the state still holds its memory.
     pub fn is_alive(&self, pid: u32, entry: &ProcessEntry) -> bool {
         entry_alive(&self.dir, pid, entry)
@@ -457,7 +512,7 @@ impl SimBox {
     pub fn state_with(&self, faults: &Faults) -> Result<State, SimError> {
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
-            reap(&self.dir, &mut st);
+            reap(&self.dir, &mut st, &self.coherent_devices());
         }
         Ok(st)
     }
@@ -472,7 +527,7 @@ impl SimBox {
         let faults = self.faults()?;
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
-            for name in reap(&self.dir, &mut st) {
+            for name in reap(&self.dir, &mut st, &self.coherent_devices()) {
                 let _ = fs::remove_file(self.dir.join(DEV_DIR).join(CLIENTS_DIR).join(name));
             }
         }

@@ -14,11 +14,24 @@ pub struct DeviceUsage {
     pub context_bytes: u64,
     pub allocations: u32,
     pub alloc_bytes: u64,
+    /// Mappings of this device's memory the process holds without owning it (CUDA IPC
+    /// handles opened from a peer, peer access): it is listed on the device, charged nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peer_mappings: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl DeviceUsage {
     pub fn total(&self) -> u64 {
         self.context_bytes + self.alloc_bytes
+    }
+
+    /// Whether the process appears in the device's NVML process list.
+    pub fn listed(&self) -> bool {
+        self.contexts > 0 || self.total() > 0 || self.peer_mappings > 0
     }
 }
 
@@ -33,6 +46,10 @@ pub struct ProcessEntry {
     /// Which NVML process list the process appears in.
     #[serde(default)]
     pub kind: ProcessKind,
+    /// Further lists it also appears in, with the same memory (`C+G`: a process with both
+    /// compute and graphics contexts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<ProcessKind>,
     /// Token file under `dev/clients/` the process holds open and locked: the process's
     /// memory stays while any process (a forked child) still holds it. `None`: liveness by
     /// PID and start time.
@@ -51,6 +68,29 @@ pub struct State {
     pub processes: BTreeMap<u32, ProcessEntry>,
     /// Allocation calls made on the box so far (for `Faults::alloc_fail_after`).
     pub alloc_calls: u64,
+    /// Coherent-memory devices (GPU memory as a NUMA node, GH200/GB200): bytes of exited
+    /// processes the operating system has not taken back, still counted as used, by
+    /// physical device. Reclaimed when an allocation needs them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub retained: BTreeMap<u32, u64>,
+    /// CUDA IPC handles exported on the box (`cuIpcGetMemHandle`), by handle id.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ipc: BTreeMap<u64, IpcExport>,
+    /// The next IPC handle id.
+    pub next_ipc: u64,
+}
+
+/// An allocation exported with `cuIpcGetMemHandle`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpcExport {
+    /// Host PID of the exporter (the memory is charged to it).
+    pub pid: u32,
+    /// Physical device of the memory.
+    pub device: u32,
+    /// Size of the allocation, bytes.
+    pub size: u64,
+    /// The exporter's device pointer.
+    pub ptr: u64,
 }
 
 /// Memory of one device, NVML v2 definitions: `used` excludes `reserved`;
@@ -78,7 +118,8 @@ pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
         .values()
         .filter_map(|p| p.devices.get(&dev.index))
         .map(DeviceUsage::total)
-        .sum();
+        .sum::<u64>()
+        .saturating_add(st.retained.get(&dev.index).copied().unwrap_or(0));
     let avail = dev.total.saturating_sub(dev.reserved);
     let used = used.min(avail);
     SimMemory {
@@ -94,27 +135,59 @@ pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
     st.processes
         .iter()
         .filter_map(|(pid, p)| {
-            p.devices
-                .get(&index)
-                .filter(|u| u.contexts > 0 || u.total() > 0)
-                .map(|u| SimProcessView {
-                    pid: *pid,
-                    used: u.total(),
-                    kind: p.kind,
-                })
+            p.devices.get(&index).filter(|u| u.listed()).map(|u| {
+                std::iter::once(p.kind)
+                    .chain(p.also.iter().copied().filter(|k| *k != p.kind))
+                    .map(|kind| SimProcessView {
+                        pid: *pid,
+                        used: u.total(),
+                        kind,
+                    })
+            })
         })
+        .flatten()
         .collect()
 }
 
-/// Drop exited processes from `st`; returns the token files of those that had one.
-pub(crate) fn reap(dir: &Path, st: &mut State) -> Vec<String> {
+/// Take back up to `need` bytes a coherent device retained for exited processes; returns
+/// what was taken.
+pub fn reclaim(st: &mut State, device: u32, need: u64) -> u64 {
+    let Some(r) = st.retained.get_mut(&device) else {
+        return 0;
+    };
+    let take = (*r).min(need);
+    *r -= take;
+    if *r == 0 {
+        st.retained.remove(&device);
+    }
+    take
+}
+
+/// Drop exited processes from `st` (and the IPC handles they exported); returns the token
+/// files of those that had one. On `coherent` devices their memory stays counted as used
+/// ([`State::retained`]), as NVML documents for GPUs that are NUMA nodes.
+pub(crate) fn reap(dir: &Path, st: &mut State, coherent: &[u32]) -> Vec<String> {
     let mut gone = Vec::new();
+    let mut dead = Vec::new();
+    let mut kept: BTreeMap<u32, u64> = BTreeMap::new();
     st.processes.retain(|pid, p| {
         let alive = entry_alive(dir, *pid, p);
         if !alive {
             gone.extend(p.client.clone());
+            dead.push(*pid);
+            for (d, u) in &p.devices {
+                if coherent.contains(d) {
+                    *kept.entry(*d).or_insert(0) += u.total();
+                }
+            }
         }
         alive
     });
+    for (d, bytes) in kept {
+        if bytes > 0 {
+            *st.retained.entry(d).or_insert(0) += bytes;
+        }
+    }
+    st.ipc.retain(|_, e| !dead.contains(&e.pid));
     gone
 }

@@ -24,6 +24,12 @@ impl SimProcess {
         Ok((alloc, offset))
     }
 
+    /// Base pointer of the allocation containing `ptr`.
+    pub fn allocation_base(&self, ptr: u64) -> Option<u64> {
+        let (base, alloc) = self.allocations.range(..=ptr).next_back()?;
+        (ptr - base < alloc.size.max(1)).then_some(*base)
+    }
+
     /// Ordinal of the allocation containing `ptr`.
     pub fn ordinal_of(&mut self, ptr: u64) -> Result<u32, SimError> {
         Ok(self.find(ptr, 0)?.0.ordinal)

@@ -16,6 +16,9 @@ use vramdoc_gpu_spec::{visible, ProcessKind};
 
 mod client;
 mod contents;
+mod ipc;
+
+pub use ipc::{Import, IPC_HANDLE_SIZE};
 #[cfg(test)]
 mod tests;
 
@@ -92,7 +95,11 @@ pub struct SimProcess {
     /// PID as this process sees it (differs from `pid` inside a PID namespace).
     own_pid: u32,
     kind: ProcessKind,
+    /// Further NVML lists the process is in (`C+G`).
+    also: Vec<ProcessKind>,
     files: Option<ClientFiles>,
+    /// CUDA IPC mappings this process opened, by the device pointer it got.
+    imports: BTreeMap<u64, Import>,
 }
 
 impl SimProcess {
@@ -132,7 +139,9 @@ impl SimProcess {
             next_va: VA_BASE,
             backed_bytes: 0,
             kind: ProcessKind::Compute,
+            also: Vec::new(),
             files: None,
+            imports: BTreeMap::new(),
         }
     }
 
@@ -148,6 +157,12 @@ impl SimProcess {
     /// before the first context).
     pub fn set_kind(&mut self, kind: ProcessKind) {
         self.kind = kind;
+    }
+
+    /// Also list this process in `kinds` (a process with compute and graphics contexts is
+    /// `C+G`: in both lists, with the same memory). Set before the first context.
+    pub fn set_also(&mut self, kinds: &[ProcessKind]) {
+        self.also = kinds.to_vec();
     }
 
     /// This process's PID as NVML reports it (the host PID).
@@ -211,6 +226,7 @@ impl SimProcess {
     pub fn create_context(&mut self, ordinal: u32) -> Result<(), SimError> {
         let phys = self.physical(ordinal)?;
         let (pid, start, own_pid, kind) = (self.pid, self.start_time, self.own_pid, self.kind);
+        let also = self.also.clone();
         let name = procinfo::comm(own_pid);
         let token = self.open_files(phys)?;
         let sim = self.sim.clone();
@@ -227,7 +243,11 @@ impl SimProcess {
                     return Err(SimError::DeviceBusy(phys));
                 }
             }
-            let mem = crate::memory_of(dev, st);
+            let mut mem = crate::memory_of(dev, st);
+            if mem.free < dev.context_overhead {
+                crate::reclaim(st, phys, dev.context_overhead - mem.free);
+                mem = crate::memory_of(dev, st);
+            }
             if mem.free < dev.context_overhead {
                 return Err(SimError::OutOfMemory {
                     device: phys,
@@ -239,6 +259,7 @@ impl SimProcess {
             entry.start_time = start;
             entry.name = name;
             entry.kind = kind;
+            entry.also = also.clone();
             entry.client = Some(token);
             entry.ns_pid = (own_pid != pid).then_some(own_pid);
             let u = entry.devices.entry(phys).or_default();
@@ -285,7 +306,7 @@ impl SimProcess {
                     u.context_bytes = u.context_bytes.saturating_sub(overhead);
                     u.alloc_bytes = u.alloc_bytes.saturating_sub(freed_bytes);
                     u.allocations = u.allocations.saturating_sub(n_freed);
-                    if u.contexts == 0 && u.total() == 0 {
+                    if !u.listed() {
                         entry.devices.remove(&phys);
                     }
                 }
@@ -319,7 +340,12 @@ impl SimProcess {
         sim.update(|st, faults| {
             sim.check_device(phys, faults)?;
             st.alloc_calls = st.alloc_calls.saturating_add(1);
-            let mem = crate::memory_of(sim.device(phys)?, st);
+            let mut mem = crate::memory_of(sim.device(phys)?, st);
+            if mem.free < charged {
+                // Coherent memory: the OS hands back pages it kept from exited processes.
+                crate::reclaim(st, phys, charged - mem.free);
+                mem = crate::memory_of(sim.device(phys)?, st);
+            }
             let injected = faults.alloc_fail_after.is_some_and(|n| st.alloc_calls > n);
             if injected || mem.free < charged {
                 return Err(SimError::OutOfMemory {
@@ -384,6 +410,8 @@ impl SimProcess {
         let charged = alloc.charged;
         let pid = self.pid;
         self.sim.update(|st, _| {
+            // Its IPC handles die with it.
+            st.ipc.retain(|_, e| !(e.pid == pid && e.ptr == ptr));
             if let Some(u) = st
                 .processes
                 .get_mut(&pid)
@@ -442,9 +470,11 @@ impl SimProcess {
         let pid = self.pid;
         self.sim.update(|st, _| {
             st.processes.remove(&pid);
+            st.ipc.retain(|_, e| e.pid != pid);
             Ok(())
         })?;
         self.allocations.clear();
+        self.imports.clear();
         self.backed_bytes = 0;
         self.contexts.clear();
         let last = self
