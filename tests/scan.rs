@@ -570,6 +570,7 @@ fn duplicate_copy_on_a_live_process() {
             context_bytes: CTX,
             allocations: 1,
             alloc_bytes: alloc,
+            ..DeviceUsage::default()
         };
         st.processes.insert(
             pid,

@@ -16,7 +16,7 @@ pub enum SimCommand {
     /// listed under host PIDs, and the runtime daemon that starts `sim run` containers; both
     /// exit when the box directory is removed.
     #[command(
-        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records"
+        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records\n  vramdoc sim init a100 --driver 470         # before R510: no nvmlDeviceGetMemoryInfo_v2\n  vramdoc sim init rtx4090 --driver 516.59 --platform wsl\n  vramdoc sim init 4xgh200                   # coherent memory: GPU memory as NUMA nodes"
     )]
     Init(SimInitArgs),
     /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
@@ -66,6 +66,18 @@ vramdoc sim run --cgroup 'kubepods/burstable/pod0b76-32a2/{id}' --gpus 0 -- ./jo
     /// List the containers the box's runtime started (id, PID, GPUs, cgroup, status)
     #[command(after_help = "Examples:\n  vramdoc sim ps\n  vramdoc sim ps --json")]
     Ps(SimPsArgs),
+    /// Install the simulated driver libraries for this box's driver profile into DIR
+    ///
+    /// Writes libcuda.so, libcuda.so.1, libnvidia-ml.so.1 and libnvidia-ml.so (all one
+    /// build of crates/simgpu) into DIR, with the entry points the box's driver branch lacks
+    /// removed from their dynamic symbol table, so clients that look a symbol up find it
+    /// missing, as on that branch (before R510: nvmlDeviceGetMemoryInfo_v2 and the _v3
+    /// process lists; before R535: nvmlDeviceGetConfComputeMemSizeInfo; before R550:
+    /// nvmlDeviceGetRunningProcessDetailList). Then point LD_LIBRARY_PATH at DIR.
+    #[command(
+        after_help = "Examples:\n  cargo build -p vramdoc-simgpu\n  vramdoc sim libs /tmp/simlib --from target/debug/libsimgpu.so\n  LD_LIBRARY_PATH=/tmp/simlib nvitop --once"
+    )]
+    Libs(SimLibsArgs),
     /// List device presets usable in SPEC
     Presets,
     /// The box's driver broker (started by `sim init`): tells clients their host PID
@@ -134,6 +146,16 @@ pub enum CdiEnvArg {
 }
 
 #[derive(Debug, Args)]
+pub struct SimLibsArgs {
+    /// Directory to install into (created if missing)
+    pub dir: PathBuf,
+    /// The built library (`cargo build -p vramdoc-simgpu`: target/debug/libsimgpu.so);
+    /// default: libsimgpu.so next to the vramdoc executable
+    #[arg(long, value_name = "LIB")]
+    pub from: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct SimPsArgs {
     /// Print JSON
     #[arg(long)]
@@ -162,6 +184,16 @@ pub struct SimInitArgs {
     /// (default 550.54.15)
     #[arg(long, value_name = "VERSION")]
     pub driver: Option<String>,
+    /// Where the driver runs: `linux`, or `wsl` (WSL2 on Windows' WDDM driver: NVML reports
+    /// per-process memory as not available and nvmlDeviceGetMemoryInfo_v2 fails)
+    #[arg(long, value_enum, default_value_t = PlatformArg::Linux)]
+    pub platform: PlatformArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlatformArg {
+    Linux,
+    Wsl,
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +248,11 @@ pub struct SimFaultArgs {
     /// libcuda.so is the toolkit's stub: every CUDA call returns CUDA_ERROR_STUB_LIBRARY (34)
     #[arg(long)]
     pub cuda_stub: bool,
+    /// The next kernel launch on this physical GPU (in any process) faults with
+    /// CUDA_ERROR_ILLEGAL_ADDRESS (700), which then sticks to that context: every later call
+    /// on it returns 700 until it is destroyed (repeatable: one launch per time given)
+    #[arg(long, value_name = "INDEX")]
+    pub illegal_address: Vec<u32>,
     /// The PTX JIT compiler is missing: loading PTX returns CUDA_ERROR_JIT_COMPILER_NOT_FOUND
     #[arg(long)]
     pub no_ptx_jit: bool,
@@ -267,6 +304,10 @@ pub struct SimHoldArgs {
     /// Stage a client of the CUDA MPS server: NVML lists it only in the MPS process list
     #[arg(long)]
     pub mps: bool,
+    /// Also a graphics client (type `C+G` in nvidia-smi: a process with compute and graphics
+    /// contexts): NVML lists it in both the compute and the graphics list, with the same memory
+    #[arg(long, conflicts_with_all = ["graphics", "mps"])]
+    pub also_graphics: bool,
     /// Fork a child that inherits the driver descriptors and sleeps (a DataLoader worker):
     /// after this process exits, its memory stays allocated while the child lives. Prints
     /// `child=PID`

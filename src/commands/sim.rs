@@ -31,6 +31,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 SimCommand::Hold(a) => hold(&a),
                 SimCommand::Run(a) => container::run(&a),
                 SimCommand::Ps(a) => container::ps(&a),
+                SimCommand::Libs(a) => libs(&a),
                 SimCommand::Init(_)
                 | SimCommand::Presets
                 | SimCommand::Driverd(_)
@@ -44,6 +45,10 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     let overhead = parse_size(&a.context_overhead)?;
     let mut opts = InitOptions {
         context_overhead: overhead,
+        platform: match a.platform {
+            crate::cli::PlatformArg::Linux => vramdoc_sim::Platform::Linux,
+            crate::cli::PlatformArg::Wsl => vramdoc_sim::Platform::Wsl,
+        },
         ..InitOptions::default()
     };
     if let Some(v) = &a.driver {
@@ -226,6 +231,7 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
         ("mig-unprivileged", &a.mig_unprivileged),
         ("exclusive-process", &a.exclusive_process),
         ("contained", &a.contained),
+        ("illegal-address", &a.illegal_address),
     ] {
         if let Some(bad) = list.iter().find(|d| **d as usize >= n) {
             anyhow::bail!(UsageError(format!(
@@ -297,6 +303,8 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
                 }
             }
         }
+        f.illegal_address_devices
+            .extend(a.illegal_address.iter().copied());
         f.cuda_stub_library |= a.cuda_stub;
         f.no_ptx_jit |= a.no_ptx_jit;
         f.cuda_total_excludes_reserved |= a.cuda_total_excludes_reserved;
@@ -332,6 +340,8 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
         process.set_kind(ProcessKind::Graphics);
     } else if a.mps {
         process.set_kind(ProcessKind::Mps);
+    } else if a.also_graphics {
+        process.set_also(&[ProcessKind::Graphics]);
     }
     let pid = process.pid();
     let mut driver = SimDriver::new(process);
@@ -397,5 +407,37 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
     }
     drop(physical);
     drop(driver);
+    Ok(0)
+}
+
+fn libs(a: &crate::cli::SimLibsArgs) -> Result<i32> {
+    let sim = SimBox::from_env()?;
+    let from = match &a.from {
+        Some(f) => f.clone(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("libsimgpu.so")))
+            .filter(|p| p.exists())
+            .ok_or_else(|| {
+                UsageError(
+                    "no libsimgpu.so next to the vramdoc executable: build it with \
+                     `cargo build -p vramdoc-simgpu` and pass --from target/debug/libsimgpu.so"
+                        .into(),
+                )
+            })?,
+    };
+    let hidden = vramdoc_sim::libs::install(&from, &a.dir, &sim.config().driver_version)
+        .map_err(|e| UsageError(e.to_string()))?;
+    crate::term::print(&format!(
+        "installed {} into {} for driver {}{}",
+        vramdoc_sim::libs::NAMES.join(", "),
+        a.dir.display(),
+        sim.config().driver_version,
+        if hidden.is_empty() {
+            String::new()
+        } else {
+            format!(" (without {})", hidden.join(", "))
+        }
+    ))?;
     Ok(0)
 }

@@ -15,10 +15,12 @@
 //! with vramdoc (sizes, UUIDs, the kernels' checksum, visible devices) come from
 //! `vramdoc-gpu-spec`.
 
+pub mod board;
 pub mod broker;
 pub mod calls;
 pub mod container;
 mod faults;
+pub mod libs;
 pub mod process;
 pub mod procinfo;
 pub mod profile;
@@ -132,12 +134,38 @@ pub struct BoxConfig {
     pub cuda_driver_version: i32,
     pub nvml_version: String,
     pub devices: Vec<SimDevice>,
+    /// The platform the driver runs on (`linux`, or `wsl`: Windows' WDDM driver under WSL2).
+    #[serde(default, skip_serializing_if = "Platform::is_linux")]
+    pub platform: Platform,
+}
+
+/// Where the simulated driver runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    #[default]
+    Linux,
+    /// WSL2: the Windows driver (WDDM) manages memory: NVML reports per-process memory as
+    /// not available, and `nvmlDeviceGetMemoryInfo_v2` fails (nvitop PR #30, "unknown error"
+    /// inside WSL with driver 516.59).
+    Wsl,
+}
+
+impl Platform {
+    pub fn is_linux(&self) -> bool {
+        *self == Platform::Linux
+    }
 }
 
 impl BoxConfig {
     /// How this box's NVML lays out process records (by driver branch).
     pub fn record_layout(&self) -> profile::RecordLayout {
         profile::layout_of(&self.driver_version)
+    }
+
+    /// Which NVML entry points this box's driver branch has.
+    pub fn nvml_api(&self) -> profile::NvmlApi {
+        profile::api_of(&self.driver_version)
     }
 }
 
@@ -193,6 +221,7 @@ pub struct InitOptions {
     pub context_overhead: u64,
     pub driver_version: String,
     pub cuda_driver_version: i32,
+    pub platform: Platform,
 }
 
 impl Default for InitOptions {
@@ -201,6 +230,7 @@ impl Default for InitOptions {
             context_overhead: DEFAULT_CONTEXT_OVERHEAD,
             driver_version: profile::DEFAULT_DRIVER.into(),
             cuda_driver_version: 12040,
+            platform: Platform::Linux,
         }
     }
 }
@@ -275,6 +305,7 @@ impl SimBox {
             cuda_driver_version: opts.cuda_driver_version,
             nvml_version: format!("{major}.{}", opts.driver_version),
             devices,
+            platform: opts.platform,
         };
         let sim = SimBox {
             dir: dir.to_path_buf(),

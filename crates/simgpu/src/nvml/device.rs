@@ -264,7 +264,8 @@ fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc_sim::Si
     sim.memory_with(d.index, faults).map_err(|e| sim_code(&e))
 }
 
-/// v1: `used` is reserved + allocated (nvml.h: "Sum of Reserved and Allocated").
+/// v1: `used` is reserved + allocated (nvml.h: "Sum of Reserved and Allocated") on R510+;
+/// before R510 the reservation is outside both `total` and `used`.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
@@ -276,10 +277,18 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             let m = sim_memory(sim, d, faults)?;
-            let v = nvmlMemory_t {
-                total: m.total,
-                free: m.free,
-                used: m.reserved + m.used,
+            let v = if sim.config().nvml_api().v1_counts_reserved {
+                nvmlMemory_t {
+                    total: m.total,
+                    free: m.free,
+                    used: m.reserved + m.used,
+                }
+            } else {
+                nvmlMemory_t {
+                    total: m.total - m.reserved,
+                    free: m.free,
+                    used: m.used,
+                }
             };
             // SAFETY: checked for NULL above.
             unsafe { out(memory, v) }
@@ -287,7 +296,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     })
 }
 
-/// v2: `version` must be `nvmlMemory_v2`; `used` excludes `reserved`.
+/// v2: `version` must be `nvmlMemory_v2`; `used` excludes `reserved`. Absent before R510
+/// (`FUNCTION_NOT_FOUND`; `vramdoc sim libs` removes the symbol), failing under WSL.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
@@ -295,12 +305,23 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 ) -> nvmlReturn_t {
     guard("nvmlDeviceGetMemoryInfo_v2", || {
         done(with_device(device, |sim, d, faults| {
+            let api = sim.config().nvml_api();
+            if !api.memory_v2 {
+                return Err(NVML_ERROR_FUNCTION_NOT_FOUND);
+            }
+            if sim.config().platform == vramdoc_sim::Platform::Wsl {
+                return Err(NVML_ERROR_UNKNOWN);
+            }
             if memory.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             // SAFETY: checked for NULL above; the caller set `version`.
             if unsafe { (*memory).version } != NVML_MEMORY_V2_VERSION {
-                return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+                return Err(if api.wrong_version_is_function_not_found {
+                    NVML_ERROR_FUNCTION_NOT_FOUND
+                } else {
+                    NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+                });
             }
             let m = sim_memory(sim, d, faults)?;
             let v = nvmlMemory_v2_t {

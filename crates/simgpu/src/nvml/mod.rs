@@ -28,7 +28,7 @@
 //! (versions, process names), `device` (enumeration, handles, static facts, memory,
 //! utilization, temperature), `process` (the process lists).
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -39,6 +39,7 @@ use vramdoc_sim::{Faults, SimBox, SimDevice, SimError};
 
 mod device;
 mod init;
+mod monitor;
 mod process;
 mod system;
 #[cfg(test)]
@@ -46,6 +47,7 @@ mod tests;
 
 pub use device::*;
 pub use init::*;
+pub use monitor::*;
 pub use process::*;
 pub use system::*;
 

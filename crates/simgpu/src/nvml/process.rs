@@ -40,8 +40,10 @@ unsafe fn processes<T>(
         if infos.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
+        let wddm = sim.config().platform == vramdoc_sim::Platform::Wsl;
         for (i, p) in list.iter().enumerate() {
-            let used = if faults.nvml_used_memory_unavailable {
+            // "Under WDDM, NVML_VALUE_NOT_AVAILABLE is always reported" (nvml.h).
+            let used = if faults.nvml_used_memory_unavailable || wddm {
                 NVML_VALUE_NOT_AVAILABLE_ULL
             } else {
                 p.used
@@ -89,6 +91,15 @@ fn layout() -> RecordLayout {
         .unwrap_or(RecordLayout::R525)
 }
 
+/// The entry points of the box's driver branch (all of them when no box is initialised).
+fn api() -> vramdoc_sim::profile::NvmlApi {
+    lock(&LIB)
+        .sim
+        .as_ref()
+        .map(|b| b.config().nvml_api())
+        .unwrap_or_else(|| vramdoc_sim::profile::api_of(vramdoc_sim::profile::DEFAULT_DRIVER))
+}
+
 /// `_v3`: declared with `nvmlProcessInfo_v2_t`, but R535 drivers write 32-byte records.
 unsafe fn processes_v3(
     device: nvmlDevice_t,
@@ -96,6 +107,9 @@ unsafe fn processes_v3(
     infos: *mut nvmlProcessInfo_v2_t,
     kind: ProcessKind,
 ) -> nvmlReturn_t {
+    if !api().process_v3 {
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
     match layout() {
         RecordLayout::R535 => processes(device, count, infos.cast(), kind, detail),
         RecordLayout::R525 | RecordLayout::R550 => processes(device, count, infos, kind, v2),
@@ -189,7 +203,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(
     plist: *mut nvmlProcessDetailList_t,
 ) -> nvmlReturn_t {
     guard("nvmlDeviceGetRunningProcessDetailList", || {
-        if layout() != RecordLayout::R550 && lock(&LIB).sim.is_some() {
+        if !api().detail_list {
             return NVML_ERROR_FUNCTION_NOT_FOUND;
         }
         if plist.is_null() {
