@@ -36,15 +36,18 @@ pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -
         }
         let me = d.current()?;
         let p = peer as usize;
+        // "CUDA_ERROR_INVALID_CONTEXT if … the current context is peerContext".
+        if p == me {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
         let po = d.ctx(p)?.ordinal;
         let mo = d.contexts[&me].ordinal;
         let (a, b) = (
             d.proc.physical(mo).map_err(code)?,
             d.proc.physical(po).map_err(code)?,
         );
-        if a == b {
-            return Err(CUDA_ERROR_INVALID_DEVICE);
-        }
+        // "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED if cuDeviceCanAccessPeer() indicates that the
+        // CUdevice of the current context cannot directly access memory from … peerContext".
         if !d.proc.sim().can_access_peer(a, b) {
             return Err(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
         }
