@@ -107,7 +107,20 @@ From Python:\n  open(os.environ[\"VRAMDOC_MARKERS\"], \"a\").write(\"release mod
     /// Re-render a saved JSON report as Markdown or HTML
     Report(ReportArgs),
     /// Create and inspect simulated GPU boxes
-    #[command(subcommand)]
+    ///
+    /// A box is a simulated GPU machine in a directory, shared by every process that sets
+    /// VRAMDOC_SIM_DIR: vramdoc, `sim hold` neighbours, containers of its runtime (`sim run`),
+    /// and any CUDA or NVML client loading the simulated libcuda.so / libnvidia-ml.so.1 (`sim
+    /// libs`). See docs/simulator.md.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  export VRAMDOC_SIM_DIR=$(vramdoc sim init 2xh100)\n  \
+vramdoc sim hold --size 20GiB &                 # a neighbour on GPU 0\n  \
+vramdoc sim run --gpus 1 --strategy volume-mounts -- python train.py   # a container\n  \
+vramdoc sim fault --lose-device 1               # GPU 1 falls off the bus\n  \
+vramdoc sim libs /tmp/simlib && LD_LIBRARY_PATH=/tmp/simlib nvitop --once\n  \
+vramdoc sim status --calls                      # what nvitop cost the driver"
+    )]
     Sim(SimCommand),
     /// Serve Prometheus metrics: memory, findings and vLLM headroom of every GPU
     ///

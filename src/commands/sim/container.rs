@@ -191,7 +191,10 @@ pub fn ps(a: &SimPsArgs) -> Result<i32> {
             crate::term::clean(&r.nvidia_visible_devices),
             r.cgroup
                 .as_deref()
-                .map(|c| c.replace(&r.id, &format!("{}…", &r.id[..r.id.len().min(12)])))
+                .map(|c| {
+                    let short: String = r.id.chars().take(12).collect();
+                    crate::term::clean(&c.replace(&r.id, &format!("{short}…")))
+                })
                 .unwrap_or_else(|| "-".into()),
             short(&crate::term::clean(&r.command.join(" ")), 40),
         ]);
