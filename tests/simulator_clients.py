@@ -13,6 +13,7 @@ them (LD_LIBRARY_PATH decides which libcuda.so.1 / libnvidia-ml.so.1 load):
   procaddr                  a client that dlsyms only cuDriverGetVersion and
                             cuGetProcAddress_v2 (as NVIDIA's CUDA Python bindings do)
   cuda-python               NVIDIA's CUDA Python bindings (cuda.bindings.driver)
+  numa                      CU_DEVICE_ATTRIBUTE_NUMA_CONFIG / NUMA_ID of every CUDA device
   nvml-time DEV [--announce] time one memory query of NVML index DEV (announce: print a
                             line just before it)
   session                   an NVML session driven by stdin lines (`query`, `shutdown`,
@@ -274,6 +275,20 @@ def cuda_python():
     wait_eof()
 
 
+def numa():
+    cu = cuda()
+    assert cu.cuInit(0) == 0
+    n = ctypes.c_int()
+    assert cu.cuDeviceGetCount(ctypes.byref(n)) == 0
+    out = []
+    for d in range(n.value):
+        config, node = ctypes.c_int(), ctypes.c_int()
+        assert cu.cuDeviceGetAttribute(ctypes.byref(config), 130, d) == 0
+        assert cu.cuDeviceGetAttribute(ctypes.byref(node), 131, d) == 0
+        out.append([config.value, node.value])
+    emit(out)
+
+
 def nvml_time(dev, announce):
     import pynvml as n
 
@@ -341,6 +356,8 @@ def main():
         procaddr()
     elif cmd == "cuda-python":
         cuda_python()
+    elif cmd == "numa":
+        numa()
     elif cmd == "nvml-time":
         nvml_time(int(args[0]), "--announce" in args)
     elif cmd == "session":

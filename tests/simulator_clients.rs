@@ -5,196 +5,21 @@
 //! added for issues 15, 17, 18 and 19 (CUDA IPC and peer access, container runtimes, the
 //! runtime daemon, coherent memory, `C+G`, memory-info profiles, sticky errors, monitors,
 //! `cuGetProcAddress_v2`, NVML hangs, lost sessions, call counters, a stopped broker).
-//!
-//! The Python clients are in tests/simulator_clients.py. Missing Python packages are
-//! FAILURES naming the install command (scripts/test installs them); `VRAMDOC_PYTHON` names
-//! the interpreter. The container tests need root (mount namespaces, cgroups), as on CI.
+//! Clients: tests/simulator_clients.py, helpers: tests/common/clients.rs. A missing Python
+//! package FAILS naming its install (scripts/test installs them); `VRAMDOC_PYTHON` names the
+//! interpreter. Container tests need root (mount namespaces, cgroups), as on CI.
 
 mod common;
 
+use common::clients::*;
 use common::hold::{eventually, wait_for, Holder};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vramdoc_sim::SimBox;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-fn python() -> String {
-    std::env::var("VRAMDOC_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn script() -> &'static str {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/simulator_clients.py")
-}
-
-fn ptx() -> &'static str {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/vramdoc.ptx")
-}
-
-/// Fail (never skip) when a Python package is missing, with the command that installs it.
-fn require_python(module: &str, package: &str) {
-    let py = python();
-    let out = Command::new(&py)
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {py} ({e}); install Python 3 or set VRAMDOC_PYTHON")
-        });
-    assert!(
-        out.status.success(),
-        "{package} is not installed for {py}: run scripts/test, or `{py} -m pip install {package}`. {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
-/// A box made by `vramdoc sim init` (with its broker and runtime daemon), removed on drop.
-struct CliBox {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
-impl CliBox {
-    fn new(spec: &str, extra: &[&str]) -> CliBox {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("box");
-        let out = common::vramdoc()
-            .args(["sim", "init", spec, "--dir"])
-            .arg(&dir)
-            .args(extra)
-            .output()
-            .unwrap();
-        common::assert_ok(&out, "sim init");
-        CliBox { _tmp: tmp, dir }
-    }
-
-    fn sim(&self) -> SimBox {
-        SimBox::open(&self.dir).unwrap()
-    }
-
-    /// `vramdoc ARGS` on this box.
-    fn vramdoc(&self) -> Command {
-        let mut c = common::vramdoc();
-        c.env("VRAMDOC_SIM_DIR", &self.dir);
-        c
-    }
-
-    fn fault(&self, args: &[&str]) {
-        common::sim_fault(&self.dir, args);
-    }
-
-    /// This box's libraries, installed for its driver profile (`vramdoc sim libs`).
-    fn libs(&self) -> PathBuf {
-        let built = common::simgpu_lib_dir().join("libcuda.so.1");
-        let dir = self.dir.parent().unwrap().join("libs");
-        let out = self
-            .vramdoc()
-            .args(["sim", "libs"])
-            .arg(&dir)
-            .arg("--from")
-            .arg(&built)
-            .output()
-            .unwrap();
-        common::assert_ok(&out, "sim libs");
-        dir
-    }
-}
-
-/// A Python client on `dir` over the libraries in `libs`.
-fn client(dir: &Path, libs: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(python());
-    c.arg(script())
-        .args(args)
-        .env("VRAMDOC_SIM_DIR", dir)
-        .env("LD_LIBRARY_PATH", libs)
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("NVIDIA_VISIBLE_DEVICES")
-        .env_remove("CUDA_DEVICE_ORDER");
-    c
-}
-
-/// Run a client to completion; its one JSON line.
-fn client_json(dir: &Path, libs: &Path, args: &[&str]) -> Value {
-    let out = client(dir, libs, args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "client {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "client {args:?} printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
-
-/// A client that keeps running (holding what it made) until its stdin closes.
-struct Live {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    out: BufReader<ChildStdout>,
-}
-
-impl Live {
-    fn start(mut cmd: Command) -> Live {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        Live { child, stdin, out }
-    }
-
-    fn line(&mut self) -> Value {
-        let mut l = String::new();
-        self.out.read_line(&mut l).unwrap();
-        serde_json::from_str(&l).unwrap_or_else(|e| panic!("client printed {l:?} ({e})"))
-    }
-
-    fn send(&mut self, text: &str) {
-        let s = self.stdin.as_mut().unwrap();
-        writeln!(s, "{text}").unwrap();
-        s.flush().unwrap();
-    }
-
-    /// Close stdin and wait for the client to end.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `[pid, used]` pairs of a pynvml process list.
-fn listed(v: &Value) -> Vec<(u64, Option<u64>)> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn field<'a>(v: &'a Value, dev: usize, key: &str) -> &'a Value {
-    &v["devices"][dev][key]
-}
 
 // ---------------------------------------------------------------------------------------------
 // Issue 19, item 9: a stopped broker
@@ -339,46 +164,6 @@ fn peer_access_follows_the_boards_and_the_documented_codes() {
 
 // ---------------------------------------------------------------------------------------------
 // Issue 15: containers of the box's runtime
-
-/// A detached container holding memory; returns its record from `sim ps --json`.
-fn detached(b: &CliBox, args: &[&str]) -> Value {
-    let out = b
-        .vramdoc()
-        .args(["sim", "run", "-d"])
-        .args(args)
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_vramdoc"))
-        .args(["sim", "hold", "--size", "1GiB"])
-        .output()
-        .unwrap();
-    common::assert_ok(&out, "sim run -d");
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert_eq!(id.len(), 64, "a docker-shaped id: {id:?}");
-    let mut rec = Value::Null;
-    eventually("the container holds its memory", || {
-        let ps = common::json_ok(
-            &b.vramdoc().args(["sim", "ps", "--json"]).output().unwrap(),
-            "ps",
-        );
-        rec = ps
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id.as_str())
-            .cloned()
-            .unwrap_or(Value::Null);
-        let pid = rec["pid"].as_u64().unwrap_or(0) as u32;
-        pid > 0 && b.sim().state().unwrap().processes.contains_key(&pid)
-    });
-    rec
-}
-
-fn environ(pid: u64, key: &str) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|b| *b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok())
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(String::from))
-}
 
 /// The runtime restricts what a container sees by the device files it mounts (not by the
 /// variable), and sets what the device plugin and runtime set for each strategy.
@@ -560,15 +345,12 @@ fn coherent_memory_keeps_an_exited_process_pages_used_until_reclaimed() {
     let lib = common::simgpu_lib_dir();
     let b = CliBox::new("gh200,h100", &[]);
     let v = client_json(&b.dir, lib, &["nvml"]);
-    assert!(
-        field(&v, 0, "numa").as_u64().is_some(),
-        "GPU memory is a NUMA node: {v}"
-    );
-    assert_eq!(
-        field(&v, 1, "numa_error"),
-        3,
-        "NOT_SUPPORTED on an H100 board: {v}"
-    );
+    let node = field(&v, 0, "numa")
+        .as_u64()
+        .expect("GPU memory is a NUMA node");
+    assert_eq!(field(&v, 1, "numa_error"), 3, "NOT_SUPPORTED on H100: {v}");
+    let cuda = client_json(&b.dir, lib, &["numa"]);
+    assert_eq!(cuda, serde_json::json!([[1, node], [0, -1]]), "CUDA agrees");
     for dev in ["0", "1"] {
         let h = Holder::start(&b.dir, &[], &["--device", dev, "--size", "10GiB"]);
         h.kill();
@@ -591,8 +373,7 @@ fn coherent_memory_keeps_an_exited_process_pages_used_until_reclaimed() {
     let h = Holder::start(&b.dir, &[], &["--device", "0", "--size", &want.to_string()]);
     let v = client_json(&b.dir, lib, &["nvml"]);
     let used = field(&v, 0, "v2")[2].as_u64().unwrap();
-    assert!(used < kept + want, "reclaimed, not added on top: {v}");
-    drop(h);
+    assert!(used < kept + want, "reclaimed, not added ({}): {v}", h.pid);
 }
 
 /// A process with compute and graphics contexts (`C+G`) is in both NVML lists with the same
@@ -627,36 +408,6 @@ fn a_c_plus_g_process_is_in_both_lists_and_counted_once() {
 
 // ---------------------------------------------------------------------------------------------
 // Issue 15: nvmlDeviceGetMemoryInfo_v2 profiles, and vramdoc's v1 fallback
-
-/// What vramdoc's real NVML backend reports (scan --backend real --json).
-fn vramdoc_scan(b: &CliBox, libs: &Path) -> Value {
-    let out = b
-        .vramdoc()
-        .args(["scan", "--backend", "real", "--json"])
-        .env("LD_LIBRARY_PATH", libs)
-        .env("VRAMDOC_PIDNS", "host")
-        .output()
-        .unwrap();
-    // Findings may make it exit 1; only an error is a failure here.
-    assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
-        "scan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn scan_memory(v: &Value) -> &Value {
-    &v["environment"]["devices"][0]["memory"]
-}
-
-fn scan_used_by(v: &Value, pid: u32) -> Option<u64> {
-    v["scan"]["processes"]
-        .as_array()?
-        .iter()
-        .find(|p| p["pid"] == pid)?["devices"][0]["used"]
-        .as_u64()
-}
 
 #[test]
 fn memory_info_v2_profiles_and_vramdoc_falls_back_to_v1() {
@@ -722,7 +473,6 @@ fn memory_info_v2_profiles_and_vramdoc_falls_back_to_v1() {
         .unwrap();
     let g = common::json_ok(&g, "gpustat on a pre-R510 profile");
     assert_eq!(g["gpus"][0]["memory.used"], (2 * GIB + ctx) / MIB);
-    drop(h);
 
     // R510.39: the symbol exists; a bare `2` as version is FUNCTION_NOT_FOUND (13).
     let r510 = CliBox::new("a100", &["--driver", "510.39.01"]);

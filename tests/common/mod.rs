@@ -2,6 +2,7 @@
 //! libraries (crates/simgpu built as libcuda.so, libcuda.so.1, libnvidia-ml.so.1).
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod hold;
 pub mod reports;
 pub mod scenarios;
