@@ -100,6 +100,11 @@ pub fn connect_nonblocking(path: &Path) -> std::io::Result<UnixStream> {
 
 /// PID of the peer of a connected unix socket, in this process's PID namespace.
 fn peer_pid(s: &UnixStream) -> Option<u32> {
+    peer_cred(s).map(|c| c.pid as u32).filter(|p| *p > 0)
+}
+
+/// Credentials of the peer of a connected unix socket (`SO_PEERCRED`).
+pub fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -116,8 +121,8 @@ fn peer_pid(s: &UnixStream) -> Option<u32> {
             &mut len,
         )
     };
-    // A peer outside our namespace's view reads as 0.
-    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
+    // A peer outside our namespace's view reads as PID 0.
+    (rc == 0).then_some(cred)
 }
 
 /// Serve the box in `dir` until its box.json is gone. Returns an error if the socket cannot

@@ -204,6 +204,10 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
     let path = socket_path(dir);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    // Only this user may ask (the daemon starts processes as itself); clients are also
+    // checked by their credentials.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     listener.set_nonblocking(true)?;
     std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()))?;
     let marker = dir.join("box.json");
@@ -244,6 +248,15 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 /// One client connection: start its container, then forward its signals and tell it the
 /// exit status.
 fn handle(dir: &Path, mut s: UnixStream) {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    match crate::broker::peer_cred(&s) {
+        Some(c) if c.uid == me || c.uid == 0 => {}
+        _ => {
+            write_reply(&mut s, &Reply::Error { message: "permission denied: the box's runtime daemon runs containers only for its own user".into() });
+            return;
+        }
+    }
     let (line, mut fds) = match recv_request(&s) {
         Ok(x) => x,
         Err(e) => {
