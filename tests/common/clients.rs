@@ -43,6 +43,24 @@ pub struct CliBox {
     pub dir: PathBuf,
 }
 
+impl Drop for CliBox {
+    /// Remove the box's marker first and let its daemons stop (the runtime daemon kills the
+    /// containers still running and removes their cgroups) before the directory goes.
+    fn drop(&mut self) {
+        let daemon = std::fs::read_to_string(self.dir.join("runtime.pid")).ok();
+        let _ = std::fs::remove_file(self.dir.join("box.json"));
+        if let Some(pid) = daemon.and_then(|p| p.trim().parse::<u32>().ok()) {
+            let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+            for _ in 0..150 {
+                if !proc_dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 impl CliBox {
     pub fn new(spec: &str, extra: &[&str]) -> CliBox {
         let tmp = tempfile::tempdir().unwrap();

@@ -11,18 +11,21 @@
 //! leaves the container running, as `docker run` killed does. A detached container writes
 //! its output to `containers/<id>.log`.
 //!
-//! The daemon exits when the box's `box.json` disappears; it records each container in
-//! `containers/<id>.json` and removes the container's cgroups once it has exited.
+//! The daemon exits when the box's `box.json` disappears, killing the containers still
+//! running (the machine is gone); it records each container in `containers/<id>.json` and
+//! removes the container's cgroups once it has exited.
 
 use crate::container::{self, ContainerRecord, ContainerSpec, Stdio3};
 use crate::{io_err, SimBox, SimError};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Socket of the daemon inside a box directory.
@@ -211,17 +214,20 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()))?;
     let marker = dir.join("box.json");
+    let running: Running = Arc::default();
     loop {
         match listener.accept() {
             Ok((s, _)) => {
                 let _ = s.set_nonblocking(false);
                 let d = dir.to_path_buf();
-                std::thread::spawn(move || handle(&d, s));
+                let r = running.clone();
+                std::thread::spawn(move || handle(&d, s, &r));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if !marker.exists() {
                     let _ = std::fs::remove_file(&path);
                     let _ = std::fs::remove_file(dir.join(PID_FILE));
+                    shut_down(&running);
                     return Ok(());
                 }
                 let mut fd = libc::pollfd {
@@ -237,6 +243,54 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Containers running now (main-process PID → the cgroup directories created for it), and
+/// the parent cgroups created for any of them (`docker/`), removed once empty.
+#[derive(Default)]
+struct Registry {
+    running: HashMap<u32, Vec<PathBuf>>,
+    parents: std::collections::BTreeSet<PathBuf>,
+}
+
+type Running = Arc<Mutex<Registry>>;
+
+/// Remove a container's cgroups, then the parents created for containers that are now empty
+/// (deepest first; a parent still in use stays).
+fn remove_cgroups(running: &Running, dirs: &[PathBuf]) {
+    container::cgroup_remove(dirs);
+    let mut reg = lock(running);
+    let mut parents: Vec<PathBuf> = reg.parents.iter().cloned().collect();
+    parents.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in parents {
+        if std::fs::remove_dir(&p).is_ok() || !p.exists() {
+            reg.parents.remove(&p);
+        }
+    }
+}
+
+/// The box is gone: its containers go with it. Kill what still runs, wait a little for the
+/// handlers to reap them and remove their cgroups, and remove whatever is left.
+fn shut_down(running: &Running) {
+    let pids: Vec<u32> = lock(running).running.keys().copied().collect();
+    for pid in pids {
+        // SAFETY: kill(2) on a container main process this daemon started and has not reaped.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    for _ in 0..100 {
+        if lock(running).running.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<Vec<PathBuf>> = lock(running).running.values().cloned().collect();
+    for dirs in left {
+        remove_cgroups(running, &dirs);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
@@ -247,7 +301,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 
 /// One client connection: start its container, then forward its signals and tell it the
 /// exit status.
-fn handle(dir: &Path, mut s: UnixStream) {
+fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     match crate::broker::peer_cred(&s) {
@@ -368,6 +422,15 @@ fn handle(dir: &Path, mut s: UnixStream) {
         created_cgroups,
     } = started;
     let pid = child.id();
+    let (leaves, parents): (Vec<PathBuf>, Vec<PathBuf>) = created_cgroups
+        .iter()
+        .cloned()
+        .partition(|d| record.cgroups.contains(d));
+    {
+        let mut reg = lock(running);
+        reg.running.insert(pid, leaves.clone());
+        reg.parents.extend(parents);
+    }
     let rec_path = container::record_path(dir, &id);
     let _ = std::fs::create_dir_all(dir.join(container::DIR));
     let _ = crate::write_json_atomic(&rec_path, &record);
@@ -391,9 +454,13 @@ fn handle(dir: &Path, mut s: UnixStream) {
         });
     }
     let code = child.wait().map(exit_code).unwrap_or(1);
-    crate::container::cgroup_remove(&created_cgroups);
+    remove_cgroups(running, &leaves);
+    lock(running).running.remove(&pid);
     record.exit_code = Some(code);
-    let _ = crate::write_json_atomic(&rec_path, &record);
+    // A removed box gets no new files.
+    if dir.join("box.json").exists() {
+        let _ = crate::write_json_atomic(&rec_path, &record);
+    }
     write_reply(&mut s, &Reply::Exit { code });
 }
 
