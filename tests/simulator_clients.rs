@@ -456,6 +456,8 @@ fn memory_info_v2_profiles_and_vramdoc_falls_back_to_v1() {
     );
     let s = vramdoc_scan(&old, &libs);
     assert_eq!(scan_memory(&s)["used"], 2 * GIB + ctx, "{s}");
+    let shared = vramdoc_scan(&old, common::simgpu_lib_dir()); // answers FUNCTION_NOT_FOUND
+    assert_eq!(scan_memory(&shared)["used"], 2 * GIB + ctx, "{shared}");
     assert_eq!(scan_memory(&s)["reserved"], 0);
     assert_eq!(
         scan_used_by(&s, h.pid),
