@@ -8,7 +8,7 @@
 //! namespace. No broker (boxes made in-process or by `--sim`, or a dead one): a process uses
 //! its own PID, which is right whenever it shares the box creator's namespace.
 //!
-//! The broker exits when the box's `box.json` disappears (box removed). It writes its PID to
+//! The broker exits when the box is removed (`box.json` or `lock` gone). It writes its PID to
 //! `driver.pid` in the box.
 //!
 //! A broker that is stopped (SIGSTOP, a debugger) or wedged must not stall or hang the box's
@@ -125,7 +125,7 @@ pub fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
     (rc == 0).then_some(cred)
 }
 
-/// Serve the box in `dir` until its box.json is gone. Returns an error if the socket cannot
+/// Serve the box in `dir` until it is removed ([`crate::box_present`]). Returns an error if the socket cannot
 /// be bound.
 pub fn serve(dir: &Path) -> std::io::Result<()> {
     let path = socket_path(dir);
@@ -136,7 +136,6 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
     unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
     listener.set_nonblocking(true)?;
     let _ = std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()));
-    let marker = dir.join("box.json");
     loop {
         match listener.accept() {
             Ok((mut s, _)) => {
@@ -147,7 +146,7 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !marker.exists() {
+                if !crate::box_present(dir) {
                     let _ = std::fs::remove_file(&path);
                     let _ = std::fs::remove_file(dir.join(PID_FILE));
                     return Ok(());
@@ -205,6 +204,7 @@ mod tests {
     fn a_running_broker_answers_the_peer_pid() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("box.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("lock"), "").unwrap();
         let d = dir.path().to_path_buf();
         let server = std::thread::spawn(move || serve(&d));
         let pid = (0..200).find_map(|_| {

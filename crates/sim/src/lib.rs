@@ -185,6 +185,13 @@ pub const DEV_DIR: &str = "dev";
 /// Directory of the per-process token files under [`DEV_DIR`].
 pub const CLIENTS_DIR: &str = "clients";
 
+/// Whether the box in `dir` is still there for its daemons: `box.json` and `lock` both exist.
+/// A box being removed (`rm -rf`, a test's temporary directory) loses one of them first, or
+/// is left half-removed when something wrote into it meanwhile; either way its daemons exit.
+pub fn box_present(dir: &Path) -> bool {
+    dir.join(BOX_FILE).exists() && dir.join(LOCK_FILE).exists()
+}
+
 /// Open (creating if needed) one of the box's device files.
 pub(crate) fn open_node(path: &Path) -> Result<fs::File, SimError> {
     fs::OpenOptions::new()

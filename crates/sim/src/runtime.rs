@@ -11,7 +11,7 @@
 //! leaves the container running, as `docker run` killed does. A detached container writes
 //! its output to `containers/<id>.log`.
 //!
-//! The daemon exits when the box's `box.json` disappears, killing the containers still
+//! The daemon exits when the box is removed (`box.json` or `lock` gone), killing the containers still
 //! running (the machine is gone); it records each container in `containers/<id>.json` and
 //! removes the container's cgroups once it has exited.
 
@@ -202,7 +202,7 @@ fn write_reply(s: &mut UnixStream, r: &Reply) {
     }
 }
 
-/// Serve the box in `dir` until its box.json is gone.
+/// Serve the box in `dir` until it is removed ([`crate::box_present`]).
 pub fn serve(dir: &Path) -> std::io::Result<()> {
     let path = socket_path(dir);
     let _ = std::fs::remove_file(&path);
@@ -213,7 +213,6 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     listener.set_nonblocking(true)?;
     std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()))?;
-    let marker = dir.join("box.json");
     let running: Running = Arc::default();
     loop {
         match listener.accept() {
@@ -224,7 +223,7 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
                 std::thread::spawn(move || handle(&d, s, &r));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !marker.exists() {
+                if !crate::box_present(dir) {
                     let _ = std::fs::remove_file(&path);
                     let _ = std::fs::remove_file(dir.join(PID_FILE));
                     shut_down(&running);
@@ -458,7 +457,7 @@ fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
     lock(running).running.remove(&pid);
     record.exit_code = Some(code);
     // A removed box gets no new files.
-    if dir.join("box.json").exists() {
+    if crate::box_present(dir) {
         let _ = crate::write_json_atomic(&rec_path, &record);
     }
     write_reply(&mut s, &Reply::Exit { code });
