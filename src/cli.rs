@@ -2,6 +2,9 @@
 //! `commands/`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod sim;
+pub use sim::*;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -104,7 +107,20 @@ From Python:\n  open(os.environ[\"VRAMDOC_MARKERS\"], \"a\").write(\"release mod
     /// Re-render a saved JSON report as Markdown or HTML
     Report(ReportArgs),
     /// Create and inspect simulated GPU boxes
-    #[command(subcommand)]
+    ///
+    /// A box is a simulated GPU machine in a directory, shared by every process that sets
+    /// VRAMDOC_SIM_DIR: vramdoc, `sim hold` neighbours, containers of its runtime (`sim run`),
+    /// and any CUDA or NVML client loading the simulated libcuda.so / libnvidia-ml.so.1 (`sim
+    /// libs`). See docs/simulator.md.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  export VRAMDOC_SIM_DIR=$(vramdoc sim init 2xh100)\n  \
+vramdoc sim hold --size 20GiB &                 # a neighbour on GPU 0\n  \
+vramdoc sim run --gpus 1 --strategy volume-mounts -- python train.py   # a container\n  \
+vramdoc sim fault --lose-device 1               # GPU 1 falls off the bus\n  \
+vramdoc sim libs /tmp/simlib && LD_LIBRARY_PATH=/tmp/simlib nvitop --once\n  \
+vramdoc sim status --calls                      # what nvitop cost the driver"
+    )]
     Sim(SimCommand),
     /// Serve Prometheus metrics: memory, findings and vLLM headroom of every GPU
     ///
@@ -339,156 +355,6 @@ pub enum ReportFormat {
     Html,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum SimCommand {
-    /// Create a simulated box and print its directory
-    ///
-    /// Then `export VRAMDOC_SIM_DIR=<dir>`: vramdoc, and programs that load crates/simgpu as
-    /// libcuda.so / libnvidia-ml.so.1, share that box. Also starts the box's driver broker,
-    /// so processes in child PID namespaces (containers, `unshare --pid`) are listed under
-    /// host PIDs; it exits when the box directory is removed.
-    #[command(
-        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records"
-    )]
-    Init(SimInitArgs),
-    /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
-    Status(SimStatusArgs),
-    /// Inject faults into the box in VRAMDOC_SIM_DIR (for tests and drills)
-    #[command(
-        after_help = "Examples:\n  vramdoc sim fault --lose-device 1\n  vramdoc sim fault --contained 0 --exclusive-process 1\n  vramdoc sim fault --cuda-stub\n  vramdoc sim fault --clear"
-    )]
-    Fault(SimFaultArgs),
-    /// Hold memory on the box from a new process until killed (to stage neighbours)
-    #[command(
-        after_help = "Examples:\n  vramdoc sim hold --device 1 --size 3GiB &\n  vramdoc sim hold --graphics --size 200MiB &          # an Xorg-like client\n  vramdoc sim hold --size 1GiB --fork-child &          # memory outlives this process\n  NVIDIA_VISIBLE_DEVICES=1 vramdoc sim hold --size 1GiB &   # a container's one GPU"
-    )]
-    Hold(SimHoldArgs),
-    /// List device presets usable in SPEC
-    Presets,
-    /// The box's driver broker (started by `sim init`): tells clients their host PID
-    #[command(hide = true)]
-    Driverd(SimDriverdArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct SimDriverdArgs {
-    /// Box directory to serve
-    #[arg(long)]
-    pub dir: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct SimInitArgs {
-    /// Devices: `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`, ...
-    pub spec: String,
-    /// Directory for the box (default: a new directory under the system temp dir)
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Memory one CUDA context costs on each device
-    #[arg(long, default_value = "448MiB", value_name = "SIZE")]
-    pub context_overhead: String,
-    /// Driver to simulate: any version of a branch (`525`, `R535`, `535.54.03`, `570.86.10`).
-    /// Picks the reported versions and the NVML process-record layout of that branch
-    /// (default 550.54.15)
-    #[arg(long, value_name = "VERSION")]
-    pub driver: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct SimStatusArgs {
-    /// Print JSON
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct SimFaultArgs {
-    /// Mark a physical device as fallen off the bus (repeatable)
-    #[arg(long, value_name = "INDEX")]
-    pub lose_device: Vec<u32>,
-    /// Let N more allocations succeed, then fail every one with out-of-memory
-    #[arg(long, value_name = "N")]
-    pub alloc_fail_after: Option<u64>,
-    /// Added latency of each NVML memory query (e.g. 12us; at most 60s)
-    #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
-    pub nvml_memory_latency: Option<Duration>,
-    /// Added latency of each NVML process-list query (e.g. 4.5ms; at most 60s)
-    #[arg(long, value_name = "DURATION", value_parser = fault_latency())]
-    pub nvml_process_latency: Option<Duration>,
-    /// Keep the memory of exited processes (a stuck process or driver)
-    #[arg(long)]
-    pub keep_dead: bool,
-    /// Report per-process memory as "not available", as NVML does in some containers
-    #[arg(long)]
-    pub usage_unavailable: bool,
-    /// NVML answers NVML_ERROR_NO_PERMISSION for every query on this device (repeatable)
-    #[arg(long, value_name = "INDEX")]
-    pub no_permission: Vec<u32>,
-    /// MIG-enabled device read without privileges: its process lists answer
-    /// NVML_ERROR_NO_PERMISSION, memory still answers (repeatable)
-    #[arg(long, value_name = "INDEX")]
-    pub mig_unprivileged: Vec<u32>,
-    /// Exclusive-process compute mode: a second process's context fails with
-    /// CUDA_ERROR_DEVICE_UNAVAILABLE (repeatable)
-    #[arg(long, value_name = "INDEX")]
-    pub exclusive_process: Vec<u32>,
-    /// An uncorrectable error was contained: launches and synchronisation return
-    /// CUDA_ERROR_CONTAINED (226) (repeatable)
-    #[arg(long, value_name = "INDEX")]
-    pub contained: Vec<u32>,
-    /// libcuda.so is the toolkit's stub: every CUDA call returns CUDA_ERROR_STUB_LIBRARY (34)
-    #[arg(long)]
-    pub cuda_stub: bool,
-    /// The PTX JIT compiler is missing: loading PTX returns CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-    #[arg(long)]
-    pub no_ptx_jit: bool,
-    /// cuMemGetInfo's total excludes the device's reserved memory, as on real drivers
-    #[arg(long)]
-    pub cuda_total_excludes_reserved: bool,
-    /// Driver upgraded without reboot: NVML init fails with "Driver/library version mismatch"
-    /// and cuInit with CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
-    #[arg(long)]
-    pub version_mismatch: bool,
-    /// Remove every fault
-    #[arg(long)]
-    pub clear: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct SimHoldArgs {
-    /// CUDA ordinal to hold memory on (renumbered by CUDA_VISIBLE_DEVICES)
-    #[arg(long, default_value_t = 0)]
-    pub device: u32,
-    /// Bytes to allocate besides the context (0: context only)
-    #[arg(long, default_value = "0", value_name = "SIZE")]
-    pub size: String,
-    /// Also create a context (only) on these CUDA ordinals (repeatable)
-    #[arg(long, value_name = "ORDINAL")]
-    pub context_on: Vec<u32>,
-    /// Exit after this long (default: hold until killed)
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub duration: Option<Duration>,
-    /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list
-    #[arg(long, conflicts_with = "mps")]
-    pub graphics: bool,
-    /// Stage a client of the CUDA MPS server: NVML lists it only in the MPS process list
-    #[arg(long)]
-    pub mps: bool,
-    /// Fork a child that inherits the driver descriptors and sleeps (a DataLoader worker):
-    /// after this process exits, its memory stays allocated while the child lives. Prints
-    /// `child=PID`
-    #[arg(long)]
-    pub fork_child: bool,
-    /// Test-only staging: also create a context on this PHYSICAL device, bypassing
-    /// CUDA_VISIBLE_DEVICES (a process whose env says 1 but has a context on 0). Repeatable.
-    #[arg(long, value_name = "INDEX", hide = true)]
-    pub physical_context: Vec<u32>,
-    /// Ignored arguments after `--`, so a holder's command line can look like a real job's
-    /// (tests plant secrets there to check redaction)
-    #[arg(last = true, value_name = "ARGS")]
-    pub ignored: Vec<String>,
-}
-
 /// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`
 /// ([`crate::units::parse_duration`]).
 pub fn duration(s: &str) -> Result<Duration, String> {
@@ -522,16 +388,6 @@ pub fn duration_within(
             (false, false) => format!("choose between {} and {}{note}", f(min), f(max)),
         })
     }
-}
-
-/// Longest latency a simulated fault may inject: a minute is already far past any NVML
-/// timeout a monitor should tolerate; a latency of years is a typo.
-fn fault_latency() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
-    duration_within(
-        Duration::ZERO,
-        Duration::from_secs(60),
-        " (a latency is injected into every query)",
-    )
 }
 
 /// Clap value parser for `--listen`: `HOST:PORT`, resolved now (the first address).

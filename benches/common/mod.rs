@@ -66,6 +66,7 @@ pub fn stage_box(devices: u32, processes: usize) -> Staged {
                             context_bytes: overhead,
                             allocations: 1,
                             alloc_bytes: (2 + ((i as u64 + d as u64) % 5) * 2) * 64 * MIB,
+                            ..DeviceUsage::default()
                         };
                         (d, usage)
                     })

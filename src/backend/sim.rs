@@ -4,7 +4,6 @@
 //! 0 % and temperature a fixed [`vramdoc_sim::TEMPERATURE_C`]: the simulator models memory
 //! only.
 
-use crate::gpu::visible::NVIDIA_VISIBLE_DEVICES;
 use crate::gpu::{
     cuda_codes, cuda_error, cuda_version_string, nvml_version_mismatch, AllocId, CallCounts,
     ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess, MemoryInfo, Monitor, Result,
@@ -237,14 +236,14 @@ pub struct SimMonitor {
 }
 
 impl SimMonitor {
-    /// Open the box of `VRAMDOC_SIM_DIR`; a process with `NVIDIA_VISIBLE_DEVICES` (a
-    /// container) sees only those devices, renumbered from 0.
+    /// Open the box of `VRAMDOC_SIM_DIR`; a process in a container of the box's runtime
+    /// sees only the devices mounted into it, renumbered from 0.
     pub fn from_env() -> Result<SimMonitor> {
         let sim = SimBox::from_env()?;
         if sim.faults()?.driver_version_mismatch {
             return Err(nvml_version_mismatch());
         }
-        let mounted = sim.mounted(std::env::var(NVIDIA_VISIBLE_DEVICES).ok().as_deref());
+        let mounted = sim.mounted();
         Ok(SimMonitor::with_mounted(sim, mounted))
     }
 

@@ -9,6 +9,9 @@ use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use vramdoc_sim::{spec::PRESETS, InitOptions, SimBox, SimProcess};
 
+mod calls;
+mod container;
+
 pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
     match cmd {
         SimCommand::Init(a) => init(&a),
@@ -18,6 +21,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 .with_context(|| format!("serving the box at {}", a.dir.display()))?;
             Ok(0)
         }
+        SimCommand::Runtimed(a) => container::runtimed(&a.dir),
         other => {
             let session = super::Session::new(global)?;
             let _keep = &session.private_box;
@@ -25,7 +29,13 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 SimCommand::Status(a) => status(&a),
                 SimCommand::Fault(a) => fault(&a),
                 SimCommand::Hold(a) => hold(&a),
-                SimCommand::Init(_) | SimCommand::Presets | SimCommand::Driverd(_) => Ok(0),
+                SimCommand::Run(a) => container::run(&a),
+                SimCommand::Ps(a) => container::ps(&a),
+                SimCommand::Libs(a) => libs(&a),
+                SimCommand::Init(_)
+                | SimCommand::Presets
+                | SimCommand::Driverd(_)
+                | SimCommand::Runtimed(_) => Ok(0),
             }
         }
     }
@@ -35,6 +45,10 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     let overhead = parse_size(&a.context_overhead)?;
     let mut opts = InitOptions {
         context_overhead: overhead,
+        platform: match a.platform {
+            crate::cli::PlatformArg::Linux => vramdoc_sim::Platform::Linux,
+            crate::cli::PlatformArg::Wsl => vramdoc_sim::Platform::Wsl,
+        },
         ..InitOptions::default()
     };
     if let Some(v) = &a.driver {
@@ -76,32 +90,12 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Start the box's driver broker (`sim driverd`) in this PID namespace, detached, and wait
-/// briefly for its socket. Failure is not fatal: without it processes use their own PIDs.
+/// Start the box's daemons in this PID namespace, detached: the driver broker (`sim
+/// driverd`) and the container runtime (`sim runtimed`). Failure is not fatal: without the
+/// broker processes use their own PIDs; `sim run` starts a runtime when it finds none.
 fn start_broker(dir: &std::path::Path) {
-    use std::os::unix::process::CommandExt;
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let spawned = std::process::Command::new(exe)
-        .args(["sim", "driverd", "--dir"])
-        .arg(dir)
-        .env_remove(vramdoc_sim::SIM_DIR_ENV)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn();
-    if spawned.is_err() {
-        return;
-    }
-    let sock = vramdoc_sim::broker::socket_path(dir);
-    for _ in 0..100 {
-        if sock.exists() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    container::start_daemon("driverd", dir, &vramdoc_sim::broker::socket_path(dir));
+    container::start_daemon("runtimed", dir, &vramdoc_sim::runtime::socket_path(dir));
 }
 
 fn presets() -> Result<i32> {
@@ -125,6 +119,9 @@ fn presets() -> Result<i32> {
 
 fn status(a: &SimStatusArgs) -> Result<i32> {
     let sim = SimBox::from_env()?;
+    if a.calls {
+        return calls::show(&sim, a.json, a.reset_calls);
+    }
     let st = sim.state()?;
     let faults = sim.faults()?;
     if a.json {
@@ -183,6 +180,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
             "gpu",
             "contexts",
             "allocations",
+            "mapped",
             "bytes",
         ]);
         for (pid, p) in &st.processes {
@@ -194,18 +192,23 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
                         None => pid.to_string(),
                     },
                     crate::term::clean(&p.name),
-                    format!("{:?}", p.kind).to_lowercase(),
+                    std::iter::once(p.kind)
+                        .chain(p.also.iter().copied())
+                        .map(|k| format!("{k:?}").to_lowercase())
+                        .collect::<Vec<_>>()
+                        .join("+"),
                     if alive { "yes" } else { "NO" }.to_string(),
                     dev.to_string(),
                     u.contexts.to_string(),
                     u.allocations.to_string(),
+                    u.peer_mappings.to_string(),
                     format_bytes(u.total()),
                 ]);
             }
         }
         crate::term::print(&t.to_string())?;
     }
-    if faults != vramdoc_sim::Faults::default() {
+    if !faults.is_clear() {
         crate::term::print(&format!("faults: {}", serde_json::to_string(&faults)?))?;
     }
     Ok(0)
@@ -228,10 +231,19 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
         ("mig-unprivileged", &a.mig_unprivileged),
         ("exclusive-process", &a.exclusive_process),
         ("contained", &a.contained),
+        ("illegal-address", &a.illegal_address),
     ] {
         if let Some(bad) = list.iter().find(|d| **d as usize >= n) {
             anyhow::bail!(UsageError(format!(
                 "--{flag} {bad}: the box has {n} devices (0..{})",
+                n.saturating_sub(1)
+            )));
+        }
+    }
+    if let Some(d) = a.device {
+        if d as usize >= n {
+            anyhow::bail!(UsageError(format!(
+                "--device {d}: the box has {n} devices (0..{})",
                 n.saturating_sub(1)
             )));
         }
@@ -242,7 +254,21 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
     // One read-modify-write under the box lock.
     let f = sim.update_faults(|f, st| {
         if a.clear {
-            *f = vramdoc_sim::Faults::default();
+            *f = f.cleared();
+        }
+        if a.nvml_hang {
+            f.nvml_hang = Some(vramdoc_sim::NvmlHang {
+                device: a.device,
+                limit_ms: a
+                    .hang_limit
+                    .map_or(vramdoc_sim::NvmlHang::DEFAULT_LIMIT_MS, |d| {
+                        d.as_millis() as u64
+                    }),
+            });
+        }
+        if a.nvml_session_lost {
+            f.nvml_sessions_lost = true;
+            f.nvml_epoch = f.nvml_epoch.saturating_add(1);
         }
         for d in &a.lose_device {
             if !f.lost_devices.contains(d) {
@@ -277,6 +303,8 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
                 }
             }
         }
+        f.illegal_address_devices
+            .extend(a.illegal_address.iter().copied());
         f.cuda_stub_library |= a.cuda_stub;
         f.no_ptx_jit |= a.no_ptx_jit;
         f.cuda_total_excludes_reserved |= a.cuda_total_excludes_reserved;
@@ -312,6 +340,8 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
         process.set_kind(ProcessKind::Graphics);
     } else if a.mps {
         process.set_kind(ProcessKind::Mps);
+    } else if a.also_graphics {
+        process.set_also(&[ProcessKind::Graphics]);
     }
     let pid = process.pid();
     let mut driver = SimDriver::new(process);
@@ -377,5 +407,37 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
     }
     drop(physical);
     drop(driver);
+    Ok(0)
+}
+
+fn libs(a: &crate::cli::SimLibsArgs) -> Result<i32> {
+    let sim = SimBox::from_env()?;
+    let from = match &a.from {
+        Some(f) => f.clone(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("libsimgpu.so")))
+            .filter(|p| p.exists())
+            .ok_or_else(|| {
+                UsageError(
+                    "no libsimgpu.so next to the vramdoc executable: build it with \
+                     `cargo build -p vramdoc-simgpu` and pass --from target/debug/libsimgpu.so"
+                        .into(),
+                )
+            })?,
+    };
+    let hidden = vramdoc_sim::libs::install(&from, &a.dir, &sim.config().driver_version)
+        .map_err(|e| UsageError(e.to_string()))?;
+    crate::term::print(&format!(
+        "installed {} into {} for driver {}{}",
+        vramdoc_sim::libs::NAMES.join(", "),
+        a.dir.display(),
+        sim.config().driver_version,
+        if hidden.is_empty() {
+            String::new()
+        } else {
+            format!(" (without {})", hidden.join(", "))
+        }
+    ))?;
     Ok(0)
 }

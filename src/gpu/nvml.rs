@@ -9,6 +9,14 @@
 //! only when the buffer is too small). Device handles are cached: NVML handles stay valid
 //! until `nvmlShutdown`, which only runs when the monitor is dropped.
 //!
+//! Older and odd drivers: where `nvmlDeviceGetMemoryInfo_v2` is missing (before R510),
+//! answers `NVML_ERROR_FUNCTION_NOT_FOUND`, or fails (`NVML_ERROR_UNKNOWN` under WSL), memory
+//! is read with v1 (`nvmlDeviceGetMemoryInfo`) and reported with `reserved` 0; once v1
+//! answered where v2 did not, v1 is used directly. v1's `used` leaves the driver's
+//! reservation out before R510 (as v2's `used` does) and counts it from R510 on. Where the
+//! `_v3` process lists are missing (before R510), the `_v2` lists (24-byte records, since
+//! R450), then v1 (16-byte), are read.
+//!
 //! Nothing here panics on a missing library or symbol: a library without `nvmlShutdown` is
 //! refused before nvml-wrapper's `Drop` (which would panic calling it) can run.
 
@@ -20,15 +28,15 @@ use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessDetailList_t, nvmlProcessDetail_v1_t, nvmlProcessInfo_t,
-    nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    nvmlDevice_t, nvmlMemory_t, nvmlProcessDetailList_t, nvmlProcessDetail_v1_t, nvmlProcessInfo_t,
+    nvmlProcessInfo_v1_t, nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
     nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED, nvmlReturn_enum_NVML_SUCCESS,
 };
 use std::ffi::OsStr;
 use std::os::raw::c_uint;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Names tried by [`NvmlMonitor::open`], in order (the dynamic loader searches
@@ -57,6 +65,8 @@ pub struct NvmlMonitor {
     inventory: AtomicU64,
     memory: AtomicU64,
     processes: AtomicU64,
+    /// v2 memory info is missing or failing on this driver: read v1 directly.
+    memory_v1_only: AtomicBool,
 }
 
 impl std::fmt::Debug for NvmlMonitor {
@@ -174,6 +184,7 @@ impl NvmlMonitor {
             inventory: AtomicU64::new(0),
             memory: AtomicU64::new(0),
             processes: AtomicU64::new(0),
+            memory_v1_only: AtomicBool::new(false),
         })
     }
 
@@ -254,7 +265,7 @@ impl NvmlMonitor {
         partial.0 = get!(d.name());
         partial.1 = get!(d.uuid());
         partial.2 = get!(d.pci_info()).bus_id;
-        let m = get!(d.memory_info());
+        let m = get!(self.memory_info(&d));
         let util = get!(optional(d.utilization_rates()));
         let temp = get!(optional(d.temperature(TemperatureSensor::Gpu)));
         Ok(DeviceInfo {
@@ -341,14 +352,18 @@ impl NvmlMonitor {
         };
         let sym = match sym {
             Ok(s) => s,
-            // Only the compute list is required; older libraries may lack the others.
-            Err(_) if kind != ProcessKind::Compute => return Ok(Vec::new()),
+            // Before R510: the `_v2` / v1 lists.
             Err(e) => {
-                return Err(self.err(
-                    call,
-                    Some(index),
-                    NvmlError::FailedToLoadSymbol(e.to_string()),
-                ))
+                return match self.process_list_legacy(handle, index, kind)? {
+                    Some(list) => Ok(list),
+                    // Only the compute list is required.
+                    None if kind != ProcessKind::Compute => Ok(Vec::new()),
+                    None => Err(self.err(
+                        call,
+                        Some(index),
+                        NvmlError::FailedToLoadSymbol(e.to_string()),
+                    )),
+                };
             }
         };
         let mut buf = self.proc_buf.lock().unwrap_or_else(|e| e.into_inner());
@@ -381,6 +396,13 @@ impl NvmlMonitor {
             }
             if rc == nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED && kind != ProcessKind::Compute {
                 return Ok(Vec::new());
+            }
+            if rc == nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND {
+                drop(buf);
+                if let Some(list) = self.process_list_legacy(handle, index, kind)? {
+                    return Ok(list);
+                }
+                return Err(self.err(call, Some(index), NvmlError::from(rc)));
             }
             if rc != nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
                 return Err(self.err(call, Some(index), NvmlError::from(rc)));
@@ -459,6 +481,152 @@ impl NvmlMonitor {
     }
 }
 
+impl NvmlMonitor {
+    /// Memory through `nvmlDeviceGetMemoryInfo_v2`, or v1 where v2 is missing, answers
+    /// `FUNCTION_NOT_FOUND` or fails (see the module docs).
+    fn memory_info(&self, d: &Device<'_>) -> std::result::Result<MemoryInfo, NvmlError> {
+        if !self.memory_v1_only.load(Ordering::Relaxed) {
+            match d.memory_info() {
+                Ok(m) => {
+                    return Ok(MemoryInfo {
+                        total: m.total,
+                        reserved: m.reserved,
+                        used: m.used,
+                        free: m.free,
+                    })
+                }
+                Err(
+                    e @ (NvmlError::FailedToLoadSymbol(_)
+                    | NvmlError::FunctionNotFound
+                    | NvmlError::Unknown
+                    | NvmlError::NotSupported),
+                ) => {
+                    let m = self.memory_v1(d).map_err(|_| e)?;
+                    self.memory_v1_only.store(true, Ordering::Relaxed);
+                    return Ok(m);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.memory_v1(d)
+    }
+
+    /// `nvmlDeviceGetMemoryInfo` (v1): no `reserved` field.
+    fn memory_v1(&self, d: &Device<'_>) -> std::result::Result<MemoryInfo, NvmlError> {
+        let sym = self
+            .nvml
+            .lib()
+            .nvmlDeviceGetMemoryInfo
+            .as_ref()
+            .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+        let mut m = nvmlMemory_t {
+            total: 0,
+            free: 0,
+            used: 0,
+        };
+        // SAFETY: a live handle of this session and a v1 struct to fill.
+        let rc = unsafe { sym(d.handle(), &mut m) };
+        if rc != nvmlReturn_enum_NVML_SUCCESS {
+            return Err(NvmlError::from(rc));
+        }
+        Ok(MemoryInfo {
+            total: m.total,
+            reserved: 0,
+            used: m.used,
+            free: m.free,
+        })
+    }
+
+    /// A process list through the pre-R510 entry points: `_v2` (24-byte records, R450+),
+    /// else v1 (16-byte). `None`: the library has neither.
+    fn process_list_legacy(
+        &self,
+        handle: nvmlDevice_t,
+        index: u32,
+        kind: ProcessKind,
+    ) -> Result<Option<RawList>> {
+        let lib = self.nvml.lib();
+        let (v2, v1) = match kind {
+            ProcessKind::Compute => (
+                lib.nvmlDeviceGetComputeRunningProcesses_v2.as_ref().ok(),
+                lib.nvmlDeviceGetComputeRunningProcesses.as_ref().ok(),
+            ),
+            ProcessKind::Graphics => (
+                lib.nvmlDeviceGetGraphicsRunningProcesses_v2.as_ref().ok(),
+                lib.nvmlDeviceGetGraphicsRunningProcesses.as_ref().ok(),
+            ),
+            ProcessKind::Mps => (
+                lib.nvmlDeviceGetMPSComputeRunningProcesses_v2.as_ref().ok(),
+                lib.nvmlDeviceGetMPSComputeRunningProcesses.as_ref().ok(),
+            ),
+        };
+        if let Some(f) = v2 {
+            return read_list::<nvmlProcessInfo_t>(|n, p| {
+                // SAFETY: `p` holds `*n` records of the declared type.
+                unsafe { f(handle, n, p) }
+            })
+            .map(|l| {
+                Some(
+                    l.into_iter()
+                        .map(|r| (r.pid, used_of(r.usedGpuMemory)))
+                        .collect(),
+                )
+            })
+            .map_err(|rc| {
+                self.err(
+                    "nvmlDeviceGetComputeRunningProcesses_v2",
+                    Some(index),
+                    NvmlError::from(rc),
+                )
+            });
+        }
+        if let Some(f) = v1 {
+            return read_list::<nvmlProcessInfo_v1_t>(|n, p| {
+                // SAFETY: `p` holds `*n` records of the declared type.
+                unsafe { f(handle, n, p) }
+            })
+            .map(|l| {
+                Some(
+                    l.into_iter()
+                        .map(|r| (r.pid, used_of(r.usedGpuMemory)))
+                        .collect(),
+                )
+            })
+            .map_err(|rc| {
+                self.err(
+                    "nvmlDeviceGetComputeRunningProcesses",
+                    Some(index),
+                    NvmlError::from(rc),
+                )
+            });
+        }
+        Ok(None)
+    }
+}
+
+/// The sizing protocol over typed records: call with a capacity, grow on
+/// `NVML_ERROR_INSUFFICIENT_SIZE` (a few times: the list can grow in between).
+fn read_list<T: Copy>(
+    mut call: impl FnMut(*mut c_uint, *mut T) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
+) -> std::result::Result<Vec<T>, nvml_wrapper_sys::bindings::nvmlReturn_t> {
+    let mut capacity = INITIAL_PROCESS_CAPACITY;
+    for _ in 0..4 {
+        // SAFETY: plain old data.
+        let mut recs: Vec<T> = vec![unsafe { std::mem::zeroed() }; capacity];
+        let mut n = capacity as c_uint;
+        let rc = call(&mut n, recs.as_mut_ptr());
+        if rc == nvmlReturn_enum_NVML_SUCCESS {
+            recs.truncate((n as usize).min(capacity));
+            return Ok(recs);
+        }
+        if rc != nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
+            return Err(rc);
+        }
+        capacity = (n as usize).max(capacity) + 16;
+    }
+    Err(nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE)
+}
+
 fn optional<T>(r: std::result::Result<T, NvmlError>) -> std::result::Result<Option<T>, NvmlError> {
     match r {
         Ok(v) => Ok(Some(v)),
@@ -530,8 +698,8 @@ impl Monitor for NvmlMonitor {
     fn memory(&self, index: u32) -> Result<MemoryInfo> {
         self.memory.fetch_add(1, Ordering::Relaxed);
         let d = self.device(index)?;
-        let m = d
-            .memory_info()
+        let m = self
+            .memory_info(&d)
             .map_err(|e| self.err("nvmlDeviceGetMemoryInfo_v2", Some(index), e))?;
         Ok(MemoryInfo {
             total: m.total,

@@ -40,3 +40,5 @@ mod scan;
 mod serve;
 /// `vramdoc sim ...`.
 mod sim_cli;
+/// The simulated machine through third-party clients (pynvml, ctypes, cuda-python, nvitop, gpustat).
+mod simulator_clients;

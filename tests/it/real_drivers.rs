@@ -124,6 +124,11 @@ enum Real {
 /// Run a child of this test binary that reads the box through vramdoc's real backend
 /// `which` over crates/simgpu (with `env`) and returns what it saw.
 fn real_backend(b: &CliBox, which: Real, env: &[(&str, &str)]) -> Value {
+    real_backend_in(b, which, &[], env)
+}
+
+/// [`real_backend`] under a wrapper command (e.g. `vramdoc sim run --gpus 1 --`).
+fn real_backend_in(b: &CliBox, which: Real, wrap: &[&str], env: &[(&str, &str)]) -> Value {
     let mut c = child::of!(real_backend_child)
         .simgpu()
         .env("VRAMDOC_SIM_DIR", &b.dir)
@@ -131,7 +136,7 @@ fn real_backend(b: &CliBox, which: Real, env: &[(&str, &str)]) -> Value {
     for (k, v) in env {
         c = c.env(k, v);
     }
-    c.run()
+    c.wrapped(wrap).run()
 }
 
 fn err_json(e: &GpuError) -> Value {
@@ -332,22 +337,32 @@ fn a_container_sees_only_its_mounted_gpu() {
     let b = cli_box("2x16GiB", None);
     let s = sim(&b);
     let host1 = s.devices()[1].uuid.clone();
-    let env = [
-        ("NVIDIA_VISIBLE_DEVICES", "1"),
-        ("CUDA_VISIBLE_DEVICES", "0"),
+    // A container of the box's runtime (`vramdoc sim run --gpus 1`) sees only its GPU,
+    // through the device files mounted into it (not through NVIDIA_VISIBLE_DEVICES, which
+    // the driver never reads); the host sees its process on host GPU 1.
+    let wrap = [
+        env!("CARGO_BIN_EXE_vramdoc"),
+        "sim",
+        "run",
+        "--gpus",
+        "1",
+        "--",
     ];
-    let c = probe(&b, "cuda", &[], &env);
+    let c = probe(&b, "cuda", &wrap, &[]);
     assert_eq!(c["devices"].as_array().unwrap().len(), 1, "{c}");
     assert_eq!(c["devices"][0]["uuid"], host1.as_str());
-    let py = probe(&b, "nvml", &[], &env);
+    let py = probe(&b, "nvml", &wrap, &[]);
     assert_eq!(py["devices"].as_array().unwrap().len(), 1, "{py}");
     assert_eq!(py["devices"][0]["uuid"], host1.as_str());
-    let real = real_backend(&b, Real::Nvml, &env);
+    let real = real_backend_in(&b, Real::Nvml, &wrap, &[]);
     assert_eq!(real["devices"][0]["uuid"], host1.as_str(), "{real}");
     assert_eq!(real["devices"].as_array().unwrap().len(), 1);
+    // The variable alone changes nothing: the driver does not read it.
+    let py = probe(&b, "nvml", &[], &[("NVIDIA_VISIBLE_DEVICES", "1")]);
+    assert_eq!(py["devices"].as_array().unwrap().len(), 2, "{py}");
 
     // A "containerised" job holding its GPU 0 shows on host GPU 1 in the host's NVML.
-    let h = hold(&b, &[], &["--size", "1GiB"], &env);
+    let h = hold(&b, &wrap, &["--size", "1GiB"], &[]);
     let py = probe(&b, "nvml", &[], &[]);
     let on1: Vec<u64> = py_procs(&py["devices"][1]["compute"])
         .iter()

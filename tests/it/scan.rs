@@ -604,6 +604,7 @@ fn duplicate_copy_on_a_live_process() {
             context_bytes: CTX,
             allocations: 1,
             alloc_bytes: alloc,
+            ..DeviceUsage::default()
         };
         st.processes.insert(
             pid,
@@ -855,20 +856,20 @@ fn forked_child_keeping_memory_is_named_by_no_live_owner() {
 
 /// Graphics clients are owners: an Xorg-like client listed only in NVML's graphics list is
 /// not "memory with no live owner". A container process using its one mounted GPU
-/// (`NVIDIA_VISIBLE_DEVICES=1`, `CUDA_VISIBLE_DEVICES=0`) is not a stray context.
+/// (`vramdoc sim run --gpus 1`: NVIDIA_VISIBLE_DEVICES names host GPU 1, CUDA sees it as 0)
+/// is not a stray context.
 #[test]
 fn graphics_clients_and_container_gpus_raise_no_false_alarm() {
     let lib = common::simgpu_lib_dir();
     let b = fresh_box("2x24GiB");
     let x = Holder::start(b.path(), &[], &["--graphics", "--size", "200MiB"]);
-    let c = Holder::start(
-        b.path(),
-        &[
-            ("NVIDIA_VISIBLE_DEVICES", "1"),
-            ("CUDA_VISIBLE_DEVICES", "0"),
-        ],
-        &["--size", "1GiB"],
-    );
+    // A container of the box's runtime given GPU 1 (its NVIDIA_VISIBLE_DEVICES names it).
+    let mut cmd = common::vramdoc();
+    cmd.env("VRAMDOC_SIM_DIR", b.path())
+        .args(["sim", "run", "--gpus", "1", "--"])
+        .arg(env!("CARGO_BIN_EXE_vramdoc"))
+        .args(["sim", "hold", "--size", "1GiB"]);
+    let c = Holder::spawn(cmd);
     for backend in ["sim", "real"] {
         let mut cmd = scan_cmd(b.path(), &["--json"]);
         cmd.args(["--backend", backend]).env("LD_LIBRARY_PATH", lib);

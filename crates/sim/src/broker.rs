@@ -8,9 +8,15 @@
 //! namespace. No broker (boxes made in-process or by `--sim`, or a dead one): a process uses
 //! its own PID, which is right whenever it shares the box creator's namespace.
 //!
-//! The broker exits when the box's `box.json` disappears (box removed).
+//! The broker exits when the box is removed (`box.json` or `lock` gone). It writes its PID to
+//! `driver.pid` in the box.
+//!
+//! A broker that is stopped (SIGSTOP, a debugger) or wedged must not stall or hang the box's
+//! clients: [`host_pid`] connects without blocking (a full backlog answers at once) and waits
+//! at most [`ANSWER_TIMEOUT`] for the answer; without one the client uses its own PID, as
+//! with no broker at all.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -18,27 +24,87 @@ use std::time::Duration;
 
 /// Socket file of the broker inside a box directory.
 pub const SOCKET: &str = "driver.sock";
+/// File holding the broker's PID inside a box directory.
+pub const PID_FILE: &str = "driver.pid";
+/// Longest a client waits for the broker's answer (it answers in microseconds when running).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(500);
+/// Connections the kernel queues for the broker before refusing new ones.
+const BACKLOG: i32 = 128;
 
 /// Path of the broker socket of the box in `dir`.
 pub fn socket_path(dir: &Path) -> PathBuf {
     dir.join(SOCKET)
 }
 
-/// This process's PID as the box's broker sees it (its host PID), or `None` without a broker.
+/// This process's PID as the box's broker sees it (its host PID), or `None` without a broker,
+/// or when the broker does not answer within [`ANSWER_TIMEOUT`] (stopped, wedged, backlog
+/// full).
 pub fn host_pid(dir: &Path) -> Option<u32> {
     let path = socket_path(dir);
     if !path.exists() {
         return None;
     }
-    let s = UnixStream::connect(&path).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let s = connect_nonblocking(&path).ok()?;
+    s.set_nonblocking(false).ok()?;
+    s.set_read_timeout(Some(ANSWER_TIMEOUT)).ok()?;
     let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).ok()?;
+    BufReader::new(s.take(32)).read_line(&mut line).ok()?;
     line.trim().parse().ok().filter(|p| *p > 0)
+}
+
+/// Connect to a unix stream socket without blocking: a listener whose backlog is full (a
+/// stopped broker) fails at once with `WouldBlock` instead of blocking in `connect(2)`.
+pub fn connect_nonblocking(path: &Path) -> std::io::Result<UnixStream> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: plain POD initialisation.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "socket path too long",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket we own; the stream closes it on every path below.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes.
+    let rc = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stream)
 }
 
 /// PID of the peer of a connected unix socket, in this process's PID namespace.
 fn peer_pid(s: &UnixStream) -> Option<u32> {
+    peer_cred(s).map(|c| c.pid as u32).filter(|p| *p > 0)
+}
+
+/// Credentials of the peer of a connected unix socket (`SO_PEERCRED`).
+pub fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -55,18 +121,21 @@ fn peer_pid(s: &UnixStream) -> Option<u32> {
             &mut len,
         )
     };
-    // A peer outside our namespace's view reads as 0.
-    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
+    // A peer outside our namespace's view reads as PID 0.
+    (rc == 0).then_some(cred)
 }
 
-/// Serve the box in `dir` until its box.json is gone. Returns an error if the socket cannot
+/// Serve the box in `dir` until it is removed ([`crate::box_present`]). Returns an error if the socket cannot
 /// be bound.
 pub fn serve(dir: &Path) -> std::io::Result<()> {
     let path = socket_path(dir);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    // An explicit, documented backlog (listen(2) again only changes it).
+    // SAFETY: listen(2) on the socket we just bound.
+    unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
     listener.set_nonblocking(true)?;
-    let marker = dir.join("box.json");
+    let _ = std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()));
     loop {
         match listener.accept() {
             Ok((mut s, _)) => {
@@ -77,8 +146,9 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !marker.exists() {
+                if !crate::box_present(dir) {
                     let _ = std::fs::remove_file(&path);
+                    let _ = std::fs::remove_file(dir.join(PID_FILE));
                     return Ok(());
                 }
                 // Wait for a client (or half a second, to notice the box going away).
@@ -92,5 +162,60 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A broker that never answers (stopped): clients give up within the timeout, and at once
+    /// when its backlog is full, instead of blocking in connect(2) forever.
+    #[test]
+    fn a_stopped_broker_neither_stalls_nor_hangs_clients() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(socket_path(dir.path())).unwrap();
+        // SAFETY: listen(2) on our bound socket, shrinking its backlog.
+        unsafe { libc::listen(listener.as_raw_fd(), 2) };
+        let t = Instant::now();
+        assert_eq!(host_pid(dir.path()), None);
+        let waited = t.elapsed();
+        assert!(waited >= ANSWER_TIMEOUT, "{waited:?}");
+        assert!(waited < ANSWER_TIMEOUT * 4, "{waited:?}");
+        // Fill the backlog.
+        let mut held = Vec::new();
+        loop {
+            match connect_nonblocking(&socket_path(dir.path())) {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+                    break;
+                }
+            }
+            assert!(held.len() < 64, "backlog never filled");
+        }
+        let t = Instant::now();
+        assert_eq!(host_pid(dir.path()), None);
+        assert!(t.elapsed() < ANSWER_TIMEOUT, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_running_broker_answers_the_peer_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("box.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("lock"), "").unwrap();
+        let d = dir.path().to_path_buf();
+        let server = std::thread::spawn(move || serve(&d));
+        let pid = (0..200).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            host_pid(dir.path())
+        });
+        assert_eq!(pid, Some(std::process::id()));
+        let written = std::fs::read_to_string(dir.path().join(PID_FILE)).unwrap();
+        assert_eq!(written.trim(), std::process::id().to_string());
+        std::fs::remove_file(dir.path().join("box.json")).unwrap();
+        server.join().unwrap().unwrap();
+        assert!(!socket_path(dir.path()).exists());
     }
 }

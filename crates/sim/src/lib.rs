@@ -15,23 +15,34 @@
 //! with vramdoc (sizes, UUIDs, the kernels' checksum, visible devices) come from
 //! `vramdoc-gpu-spec`.
 
+pub mod board;
 pub mod broker;
+pub mod calls;
+pub mod container;
+mod faults;
+pub mod libs;
 pub mod process;
 pub mod procinfo;
 pub mod profile;
+pub mod runtime;
 pub mod spec;
+mod state;
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use state::reap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use vramdoc_gpu_spec::units::{round_up, MIB};
-use vramdoc_gpu_spec::{visible, ProcessKind};
 
+pub use faults::{Faults, NvmlHang};
 pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
+pub use state::{
+    memory_of, processes_on, reclaim, DeviceUsage, IpcExport, ProcessEntry, SimMemory,
+    SimProcessView, State,
+};
 
 /// Environment variable naming the box directory used by vramdoc and the simulated libraries.
 pub const SIM_DIR_ENV: &str = "VRAMDOC_SIM_DIR";
@@ -82,6 +93,10 @@ pub enum SimError {
     OutOfBounds { ptr: u64, len: u64 },
     #[error("not supported by the simulator: {0}")]
     Unsupported(String),
+    #[error("not a CUDA IPC handle of this box, or its memory was freed")]
+    IpcHandle,
+    #[error("a CUDA IPC handle cannot be opened in the process that exported it")]
+    IpcSameProcess,
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
@@ -104,6 +119,10 @@ pub struct SimDevice {
     pub reserved: u64,
     /// Bytes one CUDA context costs on this device.
     pub context_overhead: u64,
+    /// The host NUMA node its memory is, on coherent-memory systems (GH200, GB200: GPU
+    /// memory managed by the operating system); `None` on ordinary PCIe/SXM boards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
 }
 
 /// The immutable description of a box.
@@ -115,6 +134,27 @@ pub struct BoxConfig {
     pub cuda_driver_version: i32,
     pub nvml_version: String,
     pub devices: Vec<SimDevice>,
+    /// The platform the driver runs on (`linux`, or `wsl`: Windows' WDDM driver under WSL2).
+    #[serde(default, skip_serializing_if = "Platform::is_linux")]
+    pub platform: Platform,
+}
+
+/// Where the simulated driver runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    #[default]
+    Linux,
+    /// WSL2: the Windows driver (WDDM) manages memory: NVML reports per-process memory as
+    /// not available, and `nvmlDeviceGetMemoryInfo_v2` fails (nvitop PR #30, "unknown error"
+    /// inside WSL with driver 516.59).
+    Wsl,
+}
+
+impl Platform {
+    pub fn is_linux(&self) -> bool {
+        *self == Platform::Linux
+    }
 }
 
 impl BoxConfig {
@@ -122,114 +162,11 @@ impl BoxConfig {
     pub fn record_layout(&self) -> profile::RecordLayout {
         profile::layout_of(&self.driver_version)
     }
-}
 
-/// Faults injected into a box; read on every operation, so they can change while processes run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Faults {
-    /// Physical indices of devices that have fallen off the bus.
-    pub lost_devices: Vec<u32>,
-    /// Allocations (counted across the box) that succeed before every later one fails with
-    /// out-of-memory.
-    pub alloc_fail_after: Option<u64>,
-    /// Added latency of an NVML memory query, microseconds.
-    pub nvml_memory_latency_us: u64,
-    /// Added latency of an NVML process-list query, microseconds (~4500 on real drivers).
-    pub nvml_process_latency_us: u64,
-    /// Keep the memory of exited processes (a stuck process or driver problem).
-    pub keep_dead_processes: bool,
-    /// NVML reports per-process used memory as "not available" (`NVML_VALUE_NOT_AVAILABLE`),
-    /// as in containers without the host PID namespace or under Windows WDDM.
-    pub nvml_used_memory_unavailable: bool,
-    /// Physical indices NVML refuses to query for this caller (`NVML_ERROR_NO_PERMISSION`).
-    pub no_permission_devices: Vec<u32>,
-    /// MIG-enabled devices read by an unprivileged caller: memory answers, but the process
-    /// lists of the parent device return `NVML_ERROR_NO_PERMISSION` (no aggregate data).
-    pub mig_unprivileged_devices: Vec<u32>,
-    /// Devices in `EXCLUSIVE_PROCESS` compute mode: a second process's context fails with
-    /// `CUDA_ERROR_DEVICE_UNAVAILABLE` (46).
-    pub exclusive_process_devices: Vec<u32>,
-    /// Devices where an uncorrectable error was contained: launches and synchronisation
-    /// return `CUDA_ERROR_CONTAINED` (226, newer than the CUDA 12.0 headers).
-    pub contained_devices: Vec<u32>,
-    /// libcuda.so is the CUDA toolkit's stub (`lib64/stubs`) shadowing the driver: every
-    /// call returns `CUDA_ERROR_STUB_LIBRARY` (34).
-    pub cuda_stub_library: bool,
-    /// The PTX JIT compiler (libnvidia-ptxjitcompiler) is missing: loading PTX returns
-    /// `CUDA_ERROR_JIT_COMPILER_NOT_FOUND` (221).
-    pub no_ptx_jit: bool,
-    /// `cuMemGetInfo` reports `total` minus the device's reservation, as real drivers do
-    /// (NVML's `total` counts it).
-    pub cuda_total_excludes_reserved: bool,
-    /// NVML init fails with `NVML_ERROR_LIB_RM_VERSION_MISMATCH` (18) and cuInit with
-    /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (803): the library was upgraded, the kernel
-    /// module not (until reboot).
-    pub driver_version_mismatch: bool,
-}
-
-/// Usage of one process on one physical device.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceUsage {
-    pub contexts: u32,
-    pub context_bytes: u64,
-    pub allocations: u32,
-    pub alloc_bytes: u64,
-}
-
-impl DeviceUsage {
-    pub fn total(&self) -> u64 {
-        self.context_bytes + self.alloc_bytes
+    /// Which NVML entry points this box's driver branch has.
+    pub fn nvml_api(&self) -> profile::NvmlApi {
+        profile::api_of(&self.driver_version)
     }
-}
-
-/// One process known to the box.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessEntry {
-    /// Start time from /proc (0: unknown, liveness by PID only).
-    pub start_time: u64,
-    pub name: String,
-    /// Usage keyed by physical device index.
-    pub devices: BTreeMap<u32, DeviceUsage>,
-    /// Which NVML process list the process appears in.
-    #[serde(default)]
-    pub kind: ProcessKind,
-    /// Token file under `dev/clients/` the process holds open and locked: the process's
-    /// memory stays while any process (a forked child) still holds it. `None`: liveness by
-    /// PID and start time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<String>,
-    /// The PID the process sees for itself when that differs from the host PID (the key)
-    /// because it runs in a child PID namespace (a container, `unshare --pid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ns_pid: Option<u32>,
-}
-
-/// The mutable shared state of a box.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct State {
-    pub processes: BTreeMap<u32, ProcessEntry>,
-    /// Allocation calls made on the box so far (for `Faults::alloc_fail_after`).
-    pub alloc_calls: u64,
-}
-
-/// Memory of one device, NVML v2 definitions: `used` excludes `reserved`;
-/// `total = reserved + used + free`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SimMemory {
-    pub total: u64,
-    pub reserved: u64,
-    pub used: u64,
-    pub free: u64,
-}
-
-/// A process on a device as NVML lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SimProcessView {
-    pub pid: u32,
-    pub used: u64,
-    pub kind: ProcessKind,
 }
 
 /// A handle on a box directory.
@@ -247,6 +184,13 @@ const LOCK_FILE: &str = "lock";
 pub const DEV_DIR: &str = "dev";
 /// Directory of the per-process token files under [`DEV_DIR`].
 pub const CLIENTS_DIR: &str = "clients";
+
+/// Whether the box in `dir` is still there for its daemons: `box.json` and `lock` both exist.
+/// A box being removed (`rm -rf`, a test's temporary directory) loses one of them first, or
+/// is left half-removed when something wrote into it meanwhile; either way its daemons exit.
+pub fn box_present(dir: &Path) -> bool {
+    dir.join(BOX_FILE).exists() && dir.join(LOCK_FILE).exists()
+}
 
 /// Open (creating if needed) one of the box's device files.
 pub(crate) fn open_node(path: &Path) -> Result<fs::File, SimError> {
@@ -284,6 +228,7 @@ pub struct InitOptions {
     pub context_overhead: u64,
     pub driver_version: String,
     pub cuda_driver_version: i32,
+    pub platform: Platform,
 }
 
 impl Default for InitOptions {
@@ -292,6 +237,7 @@ impl Default for InitOptions {
             context_overhead: DEFAULT_CONTEXT_OVERHEAD,
             driver_version: profile::DEFAULT_DRIVER.into(),
             cuda_driver_version: 12040,
+            platform: Platform::Linux,
         }
     }
 }
@@ -338,6 +284,10 @@ impl SimBox {
             });
         }
         let seed = pseudo_random_seed();
+        // Coherent-memory GPUs: one CPU node per superchip first, then one node per GPU's
+        // memory (the simulator's numbering).
+        let superchips = models.iter().filter(|m| m.coherent).count() as u32;
+        let mut next_node = superchips;
         let devices = models
             .iter()
             .enumerate()
@@ -349,6 +299,10 @@ impl SimBox {
                 total: m.total,
                 reserved: m.reserved,
                 context_overhead: round_up(opts.context_overhead, GRANULARITY),
+                numa_node: m.coherent.then(|| {
+                    next_node += 1;
+                    next_node - 1
+                }),
             })
             .collect();
         let major = opts.cuda_driver_version / 1000;
@@ -358,6 +312,7 @@ impl SimBox {
             cuda_driver_version: opts.cuda_driver_version,
             nvml_version: format!("{major}.{}", opts.driver_version),
             devices,
+            platform: opts.platform,
         };
         let sim = SimBox {
             dir: dir.to_path_buf(),
@@ -489,11 +444,56 @@ impl SimBox {
         Ok(dev)
     }
 
-    /// Physical indices NVML shows a process with this `NVIDIA_VISIBLE_DEVICES` (a container
-    /// sees only its mounted GPUs, renumbered from 0 in PCI order).
-    pub fn mounted(&self, nvidia_visible: Option<&str>) -> Vec<u32> {
-        let uuids: Vec<String> = self.devices().iter().map(|d| d.uuid.clone()).collect();
-        visible::mounted_devices(nvidia_visible, &uuids)
+    /// Physical indices of the devices this process can open, PCI order: those whose device
+    /// file (`dev/nvidiaN`) exists in its view of the box. The driver reads no environment
+    /// variable for this: outside a container every file is there; a container made by the
+    /// box's runtime ([`container`]) sees only the files of its GPUs, as the NVIDIA
+    /// container runtime mounts only those `/dev/nvidiaN`.
+    pub fn mounted(&self) -> Vec<u32> {
+        let dev = self.dir.join(DEV_DIR);
+        self.devices()
+            .iter()
+            .map(|d| d.index)
+            .filter(|i| dev.join(format!("nvidia{i}")).exists())
+            .collect()
+    }
+
+    /// Physical indices of the devices whose memory is a NUMA node of the host (coherent
+    /// memory: GH200, GB200).
+    pub fn coherent_devices(&self) -> Vec<u32> {
+        self.devices()
+            .iter()
+            .filter(|d| d.numa_node.is_some())
+            .map(|d| d.index)
+            .collect()
+    }
+
+    /// Whether device `a` can map device `b`'s memory directly (`cuDeviceCanAccessPeer`):
+    /// two distinct boards of the same product, except GeForce boards, whose stock drivers
+    /// report no peer access (NVIDIA/nccl#1127: 8×RTX 3090 "CANNOT Access Peer"; mixed
+    /// models report none either).
+    pub fn can_access_peer(&self, a: u32, b: u32) -> bool {
+        match (self.device(a), self.device(b)) {
+            (Ok(x), Ok(y)) => a != b && x.name == y.name && !x.name.contains("GeForce"),
+            _ => false,
+        }
+    }
+
+    /// Consume one injected kernel fault of physical `device` (`sim fault --illegal-address`):
+    /// whether the next launch there must fault.
+    pub fn take_kernel_fault(&self, device: u32) -> Result<bool, SimError> {
+        if !self.faults()?.illegal_address_devices.contains(&device) {
+            return Ok(false);
+        }
+        let mut fired = false;
+        self.update_faults(|f, _| {
+            if let Some(i) = f.illegal_address_devices.iter().position(|d| *d == device) {
+                f.illegal_address_devices.remove(i);
+                fired = true;
+            }
+            Ok(())
+        })?;
+        Ok(fired)
     }
 
     /// Whether a process recorded in the state still holds its memory.
@@ -550,7 +550,7 @@ impl SimBox {
     pub fn state_with(&self, faults: &Faults) -> Result<State, SimError> {
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
-            reap(&self.dir, &mut st);
+            reap(&self.dir, &mut st, &self.coherent_devices());
         }
         Ok(st)
     }
@@ -565,7 +565,7 @@ impl SimBox {
         let faults = self.faults()?;
         let mut st = self.read_state_raw()?;
         if !faults.keep_dead_processes {
-            for name in reap(&self.dir, &mut st) {
+            for name in reap(&self.dir, &mut st, &self.coherent_devices()) {
                 let _ = fs::remove_file(self.dir.join(DEV_DIR).join(CLIENTS_DIR).join(name));
             }
         }
@@ -605,54 +605,6 @@ impl SimBox {
     }
 }
 
-/// Memory of `dev` given `st` (NVML v2: used excludes reserved).
-pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
-    let used: u64 = st
-        .processes
-        .values()
-        .filter_map(|p| p.devices.get(&dev.index))
-        .map(DeviceUsage::total)
-        .sum();
-    let avail = dev.total.saturating_sub(dev.reserved);
-    let used = used.min(avail);
-    SimMemory {
-        total: dev.total,
-        reserved: dev.reserved,
-        used,
-        free: avail - used,
-    }
-}
-
-/// Processes holding anything (a context at least) on physical device `index`.
-pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
-    st.processes
-        .iter()
-        .filter_map(|(pid, p)| {
-            p.devices
-                .get(&index)
-                .filter(|u| u.contexts > 0 || u.total() > 0)
-                .map(|u| SimProcessView {
-                    pid: *pid,
-                    used: u.total(),
-                    kind: p.kind,
-                })
-        })
-        .collect()
-}
-
-/// Drop exited processes from `st`; returns the token files of those that had one.
-fn reap(dir: &Path, st: &mut State) -> Vec<String> {
-    let mut gone = Vec::new();
-    st.processes.retain(|pid, p| {
-        let alive = entry_alive(dir, *pid, p);
-        if !alive {
-            gone.extend(p.client.clone());
-        }
-        alive
-    });
-    gone
-}
-
 struct LockGuard {
     _file: fs::File,
 }
@@ -674,111 +626,4 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sim
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use vramdoc_gpu_spec::units::GIB;
-
-    #[test]
-    fn pci_bus_ids_follow_the_nvml_format_past_16_gpus() {
-        assert_eq!(pci_bus_id(0), "00000000:17:00.0");
-        assert_eq!(pci_bus_id(14), "00000000:F7:00.0");
-        assert_eq!(pci_bus_id(15), "00000001:07:00.0");
-        let ids: Vec<String> = (0..64).map(pci_bus_id).collect();
-        for id in &ids {
-            // "%08X:%02X:%02X.0"
-            let (dom, rest) = id.split_once(':').unwrap();
-            let (bus, dev) = rest.split_once(':').unwrap();
-            assert_eq!((dom.len(), bus.len(), dev), (8, 2, "00.0"), "{id}");
-        }
-        let mut unique = ids.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), 64);
-    }
-
-    #[test]
-    fn create_open_and_memory_accounting() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), "2x24GiB", &InitOptions::default()).unwrap();
-        let again = SimBox::open(dir.path()).unwrap();
-        assert_eq!(b.config(), again.config());
-        assert_ne!(b.devices()[0].uuid, b.devices()[1].uuid);
-        let m = b.memory(0).unwrap();
-        assert_eq!(m.total, 24 * GIB);
-        assert_eq!(m.used, 0);
-        assert_eq!(m.reserved + m.free, m.total);
-        // A live process (ourselves) holding memory.
-        let me = std::process::id();
-        b.update(|st, _| {
-            let e = st.processes.entry(me).or_default();
-            e.start_time = procinfo::start_time(me).unwrap_or(0);
-            e.devices.entry(1).or_default().alloc_bytes = 100 * MIB;
-            Ok(())
-        })
-        .unwrap();
-        let m1 = b.memory(1).unwrap();
-        assert_eq!(m1.used, 100 * MIB);
-        assert_eq!(m1.reserved + m1.used + m1.free, m1.total);
-        assert_eq!(
-            b.processes(1).unwrap(),
-            vec![SimProcessView {
-                pid: me,
-                used: 100 * MIB,
-                kind: ProcessKind::Compute,
-            }]
-        );
-        assert!(b.processes(0).unwrap().is_empty());
-        assert!(SimBox::create(dir.path(), "t4", &InitOptions::default()).is_err());
-    }
-
-    #[test]
-    fn dead_process_memory_returns_unless_fault_keeps_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), "t4", &InitOptions::default()).unwrap();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        let plant_dead = |b: &SimBox| {
-            b.update(|st, _| {
-                let usage = DeviceUsage {
-                    allocations: 1,
-                    alloc_bytes: GIB,
-                    ..Default::default()
-                };
-                let entry = ProcessEntry {
-                    start_time: 1,
-                    name: "gone".into(),
-                    devices: [(0, usage)].into(),
-                    ..Default::default()
-                };
-                st.processes.insert(pid, entry);
-                Ok(())
-            })
-        };
-        plant_dead(&b).unwrap();
-        // update reaps before the closure; the write happened after. A read reaps again.
-        assert_eq!(b.memory(0).unwrap().used, 0);
-        b.set_faults(&Faults {
-            keep_dead_processes: true,
-            ..Default::default()
-        })
-        .unwrap();
-        plant_dead(&b).unwrap();
-        assert_eq!(b.memory(0).unwrap().used, GIB);
-        assert_eq!(b.processes(0).unwrap()[0].pid, pid);
-    }
-
-    #[test]
-    fn lost_device_faults() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SimBox::create(dir.path(), "2xt4", &InitOptions::default()).unwrap();
-        b.set_faults(&Faults {
-            lost_devices: vec![1],
-            ..Default::default()
-        })
-        .unwrap();
-        assert!(b.memory(0).is_ok());
-        assert!(matches!(b.memory(1), Err(SimError::DeviceLost(1))));
-        assert!(matches!(b.memory(5), Err(SimError::InvalidDevice(5))));
-    }
-}
+mod tests;

@@ -2,6 +2,13 @@
 //! by driver branch. `vramdoc sim init SPEC --driver VERSION` picks one from any version of a
 //! branch (`535`, `R535`, `535.54.03`).
 //!
+//! - Before R510 (CUDA 11.0–11.5): no `nvmlDeviceGetMemoryInfo_v2` and no `_v3` process
+//!   lists; v1 memory reports `total` without the driver's reservation and `used` without it
+//!   (an A100-SXM4-40GB shows `40536MiB` total on R470, `40960MiB` on R510+).
+//! - R510–R520 (CUDA 11.6–11.8): `_v2` memory and `_v3` lists arrive; v1 `used` now includes
+//!   the reservation (gpustat#141: "308MB used even no process" on 515.76); `_v2` with a
+//!   `version` other than `nvmlMemory_v2` answers `NVML_ERROR_FUNCTION_NOT_FOUND`
+//!   (NVIDIA/nvidia-settings#78, 510.39.01).
 //! - R525 (CUDA 12.0): `_v3` process lists fill `nvmlProcessInfo_v2_t` (24 bytes).
 //! - R530–R545 ("R535", CUDA 12.1–12.3): `_v3` lists fill 32-byte records (an extra
 //!   `usedGpuCcProtectedMemory`) without a version bump (nvitop PR #79, go-nvml #75,
@@ -17,6 +24,13 @@ pub const DEFAULT_DRIVER: &str = "550.54.15";
 
 /// Known branches: (branch, a released full version, CUDA driver API version it reports).
 const BRANCHES: &[(u32, &str, i32)] = &[
+    (450, "450.80.02", 11000),
+    (460, "460.91.03", 11020),
+    (470, "470.82.01", 11040),
+    (495, "495.29.05", 11050),
+    (510, "510.39.01", 11060),
+    (515, "515.65.01", 11070),
+    (520, "520.61.05", 11080),
     (525, "525.147.05", 12000),
     (530, "530.30.02", 12010),
     (535, "535.54.03", 12020),
@@ -31,7 +45,7 @@ const BRANCHES: &[(u32, &str, i32)] = &[
 ];
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("invalid driver version {given:?}: {reason}. Write a branch or a full version, e.g. `525`, `R535`, `535.54.03`, `550.54.15` (CUDA 12 drivers: 525 and newer)")]
+#[error("invalid driver version {given:?}: {reason}. Write a branch or a full version, e.g. `470`, `510.39.01`, `R535`, `535.54.03`, `550.54.15` (450 and newer)")]
 pub struct ProfileError {
     pub given: String,
     pub reason: String,
@@ -76,8 +90,10 @@ impl DriverProfile {
             return Err(err("not a driver version"));
         }
         let branch: u32 = parts[0].parse().map_err(|_| err("not a driver version"))?;
-        if branch < 525 {
-            return Err(err("older than the first CUDA 12 branch (525)"));
+        if branch < 450 {
+            return Err(err(
+                "older than the first branch the simulator models (450)",
+            ));
         }
         if branch > 999 {
             return Err(err("no such branch"));
@@ -111,6 +127,61 @@ pub fn branch_of(driver_version: &str) -> u32 {
         .next()
         .and_then(|b| b.parse().ok())
         .unwrap_or(0)
+}
+
+/// Which NVML entry points a driver branch has, and how they behave where branches differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmlApi {
+    /// `nvmlDeviceGetMemoryInfo_v2` exists (R510+).
+    pub memory_v2: bool,
+    /// v1 `used` includes the driver's reservation and `total` counts it (R510+); before,
+    /// both leave it out.
+    pub v1_counts_reserved: bool,
+    /// A `_v2` call whose `version` is not `nvmlMemory_v2` answers `FUNCTION_NOT_FOUND`
+    /// (R510–R520, nvidia-settings#78) rather than `ARGUMENT_VERSION_MISMATCH` (R525+ here).
+    pub wrong_version_is_function_not_found: bool,
+    /// The `_v3` process lists exist (R510+).
+    pub process_v3: bool,
+    /// `nvmlDeviceGetRunningProcessDetailList` exists (R550+).
+    pub detail_list: bool,
+    /// `nvmlDeviceGetConfComputeMemSizeInfo` exists (R535+, confidential computing).
+    pub conf_compute: bool,
+}
+
+/// The NVML entry points of a driver version.
+pub fn api_of(driver_version: &str) -> NvmlApi {
+    let b = branch_of(driver_version);
+    NvmlApi {
+        memory_v2: b >= 510,
+        v1_counts_reserved: b >= 510,
+        wrong_version_is_function_not_found: (510..525).contains(&b),
+        process_v3: b >= 510,
+        detail_list: b >= 550,
+        conf_compute: b >= 535,
+    }
+}
+
+/// Entry points a real library of the driver version lacks (for [`crate::libs`]).
+pub fn missing_symbols(driver_version: &str) -> Vec<&'static str> {
+    let api = api_of(driver_version);
+    let mut out = Vec::new();
+    if !api.memory_v2 {
+        out.push("nvmlDeviceGetMemoryInfo_v2");
+    }
+    if !api.process_v3 {
+        out.extend([
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetGraphicsRunningProcesses_v3",
+            "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        ]);
+    }
+    if !api.detail_list {
+        out.push("nvmlDeviceGetRunningProcessDetailList");
+    }
+    if !api.conf_compute {
+        out.push("nvmlDeviceGetConfComputeMemSizeInfo");
+    }
+    out
 }
 
 /// The process-record layout of a driver version.
@@ -153,11 +224,27 @@ mod tests {
         assert_eq!(layout_of("525.60.13"), RecordLayout::R525);
         assert_eq!(layout_of("570.86.10"), RecordLayout::R550);
         assert_eq!(layout_of(DEFAULT_DRIVER), RecordLayout::R550);
+        let p = DriverProfile::parse("470").unwrap();
+        assert_eq!(
+            (p.driver_version.as_str(), p.cuda_driver_version),
+            ("470.82.01", 11040)
+        );
+        let old = api_of("470.82.01");
+        assert!(!old.memory_v2 && !old.process_v3 && !old.v1_counts_reserved);
+        let r510 = api_of("510.39.01");
+        assert!(r510.memory_v2 && r510.wrong_version_is_function_not_found && !r510.detail_list);
+        assert!(!api_of("550.54.15").wrong_version_is_function_not_found);
+        assert_eq!(
+            missing_symbols("535.54.03"),
+            vec!["nvmlDeviceGetRunningProcessDetailList"]
+        );
+        assert!(missing_symbols(DEFAULT_DRIVER).is_empty());
+        assert!(missing_symbols("470").contains(&"nvmlDeviceGetMemoryInfo_v2"));
     }
 
     #[test]
     fn rejects_bad_versions() {
-        for bad in ["", "470.82.01", "abc", "535..1", "535.54.03.1", "99999"] {
+        for bad in ["", "440.33.01", "abc", "535..1", "535.54.03.1", "99999"] {
             assert!(DriverProfile::parse(bad).is_err(), "{bad}");
         }
     }

@@ -12,6 +12,9 @@ pub struct Preset {
     pub name: &'static str,
     pub total: u64,
     pub reserved: u64,
+    /// Coherent memory: the GPU's memory is a NUMA node of the host, managed by the
+    /// operating system (Grace Hopper / Grace Blackwell superchips).
+    pub coherent: bool,
 }
 
 /// The presets, documented in docs/simulator.md. Totals are the NVML `total` of real cards.
@@ -21,66 +24,93 @@ pub const PRESETS: &[Preset] = &[
         name: "Tesla T4",
         total: 15360 * MIB,
         reserved: 255 * MIB,
+        coherent: false,
     },
     Preset {
         key: "v100",
         name: "Tesla V100-SXM2-16GB",
         total: 16384 * MIB,
         reserved: 255 * MIB,
+        coherent: false,
     },
     Preset {
         key: "rtx4060ti",
         name: "NVIDIA GeForce RTX 4060 Ti",
         total: 16380 * MIB,
         reserved: 288 * MIB,
+        coherent: false,
     },
     Preset {
         key: "l4",
         name: "NVIDIA L4",
         total: 23034 * MIB,
         reserved: 326 * MIB,
+        coherent: false,
     },
     Preset {
         key: "rtx3090",
         name: "NVIDIA GeForce RTX 3090",
         total: 24576 * MIB,
         reserved: 262 * MIB,
+        coherent: false,
     },
     Preset {
         key: "rtx4090",
         name: "NVIDIA GeForce RTX 4090",
         total: 24564 * MIB,
         reserved: 360 * MIB,
+        coherent: false,
     },
     Preset {
         key: "a10",
         name: "NVIDIA A10",
         total: 23028 * MIB,
         reserved: 326 * MIB,
+        coherent: false,
     },
     Preset {
         key: "a100",
         name: "NVIDIA A100-SXM4-40GB",
         total: 40960 * MIB,
         reserved: 443 * MIB,
+        coherent: false,
     },
     Preset {
         key: "a100-80gb",
         name: "NVIDIA A100-SXM4-80GB",
         total: 81920 * MIB,
         reserved: 527 * MIB,
+        coherent: false,
     },
     Preset {
         key: "h100",
         name: "NVIDIA H100 80GB HBM3",
         total: 81559 * MIB,
         reserved: 522 * MIB,
+        coherent: false,
     },
     Preset {
         key: "h200",
         name: "NVIDIA H200",
         total: 143771 * MIB,
         reserved: 568 * MIB,
+        coherent: false,
+    },
+    // nvidia-smi on GH200 and GB200 nodes shows `97871MiB` and `189471MiB` totals; the
+    // reservation is not published (1 % here, like generic cards).
+    Preset {
+        key: "gh200",
+        name: "NVIDIA GH200 480GB",
+        total: 97871 * MIB,
+        reserved: 978 * MIB,
+        coherent: true,
+    },
+    Preset {
+        key: "gb200",
+        name: "NVIDIA GB200",
+        total: 189471 * MIB,
+        reserved: 1894 * MIB,
+        coherent: true,
     },
 ];
 
@@ -96,6 +126,9 @@ pub struct DeviceModel {
     pub name: String,
     pub total: u64,
     pub reserved: u64,
+    /// Coherent memory (a NUMA node of the host), see [`Preset::coherent`].
+    #[serde(default)]
+    pub coherent: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -153,6 +186,7 @@ fn device_model(s: &str) -> Option<DeviceModel> {
             name: p.name.to_string(),
             total: p.total,
             reserved: p.reserved,
+            coherent: p.coherent,
         });
     }
     let total = parse_size(s).ok()?;
@@ -165,6 +199,7 @@ fn device_model(s: &str) -> Option<DeviceModel> {
         name: format!("Simulated GPU {}", human_total(total)),
         total,
         reserved,
+        coherent: false,
     })
 }
 
@@ -179,7 +214,9 @@ fn human_total(total: u64) -> String {
 /// Device facts the box does not carry, by product name: (compute capability, SM count).
 pub fn arch_of(name: &str) -> ((i32, i32), i32) {
     let n = name.to_ascii_lowercase();
-    if n.contains("h100") || n.contains("h200") {
+    if n.contains("gb200") || n.contains("b200") {
+        ((10, 0), 148)
+    } else if n.contains("h100") || n.contains("h200") {
         ((9, 0), 132)
     } else if n.contains("a100") {
         ((8, 0), 108)

@@ -118,6 +118,27 @@ impl Child {
         self
     }
 
+    /// Start the child under a wrapper command (e.g. `vramdoc sim run --gpus 1 --` or
+    /// `unshare --pid --fork`): `wrap` then this test binary with the child's arguments.
+    /// The environment set so far is kept; the wrapper must pass it on.
+    pub fn wrapped(mut self, wrap: &[&str]) -> Child {
+        let Some((first, rest)) = wrap.split_first() else {
+            return self;
+        };
+        let mut c = Command::new(first);
+        c.args(rest)
+            .arg(self.cmd.get_program())
+            .args(self.cmd.get_args());
+        for (k, v) in self.cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        self.cmd = c;
+        self
+    }
+
     /// The command that starts the child (to spawn it yourself).
     pub fn command(self) -> Command {
         self.cmd

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod clients;
 pub mod hold;
 pub mod nvml;
 pub mod poll;

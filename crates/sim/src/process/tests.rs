@@ -1,3 +1,5 @@
+//! Tests of one process's side: charging, OOM, visibility, contents, faults.
+
 use super::*;
 use crate::{Faults, InitOptions};
 use vramdoc_gpu_spec::units::GIB;

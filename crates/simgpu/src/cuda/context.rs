@@ -35,6 +35,21 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
     })
 }
 
+/// Destroy the primary context of `dev` with everything in it, whatever its retain count
+/// (the recovery after a sticky error; the runtime's `cudaDeviceReset`).
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    with_driver(|d| {
+        let o = d.ordinal(dev)?;
+        if let Some(h) = d.primaries.get(&o).copied() {
+            if d.ctx_live(h).is_ok() {
+                d.destroy_context(h)?;
+            }
+        }
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     dev: CUdevice,
@@ -83,7 +98,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     with_driver(|d| {
         let h = ctx as usize;
-        let c = d.ctx(h)?;
+        let c = d.ctx_live(h)?;
         if c.primary {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }

@@ -126,6 +126,9 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
             76 => minor,     // COMPUTE_CAPABILITY_MINOR
             83 => 1,         // MANAGED_MEMORY
             115 => 1,        // MEMORY_POOLS_SUPPORTED: cudarc then uses cuMemAllocAsync
+            // NUMA_CONFIG: CU_DEVICE_NUMA_CONFIG_NUMA_NODE (1) on coherent-memory boards.
+            130 => info.numa_node.is_some() as i32,
+            131 => info.numa_node.map_or(-1, |n| n as i32), // NUMA_ID of the GPU memory
             a if (1..256).contains(&a) => 0,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         };

@@ -17,11 +17,36 @@ impl Driver {
         Ok(dev as u32)
     }
 
-    /// A live context handle, else `CUDA_ERROR_INVALID_CONTEXT`.
+    /// A live context handle, else `CUDA_ERROR_INVALID_CONTEXT`; its sticky error once a
+    /// kernel fault poisoned it.
     pub(super) fn ctx(&self, h: usize) -> Result<&Context, CUresult> {
+        let c = self.ctx_live(h)?;
+        match c.sticky {
+            Some(code) => Err(code),
+            None => Ok(c),
+        }
+    }
+
+    /// A live context handle, poisoned or not (to destroy or release it).
+    pub(super) fn ctx_live(&self, h: usize) -> Result<&Context, CUresult> {
         match self.contexts.get(&h) {
             Some(c) if c.active => Ok(c),
             _ => Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+    }
+
+    /// The context owning the allocation that contains `ptr`, checked as [`Driver::ctx`]
+    /// does (`None`: not an allocation of this process).
+    pub(super) fn ctx_of_ptr(&self, ptr: u64) -> Result<Option<usize>, CUresult> {
+        let Some(base) = self.proc.allocation_base(ptr) else {
+            return Ok(None);
+        };
+        match self.allocations.get(&base) {
+            Some(h) => {
+                self.ctx(*h)?;
+                Ok(Some(*h))
+            }
+            None => Ok(None),
         }
     }
 
@@ -69,14 +94,29 @@ impl Driver {
                 primary,
                 active: true,
                 retains: 1,
+                sticky: None,
             },
         );
         Ok(h)
     }
 
-    /// Destroy a context: its allocations, streams, events and modules go with it.
+    /// Destroy a context: its allocations, streams, events, modules, opened IPC handles and
+    /// peer mappings go with it.
     pub(super) fn destroy_context(&mut self, h: usize) -> Result<(), CUresult> {
-        let ordinal = self.ctx(h)?.ordinal;
+        let ordinal = self.ctx_live(h)?.ordinal;
+        let opened: Vec<u64> = self
+            .imports
+            .iter()
+            .filter(|(_, c)| **c == h)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in opened {
+            self.imports.remove(&p);
+            while self.proc.import_at(p).is_some() {
+                self.proc.ipc_close(p).map_err(code)?;
+            }
+        }
+        self.peers.retain(|(a, b)| *a != h && *b != h);
         let mine: Vec<u64> = self
             .allocations
             .iter()
@@ -85,6 +125,7 @@ impl Driver {
             .collect();
         for p in mine {
             self.allocations.remove(&p);
+            self.pooled.remove(&p);
             self.proc.free(p).map_err(code)?;
         }
         self.streams.retain(|_, s| s.ctx != h);
@@ -101,6 +142,7 @@ impl Driver {
         if let Some(c) = self.contexts.get_mut(&h) {
             c.active = false;
             c.retains = 0;
+            c.sticky = None;
         }
         if !self.contexts.get(&h).is_some_and(|c| c.primary) {
             self.contexts.remove(&h);
@@ -120,11 +162,13 @@ impl Driver {
     }
 
     pub(super) fn free(&mut self, ptr: u64) -> Result<(), CUresult> {
-        if ptr == 0 || !self.allocations.contains_key(&ptr) {
+        let Some(h) = self.allocations.get(&ptr).copied() else {
             return Err(CUDA_ERROR_INVALID_VALUE);
-        }
+        };
+        self.ctx(h)?;
         self.proc.free(ptr).map_err(code)?;
         self.allocations.remove(&ptr);
+        self.pooled.remove(&ptr);
         Ok(())
     }
 
@@ -134,6 +178,11 @@ impl Driver {
     }
 
     pub(super) fn check_ptr(&mut self, ptr: u64) -> Result<u32, CUresult> {
+        if self.proc.import_at(ptr).is_some() {
+            // Another process's memory: the simulator does not share contents.
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        self.ctx_of_ptr(ptr)?;
         let ordinal = self.proc.ordinal_of(ptr).map_err(code)?;
         self.proc.check(ordinal).map_err(code)?;
         Ok(ordinal)
@@ -238,6 +287,42 @@ impl Driver {
         }
         self.check_device(ordinal)?;
         nonnull(params)?;
+        let phys = self.proc.physical(ordinal).map_err(code)?;
+        if self.proc.sim().take_kernel_fault(phys).map_err(code)? {
+            return Err(self.poison(ctx, CUDA_ERROR_ILLEGAL_ADDRESS));
+        }
+        let r = self.run_kernel(&name, ordinal, ctx, params);
+        match r {
+            Err(CUDA_ERROR_ILLEGAL_ADDRESS) => Err(self.poison(ctx, CUDA_ERROR_ILLEGAL_ADDRESS)),
+            other => other,
+        }
+    }
+
+    /// Make `code` stick to context `h` (a kernel fault): every later call on it fails so.
+    pub(super) fn poison(&mut self, h: usize, code: CUresult) -> CUresult {
+        if let Some(c) = self.contexts.get_mut(&h) {
+            c.sticky = Some(code);
+        }
+        code
+    }
+
+    /// Whether a kernel in context `h` on `ordinal` may touch memory on `other`: its own
+    /// device, or a peer whose context it enabled peer access to.
+    fn reaches(&self, h: usize, ordinal: u32, other: u32) -> bool {
+        other == ordinal
+            || self
+                .peers
+                .iter()
+                .any(|(a, b)| *a == h && self.contexts.get(b).is_some_and(|c| c.ordinal == other))
+    }
+
+    fn run_kernel(
+        &mut self,
+        name: &str,
+        ordinal: u32,
+        ctx: usize,
+        params: *mut *mut c_void,
+    ) -> Result<(), CUresult> {
         // SAFETY: kernelParams holds one pointer per kernel parameter (cuda.h contract); both
         // emulated kernels take three, each pointing at a value of the PTX parameter's type.
         let arg = |i: usize| -> Result<*mut c_void, CUresult> {
@@ -250,7 +335,7 @@ impl Driver {
         };
         let on_device = |d: &mut Driver, ptr: u64| -> Result<(), CUresult> {
             match d.proc.ordinal_of(ptr) {
-                Ok(o) if o == ordinal => Ok(()),
+                Ok(o) if d.reaches(ctx, ordinal, o) => Ok(()),
                 _ => Err(CUDA_ERROR_ILLEGAL_ADDRESS),
             }
         };
@@ -260,7 +345,7 @@ impl Driver {
             }
             other => sync_code(other),
         };
-        match name.as_str() {
+        match name {
             KERNEL_FILL => {
                 // SAFETY: parameter types per kernels/vramdoc.cu: (u32*, u64, u32).
                 let (ptr, n, value) = unsafe {

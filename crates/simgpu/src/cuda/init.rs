@@ -32,6 +32,9 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
             modules: HashMap::new(),
             functions: HashMap::new(),
             allocations: HashMap::new(),
+            pooled: Default::default(),
+            peers: Default::default(),
+            imports: HashMap::new(),
             next_handle: 0x5100_0000,
         });
         CUDA_SUCCESS

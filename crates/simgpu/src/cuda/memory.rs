@@ -22,6 +22,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
         nonnull(dptr)?;
         let ctx = d.stream_ctx(stream)?;
         let p = d.alloc(ctx, bytes)?;
+        d.pooled.insert(p);
         out(dptr, p)
     })
 }

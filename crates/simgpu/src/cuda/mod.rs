@@ -32,6 +32,8 @@ mod driver;
 mod init;
 mod memory;
 mod module;
+mod peer;
+mod proc_address;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -41,6 +43,8 @@ pub use device::*;
 pub use init::*;
 pub use memory::*;
 pub use module::*;
+pub use peer::*;
+pub use proc_address::*;
 pub use stream::*;
 
 /// `CUresult` (cuda.h `enum cudaError_enum`); only the codes this library returns.
@@ -63,6 +67,7 @@ pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CUresult = 217;
 pub const CUDA_ERROR_INVALID_PTX: CUresult = 218;
 /// Newer than some client headers: cuda.h 12.0 ends its JIT codes at 222, but 221 exists
 /// since CUDA 11.1; 226 arrived with CUDA 12.4 (CUDA 12.0 clients do not know it).
@@ -73,6 +78,8 @@ pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
+pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CUresult = 705;
 pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CUresult = 803;
@@ -137,6 +144,11 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
         c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
         c"the provided PTX was compiled with an unsupported toolchain.",
     ),
+    (
+        217,
+        c"CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+        c"peer access is not supported between these two devices",
+    ),
     (301, c"CUDA_ERROR_FILE_NOT_FOUND", c"file not found"),
     (
         400,
@@ -149,6 +161,16 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
         700,
         c"CUDA_ERROR_ILLEGAL_ADDRESS",
         c"an illegal memory access was encountered",
+    ),
+    (
+        704,
+        c"CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+        c"peer access is already enabled",
+    ),
+    (
+        705,
+        c"CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+        c"peer access has not been enabled",
     ),
     (
         709,
@@ -180,6 +202,9 @@ struct Context {
     /// Primary contexts keep their handle after release; `active` says whether one exists.
     active: bool,
     retains: u32,
+    /// A kernel fault left the context unusable: every call on it returns this code
+    /// (`CUDA_ERROR_ILLEGAL_ADDRESS`: "any further CUDA work will return the same error").
+    sticky: Option<CUresult>,
 }
 
 struct Stream {
@@ -214,6 +239,12 @@ struct Driver {
     functions: HashMap<usize, Function>,
     /// Allocation base pointer -> owning context handle.
     allocations: HashMap<u64, usize>,
+    /// Allocations made from a stream-ordered pool (`cuMemAllocAsync`): not exportable.
+    pooled: std::collections::HashSet<u64>,
+    /// (context, peer context) pairs with peer access enabled (`cuCtxEnablePeerAccess`).
+    peers: std::collections::HashSet<(usize, usize)>,
+    /// Opened IPC handles -> the context that opened them.
+    imports: HashMap<u64, usize>,
     next_handle: usize,
 }
 
@@ -277,6 +308,9 @@ fn code(e: SimError) -> CUresult {
         SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => CUDA_ERROR_INVALID_VALUE,
         SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
         SimError::NoBox => CUDA_ERROR_NO_DEVICE,
+        SimError::IpcHandle => CUDA_ERROR_INVALID_VALUE,
+        // "cuIpcOpenMemHandle() failed: invalid device context" (openucx/ucx#11603).
+        SimError::IpcSameProcess => CUDA_ERROR_INVALID_CONTEXT,
         // NVML-only (MIG parent, unmounted device): CUDA never sees such a device.
         SimError::NoPermission(_) => CUDA_ERROR_INVALID_DEVICE,
         SimError::DeviceBusy(_) => CUDA_ERROR_DEVICE_UNAVAILABLE,

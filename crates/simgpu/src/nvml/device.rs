@@ -14,12 +14,12 @@ fn device_count(count: *mut c_uint) -> nvmlReturn_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> nvmlReturn_t {
-    guard(|| device_count(deviceCount))
+    guard("nvmlDeviceGetCount_v2", || device_count(deviceCount))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> nvmlReturn_t {
-    guard(|| device_count(deviceCount))
+    guard("nvmlDeviceGetCount", || device_count(deviceCount))
 }
 
 /// Handle lookups succeed for a lost device (real NVML enumerates at init); the queries on
@@ -40,7 +40,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_index(index, device))
+    guard("nvmlDeviceGetHandleByIndex_v2", || {
+        handle_by_index(index, device)
+    })
 }
 
 #[no_mangle]
@@ -48,7 +50,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_index(index, device))
+    guard("nvmlDeviceGetHandleByIndex", || {
+        handle_by_index(index, device)
+    })
 }
 
 #[no_mangle]
@@ -56,7 +60,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetHandleByUUID", || {
         done((|| {
             let sim = current()?;
             if uuid.is_null() || device.is_null() {
@@ -120,7 +124,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     pciBusId: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_pci(pciBusId, device))
+    guard("nvmlDeviceGetHandleByPciBusId_v2", || {
+        handle_by_pci(pciBusId, device)
+    })
 }
 
 #[no_mangle]
@@ -128,7 +134,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
     pciBusId: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
-    guard(|| handle_by_pci(pciBusId, device))
+    guard("nvmlDeviceGetHandleByPciBusId", || {
+        handle_by_pci(pciBusId, device)
+    })
 }
 
 #[no_mangle]
@@ -137,7 +145,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetName", || {
         done(with_device(device, |_, d, _| {
             // SAFETY: caller's buffer of `length` bytes; NULL checked in write_str.
             unsafe { write_str(name, length, &d.name) }
@@ -151,7 +159,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetUUID", || {
         done(with_device(device, |_, d, _| {
             // SAFETY: caller's buffer of `length` bytes; NULL checked in write_str.
             unsafe { write_str(uuid, length, &d.uuid) }
@@ -164,7 +172,7 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     device: nvmlDevice_t,
     index: *mut c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetIndex", || {
         done(with_device(device, |_, d, _| {
             let i = mounted()
                 .iter()
@@ -232,7 +240,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    guard(|| pci_info(device, pci))
+    guard("nvmlDeviceGetPciInfo_v3", || pci_info(device, pci))
 }
 
 #[no_mangle]
@@ -240,7 +248,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    guard(|| pci_info(device, pci))
+    guard("nvmlDeviceGetPciInfo_v2", || pci_info(device, pci))
 }
 
 #[no_mangle]
@@ -248,7 +256,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    guard(|| pci_info(device, pci))
+    guard("nvmlDeviceGetPciInfo", || pci_info(device, pci))
 }
 
 fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc_sim::SimMemory> {
@@ -256,22 +264,31 @@ fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc_sim::Si
     sim.memory_with(d.index, faults).map_err(|e| sim_code(&e))
 }
 
-/// v1: `used` is reserved + allocated (nvml.h: "Sum of Reserved and Allocated").
+/// v1: `used` is reserved + allocated (nvml.h: "Sum of Reserved and Allocated") on R510+;
+/// before R510 the reservation is outside both `total` and `used`.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetMemoryInfo", || {
         done(with_device(device, |sim, d, faults| {
             if memory.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             let m = sim_memory(sim, d, faults)?;
-            let v = nvmlMemory_t {
-                total: m.total,
-                free: m.free,
-                used: m.reserved + m.used,
+            let v = if sim.config().nvml_api().v1_counts_reserved {
+                nvmlMemory_t {
+                    total: m.total,
+                    free: m.free,
+                    used: m.reserved + m.used,
+                }
+            } else {
+                nvmlMemory_t {
+                    total: m.total - m.reserved,
+                    free: m.free,
+                    used: m.used,
+                }
             };
             // SAFETY: checked for NULL above.
             unsafe { out(memory, v) }
@@ -279,20 +296,32 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     })
 }
 
-/// v2: `version` must be `nvmlMemory_v2`; `used` excludes `reserved`.
+/// v2: `version` must be `nvmlMemory_v2`; `used` excludes `reserved`. Absent before R510
+/// (`FUNCTION_NOT_FOUND`; `vramdoc sim libs` removes the symbol), failing under WSL.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetMemoryInfo_v2", || {
         done(with_device(device, |sim, d, faults| {
+            let api = sim.config().nvml_api();
+            if !api.memory_v2 {
+                return Err(NVML_ERROR_FUNCTION_NOT_FOUND);
+            }
+            if sim.config().platform == vramdoc_sim::Platform::Wsl {
+                return Err(NVML_ERROR_UNKNOWN);
+            }
             if memory.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             // SAFETY: checked for NULL above; the caller set `version`.
             if unsafe { (*memory).version } != NVML_MEMORY_V2_VERSION {
-                return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+                return Err(if api.wrong_version_is_function_not_found {
+                    NVML_ERROR_FUNCTION_NOT_FOUND
+                } else {
+                    NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+                });
             }
             let m = sim_memory(sim, d, faults)?;
             let v = nvmlMemory_v2_t {
@@ -313,7 +342,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetUtilizationRates", || {
         done(with_device(device, |_, _, _| {
             // SAFETY: checked for NULL by `out`.
             unsafe { out(utilization, nvmlUtilization_t { gpu: 0, memory: 0 }) }
@@ -327,7 +356,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     sensorType: c_uint,
     temp: *mut c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlDeviceGetTemperature", || {
         done(with_device(device, |_, _, _| {
             if sensorType != NVML_TEMPERATURE_GPU {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);

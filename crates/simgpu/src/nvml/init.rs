@@ -3,19 +3,27 @@
 use super::*;
 
 fn init(_flags: c_uint) -> nvmlReturn_t {
+    let b = match SimBox::from_env() {
+        Ok(b) => b,
+        Err(e) => return sim_code(&e),
+    };
+    let faults = match b.faults().map(|f| hang(&b, None, f)) {
+        Ok(Ok(f)) => f,
+        Ok(Err(code)) => return code,
+        Err(e) => return sim_code(&e),
+    };
+    if faults.driver_version_mismatch {
+        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    }
+    if faults.nvml_sessions_lost {
+        // "Failed to initialize NVML: Unknown Error" (nvidia-container-toolkit#48).
+        return NVML_ERROR_UNKNOWN;
+    }
     let mut lib = lock(&LIB);
     if lib.refcount == 0 {
-        match SimBox::from_env() {
-            Ok(b) => {
-                if b.faults().is_ok_and(|f| f.driver_version_mismatch) {
-                    return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
-                }
-                let env = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
-                lib.mounted = b.mounted(env.as_deref());
-                lib.sim = Some(Arc::new(b));
-            }
-            Err(e) => return sim_code(&e),
-        }
+        lib.mounted = b.mounted();
+        lib.epoch = faults.nvml_epoch;
+        lib.sim = Some(Arc::new(b));
     }
     lib.refcount += 1;
     NVML_SUCCESS
@@ -23,25 +31,25 @@ fn init(_flags: c_uint) -> nvmlReturn_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
-    guard(|| init(0))
+    guard("nvmlInit_v2", || init(0))
 }
 
 /// The v1 symbol, still exported by real drivers for binary compatibility.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlInit() -> nvmlReturn_t {
-    guard(|| init(0))
+    guard("nvmlInit", || init(0))
 }
 
 /// Flags (`NVML_INIT_FLAG_NO_GPUS`, `NVML_INIT_FLAG_NO_ATTACH`) change nothing here: a box
 /// always has at least one device and nothing needs attaching.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlInitWithFlags(flags: c_uint) -> nvmlReturn_t {
-    guard(|| init(flags))
+    guard("nvmlInitWithFlags", || init(flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlShutdown() -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlShutdown", || {
         let mut lib = lock(&LIB);
         if lib.refcount == 0 {
             return NVML_ERROR_UNINITIALIZED;
@@ -93,5 +101,9 @@ fn error_text(result: nvmlReturn_t) -> &'static CStr {
 /// Static strings: valid for the life of the process, never to be freed (as in nvml.h).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
-    catch_unwind(|| error_text(result).as_ptr()).unwrap_or(c"Unknown Error".as_ptr())
+    catch_unwind(|| {
+        count("nvmlErrorString");
+        error_text(result).as_ptr()
+    })
+    .unwrap_or(c"Unknown Error".as_ptr())
 }

@@ -28,16 +28,18 @@
 //! (versions, process names), `device` (enumeration, handles, static facts, memory,
 //! utilization, temperature), `process` (the process lists).
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use vramdoc_gpu_spec::ProcessKind;
+use vramdoc_sim::calls::Counter;
 use vramdoc_sim::profile::RecordLayout;
 use vramdoc_sim::{Faults, SimBox, SimDevice, SimError};
 
 mod device;
 mod init;
+mod monitor;
 mod process;
 mod system;
 #[cfg(test)]
@@ -45,6 +47,7 @@ mod tests;
 
 pub use device::*;
 pub use init::*;
+pub use monitor::*;
 pub use process::*;
 pub use system::*;
 
@@ -174,15 +177,19 @@ pub struct nvmlUtilization_t {
 struct Lib {
     refcount: u32,
     sim: Option<Arc<SimBox>>,
-    /// Host index of each NVML index: a process with `NVIDIA_VISIBLE_DEVICES` (a container)
-    /// sees only those GPUs, renumbered from 0 in PCI order.
+    /// Host index of each NVML index: a process in a container sees only the GPUs whose
+    /// device files its container runtime mounted, renumbered from 0 in PCI order.
     mounted: Vec<u32>,
+    /// The box's NVML epoch when this session was opened (`Faults::nvml_epoch`): a newer
+    /// epoch means the session was lost (`sim fault --nvml-session-lost`).
+    epoch: u64,
 }
 
 static LIB: Mutex<Lib> = Mutex::new(Lib {
     refcount: 0,
     sim: None,
     mounted: Vec::new(),
+    epoch: 0,
 });
 
 /// Host indices of the devices this process's NVML shows.
@@ -193,13 +200,45 @@ fn mounted() -> Vec<u32> {
 /// Handles minted so far, by physical index (addresses of leaked `nvmlDevice_st`).
 static HANDLES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// This process's call counter (`vramdoc_sim::calls`), for the box it was opened on.
+static COUNTER: Mutex<Option<(std::path::PathBuf, Counter)>> = Mutex::new(None);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Run an entry point body; a panic becomes `NVML_ERROR_UNKNOWN` instead of unwinding into C.
-fn guard(f: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(NVML_ERROR_UNKNOWN)
+/// Count one call of `name` in this process's counter file of the current box (the
+/// initialised one, else the one `VRAMDOC_SIM_DIR` names; none: not counted).
+fn count(name: &'static str) {
+    let dir = match lock(&LIB).sim.as_ref() {
+        Some(b) => b.dir().to_path_buf(),
+        None => match std::env::var_os(vramdoc_sim::SIM_DIR_ENV) {
+            Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
+            _ => return,
+        },
+    };
+    let mut c = lock(&COUNTER);
+    if c.as_ref().is_none_or(|(d, _)| *d != dir) {
+        if !dir.join("box.json").exists() {
+            return;
+        }
+        let own = std::process::id();
+        let pid = vramdoc_sim::broker::host_pid(&dir).unwrap_or(own);
+        *c = Counter::open(&dir, pid, own).ok().map(|k| (dir, k));
+    }
+    if let Some((_, k)) = c.as_mut() {
+        k.count(name);
+    }
+}
+
+/// Run an entry point body, counting the call; a panic becomes `NVML_ERROR_UNKNOWN` instead
+/// of unwinding into C.
+fn guard(name: &'static str, f: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
+    catch_unwind(AssertUnwindSafe(|| {
+        count(name);
+        f()
+    }))
+    .unwrap_or(NVML_ERROR_UNKNOWN)
 }
 
 type R<T> = Result<T, nvmlReturn_t>;
@@ -221,16 +260,51 @@ fn sim_code(e: &SimError) -> nvmlReturn_t {
     }
 }
 
-/// The box of the initialised library.
+/// Poll interval of a hung call ([`hang`]).
+const HANG_POLL: Duration = Duration::from_millis(20);
+
+/// Block while the box's `nvml_hang` fault applies to a call on `device` (`None`: a call not
+/// about one device), re-reading the faults; past the fault's bound the call fails with
+/// `NVML_ERROR_UNKNOWN`. Returns the faults as they are when the call may go on.
+fn hang(sim: &SimBox, device: Option<u32>, mut faults: Faults) -> R<Faults> {
+    let start = std::time::Instant::now();
+    while let Some(h) = faults.nvml_hang.filter(|h| h.applies(device)) {
+        if start.elapsed() >= Duration::from_millis(h.limit_ms) {
+            return Err(NVML_ERROR_UNKNOWN);
+        }
+        std::thread::sleep(HANG_POLL);
+        faults = sim.faults().map_err(|e| sim_code(&e))?;
+    }
+    Ok(faults)
+}
+
+/// The box of the initialised library and its current faults: `NVML_ERROR_UNINITIALIZED`
+/// before init, `NVML_ERROR_UNKNOWN` once the session was lost, and a hang while the box
+/// hangs every call.
+fn session() -> R<(Arc<SimBox>, Faults)> {
+    let (sim, epoch) = {
+        let lib = lock(&LIB);
+        (lib.sim.clone().ok_or(NVML_ERROR_UNINITIALIZED)?, lib.epoch)
+    };
+    let faults = sim.faults().map_err(|e| sim_code(&e))?;
+    if faults.nvml_epoch > epoch {
+        return Err(NVML_ERROR_UNKNOWN);
+    }
+    let faults = hang(&sim, None, faults)?;
+    Ok((sim, faults))
+}
+
+/// The box of the initialised library (checked as [`session`] does).
 fn current() -> R<Arc<SimBox>> {
-    lock(&LIB).sim.clone().ok_or(NVML_ERROR_UNINITIALIZED)
+    session().map(|(sim, _)| sim)
 }
 
 /// The box for queries that real NVML answers without init (versions): the initialised one,
 /// else the one `VRAMDOC_SIM_DIR` names, else none.
 fn any_box() -> Option<Arc<SimBox>> {
-    current()
-        .ok()
+    lock(&LIB)
+        .sim
+        .clone()
         .or_else(|| SimBox::from_env().ok().map(Arc::new))
 }
 
@@ -264,14 +338,15 @@ fn index_of(h: nvmlDevice_t) -> R<u32> {
     Ok(st.index)
 }
 
-/// A per-device query: library initialised, handle valid, device in the box and not lost.
+/// A per-device query: library initialised, session not lost, handle valid, device mounted
+/// in this process's view, in the box and not lost; waits out a hang of the device.
 fn with_device<T>(h: nvmlDevice_t, f: impl FnOnce(&SimBox, &SimDevice, &Faults) -> R<T>) -> R<T> {
-    let sim = current()?;
+    let (sim, faults) = session()?;
     let index = index_of(h)?;
     if !mounted().contains(&index) {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
-    let faults = sim.faults().map_err(|e| sim_code(&e))?;
+    let faults = hang(&sim, Some(index), faults)?;
     let dev = sim
         .check_nvml_device(index, &faults)
         .map_err(|e| sim_code(&e))?;

@@ -40,8 +40,10 @@ unsafe fn processes<T>(
         if infos.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
+        let wddm = sim.config().platform == vramdoc_sim::Platform::Wsl;
         for (i, p) in list.iter().enumerate() {
-            let used = if faults.nvml_used_memory_unavailable {
+            // "Under WDDM, NVML_VALUE_NOT_AVAILABLE is always reported" (nvml.h).
+            let used = if faults.nvml_used_memory_unavailable || wddm {
                 NVML_VALUE_NOT_AVAILABLE_ULL
             } else {
                 p.used
@@ -82,9 +84,20 @@ fn detail(pid: c_uint, used: c_ulonglong) -> nvmlProcessDetail_v1_t {
 
 /// The layout of the box's driver branch (R525 when no box is initialised).
 fn layout() -> RecordLayout {
-    current()
+    lock(&LIB)
+        .sim
+        .as_ref()
         .map(|b| b.config().record_layout())
         .unwrap_or(RecordLayout::R525)
+}
+
+/// The entry points of the box's driver branch (all of them when no box is initialised).
+fn api() -> vramdoc_sim::profile::NvmlApi {
+    lock(&LIB)
+        .sim
+        .as_ref()
+        .map(|b| b.config().nvml_api())
+        .unwrap_or_else(|| vramdoc_sim::profile::api_of(vramdoc_sim::profile::DEFAULT_DRIVER))
 }
 
 /// `_v3`: declared with `nvmlProcessInfo_v2_t`, but R535 drivers write 32-byte records.
@@ -94,6 +107,9 @@ unsafe fn processes_v3(
     infos: *mut nvmlProcessInfo_v2_t,
     kind: ProcessKind,
 ) -> nvmlReturn_t {
+    if !api().process_v3 {
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
     match layout() {
         RecordLayout::R535 => processes(device, count, infos.cast(), kind, detail),
         RecordLayout::R525 | RecordLayout::R550 => processes(device, count, infos, kind, v2),
@@ -108,7 +124,9 @@ macro_rules! process_entry {
             infoCount: *mut c_uint,
             infos: *mut $t,
         ) -> nvmlReturn_t {
-            guard(|| processes(device, infoCount, infos, $kind, $make))
+            guard(stringify!($name), || {
+                processes(device, infoCount, infos, $kind, $make)
+            })
         }
     };
 }
@@ -121,7 +139,9 @@ macro_rules! process_entry_v3 {
             infoCount: *mut c_uint,
             infos: *mut nvmlProcessInfo_v2_t,
         ) -> nvmlReturn_t {
-            guard(|| processes_v3(device, infoCount, infos, $kind))
+            guard(stringify!($name), || {
+                processes_v3(device, infoCount, infos, $kind)
+            })
         }
     };
 }
@@ -182,8 +202,8 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(
     device: nvmlDevice_t,
     plist: *mut nvmlProcessDetailList_t,
 ) -> nvmlReturn_t {
-    guard(|| {
-        if layout() != RecordLayout::R550 && current().is_ok() {
+    guard("nvmlDeviceGetRunningProcessDetailList", || {
+        if !api().detail_list {
             return NVML_ERROR_FUNCTION_NOT_FOUND;
         }
         if plist.is_null() {

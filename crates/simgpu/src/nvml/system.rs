@@ -7,7 +7,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlSystemGetDriverVersion", || {
         done((|| {
             let sim = current()?;
             write_str(version, length, &sim.config().driver_version)
@@ -20,7 +20,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlSystemGetNVMLVersion", || {
         let v = match any_box() {
             Some(b) => b.config().nvml_version.clone(),
             None => default_nvml_version(),
@@ -47,14 +47,18 @@ fn cuda_version(out_v: *mut c_int) -> nvmlReturn_t {
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(
     cudaDriverVersion: *mut c_int,
 ) -> nvmlReturn_t {
-    guard(|| cuda_version(cudaDriverVersion))
+    guard("nvmlSystemGetCudaDriverVersion", || {
+        cuda_version(cudaDriverVersion)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
     cudaDriverVersion: *mut c_int,
 ) -> nvmlReturn_t {
-    guard(|| cuda_version(cudaDriverVersion))
+    guard("nvmlSystemGetCudaDriverVersion_v2", || {
+        cuda_version(cudaDriverVersion)
+    })
 }
 
 /// The name the box recorded for `pid`, else `/proc/PID/comm`; cropped to `length`.
@@ -64,7 +68,7 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
     name: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    guard(|| {
+    guard("nvmlSystemGetProcessName", || {
         done((|| {
             let sim = current()?;
             if name.is_null() || length == 0 {

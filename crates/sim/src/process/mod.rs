@@ -9,19 +9,26 @@
 //! kernels/vramdoc.cu and `vramdoc_gpu_spec::kernel`) compute exactly what the PTX computes on
 //! a GPU.
 
-use super::{procinfo, SimBox, SimError, SimMemory, GRANULARITY};
+use crate::{procinfo, SimBox, SimError, SimMemory, GRANULARITY};
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use vramdoc_gpu_spec::units::{round_up, MIB};
-use vramdoc_gpu_spec::{kernel, visible, ProcessKind};
+use vramdoc_gpu_spec::{visible, ProcessKind};
+
+mod client;
+mod contents;
+mod ipc;
+
+pub use ipc::{Import, IPC_HANDLE_SIZE};
+#[cfg(test)]
+mod tests;
+
+use client::{forget_token, token_file, ClientFiles};
 
 /// What a process's environment says about the devices it may use and their order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessEnv {
     /// `CUDA_VISIBLE_DEVICES`: indices (in CUDA's order) or UUIDs.
     pub cuda_visible: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES`: set by the NVIDIA container runtime; only those GPUs exist.
-    pub nvidia_visible: Option<String>,
     /// `CUDA_DEVICE_ORDER`: `FASTEST_FIRST` (default) or `PCI_BUS_ID`.
     pub device_order: Option<String>,
 }
@@ -31,7 +38,6 @@ impl ProcessEnv {
     pub fn from_env() -> ProcessEnv {
         ProcessEnv {
             cuda_visible: std::env::var(visible::CUDA_VISIBLE_DEVICES).ok(),
-            nvidia_visible: std::env::var(visible::NVIDIA_VISIBLE_DEVICES).ok(),
             device_order: std::env::var(visible::CUDA_DEVICE_ORDER).ok(),
         }
     }
@@ -40,58 +46,12 @@ impl ProcessEnv {
 /// Host indices of the devices a process sees, in CUDA's enumeration order (before
 /// `CUDA_VISIBLE_DEVICES`).
 pub fn cuda_enumeration(sim: &SimBox, env: &ProcessEnv) -> Vec<u32> {
-    let mounted = sim.mounted(env.nvidia_visible.as_deref());
+    let mounted = sim.mounted();
     visible::cuda_order(&mounted, env.device_order.as_deref(), |i| {
         let name = sim.device(i).map(|d| d.name.as_str()).unwrap_or("");
-        let ((major, minor), sms) = super::spec::arch_of(name);
+        let ((major, minor), sms) = crate::spec::arch_of(name);
         (major, minor, sms)
     })
-}
-
-/// Token files of this process, per box `dev/` directory (see [`ClientFiles::token`]).
-static TOKENS: std::sync::Mutex<Vec<(std::path::PathBuf, std::sync::Arc<File>)>> =
-    std::sync::Mutex::new(Vec::new());
-
-/// This process's token file for the box whose `dev/` is `dev`: opened and locked once.
-fn token_file(dev: &std::path::Path, token: &str) -> Result<std::sync::Arc<File>, SimError> {
-    let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, f)) = tokens.iter().find(|(d, _)| d == dev) {
-        return Ok(f.clone());
-    }
-    let clients = dev.join(super::CLIENTS_DIR);
-    std::fs::create_dir_all(&clients).map_err(super::io_err(&clients))?;
-    let path = clients.join(token);
-    let tok = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(super::io_err(&path))?;
-    // flock(2): the lock stays while any process (a forked child) holds the descriptor.
-    tok.lock().map_err(|source| SimError::Io { path, source })?;
-    let tok = std::sync::Arc::new(tok);
-    tokens.push((dev.to_path_buf(), tok.clone()));
-    Ok(tok)
-}
-
-/// Drop this process's token of a box (its last `SimProcess` released everything).
-fn forget_token(dev: &std::path::Path) {
-    let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-    tokens.retain(|(d, _)| d != dev);
-}
-
-/// The driver files a process holds open, like the real driver's descriptors: memory of the
-/// process stays allocated while any process (a forked child included) holds them.
-#[derive(Debug)]
-struct ClientFiles {
-    /// `dev/clients/<pid>-<start>`, flock'ed: its lock outlives this process in forked
-    /// children that inherited the descriptor. Shared by every `SimProcess` of this process
-    /// on the box (a second lock from the same process would wait for the first forever).
-    token: std::sync::Arc<File>,
-    /// `dev/nvidiactl`.
-    _ctl: File,
-    /// `dev/nvidia<N>` per physical device this process made a context on.
-    nodes: HashMap<u32, File>,
 }
 
 /// Allocations up to this size get real host backing for their contents.
@@ -135,7 +95,11 @@ pub struct SimProcess {
     /// PID as this process sees it (differs from `pid` inside a PID namespace).
     own_pid: u32,
     kind: ProcessKind,
+    /// Further NVML lists the process is in (`C+G`).
+    also: Vec<ProcessKind>,
     files: Option<ClientFiles>,
+    /// CUDA IPC mappings this process opened, by the device pointer it got.
+    imports: BTreeMap<u64, Import>,
 }
 
 impl SimProcess {
@@ -163,7 +127,7 @@ impl SimProcess {
             .collect();
         let own_pid = std::process::id();
         // The host PID, as the box's broker (its "kernel driver") sees us.
-        let pid = super::broker::host_pid(sim.dir()).unwrap_or(own_pid);
+        let pid = crate::broker::host_pid(sim.dir()).unwrap_or(own_pid);
         SimProcess {
             start_time: procinfo::start_time(own_pid).unwrap_or(0),
             pid,
@@ -175,12 +139,15 @@ impl SimProcess {
             next_va: VA_BASE,
             backed_bytes: 0,
             kind: ProcessKind::Compute,
+            also: Vec::new(),
             files: None,
+            imports: BTreeMap::new(),
         }
     }
 
     /// Attach to the box of `VRAMDOC_SIM_DIR`, honouring this process's
-    /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`.
+    /// `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` (and, in a container, the devices its
+    /// runtime mounted: [`SimBox::mounted`]).
     pub fn from_env() -> Result<SimProcess, SimError> {
         let sim = SimBox::from_env()?;
         Ok(SimProcess::with_env(sim, &ProcessEnv::from_env()))
@@ -190,6 +157,12 @@ impl SimProcess {
     /// before the first context).
     pub fn set_kind(&mut self, kind: ProcessKind) {
         self.kind = kind;
+    }
+
+    /// Also list this process in `kinds` (a process with compute and graphics contexts is
+    /// `C+G`: in both lists, with the same memory). Set before the first context.
+    pub fn set_also(&mut self, kinds: &[ProcessKind]) {
+        self.also = kinds.to_vec();
     }
 
     /// This process's PID as NVML reports it (the host PID).
@@ -207,19 +180,19 @@ impl SimProcess {
     fn open_files(&mut self, phys: u32) -> Result<String, SimError> {
         let token = self.token_name();
         if self.files.is_none() {
-            let dev = self.sim.dir().join(super::DEV_DIR);
+            let dev = self.sim.dir().join(crate::DEV_DIR);
             let tok = token_file(&dev, &token)?;
-            let ctl = super::open_node(&dev.join("nvidiactl"))?;
+            let ctl = crate::open_node(&dev.join("nvidiactl"))?;
             self.files = Some(ClientFiles {
                 token: tok,
                 _ctl: ctl,
                 nodes: HashMap::new(),
             });
         }
-        let dev = self.sim.dir().join(super::DEV_DIR);
+        let dev = self.sim.dir().join(crate::DEV_DIR);
         if let Some(f) = self.files.as_mut() {
             if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
-                e.insert(super::open_node(&dev.join(format!("nvidia{phys}")))?);
+                e.insert(crate::open_node(&dev.join(format!("nvidia{phys}")))?);
             }
         }
         Ok(token)
@@ -241,7 +214,7 @@ impl SimProcess {
             .ok_or(SimError::InvalidDevice(ordinal))
     }
 
-    pub fn device(&self, ordinal: u32) -> Result<&super::SimDevice, SimError> {
+    pub fn device(&self, ordinal: u32) -> Result<&crate::SimDevice, SimError> {
         self.sim.device(self.physical(ordinal)?)
     }
 
@@ -253,6 +226,7 @@ impl SimProcess {
     pub fn create_context(&mut self, ordinal: u32) -> Result<(), SimError> {
         let phys = self.physical(ordinal)?;
         let (pid, start, own_pid, kind) = (self.pid, self.start_time, self.own_pid, self.kind);
+        let also = self.also.clone();
         let name = procinfo::comm(own_pid);
         let token = self.open_files(phys)?;
         let sim = self.sim.clone();
@@ -269,7 +243,11 @@ impl SimProcess {
                     return Err(SimError::DeviceBusy(phys));
                 }
             }
-            let mem = super::memory_of(dev, st);
+            let mut mem = crate::memory_of(dev, st);
+            if mem.free < dev.context_overhead {
+                crate::reclaim(st, phys, dev.context_overhead - mem.free);
+                mem = crate::memory_of(dev, st);
+            }
             if mem.free < dev.context_overhead {
                 return Err(SimError::OutOfMemory {
                     device: phys,
@@ -281,6 +259,7 @@ impl SimProcess {
             entry.start_time = start;
             entry.name = name;
             entry.kind = kind;
+            entry.also = also.clone();
             entry.client = Some(token);
             entry.ns_pid = (own_pid != pid).then_some(own_pid);
             let u = entry.devices.entry(phys).or_default();
@@ -327,7 +306,7 @@ impl SimProcess {
                     u.context_bytes = u.context_bytes.saturating_sub(overhead);
                     u.alloc_bytes = u.alloc_bytes.saturating_sub(freed_bytes);
                     u.allocations = u.allocations.saturating_sub(n_freed);
-                    if u.contexts == 0 && u.total() == 0 {
+                    if !u.listed() {
                         entry.devices.remove(&phys);
                     }
                 }
@@ -361,7 +340,12 @@ impl SimProcess {
         sim.update(|st, faults| {
             sim.check_device(phys, faults)?;
             st.alloc_calls = st.alloc_calls.saturating_add(1);
-            let mem = super::memory_of(sim.device(phys)?, st);
+            let mut mem = crate::memory_of(sim.device(phys)?, st);
+            if mem.free < charged {
+                // Coherent memory: the OS hands back pages it kept from exited processes.
+                crate::reclaim(st, phys, charged - mem.free);
+                mem = crate::memory_of(sim.device(phys)?, st);
+            }
             let injected = faults.alloc_fail_after.is_some_and(|n| st.alloc_calls > n);
             if injected || mem.free < charged {
                 return Err(SimError::OutOfMemory {
@@ -426,6 +410,8 @@ impl SimProcess {
         let charged = alloc.charged;
         let pid = self.pid;
         self.sim.update(|st, _| {
+            // Its IPC handles die with it.
+            st.ipc.retain(|_, e| !(e.pid == pid && e.ptr == ptr));
             if let Some(u) = st
                 .processes
                 .get_mut(&pid)
@@ -479,128 +465,16 @@ impl SimProcess {
         Ok(())
     }
 
-    fn find(&mut self, ptr: u64, len: u64) -> Result<(&mut Allocation, u64), SimError> {
-        let (base, alloc) = self
-            .allocations
-            .range_mut(..=ptr)
-            .next_back()
-            .ok_or(SimError::InvalidPointer(ptr))?;
-        let offset = ptr - *base;
-        if offset >= alloc.size.max(1) {
-            return Err(SimError::InvalidPointer(ptr));
-        }
-        if offset + len > alloc.size {
-            return Err(SimError::OutOfBounds { ptr, len });
-        }
-        Ok((alloc, offset))
-    }
-
-    /// Ordinal of the allocation containing `ptr`.
-    pub fn ordinal_of(&mut self, ptr: u64) -> Result<u32, SimError> {
-        Ok(self.find(ptr, 0)?.0.ordinal)
-    }
-
-    /// Copy host bytes into device memory.
-    pub fn write(&mut self, ptr: u64, data: &[u8]) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, data.len() as u64)?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                buf[offset as usize..offset as usize + data.len()].copy_from_slice(data);
-                Ok(())
-            }
-            Contents::Uniform(_) => Err(SimError::Unsupported(format!(
-                "writing host data into an allocation over {} bytes",
-                BACKED_LIMIT
-            ))),
-        }
-    }
-
-    /// Copy device memory into host bytes.
-    pub fn read(&mut self, ptr: u64, out: &mut [u8]) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, out.len() as u64)?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                out.copy_from_slice(&buf[offset as usize..offset as usize + out.len()]);
-            }
-            Contents::Uniform(v) => {
-                let word = v.to_le_bytes();
-                for (i, b) in out.iter_mut().enumerate() {
-                    *b = word[((offset as usize) + i) % 4];
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Set `count` bytes at `ptr` to `value` (cuMemsetD8).
-    pub fn memset8(&mut self, ptr: u64, value: u8, count: u64) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, count)?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                buf[offset as usize..(offset + count) as usize].fill(value);
-                Ok(())
-            }
-            Contents::Uniform(v) if offset == 0 && count == alloc.size => {
-                *v = u32::from_le_bytes([value; 4]);
-                Ok(())
-            }
-            Contents::Uniform(_) => Err(SimError::Unsupported(
-                "partial memset of a large allocation".into(),
-            )),
-        }
-    }
-
-    /// Set `count` 32-bit words at `ptr` to `value` (cuMemsetD32, and the fill kernel).
-    pub fn fill_u32(&mut self, ptr: u64, value: u32, count: u64) -> Result<(), SimError> {
-        let (alloc, offset) = self.find(ptr, count.saturating_mul(4))?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                let bytes = value.to_le_bytes();
-                let region = &mut buf[offset as usize..(offset + count * 4) as usize];
-                for chunk in region.chunks_exact_mut(4) {
-                    chunk.copy_from_slice(&bytes);
-                }
-                Ok(())
-            }
-            Contents::Uniform(v) if offset == 0 && count == alloc.size / 4 => {
-                *v = value;
-                Ok(())
-            }
-            Contents::Uniform(_) => Err(SimError::Unsupported(
-                "partial fill of a large allocation".into(),
-            )),
-        }
-    }
-
-    /// Sum of `count` little-endian 32-bit words at `ptr`, as the checksum kernel computes.
-    pub fn checksum_u32(&mut self, ptr: u64, count: u64) -> Result<u64, SimError> {
-        let (alloc, offset) = self.find(ptr, count.saturating_mul(4))?;
-        match &mut alloc.contents {
-            Contents::Backed(buf) => {
-                ensure_len(buf, alloc.size);
-                let region = &buf[offset as usize..(offset + count * 4) as usize];
-                Ok(kernel::checksum(
-                    region
-                        .chunks_exact(4)
-                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                ))
-            }
-            Contents::Uniform(v) => Ok(kernel::checksum_uniform(*v, count)),
-        }
-    }
-
     /// Release everything this process holds on the box (contexts and allocations).
     pub fn release_all(&mut self) -> Result<(), SimError> {
         let pid = self.pid;
         self.sim.update(|st, _| {
             st.processes.remove(&pid);
+            st.ipc.retain(|_, e| e.pid != pid);
             Ok(())
         })?;
         self.allocations.clear();
+        self.imports.clear();
         self.backed_bytes = 0;
         self.contexts.clear();
         let last = self
@@ -608,19 +482,10 @@ impl SimProcess {
             .take()
             .is_some_and(|f| std::sync::Arc::strong_count(&f.token) == 2);
         if last {
-            let dev = self.sim.dir().join(super::DEV_DIR);
+            let dev = self.sim.dir().join(crate::DEV_DIR);
             forget_token(&dev);
-            let _ = std::fs::remove_file(dev.join(super::CLIENTS_DIR).join(self.token_name()));
+            let _ = std::fs::remove_file(dev.join(crate::CLIENTS_DIR).join(self.token_name()));
         }
         Ok(())
     }
 }
-
-fn ensure_len(buf: &mut Vec<u8>, size: u64) {
-    if buf.len() < size as usize {
-        buf.resize(size as usize, 0);
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,193 @@
+//! The mutable shared state of a box (`state.json`): per-process usage per physical device,
+//! and what NVML derives from it (memory per device, process lists).
+
+use super::{entry_alive, SimDevice};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use vramdoc_gpu_spec::ProcessKind;
+
+/// Usage of one process on one physical device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceUsage {
+    pub contexts: u32,
+    pub context_bytes: u64,
+    pub allocations: u32,
+    pub alloc_bytes: u64,
+    /// Mappings of this device's memory the process holds without owning it (CUDA IPC
+    /// handles opened from a peer, peer access): it is listed on the device, charged nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peer_mappings: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl DeviceUsage {
+    pub fn total(&self) -> u64 {
+        self.context_bytes + self.alloc_bytes
+    }
+
+    /// Whether the process appears in the device's NVML process list.
+    pub fn listed(&self) -> bool {
+        self.contexts > 0 || self.total() > 0 || self.peer_mappings > 0
+    }
+}
+
+/// One process known to the box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessEntry {
+    /// Start time from /proc (0: unknown, liveness by PID only).
+    pub start_time: u64,
+    pub name: String,
+    /// Usage keyed by physical device index.
+    pub devices: BTreeMap<u32, DeviceUsage>,
+    /// Which NVML process list the process appears in.
+    #[serde(default)]
+    pub kind: ProcessKind,
+    /// Further lists it also appears in, with the same memory (`C+G`: a process with both
+    /// compute and graphics contexts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<ProcessKind>,
+    /// Token file under `dev/clients/` the process holds open and locked: the process's
+    /// memory stays while any process (a forked child) still holds it. `None`: liveness by
+    /// PID and start time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The PID the process sees for itself when that differs from the host PID (the key)
+    /// because it runs in a child PID namespace (a container, `unshare --pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u32>,
+}
+
+/// The mutable shared state of a box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    pub processes: BTreeMap<u32, ProcessEntry>,
+    /// Allocation calls made on the box so far (for `Faults::alloc_fail_after`).
+    pub alloc_calls: u64,
+    /// Coherent-memory devices (GPU memory as a NUMA node, GH200/GB200): bytes of exited
+    /// processes the operating system has not taken back, still counted as used, by
+    /// physical device. Reclaimed when an allocation needs them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub retained: BTreeMap<u32, u64>,
+    /// CUDA IPC handles exported on the box (`cuIpcGetMemHandle`), by handle id.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ipc: BTreeMap<u64, IpcExport>,
+    /// The next IPC handle id.
+    pub next_ipc: u64,
+}
+
+/// An allocation exported with `cuIpcGetMemHandle`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpcExport {
+    /// Host PID of the exporter (the memory is charged to it).
+    pub pid: u32,
+    /// Physical device of the memory.
+    pub device: u32,
+    /// Size of the allocation, bytes.
+    pub size: u64,
+    /// The exporter's device pointer.
+    pub ptr: u64,
+}
+
+/// Memory of one device, NVML v2 definitions: `used` excludes `reserved`;
+/// `total = reserved + used + free`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimMemory {
+    pub total: u64,
+    pub reserved: u64,
+    pub used: u64,
+    pub free: u64,
+}
+
+/// A process on a device as NVML lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimProcessView {
+    pub pid: u32,
+    pub used: u64,
+    pub kind: ProcessKind,
+}
+
+/// Memory of `dev` given `st` (NVML v2: used excludes reserved).
+pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
+    let used: u64 = st
+        .processes
+        .values()
+        .filter_map(|p| p.devices.get(&dev.index))
+        .map(DeviceUsage::total)
+        .sum::<u64>()
+        .saturating_add(st.retained.get(&dev.index).copied().unwrap_or(0));
+    let avail = dev.total.saturating_sub(dev.reserved);
+    let used = used.min(avail);
+    SimMemory {
+        total: dev.total,
+        reserved: dev.reserved,
+        used,
+        free: avail - used,
+    }
+}
+
+/// Processes holding anything (a context at least) on physical device `index`.
+pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
+    st.processes
+        .iter()
+        .filter_map(|(pid, p)| {
+            p.devices.get(&index).filter(|u| u.listed()).map(|u| {
+                std::iter::once(p.kind)
+                    .chain(p.also.iter().copied().filter(|k| *k != p.kind))
+                    .map(|kind| SimProcessView {
+                        pid: *pid,
+                        used: u.total(),
+                        kind,
+                    })
+            })
+        })
+        .flatten()
+        .collect()
+}
+
+/// Take back up to `need` bytes a coherent device retained for exited processes; returns
+/// what was taken.
+pub fn reclaim(st: &mut State, device: u32, need: u64) -> u64 {
+    let Some(r) = st.retained.get_mut(&device) else {
+        return 0;
+    };
+    let take = (*r).min(need);
+    *r -= take;
+    if *r == 0 {
+        st.retained.remove(&device);
+    }
+    take
+}
+
+/// Drop exited processes from `st` (and the IPC handles they exported); returns the token
+/// files of those that had one. On `coherent` devices their memory stays counted as used
+/// ([`State::retained`]), as NVML documents for GPUs that are NUMA nodes.
+pub(crate) fn reap(dir: &Path, st: &mut State, coherent: &[u32]) -> Vec<String> {
+    let mut gone = Vec::new();
+    let mut dead = Vec::new();
+    let mut kept: BTreeMap<u32, u64> = BTreeMap::new();
+    st.processes.retain(|pid, p| {
+        let alive = entry_alive(dir, *pid, p);
+        if !alive {
+            gone.extend(p.client.clone());
+            dead.push(*pid);
+            for (d, u) in &p.devices {
+                if coherent.contains(d) {
+                    *kept.entry(*d).or_insert(0) += u.total();
+                }
+            }
+        }
+        alive
+    });
+    for (d, bytes) in kept {
+        if bytes > 0 {
+            *st.retained.entry(d).or_insert(0) += bytes;
+        }
+    }
+    st.ipc.retain(|_, e| !dead.contains(&e.pid));
+    gone
+}
