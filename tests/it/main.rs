@@ -12,6 +12,8 @@ mod common;
 mod backends;
 /// CI outputs: JUnit, the GitHub job summary, completions and man page.
 mod ci;
+/// The labelled corpus of job and node shapes: every rule's acceptance test.
+mod corpus;
 /// Every built-in scenario's bug fires its fingerprint; no fix does.
 mod fingerprints;
 /// Bounded fuzzing of the scenario parser and the report reader.
