@@ -118,6 +118,8 @@ fn recording() -> Recording {
                 cuda_device_order: None,
                 nvidia_visible_devices: None,
                 in_tree: true,
+                ppid: None,
+                cmdline: None,
             })
             .collect(),
         errors: vec![ErrorEvent {

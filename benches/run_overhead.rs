@@ -41,7 +41,7 @@ fn recorder_cost() {
         &devices,
         Instant::now(),
         RecorderConfig {
-            tree_root: Some(std::process::id()),
+            tree: Some(vramdoc::record::tree::Scope::descendants(std::process::id())),
             round_readings: true,
             sink: Some(Box::new(std::io::sink())),
             ..RecorderConfig::new(SamplerConfig {
@@ -166,6 +166,8 @@ fn one_hour_recording() -> Recording {
                 cuda_device_order: None,
                 nvidia_visible_devices: None,
                 in_tree: true,
+                ppid: None,
+                cmdline: None,
             })
             .collect(),
         errors: Vec::new(),

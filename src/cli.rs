@@ -90,7 +90,10 @@ Examples:\n  vramdoc run -- python train.py --epochs 3\n  \
 vramdoc run --out run.html --out run.json -- torchrun --nproc-per-node 2 train.py\n  \
 vramdoc run --samples run.jsonl --fail-on warn -- vllm serve my-model\n  \
 vramdoc --sim 2x16GiB run -- vramdoc sim hold --size 4GiB --duration 1s\n  \
-vramdoc run --out run.html --junit junit.xml --fail-on warn -- ./train.sh   (CI: docs/ci.md)\n\n\
+vramdoc run --out run.html --junit junit.xml --fail-on warn -- ./train.sh   (CI: docs/ci.md)\n  \
+vramdoc run --kill-after 10s -- sh -c 'python train.py & python eval.py'\n  \
+vramdoc run --pid 4242 --duration 2h --out server.html   (attach to a running server)\n  \
+vramdoc run --live -- docker run --gpus all img python train.py   (docs/run.md: containers)\n\n\
 Markers, from the job:\n  echo \"release model\" >> \"$VRAMDOC_MARKERS\"\n  \
 vramdoc mark load 1024x1024"
     )]
@@ -275,6 +278,7 @@ pub struct ReplayArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("attach").args(["pid", "cgroup", "container"]).multiple(true))]
 pub struct RunArgs {
     /// Memory sampling period (e.g. 50ms, 1s; 1ms to 60s)
     #[arg(
@@ -312,13 +316,55 @@ pub struct RunArgs {
     /// Overwrite --out, --samples and --junit files that exist
     #[arg(long)]
     pub force: bool,
-    /// The command to run, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    // --- Issue 17: signals, outliving processes, attach, live status (docs/run.md).
+    /// After the command ends, end its processes still holding GPU memory: SIGTERM, then
+    /// SIGKILL this long after (as `timeout -k`). Without it they are reported, not ended
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::ZERO, Duration::from_secs(3600), ""),
+        conflicts_with_all = ["pid", "cgroup", "container"]
+    )]
+    pub kill_after: Option<Duration>,
+    /// Attach: record this running process and its descendants (no CMD) until it exits,
+    /// --duration passes or vramdoc gets Ctrl-C/SIGTERM; markers through `vramdoc mark --pid`
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Attach: record the processes of this cgroup (as /proc/PID/cgroup shows it, e.g.
+    /// /docker/ID, or its directory under /sys/fs/cgroup)
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Attach: record the processes of this container (its id, at least 12 hex digits)
+    #[arg(long, value_name = "ID")]
+    pub container: Option<String>,
+    /// Attach: stop recording after this long (e.g. 10m, 2h)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration_within(Duration::from_millis(1), Duration::from_secs(30 * 24 * 3600), ""),
+        requires = "attach"
+    )]
+    pub duration: Option<Duration>,
+    /// Draw a one-line live status (peak so far per GPU) on the terminal, redrawn in place;
+    /// off when stderr is not a terminal
+    #[arg(long)]
+    pub live: bool,
+    /// The command to run, after `--` (none when attaching with --pid/--cgroup/--container)
+    #[arg(
+        last = true,
+        required_unless_present_any = ["pid", "cgroup", "container"],
+        conflicts_with_all = ["pid", "cgroup", "container"],
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct MarkArgs {
+    /// Mark the recording attached to this process (`vramdoc run --pid PID`) instead of
+    /// the one in $VRAMDOC_MARKERS
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
     /// The marker's text (words are joined by spaces)
     #[arg(required = true, value_name = "TEXT")]
     pub text: Vec<String>,

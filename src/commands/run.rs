@@ -37,8 +37,16 @@ where
     }
 }
 
-/// `vramdoc mark TEXT…`: append one line to `$VRAMDOC_MARKERS`.
+/// `vramdoc mark TEXT…`: append one line to `$VRAMDOC_MARKERS`, or with `--pid` to the
+/// marker file of the recording attached to that process.
 pub fn mark(args: &MarkArgs) -> Result<i32> {
+    if let Some(pid) = args.pid {
+        job::attach::mark(pid, &args.text.join(" ")).map_err(|e| match e {
+            job::attach::AttachError::Io { .. } => anyhow::Error::new(e),
+            other => crate::exit::UsageError(other.to_string()).into(),
+        })?;
+        return Ok(crate::exit::OK);
+    }
     job::markers::mark(&args.text.join(" ")).map_err(|e| match e {
         job::markers::MarkError::Write { .. } => anyhow::Error::new(e),
         other => crate::exit::UsageError(other.to_string()).into(),
@@ -73,7 +81,15 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if let Some(j) = &args.junit {
         crate::report::write::check_output_file(j, args.force)?;
     }
-    if args.command.is_empty() {
+    let attach =
+        (args.pid.is_some() || args.cgroup.is_some() || args.container.is_some()).then(|| {
+            job::attach::Target {
+                pid: args.pid,
+                cgroup: args.cgroup.clone(),
+                container: args.container.clone(),
+            }
+        });
+    if args.command.is_empty() && attach.is_none() {
         anyhow::bail!(job::JobError::NoCommand);
     }
     let session = Session::new(global)?;
@@ -84,7 +100,10 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         Some(p) => Some(job::open_samples(p, args.force).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let command = crate::redact::redact_args(&args.command);
+    let command = match &attach {
+        Some(t) => job::attach::command_of(t),
+        None => crate::redact::redact_args(&args.command),
+    };
     let spec = JobSpec {
         argv: args.command.clone(),
         shown: command.clone(),
@@ -93,6 +112,10 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
             process_period: Some(process_period),
         },
         samples,
+        attach,
+        kill_after: args.kill_after,
+        duration: args.duration,
+        live: args.live,
     };
     let ran = job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
     let status = ran.exit.status();

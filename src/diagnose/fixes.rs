@@ -86,3 +86,12 @@ memory that stays used after every process of the job is gone means a process th
 really exit (a zombie or a child outside the tree still holding the device) or a driver \
 problem. Look for leftover processes (`fuser -v /dev/nvidia*`), stop them, then reset the \
 GPU (`nvidia-smi --gpu-reset -i N`) or reboot.";
+
+/// A process of the job still holding GPU memory after the command ended (issue 17; GNU
+/// `timeout`'s process-group signalling and `-k`).
+pub const OUTLIVED_COMMAND: &str = "A process the command started still runs and holds GPU \
+memory after the command itself ended: a DataLoader worker or other child that was not \
+joined, a process started in the background (`&`, `nohup`, `setsid`), or a container that \
+was not removed. Its memory returns when it exits: end it (`kill PID`, `docker stop`), wait \
+for your children before exiting (join worker pools, `wait` in shell scripts), or let \
+`vramdoc run --kill-after DURATION` end it (SIGTERM, then SIGKILL after DURATION).";

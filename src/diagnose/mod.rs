@@ -38,6 +38,7 @@ pub mod ids {
     pub const DOUBLE_LOAD: &str = "double-load";
     pub const OVERCOMMIT: &str = "overcommit";
     pub const HELD_AFTER_EXIT: &str = "held-after-exit";
+    pub const OUTLIVED_COMMAND: &str = "outlived-command";
     /// Every timeline fingerprint id (`stray-context` is shared with scan).
     pub const FINGERPRINTS: &[&str] = &[
         OUT_OF_MEMORY,
@@ -47,6 +48,7 @@ pub mod ids {
         DOUBLE_LOAD,
         OVERCOMMIT,
         HELD_AFTER_EXIT,
+        OUTLIVED_COMMAND,
     ];
 }
 

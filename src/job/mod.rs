@@ -1,11 +1,19 @@
 //! The job supervisor behind `vramdoc run -- CMD`: starts the user's own command (vramdoc a
-//! child subreaper, so the whole tree stays visible), passes its stdin/stdout through and
-//! tees its stderr ([`stderr`]), takes markers from `$VRAMDOC_MARKERS` ([`markers`]),
-//! forwards signals sent to vramdoc ([`signals`]), reaps, and feeds all of it to the
-//! [`Recorder`]: the job only feeds events, the recorder builds the recording.
-//! [`process`] holds the helpers replay's workers share.
+//! child subreaper, so the whole tree stays visible, and in a process group of its own, as
+//! GNU `timeout`), passes its stdin/stdout through and tees its stderr ([`stderr`]), takes
+//! markers from `$VRAMDOC_MARKERS` ([`markers`]), forwards signals sent to vramdoc to the
+//! job's process group and to its processes outside it ([`signals`]), reaps, and feeds all of
+//! it to the [`Recorder`]: the job only feeds events, the recorder builds the recording.
+//! Which processes are the job's beyond its tree is the recorder's [`Scope`] ([`scope`]);
+//! after the command ends, [`outlived`] ends what still holds memory (`--kill-after`);
+//! [`attach`] records processes that already run (`--pid`, `--cgroup`, `--container`);
+//! [`live`] draws the one-line status (`--live`). [`process`] holds the helpers replay's
+//! workers share.
 
+pub mod attach;
+pub mod live;
 pub mod markers;
+pub mod outlived;
 pub mod process;
 pub mod signals;
 pub mod stderr;
@@ -15,6 +23,7 @@ use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{MarkerKind, RunError, RunErrorKind};
 use crate::record::sampler::SamplerConfig;
 use crate::record::stderr::{ParsedError, StderrWatcher};
+use crate::record::tree::Scope;
 use crate::record::{
     ErrorEvent, ErrorKind, JobEnd, JobExit, Recorded, Recorder, RecorderConfig, StreamDevice,
     StreamLine,
@@ -51,6 +60,8 @@ pub enum JobError {
         program: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Attach(#[from] attach::AttachError),
     #[error("{what}: {source}")]
     Io {
         what: &'static str,
@@ -90,6 +101,16 @@ pub struct JobSpec {
     pub cadence: SamplerConfig,
     /// Where to stream the samples as JSON lines.
     pub samples: Option<std::fs::File>,
+    /// Record processes that run already instead of starting `argv` (`--pid`, `--cgroup`,
+    /// `--container`).
+    pub attach: Option<attach::Target>,
+    /// After the command ends, end its processes still holding GPU memory: SIGTERM, then
+    /// SIGKILL this much later (`--kill-after`).
+    pub kill_after: Option<Duration>,
+    /// Stop recording after this long (`--duration`; attach mode).
+    pub duration: Option<Duration>,
+    /// Draw the one-line live status on a terminal (`--live`).
+    pub live: bool,
 }
 
 /// A finished job.
@@ -103,6 +124,8 @@ pub struct JobRun {
     pub errors: Vec<RunError>,
     /// The last lines of its stderr (redacted).
     pub stderr_tail: Vec<String>,
+    /// Attached to processes vramdoc did not start: `exit` is not theirs.
+    pub attached: bool,
 }
 
 /// Run `spec` on `devices`, recording through `monitor`, until the command ends and
@@ -112,6 +135,9 @@ pub fn run(
     monitor: Box<dyn Monitor>,
     devices: &[DeviceInfo],
 ) -> Result<JobRun, JobError> {
+    if let Some(target) = spec.attach.take() {
+        return attach::run(target, spec, monitor, devices);
+    }
     let Some(program) = spec.argv.first().cloned() else {
         return Err(JobError::NoCommand);
     };
@@ -128,9 +154,15 @@ pub fn run(
     process::become_subreaper();
     // Signals sent to vramdoc are forwarded to the command; the report is still written.
     signals::handle(signals::Mode::Forward);
+    // The job's own process group (vramdoc's, which the command inherits): a forwarded
+    // signal reaches all of it. The caller's group gets the terminal back on drop.
+    let group = process::own_group();
 
     let t0 = Instant::now();
-    let recorder = Recorder::start(monitor, devices, t0, recorder_config(&mut spec, devices));
+    let scope = job_scope(&marker_path);
+    let cfg = recorder_config(&mut spec, devices, scope);
+    let recorder = Recorder::start(monitor, devices, t0, cfg);
+    let mut live = live::Live::new(spec.live, devices.iter().map(|d| d.index).collect());
     // The pre-job level.
     recorder.reading();
 
@@ -171,8 +203,9 @@ pub fn run(
         errors: Vec::new(),
     };
     let exit = loop {
-        forward_signals(&recorder, pid);
+        forward_signals(&recorder, group.pgid);
         feed.take();
+        live.tick(&recorder);
         if let Some(exit) = process::reap(pid) {
             break exit;
         }
@@ -188,12 +221,15 @@ pub fn run(
     };
     recorder.mark(kind, &label, None);
     // Keep recording a moment: is the memory returned?
-    let settle_end = Instant::now() + SETTLE;
-    while Instant::now() < settle_end {
-        feed.take();
-        process::reap(pid);
-        std::thread::sleep(TICK);
+    feed.settle(SETTLE, &mut live);
+    // What still holds memory: ended with --kill-after, else a finding.
+    recorder.round();
+    if let Some(grace) = spec.kill_after {
+        if outlived::end_holders(&recorder, grace, &mut feed, &mut live) {
+            feed.settle(SETTLE, &mut live);
+        }
     }
+    live.clear();
     feed.take();
     let mut errors = std::mem::take(&mut feed.errors);
     recorder.round();
@@ -231,6 +267,7 @@ pub fn run(
         exit: Some(job_exit),
     });
     let stderr_tail = watcher.lock().map(|w| w.tail()).unwrap_or_default();
+    drop(group);
     Ok(JobRun {
         pid,
         exit,
@@ -238,10 +275,40 @@ pub fn run(
         recorded,
         errors,
         stderr_tail,
+        attached: false,
     })
 }
 
-fn recorder_config(spec: &mut JobSpec, devices: &[DeviceInfo]) -> RecorderConfig {
+/// Which processes are the command's: its descendants (vramdoc is a subreaper, so
+/// orphans stay), a container it starts (a new container cgroup), and any process whose
+/// environment carries the job's marker file (passed on by `srun`, container runtimes that
+/// pass the caller's environment, `docker run -e`) or, when vramdoc runs inside a Slurm step,
+/// that step.
+fn job_scope(marker_path: &std::path::Path) -> Scope {
+    let mut env = vec![vec![(
+        MARKERS_ENV.to_string(),
+        marker_path.to_string_lossy().into_owned(),
+    )]];
+    if let Some(step) = slurm_step() {
+        env.push(step);
+    }
+    Scope {
+        new_containers: true,
+        env,
+        ..Scope::descendants(std::process::id())
+    }
+}
+
+/// vramdoc's own Slurm step, `SLURM_JOB_ID` and `SLURM_STEP_ID`, when it runs in one.
+pub fn slurm_step() -> Option<Vec<(String, String)>> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    Some(vec![
+        ("SLURM_JOB_ID".to_string(), get("SLURM_JOB_ID")?),
+        ("SLURM_STEP_ID".to_string(), get("SLURM_STEP_ID")?),
+    ])
+}
+
+fn recorder_config(spec: &mut JobSpec, devices: &[DeviceInfo], scope: Scope) -> RecorderConfig {
     let header = StreamLine::Header {
         version: crate::record::STREAM_VERSION,
         created_unix_ms: crate::model::now_unix_ms(),
@@ -262,7 +329,7 @@ fn recorder_config(spec: &mut JobSpec, devices: &[DeviceInfo]) -> RecorderConfig
             .map_or(0, |p| p.as_micros() as u64),
     };
     RecorderConfig {
-        tree_root: Some(std::process::id()),
+        tree: Some(scope),
         round_readings: true,
         sink: spec
             .samples
@@ -273,8 +340,11 @@ fn recorder_config(spec: &mut JobSpec, devices: &[DeviceInfo]) -> RecorderConfig
     }
 }
 
-/// Forward the signals another process sent vramdoc to the command; note a terminal's.
-fn forward_signals(recorder: &Recorder, pid: u32) {
+/// Forward the signals another process sent vramdoc to the job: its process group `pgid`
+/// (vramdoc's own, whose copy vramdoc drops) and each of its processes outside that group
+/// (a `setsid` child, a container its runtime started); note a terminal's, which reached
+/// the group already.
+fn forward_signals(recorder: &Recorder, pgid: u32) {
     for r in signals::take_received() {
         let name = signals::signal_name(r.signal);
         if r.from_terminal {
@@ -283,15 +353,33 @@ fn forward_signals(recorder: &Recorder, pid: u32) {
                 &format!("{name} from the terminal"),
                 None,
             );
-        } else {
-            process::send(pid, r.signal);
-            recorder.mark(MarkerKind::Signal, &format!("{name} forwarded"), None);
+            continue;
         }
+        process::send_group(pgid, r.signal);
+        let outside: Vec<u32> = recorder
+            .live_members()
+            .into_iter()
+            .filter(|m| process::group_of(m.pid).is_some_and(|g| g != pgid))
+            .filter(|m| crate::host::is_alive(m.pid, m.start_time))
+            .map(|m| m.pid)
+            .collect();
+        for pid in &outside {
+            process::send(*pid, r.signal);
+        }
+        let also = match outside.len() {
+            0 => String::new(),
+            n => format!(" and {n} of its processes outside it"),
+        };
+        recorder.mark(
+            MarkerKind::Signal,
+            &format!("{name} forwarded to the job's process group{also}"),
+            None,
+        );
     }
 }
 
 /// What the loop feeds the recorder: marker lines and recognised stderr lines.
-struct Feed<'a> {
+pub struct Feed<'a> {
     recorder: &'a Recorder,
     devices: &'a [DeviceInfo],
     markers: &'a mut MarkerTail,
@@ -300,7 +388,18 @@ struct Feed<'a> {
 }
 
 impl Feed<'_> {
-    fn take(&mut self) {
+    /// Keep feeding (and reaping orphans) for `how_long`.
+    pub fn settle(&mut self, how_long: Duration, live: &mut live::Live) {
+        let end = Instant::now() + how_long;
+        while Instant::now() < end {
+            self.take();
+            live.tick(self.recorder);
+            process::reap(0);
+            std::thread::sleep(TICK);
+        }
+    }
+
+    pub fn take(&mut self) {
         for text in self.markers.poll() {
             self.recorder.mark(marker_kind(&text), &text, None);
         }

@@ -1,6 +1,7 @@
 //! Process helpers shared by `run`'s job supervisor and replay's workers: a child that dies
 //! with vramdoc, becoming a child subreaper, reaping, stopping a child with a grace period,
-//! and how a child ended.
+//! how a child ended, and (for `run`, as GNU `timeout`) a process group of the job's own
+//! ([`own_group`]) that forwarded signals reach as a whole ([`send_group`]).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus};
@@ -86,6 +87,84 @@ pub fn reap(child: u32) -> Option<Exit> {
 pub fn send(pid: u32, signal: i32) {
     // SAFETY: kill with a PID we started and have not reaped.
     unsafe { libc::kill(pid as libc::pid_t, signal) };
+}
+
+/// Send `signal` to every process of the group `pgid`.
+pub fn send_group(pgid: u32, signal: i32) {
+    // SAFETY: kill with a negative PID signals the process group; pgid > 1 is checked so a
+    // 0 or 1 never turns into "every process".
+    if pgid > 1 {
+        unsafe { libc::kill(-(pgid as libc::pid_t), signal) };
+    }
+}
+
+/// The process group of `pid` (`None` when it is gone).
+pub fn group_of(pid: u32) -> Option<u32> {
+    // SAFETY: getpgid with an integer argument.
+    let g = unsafe { libc::getpgid(pid as libc::pid_t) };
+    u32::try_from(g).ok().filter(|g| *g > 0)
+}
+
+/// vramdoc in a process group of its own, which the command inherits, as GNU `timeout`
+/// does: a signal forwarded to the group reaches every process of the job still in it (a
+/// shell's children included), and never the caller's group (a script or a test harness
+/// that started vramdoc). From an interactive shell vramdoc leads its group already and
+/// nothing changes. When vramdoc shared the terminal's foreground group, the new group is
+/// made the foreground one (so the job still reads the terminal and gets its Ctrl-C), and
+/// the old one is given the terminal back on drop.
+pub struct OwnGroup {
+    pub pgid: u32,
+    /// The terminal descriptor and the group that had it in the foreground.
+    restore: Option<(libc::c_int, libc::pid_t)>,
+}
+
+/// Put vramdoc in a process group of its own (see [`OwnGroup`]).
+pub fn own_group() -> OwnGroup {
+    // SAFETY: getpid/getpgrp/setpgid/isatty/tcgetpgrp/tcsetpgrp/signal with integer
+    // arguments; SIGTTOU is ignored only around tcsetpgrp (a background group setting the
+    // foreground would otherwise be stopped), then restored.
+    unsafe {
+        let me = libc::getpid();
+        let old = libc::getpgrp();
+        if old == me {
+            return OwnGroup {
+                pgid: me as u32,
+                restore: None,
+            };
+        }
+        let tty = [0, 2, 1]
+            .into_iter()
+            .find(|fd| libc::isatty(*fd) == 1 && libc::tcgetpgrp(*fd) == old);
+        if libc::setpgid(0, 0) != 0 {
+            return OwnGroup {
+                pgid: libc::getpgrp() as u32,
+                restore: None,
+            };
+        }
+        let restore = tty.map(|fd| {
+            let prev = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(fd, me);
+            libc::signal(libc::SIGTTOU, prev);
+            (fd, old)
+        });
+        OwnGroup {
+            pgid: me as u32,
+            restore,
+        }
+    }
+}
+
+impl Drop for OwnGroup {
+    fn drop(&mut self) {
+        if let Some((fd, old)) = self.restore.take() {
+            // SAFETY: as in `own_group`.
+            unsafe {
+                let prev = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(fd, old);
+                libc::signal(libc::SIGTTOU, prev);
+            }
+        }
+    }
 }
 
 /// Give `child` `grace` to exit, then kill it; reap it.

@@ -8,7 +8,8 @@
 //! - [`Mode::Forward`] (run): also queue the signal with where it came from, so the job
 //!   supervisor forwards one sent by another process (`kill`, a scheduler) to the command
 //!   and only notes a terminal's Ctrl-C (the kernel, `SI_KERNEL`, which already signalled
-//!   the command's process group).
+//!   the command's process group). A signal vramdoc sent its own process group (the
+//!   job's, see `process::own_group`) comes back to it too: it is dropped, not queued.
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::origin::WithOrigin;
@@ -75,6 +76,13 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 }
 
 fn on_signal(flag: &AtomicBool, origin: &Origin) {
+    let own = origin
+        .process
+        .as_ref()
+        .is_some_and(|p| p.pid == std::process::id() as libc::pid_t);
+    if own && MODE.load(Ordering::SeqCst) == Mode::Forward as u8 {
+        return;
+    }
     flag.store(true, Ordering::SeqCst);
     match MODE.load(Ordering::SeqCst) {
         m if m == Mode::Graceful as u8 => {}

@@ -152,7 +152,17 @@ pub fn run_result(
         period_us: cadence_us.0,
         process_period_us: cadence_us.1,
         duration_ms: run.end_ms.max(0.0) as u64,
-        exit: run_exit(run.exit),
+        exit: if run.attached {
+            // Not vramdoc's child: how it ended is not known.
+            RunExit {
+                status: 0,
+                code: None,
+                signal: None,
+                signal_name: None,
+            }
+        } else {
+            run_exit(run.exit)
+        },
         peaks: run.recorded.peaks,
         tree_peaks: n.tree_peaks,
         min_free: n.min_free,

@@ -36,8 +36,9 @@ pub struct RecorderConfig {
     /// Physical indices whose process lists are read (replay: the worker's devices);
     /// `None`: every recorded device.
     pub process_devices: Option<Vec<u32>>,
-    /// Track the descendants of this PID (`run`: vramdoc itself, a child subreaper).
-    pub tree_root: Option<u32>,
+    /// Which processes are the job's (`run`: the descendants of vramdoc itself, a child
+    /// subreaper, and the processes its membership rules add; see [`tree::Scope`]).
+    pub tree: Option<tree::Scope>,
     /// Take (and stream) a memory reading at every process round too (`run`).
     pub round_readings: bool,
     /// Where to stream JSON lines.
@@ -52,7 +53,7 @@ impl RecorderConfig {
         RecorderConfig {
             sampler,
             process_devices: None,
-            tree_root: None,
+            tree: None,
             round_readings: false,
             sink: None,
             header: None,
@@ -216,7 +217,7 @@ impl Recorder {
         let recorded: Vec<RecordedDevice> = devices.iter().map(RecordedDevice::from).collect();
         let sink = cfg.sink.map(|out| Arc::new(Mutex::new(Sink::new(out))));
         let shared = Arc::new(Mutex::new(Shared {
-            tree: cfg.tree_root.map(|r| ProcessTree::new(r, false)),
+            tree: cfg.tree.map(ProcessTree::with_scope),
             sink: sink.clone(),
             ..Shared::default()
         }));
@@ -419,6 +420,53 @@ impl Recorder {
         }
     }
 
+    // --- What the job supervisor asks while the job runs (issue 17: signals reach the
+    // whole job, outliving processes, --live). Read from what the threads recorded; no
+    // driver call.
+
+    /// The job's processes still running (empty without a tree).
+    pub fn live_members(&self) -> Vec<TreeProcess> {
+        lock(&self.shared)
+            .tree
+            .as_ref()
+            .map(ProcessTree::live)
+            .unwrap_or_default()
+    }
+
+    /// `(pid, device, used)` of every process of the job listed with memory in the latest
+    /// process list of its device.
+    pub fn job_holders(&self) -> Vec<(u32, u32, u64)> {
+        let s = lock(&self.shared);
+        let Some(tree) = s.tree.as_ref() else {
+            return Vec::new();
+        };
+        let live: HashSet<u32> = tree.live_pids().into_iter().collect();
+        let mut latest: BTreeMap<u32, f64> = BTreeMap::new();
+        for p in &s.processes {
+            let t = latest.entry(p.device).or_insert(p.t_ms);
+            *t = t.max(p.t_ms);
+        }
+        s.processes
+            .iter()
+            .filter(|p| latest.get(&p.device) == Some(&p.t_ms) && live.contains(&p.pid))
+            .filter_map(|p| Some((p.pid, p.device, p.used.filter(|u| *u > 0)?)))
+            .collect()
+    }
+
+    /// Peak used bytes per device (device order) over the readings kept since the
+    /// `from`-th (process rounds and markers), and how many there are now: a live status
+    /// keeps the running peak and asks only for what is new.
+    pub fn peaks_since(&self, from: usize) -> (Vec<u64>, usize) {
+        let s = lock(&self.shared);
+        let mut peaks = vec![0; self.devices.len()];
+        for (_, used) in s.points.iter().skip(from) {
+            for (p, u) in peaks.iter_mut().zip(used) {
+                *p = (*p).max(*u);
+            }
+        }
+        (peaks, s.points.len())
+    }
+
     /// Stop every thread and return the recording.
     pub fn finish(mut self, end: JobEnd) -> Recorded {
         self.stop.set();
@@ -585,6 +633,8 @@ fn job_processes(
             cuda_device_order: t.env("CUDA_DEVICE_ORDER"),
             nvidia_visible_devices: t.env("NVIDIA_VISIBLE_DEVICES"),
             in_tree: true,
+            ppid: t.ppid,
+            cmdline: t.cmdline.clone(),
         })
         .collect();
     out.extend(fed);
@@ -607,6 +657,8 @@ fn job_processes(
         cuda_device_order: None,
         nvidia_visible_devices: None,
         in_tree: false,
+        ppid: None,
+        cmdline: None,
     }));
     out
 }

@@ -46,6 +46,12 @@ pub struct RecordedProcess {
     /// Part of the job (the recorded process tree, or the replay worker); other processes
     /// are neighbours, counted in device totals only.
     pub in_tree: bool,
+    /// Its parent, when known (`run`'s job processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
+    /// Its command line, redacted, when known (`run`'s job processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
 }
 
 /// What kind of error the job hit.

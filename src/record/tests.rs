@@ -165,6 +165,8 @@ fn markers_read_memory_and_boundaries_reach_only_the_recording() {
         cuda_device_order: None,
         nvidia_visible_devices: None,
         in_tree: true,
+        ppid: None,
+        cmdline: None,
     });
     rec.error(ErrorEvent {
         t_ms: t,

@@ -1,7 +1,10 @@
-//! The job's process tree, read from /proc through [`crate::host`]: every descendant of a
-//! root PID ever seen (children, grandchildren, short-lived workers, torchrun ranks), with its
-//! parent, `NSpid` (its PID in every nested namespace) and redacted command line, and the
-//! matching of NVML PIDs to tree members across PID namespaces.
+//! The job's processes, read from /proc through [`crate::host`]: every descendant of a root
+//! PID ever seen (children, grandchildren, short-lived workers, torchrun ranks), plus the
+//! processes the [`Scope`]'s membership rules add with their descendants (issue 17: a
+//! container the job started, found through its new cgroup; a process carrying the job's
+//! marker file or Slurm step in its environment; an attached cgroup or container), each with
+//! its parent, `NSpid` (its PID in every nested namespace), redacted command line and why
+//! it is the job's; and the matching of NVML PIDs to members across PID namespaces.
 
 use crate::host::{self, Stat};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +26,95 @@ pub struct TreeProcess {
     /// `CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES` from its
     /// environment (redacted), when set and readable.
     pub gpu_env: Vec<(String, String)>,
+    /// Why it is the job's when not as a descendant of the root: `cgroup /docker/<id>`,
+    /// `environment VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`. Its own descendants
+    /// say `None`.
+    pub via: Option<String>,
+}
+
+/// Which processes are the job's: the descendants of `root` (and `root` itself with
+/// `include_root`), and every process a rule below matches, with its descendants. The rules
+/// look at processes started while the recording ran (and, for `cgroups`, at every process
+/// once at the start).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scope {
+    pub root: u32,
+    pub include_root: bool,
+    /// A process whose environment holds one of these `(KEY, VALUE)` sets (every pair of
+    /// the set) is the job's: the marker file vramdoc gave the command, the Slurm step.
+    pub env: Vec<Vec<(String, String)>>,
+    /// A process in a container cgroup (a path component holding a 64-hex container id)
+    /// that no process had when the recording started is the job's: a container the job
+    /// started (docker, podman, containerd: the runtime, not the CLI, is its parent).
+    pub new_containers: bool,
+    /// Processes in these cgroups are the job's (attach: `--cgroup`, `--container`).
+    pub cgroups: Vec<CgroupMatch>,
+}
+
+/// An attached cgroup.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CgroupMatch {
+    /// A cgroup path as `/proc/PID/cgroup` shows it (`/docker/<id>`), and everything below.
+    Path(String),
+    /// A container id, or a prefix of at least 12 of its hex digits (as `docker ps` shows).
+    Container(String),
+}
+
+impl CgroupMatch {
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            CgroupMatch::Path(p) => {
+                let p = p.trim_end_matches('/');
+                path == p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
+            }
+            CgroupMatch::Container(id) => container_id(path).is_some_and(|c| c.starts_with(id)),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            CgroupMatch::Path(p) => format!("cgroup {}", crate::term::one_line(p)),
+            CgroupMatch::Container(id) => format!("container {}", crate::term::one_line(id)),
+        }
+    }
+}
+
+impl Scope {
+    /// The descendants of `root` only.
+    pub fn descendants(root: u32) -> Scope {
+        Scope {
+            root,
+            ..Scope::default()
+        }
+    }
+
+    fn has_rules(&self) -> bool {
+        !self.env.is_empty() || self.new_containers || !self.cgroups.is_empty()
+    }
+}
+
+/// The container id a cgroup path names: the last path component holding a run of 64 hex
+/// digits (`/docker/<id>`, `/system.slice/docker-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `libpod-<id>.scope`, `crio-<id>.scope`, kubepods' `/kubepods/.../pod<uid>/<id>`).
+pub fn container_id(path: &str) -> Option<&str> {
+    path.rsplit('/').find_map(|comp| {
+        let b = comp.as_bytes();
+        let mut run = 0;
+        for (i, c) in b.iter().enumerate() {
+            if c.is_ascii_hexdigit() && !c.is_ascii_uppercase() {
+                run += 1;
+                let next_hex = b
+                    .get(i + 1)
+                    .is_some_and(|n| n.is_ascii_hexdigit() && !n.is_ascii_uppercase());
+                if run == 64 && !next_hex {
+                    return comp.get(i + 1 - 64..=i);
+                }
+            } else {
+                run = 0;
+            }
+        }
+        None
+    })
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -53,21 +145,31 @@ pub enum TreeChange {
     },
 }
 
-/// Every process ever seen below `root` (the root itself excluded unless `include_root`).
+/// Every process of the job ever seen (see [`Scope`]).
 #[derive(Debug, Default)]
 pub struct ProcessTree {
     root: u32,
     include_root: bool,
+    scope: Scope,
     /// By PID; a reused PID replaces an ended entry (the ended one moves to `past`).
     live: BTreeMap<u32, TreeProcess>,
     past: Vec<TreeProcess>,
+    /// Processes a rule matched: PID → (start time, why).
+    joined: BTreeMap<u32, (u64, String)>,
+    /// Processes the rules looked at: PID → (start time, comm), read again after an exec.
+    checked: HashMap<u32, (u64, String)>,
+    /// Clock ticks since boot when the recording started; processes started since are
+    /// looked at by the rules.
+    since: u64,
+    /// Container cgroups some process had when the recording started.
+    old_containers: Option<std::collections::HashSet<String>>,
 }
 
 /// The details of a new member, read once: `status` (name, `NSpid`), the command line
 /// (redacted) and the GPU variables of its environment (redacted), each through
 /// [`crate::host`]. A read that fails (the process exited, another user's environ) leaves
 /// its field empty.
-fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
+fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>) -> TreeProcess {
     let status = host::status(pid).ok();
     let nspid = status.as_ref().map(|s| s.nspid.clone()).unwrap_or_default();
     let name = status.map(|s| crate::term::one_line(&s.name));
@@ -88,6 +190,7 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
         .unwrap_or_default();
     TreeProcess {
         gpu_env,
+        via,
         pid,
         ppid: Some(ppid),
         nspid,
@@ -102,11 +205,141 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> TreeProcess {
 impl ProcessTree {
     /// Track the descendants of `root`; with `include_root`, `root` itself too.
     pub fn new(root: u32, include_root: bool) -> ProcessTree {
-        ProcessTree {
-            root,
+        ProcessTree::with_scope(Scope {
             include_root,
+            ..Scope::descendants(root)
+        })
+    }
+
+    /// Track the processes `scope` makes the job's, from now on.
+    pub fn with_scope(scope: Scope) -> ProcessTree {
+        ProcessTree {
+            root: scope.root,
+            include_root: scope.include_root,
+            since: host::ticks_since_boot().unwrap_or(0).saturating_sub(1),
+            scope,
             ..ProcessTree::default()
         }
+    }
+
+    /// Why the rules make `pid` (started at `start`) the job's, reading what they need.
+    fn rule_matches(&self, pid: u32, start: u64, first: bool) -> Option<String> {
+        let new = start >= self.since;
+        if new && !self.scope.env.is_empty() {
+            if let Ok(env) = host::environ(pid) {
+                for set in &self.scope.env {
+                    if set
+                        .iter()
+                        .all(|(k, v)| env.get(k).as_deref() == Some(v.as_str()))
+                    {
+                        return Some(describe_env(set));
+                    }
+                }
+            }
+        }
+        let wants_cgroups = !self.scope.cgroups.is_empty() || self.scope.new_containers;
+        if !(wants_cgroups && (new || first)) {
+            return None;
+        }
+        let paths = host::cgroup_paths(pid).ok()?;
+        for m in &self.scope.cgroups {
+            if paths.iter().any(|p| m.matches(p)) {
+                return Some(m.describe());
+            }
+        }
+        if new && self.scope.new_containers {
+            let old = self.old_containers.as_ref()?;
+            if let Some(p) = paths
+                .iter()
+                .find(|p| container_id(p).is_some() && !old.contains(p.as_str()))
+            {
+                return Some(format!("cgroup {}", crate::term::one_line(p)));
+            }
+        }
+        None
+    }
+
+    /// The root (with `include_root`), the processes the rules joined, and their
+    /// descendants.
+    fn members_from(
+        &self,
+        all: &HashMap<u32, Stat>,
+        children: &HashMap<u32, Vec<u32>>,
+    ) -> Vec<u32> {
+        let mut members: Vec<u32> = Vec::new();
+        let mut stack = vec![self.root];
+        if self.include_root && all.contains_key(&self.root) {
+            members.push(self.root);
+        }
+        for pid in self.joined.keys() {
+            if all.contains_key(pid) && !members.contains(pid) {
+                members.push(*pid);
+                stack.push(*pid);
+            }
+        }
+        while let Some(p) = stack.pop() {
+            if let Some(kids) = children.get(&p) {
+                for k in kids {
+                    if *k != self.root && !members.contains(k) {
+                        members.push(*k);
+                        stack.push(*k);
+                    }
+                }
+            }
+        }
+        members
+    }
+
+    /// Apply the rules to the processes that are not `members` and were not looked at yet
+    /// (or exec'd since); remembers matches in `joined`. Whether any joined.
+    fn apply_rules(&mut self, all: &HashMap<u32, Stat>, members: &[u32]) -> bool {
+        if !self.scope.has_rules() {
+            return false;
+        }
+        let before = self.joined.len();
+        let first = self.old_containers.is_none();
+        if first {
+            // The container cgroups that exist already are not the job's.
+            let mut old = std::collections::HashSet::new();
+            if self.scope.new_containers {
+                for pid in all.keys() {
+                    for p in host::cgroup_paths(*pid).unwrap_or_default() {
+                        if container_id(&p).is_some() {
+                            old.insert(p);
+                        }
+                    }
+                }
+            }
+            self.old_containers = Some(old);
+        }
+        self.checked.retain(|pid, _| all.contains_key(pid));
+        self.joined
+            .retain(|pid, (st, _)| all.get(pid).is_some_and(|e| e.start_time == *st));
+        let members: std::collections::HashSet<u32> = members.iter().copied().collect();
+        for (pid, e) in all {
+            if e.is_exited()
+                || *pid == self.root
+                || self.joined.contains_key(pid)
+                || members.contains(pid)
+            {
+                continue;
+            }
+            if !first && e.start_time < self.since {
+                continue;
+            }
+            let seen = self
+                .checked
+                .get(pid)
+                .is_some_and(|(st, comm)| *st == e.start_time && *comm == e.comm);
+            if seen {
+                continue;
+            }
+            self.checked.insert(*pid, (e.start_time, e.comm.clone()));
+            if let Some(via) = self.rule_matches(*pid, e.start_time, first) {
+                self.joined.insert(*pid, (e.start_time, via));
+            }
+        }
+        self.joined.len() != before
     }
 
     /// Read /proc once: add new descendants, end the ones gone (or zombies). Returns the
@@ -121,20 +354,9 @@ impl ProcessTree {
         for (pid, e) in &all {
             children.entry(e.ppid).or_default().push(*pid);
         }
-        let mut members: Vec<u32> = Vec::new();
-        let mut stack = vec![self.root];
-        if self.include_root && all.contains_key(&self.root) {
-            members.push(self.root);
-        }
-        while let Some(p) = stack.pop() {
-            if let Some(kids) = children.get(&p) {
-                for k in kids {
-                    if *k != self.root && !members.contains(k) {
-                        members.push(*k);
-                        stack.push(*k);
-                    }
-                }
-            }
+        let mut members = self.members_from(&all, &children);
+        if self.apply_rules(&all, &members) {
+            members = self.members_from(&all, &children);
         }
         let mut changes = Vec::new();
         // Ended: gone, a zombie, or the PID now names another process.
@@ -164,7 +386,8 @@ impl ProcessTree {
             if let Some(tp) = self.live.get_mut(&pid) {
                 if tp.start_time == e.start_time && tp.end_ms.is_none() {
                     if tp.name.as_deref() != Some(crate::term::one_line(&e.comm).as_str()) {
-                        *tp = details(pid, e.ppid, e.start_time, tp.start_ms);
+                        let via = tp.via.take();
+                        *tp = details(pid, e.ppid, e.start_time, tp.start_ms, via);
                         changes.push(TreeChange::Started(tp.clone()));
                     }
                     continue;
@@ -181,7 +404,13 @@ impl ProcessTree {
                 return None;
             }
         }
-        let tp = details(pid, ppid, start_time, t_ms);
+        let via = self
+            .joined
+            .get(&pid)
+            .filter(|(st, _)| *st == start_time)
+            .map(|(_, v)| v.clone())
+            .or_else(|| (self.include_root && pid == self.root).then(|| "attached".to_string()));
+        let tp = details(pid, ppid, start_time, t_ms, via);
         if let Some(old) = self.live.insert(pid, tp.clone()) {
             self.past.push(old);
         }
@@ -201,7 +430,7 @@ impl ProcessTree {
                 }
                 first = Some((e.ppid, e.start_time));
             }
-            if e.ppid == self.root {
+            if e.ppid == self.root || self.joined.contains_key(&e.ppid) {
                 return first;
             }
             if e.ppid <= 1 {
@@ -257,6 +486,15 @@ impl ProcessTree {
     }
 
     /// Members not yet seen to end.
+    pub fn live(&self) -> Vec<TreeProcess> {
+        self.live
+            .values()
+            .filter(|t| t.end_ms.is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// PIDs of the members not yet seen to end.
     pub fn live_pids(&self) -> Vec<u32> {
         self.live
             .values()
@@ -271,6 +509,24 @@ impl ProcessTree {
             if tp.end_ms.is_none() && !host::is_alive(tp.pid, tp.start_time) {
                 tp.end_ms = Some(t_ms);
             }
+        }
+    }
+}
+
+/// How an environment rule reads in a report: `environment VRAMDOC_MARKERS`, `Slurm step
+/// 12.0`.
+fn describe_env(set: &[(String, String)]) -> String {
+    let get = |k: &str| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    match (get("SLURM_JOB_ID"), get("SLURM_STEP_ID")) {
+        (Some(j), Some(s)) => format!(
+            "Slurm step {}.{}",
+            crate::term::one_line(j),
+            crate::term::one_line(s)
+        ),
+        (Some(j), None) => format!("Slurm job {}", crate::term::one_line(j)),
+        _ => {
+            let keys: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
+            format!("environment {}", keys.join(" "))
         }
     }
 }

@@ -49,6 +49,8 @@ pub(super) fn feed_recording(
             cuda_device_order: None,
             nvidia_visible_devices: None,
             in_tree: true,
+            ppid: None,
+            cmdline: None,
         });
     }
     let event = match (&worker.error, &worker.failure) {

@@ -11,6 +11,7 @@ mod held_after_exit;
 mod levels;
 mod not_released;
 mod out_of_memory;
+mod outlived;
 mod overcommit;
 mod prepare;
 mod stray_context;
@@ -127,6 +128,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(double);
     out.extend(over);
     out.extend(held_after_exit::held_after_exit(&cx));
+    out.extend(outlived::outlived_command(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

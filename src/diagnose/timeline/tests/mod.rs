@@ -67,6 +67,8 @@ impl Job {
             cuda_device_order: None,
             nvidia_visible_devices: None,
             in_tree: true,
+            ppid: None,
+            cmdline: None,
         });
         self
     }
