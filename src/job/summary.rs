@@ -68,6 +68,7 @@ pub fn numbers(run: &JobRun, devices: &[DeviceInfo]) -> Numbers {
         .tree
         .iter()
         .map(|t| RunProcess {
+            member: t.via.clone(),
             pid: t.pid,
             ppid: t.ppid,
             nspid: t.nspid.clone(),

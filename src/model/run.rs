@@ -89,6 +89,11 @@ pub struct RunProcess {
     /// Peak usage per device (only devices it appeared on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<ProcessPeak>,
+    /// Why it is the job's when it does not descend from the command (docs/run.md):
+    /// `cgroup /docker/<id>` (a container the command started), `environment
+    /// VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`, `cgroup PATH`, `container ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 /// A process's peak on one device.

@@ -36,6 +36,8 @@ mod report_render;
 mod report_schema;
 /// `vramdoc run -- CMD`.
 mod run_cli;
+/// Jobs where they really run (issue 17): process groups, outliving processes, containers, attach, --live.
+mod run_jobs;
 /// `vramdoc scan`.
 mod scan;
 /// `vramdoc serve` and `scan --prom`, scraped by a real Prometheus.

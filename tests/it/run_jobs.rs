@@ -1,0 +1,419 @@
+//! End-to-end tests of `vramdoc run` where jobs really run (issue 17): signals reach the
+//! job's whole process group, processes that outlive the command are reported and ended
+//! with `--kill-after`, a container started through the box's runtime daemon (outside
+//! vramdoc's tree, in its own cgroup) is recorded as the job's, attach (`--pid`, `mark
+//! --pid`), and the `--live` line on a terminal.
+
+use crate::common;
+
+use common::clients::CliBox;
+use common::hold::Holder;
+use common::poll::{eventually, SECS_10};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const GIB: u64 = 1 << 30;
+const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
+const EXE: &str = env!("CARGO_BIN_EXE_vramdoc");
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn report(path: &Path) -> Value {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// Used bytes of every device of the box, as `vramdoc scan` reads them now.
+fn used_now(b: &CliBox) -> Vec<u64> {
+    let out = b.vramdoc().args(["scan", "--json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["scan"]["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| d["memory"]["used"].as_u64().unwrap_or(u64::MAX))
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.starts_with(" Z")))
+}
+
+/// The report's processes of the job: (pid, name, ppid, member, peak per device).
+fn processes(r: &Value) -> Vec<(u32, String, Option<u64>, Option<String>, Vec<(u64, u64)>)> {
+    r["run"]["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["pid"].as_u64().unwrap() as u32,
+                p["name"].as_str().unwrap_or("").to_string(),
+                p["ppid"].as_u64(),
+                p["member"].as_str().map(str::to_string),
+                p["devices"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|d| {
+                        (
+                            d["device"].as_u64().unwrap(),
+                            d["peak"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn findings(r: &Value, id: &str) -> Vec<Value> {
+    r["run"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["id"] == id)
+        .cloned()
+        .collect()
+}
+
+fn markers(r: &Value) -> Vec<String> {
+    r["run"]["timeline"]["markers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["label"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// SIGTERM to `vramdoc run -- sh -c '…'` reaches every process of the job's group, not just
+/// `sh` (which would leave its children holding their memory): as GNU `timeout`.
+#[test]
+fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let out = tmp.path().join("r.json");
+    let script = format!(
+        "{EXE} sim hold --size 2GiB & {EXE} sim hold --device 1 --size 1GiB; echo not reached"
+    );
+    let child = b
+        .vramdoc()
+        .args(["run", "--process-period", "50ms", "--samples"])
+        .arg(&samples)
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = common::KillOnDrop(child);
+    eventually(SECS_10, "both holders listed as the job's", || {
+        let t = std::fs::read_to_string(&samples).unwrap_or_default();
+        let held = |d: u32| {
+            t.lines().any(|l| {
+                l.contains("\"type\":\"process\"")
+                    && l.contains(&format!("\"device\":{d},"))
+                    && l.contains("\"tree\":true")
+            })
+        };
+        held(0) && held(1)
+    });
+    // SAFETY: signalling the vramdoc this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    let r = report(&out);
+    let holders: Vec<u32> = processes(&r)
+        .into_iter()
+        .filter(|p| !p.4.is_empty())
+        .map(|p| p.0)
+        .collect();
+    assert_eq!(holders.len(), 2, "{r}");
+    eventually(SECS_10, "every holder of the job ended", || {
+        holders.iter().all(|p| !alive(*p))
+    });
+    eventually(SECS_10, "the memory returned", || {
+        used_now(&b).iter().all(|u| *u == 0)
+    });
+    assert!(
+        markers(&r)
+            .iter()
+            .any(|m| m.contains("SIGTERM forwarded to the job's process group")),
+        "{:?}",
+        markers(&r)
+    );
+}
+
+/// `vramdoc run -- sh -c 'holder & …; exit 0'` with the command ending first.
+fn run_leaving_a_holder(b: &CliBox, out: &Path, extra: &[&str]) -> Output {
+    let script = format!("{EXE} sim hold --size 2GiB >/dev/null & sleep 1; exit 0");
+    b.vramdoc()
+        .args(["run", "--process-period", "100ms", "--out"])
+        .arg(out)
+        .args(extra)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap()
+}
+
+/// A background child that still holds memory when the command exits is named
+/// (`outlived-command`, warn: its memory is not lost yet) and left running; with
+/// `--kill-after` it is ended (SIGTERM) and the report says so.
+#[test]
+fn a_child_outliving_the_command_is_reported_and_kill_after_ends_it() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("left.json");
+    let o = run_leaving_a_holder(&b, &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = report(&out);
+    let f = findings(&r, "outlived-command");
+    assert_eq!(f.len(), 1, "{r}");
+    let pid = f[0]["pid"].as_u64().unwrap() as u32;
+    let alive_after = alive(pid);
+    // SAFETY: killing the holder this test's job left behind.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    assert!(alive_after, "left running without --kill-after");
+    assert_eq!(f[0]["severity"], "warn");
+    let title = f[0]["title"].as_str().unwrap();
+    assert!(title.contains(&format!("kill {pid}")), "{title}");
+    assert!(title.contains("GPU 0"), "{title}");
+    let ev = f[0]["evidence"].to_string();
+    assert!(ev.contains("parent") && ev.contains("(sh)"), "{ev}");
+    assert!(ev.contains("sim hold --size 2GiB"), "{ev}");
+    assert!(
+        stderr(&o).contains("WARN outlived-command"),
+        "{}",
+        stderr(&o)
+    );
+
+    let out = tmp.path().join("ended.json");
+    let o = run_leaving_a_holder(&b, &out, &["--kill-after", "2s"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = report(&out);
+    let f = findings(&r, "outlived-command");
+    assert_eq!(f.len(), 1, "{r}");
+    let pid = f[0]["pid"].as_u64().unwrap() as u32;
+    assert!(!alive(pid), "ended by --kill-after");
+    assert_eq!(f[0]["severity"], "info");
+    assert!(f[0]["title"].as_str().unwrap().contains("--kill-after"));
+    assert!(markers(&r)
+        .iter()
+        .any(|m| m.starts_with("kill-after: SIGTERM to") && m.contains(&pid.to_string())));
+    eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
+}
+
+/// `vramdoc run -- vramdoc sim run … python3 job.py`: the box's runtime daemon (started by
+/// `sim init`, not by the job) starts the workload outside vramdoc's tree, in a
+/// docker-shaped cgroup; it is recorded as the job's, not as a neighbour — through the new
+/// container cgroup alone when the marker variable is not passed on.
+#[test]
+fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let daemon: u64 = std::fs::read_to_string(b.dir.join("runtime.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, prefix) in [
+        ("env", &[][..]),
+        ("cgroup", &["env", "-u", "VRAMDOC_MARKERS"][..]),
+    ] {
+        let out = tmp.path().join(format!("{name}.json"));
+        let o = b
+            .vramdoc()
+            .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+            .args(["run", "--process-period", "100ms", "--out"])
+            .arg(&out)
+            .arg("--")
+            .args(prefix)
+            .args([EXE, "sim", "run", "--gpus", "1", "--", "python3", JOB])
+            .args(["ctx:0", "alloc:2048", "sleep:1200"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let r = report(&out);
+        let procs = processes(&r);
+        let py = procs
+            .iter()
+            .find(|p| p.1.starts_with("python"))
+            .unwrap_or_else(|| panic!("{name}: the workload is not the job's: {procs:?}"));
+        assert_eq!(
+            py.2,
+            Some(daemon),
+            "{name}: the runtime daemon is its parent"
+        );
+        let member = py.3.clone().unwrap_or_default();
+        let want = if name == "env" {
+            "environment VRAMDOC_MARKERS"
+        } else {
+            "cgroup /docker/"
+        };
+        assert!(member.starts_with(want), "{name}: {member:?}");
+        assert!(
+            py.4.iter().any(|(d, p)| *d == 1 && *p >= 2 * GIB),
+            "{name}: its memory on host GPU 1: {procs:?}"
+        );
+        let tree_peak = r["run"]["tree_peaks"][1]["peak_used"].as_u64().unwrap();
+        assert!(tree_peak >= 2 * GIB, "{name}: the job's share on GPU 1");
+    }
+}
+
+/// `vramdoc run --pid PID` records a running holder and its child until the holder exits;
+/// `vramdoc mark --pid PID` reaches it; SIGTERM stops the recording, not the holder.
+#[test]
+fn attach_records_a_running_holder_and_its_children() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = b.vramdoc();
+    cmd.args(["sim", "hold", "--size", "1GiB", "--fork-child"]);
+    let h = Holder::spawn(cmd);
+    let child_pid = h.field("child").expect("child=");
+    let out = tmp.path().join("a.json");
+    let rec = b
+        .vramdoc()
+        .args(["run", "--process-period", "50ms", "--pid"])
+        .arg(h.pid.to_string())
+        .arg("--out")
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rec = common::KillOnDrop(rec);
+    // The marker file exists once attached; then a marker, then the holder exits.
+    eventually(SECS_10, "mark --pid accepted", || {
+        b.vramdoc()
+            .args([
+                "mark",
+                "--pid",
+                &h.pid.to_string(),
+                "served",
+                "1000",
+                "requests",
+            ])
+            .status()
+            .unwrap()
+            .success()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let holder_pid = h.kill();
+    let status = eventually(SECS_10, "the recording ends with the holder", || {
+        rec.try_wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(0));
+    // SAFETY: the holder's forked child, started by this test's holder.
+    unsafe { libc::kill(child_pid as i32, libc::SIGKILL) };
+    let r = report(&out);
+    let procs = processes(&r);
+    let me = procs
+        .iter()
+        .find(|p| p.0 == holder_pid)
+        .expect("the holder");
+    assert_eq!(me.3.as_deref(), Some("attached"));
+    assert!(me.4.iter().any(|(d, p)| *d == 0 && *p >= GIB), "{procs:?}");
+    assert!(
+        procs.iter().any(|p| p.0 == child_pid),
+        "its child: {procs:?}"
+    );
+    let m = markers(&r);
+    assert!(m.iter().any(|l| l == "served 1000 requests"), "{m:?}");
+    assert!(m.iter().any(|l| l.starts_with("attached to pid")), "{m:?}");
+    assert!(
+        m.iter()
+            .any(|l| l == &format!("process {holder_pid} exited")),
+        "{m:?}"
+    );
+    assert!(r["run"]["command"].to_string().contains("sim"), "{r}");
+
+    // SIGTERM ends the recording (exit 0, report written) and leaves the process running.
+    let h = Holder::start(&b.dir, &[], &["--size", "512MiB"]);
+    let out = tmp.path().join("b.json");
+    let mut rec = common::KillOnDrop(
+        b.vramdoc()
+            .args(["run", "--process-period", "50ms", "--pid"])
+            .arg(h.pid.to_string())
+            .arg("--out")
+            .arg(&out)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let marker = |pid: u32| {
+        b.vramdoc()
+            .args(["mark", "--pid", &pid.to_string(), "x"])
+            .status()
+            .unwrap()
+            .success()
+    };
+    eventually(SECS_10, "attached", || marker(h.pid));
+    // SAFETY: signalling the vramdoc this test started.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    assert!(alive(h.pid), "the attached process keeps running");
+    let m = markers(&report(&out));
+    assert!(m.iter().any(|l| l.contains("stopped by SIGTERM")), "{m:?}");
+    assert!(!marker(h.pid), "no recording is attached any more");
+}
+
+/// Attach needs a running process; `--duration` needs attach; a command and `--pid` do
+/// not go together: usage errors (125), nothing recorded.
+#[test]
+fn attach_flags_are_checked_before_anything_runs() {
+    let o = common::vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--pid", "999999999"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    for args in [
+        &["run", "--duration", "1s", "--", "true"][..],
+        &["run", "--pid", "1", "--", "true"][..],
+        &["run", "--kill-after", "1s", "--pid", "1"][..],
+    ] {
+        let o = common::vramdoc().args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
+    }
+    let o = common::vramdoc()
+        .args(["mark", "--pid", "999999999", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no `vramdoc run --pid 999999999`"));
+}
+
+/// `--live` draws one line redrawn in place on a terminal (here `script`'s pseudo-terminal),
+/// and nothing when stderr is a pipe.
+#[test]
+fn live_status_is_drawn_on_a_terminal_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typescript = tmp.path().join("typescript");
+    let line = format!(
+        "{EXE} --sim 2x16GiB run --live --process-period 50ms -- {EXE} sim hold --device 1 --size 1GiB --duration 1s"
+    );
+    let o = Command::new("script")
+        .args(["-qec", &line])
+        .arg(&typescript)
+        .env_remove("VRAMDOC_SIM_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) from util-linux");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let seen = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(seen.contains("\r\x1b[2Kvramdoc "), "{seen:?}");
+    assert!(seen.contains("peak GPU0 0 B GPU1 1."), "{seen:?}");
+    let o = common::vramdoc()
+        .args(["--sim", "1x16GiB", "run", "--live", "--", "sleep", "0.5"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(!stderr(&o).contains("\x1b[2K"), "{}", stderr(&o));
+}
