@@ -45,8 +45,11 @@ fn alive(pid: u32) -> bool {
         .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.starts_with(" Z")))
 }
 
-/// The report's processes of the job: (pid, name, ppid, member, peak per device).
-fn processes(r: &Value) -> Vec<(u32, String, Option<u64>, Option<String>, Vec<(u64, u64)>)> {
+/// One process of the report: (pid, name, ppid, member, peak per device).
+type Proc = (u32, String, Option<u64>, Option<String>, Vec<(u64, u64)>);
+
+/// The report's processes of the job.
+fn processes(r: &Value) -> Vec<Proc> {
     r["run"]["processes"]
         .as_array()
         .into_iter()
