@@ -358,6 +358,7 @@ impl ProcessTree {
         if self.apply_rules(&all, &members) {
             members = self.members_from(&all, &children);
         }
+        let member_set: std::collections::HashSet<u32> = members.iter().copied().collect();
         let mut changes = Vec::new();
         // Ended: gone, a zombie, or the PID now names another process.
         let ended: Vec<u32> = self
@@ -393,23 +394,36 @@ impl ProcessTree {
                     continue;
                 }
             }
-            changes.extend(self.add(pid, e.ppid, e.start_time, t_ms));
+            // A member's child is the job's as a descendant, whatever rule it also matches.
+            let parent_is_member = member_set.contains(&e.ppid);
+            changes.extend(self.add(pid, e.ppid, e.start_time, t_ms, parent_is_member));
         }
         changes
     }
 
-    fn add(&mut self, pid: u32, ppid: u32, start_time: u64, t_ms: f64) -> Option<TreeChange> {
+    fn add(
+        &mut self,
+        pid: u32,
+        ppid: u32,
+        start_time: u64,
+        t_ms: f64,
+        parent_is_member: bool,
+    ) -> Option<TreeChange> {
         if let Some(old) = self.live.get(&pid) {
             if old.start_time == start_time && old.end_ms.is_none() {
                 return None;
             }
         }
-        let via = self
-            .joined
-            .get(&pid)
-            .filter(|(st, _)| *st == start_time)
-            .map(|(_, v)| v.clone())
-            .or_else(|| (self.include_root && pid == self.root).then(|| "attached".to_string()));
+        let via = if self.include_root && pid == self.root {
+            Some("attached".to_string())
+        } else if parent_is_member || ppid == self.root {
+            None
+        } else {
+            self.joined
+                .get(&pid)
+                .filter(|(st, _)| *st == start_time)
+                .map(|(_, v)| v.clone())
+        };
         let tp = details(pid, ppid, start_time, t_ms, via);
         if let Some(old) = self.live.insert(pid, tp.clone()) {
             self.past.push(old);
@@ -457,7 +471,8 @@ impl ProcessTree {
             return (Some(nvml_pid), None);
         }
         if let Some((ppid, start)) = self.descends(nvml_pid) {
-            let change = self.add(nvml_pid, ppid, start, t_ms);
+            let parent_is_member = self.live.get(&ppid).is_some_and(|t| t.end_ms.is_none());
+            let change = self.add(nvml_pid, ppid, start, t_ms, parent_is_member);
             return (Some(nvml_pid), change);
         }
         // A member in a nested PID namespace, reported by its inner PID. Inner PIDs are small
@@ -564,7 +579,8 @@ mod tests {
         assert_eq!(tree.resolve(sleep_pid, 2.0).0, Some(sleep_pid));
         assert_eq!(tree.resolve(1, 2.0).0, None, "init is not in the tree");
         // A member in a nested namespace, reported by its inner PID 1.
-        let mut nested = tree.all()[0].clone();
+        // (Other tests of this process start children too: use this test's own.)
+        let mut nested = tree.all().into_iter().find(|t| t.pid == sleep_pid).unwrap();
         nested.pid = sleep_pid;
         nested.nspid = vec![sleep_pid, 1];
         tree.live.insert(sleep_pid, nested);
@@ -572,6 +588,104 @@ mod tests {
         unsafe { libc::kill(sleep_pid as i32, libc::SIGKILL) };
         let _ = child.wait();
         tree.refresh(3.0);
-        assert!(tree.all().iter().all(|t| t.end_ms == Some(3.0)));
+        let sh = child.id();
+        assert!(tree
+            .all()
+            .iter()
+            .filter(|t| t.pid == sh || t.pid == sleep_pid)
+            .all(|t| t.end_ms == Some(3.0)));
+    }
+
+    #[test]
+    fn container_ids_are_read_from_every_runtime_s_cgroup_shape() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for path in [
+            format!("/docker/{id}"),
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/kubepods.slice/kubepods-burstable.slice/cri-containerd-{id}.scope"),
+            format!("/machine.slice/libpod-{id}.scope/container"),
+            format!("/kubepods/burstable/pod1234-5678/{id}"),
+        ] {
+            assert_eq!(container_id(&path), Some(id), "{path}");
+        }
+        for path in [
+            "/",
+            "/user.slice/user-1000.slice/session-3.scope",
+            "/docker/0123456789abcdef",
+            &format!("/docker/{}", id.to_uppercase()),
+            &format!("/docker/{id}0"),
+        ] {
+            assert_eq!(container_id(path), None, "{path}");
+        }
+        let m = CgroupMatch::Path("/kubepods/burstable/".into());
+        assert!(m.matches("/kubepods/burstable"));
+        assert!(m.matches(&format!("/kubepods/burstable/pod1/{id}")));
+        assert!(!m.matches("/kubepods/burstable-2"));
+        let c = CgroupMatch::Container(id[..12].into());
+        assert!(c.matches(&format!("/system.slice/docker-{id}.scope")));
+        assert!(!c.matches("/system.slice/cron.service"));
+    }
+
+    /// A process outside the root's tree that carries the job's variable is the job's, with
+    /// why; its child is the job's as a descendant; a process without it is not.
+    #[test]
+    fn a_process_carrying_the_job_s_variable_joins_with_its_descendants() {
+        let token = format!("token-{}", std::process::id());
+        let mut tree = ProcessTree::with_scope(Scope {
+            env: vec![vec![("VRAMDOC_TREE_TEST".into(), token.clone())]],
+            ..Scope::descendants(u32::MAX)
+        });
+        let mut with = std::process::Command::new("sh")
+            .args(["-c", "tail -f /dev/null & wait"])
+            .env("VRAMDOC_TREE_TEST", &token)
+            .spawn()
+            .unwrap();
+        let mut without = std::process::Command::new("tail")
+            .args(["-f", "/dev/null"])
+            .spawn()
+            .unwrap();
+        let (sh, other) = (with.id(), without.id());
+        let mut all = Vec::new();
+        for _ in 0..200 {
+            tree.refresh(1.0);
+            all = tree.all();
+            if all.iter().any(|t| t.name.as_deref() == Some("tail")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = without.kill();
+        let _ = without.wait();
+        let sleep = all
+            .iter()
+            .find(|t| t.name.as_deref() == Some("tail"))
+            .cloned();
+        if let Some(s) = &sleep {
+            unsafe { libc::kill(s.pid as i32, libc::SIGKILL) };
+        }
+        let _ = with.wait();
+        let me = all.iter().find(|t| t.pid == sh).expect("sh joined");
+        assert_eq!(me.via.as_deref(), Some("environment VRAMDOC_TREE_TEST"));
+        let sleep = sleep.expect("its child too (tail)");
+        assert_eq!(sleep.ppid, Some(sh));
+        assert_eq!(sleep.via, None, "a member's child is a descendant");
+        assert!(all.iter().all(|t| t.pid != other), "{all:?}");
+    }
+
+    #[test]
+    fn slurm_steps_are_described_by_job_and_step() {
+        let set = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            describe_env(&set(&[("SLURM_JOB_ID", "12"), ("SLURM_STEP_ID", "0")])),
+            "Slurm step 12.0"
+        );
+        assert_eq!(
+            describe_env(&set(&[("VRAMDOC_MARKERS", "/tmp/x")])),
+            "environment VRAMDOC_MARKERS"
+        );
     }
 }

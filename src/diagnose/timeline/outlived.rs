@@ -111,3 +111,131 @@ pub(super) fn outlived_command(cx: &Prepared) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{fingerprints, JobExit, RecordedDevice, Recording, TimelineThresholds};
+    use crate::model::{DeviceSeries, Marker, MarkerKind, ProcessSample, Severity, Timeline};
+    use crate::record::RecordedProcess;
+
+    const GIB: u64 = 1 << 30;
+
+    /// The command (pid 10) ends at 1 s; its child 11 (`python worker.py`) holds 2 GiB on
+    /// GPU 0 from 0.2 s until `child_exit` (or the end, 2.5 s); `markers` on the timeline.
+    fn recording(
+        child_exit: Option<f64>,
+        markers: Vec<Marker>,
+        exit: Option<JobExit>,
+    ) -> Recording {
+        let until = child_exit.unwrap_or(2500.0);
+        let mut samples = vec![(0.0, 0)];
+        let mut processes = Vec::new();
+        let mut t = 200.0;
+        while t <= 2500.0 {
+            let held = t < until;
+            samples.push((t, if held { 2 * GIB } else { 0 }));
+            if held {
+                processes.push(ProcessSample {
+                    t_ms: t,
+                    device: 0,
+                    pid: 11,
+                    used: Some(2 * GIB),
+                });
+            }
+            t += 100.0;
+        }
+        let proc_ = |pid, exit_ms, ppid, cmd: &str| RecordedProcess {
+            pid,
+            name: Some(if pid == 10 { "sh" } else { "python3" }.into()),
+            first_seen_ms: 100.0,
+            exit_ms,
+            cuda_visible_devices: None,
+            cuda_device_order: None,
+            nvidia_visible_devices: None,
+            in_tree: true,
+            ppid: Some(ppid),
+            cmdline: Some(cmd.into()),
+        };
+        Recording {
+            devices: vec![RecordedDevice {
+                index: 0,
+                uuid: "GPU-0".into(),
+                name: "sim".into(),
+                total: 16 * GIB,
+            }],
+            timeline: Timeline {
+                devices: vec![DeviceSeries {
+                    device: 0,
+                    total: 16 * GIB,
+                    samples,
+                }],
+                markers,
+                processes,
+                gaps: Vec::new(),
+            },
+            processes: vec![
+                proc_(10, Some(1000.0), 1, "sh -c python3 worker.py &"),
+                proc_(11, child_exit, 10, "python3 worker.py --token=\u{1b}[31m"),
+            ],
+            errors: Vec::new(),
+            end_ms: 1000.0,
+            exit,
+        }
+    }
+
+    fn outlived(r: &Recording) -> Vec<crate::model::Finding> {
+        fingerprints(r, &TimelineThresholds::default())
+            .into_iter()
+            .filter(|f| f.id == "outlived-command")
+            .collect()
+    }
+
+    #[test]
+    fn a_child_still_holding_memory_after_the_command_is_a_warning_naming_it() {
+        let f = outlived(&recording(None, vec![], Some(JobExit::Code(0))));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].severity, f[0].pid), (Severity::Warn, Some(11)));
+        assert_eq!(f[0].devices, [0]);
+        assert!(f[0].title.contains("PID 11 (python3)"), "{}", f[0].title);
+        assert!(f[0].title.contains("2.00 GiB on GPU 0"), "{}", f[0].title);
+        assert!(f[0].title.contains("kill 11"), "{}", f[0].title);
+        let ev = |l: &str| {
+            f[0].evidence
+                .iter()
+                .find(|e| e.label == l)
+                .map(|e| e.value.clone())
+        };
+        assert_eq!(ev("parent").as_deref(), Some("PID 10 (sh)"));
+        let cmd = ev("command (redacted)").unwrap();
+        assert!(
+            cmd.starts_with("python3 worker.py") && !cmd.contains('\u{1b}'),
+            "{cmd:?}"
+        );
+    }
+
+    #[test]
+    fn ended_by_kill_after_it_is_info_and_says_so() {
+        let m = Marker {
+            t_ms: 1800.0,
+            kind: MarkerKind::Signal,
+            label: "kill-after: SIGTERM to 11 (still holding GPU memory after the command)".into(),
+            device: None,
+        };
+        let f = outlived(&recording(Some(1900.0), vec![m], Some(JobExit::Code(0))));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].title.contains("ended by --kill-after"),
+            "{}",
+            f[0].title
+        );
+    }
+
+    #[test]
+    fn nothing_when_the_child_ends_with_the_command_or_when_attached() {
+        // Gone 200 ms after the command: within the grace, no finding.
+        assert!(outlived(&recording(Some(1200.0), vec![], Some(JobExit::Code(0)))).is_empty());
+        // Attached (no command of vramdoc's): no finding.
+        assert!(outlived(&recording(None, vec![], None)).is_empty());
+    }
+}
