@@ -367,6 +367,64 @@ fn attach_records_a_running_holder_and_its_children() {
     assert!(!marker(h.pid), "no recording is attached any more");
 }
 
+/// `--container ID` (a 12-digit prefix, as `docker ps` shows it) and `--cgroup PATH` record
+/// every process of a running container, found through its cgroup, for `--duration`.
+#[test]
+fn attach_to_a_container_by_id_or_cgroup() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let c = common::clients::detached(&b, &["--gpus", "0"]);
+    let id = c["id"].as_str().unwrap().to_string();
+    let pid = c["pid"].as_u64().unwrap() as u32;
+    let tmp = tempfile::tempdir().unwrap();
+    for (flag, value, member) in [
+        (
+            "--container",
+            id[..12].to_string(),
+            format!("container {}", &id[..12]),
+        ),
+        (
+            "--cgroup",
+            format!("/docker/{id}"),
+            format!("cgroup /docker/{id}"),
+        ),
+    ] {
+        let out = tmp.path().join("c.json");
+        let o = b
+            .vramdoc()
+            .args([
+                "run",
+                "--process-period",
+                "50ms",
+                "--duration",
+                "600ms",
+                "--force",
+            ])
+            .args([flag, &value])
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{flag}: {}", stderr(&o));
+        let r = report(&out);
+        let procs = processes(&r);
+        let held = procs
+            .iter()
+            .find(|p| p.0 == pid)
+            .unwrap_or_else(|| panic!("{flag}: {procs:?}"));
+        assert_eq!(held.3.as_deref(), Some(member.as_str()), "{flag}");
+        assert!(
+            held.4.iter().any(|(d, p)| *d == 0 && *p >= GIB),
+            "{flag}: {procs:?}"
+        );
+        assert!(
+            markers(&r).iter().any(|m| m.contains("--duration reached")),
+            "{flag}: {:?}",
+            markers(&r)
+        );
+        assert!(alive(pid), "{flag}: the container keeps running");
+    }
+}
+
 /// Attach needs a running process; `--duration` needs attach; a command and `--pid` do
 /// not go together: usage errors (125), nothing recorded.
 #[test]
