@@ -245,7 +245,7 @@ pub fn run(
         recorded,
         errors,
         stderr_tail: Vec::new(),
-        attached: true,
+        attached: Some(what),
     })
 }
 

@@ -124,8 +124,9 @@ pub struct JobRun {
     pub errors: Vec<RunError>,
     /// The last lines of its stderr (redacted).
     pub stderr_tail: Vec<String>,
-    /// Attached to processes vramdoc did not start: `exit` is not theirs.
-    pub attached: bool,
+    /// Attached to processes vramdoc did not start (what, as `pid 4242 (python3)`): `exit`
+    /// is not theirs.
+    pub attached: Option<String>,
 }
 
 /// Run `spec` on `devices`, recording through `monitor`, until the command ends and
@@ -275,7 +276,7 @@ pub fn run(
         recorded,
         errors,
         stderr_tail,
-        attached: false,
+        attached: None,
     })
 }
 

@@ -153,7 +153,7 @@ pub fn run_result(
         period_us: cadence_us.0,
         process_period_us: cadence_us.1,
         duration_ms: run.end_ms.max(0.0) as u64,
-        exit: if run.attached {
+        exit: if run.attached.is_some() {
             // Not vramdoc's child: how it ended is not known.
             RunExit {
                 status: 0,
@@ -173,5 +173,6 @@ pub fn run_result(
         timeline: run.recorded.timeline,
         stderr_tail: run.stderr_tail,
         samples_file,
+        attached: run.attached,
     }
 }

@@ -37,6 +37,11 @@ pub struct RunResult {
     /// The JSONL file the samples were streamed to, when one was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples_file: Option<String>,
+    /// Recorded by attaching (`run --pid`/`--cgroup`/`--container`) to what this names
+    /// (`pid 4242 (python3)`, `container ID`): vramdoc did not start it, so `exit` is not
+    /// its exit, and `duration_ms` is the recording's length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached: Option<String>,
 }
 
 /// How the wrapped command ended.

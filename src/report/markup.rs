@@ -591,6 +591,7 @@ fn variant_run<M: Markup>(m: &mut M, index: usize, r: &VariantRun) -> Result<(),
 /// device with the chart, the job's processes, the stderr tail.
 fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
     let how = match (&run.exit.signal_name, run.exit.code) {
+        _ if run.attached.is_some() => vec![plain(" recorded while attached")],
         (Some(sig), _) => vec![
             plain(" killed by "),
             text(sig.as_str()),

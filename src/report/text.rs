@@ -140,6 +140,7 @@ pub fn summary(report: &Report) -> String {
             };
             let cmd = one_line(&run.command.join(" "));
             let how = match (run.exit.code, &run.exit.signal_name) {
+                _ if run.attached.is_some() => "recorded while attached".to_string(),
                 (_, Some(sig)) => format!("killed by {sig} (status {})", run.exit.status),
                 (Some(c), None) => format!("exited {c}"),
                 (None, None) => format!("ended with status {}", run.exit.status),

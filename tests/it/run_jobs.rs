@@ -336,6 +336,19 @@ fn attach_records_a_running_holder_and_its_children() {
         "{m:?}"
     );
     assert!(r["run"]["command"].to_string().contains("sim"), "{r}");
+    let attached = r["run"]["attached"].as_str().unwrap_or_default();
+    assert!(
+        attached.starts_with(&format!("pid {holder_pid}")),
+        "{attached:?}"
+    );
+    let mut summary = String::new();
+    use std::io::Read;
+    rec.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut summary)
+        .unwrap();
+    assert!(summary.contains("was recorded while attached"), "{summary}");
 
     // SIGTERM ends the recording (exit 0, report written) and leaves the process running.
     let h = Holder::start(&b.dir, &[], &["--size", "512MiB"]);
@@ -353,6 +366,7 @@ fn attach_records_a_running_holder_and_its_children() {
     let marker = |pid: u32| {
         b.vramdoc()
             .args(["mark", "--pid", &pid.to_string(), "x"])
+            .stderr(Stdio::null())
             .status()
             .unwrap()
             .success()

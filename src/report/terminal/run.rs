@@ -12,6 +12,7 @@ use std::path::PathBuf;
 pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
     let mut s = String::new();
     let how = match (&run.exit.signal_name, run.exit.code) {
+        _ if run.attached.is_some() => "was recorded while attached".to_string(),
         (Some(sig), _) => format!("was killed by {sig} (status {})", run.exit.status),
         (None, Some(c)) => format!("exited {c}"),
         _ => format!("ended ({})", run.exit.status),
