@@ -77,11 +77,14 @@ pub enum Command {
     /// Run your own command and record its GPU memory, then name the failure it hit
     ///
     /// Starts CMD (stdin, stdout and stderr pass through), records every device's memory and
-    /// the per-process usage of the command's whole process tree, recognises out-of-memory
-    /// lines in its stderr, and decides findings on the timeline (out-of-memory,
-    /// stray-context, growth-without-release, not-released, double-load, overcommit,
-    /// held-after-exit). Label phases from the job with `vramdoc mark TEXT` or by appending a
-    /// line to the file in $VRAMDOC_MARKERS. See docs/run.md.
+    /// the per-process usage of the job: the command's whole process tree, the containers it
+    /// starts (found through their new cgroups) and processes carrying its $VRAMDOC_MARKERS
+    /// or Slurm step. Recognises out-of-memory lines in its stderr, and decides findings on
+    /// the timeline (out-of-memory, stray-context, growth-without-release, not-released,
+    /// double-load, overcommit, held-after-exit, outlived-command). Signals sent to vramdoc
+    /// reach the job's whole process group, as with `timeout`. Label phases from the job
+    /// with `vramdoc mark TEXT` or by appending a line to the file in $VRAMDOC_MARKERS. Or
+    /// attach to a job that runs already: --pid, --cgroup, --container. See docs/run.md.
     #[command(
         after_help = "Exit status: the command's own (128+N when killed by signal N), as `time` \
 and `timeout` do; 1 instead of 0 when --fail-on is met; 125 vramdoc itself failed (bad flags, \
