@@ -360,6 +360,7 @@ fn forward_signals(recorder: &Recorder, pgid: u32) {
         let outside: Vec<u32> = recorder
             .live_members()
             .into_iter()
+            .filter(ours_to_signal)
             .filter(|m| process::group_of(m.pid).is_some_and(|g| g != pgid))
             .filter(|m| crate::host::is_alive(m.pid, m.start_time))
             .map(|m| m.pid)
@@ -376,6 +377,19 @@ fn forward_signals(recorder: &Recorder, pgid: u32) {
             &format!("{name} forwarded to the job's process group{also}"),
             None,
         );
+    }
+}
+
+/// Whether vramdoc may signal a process of the job (forwarded signals, `--kill-after`):
+/// the command's descendants and processes carrying its marker file are certainly its own.
+/// A container found only through its new cgroup, or a process of the same Slurm step (the
+/// step's other tasks may be another vramdoc's), could be a neighbour's: those are
+/// recorded, never signalled (container CLIs pass signals on to their containers
+/// themselves, `docker run`'s `--sig-proxy`).
+pub fn ours_to_signal(m: &crate::record::tree::TreeProcess) -> bool {
+    match m.via.as_deref() {
+        None => true,
+        Some(v) => v.starts_with(&format!("environment {MARKERS_ENV}")),
     }
 }
 
@@ -467,4 +481,44 @@ pub fn open_samples(path: &std::path::Path, force: bool) -> Result<std::fs::File
             format!("{}: {e}", path.display())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_descendants_and_marker_carriers_are_signalled() {
+        let tp = |via: Option<&str>| crate::record::tree::TreeProcess {
+            pid: 1,
+            ppid: None,
+            nspid: vec![],
+            name: None,
+            cmdline: None,
+            start_time: 0,
+            start_ms: 0.0,
+            end_ms: None,
+            gpu_env: vec![],
+            via: via.map(String::from),
+        };
+        assert!(ours_to_signal(&tp(None)));
+        assert!(ours_to_signal(&tp(Some("environment VRAMDOC_MARKERS"))));
+        assert!(!ours_to_signal(&tp(Some("cgroup /docker/0123"))));
+        assert!(!ours_to_signal(&tp(Some("Slurm step 12.0"))));
+        assert!(!ours_to_signal(&tp(Some("attached"))));
+    }
+
+    #[test]
+    fn the_command_s_scope_joins_new_containers_and_its_marker_file() {
+        let scope = job_scope(std::path::Path::new("/tmp/vramdoc-run-x/markers"));
+        assert_eq!(scope.root, std::process::id());
+        assert!(scope.new_containers && !scope.include_root);
+        assert_eq!(
+            scope.env[0],
+            [(
+                MARKERS_ENV.to_string(),
+                "/tmp/vramdoc-run-x/markers".to_string()
+            )]
+        );
+    }
 }

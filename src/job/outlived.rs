@@ -1,5 +1,6 @@
 //! `--kill-after DURATION`: after the command ends, the job's processes that still hold GPU
-//! memory (a forked DataLoader worker, a detached child, a container) are ended as GNU
+//! memory (a forked DataLoader worker, a detached child, a container that carries the job's
+//! marker file; see `super::ours_to_signal`) are ended as GNU
 //! `timeout -k` ends a command: SIGTERM, then SIGKILL to those still running `DURATION`
 //! later. Each step is a marker on the timeline (`kill-after: …`), which the
 //! `outlived-command` finding reads. Without the flag nothing is ended and the finding says
@@ -29,7 +30,7 @@ pub fn end_holders(
     }
     let targets: Vec<(u32, u64)> = members
         .iter()
-        .filter(|m| holders.contains_key(&m.pid))
+        .filter(|m| holders.contains_key(&m.pid) && super::ours_to_signal(m))
         .filter(|m| crate::host::is_alive(m.pid, m.start_time))
         .map(|m| (m.pid, m.start_time))
         .collect();
