@@ -271,6 +271,50 @@ fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
     }
 }
 
+/// `srun vramdoc run -- …`: a process of the same Slurm step started by someone else
+/// (slurmstepd starts the step's other tasks) is the job's; one of another step is not.
+#[test]
+fn a_process_of_vramdoc_s_slurm_step_is_the_job_s() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("s.jsonl");
+    let out = tmp.path().join("r.json");
+    let rec = b
+        .vramdoc()
+        .env("SLURM_JOB_ID", "4242")
+        .env("SLURM_STEP_ID", "0")
+        .args(["run", "--process-period", "50ms", "--samples"])
+        .arg(&samples)
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "sleep", "2"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut rec = common::KillOnDrop(rec);
+    eventually(SECS_10, "the recording started", || {
+        std::fs::read_to_string(&samples).is_ok_and(|t| t.contains("\"name\":\"sleep\""))
+    });
+    let step = |s: &'static str, size: &str| {
+        Holder::start(
+            &b.dir,
+            &[("SLURM_JOB_ID", "4242"), ("SLURM_STEP_ID", s)],
+            &["--size", size, "--duration", "1s"],
+        )
+    };
+    let same = step("0", "1GiB");
+    let other = step("1", "512MiB");
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let procs = processes(&report(&out));
+    let mine = procs.iter().find(|p| p.0 == same.pid).expect("same step");
+    assert_eq!(mine.3.as_deref(), Some("Slurm step 4242.0"));
+    assert!(mine.4.iter().any(|(_, p)| *p >= GIB), "{procs:?}");
+    assert!(
+        procs.iter().all(|p| p.0 != other.pid),
+        "another step: {procs:?}"
+    );
+}
+
 /// `vramdoc run --pid PID` records a running holder and its child until the holder exits;
 /// `vramdoc mark --pid PID` reaches it; SIGTERM stops the recording, not the holder.
 #[test]
