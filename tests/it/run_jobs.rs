@@ -536,3 +536,40 @@ fn live_status_is_drawn_on_a_terminal_only() {
     assert_eq!(o.status.code(), Some(0));
     assert!(!stderr(&o).contains("\x1b[2K"), "{}", stderr(&o));
 }
+
+/// Started from a script on a terminal (vramdoc not leading its process group), vramdoc's
+/// own group is made the terminal's foreground while the job runs, so the job still reads
+/// the terminal; the script gets it back afterwards.
+#[test]
+fn a_job_started_from_a_script_still_reads_the_terminal() {
+    let inner = format!(
+        "{EXE} --sim 1x16GiB run -- sh -c 'read x; echo got $x' 2>/dev/null; read y; echo after $y"
+    );
+    let mut feeder = Command::new("sh")
+        .args(["-c", "sleep 1.5; echo hello; sleep 2.5; echo again"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = feeder.stdout.take().unwrap();
+    let o = Command::new("timeout")
+        .args(["30", "script", "-qec"])
+        .arg(format!("sh -c {}", shell_quote(&inner)))
+        .arg("/dev/null")
+        .stdin(input)
+        .output()
+        .expect("script(1) from util-linux");
+    let _ = feeder.wait();
+    let seen = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stopped on the terminal? {seen:?}"
+    );
+    assert!(seen.contains("got hello"), "{seen:?}");
+    assert!(seen.contains("after again"), "{seen:?}");
+}
+
+/// `'…'` for sh.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
