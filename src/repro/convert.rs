@@ -24,6 +24,10 @@ pub const MIN_QUANTUM: u64 = 64 * MIB;
 pub const DEFAULT_CONTEXT: u64 = 448 * MIB;
 /// A first footprint at or below this is a context alone.
 const CONTEXT_SIZED_MAX: u64 = GIB;
+/// How late `vramdoc run` may read a marker line after the job wrote it (its tail polls
+/// every 50 ms); a marker is placed this much, plus one memory period, before its reading,
+/// so the level change the job made right after marking falls in the marker's phase.
+pub const MARKER_LAG_MS: f64 = 50.0;
 /// Peaks must agree within one step of the timeline rules: this, or 2 % of the total.
 pub const PEAK_STEP_MIN: u64 = 256 * MIB;
 
@@ -35,6 +39,8 @@ pub struct Summary {
     pub steps: usize,
     /// The quantum used on the first GPU (bytes).
     pub quantum: u64,
+    /// Steps were merged to stay within [`MAX_STEPS`].
+    pub coalesced: bool,
     pub fingerprints: Vec<String>,
     pub truncated: bool,
     /// Recorded NVML index of each scenario device.
@@ -309,6 +315,23 @@ impl Builder {
     }
 }
 
+/// The markers that start phases, at the time the job wrote them (see [`MARKER_LAG_MS`]),
+/// up to `t_end`.
+fn phase_markers(src: &Source, t_end: f64) -> Vec<(f64, &crate::model::Marker)> {
+    let lag = MARKER_LAG_MS + src.period_ms.max(0.0);
+    src.markers
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.kind,
+                MarkerKind::Marker | MarkerKind::Release | MarkerKind::Step
+            )
+        })
+        .map(|m| ((m.t_ms - lag).max(0.0), m))
+        .filter(|(t, _)| *t <= t_end)
+        .collect()
+}
+
 /// The first out-of-memory error, else none.
 fn first_oom(src: &Source) -> Option<&SourceError> {
     src.errors
@@ -331,17 +354,9 @@ fn steps_at(
         .iter()
         .map(|d| quantum.max(d.total / 512))
         .collect();
-    let mut markers: Vec<(f64, &str, MarkerKind)> = src
-        .markers
-        .iter()
-        .filter(|m| {
-            matches!(
-                m.kind,
-                MarkerKind::Marker | MarkerKind::Release | MarkerKind::Step
-            )
-        })
-        .filter(|m| m.t_ms <= t_end)
-        .map(|m| (m.t_ms, m.label.as_str(), m.kind.clone()))
+    let mut markers: Vec<(f64, &str, MarkerKind)> = phase_markers(src, t_end)
+        .into_iter()
+        .map(|(t, m)| (t, m.label.as_str(), m.kind.clone()))
         .collect();
     markers.sort_by(|a, b| a.0.total_cmp(&b.0));
     if markers.len() > MAX_MARKER_STEPS {
@@ -493,10 +508,13 @@ pub fn convert(
             .max()
             .unwrap_or(0);
         let tol = PEAK_STEP_MIN.max(d.total / 50);
+        // Whole MiB, outward.
+        let min = peak.saturating_sub(tol) / MIB * MIB;
+        let max = peak.saturating_add(tol).div_ceil(MIB) * MIB;
         expect.push(Expectation::Peak {
             device: i as u32,
-            min: Some(size_text(peak.saturating_sub(tol))),
-            max: Some(size_text(peak.saturating_add(tol))),
+            min: Some(size_text(min)),
+            max: Some(size_text(max)),
         });
     }
     let fingerprint = primary_fingerprint(&src.findings);
@@ -544,6 +562,7 @@ pub fn convert(
         steps_before,
         steps: scenario.steps.len(),
         quantum: quantum.max(pic.devs[0].total / 512),
+        coalesced: quantum != MIN_QUANTUM,
         fingerprints: fps,
         truncated: src.truncated,
         physical: phys,
@@ -593,17 +612,9 @@ fn residual(
     marker_ids: &BTreeMap<usize, String>,
     t_end: f64,
 ) -> Option<Expectation> {
-    let mut markers: Vec<(f64, MarkerKind)> = src
-        .markers
-        .iter()
-        .filter(|m| {
-            matches!(
-                m.kind,
-                MarkerKind::Marker | MarkerKind::Release | MarkerKind::Step
-            )
-        })
-        .filter(|m| m.t_ms <= t_end)
-        .map(|m| (m.t_ms, m.kind.clone()))
+    let mut markers: Vec<(f64, MarkerKind)> = phase_markers(src, t_end)
+        .into_iter()
+        .map(|(t, m)| (t, m.kind.clone()))
         .collect();
     markers.sort_by(|a, b| a.0.total_cmp(&b.0));
     let skip = markers.len().saturating_sub(MAX_MARKER_STEPS);

@@ -23,6 +23,8 @@ pub enum ReproError {
     NotRun { file: String, kind: String },
     #[error("{file}: not a `vramdoc run --samples` stream (its first line is not a header); pass the JSONL file `run --samples` wrote, or the run's JSON report")]
     NotSamples { file: String },
+    #[error("{file}: neither a vramdoc run report nor a `run --samples` stream; pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]
+    NotRecording { file: String },
     #[error("{file}:{line}: not a line of a `run --samples` stream: {message} (remove or repair that line)")]
     BadLine {
         file: String,
@@ -67,7 +69,7 @@ pub fn convert_source(
         "environment, path or host name of the recorded job (docs/security.md).".to_string(),
         "Replay it: vramdoc replay FILE --sim recorded".to_string(),
     ];
-    if summary.steps_before != summary.steps {
+    if summary.coalesced {
         header.push(format!(
             "Coalesced: {} steps became {} (at most {MAX_STEPS}).",
             summary.steps_before, summary.steps

@@ -46,6 +46,8 @@ pub struct Source {
     pub truncated: bool,
     /// The process-list period, milliseconds (0: unknown).
     pub process_period_ms: f64,
+    /// The memory sampling period, milliseconds (0: unknown).
+    pub period_ms: f64,
 }
 
 /// The `run` section of a report. `file` names it in errors.
@@ -101,6 +103,7 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
         hostname: Some(report.environment.hostname.clone()).filter(|h| !h.is_empty()),
         truncated: false,
         process_period_ms: run.process_period_us as f64 / 1000.0,
+        period_ms: run.period_us as f64 / 1000.0,
     })
 }
 
@@ -128,6 +131,8 @@ enum Line {
         devices: Vec<StreamDev>,
         #[serde(default)]
         process_period_us: u64,
+        #[serde(default)]
+        period_us: u64,
     },
     Memory {
         t_ms: f64,
@@ -196,8 +201,10 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 version,
                 devices,
                 process_period_us,
+                period_us,
             } => {
                 src.process_period_ms = process_period_us as f64 / 1000.0;
+                src.period_ms = period_us as f64 / 1000.0;
                 if i != 0 {
                     return Err(bad_line(i + 1, "a second header line".into()));
                 }

@@ -81,6 +81,7 @@ fn staircase() -> Source {
         hostname: Some("planted-host-x2".into()),
         truncated: false,
         process_period_ms: 100.0,
+        period_ms: 100.0,
     }
 }
 

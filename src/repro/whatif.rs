@@ -101,7 +101,9 @@ impl BoxOutcome {
             reproduces: run.verdict == Verdict::Reproduced,
             fits,
             failed_step: run.error.as_ref().map(|e| e.step_label.clone()),
-            note: run.reason.clone(),
+            // Why it was skipped; an unexpected verdict's failed checks are the table's
+            // `reproduces` and `fits` already.
+            note: run.reason.clone().filter(|_| !ran),
             gpus,
         }
     }
