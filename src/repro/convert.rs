@@ -28,6 +28,9 @@ const CONTEXT_SIZED_MAX: u64 = GIB;
 /// every 50 ms); a marker is placed this much, plus one memory period, before its reading,
 /// so the level change the job made right after marking falls in the marker's phase.
 pub const MARKER_LAG_MS: f64 = 50.0;
+/// Longest pause kept after a release marker (the timeline rules judge a release within
+/// 2 s of its marker).
+pub const MAX_SETTLE_MS: f64 = 2500.0;
 /// Peaks must agree within one step of the timeline rules: this, or 2 % of the total.
 pub const PEAK_STEP_MIN: u64 = 256 * MIB;
 
@@ -239,8 +242,6 @@ struct Builder {
     live: Vec<Vec<(String, u64)>>,
     next_tag: usize,
     phase: String,
-    /// What a context costs (a claim's share counts it, as vLLM's budget does).
-    context: u64,
 }
 
 impl Builder {
@@ -262,10 +263,14 @@ impl Builder {
             let tag = format!("a{}", self.next_tag);
             let id = format!("s{}", self.steps.len() + 1);
             // vLLM-style claim: one rise of 20 %+ to a round share of the GPU.
-            let share = (target + self.context) as f64 / total.max(1) as f64;
+            // The share of the GPU the job's allocations reach (`claim_utilization` claims the
+            // fraction minus what the worker already holds; its context is not counted).
+            let share = target as f64 / total.max(1) as f64;
             let round = (share * 20.0).round() / 20.0;
             let near = ((share - round).abs() * total as f64) <= quantum.max(total / 200) as f64;
-            if delta as f64 >= 0.2 * total as f64 && (0.5..=0.95).contains(&round) && near {
+            let one_claim =
+                delta as f64 >= 0.2 * total as f64 && delta as f64 >= 0.6 * target as f64;
+            if one_claim && (0.5..=0.95).contains(&round) && near {
                 let label = format!("{}: claim {:.0}% of GPU {d}", self.phase, round * 100.0);
                 self.push(
                     id,
@@ -372,6 +377,7 @@ fn steps_at(
         }
     }
     events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let t_last = events.last().map_or(0.0, |e| e.0).min(t_end);
     let mut b = Builder {
         steps: Vec::new(),
         ctx: vec![false; n],
@@ -379,7 +385,6 @@ fn steps_at(
         live: vec![Vec::new(); n],
         next_tag: 0,
         phase: "start".into(),
-        context: pic.context,
     };
     // Marker step id by marker index, for expectations.
     let mut marker_ids = BTreeMap::new();
@@ -398,6 +403,15 @@ fn steps_at(
                     _ => format!("marker: {text}"),
                 };
                 b.push(id.clone(), label, Op::Pause { ms: 0 });
+                if *kind == MarkerKind::Release {
+                    // What a release is judged on comes after it: as long as recorded.
+                    let t = markers[*i].0;
+                    let next = markers.get(i + 1).map_or(t_last, |m| m.0).min(t_last);
+                    let ms = (next - t).clamp(0.0, MAX_SETTLE_MS) as u64;
+                    let settle = format!("{id}-settle");
+                    let label = format!("after the release: {ms} ms, as recorded");
+                    b.push(settle, label, Op::Pause { ms });
+                }
                 marker_ids.insert(*i, id);
             }
             Event::Level(dev, bytes) => {
@@ -427,7 +441,9 @@ pub fn convert(
 ) -> Result<(Scenario, Summary), ReproError> {
     let pic = picture(src, process_period_ms)?;
     let oom = first_oom(src);
-    let t_end = oom.map_or(f64::INFINITY, |e| e.t_ms);
+    // Up to the OOM, else to the command's exit: what its processes' teardown frees, the
+    // replay's worker frees by exiting too.
+    let t_end = oom.map_or(src.exit_ms.unwrap_or(f64::INFINITY), |e| e.t_ms);
     let hostname = src.hostname.as_deref();
     let mut quantum = MIN_QUANTUM;
     let (mut steps, mut held, mut marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
@@ -469,7 +485,6 @@ pub fn convert(
             live: vec![Vec::new(); pic.devs.len()],
             next_tag: 100_000,
             phase: "before the failure".into(),
-            context: pic.context,
         };
         if target > b.held[dev] {
             b.level_step(dev, total, target, MIB);
@@ -496,6 +511,13 @@ pub fn convert(
             before: None,
         });
     } else {
+        // Frees at the very end are the exit's: the worker's exit frees them as well.
+        while steps
+            .last()
+            .is_some_and(|s| matches!(s.op, Op::Free { .. }))
+        {
+            steps.pop();
+        }
         expect.push(Expectation::Completes);
     }
     let _ = held;
@@ -624,16 +646,19 @@ fn residual(
         .skip(skip)
         .rfind(|(_, m)| m.1 == MarkerKind::Release)?;
     let id = marker_ids.get(&(i - skip))?.clone();
-    let next = markers.get(i + 1).map_or(f64::INFINITY, |m| m.0);
+    // The settled level: the last reading before the next marker or the end, less the time
+    // a teardown may already show in the samples.
+    let next = markers.get(i + 1).map_or(t_end, |m| m.0).min(t_end);
+    let settled = next - MARKER_LAG_MS - src.period_ms.max(0.0);
     let mut devices = BTreeSet::new();
     let mut least = u64::MAX;
     for (k, series) in pic.job.iter().enumerate() {
         let after = series
             .iter()
             .filter(|p| p.0 >= *t && p.0 < next)
-            .map(|p| p.1)
-            .min()
-            .unwrap_or(0);
+            .take_while(|p| p.0 <= settled.max(*t))
+            .last()
+            .map_or(0, |p| p.1);
         if after >= GIB {
             devices.insert(k as u32);
             least = least.min(after);

@@ -48,6 +48,8 @@ pub struct Source {
     pub process_period_ms: f64,
     /// The memory sampling period, milliseconds (0: unknown).
     pub period_ms: f64,
+    /// When the command exited (`None`: not recorded, e.g. a crash).
+    pub exit_ms: Option<f64>,
 }
 
 /// The `run` section of a report. `file` names it in errors.
@@ -104,6 +106,12 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
         truncated: false,
         process_period_ms: run.process_period_us as f64 / 1000.0,
         period_ms: run.period_us as f64 / 1000.0,
+        exit_ms: run
+            .timeline
+            .markers
+            .iter()
+            .find(|m| m.kind == MarkerKind::Exit)
+            .map(|m| m.t_ms),
     })
 }
 
@@ -159,7 +167,9 @@ enum Line {
         device: Option<u32>,
         requested: Option<u64>,
     },
-    End {},
+    End {
+        t_ms: f64,
+    },
     #[serde(other)]
     Other,
 }
@@ -269,7 +279,10 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 device,
                 requested,
             }),
-            Line::End {} => src.truncated = false,
+            Line::End { t_ms } => {
+                src.truncated = false;
+                src.exit_ms = Some(t_ms);
+            }
             Line::Other => {}
         }
     }

@@ -82,6 +82,7 @@ fn staircase() -> Source {
         truncated: false,
         process_period_ms: 100.0,
         period_ms: 100.0,
+        exit_ms: None,
     }
 }
 
@@ -146,7 +147,7 @@ fn the_file_keeps_no_path_or_host_from_marker_texts() {
 fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
     let total = 80 * GIB;
     let ctx = 448 * MIB;
-    let claimed = (0.9 * total as f64) as u64;
+    let claimed = (0.9 * total as f64) as u64 + ctx;
     let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
     let src = Source {
         devices: vec![SourceDevice {
