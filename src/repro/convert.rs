@@ -95,6 +95,36 @@ fn size_text(b: u64) -> SizeSpec {
     SizeSpec::Bytes(b)
 }
 
+/// The job's processes the one replay worker stands for: the one on the most GPUs (then
+/// the largest), and every other one that shares no GPU with it (ranks of their own GPUs).
+/// A process of the job on a GPU the worker also uses (a helper holding memory beside it)
+/// is replayed as a neighbour instead: one worker cannot be two processes on one GPU.
+fn worker_pids(src: &Source, procs: &BTreeMap<(u32, u32), Series>) -> BTreeSet<u32> {
+    let mut per: BTreeMap<u32, (BTreeSet<u32>, u64)> = BTreeMap::new();
+    for ((pid, dev), s) in procs {
+        let peak = s.iter().map(|p| p.1).max().unwrap_or(0);
+        if src.tree.contains(pid) && peak > 0 {
+            let e = per.entry(*pid).or_default();
+            e.0.insert(*dev);
+            e.1 = e.1.saturating_add(peak);
+        }
+    }
+    let Some((main, (main_devs, _))) = per
+        .iter()
+        .max_by_key(|(pid, (devs, peak))| (devs.len(), *peak, std::cmp::Reverse(**pid)))
+    else {
+        // No per-process data: the device series is all there is.
+        return src.tree.clone();
+    };
+    let mut out: BTreeSet<u32> = src.tree.clone();
+    for (pid, (devs, _)) in &per {
+        if pid != main && !devs.is_disjoint(main_devs) {
+            out.remove(pid);
+        }
+    }
+    out
+}
+
 /// The GPUs the job used and the rest of the picture.
 struct Picture {
     devs: Vec<Dev>,
@@ -111,6 +141,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
         .iter()
         .map(|p| p.t_ms)
         .fold(f64::INFINITY, f64::min);
+    let worker = worker_pids(src, &procs);
     let tree_has_samples = procs.keys().any(|(pid, _)| src.tree.contains(pid));
     let mut all: Vec<Dev> = src
         .series
@@ -146,7 +177,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
     for d in all {
         let others: Vec<(&u32, &Series)> = procs
             .iter()
-            .filter(|((pid, dev), _)| *dev == d.phys && !src.tree.contains(pid))
+            .filter(|((pid, dev), _)| *dev == d.phys && !worker.contains(pid))
             .map(|((pid, _), s)| (pid, s))
             .collect();
         let t0 = d.samples[0].0;
@@ -167,7 +198,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
             })
             .collect();
         let used_by_tree = procs.iter().any(|((pid, dev), s)| {
-            *dev == d.phys && src.tree.contains(pid) && s.iter().any(|p| p.1 > 0)
+            *dev == d.phys && worker.contains(pid) && s.iter().any(|p| p.1 > 0)
         });
         let step = PEAK_STEP_MIN.max(d.total / 50);
         let rose = series.iter().any(|p| p.1 >= step);
@@ -202,7 +233,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
     // alone, else the default.
     let context = procs
         .iter()
-        .filter(|((pid, dev), _)| src.tree.contains(pid) && devs.iter().any(|d| d.phys == *dev))
+        .filter(|((pid, dev), _)| worker.contains(pid) && devs.iter().any(|d| d.phys == *dev))
         .filter_map(|(_, s)| s.iter().find(|p| p.1 > 0).map(|p| p.1))
         .filter(|b| *b <= CONTEXT_SIZED_MAX)
         .min()
