@@ -289,3 +289,38 @@ fn bad_streams_name_the_file_and_line() {
     .unwrap_err();
     assert_eq!(e, ReproError::NoSamples);
 }
+
+#[test]
+fn hostile_marker_text_cannot_add_keys_or_tables_to_the_file() {
+    let mut src = staircase();
+    src.markers[1].label =
+        "x\" \n[env]\nLD_PRELOAD = \"/tmp/evil.so\"\n[[steps]]\nop = \"pause\" \u{1b}[2J".into();
+    let c = convert_source(&src, spec_of).unwrap();
+    assert!(c.scenario.env.is_empty(), "{}", c.toml);
+    assert!(!c.toml.contains("evil.so"), "{}", c.toml);
+    assert!(!c.toml.contains('\u{1b}'), "{}", c.toml);
+    assert!(!c.toml.lines().any(|l| l.trim() == "[env]"), "{}", c.toml);
+    // The same number of steps as with a plain text.
+    let plain = convert_source(&staircase(), spec_of).unwrap();
+    assert_eq!(c.scenario.steps.len(), plain.scenario.steps.len());
+}
+
+#[test]
+fn the_recorded_box_is_named_by_presets_or_sizes() {
+    let t4 = ("Tesla T4".to_string(), 15 * GIB);
+    let generic = ("Simulated GPU 16GiB".to_string(), 16 * GIB);
+    assert_eq!(spec_of(&[t4.clone(), t4.clone()]).as_deref(), Some("2xt4"));
+    assert_eq!(spec_of(&[t4, generic]).as_deref(), Some("t4,16GiB"));
+    assert_eq!(spec_of(&[]), None);
+    let resolved = crate::backend::resolve_recorded(&[
+        ("a.toml".into(), Some("2xt4".into())),
+        ("b.toml".into(), Some("2xt4".into())),
+    ]);
+    assert_eq!(resolved.as_deref(), Ok("2xt4"));
+    assert!(
+        crate::backend::resolve_recorded(&[("a.toml".into(), Some("9xnope".into()))])
+            .unwrap_err()
+            .to_string()
+            .contains("a.toml")
+    );
+}
