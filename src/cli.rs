@@ -152,6 +152,30 @@ vramdoc completions fish > ~/.config/fish/completions/vramdoc.fish"
         after_help = "Examples:\n  vramdoc man > /usr/local/share/man/man1/vramdoc.1\n  vramdoc man | man -l -"
     )]
     Man,
+    /// Make reproductions from recordings (`scenario from REPORT`)
+    ///
+    /// Turns a `vramdoc run` recording into a scenario file that replays the job's memory
+    /// behaviour without its model, data or GPUs: attach it to a ticket, replay it anywhere.
+    /// See docs/repro.md.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  vramdoc scenario from job.json --out repro.toml\n  \
+vramdoc scenario from job.jsonl --out repro.toml   (the --samples stream, also after a crash)\n  \
+vramdoc replay repro.toml --sim recorded\n  vramdoc whatif repro.toml --on t4,l4,a100-80gb,h100,2xh100"
+    )]
+    Scenario(ScenarioCommand),
+    /// Replay a scenario's bug on several simulated boxes: would it fit on ...?
+    ///
+    /// Runs the `bug` variant of the scenario (e.g. one made by `vramdoc scenario from`) on a
+    /// fresh simulated box per spec, in parallel where the machine has the cores, and prints
+    /// per box whether the recorded failure reproduces, whether every step fits, and each
+    /// GPU's peak and headroom; then the smallest box it fits on. See docs/repro.md.
+    #[command(
+        after_help = "Exit codes: 0 every box replayed, 1 a box could not be replayed (its row says why), 2 bad scenario or box spec.\n\n\
+Examples:\n  vramdoc whatif repro.toml --on t4,l4,a100-80gb,h100,2xh100\n  \
+vramdoc whatif repro.toml --on recorded,2xrtx4090,h100 --json\n  vramdoc whatif multi-size-oom --on t4,l4"
+    )]
+    Whatif(WhatifArgs),
     /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -316,9 +340,14 @@ pub struct RunArgs {
     /// command failed or a finding reaches --fail-on. Checked before the command starts
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Overwrite --out, --samples and --junit files that exist
+    /// Overwrite --out, --samples, --junit and --scenario-out files that exist
     #[arg(long)]
     pub force: bool,
+    /// Also write a reproduction of the job's memory behaviour: a scenario file with sizes
+    /// and redacted marker texts only, to replay anywhere (docs/repro.md). Checked before the
+    /// command starts
+    #[arg(long, value_name = "FILE.toml")]
+    pub scenario_out: Option<PathBuf>,
     // --- Issue 17: signals, outliving processes, attach, live status (docs/run.md).
     /// After the command ends, end its processes still holding GPU memory: SIGTERM, then
     /// SIGKILL this long after (as `timeout -k`). Without it they are reported, not ended
@@ -360,6 +389,51 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScenarioCommand {
+    /// Convert a `vramdoc run` recording into a scenario that reproduces it
+    ///
+    /// REPORT is the JSON report of `run --out FILE.json`, or its `--samples FILE.jsonl`
+    /// stream (a stream cut short by a crash converts as far as it goes). The scenario keeps
+    /// sizes, per-GPU alloc/free steps, contexts, neighbours, the failed allocation and the
+    /// recorded fingerprint; never a command line, environment, path or host name.
+    #[command(
+        after_help = "Exit codes: 0 written, 2 the file is not a run report or samples stream (the message names it and what to pass).\n\n\
+Examples:\n  vramdoc scenario from job.json --out repro.toml\n  vramdoc scenario from job.jsonl > repro.toml"
+    )]
+    From(ScenarioFromArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScenarioFromArgs {
+    /// The recording: a `run` JSON report or its `--samples` JSONL
+    #[arg(value_name = "REPORT")]
+    pub input: PathBuf,
+    /// Write the scenario here (standard output without it)
+    #[arg(long, value_name = "FILE.toml")]
+    pub out: Option<PathBuf>,
+    /// Overwrite --out if it exists
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WhatifArgs {
+    /// A scenario file (e.g. made by `vramdoc scenario from`) or a built-in id
+    #[arg(value_name = "ID|FILE")]
+    pub scenario: String,
+    /// Boxes to try, comma-separated specs as `--sim` takes them (`t4`, `2xh100`, `24GiB`);
+    /// `recorded` is the box the scenario was recorded on
+    #[arg(long, required = true, value_delimiter = ',', value_name = "SPEC,...")]
+    pub on: Vec<String>,
+    /// Print JSON instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Boxes replayed at once (default: the machine's cores, at most the boxes)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub jobs: Option<u16>,
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,7 @@ pub mod record;
 pub mod redact;
 pub mod replay;
 pub mod report;
+pub mod repro;
 pub mod scan;
 pub mod scenario;
 pub mod serve;

@@ -45,3 +45,76 @@ fn real_monitor() -> Result<NvmlMonitor> {
         Err(_) => monitor,
     })
 }
+
+/// The box spec that stands for recorded GPUs, given as (product name, total bytes): a
+/// preset where one has that name and total, else a generic card of that size (`16GiB`).
+/// Scenarios converted from recordings carry it (`recorded_on`); `--sim recorded` builds it.
+pub fn recorded_box_spec(devices: &[(String, u64)]) -> Option<String> {
+    use vramdoc_gpu_spec::units::{GIB, MIB};
+    let parts: Vec<String> = devices
+        .iter()
+        .map(|(name, total)| {
+            match vramdoc_sim::spec::PRESETS
+                .iter()
+                .find(|p| p.name == name && p.total == *total)
+            {
+                Some(p) => p.key.to_string(),
+                None if total % GIB == 0 => format!("{}GiB", total / GIB),
+                None if total % MIB == 0 => format!("{}MiB", total / MIB),
+                None => total.to_string(),
+            }
+        })
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    // `2xt4` rather than `t4,t4` when every GPU is the same.
+    Some(if parts.iter().all(|p| p == &parts[0]) && parts.len() > 1 {
+        format!("{}x{}", parts.len(), parts[0])
+    } else {
+        parts.join(",")
+    })
+}
+
+/// Why `--sim recorded` cannot be used: no scenario named, or none that records its box.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordedBoxError {
+    #[error("--sim recorded: {0} does not say which GPUs it was recorded on (no `recorded_on`); give a box instead, e.g. --sim 16GiB or --sim h100")]
+    NotRecorded(String),
+    #[error("--sim recorded: the scenarios were recorded on different boxes ({0}); replay them one at a time")]
+    Different(String),
+    #[error("--sim recorded: recorded_on = {spec:?} in {file} is not a box this vramdoc can build: {reason}")]
+    Unknown {
+        file: String,
+        spec: String,
+        reason: String,
+    },
+}
+
+/// The box `--sim recorded` stands for: the one every named scenario was recorded on,
+/// given as (file, its `recorded_on`).
+pub fn resolve_recorded(
+    scenarios: &[(String, Option<String>)],
+) -> std::result::Result<String, RecordedBoxError> {
+    let mut spec: Option<&str> = None;
+    for (file, rec) in scenarios {
+        let Some(r) = rec.as_deref() else {
+            return Err(RecordedBoxError::NotRecorded(file.clone()));
+        };
+        if let Err(e) = vramdoc_sim::parse_spec(r) {
+            return Err(RecordedBoxError::Unknown {
+                file: file.clone(),
+                spec: r.to_string(),
+                reason: e.reason,
+            });
+        }
+        match spec {
+            Some(s) if s != r => {
+                return Err(RecordedBoxError::Different(format!("{s}, {r}")));
+            }
+            _ => spec = Some(r),
+        }
+    }
+    spec.map(str::to_string)
+        .ok_or_else(|| RecordedBoxError::NotRecorded("no scenario file".into()))
+}

@@ -7,8 +7,10 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod scan;
+pub mod scenario;
 pub mod serve;
 pub mod sim;
+pub mod whatif;
 
 use crate::backend::{self, BackendKind};
 use crate::cli::{BackendArg, Cli, Command, GlobalArgs};
@@ -144,9 +146,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             scan::run(&session, &args)
         }
         Command::Replay(args) => {
-            let session = Session::new(&cli.global)?;
+            // `--sim recorded`: the box the scenario files were recorded on.
+            let global = scenario::resolve_sim(&cli.global, &args.scenarios)?;
+            let session = Session::new(&global)?;
             replay::run(&session, &args)
         }
+        Command::Scenario(cmd) => scenario::run(&cmd),
+        Command::Whatif(args) => whatif::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Serve(args) => {
             let session = Session::new(&cli.global)?;

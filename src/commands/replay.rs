@@ -80,7 +80,7 @@ fn busy_devices(monitor: &dyn crate::gpu::Monitor, devices: &[DeviceInfo]) -> Ve
 }
 
 /// Resolve a command-line scenario: a built-in id or a path to a TOML file.
-fn load(arg: &str) -> Result<Scenario> {
+pub(crate) fn load(arg: &str) -> Result<Scenario> {
     if let Some(parsed) = builtin::get(arg) {
         return parsed.map_err(|e| UsageError(e.to_string()).into());
     }

@@ -81,6 +81,9 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if let Some(j) = &args.junit {
         crate::report::write::check_output_file(j, args.force)?;
     }
+    if let Some(s) = &args.scenario_out {
+        crate::report::write::check_output_file(s, args.force)?; // issue 16
+    }
     let attach =
         (args.pid.is_some() || args.cgroup.is_some() || args.container.is_some()).then(|| {
             job::attach::Target {
@@ -153,6 +156,9 @@ fn finish(report: &Report, args: &RunArgs, status: i32) -> Result<i32> {
     let _ = err.flush();
     drop(err);
     crate::report::write::write_reports(report, &args.out, args.force)?;
+    if let Some(path) = &args.scenario_out {
+        super::scenario::scenario_out(report, path, args.force)?; // issue 16: docs/repro.md
+    }
     write_ci_outputs(report, run, args)?;
     if args.json {
         let bytes = render(report, Format::Json)?;

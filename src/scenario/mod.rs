@@ -216,6 +216,10 @@ pub struct Scenario {
     /// requires it to fire on the bug variant and to stay silent on every fix variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// The GPUs a converted recording was made on, as a box spec (`t4`, `2x16GiB`):
+    /// `replay --sim recorded` rebuilds that box (docs/repro.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_on: Option<String>,
     pub env: BTreeMap<String, String>,
     pub neighbours: Vec<Neighbour>,
     pub steps: Vec<Step>,

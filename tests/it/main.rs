@@ -34,6 +34,8 @@ mod report_cli;
 mod report_render;
 /// The report JSON Schema stays current and validates.
 mod report_schema;
+/// Record once, replay anywhere: `scenario from`, `run --scenario-out`, `--sim recorded`, `whatif`.
+mod repro;
 /// `vramdoc run -- CMD`.
 mod run_cli;
 /// Jobs where they really run (issue 17): process groups, outliving processes, containers, attach, --live.

@@ -8,6 +8,7 @@
 pub mod replay;
 pub mod run;
 pub mod scan;
+pub mod whatif;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 

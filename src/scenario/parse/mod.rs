@@ -58,6 +58,8 @@ struct RawScenario {
     devices: Spanned<u32>,
     /// The timeline fingerprint the bug variant exhibits (diagnose::ids::FINGERPRINTS).
     fingerprint: Option<Spanned<String>>,
+    /// The GPUs a converted recording was made on (a box spec, docs/repro.md).
+    recorded_on: Option<Spanned<String>>,
     #[serde(default)]
     sizes: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
@@ -393,10 +395,15 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         None => None,
     };
 
+    let recorded_on = match raw.recorded_on {
+        Some(r) => Some(recorded_on(cx, r)?),
+        None => None,
+    };
     let scenario = Scenario {
         id,
         title: raw.title,
         fingerprint,
+        recorded_on,
         description: raw.description,
         source: raw.source,
         devices,
@@ -407,6 +414,21 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
     };
     check_variant_plans(cx, &scenario, &step_spans, &patch_spans)?;
     Ok(scenario)
+}
+
+/// `recorded_on`: a box spec of presets and sizes (`2xt4`, `h100,16GiB`), checked for its
+/// shape here; whether each entry names a known GPU is the backend's to say when a box is
+/// built from it.
+fn recorded_on(cx: &Ctx, r: Spanned<String>) -> Result<String, ScenarioError> {
+    let v = r.get_ref();
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, ',' | '-' | '.');
+    if v.is_empty() || v.len() > 200 || !v.chars().all(plain) {
+        return Err(cx.err(
+            r.span(),
+            "recorded_on is not a box spec (write presets or sizes, e.g. \"2xt4\" or \"16GiB,h100\")",
+        ));
+    }
+    Ok(r.into_inner())
 }
 
 fn join(names: &BTreeSet<String>) -> String {

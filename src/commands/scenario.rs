@@ -1,0 +1,122 @@
+//! `vramdoc scenario from REPORT` and `vramdoc run --scenario-out` (issue 16), as glue: read
+//! the recording (a run report, or its `--samples` JSONL), have `repro` convert it, write the
+//! scenario through `report::write`; and `--sim recorded`, resolved from the scenario files
+//! a replay names. Bad input exits 2 with one line naming the file.
+
+use crate::cli::{GlobalArgs, ScenarioCommand, ScenarioFromArgs};
+use crate::exit::UsageError;
+use crate::model::Report;
+use crate::repro::{self, source, Converted};
+use anyhow::Result;
+use std::path::Path;
+
+pub fn run(cmd: &ScenarioCommand) -> Result<i32> {
+    match cmd {
+        ScenarioCommand::From(args) => from(args),
+    }
+}
+
+/// One line on stderr about what was made.
+fn said(c: &Converted, out: &str) -> String {
+    let s = &c.summary;
+    let coalesced = if s.coalesced {
+        format!(" (coalesced from {})", s.steps_before)
+    } else {
+        String::new()
+    };
+    let fp = c
+        .scenario
+        .fingerprint
+        .as_deref()
+        .unwrap_or("no fingerprint");
+    let on = c.scenario.recorded_on.as_deref().unwrap_or("?");
+    let cut = if s.truncated {
+        "; the recording was cut short, converted as far as it went"
+    } else {
+        ""
+    };
+    format!(
+        "scenario: {} steps{coalesced}, recorded on {on}, {fp}{cut}; replay it: vramdoc replay {out} --sim recorded",
+        s.steps
+    )
+}
+
+fn convert_text(text: &str, file: &Path) -> Result<Converted> {
+    let name = file.display().to_string();
+    let src = if source::looks_like_samples(text) {
+        source::from_samples(text, &name)
+    } else {
+        let report = crate::report::read::parse_report(text, file).map_err(|e| match e {
+            crate::report::read::ReadError::NotReport { .. } => {
+                UsageError(repro::ReproError::NotRecording { file: name.clone() }.to_string())
+            }
+            other => UsageError(other.to_string()),
+        })?;
+        source::from_report(&report, &name)
+    }
+    .map_err(|e| UsageError(e.to_string()))?;
+    repro::convert_source(&src, crate::backend::recorded_box_spec)
+        .map_err(|e| UsageError(format!("{name}: {e}")).into())
+}
+
+fn from(args: &ScenarioFromArgs) -> Result<i32> {
+    if let Some(out) = &args.out {
+        crate::report::write::check_output_file(out, args.force)
+            .map_err(|e| UsageError(e.to_string()))?;
+    }
+    let text = crate::input::read_text(&args.input, crate::input::MAX_REPORT_BYTES, "reports")
+        .map_err(|e| UsageError(e.to_string()))?;
+    let converted = convert_text(&text, &args.input)?;
+    match &args.out {
+        Some(out) => {
+            crate::report::write::write_atomic(out, converted.toml.as_bytes(), args.force)
+                .map_err(|e| UsageError(format!("writing the scenario: {e}")))?;
+            crate::term::eprint_line(&said(&converted, &out.display().to_string()));
+        }
+        None => {
+            crate::term::write_stdout(converted.toml.as_bytes())?;
+            crate::term::eprint_line(&said(&converted, "FILE.toml"));
+        }
+    }
+    Ok(crate::exit::OK)
+}
+
+/// `run --scenario-out FILE`: the scenario of the report just made. A recording with
+/// nothing to reproduce is one line on stderr, never a changed exit status; a file that
+/// cannot be written is an error, as for `--out`.
+pub fn scenario_out(report: &Report, path: &Path, force: bool) -> Result<()> {
+    let src = match source::from_report(report, "the run") {
+        Ok(s) => s,
+        Err(e) => {
+            crate::term::eprint_line(&format!("vramdoc run: no scenario written: {e}"));
+            return Ok(());
+        }
+    };
+    match repro::convert_source(&src, crate::backend::recorded_box_spec) {
+        Ok(c) => {
+            crate::report::write::write_atomic(path, c.toml.as_bytes(), force)?;
+            crate::term::eprint_line(&said(&c, &path.display().to_string()));
+        }
+        Err(e) => crate::term::eprint_line(&format!("vramdoc run: no scenario written: {e}")),
+    }
+    Ok(())
+}
+
+/// `--sim recorded`: the global flags with the box every named scenario file was recorded
+/// on (its `recorded_on`). Other values of `--sim` pass through.
+pub fn resolve_sim(global: &GlobalArgs, scenarios: &[String]) -> Result<GlobalArgs> {
+    if global.sim.as_deref() != Some("recorded") {
+        return Ok(global.clone());
+    }
+    let mut recorded = Vec::new();
+    for arg in scenarios {
+        let s = super::replay::load(arg)?;
+        recorded.push((arg.clone(), s.recorded_on));
+    }
+    let spec =
+        crate::backend::resolve_recorded(&recorded).map_err(|e| UsageError(e.to_string()))?;
+    Ok(GlobalArgs {
+        sim: Some(spec),
+        ..global.clone()
+    })
+}

@@ -1,0 +1,115 @@
+//! `vramdoc whatif`'s table: per box, whether the recorded failure reproduces, whether every
+//! step fits, and each GPU's peak and headroom; then the smallest box it fits on. Pure.
+
+use super::{table, WIDTH};
+use crate::repro::whatif::WhatIf;
+use crate::term::clean;
+use crate::units::format_bytes;
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// The table and the verdict line.
+pub fn render(w: &WhatIf) -> String {
+    let mut t = table(
+        vec![
+            "box",
+            "reproduces",
+            "fits",
+            "peak per GPU",
+            "headroom per GPU",
+            "note",
+        ],
+        WIDTH,
+    );
+    for b in &w.boxes {
+        let peaks: Vec<String> = b
+            .gpus
+            .iter()
+            .map(|g| {
+                let pct = g.peak as f64 * 100.0 / g.total.max(1) as f64;
+                format!("{}: {} ({pct:.0}%)", g.index, format_bytes(g.peak))
+            })
+            .collect();
+        let headroom: Vec<String> = b
+            .gpus
+            .iter()
+            .map(|g| format!("{}: {}", g.index, format_bytes(g.headroom)))
+            .collect();
+        let note = match (&b.failed_step, &b.note) {
+            (_, Some(n)) => clean(n),
+            (Some(step), None) => format!("OOM at {}", clean(step)),
+            (None, None) => String::new(),
+        };
+        let (repro, fits) = if b.verdict == "skipped" || b.verdict == "failed" {
+            (b.verdict.as_str(), "-")
+        } else {
+            (yes(b.reproduces), yes(b.fits))
+        };
+        t.add_row(vec![
+            clean(&b.spec),
+            repro.to_string(),
+            fits.to_string(),
+            peaks.join("\n"),
+            headroom.join("\n"),
+            note,
+        ]);
+    }
+    let verdict = match &w.smallest_fit {
+        Some(s) => format!("smallest box it fits on: {}", clean(s)),
+        None => "it fits on none of these boxes".to_string(),
+    };
+    format!("{}: what if\n{t}\n{verdict}", clean(&w.scenario))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repro::whatif::{what_if, BoxOutcome, GpuOutcome};
+    use crate::units::GIB;
+
+    #[test]
+    fn rows_say_reproduces_fits_and_the_smallest_box() {
+        let gpu = |total: u64, peak: u64| GpuOutcome {
+            index: 0,
+            name: String::new(),
+            total,
+            peak,
+            headroom: total - peak,
+        };
+        let w = what_if(
+            "repro",
+            vec![
+                BoxOutcome {
+                    spec: "t4".into(),
+                    verdict: "reproduced".into(),
+                    reproduces: true,
+                    fits: false,
+                    failed_step: Some("failed-alloc\u{1b}[2J".into()),
+                    note: None,
+                    gpus: vec![gpu(15 * GIB, 14 * GIB)],
+                },
+                BoxOutcome {
+                    spec: "h100".into(),
+                    verdict: "unexpected".into(),
+                    reproduces: false,
+                    fits: true,
+                    failed_step: None,
+                    note: None,
+                    gpus: vec![gpu(80 * GIB, 20 * GIB)],
+                },
+                BoxOutcome::failed("2xh100", "replay exited 3"),
+            ],
+        );
+        let out = render(&w);
+        assert!(out.contains("smallest box it fits on: h100"), "{out}");
+        assert!(out.contains("OOM at failed-alloc"), "{out}");
+        assert!(!out.contains('\u{1b}'), "{out}");
+        assert!(out.contains("replay exited 3"), "{out}");
+    }
+}

@@ -1,0 +1,705 @@
+//! From a [`Source`] to a [`Scenario`]: the job's memory per GPU (the device series minus
+//! what other processes held) cut into alloc/free steps at every change of at least one
+//! quantum, a context where the job first touched a GPU, marker texts as phase steps, other
+//! processes as neighbours, the failed allocation last, and the `bug` variant's expectations
+//! from what the recording showed. Pure; bounded by [`MAX_STEPS`].
+
+use super::label::safe_label;
+use super::source::{Source, SourceError};
+use super::ReproError;
+use crate::model::{MarkerKind, ProcessSample};
+use crate::scenario::{Expectation, Neighbour, Op, Scenario, SizeSpec, Step, Variant, VariantKind};
+use crate::units::{format_bytes, GIB, MIB};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most steps a converted scenario has (marker steps and the failed allocation included).
+/// A longer recording is coalesced: the quantum doubles until the steps fit.
+pub const MAX_STEPS: usize = 1000;
+/// Most marker (phase) steps kept; the last ones, where the failure is, are kept.
+pub const MAX_MARKER_STEPS: usize = 200;
+/// Smallest level change that becomes a step (and at least 1/512 of the GPU's total).
+pub const MIN_QUANTUM: u64 = 64 * MIB;
+/// A context, when the recording does not show one alone: what the simulated driver's
+/// default profile charges (real drivers: 300–600 MiB).
+pub const DEFAULT_CONTEXT: u64 = 448 * MIB;
+/// A first footprint at or below this is a context alone.
+const CONTEXT_SIZED_MAX: u64 = GIB;
+/// How late `vramdoc run` may read a marker line after the job wrote it (its tail polls
+/// every 50 ms); a marker is placed this much, plus one memory period, before its reading,
+/// so the level change the job made right after marking falls in the marker's phase.
+pub const MARKER_LAG_MS: f64 = 50.0;
+/// Longest pause kept after a release marker (the timeline rules judge a release within
+/// 2 s of its marker).
+pub const MAX_SETTLE_MS: f64 = 2500.0;
+/// Peaks must agree within one step of the timeline rules: this, or 2 % of the total.
+pub const PEAK_STEP_MIN: u64 = 256 * MIB;
+
+/// What the conversion did, beside the scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Level and marker steps before coalescing, and after.
+    pub steps_before: usize,
+    pub steps: usize,
+    /// The quantum used on the first GPU (bytes).
+    pub quantum: u64,
+    /// Steps were merged to stay within [`MAX_STEPS`].
+    pub coalesced: bool,
+    pub fingerprints: Vec<String>,
+    pub truncated: bool,
+    /// Recorded NVML index of each scenario device.
+    pub physical: Vec<u32>,
+}
+
+struct Dev {
+    phys: u32,
+    total: u64,
+    samples: Vec<(f64, u64)>,
+}
+
+fn level_at(s: &[(f64, u64)], t: f64) -> Option<u64> {
+    let i = s.partition_point(|(ts, _)| *ts <= t);
+    i.checked_sub(1).map(|i| s[i].1)
+}
+
+/// Samples of one process on one device, sorted, `None` readings left out.
+type Series = Vec<(f64, u64)>;
+
+fn per_process(samples: &[ProcessSample]) -> BTreeMap<(u32, u32), Series> {
+    let mut m: BTreeMap<(u32, u32), Series> = BTreeMap::new();
+    for p in samples {
+        if let Some(u) = p.used {
+            m.entry((p.pid, p.device)).or_default().push((p.t_ms, u));
+        }
+    }
+    for s in m.values_mut() {
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    m
+}
+
+/// Another process's level at `t`: its first reading stands for the time before it when it
+/// was there from the first process round (or within `lead` of its first reading).
+fn other_level(s: &Series, t: f64, first_round: f64, lead: f64) -> u64 {
+    let Some(first) = s.first() else { return 0 };
+    if t < first.0 {
+        return if first.0 <= first_round + 0.5 || t >= first.0 - lead {
+            first.1
+        } else {
+            0
+        };
+    }
+    level_at(s, t).unwrap_or(0)
+}
+
+fn size_text(b: u64) -> SizeSpec {
+    SizeSpec::Bytes(b)
+}
+
+/// The job's processes the one replay worker stands for: the one on the most GPUs (then
+/// the largest), and every other one that shares no GPU with it (ranks of their own GPUs).
+/// A process of the job on a GPU the worker also uses (a helper holding memory beside it)
+/// is replayed as a neighbour instead: one worker cannot be two processes on one GPU.
+fn worker_pids(src: &Source, procs: &BTreeMap<(u32, u32), Series>) -> BTreeSet<u32> {
+    let mut per: BTreeMap<u32, (BTreeSet<u32>, u64)> = BTreeMap::new();
+    for ((pid, dev), s) in procs {
+        let peak = s.iter().map(|p| p.1).max().unwrap_or(0);
+        if src.tree.contains(pid) && peak > 0 {
+            let e = per.entry(*pid).or_default();
+            e.0.insert(*dev);
+            e.1 = e.1.saturating_add(peak);
+        }
+    }
+    let Some((main, (main_devs, _))) = per
+        .iter()
+        .max_by_key(|(pid, (devs, peak))| (devs.len(), *peak, std::cmp::Reverse(**pid)))
+    else {
+        // No per-process data: the device series is all there is.
+        return src.tree.clone();
+    };
+    let mut out: BTreeSet<u32> = src.tree.clone();
+    for (pid, (devs, _)) in &per {
+        if pid != main && !devs.is_disjoint(main_devs) {
+            out.remove(pid);
+        }
+    }
+    out
+}
+
+/// The GPUs the job used and the rest of the picture.
+struct Picture {
+    devs: Vec<Dev>,
+    /// Job bytes per scenario device at each of its samples.
+    job: Vec<Vec<(f64, u64)>>,
+    neighbours: Vec<Neighbour>,
+    context: u64,
+}
+
+fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> {
+    let procs = per_process(&src.processes);
+    let first_round = src
+        .processes
+        .iter()
+        .map(|p| p.t_ms)
+        .fold(f64::INFINITY, f64::min);
+    let worker = worker_pids(src, &procs);
+    let tree_has_samples = procs.keys().any(|(pid, _)| src.tree.contains(pid));
+    let mut all: Vec<Dev> = src
+        .series
+        .iter()
+        .filter(|s| !s.samples.is_empty())
+        .map(|s| {
+            let mut samples = s.samples.clone();
+            samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let total = if s.total > 0 {
+                s.total
+            } else {
+                src.devices
+                    .iter()
+                    .find(|d| d.index == s.device)
+                    .map_or(0, |d| d.total)
+            };
+            Dev {
+                phys: s.device,
+                total,
+                samples,
+            }
+        })
+        .collect();
+    all.sort_by_key(|d| d.phys);
+    if all.is_empty() {
+        return Err(ReproError::NoSamples);
+    }
+    // The job's bytes on each device: used minus what was there before it and minus what
+    // other processes held at that moment.
+    let mut devs = Vec::new();
+    let mut job = Vec::new();
+    let mut neighbours = Vec::new();
+    for d in all {
+        let others: Vec<(&u32, &Series)> = procs
+            .iter()
+            .filter(|((pid, dev), _)| *dev == d.phys && !worker.contains(pid))
+            .map(|((pid, _), s)| (pid, s))
+            .collect();
+        let t0 = d.samples[0].0;
+        let at_start: u64 = others
+            .iter()
+            .map(|(_, s)| other_level(s, t0, first_round, process_period_ms))
+            .sum();
+        let unattributed = d.samples[0].1.saturating_sub(at_start);
+        let series: Vec<(f64, u64)> = d
+            .samples
+            .iter()
+            .map(|&(t, used)| {
+                let o: u64 = others
+                    .iter()
+                    .map(|(_, s)| other_level(s, t, first_round, process_period_ms))
+                    .sum();
+                (t, used.saturating_sub(unattributed.saturating_add(o)))
+            })
+            .collect();
+        let used_by_tree = procs.iter().any(|((pid, dev), s)| {
+            *dev == d.phys && worker.contains(pid) && s.iter().any(|p| p.1 > 0)
+        });
+        let step = PEAK_STEP_MIN.max(d.total / 50);
+        let rose = series.iter().any(|p| p.1 >= step);
+        if !(used_by_tree || (!tree_has_samples && rose)) {
+            continue;
+        }
+        let index = devs.len() as u32;
+        for (pid, s) in &others {
+            let peak = s.iter().map(|p| p.1).max().unwrap_or(0);
+            if peak > 0 {
+                neighbours.push((
+                    index,
+                    format!("another process on GPU {index} (#{pid})"),
+                    peak,
+                ));
+            }
+        }
+        if unattributed >= MIN_QUANTUM {
+            neighbours.push((
+                index,
+                format!("memory in use on GPU {index} before the job, no process listed"),
+                unattributed,
+            ));
+        }
+        devs.push(d);
+        job.push(series);
+    }
+    if devs.is_empty() {
+        return Err(ReproError::NoJobMemory);
+    }
+    // What one context cost: the job's first footprint on a GPU when that was a context
+    // alone, else the default.
+    let context = procs
+        .iter()
+        .filter(|((pid, dev), _)| worker.contains(pid) && devs.iter().any(|d| d.phys == *dev))
+        .filter_map(|(_, s)| s.iter().find(|p| p.1 > 0).map(|p| p.1))
+        .filter(|b| *b <= CONTEXT_SIZED_MAX)
+        .min()
+        .unwrap_or(DEFAULT_CONTEXT);
+    // PIDs are the recording machine's: numbered in order of appearance instead.
+    let mut numbered = Vec::new();
+    for (k, (device, label, peak)) in neighbours.into_iter().enumerate() {
+        let label = match label.split_once(" (#") {
+            Some((head, _)) => format!("{head} ({})", k + 1),
+            None => label,
+        };
+        numbered.push(Neighbour {
+            label,
+            device,
+            // The replayed neighbour makes a context of its own.
+            size: size_text(peak.saturating_sub(context).max(MIB)),
+        });
+    }
+    Ok(Picture {
+        devs,
+        job,
+        neighbours: numbered,
+        context,
+    })
+}
+
+enum Event<'a> {
+    Marker(usize, &'a str, MarkerKind),
+    Level(usize, u64),
+}
+
+struct Builder {
+    steps: Vec<Step>,
+    /// Per scenario device: context made, bytes allocated, live tags (LIFO).
+    ctx: Vec<bool>,
+    held: Vec<u64>,
+    live: Vec<Vec<(String, u64)>>,
+    next_tag: usize,
+    phase: String,
+}
+
+impl Builder {
+    fn push(&mut self, id: String, label: String, op: Op) {
+        self.steps.push(Step {
+            id,
+            label,
+            op,
+            only: Vec::new(),
+        });
+    }
+
+    fn level_step(&mut self, dev: usize, total: u64, target: u64, quantum: u64) {
+        let held = self.held[dev];
+        let d = dev as u32;
+        if target >= held + quantum {
+            let delta = target - held;
+            self.next_tag += 1;
+            let tag = format!("a{}", self.next_tag);
+            let id = format!("s{}", self.steps.len() + 1);
+            // vLLM-style claim: one rise of 20 %+ to a round share of the GPU.
+            // The share of the GPU the job's allocations reach (`claim_utilization` claims the
+            // fraction minus what the worker already holds; its context is not counted).
+            let share = target as f64 / total.max(1) as f64;
+            let round = (share * 20.0).round() / 20.0;
+            let near = ((share - round).abs() * total as f64) <= quantum.max(total / 200) as f64;
+            let one_claim =
+                delta as f64 >= 0.2 * total as f64 && delta as f64 >= 0.6 * target as f64;
+            if one_claim && (0.5..=0.95).contains(&round) && near {
+                let label = format!("{}: claim {:.0}% of GPU {d}", self.phase, round * 100.0);
+                self.push(
+                    id,
+                    label,
+                    Op::ClaimUtilization {
+                        tag: tag.clone(),
+                        device: d,
+                        fraction: round,
+                    },
+                );
+            } else {
+                let label = format!("{}: +{} on GPU {d}", self.phase, format_bytes(delta));
+                self.push(
+                    id,
+                    label,
+                    Op::Alloc {
+                        tag: tag.clone(),
+                        device: d,
+                        size: size_text(delta),
+                        allocator: None,
+                        group: None,
+                        fill: false,
+                    },
+                );
+            }
+            self.live[dev].push((tag, delta));
+            self.held[dev] = target;
+        } else if held >= target + quantum {
+            let want = held - target;
+            let mut freed = 0u64;
+            while freed < want {
+                let Some((tag, bytes)) = self.live[dev].pop() else {
+                    break;
+                };
+                freed += bytes;
+                let id = format!("s{}", self.steps.len() + 1);
+                let label = format!("{}: -{} on GPU {d}", self.phase, format_bytes(bytes));
+                self.push(id, label, Op::Free { tag });
+            }
+            self.held[dev] = held.saturating_sub(freed);
+            // Freed past the target: the rest is allocated again.
+            let rest = target.saturating_sub(self.held[dev]);
+            if rest >= quantum / 4 {
+                self.level_step(dev, total, target, quantum / 4);
+            }
+        }
+    }
+}
+
+/// The markers that start phases, at the time the job wrote them (see [`MARKER_LAG_MS`]),
+/// up to `t_end`.
+fn phase_markers(src: &Source, t_end: f64) -> Vec<(f64, &crate::model::Marker)> {
+    let lag = MARKER_LAG_MS + src.period_ms.max(0.0);
+    src.markers
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.kind,
+                MarkerKind::Marker | MarkerKind::Release | MarkerKind::Step
+            )
+        })
+        .map(|m| ((m.t_ms - lag).max(0.0), m))
+        .filter(|(t, _)| *t <= t_end)
+        .collect()
+}
+
+/// The first out-of-memory error, else none.
+fn first_oom(src: &Source) -> Option<&SourceError> {
+    src.errors
+        .iter()
+        .filter(|e| e.out_of_memory)
+        .min_by(|a, b| a.t_ms.total_cmp(&b.t_ms))
+}
+
+/// The steps at `quantum` (per device, scaled by total).
+fn steps_at(
+    src: &Source,
+    pic: &Picture,
+    quantum: u64,
+    t_end: f64,
+    hostname: Option<&str>,
+) -> (Vec<Step>, Vec<u64>, BTreeMap<usize, String>) {
+    let n = pic.devs.len();
+    let q: Vec<u64> = pic
+        .devs
+        .iter()
+        .map(|d| quantum.max(d.total / 512))
+        .collect();
+    let mut markers: Vec<(f64, &str, MarkerKind)> = phase_markers(src, t_end)
+        .into_iter()
+        .map(|(t, m)| (t, m.label.as_str(), m.kind.clone()))
+        .collect();
+    markers.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if markers.len() > MAX_MARKER_STEPS {
+        markers.drain(..markers.len() - MAX_MARKER_STEPS);
+    }
+    let mut events: Vec<(f64, u8, Event)> = Vec::new();
+    for (i, (t, label, kind)) in markers.iter().enumerate() {
+        events.push((*t, 0, Event::Marker(i, label, kind.clone())));
+    }
+    for (dev, series) in pic.job.iter().enumerate() {
+        for &(t, b) in series.iter().filter(|p| p.0 <= t_end) {
+            events.push((t, 1, Event::Level(dev, b)));
+        }
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let t_last = events.last().map_or(0.0, |e| e.0).min(t_end);
+    let mut b = Builder {
+        steps: Vec::new(),
+        ctx: vec![false; n],
+        held: vec![0; n],
+        live: vec![Vec::new(); n],
+        next_tag: 0,
+        phase: "start".into(),
+    };
+    // Marker step id by marker index, for expectations.
+    let mut marker_ids = BTreeMap::new();
+    for (_, _, ev) in &events {
+        match ev {
+            Event::Marker(i, label, kind) => {
+                let text = safe_label(label, hostname);
+                let id = format!("m{}", i + 1);
+                b.phase = if text.is_empty() {
+                    id.clone()
+                } else {
+                    text.clone()
+                };
+                let label = match kind {
+                    MarkerKind::Release => format!("release marker: {text}"),
+                    _ => format!("marker: {text}"),
+                };
+                b.push(id.clone(), label, Op::Pause { ms: 0 });
+                if *kind == MarkerKind::Release {
+                    // What a release is judged on comes after it: as long as recorded.
+                    let t = markers[*i].0;
+                    let next = markers.get(i + 1).map_or(t_last, |m| m.0).min(t_last);
+                    let ms = (next - t).clamp(0.0, MAX_SETTLE_MS) as u64;
+                    let settle = format!("{id}-settle");
+                    let label = format!("after the release: {ms} ms, as recorded");
+                    b.push(settle, label, Op::Pause { ms });
+                }
+                marker_ids.insert(*i, id);
+            }
+            Event::Level(dev, bytes) => {
+                let dev = *dev;
+                if !b.ctx[dev] {
+                    if *bytes < q[dev].min(pic.context / 2).max(MIB) {
+                        continue;
+                    }
+                    b.ctx[dev] = true;
+                    let id = format!("s{}", b.steps.len() + 1);
+                    let label = format!("{}: first use of GPU {dev} (context)", b.phase);
+                    b.push(id, label, Op::Context { device: dev as u32 });
+                }
+                let target = bytes.saturating_sub(pic.context);
+                b.level_step(dev, pic.devs[dev].total, target, q[dev]);
+            }
+        }
+    }
+    (b.steps, b.held, marker_ids)
+}
+
+/// Convert. `process_period_ms`: the recording's process-list period (0 when unknown).
+pub fn convert(
+    src: &Source,
+    process_period_ms: f64,
+    recorded_on: Option<String>,
+) -> Result<(Scenario, Summary), ReproError> {
+    let pic = picture(src, process_period_ms)?;
+    let oom = first_oom(src);
+    // Up to the OOM, else to the command's exit: what its processes' teardown frees, the
+    // replay's worker frees by exiting too.
+    let t_end = oom.map_or(src.exit_ms.unwrap_or(f64::INFINITY), |e| e.t_ms);
+    let hostname = src.hostname.as_deref();
+    let mut quantum = MIN_QUANTUM;
+    let (mut steps, mut held, mut marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
+    let steps_before = steps.len();
+    while steps.len() + 2 > MAX_STEPS {
+        quantum = quantum.saturating_mul(2);
+        (steps, held, marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
+    }
+    let mut expect = Vec::new();
+    let phys: Vec<u32> = pic.devs.iter().map(|d| d.phys).collect();
+    if let Some(e) = oom {
+        // The phase the OOM happened in: its last marker step, else the last level step.
+        let phase = steps
+            .iter()
+            .rev()
+            .find(|s| s.id.starts_with('m'))
+            .or_else(|| steps.last())
+            .map(|s| s.id.clone());
+        let dev = oom_device(e, &pic);
+        let total = pic.devs[dev].total;
+        let last = pic.job[dev]
+            .iter()
+            .rfind(|p| p.0 <= e.t_ms)
+            .map_or(0, |p| p.1);
+        let free = total.saturating_sub(
+            pic.devs[dev]
+                .samples
+                .iter()
+                .rfind(|p| p.0 <= e.t_ms)
+                .map_or(0, |p| p.1),
+        );
+        let bytes = e.requested.unwrap_or(free.saturating_add(MIN_QUANTUM));
+        // Exactly the recorded level before the failing allocation.
+        let target = last.saturating_sub(pic.context);
+        let mut b = Builder {
+            steps: std::mem::take(&mut steps),
+            ctx: vec![true; pic.devs.len()],
+            held: held.clone(),
+            live: vec![Vec::new(); pic.devs.len()],
+            next_tag: 100_000,
+            phase: "before the failure".into(),
+        };
+        if target > b.held[dev] {
+            b.level_step(dev, total, target, MIB);
+        }
+        b.push(
+            "failed-alloc".into(),
+            format!(
+                "the allocation that failed: {} on GPU {dev}",
+                format_bytes(bytes)
+            ),
+            Op::Alloc {
+                tag: "failed".into(),
+                device: dev as u32,
+                size: size_text(bytes),
+                allocator: None,
+                group: None,
+                fill: false,
+            },
+        );
+        steps = b.steps;
+        held = b.held;
+        expect.push(Expectation::Oom {
+            at_or_after: phase,
+            before: None,
+        });
+    } else {
+        // Frees at the very end are the exit's: the worker's exit frees them as well.
+        while steps
+            .last()
+            .is_some_and(|s| matches!(s.op, Op::Free { .. }))
+        {
+            steps.pop();
+        }
+        expect.push(Expectation::Completes);
+    }
+    let _ = held;
+    for (i, d) in pic.devs.iter().enumerate() {
+        let peak = d
+            .samples
+            .iter()
+            .filter(|p| p.0 <= t_end)
+            .map(|p| p.1)
+            .max()
+            .unwrap_or(0);
+        let tol = PEAK_STEP_MIN.max(d.total / 50);
+        // Whole MiB, outward.
+        let min = peak.saturating_sub(tol) / MIB * MIB;
+        let max = peak.saturating_add(tol).div_ceil(MIB) * MIB;
+        expect.push(Expectation::Peak {
+            device: i as u32,
+            min: Some(size_text(min)),
+            max: Some(size_text(max)),
+        });
+    }
+    let fingerprint = primary_fingerprint(&src.findings);
+    if fingerprint.as_deref() == Some(crate::diagnose::ids::NOT_RELEASED) {
+        if let Some(r) = residual(src, &pic, &marker_ids, t_end) {
+            expect.push(r);
+        }
+    }
+    let fps = src.findings.clone();
+    let description = if fps.is_empty() {
+        "A recorded job replayed without its model: no fingerprint was raised".to_string()
+    } else {
+        format!(
+            "A recorded job replayed without its model; the recording raised {}",
+            fps.join(", ")
+        )
+    };
+    let scenario = Scenario {
+        id: "repro".into(),
+        title: match &fingerprint {
+            Some(f) => format!("Reproduction of a recorded job ({f})"),
+            None => "Reproduction of a recorded job".into(),
+        },
+        description,
+        source: "vramdoc run recording, converted by `vramdoc scenario from`".into(),
+        devices: pic.devs.len() as u32,
+        fingerprint,
+        recorded_on,
+        env: BTreeMap::new(),
+        neighbours: pic.neighbours,
+        steps,
+        variants: vec![Variant {
+            name: "bug".into(),
+            kind: VariantKind::Bug,
+            description: "as recorded".into(),
+            env: BTreeMap::new(),
+            skip: Vec::new(),
+            reorder: Vec::new(),
+            patches: BTreeMap::new(),
+            patch_labels: BTreeMap::new(),
+            expect,
+        }],
+    };
+    let summary = Summary {
+        steps_before,
+        steps: scenario.steps.len(),
+        quantum: quantum.max(pic.devs[0].total / 512),
+        coalesced: quantum != MIN_QUANTUM,
+        fingerprints: fps,
+        truncated: src.truncated,
+        physical: phys,
+    };
+    Ok((scenario, summary))
+}
+
+/// The scenario device the OOM happened on: the one the error names, else the job's device
+/// with the least free memory at that moment.
+fn oom_device(e: &SourceError, pic: &Picture) -> usize {
+    if let Some(i) = e
+        .device
+        .and_then(|d| pic.devs.iter().position(|x| x.phys == d))
+    {
+        return i;
+    }
+    (0..pic.devs.len())
+        .min_by_key(|&i| {
+            let d = &pic.devs[i];
+            d.total
+                .saturating_sub(level_at(&d.samples, e.t_ms).unwrap_or(0))
+        })
+        .unwrap_or(0)
+}
+
+/// The fingerprint the bug variant must fire: the most severe one a replay can show
+/// (`held-after-exit` needs a driver that keeps memory after the worker is gone; plain
+/// `out-of-memory` only when nothing more specific was raised).
+pub fn primary_fingerprint(findings: &[String]) -> Option<String> {
+    use crate::diagnose::ids;
+    let replayable: Vec<&String> = findings
+        .iter()
+        .filter(|f| f.as_str() != ids::HELD_AFTER_EXIT)
+        .collect();
+    replayable
+        .iter()
+        .find(|f| f.as_str() != ids::OUT_OF_MEMORY)
+        .or_else(|| replayable.first())
+        .map(|f| f.to_string())
+}
+
+/// `not-released`: after the last release marker, each GPU still holds at least half of
+/// what the recording showed there.
+fn residual(
+    src: &Source,
+    pic: &Picture,
+    marker_ids: &BTreeMap<usize, String>,
+    t_end: f64,
+) -> Option<Expectation> {
+    let mut markers: Vec<(f64, MarkerKind)> = phase_markers(src, t_end)
+        .into_iter()
+        .map(|(t, m)| (t, m.kind.clone()))
+        .collect();
+    markers.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let skip = markers.len().saturating_sub(MAX_MARKER_STEPS);
+    let (i, (t, _)) = markers
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .rfind(|(_, m)| m.1 == MarkerKind::Release)?;
+    let id = marker_ids.get(&(i - skip))?.clone();
+    // The settled level: the last reading before the next marker or the end, less the time
+    // a teardown may already show in the samples.
+    let next = markers.get(i + 1).map_or(t_end, |m| m.0).min(t_end);
+    let settled = next - MARKER_LAG_MS - src.period_ms.max(0.0);
+    let mut devices = BTreeSet::new();
+    let mut least = u64::MAX;
+    for (k, series) in pic.job.iter().enumerate() {
+        let after = series
+            .iter()
+            .filter(|p| p.0 >= *t && p.0 < next)
+            .take_while(|p| p.0 <= settled.max(*t))
+            .last()
+            .map_or(0, |p| p.1);
+        if after >= GIB {
+            devices.insert(k as u32);
+            least = least.min(after);
+        }
+    }
+    (!devices.is_empty()).then(|| Expectation::Residual {
+        after: id,
+        devices: devices.into_iter().collect(),
+        min: Some(size_text(least / 2)),
+        max: None,
+        spread: None,
+    })
+}

@@ -1,0 +1,100 @@
+//! Record once, replay anywhere (issue 16): turning a `vramdoc run` recording (the report's
+//! `run` section, or its `--samples` JSONL, also cut short by a crash) into a scenario that
+//! replays the job's memory behaviour without its model ([`source`], [`convert`],
+//! [`toml_out`]; labels made safe for public tickets in [`label`]), and the what-if
+//! outcome of such a scenario on other boxes ([`whatif`]). No I/O: the commands read and
+//! write the files. docs/repro.md is the user's guide.
+
+pub mod convert;
+pub mod label;
+pub mod source;
+pub mod toml_out;
+pub mod whatif;
+
+use thiserror::Error;
+
+pub use convert::{MAX_STEPS, MIN_QUANTUM};
+pub use source::Source;
+
+/// Why a recording cannot be converted (bad input: exit 2).
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ReproError {
+    #[error("{file}: a {kind} report, not a run report: pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]
+    NotRun { file: String, kind: String },
+    #[error("{file}: not a `vramdoc run --samples` stream (its first line is not a header); pass the JSONL file `run --samples` wrote, or the run's JSON report")]
+    NotSamples { file: String },
+    #[error("{file}: neither a vramdoc run report nor a `run --samples` stream; pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]
+    NotRecording { file: String },
+    #[error("{file}:{line}: not a line of a `run --samples` stream: {message} (remove or repair that line)")]
+    BadLine {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    #[error(
+        "the recording has no memory samples (record a longer run: one sample every --period)"
+    )]
+    NoSamples,
+    #[error("the job never held GPU memory in this recording: there is nothing to reproduce")]
+    NoJobMemory,
+    #[error("internal error: the converted scenario does not parse ({0}); please report this")]
+    Invalid(String),
+}
+
+/// A converted recording: the scenario file's text, the parsed scenario, what was done.
+#[derive(Debug, Clone)]
+pub struct Converted {
+    pub toml: String,
+    pub scenario: crate::scenario::Scenario,
+    pub summary: convert::Summary,
+}
+
+/// Convert a source. `recorded_on`: the box spec standing for the recorded GPUs, from
+/// their product names and totals (the backend names presets).
+pub fn convert_source(
+    src: &Source,
+    recorded_on: impl Fn(&[(String, u64)]) -> Option<String>,
+) -> Result<Converted, ReproError> {
+    let (mut scenario, summary) = convert::convert(src, src.process_period_ms, None)?;
+    let devs: Vec<(String, u64)> = summary
+        .physical
+        .iter()
+        .filter_map(|p| src.devices.iter().find(|d| d.index == *p))
+        .map(|d| (d.name.clone(), d.total))
+        .collect();
+    scenario.recorded_on = recorded_on(&devs);
+    let mut header = vec![
+        "A reproduction converted by `vramdoc scenario from` (docs/repro.md).".to_string(),
+        "It holds sizes, timings and redacted marker texts only: no command line,".to_string(),
+        "environment, path or host name of the recorded job (docs/security.md).".to_string(),
+        "Replay it: vramdoc replay FILE --sim recorded".to_string(),
+    ];
+    if summary.coalesced {
+        header.push(format!(
+            "Coalesced: {} steps became {} (at most {MAX_STEPS}).",
+            summary.steps_before, summary.steps
+        ));
+    }
+    if summary.truncated {
+        header
+            .push("The recording was cut short (no end line): converted as far as it went.".into());
+    }
+    let toml = toml_out::to_toml(&scenario, &header);
+    // What was written must read back as what was meant.
+    let parsed = crate::scenario::parse_scenario("converted scenario", &toml)
+        .map_err(|e| ReproError::Invalid(e.to_string()))?;
+    if toml.len() as u64 > crate::input::MAX_SCENARIO_BYTES {
+        return Err(ReproError::Invalid(format!(
+            "{} bytes, over the 1 MiB scenario limit",
+            toml.len()
+        )));
+    }
+    Ok(Converted {
+        toml,
+        scenario: parsed,
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests;

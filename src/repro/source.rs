@@ -1,0 +1,365 @@
+//! What a recording gives the converter, from either of its two forms: the `run` section of
+//! a JSON report, or the `--samples` JSONL stream (also one cut short by a crash: every whole
+//! line is used). Command lines, environments and process names are never read into it.
+
+use super::ReproError;
+use crate::diagnose::{self, ErrorEvent, ErrorKind, RecordedDevice, RecordedProcess, Recording};
+use crate::model::{
+    DeviceSeries, Marker, MarkerKind, ProcessSample, Report, ReportKind, RunErrorKind, Timeline,
+};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+
+/// One GPU of the recording (NVML index, product name, total bytes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceDevice {
+    pub index: u32,
+    pub name: String,
+    pub total: u64,
+}
+
+/// An error the job hit, as much of it as a reproduction needs (never its text).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceError {
+    pub t_ms: f64,
+    pub out_of_memory: bool,
+    pub device: Option<u32>,
+    pub requested: Option<u64>,
+}
+
+/// A recording, reduced to the numbers and marker texts a reproduction is made of.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Source {
+    pub devices: Vec<SourceDevice>,
+    pub series: Vec<DeviceSeries>,
+    /// Per-process samples of every process the lists showed (the job's and others').
+    pub processes: Vec<ProcessSample>,
+    /// PIDs of the job's process tree.
+    pub tree: BTreeSet<u32>,
+    pub markers: Vec<Marker>,
+    pub errors: Vec<SourceError>,
+    /// Fingerprint ids the recording raised, most severe first.
+    pub findings: Vec<String>,
+    /// The recording machine's host name (scrubbed from labels).
+    pub hostname: Option<String>,
+    /// The stream ended without its `end` line (vramdoc or the machine died).
+    pub truncated: bool,
+    /// The process-list period, milliseconds (0: unknown).
+    pub process_period_ms: f64,
+    /// The memory sampling period, milliseconds (0: unknown).
+    pub period_ms: f64,
+    /// When the command exited (`None`: not recorded, e.g. a crash).
+    pub exit_ms: Option<f64>,
+}
+
+/// The `run` section of a report. `file` names it in errors.
+pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
+    let run = match (&report.kind, &report.run) {
+        (ReportKind::Run, Some(run)) => run,
+        (kind, _) => {
+            return Err(ReproError::NotRun {
+                file: file.to_string(),
+                kind: format!("{kind:?}").to_ascii_lowercase(),
+            })
+        }
+    };
+    let devices = run
+        .timeline
+        .devices
+        .iter()
+        .map(|s| SourceDevice {
+            index: s.device,
+            name: report
+                .environment
+                .devices
+                .iter()
+                .find(|d| d.index == s.device)
+                .map(|d| d.name.clone())
+                .unwrap_or_default(),
+            total: s.total,
+        })
+        .collect();
+    let findings = run
+        .findings
+        .iter()
+        .filter(|f| diagnose::ids::FINGERPRINTS.contains(&f.id.as_str()))
+        .map(|f| f.id.clone())
+        .collect();
+    Ok(Source {
+        devices,
+        series: run.timeline.devices.clone(),
+        processes: run.timeline.processes.clone(),
+        tree: run.processes.iter().map(|p| p.pid).collect(),
+        markers: run.timeline.markers.clone(),
+        errors: run
+            .errors
+            .iter()
+            .map(|e| SourceError {
+                t_ms: e.t_ms,
+                out_of_memory: e.kind.is_out_of_memory(),
+                device: e.device,
+                requested: e.requested,
+            })
+            .collect(),
+        findings,
+        hostname: Some(report.environment.hostname.clone()).filter(|h| !h.is_empty()),
+        truncated: false,
+        process_period_ms: run.process_period_us as f64 / 1000.0,
+        period_ms: run.period_us as f64 / 1000.0,
+        exit_ms: run
+            .timeline
+            .markers
+            .iter()
+            .find(|m| m.kind == MarkerKind::Exit)
+            .map(|m| m.t_ms),
+    })
+}
+
+/// Whether `text` is a `--samples` stream (its first line is a `header`).
+pub fn looks_like_samples(text: &str) -> bool {
+    let first = text.lines().next().unwrap_or("");
+    serde_json::from_str::<Line>(first).is_ok_and(|l| matches!(l, Line::Header { .. }))
+}
+
+#[derive(Deserialize)]
+struct StreamDev {
+    index: u32,
+    #[serde(default)]
+    name: String,
+    total: u64,
+}
+
+/// The lines of the stream the converter reads (record::stream writes them); other fields
+/// (the command line, process command lines and names) are ignored on purpose.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+enum Line {
+    Header {
+        version: u32,
+        devices: Vec<StreamDev>,
+        #[serde(default)]
+        process_period_us: u64,
+        #[serde(default)]
+        period_us: u64,
+    },
+    Memory {
+        t_ms: f64,
+        used: Vec<u64>,
+    },
+    Process {
+        t_ms: f64,
+        device: u32,
+        pid: u32,
+        used: Option<u64>,
+        tree: bool,
+    },
+    Start {
+        pid: u32,
+    },
+    Marker {
+        t_ms: f64,
+        kind: MarkerKind,
+        label: String,
+    },
+    Error {
+        t_ms: f64,
+        kind: RunErrorKind,
+        device: Option<u32>,
+        requested: Option<u64>,
+    },
+    End {
+        t_ms: f64,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// The highest stream version this reader knows (record::stream::STREAM_VERSION).
+const STREAM_VERSION: u32 = 1;
+
+/// A `--samples` JSONL stream; a last line cut in the middle (a crash) is left out, any
+/// other bad line is an error naming it. Findings are decided here on what was recorded.
+pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
+    let bad_line = |line: usize, message: String| ReproError::BadLine {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    let mut src = Source {
+        truncated: true,
+        ..Source::default()
+    };
+    let lines: Vec<&str> = text.split('\n').collect();
+    let last = lines.len().saturating_sub(1);
+    for (i, raw) in lines.iter().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let line = match serde_json::from_str::<Line>(raw) {
+            Ok(l) => l,
+            // The file of a crashed run may end inside a line: that line is lost, no more.
+            Err(_) if i == last => break,
+            Err(e) => return Err(bad_line(i + 1, e.to_string())),
+        };
+        if i == 0 && !matches!(line, Line::Header { .. }) {
+            return Err(ReproError::NotSamples {
+                file: file.to_string(),
+            });
+        }
+        match line {
+            Line::Header {
+                version,
+                devices,
+                process_period_us,
+                period_us,
+            } => {
+                src.process_period_ms = process_period_us as f64 / 1000.0;
+                src.period_ms = period_us as f64 / 1000.0;
+                if i != 0 {
+                    return Err(bad_line(i + 1, "a second header line".into()));
+                }
+                if version > STREAM_VERSION {
+                    return Err(bad_line(
+                        1,
+                        format!("stream version {version} is newer than this vramdoc reads ({STREAM_VERSION}); convert it with the vramdoc that wrote it"),
+                    ));
+                }
+                for d in devices {
+                    src.series.push(DeviceSeries {
+                        device: d.index,
+                        total: d.total,
+                        samples: Vec::new(),
+                    });
+                    src.devices.push(SourceDevice {
+                        index: d.index,
+                        name: d.name,
+                        total: d.total,
+                    });
+                }
+            }
+            Line::Memory { t_ms, used } => {
+                for (s, u) in src.series.iter_mut().zip(used) {
+                    s.samples.push((t_ms, u));
+                }
+            }
+            Line::Process {
+                t_ms,
+                device,
+                pid,
+                used,
+                tree,
+            } => {
+                if tree {
+                    src.tree.insert(pid);
+                }
+                src.processes.push(ProcessSample {
+                    t_ms,
+                    device,
+                    pid,
+                    used,
+                });
+            }
+            Line::Start { pid } => {
+                src.tree.insert(pid);
+            }
+            Line::Marker { t_ms, kind, label } => src.markers.push(Marker {
+                t_ms,
+                kind,
+                label,
+                device: None,
+            }),
+            Line::Error {
+                t_ms,
+                kind,
+                device,
+                requested,
+            } => src.errors.push(SourceError {
+                t_ms,
+                out_of_memory: kind.is_out_of_memory(),
+                device,
+                requested,
+            }),
+            Line::End { t_ms } => {
+                src.truncated = false;
+                src.exit_ms = Some(t_ms);
+            }
+            Line::Other => {}
+        }
+    }
+    if src.devices.is_empty() && src.series.is_empty() {
+        return Err(ReproError::NotSamples {
+            file: file.to_string(),
+        });
+    }
+    let rec = recording(&src);
+    src.findings = diagnose::fingerprints(&rec, &diagnose::TimelineThresholds::default())
+        .into_iter()
+        .filter(|f| diagnose::ids::FINGERPRINTS.contains(&f.id.as_str()))
+        .map(|f| f.id)
+        .collect();
+    Ok(src)
+}
+
+/// The typed recording the timeline rules judge, rebuilt from a source.
+pub fn recording(src: &Source) -> Recording {
+    let end_ms = src
+        .series
+        .iter()
+        .flat_map(|s| s.samples.last().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let mut pids: BTreeSet<u32> = src.processes.iter().map(|p| p.pid).collect();
+    pids.extend(src.tree.iter().copied());
+    Recording {
+        devices: src
+            .devices
+            .iter()
+            .map(|d| RecordedDevice {
+                index: d.index,
+                uuid: String::new(),
+                name: d.name.clone(),
+                total: d.total,
+            })
+            .collect(),
+        timeline: Timeline {
+            devices: src.series.clone(),
+            markers: src.markers.clone(),
+            processes: src.processes.clone(),
+            gaps: Vec::new(),
+        },
+        processes: pids
+            .into_iter()
+            .map(|pid| RecordedProcess {
+                pid,
+                name: None,
+                first_seen_ms: src
+                    .processes
+                    .iter()
+                    .find(|p| p.pid == pid)
+                    .map_or(0.0, |p| p.t_ms),
+                exit_ms: None,
+                cuda_visible_devices: None,
+                cuda_device_order: None,
+                nvidia_visible_devices: None,
+                in_tree: src.tree.contains(&pid),
+            })
+            .collect(),
+        errors: src
+            .errors
+            .iter()
+            .map(|e| ErrorEvent {
+                t_ms: e.t_ms,
+                kind: if e.out_of_memory {
+                    ErrorKind::OutOfMemory
+                } else {
+                    ErrorKind::Other
+                },
+                device: e.device,
+                pid: None,
+                line: String::new(),
+                requested_bytes: e.requested,
+            })
+            .collect(),
+        end_ms,
+        exit: None,
+    }
+}

@@ -1,0 +1,326 @@
+//! Unit tests of the converter on hand-built recordings.
+
+use super::source::{from_samples, Source, SourceDevice, SourceError};
+use super::*;
+use crate::model::{DeviceSeries, Marker, MarkerKind, ProcessSample};
+use crate::scenario::{Expectation, Op, SizeSpec};
+use crate::units::{GIB, MIB};
+
+const JOB: u32 = 4242;
+const OTHER: u32 = 777;
+
+fn marker(t: f64, label: &str) -> Marker {
+    Marker {
+        t_ms: t,
+        kind: MarkerKind::Marker,
+        label: label.into(),
+        device: None,
+    }
+}
+
+/// A staircase on a 16 GiB GPU: a context, three 4 GiB plateaus, an OOM asking 8 GiB; a
+/// neighbour of 1 GiB (+ its context) from the start; markers before each size.
+fn staircase() -> Source {
+    let total = 16 * GIB;
+    let ctx = 448 * MIB;
+    let neighbour = GIB + ctx;
+    let mut samples = Vec::new();
+    let mut procs = Vec::new();
+    let mut markers = Vec::new();
+    let mut t = 0.0;
+    for (k, job) in [0, ctx, ctx + 4 * GIB, ctx + 8 * GIB, ctx + 12 * GIB]
+        .into_iter()
+        .enumerate()
+    {
+        if k > 0 {
+            markers.push(marker(
+                t + 1.0,
+                &format!("size {k} /home/alice/planted-path-x1"),
+            ));
+        }
+        for _ in 0..5 {
+            t += 100.0;
+            samples.push((t, neighbour + job));
+            procs.push(ProcessSample {
+                t_ms: t,
+                device: 0,
+                pid: OTHER,
+                used: Some(neighbour),
+            });
+            if job > 0 {
+                procs.push(ProcessSample {
+                    t_ms: t,
+                    device: 0,
+                    pid: JOB,
+                    used: Some(job),
+                });
+            }
+        }
+    }
+    Source {
+        devices: vec![SourceDevice {
+            index: 0,
+            name: "Simulated GPU 16GiB".into(),
+            total,
+        }],
+        series: vec![DeviceSeries {
+            device: 0,
+            total,
+            samples,
+        }],
+        processes: procs,
+        tree: [JOB].into_iter().collect(),
+        markers,
+        errors: vec![SourceError {
+            t_ms: t + 10.0,
+            out_of_memory: true,
+            device: Some(0),
+            requested: Some(8 * GIB),
+        }],
+        findings: vec!["out-of-memory".into(), "growth-without-release".into()],
+        hostname: Some("planted-host-x2".into()),
+        truncated: false,
+        process_period_ms: 100.0,
+        period_ms: 100.0,
+        exit_ms: None,
+    }
+}
+
+fn spec_of(d: &[(String, u64)]) -> Option<String> {
+    crate::backend::recorded_box_spec(d)
+}
+
+#[test]
+fn a_staircase_becomes_context_allocs_and_the_failed_allocation_last() {
+    let c = convert_source(&staircase(), spec_of).unwrap();
+    let s = &c.scenario;
+    assert_eq!(s.devices, 1);
+    assert_eq!(s.recorded_on.as_deref(), Some("16GiB"));
+    assert_eq!(s.fingerprint.as_deref(), Some("growth-without-release"));
+    let ops: Vec<&str> = s.steps.iter().map(|st| st.op.name()).collect();
+    assert_eq!(
+        ops,
+        ["pause", "context", "pause", "alloc", "pause", "alloc", "pause", "alloc", "alloc"],
+        "{}",
+        c.toml
+    );
+    let last = s.steps.last().unwrap();
+    assert_eq!(last.id, "failed-alloc");
+    assert!(
+        matches!(last.op, Op::Alloc { size: SizeSpec::Bytes(b), device: 0, .. } if b == 8 * GIB)
+    );
+    for st in &s.steps[3..8] {
+        if let Op::Alloc { size, .. } = &st.op {
+            assert_eq!(*size, SizeSpec::Bytes(4 * GIB), "{}", st.label);
+        }
+    }
+    // The neighbour: its bytes beyond the context its replay makes.
+    assert_eq!(s.neighbours.len(), 1);
+    assert_eq!(s.neighbours[0].size, SizeSpec::Bytes(GIB));
+    let expect = &s.variants[0].expect;
+    assert!(expect.contains(&Expectation::Oom {
+        at_or_after: Some("m4".into()),
+        before: None
+    }));
+    assert!(expect
+        .iter()
+        .any(|e| matches!(e, Expectation::Peak { device: 0, .. })));
+}
+
+#[test]
+fn the_file_keeps_no_path_or_host_from_marker_texts() {
+    let c = convert_source(&staircase(), spec_of).unwrap();
+    for planted in [
+        "alice",
+        "planted-path-x1",
+        "planted-host-x2",
+        "/home",
+        "4242",
+        "777",
+    ] {
+        assert!(!c.toml.contains(planted), "{planted} in\n{}", c.toml);
+    }
+    assert!(c.toml.contains("size 4 «path»"), "{}", c.toml);
+}
+
+#[test]
+fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
+    let total = 80 * GIB;
+    let ctx = 448 * MIB;
+    let claimed = (0.9 * total as f64) as u64 + ctx;
+    let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
+    let src = Source {
+        devices: vec![SourceDevice {
+            index: 0,
+            name: "x".into(),
+            total,
+        }],
+        series: vec![DeviceSeries {
+            device: 0,
+            total,
+            samples,
+        }],
+        processes: vec![ProcessSample {
+            t_ms: 100.0,
+            device: 0,
+            pid: JOB,
+            used: Some(ctx),
+        }],
+        tree: [JOB].into_iter().collect(),
+        ..Source::default()
+    };
+    let c = convert_source(&src, spec_of).unwrap();
+    assert!(
+        c.scenario
+            .steps
+            .iter()
+            .any(|s| matches!(s.op, Op::ClaimUtilization { fraction, .. } if (fraction - 0.9).abs() < 1e-9)),
+        "{}",
+        c.toml
+    );
+    assert!(c.scenario.variants[0]
+        .expect
+        .contains(&Expectation::Completes));
+}
+
+#[test]
+fn a_long_noisy_recording_is_coalesced_under_the_cap_keeping_the_big_steps() {
+    let total = 24 * GIB;
+    let mut samples = Vec::new();
+    let mut procs = Vec::new();
+    // 20 000 samples swinging by 100 MiB, and one 10 GiB load in the middle.
+    for i in 0..20_000u64 {
+        let base = if i >= 10_000 { 10 * GIB } else { 0 };
+        let used = 512 * MIB + base + (i % 2) * 100 * MIB;
+        samples.push((i as f64 * 10.0, used));
+        procs.push(ProcessSample {
+            t_ms: i as f64 * 10.0,
+            device: 0,
+            pid: JOB,
+            used: Some(used),
+        });
+    }
+    let src = Source {
+        devices: vec![SourceDevice {
+            index: 0,
+            name: "x".into(),
+            total,
+        }],
+        series: vec![DeviceSeries {
+            device: 0,
+            total,
+            samples,
+        }],
+        processes: procs,
+        tree: [JOB].into_iter().collect(),
+        ..Source::default()
+    };
+    let c = convert_source(&src, spec_of).unwrap();
+    assert!(c.summary.steps_before > MAX_STEPS, "{:?}", c.summary);
+    assert!(c.scenario.steps.len() <= MAX_STEPS, "{:?}", c.summary);
+    assert!(c.toml.contains("Coalesced:"));
+    let allocated: u64 = c
+        .scenario
+        .steps
+        .iter()
+        .filter_map(|s| match s.op {
+            Op::Alloc {
+                size: SizeSpec::Bytes(b),
+                ..
+            } => Some(b),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        allocated >= 9 * GIB,
+        "the 10 GiB load survives: {allocated}"
+    );
+}
+
+const HEADER: &str = r#"{"type":"header","version":1,"created_unix_ms":1,"devices":[{"index":0,"uuid":"GPU-x","name":"NVIDIA L4","total":24152899584}],"command":["python","planted-argv-x3"],"period_us":20000,"process_period_us":100000}"#;
+
+#[test]
+fn a_samples_stream_cut_by_a_crash_still_converts() {
+    let mut text = String::from(HEADER);
+    text.push('\n');
+    text.push_str(r#"{"type":"start","t_ms":1.0,"pid":9,"ppid":1,"nspid":[9],"name":"python","cmdline":"python planted-argv-x3 --token=planted-secret-x4"}"#);
+    text.push('\n');
+    for (i, used) in [0u64, 448, 4544, 8640].iter().enumerate() {
+        let t = i as f64 * 100.0;
+        text.push_str(&format!(
+            "{{\"type\":\"memory\",\"t_ms\":{t},\"used\":[{}]}}\n",
+            used * MIB
+        ));
+        if *used > 0 {
+            text.push_str(&format!(
+                "{{\"type\":\"process\",\"t_ms\":{t},\"device\":0,\"pid\":9,\"used\":{},\"tree\":true}}\n",
+                used * MIB
+            ));
+        }
+    }
+    text.push_str(r#"{"type":"memory","t_ms":400.0,"us"#);
+    let src = from_samples(&text, "run.jsonl").unwrap();
+    assert!(src.truncated);
+    let c = convert_source(&src, spec_of).unwrap();
+    assert_eq!(c.scenario.recorded_on.as_deref(), Some("l4"));
+    assert!(c.toml.contains("cut short"));
+    for planted in ["planted-argv-x3", "planted-secret-x4", "python"] {
+        assert!(!c.toml.contains(planted), "{planted}:\n{}", c.toml);
+    }
+}
+
+#[test]
+fn bad_streams_name_the_file_and_line() {
+    let e = from_samples("{\"type\":\"memory\",\"t_ms\":1,\"used\":[]}\n", "x.jsonl")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("x.jsonl: not a `vramdoc run --samples` stream"),
+        "{e}"
+    );
+    let text = format!("{HEADER}\nnot json\n{{\"type\":\"end\",\"t_ms\":1,\"status\":0}}\n");
+    let e = from_samples(&text, "x.jsonl").unwrap_err().to_string();
+    assert!(e.starts_with("x.jsonl:2: not a line"), "{e}");
+    let e = convert_source(
+        &from_samples(&format!("{HEADER}\n"), "x.jsonl").unwrap(),
+        spec_of,
+    )
+    .unwrap_err();
+    assert_eq!(e, ReproError::NoSamples);
+}
+
+#[test]
+fn hostile_marker_text_cannot_add_keys_or_tables_to_the_file() {
+    let mut src = staircase();
+    src.markers[1].label =
+        "x\" \n[env]\nLD_PRELOAD = \"/tmp/evil.so\"\n[[steps]]\nop = \"pause\" \u{1b}[2J".into();
+    let c = convert_source(&src, spec_of).unwrap();
+    assert!(c.scenario.env.is_empty(), "{}", c.toml);
+    assert!(!c.toml.contains("evil.so"), "{}", c.toml);
+    assert!(!c.toml.contains('\u{1b}'), "{}", c.toml);
+    assert!(!c.toml.lines().any(|l| l.trim() == "[env]"), "{}", c.toml);
+    // The same number of steps as with a plain text.
+    let plain = convert_source(&staircase(), spec_of).unwrap();
+    assert_eq!(c.scenario.steps.len(), plain.scenario.steps.len());
+}
+
+#[test]
+fn the_recorded_box_is_named_by_presets_or_sizes() {
+    let t4 = ("Tesla T4".to_string(), 15 * GIB);
+    let generic = ("Simulated GPU 16GiB".to_string(), 16 * GIB);
+    assert_eq!(spec_of(&[t4.clone(), t4.clone()]).as_deref(), Some("2xt4"));
+    assert_eq!(spec_of(&[t4, generic]).as_deref(), Some("t4,16GiB"));
+    assert_eq!(spec_of(&[]), None);
+    let resolved = crate::backend::resolve_recorded(&[
+        ("a.toml".into(), Some("2xt4".into())),
+        ("b.toml".into(), Some("2xt4".into())),
+    ]);
+    assert_eq!(resolved.as_deref(), Ok("2xt4"));
+    assert!(
+        crate::backend::resolve_recorded(&[("a.toml".into(), Some("9xnope".into()))])
+            .unwrap_err()
+            .to_string()
+            .contains("a.toml")
+    );
+}

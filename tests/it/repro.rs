@@ -1,0 +1,469 @@
+//! Record once, replay anywhere (issue 16): a third-party workload (Python over the
+//! simulated libcuda.so through ctypes, tests/run_jobs/job.py) recorded under `vramdoc run`
+//! becomes a scenario (`--scenario-out`, `scenario from`) that replays on the same box with
+//! the same fingerprint and the OOM in the same phase, completes on a larger box, keeps no
+//! argv, environment value or path of the job; `whatif` over five presets; bad input.
+
+use crate::common::{self, hold::Holder, simgpu_lib_dir, vramdoc, KillOnDrop};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
+const GIB: u64 = 1 << 30;
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `vramdoc run` on the box `dir` (crates/simgpu on LD_LIBRARY_PATH) with `extra` flags.
+fn record(dir: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Output {
+    vramdoc()
+        .env("VRAMDOC_SIM_DIR", dir)
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args(["run", "--period", "20ms", "--process-period", "100ms"])
+        .arg("--out")
+        .arg(out.join("run.json"))
+        .arg("--scenario-out")
+        .arg(out.join("repro.toml"))
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run vramdoc")
+}
+
+/// `vramdoc replay FILE --json` with `--sim SPEC`; the one variant run.
+fn replay(file: &Path, sim: &str) -> (Output, Value) {
+    let o = vramdoc()
+        .args(["--sim", sim, "replay"])
+        .arg(file)
+        .arg("--json")
+        .output()
+        .expect("replay");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o, v["replay"]["runs"][0].clone())
+}
+
+fn check_passed(run: &Value, starts: &str) -> bool {
+    run["checks"].as_array().into_iter().flatten().any(|c| {
+        c["expectation"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(starts))
+            && c["passed"] == true
+    })
+}
+
+fn job(script: &Path, actions: &[&str]) -> Vec<String> {
+    let mut v = vec!["python3".to_string(), script.display().to_string()];
+    v.extend(actions.iter().map(|s| s.to_string()));
+    v
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn round_trip_reproduces_on_the_same_box_completes_on_a_larger_one_and_keeps_no_secret() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = common::fresh_box("16GiB");
+    // Planted: a path (the script's directory), an argv word, an environment value, a path
+    // in a marker.
+    let planted_dir = tmp.path().join("zq-planted-path-7141");
+    std::fs::create_dir(&planted_dir).unwrap();
+    let script = planted_dir.join("job.py");
+    std::fs::copy(JOB, &script).unwrap();
+    let mut cmd = vec![
+        "env".to_string(),
+        "ZQ_PLANTED_ARGV=zq-argv-5521".to_string(),
+    ];
+    cmd.extend(job(
+        &script,
+        &[
+            "ctx:0",
+            "mark:load_/home/zq-marker-path-33/ckpt",
+            "alloc:4096",
+            "sleep:250",
+            "mark:size_2",
+            "alloc:4096",
+            "sleep:250",
+            "mark:size_3",
+            "alloc:4096",
+            "sleep:250",
+            "mark:size_4",
+            "alloc:8192",
+        ],
+    ));
+    let o = vramdoc()
+        .env("ZQ_PLANTED_ENV", "zq-env-9183")
+        .env("VRAMDOC_SIM_DIR", b.path())
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args(["run", "--period", "20ms", "--process-period", "100ms"])
+        .arg("--out")
+        .arg(tmp.path().join("run.json"))
+        .arg("--samples")
+        .arg(tmp.path().join("run.jsonl"))
+        .arg("--scenario-out")
+        .arg(tmp.path().join("repro.toml"))
+        .arg("--")
+        .args(refs(&cmd))
+        .output()
+        .unwrap();
+    // The command's own status still passes through.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("scenario: "), "{}", stderr(&o));
+    let repro = tmp.path().join("repro.toml");
+    let text = std::fs::read_to_string(&repro).expect("--scenario-out written");
+    for planted in [
+        "zq-planted-path-7141",
+        "zq-argv-5521",
+        "ZQ_PLANTED",
+        "zq-env-9183",
+        "zq-marker-path-33",
+        "job.py",
+        "python",
+        &tmp.path().display().to_string(),
+    ] {
+        assert!(!text.contains(planted), "{planted} leaked into\n{text}");
+    }
+    assert!(text.contains("recorded_on = \"16GiB\""), "{text}");
+    assert!(
+        text.contains("fingerprint = \"growth-without-release\""),
+        "{text}"
+    );
+
+    // Same box: the fingerprint fires, the OOM is at the recorded failed allocation, in the
+    // phase of the last marker; peaks within one step.
+    let (o, run) = replay(&repro, "recorded");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(run["verdict"], "reproduced", "{run:#}");
+    assert!(
+        check_passed(&run, "the growth-without-release fingerprint fires"),
+        "{run:#}"
+    );
+    assert!(
+        check_passed(&run, "out of memory at or after step m4"),
+        "{run:#}"
+    );
+    assert!(check_passed(&run, "peak used on GPU 0"), "{run:#}");
+    let steps = run["steps"].as_array().unwrap();
+    let failed = &steps[run["error"]["step"].as_u64().unwrap() as usize];
+    assert_eq!(failed["id"], "failed-alloc", "{run:#}");
+    // Its size is the one the parsed error line asked for.
+    assert!(
+        text.contains(
+            "id = \"failed-alloc\"\nlabel = \"the allocation that failed: 8.00 GiB on GPU 0\""
+        ),
+        "{text}"
+    );
+
+    // A larger box: every step runs.
+    let (_, big) = replay(&repro, "24GiB");
+    assert!(big["error"].is_null(), "{big:#}");
+    assert!(big["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["status"] == "ok"));
+
+    // The --samples stream converts to the same scenario.
+    let o = vramdoc()
+        .args(["scenario", "from"])
+        .arg(tmp.path().join("run.jsonl"))
+        .output()
+        .unwrap();
+    common::assert_ok(&o, "scenario from run.jsonl");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), text);
+}
+
+/// Record a shape on a box of `spec` (with a `sim hold` neighbour of `neighbour`), convert,
+/// replay on the recorded box; the replayed bug variant.
+fn fidelity(spec: &str, neighbour: Option<&str>, actions: &[&str]) -> (Value, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = common::fresh_box(spec);
+    let holder = neighbour.map(|size| Holder::start(b.path(), &[], &["--size", size]));
+    let o = record(
+        b.path(),
+        tmp.path(),
+        &[],
+        &refs(&job(Path::new(JOB), actions)),
+    );
+    drop(holder);
+    let repro = tmp.path().join("repro.toml");
+    let text = std::fs::read_to_string(&repro)
+        .unwrap_or_else(|e| panic!("no scenario ({e}): {}", stderr(&o)));
+    let (o, run) = replay(&repro, "recorded");
+    assert!(run.is_object(), "{}", stderr(&o));
+    (run, text)
+}
+
+mod fidelity_over_recorded_shapes {
+    use super::*;
+
+    #[test]
+    fn stray_context() {
+        let (run, text) = fidelity(
+            "2x16GiB",
+            None,
+            &["ctx:0", "ctx:1", "mark:work", "alloc:4096", "sleep:600"],
+        );
+        assert!(text.contains("fingerprint = \"stray-context\""), "{text}");
+        assert_eq!(run["verdict"], "reproduced", "{run:#}\n{text}");
+    }
+
+    #[test]
+    fn neighbour_plus_over_claim() {
+        let (run, text) = fidelity(
+            "16GiB",
+            Some("2GiB"),
+            &[
+                "ctx:0",
+                "mark:claim",
+                "alloc:13107",
+                "sleep:300",
+                "mark:serve",
+                "alloc:1024",
+            ],
+        );
+        assert!(text.contains("[[neighbours]]"), "{text}");
+        // 12.8 GiB on a 16 GiB GPU: vLLM's gpu_memory_utilization 0.8.
+        assert!(text.contains("op = \"claim_utilization\""), "{text}");
+        assert!(text.contains("fraction = 0.8"), "{text}");
+        assert!(text.contains("fingerprint = \"overcommit\""), "{text}");
+        assert_eq!(run["verdict"], "reproduced", "{run:#}\n{text}");
+    }
+
+    #[test]
+    fn release_not_done() {
+        let (run, text) = fidelity(
+            "16GiB",
+            None,
+            &[
+                "ctx:0",
+                "mark:load",
+                "alloc:6144",
+                "sleep:300",
+                "mark:release_model",
+                "sleep:2500",
+            ],
+        );
+        assert!(text.contains("fingerprint = \"not-released\""), "{text}");
+        assert!(text.contains("check = \"residual\""), "{text}");
+        assert_eq!(run["verdict"], "reproduced", "{run:#}\n{text}");
+    }
+}
+
+/// A reproduction as `scenario from` writes one: 12 GiB held, then 8 GiB more fails.
+const RECORDED_16GIB: &str = r#"
+id = "repro"
+title = "t"
+description = "d"
+source = "s"
+devices = 1
+recorded_on = "16GiB"
+fingerprint = "out-of-memory"
+
+[[steps]]
+id = "s1"
+op = "context"
+device = 0
+
+[[steps]]
+id = "s2"
+op = "alloc"
+tag = "a1"
+device = 0
+size = "12GiB"
+fill = false
+
+[[steps]]
+id = "failed-alloc"
+op = "alloc"
+tag = "failed"
+device = 0
+size = "8GiB"
+fill = false
+
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "oom"
+at_or_after = "failed-alloc"
+"#;
+
+#[test]
+fn whatif_on_five_presets_names_the_smallest_box_it_fits_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("repro.toml");
+    std::fs::write(&file, RECORDED_16GIB).unwrap();
+    let o = vramdoc()
+        .arg("whatif")
+        .arg(&file)
+        .args(["--on", "t4,l4,a100-80gb,h100,2xh100,recorded", "--json"])
+        .output()
+        .unwrap();
+    let v = common::json_ok(&o, "whatif --json");
+    let boxes = v["boxes"].as_array().unwrap();
+    let by = |spec: &str| boxes.iter().find(|b| b["spec"] == spec).unwrap().clone();
+    assert_eq!(boxes.len(), 6, "{v:#}");
+    // 12.4 GiB + 8 GiB: over a T4 or a 16 GiB card, within an L4.
+    for small in ["t4", "16GiB"] {
+        assert_eq!(by(small)["reproduces"], true, "{small}: {v:#}");
+        assert_eq!(by(small)["fits"], false, "{small}: {v:#}");
+    }
+    for big in ["l4", "a100-80gb", "h100", "2xh100"] {
+        assert_eq!(by(big)["fits"], true, "{big}: {v:#}");
+        assert_eq!(by(big)["reproduces"], false, "{big}: {v:#}");
+    }
+    assert_eq!(by("2xh100")["gpus"].as_array().unwrap().len(), 2);
+    let h100 = &by("h100")["gpus"][0];
+    assert!(h100["peak"].as_u64().unwrap() >= 20 * GIB, "{h100}");
+    assert!(h100["headroom"].as_u64().unwrap() >= 50 * GIB, "{h100}");
+    assert_eq!(v["smallest_fit"], "l4", "{v:#}");
+
+    // The table, for people.
+    let o = vramdoc()
+        .arg("whatif")
+        .arg(&file)
+        .args(["--on", "t4,l4,a100-80gb,h100,2xh100"])
+        .output()
+        .unwrap();
+    common::assert_ok(&o, "whatif");
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("smallest box it fits on: l4"), "{table}");
+    assert!(table.contains("a100-80gb"), "{table}");
+}
+
+mod bad_input {
+    use super::*;
+
+    fn from(file: &Path) -> Output {
+        vramdoc()
+            .args(["scenario", "from"])
+            .arg(file)
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_report_that_is_not_a_run_report_is_exit_2_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let scan = tmp.path().join("scan.json");
+        let json = serde_json::to_string(&common::reports::scan_report()).unwrap();
+        std::fs::write(&scan, json).unwrap();
+        let o = from(&scan);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(
+            e.contains("scan.json: a scan report, not a run report"),
+            "{e}"
+        );
+        let junk = tmp.path().join("notes.txt");
+        std::fs::write(&junk, "{\"hello\": 1}").unwrap();
+        let o = from(&junk);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(
+            stderr(&o).contains("notes.txt: neither a vramdoc run report nor"),
+            "{}",
+            stderr(&o)
+        );
+    }
+
+    #[test]
+    fn a_recorded_box_is_required_by_sim_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain.toml");
+        std::fs::write(
+            &file,
+            RECORDED_16GIB.replace("recorded_on = \"16GiB\"\n", ""),
+        )
+        .unwrap();
+        let o = vramdoc()
+            .args(["--sim", "recorded", "replay"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("does not say which GPUs it was recorded on"));
+        let o = vramdoc()
+            .arg("whatif")
+            .arg(&file)
+            .args(["--on", "t4,nope9"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("\"nope9\" is not a box spec"),
+            "{}",
+            stderr(&o)
+        );
+    }
+
+    /// The samples of a run whose vramdoc was killed (SIGKILL) while the job held 2 GiB.
+    fn crashed_samples(dir: &Path) -> PathBuf {
+        let b = common::fresh_box("16GiB");
+        let samples = dir.join("crash.jsonl");
+        let mut child = KillOnDrop(
+            vramdoc()
+                .env("VRAMDOC_SIM_DIR", b.path())
+                .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+                .args(["run", "--period", "20ms", "--process-period", "50ms"])
+                .arg("--samples")
+                .arg(&samples)
+                .arg("--")
+                .args(refs(&job(
+                    Path::new(JOB),
+                    &["ctx:0", "alloc:2048", "sleep:20000"],
+                )))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let job_pid = common::poll::eventually(
+            common::poll::SECS_10,
+            "the job's 2 GiB in the samples",
+            || {
+                let text = std::fs::read_to_string(&samples).unwrap_or_default();
+                text.lines().find_map(|l| {
+                    let v: Value = serde_json::from_str(l).ok()?;
+                    (v["type"] == "process" && v["tree"] == true && v["used"].as_u64()? >= 2 * GIB)
+                        .then(|| v["pid"].as_u64())
+                        .flatten()
+                })
+            },
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The job outlives vramdoc: end it too.
+        unsafe { libc::kill(job_pid as i32, libc::SIGKILL) };
+        samples
+    }
+
+    #[test]
+    fn a_samples_stream_cut_short_by_a_crash_still_converts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let samples = crashed_samples(tmp.path());
+        let text = std::fs::read_to_string(&samples).unwrap();
+        assert!(!text.contains("\"type\":\"end\""), "the run did not end");
+        // Cut inside the last line as well, as a crash mid-write would.
+        std::fs::write(&samples, format!("{text}{{\"type\":\"memory\",\"t_ms\":9")).unwrap();
+        let out = tmp.path().join("crash.toml");
+        let o = vramdoc()
+            .args(["scenario", "from"])
+            .arg(&samples)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        common::assert_ok(&o, "scenario from a crashed stream");
+        assert!(stderr(&o).contains("cut short"), "{}", stderr(&o));
+        let toml = std::fs::read_to_string(&out).unwrap();
+        assert!(toml.contains("size = \"2GiB\""), "{toml}");
+        // And it replays: the 2 GiB fit on the recorded box.
+        let (o, run) = replay(&out, "recorded");
+        assert_eq!(run["verdict"], "reproduced", "{}\n{run:#}", stderr(&o));
+    }
+}
