@@ -38,6 +38,9 @@ pub mod ids {
     pub const DOUBLE_LOAD: &str = "double-load";
     pub const OVERCOMMIT: &str = "overcommit";
     pub const HELD_AFTER_EXIT: &str = "held-after-exit";
+    pub const FRAGMENTATION: &str = "fragmentation";
+    pub const COLLECTIVE_TIMEOUT: &str = "collective-timeout";
+    pub const HOST_OOM_KILL: &str = "host-oom-kill";
     /// Every timeline fingerprint id (`stray-context` is shared with scan).
     pub const FINGERPRINTS: &[&str] = &[
         OUT_OF_MEMORY,
@@ -47,6 +50,9 @@ pub mod ids {
         DOUBLE_LOAD,
         OVERCOMMIT,
         HELD_AFTER_EXIT,
+        FRAGMENTATION,
+        COLLECTIVE_TIMEOUT,
+        HOST_OOM_KILL,
     ];
 }
 

@@ -152,6 +152,15 @@ string_kind! {
         ChildExit = "child-exit",
         /// The command was killed by a signal.
         Killed = "killed",
+        /// NCCL: `NCCL WARN Cuda failure 'out of memory'` (its buffers could not be allocated).
+        NcclOom = "nccl-oom",
+        /// cuBLAS: `CUBLAS_STATUS_ALLOC_FAILED` (its handle or workspace could not be allocated).
+        CublasAllocFailed = "cublas-alloc-failed",
+        /// JAX/XLA: `RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes`.
+        JaxOom = "jax-oom",
+        /// PyTorch's NCCL watchdog: `Watchdog caught collective operation timeout` (it then
+        /// aborts the process: SIGABRT). Not a memory failure.
+        NcclWatchdog = "nccl-watchdog",
     }
 }
 
@@ -165,6 +174,9 @@ impl RunErrorKind {
                 | RunErrorKind::VllmFreeMemory
                 | RunErrorKind::VllmNoCacheBlocks
                 | RunErrorKind::VllmKvCache
+                | RunErrorKind::NcclOom
+                | RunErrorKind::CublasAllocFailed
+                | RunErrorKind::JaxOom
         )
     }
 }

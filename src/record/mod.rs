@@ -584,6 +584,7 @@ fn job_processes(
             cuda_visible_devices: t.env("CUDA_VISIBLE_DEVICES"),
             cuda_device_order: t.env("CUDA_DEVICE_ORDER"),
             nvidia_visible_devices: t.env("NVIDIA_VISIBLE_DEVICES"),
+            pytorch_cuda_alloc_conf: t.env("PYTORCH_CUDA_ALLOC_CONF"),
             in_tree: true,
         })
         .collect();
@@ -606,6 +607,7 @@ fn job_processes(
         cuda_visible_devices: None,
         cuda_device_order: None,
         nvidia_visible_devices: None,
+        pytorch_cuda_alloc_conf: None,
         in_tree: false,
     }));
     out

@@ -6,6 +6,7 @@
 //! documented in docs/findings.md.
 
 mod double_load;
+mod fragmentation;
 mod growth_without_release;
 mod held_after_exit;
 mod levels;
@@ -31,7 +32,9 @@ use {
 /// What every rule file imports: the prepared views, levels and the evidence helpers.
 mod prelude {
     pub(super) use super::levels::{chains, phase_levels, Chain};
-    pub(super) use super::prepare::{fmt_t, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries};
+    pub(super) use super::prepare::{
+        expandable_on, fmt_t, oom_detail, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries,
+    };
     pub(super) use super::rules::{ev, ev_bytes};
     pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, RecordedProcess};
     pub(super) use crate::model::{Evidence, Finding, Marker, MarkerKind, Severity};
@@ -114,6 +117,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     let cx = Prepared::new(rec, th);
     let mut out = Vec::new();
     out.extend(out_of_memory::out_of_memory(&cx));
+    out.extend(fragmentation::fragmentation(&cx));
     out.extend(stray_context::stray_context(&cx));
     let double = double_load::double_load(&cx);
     // One diagnosis per device: the specific patterns explain growth on their devices.

@@ -9,7 +9,7 @@ pub(super) fn is_failure(kind: &ErrorKind) -> bool {
     match kind {
         ErrorKind::OutOfMemory | ErrorKind::DriverError => true,
         ErrorKind::KilledBySignal { signal } => matches!(signal, 6 | 7 | 9 | 11),
-        ErrorKind::Other => false,
+        ErrorKind::CollectiveTimeout | ErrorKind::Other => false,
     }
 }
 

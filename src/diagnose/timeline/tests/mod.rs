@@ -66,6 +66,7 @@ impl Job {
             cuda_visible_devices: cvd.map(String::from),
             cuda_device_order: None,
             nvidia_visible_devices: None,
+            pytorch_cuda_alloc_conf: None,
             in_tree: true,
         });
         self
@@ -660,3 +661,4 @@ fn held_after_exit_discounts_other_processes() {
 }
 
 mod benign;
+mod run_failures;
