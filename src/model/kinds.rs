@@ -161,6 +161,9 @@ string_kind! {
         /// PyTorch's NCCL watchdog: `Watchdog caught collective operation timeout` (it then
         /// aborts the process: SIGABRT). Not a memory failure.
         NcclWatchdog = "nccl-watchdog",
+        /// `CUDA error: unknown error`: how an allocation failure inside an over-committed
+        /// budget showed up for WeClone on vLLM (shared FAILURES.md #5).
+        CudaUnknownError = "cuda-unknown-error",
     }
 }
 

@@ -39,6 +39,7 @@ impl ParsedError {
         match (&self.kind, self.exit_code) {
             (k, _) if k.is_out_of_memory() => ErrorKind::OutOfMemory,
             (RunErrorKind::NcclWatchdog, _) => ErrorKind::CollectiveTimeout,
+            (RunErrorKind::CudaUnknownError, _) => ErrorKind::DriverError,
             // `exitcode -9`: killed by signal 9.
             (RunErrorKind::ChildExit, Some(c)) if c < 0 => ErrorKind::KilledBySignal { signal: -c },
             _ => ErrorKind::Other,
@@ -290,6 +291,13 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
     if l.contains("CUDA error: out of memory") || l.contains("CUDA_ERROR_OUT_OF_MEMORY") {
         return Some(make(
             RunErrorKind::CudaErrorOom,
+            number_after(l, "cuda:"),
+            None,
+        ));
+    }
+    if l.contains("CUDA error: unknown error") {
+        return Some(make(
+            RunErrorKind::CudaUnknownError,
             number_after(l, "cuda:"),
             None,
         ));

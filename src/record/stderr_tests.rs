@@ -74,6 +74,13 @@ fn recognised_lines_table() {
             None,
         ),
         (
+            "shared FAILURES.md #5 (WeClone on vLLM)",
+            "RuntimeError: CUDA error: unknown error",
+            RunErrorKind::CudaUnknownError,
+            None,
+            None,
+        ),
+        (
             "NVIDIA/TensorRT-LLM#1670",
             "VM-0-16-ubuntu:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'",
             RunErrorKind::NcclOom,

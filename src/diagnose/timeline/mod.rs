@@ -10,6 +10,7 @@ mod fragmentation;
 mod growth_without_release;
 mod held_after_exit;
 mod levels;
+mod not_gpu_memory;
 mod not_released;
 mod out_of_memory;
 mod overcommit;
@@ -31,7 +32,7 @@ use {
 
 /// What every rule file imports: the prepared views, levels and the evidence helpers.
 mod prelude {
-    pub(super) use super::levels::{chains, phase_levels, Chain};
+    pub(super) use super::levels::{chains, load_end, phase_levels, Chain};
     pub(super) use super::prepare::{
         expandable_on, fmt_t, oom_detail, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries,
     };
@@ -120,17 +121,23 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(fragmentation::fragmentation(&cx));
     out.extend(stray_context::stray_context(&cx));
     let double = double_load::double_load(&cx);
-    // One diagnosis per device: the specific patterns explain growth on their devices.
-    let mut explained: BTreeSet<u32> = double.iter().flat_map(|f| f.devices.clone()).collect();
-    let over = overcommit::overcommit(&cx, &double);
-    explained.extend(over.iter().flat_map(|f| f.devices.clone()));
-    out.extend(growth_without_release::growth_without_release(
-        &cx, &explained,
-    ));
+    // One diagnosis per device: a double load explains growth on its devices. Overcommit
+    // does not silence growth: a staircase's last step is growth, so where both read the
+    // same device, growth stands.
+    let explained: BTreeSet<u32> = double.iter().flat_map(|f| f.devices.clone()).collect();
+    let growth = growth_without_release::growth_without_release(&cx, &explained);
+    let grown: BTreeSet<u32> = growth.iter().flat_map(|f| f.devices.clone()).collect();
+    let over: Vec<Finding> = overcommit::overcommit(&cx, &double)
+        .into_iter()
+        .filter(|f| !f.devices.iter().any(|d| grown.contains(d)))
+        .collect();
+    out.extend(growth);
     out.extend(not_released::not_released(&cx));
     out.extend(double);
     out.extend(over);
     out.extend(held_after_exit::held_after_exit(&cx));
+    out.extend(not_gpu_memory::collective_timeout(&cx));
+    out.extend(not_gpu_memory::host_oom_kill(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

@@ -197,6 +197,36 @@ impl<'a> Prepared<'a> {
         any.then_some(sum)
     }
 
+    /// The job's own usage of `device` over time: the device's samples less what other
+    /// processes held at each moment by their per-process samples (a neighbour's growth on a
+    /// shared GPU is not the job's). `None`: no other process has per-process numbers there
+    /// (use the device as it is).
+    pub(super) fn job_points(&self, device: u32) -> Option<Vec<(f64, u64)>> {
+        let d = self.dev(device)?;
+        let others: Vec<&ProcSeries> = self
+            .procs
+            .iter()
+            .filter(|(pid, _)| !self.tree.contains(pid))
+            .filter_map(|(_, m)| m.get(&device))
+            .filter(|s| s.iter().any(|(_, u)| u.is_some_and(|u| u > 0)))
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        Some(
+            d.samples
+                .iter()
+                .map(|&(t, used)| {
+                    let held: u64 = others
+                        .iter()
+                        .filter_map(|s| proc_level_at(s, t))
+                        .fold(0u64, u64::saturating_add);
+                    (t, used.saturating_sub(held))
+                })
+                .collect(),
+        )
+    }
+
     /// The job's process holding the most on `device` at `t`.
     pub(super) fn top_holder_at(&self, device: u32, t: f64) -> Option<(u32, u64)> {
         self.tree
