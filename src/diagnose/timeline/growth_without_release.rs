@@ -59,7 +59,7 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
         let c = chains(&levels[..n], d.step).pop()?;
         let from = load_end(&c, th.context_sized_max);
         let steps = &c.ratchets[from..];
-        if steps.len() < 2 {
+        if steps.is_empty() {
             return None;
         }
         let load = c.ratchets[from - 1];
@@ -70,9 +70,30 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
             return None;
         }
         let largest = steps.iter().map(|r| r.to - r.from).max().unwrap_or(0);
-        let grown = c.top.saturating_sub(load.to);
-        let next_step = req.is_some_and(|r| r.saturating_mul(2) >= largest && r <= grown);
-        if steps.len() + usize::from(next_step) < th.growth_min_ratchets {
+        let next_step = req.is_some_and(|r| r.saturating_mul(2) >= largest);
+        let enough = if steps.len() >= 2 {
+            steps.len() + usize::from(next_step) >= th.growth_min_ratchets
+        } else {
+            // One step after the load, then the failure (OneDiff dies at the second size):
+            // only where markers say the failure is a later phase of the same work — the
+            // request at least the step it repeats, in a phase marked after it. Unmarked, one
+            // rise then a failure is as likely NCCL buffers then a too-big batch.
+            let last = steps[0];
+            let marked = cx
+                .rec
+                .timeline
+                .markers
+                .iter()
+                .any(|m| is_phase(&m.kind) && m.t_ms > last.t && m.t_ms <= e.t_ms)
+                && cx
+                    .rec
+                    .timeline
+                    .markers
+                    .iter()
+                    .any(|m| is_phase(&m.kind) && m.t_ms > load.t && m.t_ms <= last.t);
+            marked && req.is_some_and(|r| r >= last.to - last.from) && th.growth_min_ratchets <= 3
+        };
+        if !enough {
             return None;
         }
         // The failure comes as the next step of the growth, not long after it stopped (a job
@@ -108,6 +129,11 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
                 next_step: false,
             })
     })
+}
+
+/// A marker that starts a phase of work (a replay step, `vramdoc mark`).
+fn is_phase(kind: &MarkerKind) -> bool {
+    matches!(kind, MarkerKind::Step | MarkerKind::Marker)
 }
 
 fn finding(cx: &Prepared, d: &Dev, hit: Hit, own: bool) -> Finding {

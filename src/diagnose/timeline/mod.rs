@@ -121,17 +121,15 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(fragmentation::fragmentation(&cx));
     out.extend(stray_context::stray_context(&cx));
     let double = double_load::double_load(&cx);
-    // One diagnosis per device: a double load explains growth on its devices. Overcommit
-    // does not silence growth: a staircase's last step is growth, so where both read the
-    // same device, growth stands.
-    let explained: BTreeSet<u32> = double.iter().flat_map(|f| f.devices.clone()).collect();
-    let growth = growth_without_release::growth_without_release(&cx, &explained);
-    let grown: BTreeSet<u32> = growth.iter().flat_map(|f| f.devices.clone()).collect();
-    let over: Vec<Finding> = overcommit::overcommit(&cx, &double)
-        .into_iter()
-        .filter(|f| !f.devices.iter().any(|d| grown.contains(d)))
-        .collect();
-    out.extend(growth);
+    // One diagnosis per device: a double load, or one over-committed claim, explains the
+    // growth on its device. Overcommit is never the last step of a staircase (see
+    // overcommit.rs), so a staircase is always left to growth-without-release.
+    let mut explained: BTreeSet<u32> = double.iter().flat_map(|f| f.devices.clone()).collect();
+    let over = overcommit::overcommit(&cx, &double);
+    explained.extend(over.iter().flat_map(|f| f.devices.clone()));
+    out.extend(growth_without_release::growth_without_release(
+        &cx, &explained,
+    ));
     out.extend(not_released::not_released(&cx));
     out.extend(double);
     out.extend(over);
