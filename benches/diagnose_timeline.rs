@@ -117,6 +117,7 @@ fn recording() -> Recording {
                 cuda_visible_devices: None,
                 cuda_device_order: None,
                 nvidia_visible_devices: None,
+                pytorch_cuda_alloc_conf: None,
                 in_tree: true,
                 ppid: None,
                 cmdline: None,

@@ -165,6 +165,7 @@ fn one_hour_recording() -> Recording {
                 cuda_visible_devices: Some(d.to_string()),
                 cuda_device_order: None,
                 nvidia_visible_devices: None,
+                pytorch_cuda_alloc_conf: None,
                 in_tree: true,
                 ppid: None,
                 cmdline: None,

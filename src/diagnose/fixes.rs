@@ -95,3 +95,34 @@ joined, a process started in the background (`&`, `nohup`, `setsid`), or a conta
 was not removed. Its memory returns when it exits: end it (`kill PID`, `docker stop`), wait \
 for your children before exiting (join worker pools, `wait` in shell scripts), or let \
 `vramdoc run --kill-after DURATION` end it (SIGTERM, then SIGKILL after DURATION).";
+/// Fragmentation at an out-of-memory error: PyTorch held at least the request reserved but
+/// unallocated (pytorch/pytorch#29554). `expandable_segments` is suggested only where the
+/// job's `PYTORCH_CUDA_ALLOC_CONF` does not already set it (pytorch/pytorch#173049).
+pub const FRAGMENTATION: &str = "PyTorch's caching allocator held enough memory for the \
+request, but in blocks too small or split to serve it (fragmentation: variable shapes, \
+tensors freed between long-lived ones).";
+pub const FRAGMENTATION_EXPANDABLE: &str = " Set \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead of \
+splitting, or torch.cuda.empty_cache() between phases of different shapes; pad inputs to a \
+few bucket sizes.";
+pub const FRAGMENTATION_ALREADY_EXPANDABLE: &str = " expandable_segments is already on in \
+this job's PYTORCH_CUDA_ALLOC_CONF (PyTorch prints its advice regardless, \
+pytorch/pytorch#173049): pad inputs to a few bucket sizes, drop references to large \
+temporaries before the next large allocation, and call torch.cuda.empty_cache() between \
+phases of different shapes; or lower the batch.";
+
+/// The NCCL watchdog aborted the job (a collective timed out): not a GPU memory failure.
+pub const COLLECTIVE_TIMEOUT: &str = "A collective (all-reduce, all-gather, ...) did not \
+complete within the process group's timeout, and PyTorch's NCCL watchdog aborted the \
+process (SIGABRT). This is not a GPU memory failure, however full the GPU was: look for a \
+rank that stalled or died first (its own error, a data-loader hang, uneven batches so ranks \
+call different collectives), check the interconnect (NCCL_DEBUG=INFO, nccl-tests), and raise \
+the timeout (init_process_group(timeout=...)) only for legitimately long steps.";
+
+/// The host's OOM killer (SIGKILL, no CUDA out-of-memory line): host RAM, not GPU memory.
+pub const HOST_OOM_KILL: &str = "SIGKILL with no GPU out-of-memory error is most often the \
+kernel's OOM killer (host RAM, or the container's cgroup memory limit), not GPU memory. \
+Confirm with `dmesg -T | grep -i -E 'killed process|out of memory'` (or the container's \
+OOMKilled status), then lower host memory use: fewer or lighter DataLoader workers, no \
+whole-dataset loads into RAM, CPU offload (DeepSpeed, FSDP) sized to the host, or a larger \
+memory limit.";

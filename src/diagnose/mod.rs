@@ -39,6 +39,9 @@ pub mod ids {
     pub const OVERCOMMIT: &str = "overcommit";
     pub const HELD_AFTER_EXIT: &str = "held-after-exit";
     pub const OUTLIVED_COMMAND: &str = "outlived-command";
+    pub const FRAGMENTATION: &str = "fragmentation";
+    pub const COLLECTIVE_TIMEOUT: &str = "collective-timeout";
+    pub const HOST_OOM_KILL: &str = "host-oom-kill";
     /// Every timeline fingerprint id (`stray-context` is shared with scan).
     pub const FINGERPRINTS: &[&str] = &[
         OUT_OF_MEMORY,
@@ -49,6 +52,9 @@ pub mod ids {
         OVERCOMMIT,
         HELD_AFTER_EXIT,
         OUTLIVED_COMMAND,
+        FRAGMENTATION,
+        COLLECTIVE_TIMEOUT,
+        HOST_OOM_KILL,
     ];
 }
 

@@ -152,6 +152,18 @@ string_kind! {
         ChildExit = "child-exit",
         /// The command was killed by a signal.
         Killed = "killed",
+        /// NCCL: `NCCL WARN Cuda failure 'out of memory'` (its buffers could not be allocated).
+        NcclOom = "nccl-oom",
+        /// cuBLAS: `CUBLAS_STATUS_ALLOC_FAILED` (its handle or workspace could not be allocated).
+        CublasAllocFailed = "cublas-alloc-failed",
+        /// JAX/XLA: `RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes`.
+        JaxOom = "jax-oom",
+        /// PyTorch's NCCL watchdog: `Watchdog caught collective operation timeout` (it then
+        /// aborts the process: SIGABRT). Not a memory failure.
+        NcclWatchdog = "nccl-watchdog",
+        /// `CUDA error: unknown error`: how an allocation failure inside an over-committed
+        /// budget showed up for WeClone on vLLM (shared FAILURES.md #5).
+        CudaUnknownError = "cuda-unknown-error",
     }
 }
 
@@ -165,6 +177,9 @@ impl RunErrorKind {
                 | RunErrorKind::VllmFreeMemory
                 | RunErrorKind::VllmNoCacheBlocks
                 | RunErrorKind::VllmKvCache
+                | RunErrorKind::NcclOom
+                | RunErrorKind::CublasAllocFailed
+                | RunErrorKind::JaxOom
         )
     }
 }

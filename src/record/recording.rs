@@ -43,6 +43,10 @@ pub struct RecordedProcess {
     pub cuda_device_order: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_visible_devices: Option<String>,
+    /// Its `PYTORCH_CUDA_ALLOC_CONF` (`None`: unset or unknown), read before suggesting
+    /// `expandable_segments:True`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pytorch_cuda_alloc_conf: Option<String>,
     /// Part of the job (the recorded process tree, or the replay worker); other processes
     /// are neighbours, counted in device totals only.
     pub in_tree: bool,
@@ -64,6 +68,8 @@ pub enum ErrorKind {
     DriverError,
     /// A process of the job was killed by a signal (the OOM killer: 9).
     KilledBySignal { signal: i32 },
+    /// A collective (NCCL) operation timed out: PyTorch's watchdog then aborts the process.
+    CollectiveTimeout,
     /// Anything else worth placing on the timeline.
     Other,
 }

@@ -1,9 +1,12 @@
-//! The command's stderr as evidence: a bounded tail of its last lines (redacted) and the
-//! recognition of the out-of-memory lines of the major stacks — PyTorch 1.x/2.x
-//! (`CUDA out of memory. Tried to allocate …`, `torch.OutOfMemoryError`), the driver
-//! (`CUDA error: out of memory`), vLLM's start-up memory checks and torchrun's
-//! `ChildFailedError` exit tables. Recognising a line is recording, not diagnosing: the
-//! findings are decided in `diagnose/` from these events.
+//! The job's output as evidence: a bounded tail of its last lines (redacted) and the
+//! recognition of the error lines of the major stacks — PyTorch 1.x/2.x (`CUDA out of memory.
+//! Tried to allocate …` with every number the line states, see [`OomDetail`]), the driver
+//! (`CUDA error: out of memory`), NCCL (`NCCL WARN Cuda failure 'out of memory'`), cuBLAS
+//! (`CUBLAS_STATUS_ALLOC_FAILED`), JAX/XLA (`RESOURCE_EXHAUSTED: Out of memory while trying to
+//! allocate`), vLLM's start-up memory checks (V0 and V1), PyTorch's NCCL watchdog timeout and
+//! torchrun's `ChildFailedError` exit tables. Stream-agnostic: stderr and stdout lines go
+//! through the same parser (vLLM logs to stdout). Recognising a line is recording, not
+//! diagnosing: the findings are decided in `diagnose/` from these events.
 
 use super::recording::ErrorKind;
 use crate::model::RunErrorKind;
@@ -26,6 +29,8 @@ pub struct ParsedError {
     pub line: String,
     /// A torchrun `exitcode` (negative: killed by that signal), for `child-exit`.
     pub exit_code: Option<i32>,
+    /// What a PyTorch out-of-memory line states besides the request.
+    pub detail: Option<OomDetail>,
 }
 
 impl ParsedError {
@@ -33,6 +38,8 @@ impl ParsedError {
     pub fn error_kind(&self) -> ErrorKind {
         match (&self.kind, self.exit_code) {
             (k, _) if k.is_out_of_memory() => ErrorKind::OutOfMemory,
+            (RunErrorKind::NcclWatchdog, _) => ErrorKind::CollectiveTimeout,
+            (RunErrorKind::CudaUnknownError, _) => ErrorKind::DriverError,
             // `exitcode -9`: killed by signal 9.
             (RunErrorKind::ChildExit, Some(c)) if c < 0 => ErrorKind::KilledBySignal { signal: -c },
             _ => ErrorKind::Other,
@@ -84,7 +91,175 @@ fn number_after(s: &str, key: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Recognise one line (without its state: torchrun tables need [`StderrWatcher`]).
+/// Every number a PyTorch out-of-memory line states, in bytes (`None`: the line does not say).
+///
+/// 2.x: `Tried to allocate R. GPU 0 has a total capacity of T of which F is free. [Process P
+/// has X memory in use.] Including non-PyTorch memory, this process has U memory in use. Of the
+/// allocated memory A is allocated by PyTorch, [with X allocated in private pools,] and V is
+/// reserved by PyTorch but unallocated.` (2.1 spelled it `capacty`.) 1.x: `Tried to allocate R
+/// (GPU 0; T total capacity; A already allocated; F free; S reserved in total by PyTorch)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OomDetail {
+    /// The failed allocation (`Tried to allocate`).
+    pub requested: Option<u64>,
+    /// The device's total memory as the process saw it.
+    pub total: Option<u64>,
+    /// Free on the device at the failure.
+    pub free: Option<u64>,
+    /// Everything the printing process held, PyTorch's or not (2.x `this process has`).
+    pub process_in_use: Option<u64>,
+    /// Held by live tensors (2.x `allocated by PyTorch`, 1.x `already allocated`).
+    pub allocated: Option<u64>,
+    /// Reserved by the caching allocator but not holding a tensor: fragmentation
+    /// (2.x directly; 1.x reserved in total minus allocated).
+    pub reserved_unallocated: Option<u64>,
+    /// `Process P has X memory in use` entries (other processes, or the process itself where
+    /// PyTorch cannot tell, as in containers).
+    pub listed_processes: Vec<(u32, u64)>,
+}
+
+impl OomDetail {
+    /// Held by the process outside PyTorch's allocator: contexts, cuBLAS/cuDNN workspaces,
+    /// NCCL buffers (in use − allocated − reserved-unallocated).
+    pub fn non_pytorch(&self) -> Option<u64> {
+        let used = self.process_in_use?;
+        let torch = self
+            .allocated?
+            .saturating_add(self.reserved_unallocated.unwrap_or(0));
+        Some(used.saturating_sub(torch))
+    }
+
+    /// Held by other processes: total − free − in use by this process.
+    pub fn other_processes(&self) -> Option<u64> {
+        Some(
+            self.total?
+                .saturating_sub(self.free?)
+                .saturating_sub(self.process_in_use?),
+        )
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == OomDetail::default()
+    }
+}
+
+/// The size written just before byte `end` of `s` (`… 3.03 GiB` + ` free`).
+fn size_before(s: &str, end: usize) -> Option<u64> {
+    let mut w = s.get(..end)?.split_whitespace().rev();
+    let unit = w.next()?;
+    let num = w.next()?.trim_start_matches(['(', ';', ',']);
+    size_at(&format!("{num} {unit}"))
+}
+
+/// The size that follows the first `key` in `s`.
+fn size_after(s: &str, key: &str) -> Option<u64> {
+    size_at(&s[s.find(key)? + key.len()..])
+}
+
+/// The size that precedes the first `key` in `s`.
+fn size_preceding(s: &str, key: &str) -> Option<u64> {
+    size_before(s, s.find(key)?)
+}
+
+/// Every number of a PyTorch out-of-memory line (1.x or 2.x); `None` when it states none.
+pub fn oom_detail(l: &str) -> Option<OomDetail> {
+    let mut d = OomDetail {
+        requested: size_after(l, "Tried to allocate "),
+        total: size_after(l, "total capacity of ")
+            .or_else(|| size_after(l, "total capacty of "))
+            .or_else(|| size_preceding(l, " total capacity")),
+        free: l
+            .find("of which ")
+            .and_then(|i| size_at(&l[i + "of which ".len()..]))
+            .or_else(|| size_preceding(l, " free;"))
+            .or_else(|| size_preceding(l, " free)")),
+        process_in_use: size_after(l, "this process has "),
+        allocated: size_after(l, "Of the allocated memory ")
+            .or_else(|| size_preceding(l, " already allocated")),
+        reserved_unallocated: size_preceding(l, " is reserved by PyTorch but unallocated"),
+        listed_processes: Vec::new(),
+    };
+    if d.reserved_unallocated.is_none() {
+        // 1.x: `S reserved in total by PyTorch` (older: `S cached`) includes the allocated.
+        let reserved = size_preceding(l, " reserved in total by PyTorch")
+            .or_else(|| size_preceding(l, " cached)"));
+        if let (Some(r), Some(a)) = (reserved, d.allocated) {
+            d.reserved_unallocated = Some(r.saturating_sub(a));
+        }
+    }
+    let mut rest = l;
+    while let Some(i) = rest.find("Process ") {
+        rest = &rest[i + "Process ".len()..];
+        let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let (Ok(pid), Some(tail)) = (pid.parse::<u32>(), rest.get(pid.len()..)) else {
+            continue;
+        };
+        if let Some(size) = tail.strip_prefix(" has ").and_then(size_at) {
+            d.listed_processes.push((pid, size));
+        }
+    }
+    (!d.is_empty()).then_some(d)
+}
+
+/// PyTorch's own advice after the numbers (`If reserved but unallocated memory is large try
+/// setting PYTORCH_CUDA_ALLOC_CONF=…`): dropped from the kept line so the numbers fit in
+/// [`LINE_CHARS`]; vramdoc's fix text says what applies.
+const TORCH_ADVICE: [&str; 2] = [
+    " If reserved but unallocated memory is large",
+    " If reserved memory is >> allocated memory",
+];
+
+/// A PyTorch out-of-memory line made to keep its numbers within [`LINE_CHARS`]: PyTorch's
+/// advice dropped, and the `Process N has X memory in use.` entries (one per process on the
+/// GPU) moved after the process's own numbers, so a cut drops those first.
+fn compact_torch_line(l: &str) -> String {
+    let l = TORCH_ADVICE
+        .iter()
+        .filter_map(|a| l.find(a))
+        .min()
+        .map_or(l, |i| &l[..i]);
+    let mut head = String::with_capacity(l.len());
+    let mut procs = String::new();
+    let mut rest = l;
+    while let Some(i) = rest.find("Process ") {
+        let seg_end = rest[i..]
+            .find(" memory in use.")
+            .map(|j| i + j + " memory in use.".len());
+        match seg_end {
+            Some(end) if rest[i + "Process ".len()..].starts_with(|c: char| c.is_ascii_digit()) => {
+                head.push_str(&rest[..i]);
+                procs.push(' ');
+                procs.push_str(&rest[i..end]);
+                rest = rest[end..].trim_start();
+            }
+            _ => {
+                head.push_str(&rest[..i + "Process ".len()]);
+                rest = &rest[i + "Process ".len()..];
+            }
+        }
+    }
+    head.push_str(rest);
+    let mut out = head.trim_end().to_string();
+    out.push_str(&procs);
+    out
+}
+
+/// A PyTorch out-of-memory line: `CUDA out of memory` (HIP on ROCm), or PyTorch's
+/// `OutOfMemoryError` class; never Java's `java.lang.OutOfMemoryError` or Python's
+/// `MemoryError`.
+fn is_torch_oom(l: &str) -> bool {
+    if l.contains("java.lang.OutOfMemoryError") {
+        return false;
+    }
+    l.contains("CUDA out of memory")
+        || l.contains("HIP out of memory")
+        || l.contains("torch.OutOfMemoryError")
+        || l.contains("torch.cuda.OutOfMemoryError")
+        || l.contains("OutOfMemoryError: CUDA")
+}
+
+/// Recognise one line of the job's output, stderr or stdout (without its state: torchrun
+/// tables need [`StderrWatcher`]).
 pub fn parse_line(line: &str) -> Option<ParsedError> {
     let l = line;
     let make = |kind, device, requested| ParsedError {
@@ -93,11 +268,10 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
         requested,
         line: cut(l),
         exit_code: None,
+        detail: None,
     };
-    if l.contains("CUDA out of memory") || l.contains("OutOfMemoryError") {
-        let requested = l
-            .find("Tried to allocate ")
-            .and_then(|i| size_at(&l[i + "Tried to allocate ".len()..]));
+    if is_torch_oom(l) {
+        let detail = oom_detail(l);
         // 1.x: `(GPU 0; 15.78 GiB total capacity; …)`; 2.x: `GPU 0 has a total capacity`.
         let device = number_after(l, "(GPU ").or_else(|| {
             let i = l.find(" has a total capac")?;
@@ -105,7 +279,14 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
             let j = head.rfind("GPU ")?;
             head[j + 4..].trim().parse().ok()
         });
-        return Some(make(RunErrorKind::CudaOom, device, requested));
+        return Some(ParsedError {
+            kind: RunErrorKind::CudaOom,
+            device,
+            requested: detail.as_ref().and_then(|d| d.requested),
+            line: cut(&compact_torch_line(l)),
+            exit_code: None,
+            detail,
+        });
     }
     if l.contains("CUDA error: out of memory") || l.contains("CUDA_ERROR_OUT_OF_MEMORY") {
         return Some(make(
@@ -113,6 +294,29 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
             number_after(l, "cuda:"),
             None,
         ));
+    }
+    if l.contains("CUDA error: unknown error") {
+        return Some(make(
+            RunErrorKind::CudaUnknownError,
+            number_after(l, "cuda:"),
+            None,
+        ));
+    }
+    // NCCL: `enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'` (NVIDIA/TensorRT-LLM#1670).
+    if l.contains("NCCL WARN") && l.contains("Cuda failure 'out of memory'") {
+        return Some(make(RunErrorKind::NcclOom, None, None));
+    }
+    if l.contains("CUBLAS_STATUS_ALLOC_FAILED") {
+        return Some(make(RunErrorKind::CublasAllocFailed, None, None));
+    }
+    // XLA: `RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes.`;
+    // older jaxlib: `Resource exhausted: Out of memory while trying to allocate 24 bytes.`
+    if let Some(i) = l.find("Out of memory while trying to allocate ") {
+        let head = &l[..i];
+        if head.contains("RESOURCE_EXHAUSTED") || head.contains("Resource exhausted") {
+            let requested = size_at(&l[i + "Out of memory while trying to allocate ".len()..]);
+            return Some(make(RunErrorKind::JaxOom, None, requested));
+        }
     }
     if l.contains("less than desired GPU memory utilization") {
         // `Free memory on device cuda:0 (19.77/22.05 GiB) on startup is less than desired GPU
@@ -133,6 +337,19 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
     }
     if l.contains("maximum number of tokens that can be stored in KV cache") {
         return Some(make(RunErrorKind::VllmKvCache, None, None));
+    }
+    // vLLM V1: `To serve at least one request with the models's max seq len (262144), (24.0 GiB
+    // KV cache is needed, which is larger than the available KV cache memory (3.18 GiB).`
+    // (vllm-project/vllm#34076; later releases spell it `model's`).
+    if l.contains("To serve at least one request with the model")
+        && l.contains("KV cache is needed")
+    {
+        let requested = size_preceding(l, " KV cache is needed");
+        return Some(make(RunErrorKind::VllmKvCache, None, requested));
+    }
+    // PyTorch's NCCL watchdog, which then aborts the process (SIGABRT).
+    if l.contains("Watchdog caught collective operation timeout") {
+        return Some(make(RunErrorKind::NcclWatchdog, None, None));
     }
     if l.contains("ChildFailedError") {
         return Some(make(RunErrorKind::ChildFailed, None, None));
@@ -180,6 +397,7 @@ impl StderrWatcher {
                 device: None,
                 requested: None,
                 exit_code: code.parse().ok(),
+                detail: None,
                 line: cut(&format!("torchrun rank {rank}: exitcode {code} {}", {
                     let pid = number_after(v, "pid: ");
                     pid.map_or(String::new(), |p| format!("(pid {p})"))
@@ -198,124 +416,5 @@ impl StderrWatcher {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    const GIB: u64 = 1 << 30;
-    const MIB: u64 = 1 << 20;
-
-    // Lines as users reported them (pytorch/pytorch#59778, #16417; vllm-project/vllm#20305
-    // and kvcached#29; CompVis/stable-diffusion#702).
-    #[test]
-    fn pytorch_1x_line() {
-        let l = "RuntimeError: CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB \
-                 total capacity; 781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved \
-                 in total by PyTorch)";
-        let e = parse_line(l).unwrap();
-        assert_eq!(e.kind, RunErrorKind::CudaOom);
-        assert_eq!(e.device, Some(0));
-        assert_eq!(e.requested, Some((2.26 * GIB as f64).round() as u64));
-        let l = "RuntimeError: CUDA out of memory. Tried to allocate 1024.00 KiB (GPU 3; 11.17 \
-                 GiB total capacity; 10.90 GiB already allocated; 576.00 KiB free; 30.96 MiB cached)";
-        let e = parse_line(l).unwrap();
-        assert_eq!((e.device, e.requested), (Some(3), Some(1024 * 1024)));
-    }
-
-    #[test]
-    fn pytorch_2x_lines() {
-        let l = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 \
-                 has a total capacity of 79.15 GiB of which 5.75 MiB is free. Including \
-                 non-PyTorch memory, this process has 79.14 GiB memory in use.";
-        let e = parse_line(l).unwrap();
-        assert_eq!(
-            (e.kind, e.device, e.requested),
-            (RunErrorKind::CudaOom, Some(1), Some(20 * MIB))
-        );
-        // 2.1 spelled it "capacty".
-        let l = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. \
-                 GPU 0 has a total capacty of 6.00 GiB of which 0 bytes is free.";
-        let e = parse_line(l).unwrap();
-        assert_eq!(e.device, Some(0));
-        assert_eq!(e.requested, Some((1.7 * GIB as f64).round() as u64));
-        assert_eq!(
-            parse_line("torch.OutOfMemoryError").unwrap().kind,
-            RunErrorKind::CudaOom
-        );
-    }
-
-    #[test]
-    fn driver_and_vllm_lines() {
-        let e = parse_line("RuntimeError: CUDA error: out of memory").unwrap();
-        assert_eq!(e.kind, RunErrorKind::CudaErrorOom);
-        let l = "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than \
-                 desired GPU memory utilization (0.9, 71.24 GiB). Decrease GPU memory \
-                 utilization or reduce GPU memory used by other processes.";
-        let e = parse_line(l).unwrap();
-        assert_eq!(e.kind, RunErrorKind::VllmFreeMemory);
-        assert_eq!(e.requested, Some((71.24 * GIB as f64).round() as u64));
-        let l = "free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired \
-                 GPU memory utilization (0.9, 19.84 GiB)";
-        assert_eq!(parse_line(l).unwrap().device, Some(1));
-        let l = "ValueError: No available memory for the cache blocks. Try increasing \
-                 `gpu_memory_utilization` when initializing the engine.";
-        assert_eq!(parse_line(l).unwrap().kind, RunErrorKind::VllmNoCacheBlocks);
-        let l = "ValueError: The model's max seq len (32768) is larger than the maximum number \
-                 of tokens that can be stored in KV cache (20000). Try increasing \
-                 `gpu_memory_utilization` or decreasing `max_model_len` when initializing the \
-                 engine.";
-        assert_eq!(parse_line(l).unwrap().kind, RunErrorKind::VllmKvCache);
-        assert!(parse_line("epoch 3: loss 0.25").is_none());
-        assert!(parse_line("").is_none());
-    }
-
-    #[test]
-    fn torchrun_exit_table() {
-        let table = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n\
-============================================================\n\
-train.py FAILED\n\
-------------------------------------------------------------\n\
-Failures:\n\
-  <NO_OTHER_FAILURES>\n\
-------------------------------------------------------------\n\
-Root Cause (first observed failure):\n\
-[0]:\n\
-  time      : 2024-05-04_12:00:00\n\
-  host      : node1\n\
-  rank      : 1 (local_rank: 1)\n\
-  exitcode  : -9 (pid: 4242)\n\
-  error_file: <N/A>\n\
-  traceback : Signal 9 (SIGKILL) received by PID 4242\n\
-============================================================";
-        let mut w = StderrWatcher::new();
-        let found: Vec<ParsedError> = table.lines().filter_map(|l| w.line(l)).collect();
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert_eq!(found[0].kind, RunErrorKind::ChildFailed);
-        assert_eq!(found[1].kind, RunErrorKind::ChildExit);
-        assert_eq!(
-            found[1].error_kind(),
-            ErrorKind::KilledBySignal { signal: 9 }
-        );
-        assert_eq!(found[0].error_kind(), ErrorKind::Other);
-        assert_eq!(found[1].line, "torchrun rank 1: exitcode -9 (pid 4242)");
-        assert!(w.line("exitcode  : 3").is_none(), "outside a table");
-    }
-
-    #[test]
-    fn tail_is_bounded_cut_and_redacted() {
-        let mut w = StderrWatcher::new();
-        for i in 0..100 {
-            w.line(&format!("line {i}"));
-        }
-        w.line(&"x".repeat(2000));
-        w.line("connecting with --token=hunter2hunter2 \x1b[31m");
-        let t = w.tail();
-        assert_eq!(t.len(), TAIL_LINES);
-        assert_eq!(t[0], "line 62");
-        assert_eq!(t[TAIL_LINES - 2].len(), LINE_CHARS);
-        assert!(
-            !t[TAIL_LINES - 1].contains("hunter2"),
-            "{}",
-            t[TAIL_LINES - 1]
-        );
-        assert!(!t[TAIL_LINES - 1].contains('\x1b'));
-    }
-}
+#[path = "stderr_tests.rs"]
+mod tests;

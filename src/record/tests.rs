@@ -164,6 +164,7 @@ fn markers_read_memory_and_boundaries_reach_only_the_recording() {
         cuda_visible_devices: None,
         cuda_device_order: None,
         nvidia_visible_devices: None,
+        pytorch_cuda_alloc_conf: None,
         in_tree: true,
         ppid: None,
         cmdline: None,

@@ -23,8 +23,8 @@ pub struct TreeProcess {
     pub start_time: u64,
     pub start_ms: f64,
     pub end_ms: Option<f64>,
-    /// `CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES` from its
-    /// environment (redacted), when set and readable.
+    /// `CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES`,
+    /// `PYTORCH_CUDA_ALLOC_CONF` from its environment (redacted), when set and readable.
     pub gpu_env: Vec<(String, String)>,
     /// Why it is the job's when not as a descendant of the root: `cgroup /docker/<id>`,
     /// `environment VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`. Its own descendants
@@ -117,11 +117,13 @@ pub fn container_id(path: &str) -> Option<&str> {
     })
 }
 
-/// The environment variables that decide which GPUs a process sees.
-pub const GPU_ENV: [&str; 3] = [
+/// The environment variables that decide which GPUs a process sees, and how PyTorch's
+/// caching allocator is configured (read before suggesting `expandable_segments`).
+pub const GPU_ENV: [&str; 4] = [
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF",
 ];
 
 impl TreeProcess {

@@ -48,6 +48,7 @@ pub(super) fn feed_recording(
             cuda_visible_devices: Some(view.pinned.clone()),
             cuda_device_order: None,
             nvidia_visible_devices: None,
+            pytorch_cuda_alloc_conf: None,
             in_tree: true,
             ppid: None,
             cmdline: None,

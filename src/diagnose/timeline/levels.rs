@@ -1,28 +1,51 @@
-//! Levels and phases: plateaus, the level at every phase boundary, and chains of phases
-//! without a release with their ratchets (rises of at least one noise step).
+//! Levels and phases: plateaus, the level at every phase boundary, chains of phases without
+//! a release with their ratchets (rises of at least one noise step), and the split of a
+//! chain's rises into its set-up (context, load) and the steps after it.
 
 use super::prepare::level_at;
 
 /// Quiet time that ends a phase when no marker does (a plateau). Replays mark every step.
 pub(super) const QUIET_MS: f64 = 1000.0;
 
-/// Times where a phase ends: markers, and the start of every plateau (usage within
-/// `noise` for [`QUIET_MS`]).
+/// A shorter quiet time that ends a phase after an abrupt step: a rise or drop of a full
+/// noise step (4 x `noise`) between two consecutive samples, then level for this long and at
+/// least [`SHORT_QUIET_SAMPLES`] samples. A fast staircase (sub-second phases, each one new
+/// allocation held) has such treads; a ramp (allocations spread over the phase) does not.
+pub(super) const SHORT_QUIET_MS: f64 = 250.0;
+/// Samples a short tread needs.
+pub(super) const SHORT_QUIET_SAMPLES: usize = 5;
+
+/// Times where a phase ends: markers, and the start of every plateau (usage within `noise`
+/// for [`QUIET_MS`], or for [`SHORT_QUIET_MS`] after an abrupt step).
 pub(super) fn plateau_starts(s: &[(f64, u64)], noise: u64) -> Vec<f64> {
     let mut out = Vec::new();
     let Some(&(mut ta, mut va)) = s.first() else {
         return out;
     };
+    let step = noise.saturating_mul(4).max(1);
     let mut flagged = true;
+    let mut abrupt = false;
+    let mut since = 0usize;
+    let mut prev = va;
     for &(t, v) in &s[1..] {
         if v.abs_diff(va) > noise {
+            abrupt = v.abs_diff(prev) >= step;
             ta = t;
             va = v;
             flagged = false;
-        } else if !flagged && t - ta >= QUIET_MS {
-            out.push(t);
-            flagged = true;
+            since = 0;
+        } else {
+            since += 1;
+            let quiet = t - ta;
+            if !flagged
+                && (quiet >= QUIET_MS
+                    || (abrupt && quiet >= SHORT_QUIET_MS && since >= SHORT_QUIET_SAMPLES))
+            {
+                out.push(t);
+                flagged = true;
+            }
         }
+        prev = v;
     }
     out
 }
@@ -110,4 +133,20 @@ pub(super) fn chains(levels: &[(f64, u64)], step: u64) -> Vec<Chain> {
     }
     out.push(cur);
     out
+}
+
+/// Where a chain's rises after its set-up start: the leading context-sized rises (a CUDA
+/// context, NCCL's first buffers: together at most `context_max` above the chain's start) and
+/// then one more, the load (weights, the first working set). What comes after is work that
+/// added memory phase after phase.
+pub(super) fn load_end(c: &Chain, context_max: u64) -> usize {
+    let Some(first) = c.ratchets.first() else {
+        return 0;
+    };
+    let k = c
+        .ratchets
+        .iter()
+        .take_while(|r| r.to.saturating_sub(first.from) <= context_max)
+        .count();
+    (k + 1).min(c.ratchets.len())
 }

@@ -6,9 +6,11 @@
 //! documented in docs/findings.md.
 
 mod double_load;
+mod fragmentation;
 mod growth_without_release;
 mod held_after_exit;
 mod levels;
+mod not_gpu_memory;
 mod not_released;
 mod out_of_memory;
 mod outlived;
@@ -31,8 +33,10 @@ use {
 
 /// What every rule file imports: the prepared views, levels and the evidence helpers.
 mod prelude {
-    pub(super) use super::levels::{chains, phase_levels, Chain};
-    pub(super) use super::prepare::{fmt_t, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries};
+    pub(super) use super::levels::{chains, load_end, phase_levels, Chain};
+    pub(super) use super::prepare::{
+        expandable_on, fmt_t, oom_detail, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries,
+    };
     pub(super) use super::rules::{ev, ev_bytes};
     pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, RecordedProcess};
     pub(super) use crate::model::{Evidence, Finding, Marker, MarkerKind, Severity};
@@ -115,9 +119,12 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     let cx = Prepared::new(rec, th);
     let mut out = Vec::new();
     out.extend(out_of_memory::out_of_memory(&cx));
+    out.extend(fragmentation::fragmentation(&cx));
     out.extend(stray_context::stray_context(&cx));
     let double = double_load::double_load(&cx);
-    // One diagnosis per device: the specific patterns explain growth on their devices.
+    // One diagnosis per device: a double load, or one over-committed claim, explains the
+    // growth on its device. Overcommit is never the last step of a staircase (see
+    // overcommit.rs), so a staircase is always left to growth-without-release.
     let mut explained: BTreeSet<u32> = double.iter().flat_map(|f| f.devices.clone()).collect();
     let over = overcommit::overcommit(&cx, &double);
     explained.extend(over.iter().flat_map(|f| f.devices.clone()));
@@ -129,6 +136,8 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(over);
     out.extend(held_after_exit::held_after_exit(&cx));
     out.extend(outlived::outlived_command(&cx));
+    out.extend(not_gpu_memory::collective_timeout(&cx));
+    out.extend(not_gpu_memory::host_oom_kill(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

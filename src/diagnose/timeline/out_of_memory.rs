@@ -46,6 +46,9 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     if let Some(r) = e.requested_bytes {
         evidence.push(ev_bytes("the failed allocation asked for", r));
     }
+    if let Some(d) = oom_detail(e) {
+        evidence.extend(detail_evidence(&d));
+    }
     if let Some(pid) = e.pid {
         evidence.push(ev("process", cx.who(pid)));
     }
@@ -62,4 +65,34 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
         evidence,
         fix: fixes::OUT_OF_MEMORY.into(),
     }]
+}
+
+/// The numbers a PyTorch out-of-memory line states, as evidence.
+pub(super) fn detail_evidence(d: &crate::record::stderr::OomDetail) -> Vec<Evidence> {
+    let mut out = Vec::new();
+    let mut push = |label: &str, v: Option<u64>| {
+        if let Some(v) = v {
+            out.push(ev_bytes(label, v));
+        }
+    };
+    push("total, as the process saw it", d.total);
+    push("free, as the error states", d.free);
+    push(
+        "in use by this process (PyTorch's and not)",
+        d.process_in_use,
+    );
+    push("allocated by PyTorch (live tensors)", d.allocated);
+    push(
+        "reserved by PyTorch but unallocated (fragmentation)",
+        d.reserved_unallocated,
+    );
+    push("non-PyTorch memory of this process", d.non_pytorch());
+    push(
+        "other processes (total - free - in use by this process)",
+        d.other_processes(),
+    );
+    for (pid, b) in &d.listed_processes {
+        out.push(ev_bytes(format!("process {pid} in use (as listed)"), *b));
+    }
+    out
 }

@@ -2,21 +2,20 @@
 
 use super::prelude::*;
 
-/// An error that ends dynamic work: out of memory, a driver error, or a crash signal
-/// (SIGKILL from the OOM killer, SIGABRT, SIGBUS, SIGSEGV). A stop asked for (SIGINT,
-/// SIGTERM, SIGHUP) is not a failure.
+/// A failure of dynamic work inside an over-committed budget: an allocation failure, or the
+/// driver error it shows up as (`CUDA error: unknown error`, WeClone). Kills are not: SIGKILL
+/// without an out-of-memory line is the host's OOM killer, SIGABRT the NCCL watchdog or an
+/// assertion (`host-oom-kill`, `collective-timeout`); a stop asked for is no failure.
 pub(super) fn is_failure(kind: &ErrorKind) -> bool {
-    match kind {
-        ErrorKind::OutOfMemory | ErrorKind::DriverError => true,
-        ErrorKind::KilledBySignal { signal } => matches!(signal, 6 | 7 | 9 | 11),
-        ErrorKind::Other => false,
-    }
+    matches!(kind, ErrorKind::OutOfMemory | ErrorKind::DriverError)
 }
 
-/// `overcommit`: one claim (a single phase's rise of at least `claim_min_fraction` of
-/// total) leaves free memory near zero with one process of the job holding at least
-/// `budget_holder_fraction` of the device, and a failure (out of memory, driver error,
-/// kill) follows in later work while the claim is still held.
+/// `overcommit`: one claim of about utilisation x total — a single phase's rise of at least
+/// `claim_min_fraction` of total, the first work after the job's set-up (at most one step
+/// after its load, and larger than everything added since the load), never the last step of
+/// a staircase — leaves free memory near zero with one process of the job holding at least
+/// `budget_holder_fraction` of the device, and an allocation failure or driver error follows
+/// in later work (after the claim settled into a phase) while the claim is still held.
 pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
     let th = cx.th;
     let has_proc = cx.tree_has_samples();
@@ -29,18 +28,21 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
         let levels = phase_levels(&d.samples, &cx.marker_times, d.step / 4);
         let mut hit = None;
         for i in 1..levels.len() {
-            let (t0, l0) = levels[i - 1];
+            let (_, l0) = levels[i - 1];
             let (t1, l1) = levels[i];
             let claim = l1.saturating_sub(l0);
             let free = d.total.saturating_sub(l1);
             if (claim as f64) < th.claim_min_fraction * total
                 || free as f64 > th.near_zero_free_fraction * total
+                || ends_a_staircase(&levels[..=i], d.step, th.context_sized_max, claim)
             {
                 continue;
             }
-            // A failure after the claim while it is still held.
+            // A failure in later work, once the claim had settled into a phase (a plateau or
+            // a marker; a failure while usage is still climbing is that work's own), while
+            // the claim is still held.
             let Some(e) = cx.rec.errors.iter().find(|e| {
-                e.t_ms >= t0
+                e.t_ms >= t1
                     && is_failure(&e.kind)
                     && e.device.is_none_or(|x| x == d.index)
                     && levels
@@ -119,4 +121,24 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// Whether the last rise of `levels` is the last step of a staircase rather than one claim:
+/// in its chain (no release), two or more steps came after the load before it, or what they
+/// added since the load is at least the claim.
+fn ends_a_staircase(levels: &[(f64, u64)], step: u64, context_max: u64, claim: u64) -> bool {
+    let Some(c) = chains(levels, step).pop() else {
+        return false;
+    };
+    let Some((_, before)) = c.ratchets.split_last() else {
+        return false;
+    };
+    let prior = Chain {
+        ratchets: before.to_vec(),
+        ..c.clone()
+    };
+    let from = load_end(&prior, context_max);
+    let steps = &before[from.min(before.len())..];
+    let added: u64 = steps.iter().map(|r| r.to.saturating_sub(r.from)).sum();
+    steps.len() >= 2 || (!steps.is_empty() && added >= claim)
 }

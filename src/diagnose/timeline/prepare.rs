@@ -5,6 +5,7 @@
 use super::rules::ev;
 use super::{ErrorEvent, ErrorKind, RecordedProcess, Recording, TimelineThresholds};
 use crate::model::{Evidence, MarkerKind};
+use crate::record::stderr::OomDetail;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -196,6 +197,36 @@ impl<'a> Prepared<'a> {
         any.then_some(sum)
     }
 
+    /// The job's own usage of `device` over time: the device's samples less what other
+    /// processes held at each moment by their per-process samples (a neighbour's growth on a
+    /// shared GPU is not the job's). `None`: no other process has per-process numbers there
+    /// (use the device as it is).
+    pub(super) fn job_points(&self, device: u32) -> Option<Vec<(f64, u64)>> {
+        let d = self.dev(device)?;
+        let others: Vec<&ProcSeries> = self
+            .procs
+            .iter()
+            .filter(|(pid, _)| !self.tree.contains(pid))
+            .filter_map(|(_, m)| m.get(&device))
+            .filter(|s| s.iter().any(|(_, u)| u.is_some_and(|u| u > 0)))
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        Some(
+            d.samples
+                .iter()
+                .map(|&(t, used)| {
+                    let held: u64 = others
+                        .iter()
+                        .filter_map(|s| proc_level_at(s, t))
+                        .fold(0u64, u64::saturating_add);
+                    (t, used.saturating_sub(held))
+                })
+                .collect(),
+        )
+    }
+
     /// The job's process holding the most on `device` at `t`.
     pub(super) fn top_holder_at(&self, device: u32, t: f64) -> Option<(u32, u64)> {
         self.tree
@@ -255,6 +286,29 @@ impl<'a> Prepared<'a> {
             .map(|(d, _)| d.index)
     }
 
+    /// The job's `PYTORCH_CUDA_ALLOC_CONF` as the process behind `e` saw it: the process that
+    /// printed it, else the job's largest holder on its device then, else the first process
+    /// of the job where it was seen set (children inherit it).
+    pub(super) fn alloc_conf(&self, e: &ErrorEvent) -> Option<&str> {
+        let conf = |pid: u32| {
+            self.process(pid)
+                .and_then(|p| p.pytorch_cuda_alloc_conf.as_deref())
+        };
+        e.pid
+            .and_then(conf)
+            .or_else(|| {
+                let d = self.error_device(e)?;
+                conf(self.top_holder_at(d, e.t_ms)?.0)
+            })
+            .or_else(|| {
+                self.rec
+                    .processes
+                    .iter()
+                    .filter(|p| p.in_tree)
+                    .find_map(|p| p.pytorch_cuda_alloc_conf.as_deref())
+            })
+    }
+
     pub(super) fn ooms(&self) -> impl Iterator<Item = &ErrorEvent> {
         self.rec
             .errors
@@ -265,6 +319,29 @@ impl<'a> Prepared<'a> {
 
 // ---------------------------------------------------------------------------------------
 // Formatting helpers.
+
+/// What a PyTorch out-of-memory line states, re-read from the recorded line (so a report
+/// written earlier gives the same evidence).
+pub(super) fn oom_detail(e: &ErrorEvent) -> Option<OomDetail> {
+    if e.kind == ErrorKind::OutOfMemory {
+        crate::record::stderr::oom_detail(&e.line)
+    } else {
+        None
+    }
+}
+
+/// Whether a `PYTORCH_CUDA_ALLOC_CONF` value turns expandable segments on
+/// (`expandable_segments:True`, any case, among comma-separated options).
+pub(super) fn expandable_on(conf: &str) -> bool {
+    conf.split(',').any(|opt| {
+        let mut kv = opt.splitn(2, ':');
+        let (k, v) = (
+            kv.next().unwrap_or("").trim(),
+            kv.next().unwrap_or("").trim(),
+        );
+        k.eq_ignore_ascii_case("expandable_segments") && v.eq_ignore_ascii_case("true")
+    })
+}
 
 pub(super) fn fmt_t(ms: f64) -> String {
     if ms.abs() < 1000.0 {

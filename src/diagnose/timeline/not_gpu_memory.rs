@@ -1,0 +1,129 @@
+//! Failures that are not GPU memory, named as such however full the GPU was:
+//! `collective-timeout` (PyTorch's NCCL watchdog aborted the job) and `host-oom-kill`
+//! (SIGKILL with no GPU out-of-memory error: most likely the host's OOM killer).
+
+use super::prelude::*;
+
+/// How full each of the job's devices was at `t` (evidence that fill is not the cause).
+fn fill_at(cx: &Prepared, t: f64) -> Vec<Evidence> {
+    cx.devs
+        .iter()
+        .filter(|d| cx.job_devices.contains(&d.index) && d.total > 0)
+        .filter_map(|d| {
+            let used = d.level_at(t)?;
+            Some(ev(
+                format!("GPU {} used at that moment", d.index),
+                format!(
+                    "{} of {} ({:.1}%)",
+                    format_bytes(used),
+                    format_bytes(d.total),
+                    d.pct(used)
+                ),
+            ))
+        })
+        .collect()
+}
+
+fn job_devices(cx: &Prepared) -> Vec<u32> {
+    cx.job_devices.iter().copied().collect()
+}
+
+fn signal_of<'a>(cx: &Prepared<'a>, signal: i32) -> Option<&'a ErrorEvent> {
+    cx.rec
+        .errors
+        .iter()
+        .find(|e| e.kind == ErrorKind::KilledBySignal { signal })
+}
+
+/// `collective-timeout`: the job's output shows PyTorch's NCCL watchdog catching a
+/// collective operation timeout ("Watchdog caught collective operation timeout",
+/// ProcessGroupNCCL), after which the process aborts (SIGABRT). A failure that happened, and
+/// not a GPU memory one: `error`.
+pub(super) fn collective_timeout(cx: &Prepared) -> Vec<Finding> {
+    let Some(e) = cx
+        .rec
+        .errors
+        .iter()
+        .find(|e| e.kind == ErrorKind::CollectiveTimeout)
+    else {
+        return Vec::new();
+    };
+    let mut evidence = vec![ev("when", fmt_t(e.t_ms)), ev("error line", e.line.clone())];
+    let abort = signal_of(cx, 6);
+    if let Some(a) = abort {
+        evidence.push(ev("then", format!("at {}: {}", fmt_t(a.t_ms), a.line)));
+    }
+    evidence.extend(fill_at(cx, e.t_ms));
+    evidence.push(ev(
+        "GPU memory",
+        "not the cause: an allocation failure raises an out-of-memory error; the watchdog \
+         aborts on a collective that never completed",
+    ));
+    vec![Finding {
+        id: ids::COLLECTIVE_TIMEOUT.into(),
+        severity: Severity::Error,
+        title: format!(
+            "A collective operation timed out at {} and PyTorch's NCCL watchdog {} the job: not \
+             a GPU memory failure",
+            fmt_t(e.t_ms),
+            if abort.is_some() {
+                "aborted (SIGABRT)"
+            } else {
+                "aborts"
+            }
+        ),
+        devices: job_devices(cx),
+        pid: e.pid,
+        evidence,
+        fix: fixes::COLLECTIVE_TIMEOUT.into(),
+    }]
+}
+
+/// `host-oom-kill`: the job (or one of its ranks, from torchrun's exit table) was killed by
+/// SIGKILL, no GPU out-of-memory error was seen, and vramdoc did not forward a SIGKILL from
+/// the user: most likely the kernel's OOM killer (host RAM or the container's memory limit).
+/// Said as "likely", with the evidence; a failure that happened: `error`.
+pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
+    let Some(k) = signal_of(cx, 9) else {
+        return Vec::new();
+    };
+    if cx.ooms().next().is_some() {
+        return Vec::new();
+    }
+    let asked = cx
+        .rec
+        .timeline
+        .markers
+        .iter()
+        .any(|m| m.kind == MarkerKind::Signal && m.label.contains("SIGKILL"));
+    if asked {
+        return Vec::new();
+    }
+    let mut evidence = vec![
+        ev("when", fmt_t(k.t_ms)),
+        ev("killed", k.line.clone()),
+        ev(
+            "GPU out-of-memory error in the job's output",
+            "none (a GPU allocation failure raises an error; it does not SIGKILL)",
+        ),
+    ];
+    evidence.extend(fill_at(cx, k.t_ms));
+    evidence.push(ev(
+        "confirm",
+        "dmesg -T | grep -i -E 'killed process|out of memory' (or the container's OOMKilled \
+         status)",
+    ));
+    vec![Finding {
+        id: ids::HOST_OOM_KILL.into(),
+        severity: Severity::Error,
+        title: format!(
+            "Killed by SIGKILL at {} with no GPU out-of-memory error: likely the host's OOM \
+             killer (host RAM), not GPU memory",
+            fmt_t(k.t_ms)
+        ),
+        devices: job_devices(cx),
+        pid: k.pid,
+        evidence,
+        fix: fixes::HOST_OOM_KILL.into(),
+    }]
+}

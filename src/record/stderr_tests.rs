@@ -1,0 +1,367 @@
+//! The error-line parser on lines copied from the issues cited beside each (table-driven),
+//! the torchrun exit table, and the bounded, redacted tail.
+
+use super::*;
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn gib(x: f64) -> u64 {
+    (x * GIB as f64).round() as u64
+}
+
+fn mib(x: f64) -> u64 {
+    (x * MIB as f64).round() as u64
+}
+
+/// (source, line, kind, device, requested)
+type Row = (
+    &'static str,
+    &'static str,
+    RunErrorKind,
+    Option<u32>,
+    Option<u64>,
+);
+
+#[test]
+fn recognised_lines_table() {
+    let rows: Vec<Row> = vec![
+        (
+            "pytorch/pytorch#59778 (1.x)",
+            "RuntimeError: CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB \
+             total capacity; 781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved \
+             in total by PyTorch)",
+            RunErrorKind::CudaOom,
+            Some(0),
+            Some(gib(2.26)),
+        ),
+        (
+            "pytorch/pytorch#16417 (1.x, `cached`)",
+            "RuntimeError: CUDA out of memory. Tried to allocate 1024.00 KiB (GPU 3; 11.17 \
+             GiB total capacity; 10.90 GiB already allocated; 576.00 KiB free; 30.96 MiB cached)",
+            RunErrorKind::CudaOom,
+            Some(3),
+            Some(MIB),
+        ),
+        (
+            "murong-xu/CADS#4 (2.x)",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has \
+             a total capacity of 31.47 GiB of which 12.73 GiB is free. Including non-PyTorch \
+             memory, this process has 18.73 GiB memory in use. Of the allocated memory 9.08 GiB \
+             is allocated by PyTorch, and 9.35 GiB is reserved by PyTorch but unallocated. If \
+             reserved but unallocated memory is large try setting \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See \
+             documentation for Memory Management  \
+             (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+            RunErrorKind::CudaOom,
+            Some(0),
+            Some(gib(22.78)),
+        ),
+        (
+            "PyTorch 2.1 (`capacty` typo, as users pasted it)",
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB. GPU \
+             0 has a total capacty of 14.75 GiB of which 11.06 MiB is free. Process 3258 has \
+             14.73 GiB memory in use. Of the allocated memory 14.04 GiB is allocated by PyTorch, \
+             and 509.85 MiB is reserved by PyTorch but unallocated.",
+            RunErrorKind::CudaOom,
+            Some(0),
+            Some(mib(224.0)),
+        ),
+        (
+            "driver",
+            "RuntimeError: CUDA error: out of memory",
+            RunErrorKind::CudaErrorOom,
+            None,
+            None,
+        ),
+        (
+            "shared FAILURES.md #5 (WeClone on vLLM)",
+            "RuntimeError: CUDA error: unknown error",
+            RunErrorKind::CudaUnknownError,
+            None,
+            None,
+        ),
+        (
+            "NVIDIA/TensorRT-LLM#1670",
+            "VM-0-16-ubuntu:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'",
+            RunErrorKind::NcclOom,
+            None,
+            None,
+        ),
+        (
+            "NVIDIA/nccl#1235",
+            "ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of \
+             memory'",
+            RunErrorKind::NcclOom,
+            None,
+            None,
+        ),
+        (
+            "QwenLM/Qwen3#873",
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling \
+             `cublasCreate(handle)`",
+            RunErrorKind::CublasAllocFailed,
+            None,
+            None,
+        ),
+        (
+            "tensorflow/tensorflow#7072",
+            "E c:\\tf_jenkins\\stream_executor\\cuda\\cuda_blas.cc:372] failed to create cublas \
+             handle: CUBLAS_STATUS_ALLOC_FAILED",
+            RunErrorKind::CublasAllocFailed,
+            None,
+            None,
+        ),
+        (
+            "google-deepmind/alphafold#1023",
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while \
+             trying to allocate 7406166528 bytes.",
+            RunErrorKind::JaxOom,
+            None,
+            Some(7_406_166_528),
+        ),
+        (
+            "jax-ml/jax#4994 (older jaxlib)",
+            "RuntimeError: Resource exhausted: Out of memory while trying to allocate 24 bytes.",
+            RunErrorKind::JaxOom,
+            None,
+            Some(24),
+        ),
+        (
+            "vllm-project/vllm#34076 (V1, `models's`)",
+            "(EngineCore_DP0 pid=1094) ValueError: To serve at least one request with the \
+             models's max seq len (262144), (24.0 GiB KV cache is needed, which is larger than \
+             the available KV cache memory (3.18 GiB). Based on the available memory, the \
+             estimated maximum model length is 34736. Try increasing `gpu_memory_utilization` \
+             or decreasing `max_model_len` when initializing the engine.",
+            RunErrorKind::VllmKvCache,
+            None,
+            Some(gib(24.0)),
+        ),
+        (
+            "SergiioB/intel-arc-pro-b70-inference-cookbook#4 (V1, `model's`)",
+            "(EngineCore pid=316) ValueError: To serve at least one request with the model's max \
+             seq len (100000), (4.26 GiB KV cache is needed, which is larger than the available \
+             KV cache memory (4.25 GiB).",
+            RunErrorKind::VllmKvCache,
+            None,
+            Some(gib(4.26)),
+        ),
+        (
+            "vllm-project/vllm#2418 (V0)",
+            "ValueError: The model's max seq len (4096) is larger than the maximum number of \
+             tokens that can be stored in KV cache (3664). Try increasing \
+             `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+            RunErrorKind::VllmKvCache,
+            None,
+            None,
+        ),
+        (
+            "vllm-project/vllm#20305",
+            "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than \
+             desired GPU memory utilization (0.9, 71.24 GiB). Decrease GPU memory utilization \
+             or reduce GPU memory used by other processes.",
+            RunErrorKind::VllmFreeMemory,
+            None,
+            Some(gib(71.24)),
+        ),
+        (
+            "kvcached#29",
+            "free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired \
+             GPU memory utilization (0.9, 19.84 GiB)",
+            RunErrorKind::VllmFreeMemory,
+            Some(1),
+            Some(gib(19.84)),
+        ),
+        (
+            "vllm V0 profile",
+            "ValueError: No available memory for the cache blocks. Try increasing \
+             `gpu_memory_utilization` when initializing the engine.",
+            RunErrorKind::VllmNoCacheBlocks,
+            None,
+            None,
+        ),
+        (
+            "hiyouga/LlamaFactory#7396",
+            "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught \
+             collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, \
+             NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600060 \
+             milliseconds before timing out.",
+            RunErrorKind::NcclWatchdog,
+            None,
+            None,
+        ),
+    ];
+    for (src, line, kind, device, requested) in rows {
+        let e = parse_line(line).unwrap_or_else(|| panic!("{src}: not recognised"));
+        assert_eq!(e.kind, kind, "{src}");
+        assert_eq!(e.device, device, "{src}");
+        assert_eq!(e.requested, requested, "{src}");
+        assert!(e.line.chars().count() <= LINE_CHARS, "{src}");
+        // The kept line parses to the same numbers (the diagnosis re-reads it).
+        assert_eq!(
+            parse_line(&e.line).map(|k| (k.kind, k.detail)),
+            Some((e.kind.clone(), e.detail.clone())),
+            "{src}"
+        );
+        let oom = kind.is_out_of_memory();
+        assert_eq!(e.error_kind() == ErrorKind::OutOfMemory, oom, "{src}");
+    }
+}
+
+#[test]
+fn lines_that_are_not_gpu_memory_failures() {
+    for l in [
+        // Java's heap, not a GPU (never an out-of-memory finding).
+        "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space",
+        "java.lang.OutOfMemoryError: GC overhead limit exceeded",
+        "MemoryError",
+        "epoch 3: loss 0.25",
+        "NCCL INFO Channel 00/1 : 0[0] -> 2[2] via P2P/CUMEM",
+        "",
+    ] {
+        assert!(parse_line(l).is_none(), "{l}");
+    }
+    let w =
+        parse_line("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(...)").unwrap();
+    assert_eq!(w.error_kind(), ErrorKind::CollectiveTimeout);
+}
+
+#[test]
+fn pytorch_2x_numbers_in_full() {
+    // murong-xu/CADS#4: 9.35 GiB reserved-unallocated < 22.78 GiB requested.
+    let l = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has \
+             a total capacity of 31.47 GiB of which 12.73 GiB is free. Including non-PyTorch \
+             memory, this process has 18.73 GiB memory in use. Of the allocated memory 9.08 GiB \
+             is allocated by PyTorch, and 9.35 GiB is reserved by PyTorch but unallocated. If \
+             reserved but unallocated memory is large try setting \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+    let e = parse_line(l).unwrap();
+    let d = e.detail.clone().unwrap();
+    assert_eq!(d.requested, Some(gib(22.78)));
+    assert_eq!(d.total, Some(gib(31.47)));
+    assert_eq!(d.free, Some(gib(12.73)));
+    assert_eq!(d.process_in_use, Some(gib(18.73)));
+    assert_eq!(d.allocated, Some(gib(9.08)));
+    assert_eq!(d.reserved_unallocated, Some(gib(9.35)));
+    assert_eq!(d.non_pytorch(), Some(gib(18.73) - gib(9.08) - gib(9.35)));
+    assert_eq!(
+        d.other_processes(),
+        Some(gib(31.47) - gib(12.73) - gib(18.73))
+    );
+    assert!(
+        !e.line.contains("If reserved"),
+        "PyTorch's advice is dropped"
+    );
+
+    // kaito-project/kaito#976: private pools, a `Process N has` entry, no `this process`.
+    let l = "ERROR 04-01 23:46:56 [engine.py:160] torch.OutOfMemoryError: CUDA out of memory. \
+             Tried to allocate 546.00 MiB. GPU 0 has a total capacity of 15.77 GiB of which \
+             514.19 MiB is free. Process 562167 has 15.25 GiB memory in use. Of the allocated \
+             memory 13.73 GiB is allocated by PyTorch, with 46.00 MiB allocated in private pools \
+             (e.g., CUDA Graphs), and 736.86 MiB is reserved by PyTorch but unallocated.";
+    let d = parse_line(l).unwrap().detail.unwrap();
+    assert_eq!(d.listed_processes, vec![(562167, gib(15.25))]);
+    assert_eq!(d.allocated, Some(gib(13.73)));
+    assert_eq!(d.reserved_unallocated, Some(mib(736.86)));
+    assert_eq!((d.process_in_use, d.non_pytorch()), (None, None));
+
+    // pytorch/pytorch#126766: a truncated message keeps what it has.
+    let e = parse_line("OutOfMemoryError: CUDA out of memory. Tried to allocate 3725.29 GiB. GPU")
+        .unwrap();
+    assert_eq!(e.requested, Some(gib(3725.29)));
+    assert_eq!(e.device, None);
+}
+
+#[test]
+fn pytorch_1x_numbers() {
+    let l = "RuntimeError: CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB \
+             total capacity; 781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved \
+             in total by PyTorch) If reserved memory is >> allocated memory try setting \
+             max_split_size_mb to avoid fragmentation.";
+    let e = parse_line(l).unwrap();
+    let d = e.detail.unwrap();
+    assert_eq!(d.total, Some(gib(6.0)));
+    assert_eq!(d.free, Some(gib(3.03)));
+    assert_eq!(d.allocated, Some(mib(781.59)));
+    assert_eq!(d.reserved_unallocated, Some(gib(1.24) - mib(781.59)));
+    assert_eq!(d.process_in_use, None);
+    assert!(!e.line.contains("max_split_size_mb"));
+}
+
+#[test]
+fn a_long_pytorch_line_keeps_its_numbers_within_the_cut() {
+    let procs: String = (0..6)
+        .map(|i| format!("Process {} has 1.00 GiB memory in use. ", 100 + i))
+        .collect();
+    let l = format!(
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU \
+         3 has a total capacity of 79.15 GiB of which 5.75 MiB is free. {procs}Including \
+         non-PyTorch memory, this process has 73.14 GiB memory in use. Of the allocated memory \
+         70.50 GiB is allocated by PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated. \
+         If reserved but unallocated memory is large try setting \
+         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See \
+         documentation for Memory Management  \
+         (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    );
+    let e = parse_line(&l).unwrap();
+    let again = oom_detail(&e.line).unwrap();
+    assert_eq!(again.reserved_unallocated, Some(gib(1.12)));
+    assert_eq!(again.process_in_use, Some(gib(73.14)));
+    // The other processes' entries go last: the cut drops those first.
+    let full = oom_detail(&l).unwrap();
+    assert_eq!(full.listed_processes.len(), 6);
+    assert!(full.listed_processes.starts_with(&again.listed_processes));
+    assert_eq!(e.device, Some(3));
+}
+
+#[test]
+fn torchrun_exit_table() {
+    let table = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n\
+============================================================\n\
+train.py FAILED\n\
+------------------------------------------------------------\n\
+Failures:\n\
+  <NO_OTHER_FAILURES>\n\
+------------------------------------------------------------\n\
+Root Cause (first observed failure):\n\
+[0]:\n\
+  time      : 2024-05-04_12:00:00\n\
+  host      : node1\n\
+  rank      : 1 (local_rank: 1)\n\
+  exitcode  : -9 (pid: 4242)\n\
+  error_file: <N/A>\n\
+  traceback : Signal 9 (SIGKILL) received by PID 4242\n\
+============================================================";
+    let mut w = StderrWatcher::new();
+    let found: Vec<ParsedError> = table.lines().filter_map(|l| w.line(l)).collect();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].kind, RunErrorKind::ChildFailed);
+    assert_eq!(found[1].kind, RunErrorKind::ChildExit);
+    assert_eq!(
+        found[1].error_kind(),
+        ErrorKind::KilledBySignal { signal: 9 }
+    );
+    assert_eq!(found[0].error_kind(), ErrorKind::Other);
+    assert_eq!(found[1].line, "torchrun rank 1: exitcode -9 (pid 4242)");
+    assert!(w.line("exitcode  : 3").is_none(), "outside a table");
+}
+
+#[test]
+fn tail_is_bounded_cut_and_redacted() {
+    let mut w = StderrWatcher::new();
+    for i in 0..100 {
+        w.line(&format!("line {i}"));
+    }
+    w.line(&"x".repeat(2000));
+    w.line("connecting with --token=hunter2hunter2 \x1b[31m");
+    let t = w.tail();
+    assert_eq!(t.len(), TAIL_LINES);
+    assert_eq!(t[0], "line 62");
+    assert_eq!(t[TAIL_LINES - 2].len(), LINE_CHARS);
+    assert!(
+        !t[TAIL_LINES - 1].contains("hunter2"),
+        "{}",
+        t[TAIL_LINES - 1]
+    );
+    assert!(!t[TAIL_LINES - 1].contains('\x1b'));
+}
