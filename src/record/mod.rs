@@ -3,10 +3,14 @@
 //! on its process thread ([`processes`]), and takes what the job supervisor (`job/`) or the
 //! replay engine feed it: markers and step boundaries (each with a memory reading, so a chart
 //! shows a step shorter than one period), readings, error events and the job's processes.
-//! With a sink, everything is streamed as JSON lines as it is taken ([`stream`]).
+//! With a sink, everything is streamed as JSON lines as it is taken ([`stream`]). Every NVML
+//! call goes through [`lanes`] (a worker per device and kind of call, waited on with a
+//! deadline), so no caller — the job's main loop included — ever waits on a hung driver: a
+//! hung call is a gap on that GPU.
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod lanes;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
@@ -19,6 +23,7 @@ pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
+use lanes::Lanes;
 use processes::{Lists, ProcessLists};
 use sampler::{pace, Sampler, SamplerConfig, StopSignal};
 use std::collections::{BTreeMap, HashSet};
@@ -94,8 +99,9 @@ struct Shared {
     markers: Vec<Marker>,
     /// Phase boundaries for the rules only (replay's step ends and release points).
     boundaries: Vec<Marker>,
-    /// Readings besides the sampler's: marker and step boundaries, process rounds.
-    points: Vec<(f64, Vec<u64>)>,
+    /// Readings besides the sampler's: marker and step boundaries, process rounds (`None`:
+    /// that device gave no reading).
+    points: Vec<(f64, Vec<Option<u64>>)>,
     processes: Vec<ProcessSample>,
     /// Process usage read at boundaries, for the rules only.
     boundary_processes: Vec<ProcessSample>,
@@ -135,8 +141,9 @@ impl Shared {
         }
     }
 
-    /// Keep (and stream) a reading.
-    fn point(&mut self, t: f64, used: Vec<u64>) {
+    /// Keep (and stream) a reading; a failed device counts as a failed query.
+    fn point(&mut self, t: f64, used: Vec<Option<u64>>) {
+        self.failed_queries += used.iter().filter(|u| u.is_none()).count() as u64;
         self.stream(&StreamLine::Memory {
             t_ms: t,
             used: used.clone(),
@@ -145,7 +152,7 @@ impl Shared {
     }
 
     /// One process round: the tree, a reading (`reading`), then the lists.
-    fn round(&mut self, t: f64, reading: Option<Vec<u64>>, lists: Lists) {
+    fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
         if let Some(tree) = self.tree.as_mut() {
             let changes = tree.refresh(t);
             self.tree_changes(changes);
@@ -186,6 +193,7 @@ pub struct Recorder {
     t0: Instant,
     devices: Vec<RecordedDevice>,
     monitor: Arc<dyn Monitor>,
+    lanes: Arc<Lanes>,
     sampler: Option<Sampler>,
     shared: Arc<Mutex<Shared>>,
     lists: Option<Arc<Mutex<ProcessLists>>>,
@@ -195,11 +203,14 @@ pub struct Recorder {
     process_thread: Option<JoinHandle<()>>,
 }
 
-/// Used bytes of every device in `devices` order; `None` when a query failed.
-fn read_memory(monitor: &dyn Monitor, devices: &[RecordedDevice]) -> Option<Vec<u64>> {
-    devices
-        .iter()
-        .map(|d| monitor.memory(d.index).ok().map(|m| m.used))
+/// Used bytes of every device in `devices` order (all at once, through the lanes); `None`
+/// for a device whose query failed or hung.
+fn read_memory(lanes: &Lanes, devices: &[RecordedDevice]) -> Vec<Option<u64>> {
+    let indices: Vec<u32> = devices.iter().map(|d| d.index).collect();
+    lanes
+        .memory_all(&indices)
+        .into_iter()
+        .map(|r| r.ok().map(|m| m.used))
         .collect()
 }
 
@@ -213,6 +224,7 @@ impl Recorder {
         cfg: RecorderConfig,
     ) -> Recorder {
         let monitor: Arc<dyn Monitor> = Arc::from(monitor);
+        let lanes = Arc::new(Lanes::new(monitor.clone()));
         let recorded: Vec<RecordedDevice> = devices.iter().map(RecordedDevice::from).collect();
         let sink = cfg.sink.map(|out| Arc::new(Mutex::new(Sink::new(out))));
         let shared = Arc::new(Mutex::new(Shared {
@@ -226,11 +238,11 @@ impl Recorder {
         }
         let period = cfg.sampler.period;
         let on_round = sink.map(|sink| {
-            Box::new(move |t: f64, used: &[u64]| lock_sink(&sink).round(t, used, period))
+            Box::new(move |t: f64, used: &[Option<u64>]| lock_sink(&sink).round(t, used, period))
                 as sampler::OnRound
         });
-        let sampler = Sampler::start(
-            monitor.clone(),
+        let sampler = Sampler::start_with(
+            lanes.clone(),
             devices.iter().map(|d| (d.index, d.memory.total)).collect(),
             t0,
             period,
@@ -248,6 +260,7 @@ impl Recorder {
             t0,
             devices: recorded,
             monitor,
+            lanes,
             sampler: Some(sampler),
             shared,
             lists: lists.as_ref().map(|(_, l)| l.clone()),
@@ -263,14 +276,14 @@ impl Recorder {
 
     fn spawn_process_thread(&self, period: std::time::Duration) -> Option<JoinHandle<()>> {
         let (shared, stop, lists) = (self.shared.clone(), self.stop.clone(), self.lists.clone()?);
-        let (monitor, devices, t0) = (self.monitor.clone(), self.devices.clone(), self.t0);
+        let (lanes, devices, t0) = (self.lanes.clone(), self.devices.clone(), self.t0);
         let readings = self.round_readings;
         std::thread::Builder::new()
             .name("vramdoc-processes".into())
             .spawn(move || {
                 let mut next = Instant::now();
                 while !stop.is_set() {
-                    round(&shared, &lists, monitor.as_ref(), &devices, t0, readings);
+                    round(&shared, &lists, &lanes, &devices, t0, readings);
                     pace(&mut next, period, &stop);
                 }
             })
@@ -282,7 +295,8 @@ impl Recorder {
         self.t0.elapsed().as_secs_f64() * 1000.0
     }
 
-    /// The monitor the recording reads through (for the caller's own queries).
+    /// The monitor the recording reads through (for the caller's own queries: those run on
+    /// the caller's thread, without the lanes' deadline).
     pub fn monitor(&self) -> &dyn Monitor {
         self.monitor.as_ref()
     }
@@ -295,12 +309,9 @@ impl Recorder {
     /// A marker now, with a memory reading at that moment; returns its time.
     pub fn mark(&self, kind: MarkerKind, label: &str, device: Option<u32>) -> f64 {
         let t = self.t_ms();
-        let used = read_memory(self.monitor.as_ref(), &self.devices);
+        let used = read_memory(&self.lanes, &self.devices);
         let mut s = lock(&self.shared);
-        match used {
-            Some(used) => s.point(t, used),
-            None => s.failed_queries += 1,
-        }
+        s.point(t, used);
         s.stream(&StreamLine::Marker {
             t_ms: t,
             kind: kind.clone(),
@@ -337,42 +348,44 @@ impl Recorder {
         });
     }
 
-    /// Read every device's memory now and keep it (one boundary point); `None` when a
-    /// query failed.
+    /// Read every device's memory now and keep it (one boundary point, with the devices
+    /// that answered); `None` when a query failed.
     pub fn reading(&self) -> Option<Vec<u64>> {
         let t = self.t_ms();
-        let used = read_memory(self.monitor.as_ref(), &self.devices);
-        let mut s = lock(&self.shared);
-        match &used {
-            Some(u) => s.point(t, u.clone()),
-            None => s.failed_queries += 1,
-        }
-        used
+        let used = read_memory(&self.lanes, &self.devices);
+        lock(&self.shared).point(t, used.clone());
+        used.into_iter().collect()
     }
 
     /// Every device's memory now, not kept (0 where a query failed): for a reading kept
     /// only when the job is still alive after it was taken ([`Recorder::point`]).
     pub fn memory_now(&self) -> Vec<u64> {
-        self.devices
-            .iter()
-            .map(|d| self.monitor.memory(d.index).map(|m| m.used).unwrap_or(0))
+        read_memory(&self.lanes, &self.devices)
+            .into_iter()
+            .map(|u| u.unwrap_or(0))
             .collect()
     }
 
     /// Keep a reading taken at `t_ms` (device order).
     pub fn point(&self, t_ms: f64, used: Vec<u64>) {
-        lock(&self.shared).point(t_ms, used);
+        lock(&self.shared).point(t_ms, used.into_iter().map(Some).collect());
     }
 
     /// What `pid` holds on every device now, from the process lists (0 where it is not
     /// listed or a query failed). Slow on real drivers: for step boundaries only.
     pub fn usage_of(&self, pid: Option<u32>) -> Vec<u64> {
-        self.devices
+        let Some(pid) = pid else {
+            return vec![0; self.devices.len()];
+        };
+        let pending: Vec<_> = self
+            .devices
             .iter()
-            .map(|d| {
-                let Some(pid) = pid else { return 0 };
-                self.monitor
-                    .processes(d.index)
+            .map(|d| self.lanes.processes(d.index))
+            .collect();
+        pending
+            .into_iter()
+            .map(|p| {
+                p.wait()
                     .ok()
                     .and_then(|l| l.into_iter().find(|p| p.pid == pid))
                     .and_then(|p| p.used)
@@ -407,14 +420,14 @@ impl Recorder {
     /// One process round now (tree, reading, process lists), e.g. right after the job ends.
     pub fn round(&self) {
         if let Some(lists) = &self.lists {
-            let m = self.monitor.as_ref();
+            let readings = self.round_readings;
             round(
                 &self.shared,
                 lists,
-                m,
+                &self.lanes,
                 &self.devices,
                 self.t0,
-                self.round_readings,
+                readings,
             );
         }
     }
@@ -456,7 +469,9 @@ impl Recorder {
         };
         for (t, used) in &s.points {
             for (series, u) in devices.iter_mut().zip(used) {
-                series.samples.push((*t, *u));
+                if let Some(u) = u {
+                    series.samples.push((*t, *u));
+                }
             }
         }
         for series in devices.iter_mut() {
@@ -516,7 +531,7 @@ impl Drop for Recorder {
 fn round(
     shared: &Mutex<Shared>,
     lists: &Mutex<ProcessLists>,
-    monitor: &dyn Monitor,
+    lanes: &Lanes,
     devices: &[RecordedDevice],
     t0: Instant,
     readings: bool,
@@ -524,17 +539,9 @@ fn round(
     let (t, read) = lists
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .round(monitor, t0);
-    let reading = if readings {
-        read_memory(monitor, devices)
-    } else {
-        None
-    };
-    let mut s = lock(shared);
-    if readings && reading.is_none() {
-        s.failed_queries += 1;
-    }
-    s.round(t, reading, read);
+        .round(lanes, t0);
+    let reading = readings.then(|| read_memory(lanes, devices));
+    lock(shared).round(t, reading, read);
 }
 
 /// Peak used bytes of a series, with when.

@@ -4,8 +4,9 @@
 //! query or a round later than twice the period is a [`SamplingGap`] of kind `processes`
 //! (consecutive failures of one device merge into one gap).
 
+use super::lanes::Lanes;
 use super::sampler::{ms_since, Gaps};
-use crate::gpu::{GpuProcess, Monitor};
+use crate::gpu::GpuProcess;
 use crate::model::{GapKind, SamplingGap};
 use std::time::{Duration, Instant};
 
@@ -37,13 +38,16 @@ impl ProcessLists {
         }
     }
 
-    /// One round now: its time (ms since `t0`, when it started) and the lists read.
-    pub fn round(&mut self, monitor: &dyn Monitor, t0: Instant) -> (f64, Lists) {
+    /// One round now: its time (ms since `t0`, when it started) and the lists read. The
+    /// devices are asked in parallel through `lanes`; a device that fails or hangs is a gap
+    /// of its own.
+    pub fn round(&mut self, lanes: &Lanes, t0: Instant) -> (f64, Lists) {
         let t_round = ms_since(t0);
         self.gaps.round(t_round);
+        let pending: Vec<_> = self.devices.iter().map(|d| lanes.processes(*d)).collect();
         let mut lists = Vec::with_capacity(self.devices.len());
-        for d in &self.devices {
-            match monitor.processes(*d) {
+        for (d, p) in self.devices.iter().zip(pending) {
+            match p.wait() {
                 Ok(list) => {
                     let t = ms_since(t0);
                     self.gaps.ok(*d, t);

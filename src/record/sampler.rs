@@ -4,9 +4,12 @@
 //! Process lists are not read here: they cost ~4.5 ms and hold a driver lock on real drivers,
 //! so the recorder reads them on its own thread and slower cadence ([`super::processes`]).
 //! Where the thread has no data (a round later than twice its period, a failed query) it
-//! records a [`SamplingGap`] ([`Gaps`], shared with the process thread). Times are
+//! records a [`SamplingGap`] ([`Gaps`], shared with the process thread). Queries go through
+//! the recording's [`Lanes`] (one worker per device, with a deadline), all devices at once:
+//! a hung or failing GPU is a gap on that GPU only, and the others' readings go on. Times are
 //! milliseconds since a shared start instant, so samples line up with the markers.
 
+use super::lanes::Lanes;
 use crate::gpu::Monitor;
 use crate::model::{DeviceSeries, GapKind, GapReason, SamplingGap};
 use std::collections::BTreeMap;
@@ -103,8 +106,9 @@ impl StopSignal {
     }
 }
 
-/// Called by the memory thread after each complete round: `(t_ms, used bytes per device)`.
-pub type OnRound = Box<dyn FnMut(f64, &[u64]) + Send>;
+/// Called by the memory thread after each round where at least one device answered:
+/// `(t_ms, used bytes per device, `None` where that device gave no reading)`.
+pub type OnRound = Box<dyn FnMut(f64, &[Option<u64>]) + Send>;
 
 /// A running memory sampler.
 pub struct Sampler {
@@ -120,10 +124,23 @@ impl Sampler {
     /// Start sampling the memory of `devices` (physical index, total bytes) through
     /// `monitor` every `period`, calling `on_round` on the sampler thread after every
     /// complete round with its time (ms since `t0`) and the used bytes of every device in
-    /// `devices` order (a round where a query failed is not passed on). The callback runs
-    /// inside the sampling loop: it must be quick and never block for long.
+    /// `devices` order (`None` for a device whose query failed or hung; a round where no
+    /// device answered is not passed on). The callback runs inside the sampling loop: it
+    /// must be quick and never block for long.
     pub fn start(
         monitor: Arc<dyn Monitor>,
+        devices: Vec<(u32, u64)>,
+        t0: Instant,
+        period: Duration,
+        on_round: Option<OnRound>,
+    ) -> Sampler {
+        let lanes = Arc::new(Lanes::new(monitor));
+        Sampler::start_with(lanes, devices, t0, period, on_round)
+    }
+
+    /// [`Sampler::start`] through the recording's own lanes.
+    pub fn start_with(
+        lanes: Arc<Lanes>,
         devices: Vec<(u32, u64)>,
         t0: Instant,
         period: Duration,
@@ -133,7 +150,7 @@ impl Sampler {
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, period, &flag, on_round))
+            .spawn(move || memory_loop(&lanes, &devices, t0, period, &flag, on_round))
             .ok();
         Sampler { stop, handle }
     }
@@ -266,7 +283,7 @@ pub(super) fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
 }
 
 fn memory_loop(
-    monitor: &dyn Monitor,
+    lanes: &Lanes,
     devices: &[(u32, u64)],
     t0: Instant,
     period: Duration,
@@ -284,10 +301,11 @@ fn memory_loop(
             .collect(),
         ..Samples::default()
     };
+    let indices: Vec<u32> = devices.iter().map(|(d, _)| *d).collect();
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new(GapKind::Memory, period);
     let mut next = Instant::now();
-    let mut used: Vec<u64> = Vec::with_capacity(devices.len());
+    let mut used: Vec<Option<u64>> = Vec::with_capacity(devices.len());
     loop {
         // One more round after stop: the series ends with the state at the end of the run
         // (a device lost in the last moments shows as a gap, not as nothing).
@@ -295,24 +313,23 @@ fn memory_loop(
         let t_round = ms_since(t0);
         gaps.round(t_round);
         used.clear();
-        let mut complete = true;
-        for series in out.devices.iter_mut() {
-            match monitor.memory(series.device) {
+        let answers = lanes.memory_all(&indices);
+        for (series, answer) in out.devices.iter_mut().zip(answers) {
+            match answer {
                 Ok(m) => {
-                    let t = ms_since(t0);
-                    series.samples.push((t, m.used));
-                    gaps.ok(series.device, t);
-                    used.push(m.used);
+                    series.samples.push((t_round, m.used));
+                    gaps.ok(series.device, t_round);
+                    used.push(Some(m.used));
                 }
                 Err(e) => {
                     out.errors += 1;
-                    complete = false;
-                    gaps.failed(series.device, ms_since(t0), &e);
+                    gaps.failed(series.device, t_round, &e);
+                    used.push(None);
                 }
             }
         }
         out.rounds += 1;
-        if let (Some(f), true) = (on_round.as_mut(), complete) {
+        if let (Some(f), true) = (on_round.as_mut(), used.iter().any(Option::is_some)) {
             f(t_round, &used);
         }
         if last {
@@ -385,8 +402,9 @@ mod tests {
             vec![(0, 16 << 30), (1, 16 << 30)],
             Instant::now(),
             Duration::from_millis(2),
-            Some(Box::new(move |t, used: &[u64]| {
-                sink.lock().unwrap().push((t, used.to_vec()))
+            Some(Box::new(move |t, used: &[Option<u64>]| {
+                let used = used.iter().map(|u| u.unwrap()).collect();
+                sink.lock().unwrap().push((t, used))
             })),
         );
         std::thread::sleep(Duration::from_millis(30));

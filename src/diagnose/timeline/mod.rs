@@ -9,6 +9,7 @@ mod double_load;
 mod growth_without_release;
 mod held_after_exit;
 mod levels;
+mod monitor_hang;
 mod not_released;
 mod out_of_memory;
 mod overcommit;
@@ -127,6 +128,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(double);
     out.extend(over);
     out.extend(held_after_exit::held_after_exit(&cx));
+    out.extend(monitor_hang::monitor_hang(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }
