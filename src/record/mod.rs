@@ -11,6 +11,7 @@
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
 pub mod lanes;
+pub mod policy;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
@@ -24,8 +25,9 @@ pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
 use lanes::Lanes;
-use processes::{Lists, ProcessLists};
-use sampler::{pace, Sampler, SamplerConfig, StopSignal};
+use policy::ListPolicy;
+use processes::{Lists, ProcessLists, RoundInput};
+use sampler::{ms_since, pace, Latest, Sampler, SamplerConfig, StopSignal};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,6 +47,9 @@ pub struct RecorderConfig {
     pub tree_root: Option<u32>,
     /// Take (and stream) a memory reading at every process round too (`run`).
     pub round_readings: bool,
+    /// Which process lists a round reads: all of them, or only where they can have changed
+    /// (the default: see [`policy`]).
+    pub list_policy: ListPolicy,
     /// Where to stream JSON lines.
     pub sink: Option<Box<dyn Write + Send>>,
     /// The stream's first line, written before any thread starts.
@@ -59,6 +64,7 @@ impl RecorderConfig {
             process_devices: None,
             tree_root: None,
             round_readings: false,
+            list_policy: ListPolicy::OnChange(policy::OnChange::default()),
             sink: None,
             header: None,
         }
@@ -151,12 +157,19 @@ impl Shared {
         self.points.push((t, used));
     }
 
-    /// One process round: the tree, a reading (`reading`), then the lists.
+    /// Refresh the tree at `t`; whether it changed.
+    fn refresh_tree(&mut self, t: f64) -> bool {
+        let Some(tree) = self.tree.as_mut() else {
+            return false;
+        };
+        let changes = tree.refresh(t);
+        let changed = !changes.is_empty();
+        self.tree_changes(changes);
+        changed
+    }
+
+    /// One process round: a reading (`reading`), then the lists.
     fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
-        if let Some(tree) = self.tree.as_mut() {
-            let changes = tree.refresh(t);
-            self.tree_changes(changes);
-        }
         if let Some(used) = reading {
             self.point(t, used);
         }
@@ -197,6 +210,7 @@ pub struct Recorder {
     sampler: Option<Sampler>,
     shared: Arc<Mutex<Shared>>,
     lists: Option<Arc<Mutex<ProcessLists>>>,
+    latest: Latest,
     round_readings: bool,
     /// Set to stop the process thread (it wakes at once).
     stop: Arc<StopSignal>,
@@ -254,8 +268,10 @@ impl Recorder {
                 .process_devices
                 .clone()
                 .unwrap_or_else(|| recorded.iter().map(|d| d.index).collect());
-            (pp, Arc::new(Mutex::new(ProcessLists::new(which, pp))))
+            let lists = ProcessLists::with_policy(which, pp, cfg.list_policy);
+            (pp, Arc::new(Mutex::new(lists)))
         });
+        let latest = sampler.latest();
         let mut rec = Recorder {
             t0,
             devices: recorded,
@@ -264,6 +280,7 @@ impl Recorder {
             sampler: Some(sampler),
             shared,
             lists: lists.as_ref().map(|(_, l)| l.clone()),
+            latest,
             round_readings: cfg.round_readings,
             stop,
             process_thread: None,
@@ -277,13 +294,20 @@ impl Recorder {
     fn spawn_process_thread(&self, period: std::time::Duration) -> Option<JoinHandle<()>> {
         let (shared, stop, lists) = (self.shared.clone(), self.stop.clone(), self.lists.clone()?);
         let (lanes, devices, t0) = (self.lanes.clone(), self.devices.clone(), self.t0);
-        let readings = self.round_readings;
+        let (readings, latest) = (self.round_readings, self.latest.clone());
         std::thread::Builder::new()
             .name("vramdoc-processes".into())
             .spawn(move || {
                 let mut next = Instant::now();
                 while !stop.is_set() {
-                    round(&shared, &lists, &lanes, &devices, t0, readings);
+                    let cx = RoundCx {
+                        lanes: &lanes,
+                        devices: &devices,
+                        latest: &latest,
+                        t0,
+                        readings,
+                    };
+                    round(&shared, &lists, &cx, false);
                     pace(&mut next, period, &stop);
                 }
             })
@@ -417,18 +441,18 @@ impl Recorder {
         lock(&self.shared).job.push(process);
     }
 
-    /// One process round now (tree, reading, process lists), e.g. right after the job ends.
+    /// One process round now (tree, reading, every process list), e.g. right after the job
+    /// ends.
     pub fn round(&self) {
         if let Some(lists) = &self.lists {
-            let readings = self.round_readings;
-            round(
-                &self.shared,
-                lists,
-                &self.lanes,
-                &self.devices,
-                self.t0,
-                readings,
-            );
+            let cx = RoundCx {
+                lanes: &self.lanes,
+                devices: &self.devices,
+                latest: &self.latest,
+                t0: self.t0,
+                readings: self.round_readings,
+            };
+            round(&self.shared, lists, &cx, true);
         }
     }
 
@@ -526,21 +550,35 @@ impl Drop for Recorder {
     }
 }
 
-/// One process round: the lists are read without holding the shared state (a slow driver
-/// never delays a marker), then recorded.
-fn round(
-    shared: &Mutex<Shared>,
-    lists: &Mutex<ProcessLists>,
-    lanes: &Lanes,
-    devices: &[RecordedDevice],
+/// What a process round reads through.
+struct RoundCx<'a> {
+    lanes: &'a Lanes,
+    devices: &'a [RecordedDevice],
+    latest: &'a Latest,
     t0: Instant,
     readings: bool,
-) {
+}
+
+/// One process round: the tree (cheap, /proc), then the lists where they can have changed
+/// (`force`: all), read without holding the shared state (a slow driver never delays a
+/// marker), then recorded.
+fn round(shared: &Mutex<Shared>, lists: &Mutex<ProcessLists>, cx: &RoundCx, force: bool) {
+    let tree_changed = lock(shared).refresh_tree(ms_since(cx.t0));
+    let latest = cx.latest.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let used = |d: u32| {
+        let i = cx.devices.iter().position(|x| x.index == d)?;
+        latest.get(i).copied().flatten()
+    };
+    let input = RoundInput {
+        used: &used,
+        tree_changed,
+        force,
+    };
     let (t, read) = lists
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .round(lanes, t0);
-    let reading = readings.then(|| read_memory(lanes, devices));
+        .round(cx.lanes, cx.t0, &input);
+    let reading = cx.readings.then(|| read_memory(cx.lanes, cx.devices));
     lock(shared).round(t, reading, read);
 }
 

@@ -110,9 +110,13 @@ impl StopSignal {
 /// `(t_ms, used bytes per device, `None` where that device gave no reading)`.
 pub type OnRound = Box<dyn FnMut(f64, &[Option<u64>]) + Send>;
 
+/// The latest reading of every device (sampler order; `None`: none yet, or a gap).
+pub type Latest = Arc<Mutex<Vec<Option<u64>>>>;
+
 /// A running memory sampler.
 pub struct Sampler {
     stop: Arc<StopSignal>,
+    latest: Latest,
     handle: Option<JoinHandle<Samples>>,
 }
 
@@ -148,11 +152,22 @@ impl Sampler {
     ) -> Sampler {
         let stop = Arc::new(StopSignal::default());
         let flag = stop.clone();
+        let latest: Latest = Arc::new(Mutex::new(vec![None; devices.len()]));
+        let to = latest.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || memory_loop(&lanes, &devices, t0, period, &flag, on_round))
+            .spawn(move || memory_loop(&lanes, &devices, t0, period, &flag, on_round, &to))
             .ok();
-        Sampler { stop, handle }
+        Sampler {
+            stop,
+            latest,
+            handle,
+        }
+    }
+
+    /// The latest reading of every device, updated each round.
+    pub fn latest(&self) -> Latest {
+        self.latest.clone()
     }
 
     /// Stop the thread (after one closing round) and return what it collected.
@@ -289,6 +304,7 @@ fn memory_loop(
     period: Duration,
     stop: &StopSignal,
     mut on_round: Option<OnRound>,
+    latest: &Mutex<Vec<Option<u64>>>,
 ) -> Samples {
     let mut out = Samples {
         devices: devices
@@ -329,6 +345,10 @@ fn memory_loop(
             }
         }
         out.rounds += 1;
+        latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone_from(&used);
         if let (Some(f), true) = (on_round.as_mut(), used.iter().any(Option::is_some)) {
             f(t_round, &used);
         }

@@ -139,6 +139,8 @@ pub fn run_variant(
         t0,
         RecorderConfig {
             process_devices: Some(view.worker_devices(scn)),
+            // Short, and every per-process sample feeds the rules: every list each round.
+            list_policy: crate::record::policy::ListPolicy::Every,
             ..RecorderConfig::new(opts.sampler)
         },
     );

@@ -182,3 +182,39 @@ mod one_bad_gpu_leaves_the_others_intact {
         case(&["--no-permission", "1"]);
     }
 }
+
+/// A `C+G` process (in the compute and the graphics list, with the same memory) counts once
+/// in the job's totals.
+#[test]
+fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
+    let boxdir = fresh_box("1x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("r.json");
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let o = on_box(boxdir.path())
+        .args([
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "100ms",
+            "--out",
+        ])
+        .arg(&report)
+        .args(["--", exe, "sim", "hold", "--device", "0", "--size", "2GiB"])
+        .args(["--also-graphics", "--duration", "1500ms"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let peak = r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap();
+    assert!(
+        (2 * GIB..3 * GIB).contains(&peak),
+        "the job's peak on GPU 0 is {peak} bytes for one 2 GiB C+G holder"
+    );
+}
