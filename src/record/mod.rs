@@ -10,6 +10,7 @@
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod envelope;
 pub mod lanes;
 pub mod policy;
 pub mod processes;
@@ -24,6 +25,7 @@ pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
+use envelope::{Resolution, SeriesBuilder};
 use lanes::Lanes;
 use policy::ListPolicy;
 use processes::{Lists, ProcessLists, RoundInput};
@@ -54,6 +56,9 @@ pub struct RecorderConfig {
     pub sink: Option<Box<dyn Write + Send>>,
     /// The stream's first line, written before any thread starts.
     pub header: Option<StreamLine>,
+    /// How finely device series and process samples are kept (`None`: every sample as
+    /// taken). The default bounds a multi-day job ([`envelope`]).
+    pub resolution: Option<Resolution>,
 }
 
 impl RecorderConfig {
@@ -67,6 +72,7 @@ impl RecorderConfig {
             list_policy: ListPolicy::OnChange(policy::OnChange::default()),
             sink: None,
             header: None,
+            resolution: Some(Resolution::default()),
         }
     }
 }
@@ -105,9 +111,13 @@ struct Shared {
     markers: Vec<Marker>,
     /// Phase boundaries for the rules only (replay's step ends and release points).
     boundaries: Vec<Marker>,
-    /// Readings besides the sampler's: marker and step boundaries, process rounds (`None`:
-    /// that device gave no reading).
-    points: Vec<(f64, Vec<Option<u64>>)>,
+    /// The device series (recorded-device order), shared with the sampler thread: its
+    /// rounds, and the readings of markers, step boundaries and process rounds.
+    series: Series,
+    /// Per device, the last process list kept and an identical one held back (bounded
+    /// recordings keep the first and last of a run of identical lists).
+    list_runs: BTreeMap<u32, ListRun>,
+    bounded: bool,
     processes: Vec<ProcessSample>,
     /// Process usage read at boundaries, for the rules only.
     boundary_processes: Vec<ProcessSample>,
@@ -147,14 +157,49 @@ impl Shared {
         }
     }
 
-    /// Keep (and stream) a reading; a failed device counts as a failed query.
-    fn point(&mut self, t: f64, used: Vec<Option<u64>>) {
+    /// Keep (and stream) a reading; a failed device counts as a failed query. `event`: a
+    /// marker's or a boundary's (the series keeps full resolution around it).
+    fn point(&mut self, t: f64, used: Vec<Option<u64>>, event: bool) {
         self.failed_queries += used.iter().filter(|u| u.is_none()).count() as u64;
-        self.stream(&StreamLine::Memory {
-            t_ms: t,
-            used: used.clone(),
-        });
-        self.points.push((t, used));
+        {
+            let mut series = lock_series(&self.series);
+            for (b, u) in series.iter_mut().zip(&used) {
+                if event {
+                    b.event(t);
+                }
+                if let Some(u) = u {
+                    b.push(t, *u);
+                }
+            }
+        }
+        self.stream(&StreamLine::Memory { t_ms: t, used });
+    }
+
+    /// Keep one device's list of a round: bounded recordings hold back a list identical to
+    /// the last one kept, and keep only the last of such a run (with the first).
+    fn keep_list(&mut self, device: u32, list: Vec<ProcessSample>) {
+        if !self.bounded {
+            self.processes.extend(list);
+            return;
+        }
+        let key: Vec<(u32, Option<u64>)> = list.iter().map(|p| (p.pid, p.used)).collect();
+        let run = self.list_runs.entry(device).or_default();
+        if run.last == key {
+            run.held = Some(list);
+            return;
+        }
+        run.last = key;
+        let held = run.held.take();
+        self.processes.extend(held.into_iter().flatten());
+        self.processes.extend(list);
+    }
+
+    /// An event at `t` (a marker, an error, a boundary): the series keep full resolution
+    /// around it.
+    fn event(&mut self, t: f64) {
+        for b in lock_series(&self.series).iter_mut() {
+            b.event(t);
+        }
     }
 
     /// Refresh the tree at `t`; whether it changed.
@@ -171,9 +216,10 @@ impl Shared {
     /// One process round: a reading (`reading`), then the lists.
     fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
         if let Some(used) = reading {
-            self.point(t, used);
+            self.point(t, used, false);
         }
         for (device, t_list, list) in lists {
+            let mut kept = Vec::with_capacity(list.len());
             for p in list {
                 let (pid, tree) = match self.tree.as_mut() {
                     Some(tree) => {
@@ -183,7 +229,7 @@ impl Shared {
                     }
                     None => (p.pid, false),
                 };
-                self.processes.push(ProcessSample {
+                kept.push(ProcessSample {
                     t_ms: t_list,
                     device,
                     pid,
@@ -197,8 +243,23 @@ impl Shared {
                     tree,
                 });
             }
+            self.keep_list(device, kept);
         }
     }
+}
+
+/// Device series shared by the sampler thread and the readings.
+pub(crate) type Series = Arc<Mutex<Vec<SeriesBuilder>>>;
+
+pub(crate) fn lock_series(m: &Mutex<Vec<SeriesBuilder>>) -> MutexGuard<'_, Vec<SeriesBuilder>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A device's last kept process list and an identical one held back.
+#[derive(Default)]
+struct ListRun {
+    last: Vec<(u32, Option<u64>)>,
+    held: Option<Vec<ProcessSample>>,
 }
 
 /// A running recording.
@@ -241,9 +302,16 @@ impl Recorder {
         let lanes = Arc::new(Lanes::new(monitor.clone()));
         let recorded: Vec<RecordedDevice> = devices.iter().map(RecordedDevice::from).collect();
         let sink = cfg.sink.map(|out| Arc::new(Mutex::new(Sink::new(out))));
+        let builder = || match cfg.resolution {
+            Some(r) => SeriesBuilder::new(r),
+            None => SeriesBuilder::unbounded(),
+        };
+        let series: Series = Arc::new(Mutex::new(devices.iter().map(|_| builder()).collect()));
         let shared = Arc::new(Mutex::new(Shared {
             tree: cfg.tree_root.map(|r| ProcessTree::new(r, false)),
             sink: sink.clone(),
+            series: series.clone(),
+            bounded: cfg.resolution.is_some(),
             ..Shared::default()
         }));
         // The header first, before any thread can write.
@@ -257,6 +325,7 @@ impl Recorder {
         });
         let sampler = Sampler::start_with(
             lanes.clone(),
+            series,
             devices.iter().map(|d| (d.index, d.memory.total)).collect(),
             t0,
             period,
@@ -335,7 +404,7 @@ impl Recorder {
         let t = self.t_ms();
         let used = read_memory(&self.lanes, &self.devices);
         let mut s = lock(&self.shared);
-        s.point(t, used);
+        s.point(t, used, true);
         s.stream(&StreamLine::Marker {
             t_ms: t,
             kind: kind.clone(),
@@ -353,6 +422,7 @@ impl Recorder {
     /// A marker at the time it happened (replay: the worker's own clock), without reading.
     pub fn marker(&self, marker: Marker) {
         let mut s = lock(&self.shared);
+        s.event(marker.t_ms);
         s.stream(&StreamLine::Marker {
             t_ms: marker.t_ms,
             kind: marker.kind.clone(),
@@ -364,7 +434,9 @@ impl Recorder {
     /// A phase boundary the rules read but reports do not show (replay: every step's end,
     /// and release points).
     pub fn boundary(&self, t_ms: f64, kind: MarkerKind, label: String) {
-        lock(&self.shared).boundaries.push(Marker {
+        let mut s = lock(&self.shared);
+        s.event(t_ms);
+        s.boundaries.push(Marker {
             t_ms,
             kind,
             label,
@@ -377,7 +449,7 @@ impl Recorder {
     pub fn reading(&self) -> Option<Vec<u64>> {
         let t = self.t_ms();
         let used = read_memory(&self.lanes, &self.devices);
-        lock(&self.shared).point(t, used.clone());
+        lock(&self.shared).point(t, used.clone(), true);
         used.into_iter().collect()
     }
 
@@ -392,7 +464,7 @@ impl Recorder {
 
     /// Keep a reading taken at `t_ms` (device order).
     pub fn point(&self, t_ms: f64, used: Vec<u64>) {
-        lock(&self.shared).point(t_ms, used.into_iter().map(Some).collect());
+        lock(&self.shared).point(t_ms, used.into_iter().map(Some).collect(), true);
     }
 
     /// What `pid` holds on every device now, from the process lists (0 where it is not
@@ -433,7 +505,9 @@ impl Recorder {
 
     /// An error the job hit, for the rules.
     pub fn error(&self, event: ErrorEvent) {
-        lock(&self.shared).errors.push(event);
+        let mut s = lock(&self.shared);
+        s.event(event.t_ms);
+        s.errors.push(event);
     }
 
     /// A process of the job that is not in the tree (replay's worker).
@@ -479,27 +553,22 @@ impl Recorder {
         if let Some(sink) = s.sink.as_ref() {
             lock_sink(sink).flush();
         }
-        let mut devices: Vec<DeviceSeries> = if samples.devices.len() == self.devices.len() {
-            samples.devices
-        } else {
-            self.devices
-                .iter()
-                .map(|d| DeviceSeries {
-                    device: d.index,
-                    total: d.total,
-                    samples: Vec::new(),
-                })
-                .collect()
-        };
-        for (t, used) in &s.points {
-            for (series, u) in devices.iter_mut().zip(used) {
-                if let Some(u) = u {
-                    series.samples.push((*t, *u));
-                }
-            }
-        }
-        for series in devices.iter_mut() {
-            series.samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let builders = std::mem::take(&mut *lock_series(&s.series));
+        let mut builders = builders.into_iter();
+        let devices: Vec<DeviceSeries> = self
+            .devices
+            .iter()
+            .map(|d| DeviceSeries {
+                device: d.index,
+                total: d.total,
+                samples: builders
+                    .next()
+                    .map(SeriesBuilder::finish)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        for run in std::mem::take(&mut s.list_runs).into_values() {
+            s.processes.extend(run.held.into_iter().flatten());
         }
         let peaks = devices.iter().map(peak).collect();
         let mut processes = std::mem::take(&mut s.processes);

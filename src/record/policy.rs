@@ -61,8 +61,8 @@ pub struct Want {
 
 #[derive(Debug, Clone, Default)]
 struct DeviceState {
-    /// Used bytes when the compute list was last read, and when (ms).
-    compute: Option<(u64, f64)>,
+    /// Used bytes when the compute list was last read (`None`: unknown then), and when (ms).
+    compute: Option<(Option<u64>, f64)>,
     /// When the graphics and MPS lists were last read (ms).
     others: Option<f64>,
     /// Sum of the compute list's usage at its last read.
@@ -109,8 +109,12 @@ impl Planner {
         let st = self.devices.entry(device).or_default();
         let full_ms = p.full_every.as_secs_f64() * 1000.0;
         let others_ms = p.others_every.as_secs_f64() * 1000.0;
+        // A list read before the first reading: the first reading is its baseline.
+        if let (Some((at @ None, _)), Some(_)) = (st.compute.as_mut(), used) {
+            *at = used;
+        }
         let moved = match (st.compute, used) {
-            (Some((at, _)), Some(now)) => now.abs_diff(at) >= p.moved_min,
+            (Some((Some(at), _)), Some(now)) => now.abs_diff(at) >= p.moved_min,
             _ => false,
         };
         let stale = st.compute.is_none_or(|(_, t)| t_ms - t >= full_ms);
@@ -148,7 +152,7 @@ impl Planner {
             .filter(|p| p.kind == ProcessKind::Compute)
             .filter_map(|p| p.used)
             .sum();
-        let before = st.compute.map(|(u, _)| u);
+        let before = st.compute.and_then(|(u, _)| u);
         let follow = match (st.explain.take(), before) {
             (Some(now), Some(at)) if !want.others => {
                 let device_move = now as i128 - at as i128;
@@ -158,9 +162,7 @@ impl Planner {
             _ => false,
         };
         st.compute_sum = sum;
-        if let Some(u) = used.or(before) {
-            st.compute = Some((u, t_ms));
-        }
+        st.compute = Some((used.or(before), t_ms));
         follow
     }
 }

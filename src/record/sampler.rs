@@ -9,7 +9,9 @@
 //! a hung or failing GPU is a gap on that GPU only, and the others' readings go on. Times are
 //! milliseconds since a shared start instant, so samples line up with the markers.
 
+use super::envelope::SeriesBuilder;
 use super::lanes::Lanes;
+use super::{lock_series, Series};
 use crate::gpu::Monitor;
 use crate::model::{DeviceSeries, GapKind, GapReason, SamplingGap};
 use std::collections::BTreeMap;
@@ -117,6 +119,8 @@ pub type Latest = Arc<Mutex<Vec<Option<u64>>>>;
 pub struct Sampler {
     stop: Arc<StopSignal>,
     latest: Latest,
+    series: Series,
+    totals: Vec<(u32, u64)>,
     handle: Option<JoinHandle<Samples>>,
 }
 
@@ -139,12 +143,17 @@ impl Sampler {
         on_round: Option<OnRound>,
     ) -> Sampler {
         let lanes = Arc::new(Lanes::new(monitor));
-        Sampler::start_with(lanes, devices, t0, period, on_round)
+        let series = Arc::new(Mutex::new(
+            devices.iter().map(|_| SeriesBuilder::unbounded()).collect(),
+        ));
+        Sampler::start_with(lanes, series, devices, t0, period, on_round)
     }
 
-    /// [`Sampler::start`] through the recording's own lanes.
-    pub fn start_with(
+    /// [`Sampler::start`] through the recording's own lanes, into its own series (one
+    /// builder per device, in `devices` order): then [`Sampler::stop`] returns no series.
+    pub(super) fn start_with(
         lanes: Arc<Lanes>,
+        series: Series,
         devices: Vec<(u32, u64)>,
         t0: Instant,
         period: Duration,
@@ -153,14 +162,25 @@ impl Sampler {
         let stop = Arc::new(StopSignal::default());
         let flag = stop.clone();
         let latest: Latest = Arc::new(Mutex::new(vec![None; devices.len()]));
-        let to = latest.clone();
+        let (to, into) = (latest.clone(), series.clone());
+        let totals = devices.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || memory_loop(&lanes, &devices, t0, period, &flag, on_round, &to))
+            .spawn(move || {
+                let cx = LoopCx {
+                    lanes: &lanes,
+                    devices: &devices,
+                    latest: &to,
+                    series: &into,
+                };
+                memory_loop(&cx, t0, period, &flag, on_round)
+            })
             .ok();
         Sampler {
             stop,
             latest,
+            series,
+            totals,
             handle,
         }
     }
@@ -179,6 +199,21 @@ impl Sampler {
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
         out.gaps.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+        // Series of its own (not a recorder's): returned here.
+        let series = std::mem::take(&mut self.series);
+        if let Ok(m) = Arc::try_unwrap(series) {
+            let builders = m.into_inner().unwrap_or_else(|e| e.into_inner());
+            out.devices = self
+                .totals
+                .iter()
+                .zip(builders)
+                .map(|((d, total), b)| DeviceSeries {
+                    device: *d,
+                    total: *total,
+                    samples: b.finish(),
+                })
+                .collect();
+        }
         out
     }
 }
@@ -297,26 +332,23 @@ pub(super) fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
     stop.wait_until(*next);
 }
 
+/// What the memory loop reads through and writes to.
+struct LoopCx<'a> {
+    lanes: &'a Lanes,
+    devices: &'a [(u32, u64)],
+    latest: &'a Mutex<Vec<Option<u64>>>,
+    series: &'a Mutex<Vec<SeriesBuilder>>,
+}
+
 fn memory_loop(
-    lanes: &Lanes,
-    devices: &[(u32, u64)],
+    cx: &LoopCx,
     t0: Instant,
     period: Duration,
     stop: &StopSignal,
     mut on_round: Option<OnRound>,
-    latest: &Mutex<Vec<Option<u64>>>,
 ) -> Samples {
-    let mut out = Samples {
-        devices: devices
-            .iter()
-            .map(|(d, total)| DeviceSeries {
-                device: *d,
-                total: *total,
-                samples: Vec::new(),
-            })
-            .collect(),
-        ..Samples::default()
-    };
+    let (lanes, devices) = (cx.lanes, cx.devices);
+    let mut out = Samples::default();
     let indices: Vec<u32> = devices.iter().map(|(d, _)| *d).collect();
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new(GapKind::Memory, period);
@@ -330,22 +362,26 @@ fn memory_loop(
         gaps.round(t_round);
         used.clear();
         let answers = lanes.memory_all(&indices);
-        for (series, answer) in out.devices.iter_mut().zip(answers) {
+        for (device, answer) in indices.iter().zip(answers) {
             match answer {
                 Ok(m) => {
-                    series.samples.push((t_round, m.used));
-                    gaps.ok(series.device, t_round);
+                    gaps.ok(*device, t_round);
                     used.push(Some(m.used));
                 }
                 Err(e) => {
                     out.errors += 1;
-                    gaps.failed(series.device, t_round, &e);
+                    gaps.failed(*device, t_round, &e);
                     used.push(None);
                 }
             }
         }
+        for (b, u) in lock_series(cx.series).iter_mut().zip(&used) {
+            if let Some(u) = u {
+                b.push(t_round, *u);
+            }
+        }
         out.rounds += 1;
-        latest
+        cx.latest
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone_from(&used);
