@@ -12,7 +12,7 @@ use crate::gpu::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use vramdoc_sim::{SimBox, SimError, SimMemory, SimProcess};
+use vramdoc_sim::{Faults, SimBox, SimError, SimMemory, SimProcess};
 
 /// The simulator's errors at the GPU boundary: each as the real driver's error for the same
 /// condition (a lost device, a busy one, out of memory...); the box's own failures (no box,
@@ -264,6 +264,25 @@ impl SimMonitor {
         }
     }
 
+    /// Block while the box's `nvml_hang` fault applies to a call on host device `device`
+    /// (`None`: a call about no device), as the simulated libnvidia-ml does: re-read the
+    /// faults every 20 ms, fail with `NVML_ERROR_UNKNOWN` past the fault's bound.
+    fn hang(&self, device: Option<u32>, mut faults: Faults) -> Result<Faults> {
+        let start = std::time::Instant::now();
+        while let Some(h) = faults.nvml_hang.filter(|h| h.applies(device)) {
+            if start.elapsed() >= Duration::from_millis(h.limit_ms) {
+                return Err(GpuError::Driver {
+                    call: "nvml".into(),
+                    code: "NVML_ERROR_UNKNOWN".into(),
+                    message: "the call hung past the fault's bound".into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            faults = self.sim.faults()?;
+        }
+        Ok(faults)
+    }
+
     fn delay(us: u64) {
         if us > 0 {
             std::thread::sleep(Duration::from_micros(us));
@@ -306,7 +325,7 @@ impl Monitor for SimMonitor {
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
         self.inventory.fetch_add(1, Ordering::Relaxed);
-        let faults = self.sim.faults()?;
+        let faults = self.hang(None, self.sim.faults()?)?;
         let st = self.sim.state_with(&faults)?;
         let mut out = Vec::new();
         for (index, host) in self.mounted.iter().enumerate() {
@@ -344,19 +363,19 @@ impl Monitor for SimMonitor {
 
     fn memory(&self, index: u32) -> Result<MemoryInfo> {
         self.memory.fetch_add(1, Ordering::Relaxed);
-        let faults = self.sim.faults()?;
-        Self::delay(faults.nvml_memory_latency_us);
         let host = self.host(index)?;
+        let faults = self.hang(Some(host), self.sim.faults()?)?;
+        Self::delay(faults.nvml_memory_latency_us);
         self.sim.check_nvml_device(host, &faults)?;
         Ok(to_memory(self.sim.memory_with(host, &faults)?))
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
         self.processes.fetch_add(1, Ordering::Relaxed);
-        let faults = self.sim.faults()?;
+        let host = self.host(index)?;
+        let faults = self.hang(Some(host), self.sim.faults()?)?;
         Self::delay(faults.nvml_process_latency_us);
         let hidden = faults.nvml_used_memory_unavailable;
-        let host = self.host(index)?;
         self.sim.check_nvml_device(host, &faults)?;
         if faults.mig_unprivileged_devices.contains(&host) {
             return Err(SimError::NoPermission(host).into());

@@ -341,6 +341,15 @@ pub trait Monitor: Send + Sync {
     /// Compute, graphics and MPS processes on one device, one entry per (pid, kind)
     /// (slow: ~4.5 ms per list on real drivers, holds a driver lock).
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>>;
+    /// One of the three lists of one device (one NVML call on real drivers). The default
+    /// filters [`Monitor::processes`]; backends with one call per list override it.
+    fn process_list(&self, index: u32, kind: ProcessKind) -> Result<Vec<GpuProcess>> {
+        Ok(self
+            .processes(index)?
+            .into_iter()
+            .filter(|p| p.kind == kind)
+            .collect())
+    }
     /// Queries made so far.
     fn call_counts(&self) -> CallCounts;
     /// Files whose open descriptors keep GPU memory alive: on a real machine

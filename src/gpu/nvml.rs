@@ -482,6 +482,29 @@ impl NvmlMonitor {
 }
 
 impl NvmlMonitor {
+    /// The NVML lists of `kinds` on a device (one call each): one entry per (pid, kind)
+    /// (NVML can list a process once per context).
+    fn lists(&self, index: u32, kinds: &[ProcessKind]) -> Result<Vec<GpuProcess>> {
+        self.processes.fetch_add(1, Ordering::Relaxed);
+        let d = self.device(index)?;
+        // SAFETY: the handle belongs to this live NVML session.
+        let handle = unsafe { d.handle() };
+        let mut out: Vec<GpuProcess> = Vec::new();
+        for &kind in kinds {
+            let list = match self.detail_list(handle, index, kind)? {
+                Some(list) => list,
+                None => self.process_list_v3(handle, index, kind)?,
+            };
+            for (pid, used) in list {
+                match out.iter_mut().find(|p| p.pid == pid && p.kind == kind) {
+                    Some(p) => p.used = p.used.zip(used).map(|(a, b)| a.saturating_add(b)),
+                    None => out.push(GpuProcess { pid, used, kind }),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Memory through `nvmlDeviceGetMemoryInfo_v2`, or v1 where v2 is missing, answers
     /// `FUNCTION_NOT_FOUND` or fails (see the module docs).
     fn memory_info(&self, d: &Device<'_>) -> std::result::Result<MemoryInfo, NvmlError> {
@@ -710,34 +733,16 @@ impl Monitor for NvmlMonitor {
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
-        self.processes.fetch_add(1, Ordering::Relaxed);
-        let d = self.device(index)?;
-        // SAFETY: the handle belongs to this live NVML session.
-        let handle = unsafe { d.handle() };
-        let mut out: Vec<GpuProcess> = Vec::new();
-        for kind in [
+        let kinds = [
             ProcessKind::Compute,
             ProcessKind::Graphics,
             ProcessKind::Mps,
-        ] {
-            let list = match self.detail_list(handle, index, kind)? {
-                Some(list) => list,
-                None => self.process_list_v3(handle, index, kind)?,
-            };
-            for (pid, used) in list {
-                // One entry per (pid, kind); NVML can list a process once per context.
-                match out.iter_mut().find(|p| p.pid == pid && p.kind == kind) {
-                    Some(p) => {
-                        p.used = match (p.used, used) {
-                            (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                            _ => None,
-                        }
-                    }
-                    None => out.push(GpuProcess { pid, used, kind }),
-                }
-            }
-        }
-        Ok(out)
+        ];
+        self.lists(index, &kinds)
+    }
+
+    fn process_list(&self, index: u32, kind: ProcessKind) -> Result<Vec<GpuProcess>> {
+        self.lists(index, &[kind])
     }
 
     fn device_nodes(&self) -> Vec<PathBuf> {

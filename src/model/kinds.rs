@@ -268,7 +268,15 @@ pub enum GapReason {
     Failed(String),
 }
 
+/// How the reason of a gap left by a hung NVML call starts (`hung: no answer ...`).
+pub const HUNG_GAP_PREFIX: &str = "hung:";
+
 impl GapReason {
+    /// Whether the gap was left by an NVML call that did not return in time.
+    pub fn is_hung(&self) -> bool {
+        matches!(self, GapReason::Failed(e) if e.starts_with(HUNG_GAP_PREFIX))
+    }
+
     /// The string the report uses.
     pub fn as_str(&self) -> &str {
         match self {

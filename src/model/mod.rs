@@ -14,7 +14,9 @@ pub mod scan;
 pub mod timeline;
 
 pub use header::{command_line, command_line_from, now_unix_ms};
-pub use kinds::{GapKind, GapReason, MarkerKind, RunErrorKind, StepErrorKind, StepStatus};
+pub use kinds::{
+    GapKind, GapReason, MarkerKind, RunErrorKind, StepErrorKind, StepStatus, HUNG_GAP_PREFIX,
+};
 pub use replay::*;
 pub use run::*;
 pub use scan::*;

@@ -3,10 +3,16 @@
 //! on its process thread ([`processes`]), and takes what the job supervisor (`job/`) or the
 //! replay engine feed it: markers and step boundaries (each with a memory reading, so a chart
 //! shows a step shorter than one period), readings, error events and the job's processes.
-//! With a sink, everything is streamed as JSON lines as it is taken ([`stream`]).
+//! With a sink, everything is streamed as JSON lines as it is taken ([`stream`]). Every NVML
+//! call goes through [`lanes`] (a worker per device and kind of call, waited on with a
+//! deadline), so no caller — the job's main loop included — ever waits on a hung driver: a
+//! hung call is a gap on that GPU.
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod envelope;
+pub mod lanes;
+pub mod policy;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
@@ -19,8 +25,11 @@ pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
-use processes::{Lists, ProcessLists};
-use sampler::{pace, Sampler, SamplerConfig, StopSignal};
+use envelope::{Resolution, SeriesBuilder};
+use lanes::Lanes;
+use policy::ListPolicy;
+use processes::{Lists, ProcessLists, RoundInput};
+use sampler::{ms_since, pace, Latest, Sampler, SamplerConfig, StopSignal};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,10 +50,16 @@ pub struct RecorderConfig {
     pub tree: Option<tree::Scope>,
     /// Take (and stream) a memory reading at every process round too (`run`).
     pub round_readings: bool,
+    /// Which process lists a round reads: all of them, or only where they can have changed
+    /// (the default: see [`policy`]).
+    pub list_policy: ListPolicy,
     /// Where to stream JSON lines.
     pub sink: Option<Box<dyn Write + Send>>,
     /// The stream's first line, written before any thread starts.
     pub header: Option<StreamLine>,
+    /// How finely device series and process samples are kept (`None`: every sample as
+    /// taken). The default bounds a multi-day job ([`envelope`]).
+    pub resolution: Option<Resolution>,
 }
 
 impl RecorderConfig {
@@ -55,8 +70,10 @@ impl RecorderConfig {
             process_devices: None,
             tree: None,
             round_readings: false,
+            list_policy: ListPolicy::OnChange(policy::OnChange::default()),
             sink: None,
             header: None,
+            resolution: Some(Resolution::default()),
         }
     }
 }
@@ -95,8 +112,13 @@ struct Shared {
     markers: Vec<Marker>,
     /// Phase boundaries for the rules only (replay's step ends and release points).
     boundaries: Vec<Marker>,
-    /// Readings besides the sampler's: marker and step boundaries, process rounds.
-    points: Vec<(f64, Vec<u64>)>,
+    /// The device series (recorded-device order), shared with the sampler thread: its
+    /// rounds, and the readings of markers, step boundaries and process rounds.
+    series: Series,
+    /// Per device, the last process list kept and an identical one held back (bounded
+    /// recordings keep the first and last of a run of identical lists).
+    list_runs: BTreeMap<u32, ListRun>,
+    bounded: bool,
     processes: Vec<ProcessSample>,
     /// Process usage read at boundaries, for the rules only.
     boundary_processes: Vec<ProcessSample>,
@@ -136,25 +158,69 @@ impl Shared {
         }
     }
 
-    /// Keep (and stream) a reading.
-    fn point(&mut self, t: f64, used: Vec<u64>) {
-        self.stream(&StreamLine::Memory {
-            t_ms: t,
-            used: used.clone(),
-        });
-        self.points.push((t, used));
+    /// Keep (and stream) a reading; a failed device counts as a failed query. `event`: a
+    /// marker's or a boundary's (the series keeps full resolution around it).
+    fn point(&mut self, t: f64, used: Vec<Option<u64>>, event: bool) {
+        self.failed_queries += used.iter().filter(|u| u.is_none()).count() as u64;
+        {
+            let mut series = lock_series(&self.series);
+            for (b, u) in series.iter_mut().zip(&used) {
+                if event {
+                    b.event(t);
+                }
+                if let Some(u) = u {
+                    b.push(t, *u);
+                }
+            }
+        }
+        self.stream(&StreamLine::Memory { t_ms: t, used });
     }
 
-    /// One process round: the tree, a reading (`reading`), then the lists.
-    fn round(&mut self, t: f64, reading: Option<Vec<u64>>, lists: Lists) {
-        if let Some(tree) = self.tree.as_mut() {
-            let changes = tree.refresh(t);
-            self.tree_changes(changes);
+    /// Keep one device's list of a round: bounded recordings hold back a list identical to
+    /// the last one kept, and keep only the last of such a run (with the first).
+    fn keep_list(&mut self, device: u32, list: Vec<ProcessSample>) {
+        if !self.bounded {
+            self.processes.extend(list);
+            return;
         }
+        let key: Vec<(u32, Option<u64>)> = list.iter().map(|p| (p.pid, p.used)).collect();
+        let run = self.list_runs.entry(device).or_default();
+        if run.last == key {
+            run.held = Some(list);
+            return;
+        }
+        run.last = key;
+        let held = run.held.take();
+        self.processes.extend(held.into_iter().flatten());
+        self.processes.extend(list);
+    }
+
+    /// An event at `t` (a marker, an error, a boundary): the series keep full resolution
+    /// around it.
+    fn event(&mut self, t: f64) {
+        for b in lock_series(&self.series).iter_mut() {
+            b.event(t);
+        }
+    }
+
+    /// Refresh the tree at `t`; whether it changed.
+    fn refresh_tree(&mut self, t: f64) -> bool {
+        let Some(tree) = self.tree.as_mut() else {
+            return false;
+        };
+        let changes = tree.refresh(t);
+        let changed = !changes.is_empty();
+        self.tree_changes(changes);
+        changed
+    }
+
+    /// One process round: a reading (`reading`), then the lists.
+    fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
         if let Some(used) = reading {
-            self.point(t, used);
+            self.point(t, used, false);
         }
         for (device, t_list, list) in lists {
+            let mut kept = Vec::with_capacity(list.len());
             for p in list {
                 let (pid, tree) = match self.tree.as_mut() {
                     Some(tree) => {
@@ -164,7 +230,7 @@ impl Shared {
                     }
                     None => (p.pid, false),
                 };
-                self.processes.push(ProcessSample {
+                kept.push(ProcessSample {
                     t_ms: t_list,
                     device,
                     pid,
@@ -178,8 +244,23 @@ impl Shared {
                     tree,
                 });
             }
+            self.keep_list(device, kept);
         }
     }
+}
+
+/// Device series shared by the sampler thread and the readings.
+pub(crate) type Series = Arc<Mutex<Vec<SeriesBuilder>>>;
+
+pub(crate) fn lock_series(m: &Mutex<Vec<SeriesBuilder>>) -> MutexGuard<'_, Vec<SeriesBuilder>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A device's last kept process list and an identical one held back.
+#[derive(Default)]
+struct ListRun {
+    last: Vec<(u32, Option<u64>)>,
+    held: Option<Vec<ProcessSample>>,
 }
 
 /// A running recording.
@@ -187,20 +268,25 @@ pub struct Recorder {
     t0: Instant,
     devices: Vec<RecordedDevice>,
     monitor: Arc<dyn Monitor>,
+    lanes: Arc<Lanes>,
     sampler: Option<Sampler>,
     shared: Arc<Mutex<Shared>>,
     lists: Option<Arc<Mutex<ProcessLists>>>,
+    latest: Latest,
     round_readings: bool,
     /// Set to stop the process thread (it wakes at once).
     stop: Arc<StopSignal>,
     process_thread: Option<JoinHandle<()>>,
 }
 
-/// Used bytes of every device in `devices` order; `None` when a query failed.
-fn read_memory(monitor: &dyn Monitor, devices: &[RecordedDevice]) -> Option<Vec<u64>> {
-    devices
-        .iter()
-        .map(|d| monitor.memory(d.index).ok().map(|m| m.used))
+/// Used bytes of every device in `devices` order (all at once, through the lanes); `None`
+/// for a device whose query failed or hung.
+fn read_memory(lanes: &Lanes, devices: &[RecordedDevice]) -> Vec<Option<u64>> {
+    let indices: Vec<u32> = devices.iter().map(|d| d.index).collect();
+    lanes
+        .memory_all(&indices)
+        .into_iter()
+        .map(|r| r.ok().map(|m| m.used))
         .collect()
 }
 
@@ -214,11 +300,19 @@ impl Recorder {
         cfg: RecorderConfig,
     ) -> Recorder {
         let monitor: Arc<dyn Monitor> = Arc::from(monitor);
+        let lanes = Arc::new(Lanes::new(monitor.clone()));
         let recorded: Vec<RecordedDevice> = devices.iter().map(RecordedDevice::from).collect();
         let sink = cfg.sink.map(|out| Arc::new(Mutex::new(Sink::new(out))));
+        let builder = || match cfg.resolution {
+            Some(r) => SeriesBuilder::new(r),
+            None => SeriesBuilder::unbounded(),
+        };
+        let series: Series = Arc::new(Mutex::new(devices.iter().map(|_| builder()).collect()));
         let shared = Arc::new(Mutex::new(Shared {
             tree: cfg.tree.map(ProcessTree::with_scope),
             sink: sink.clone(),
+            series: series.clone(),
+            bounded: cfg.resolution.is_some(),
             ..Shared::default()
         }));
         // The header first, before any thread can write.
@@ -227,11 +321,12 @@ impl Recorder {
         }
         let period = cfg.sampler.period;
         let on_round = sink.map(|sink| {
-            Box::new(move |t: f64, used: &[u64]| lock_sink(&sink).round(t, used, period))
+            Box::new(move |t: f64, used: &[Option<u64>]| lock_sink(&sink).round(t, used, period))
                 as sampler::OnRound
         });
-        let sampler = Sampler::start(
-            monitor.clone(),
+        let sampler = Sampler::start_with(
+            lanes.clone(),
+            series,
             devices.iter().map(|d| (d.index, d.memory.total)).collect(),
             t0,
             period,
@@ -243,15 +338,19 @@ impl Recorder {
                 .process_devices
                 .clone()
                 .unwrap_or_else(|| recorded.iter().map(|d| d.index).collect());
-            (pp, Arc::new(Mutex::new(ProcessLists::new(which, pp))))
+            let lists = ProcessLists::with_policy(which, pp, cfg.list_policy);
+            (pp, Arc::new(Mutex::new(lists)))
         });
+        let latest = sampler.latest();
         let mut rec = Recorder {
             t0,
             devices: recorded,
             monitor,
+            lanes,
             sampler: Some(sampler),
             shared,
             lists: lists.as_ref().map(|(_, l)| l.clone()),
+            latest,
             round_readings: cfg.round_readings,
             stop,
             process_thread: None,
@@ -264,14 +363,21 @@ impl Recorder {
 
     fn spawn_process_thread(&self, period: std::time::Duration) -> Option<JoinHandle<()>> {
         let (shared, stop, lists) = (self.shared.clone(), self.stop.clone(), self.lists.clone()?);
-        let (monitor, devices, t0) = (self.monitor.clone(), self.devices.clone(), self.t0);
-        let readings = self.round_readings;
+        let (lanes, devices, t0) = (self.lanes.clone(), self.devices.clone(), self.t0);
+        let (readings, latest) = (self.round_readings, self.latest.clone());
         std::thread::Builder::new()
             .name("vramdoc-processes".into())
             .spawn(move || {
                 let mut next = Instant::now();
                 while !stop.is_set() {
-                    round(&shared, &lists, monitor.as_ref(), &devices, t0, readings);
+                    let cx = RoundCx {
+                        lanes: &lanes,
+                        devices: &devices,
+                        latest: &latest,
+                        t0,
+                        readings,
+                    };
+                    round(&shared, &lists, &cx, false);
                     pace(&mut next, period, &stop);
                 }
             })
@@ -283,7 +389,8 @@ impl Recorder {
         self.t0.elapsed().as_secs_f64() * 1000.0
     }
 
-    /// The monitor the recording reads through (for the caller's own queries).
+    /// The monitor the recording reads through (for the caller's own queries: those run on
+    /// the caller's thread, without the lanes' deadline).
     pub fn monitor(&self) -> &dyn Monitor {
         self.monitor.as_ref()
     }
@@ -296,12 +403,9 @@ impl Recorder {
     /// A marker now, with a memory reading at that moment; returns its time.
     pub fn mark(&self, kind: MarkerKind, label: &str, device: Option<u32>) -> f64 {
         let t = self.t_ms();
-        let used = read_memory(self.monitor.as_ref(), &self.devices);
+        let used = read_memory(&self.lanes, &self.devices);
         let mut s = lock(&self.shared);
-        match used {
-            Some(used) => s.point(t, used),
-            None => s.failed_queries += 1,
-        }
+        s.point(t, used, true);
         s.stream(&StreamLine::Marker {
             t_ms: t,
             kind: kind.clone(),
@@ -319,6 +423,7 @@ impl Recorder {
     /// A marker at the time it happened (replay: the worker's own clock), without reading.
     pub fn marker(&self, marker: Marker) {
         let mut s = lock(&self.shared);
+        s.event(marker.t_ms);
         s.stream(&StreamLine::Marker {
             t_ms: marker.t_ms,
             kind: marker.kind.clone(),
@@ -330,7 +435,9 @@ impl Recorder {
     /// A phase boundary the rules read but reports do not show (replay: every step's end,
     /// and release points).
     pub fn boundary(&self, t_ms: f64, kind: MarkerKind, label: String) {
-        lock(&self.shared).boundaries.push(Marker {
+        let mut s = lock(&self.shared);
+        s.event(t_ms);
+        s.boundaries.push(Marker {
             t_ms,
             kind,
             label,
@@ -338,42 +445,44 @@ impl Recorder {
         });
     }
 
-    /// Read every device's memory now and keep it (one boundary point); `None` when a
-    /// query failed.
+    /// Read every device's memory now and keep it (one boundary point, with the devices
+    /// that answered); `None` when a query failed.
     pub fn reading(&self) -> Option<Vec<u64>> {
         let t = self.t_ms();
-        let used = read_memory(self.monitor.as_ref(), &self.devices);
-        let mut s = lock(&self.shared);
-        match &used {
-            Some(u) => s.point(t, u.clone()),
-            None => s.failed_queries += 1,
-        }
-        used
+        let used = read_memory(&self.lanes, &self.devices);
+        lock(&self.shared).point(t, used.clone(), true);
+        used.into_iter().collect()
     }
 
     /// Every device's memory now, not kept (0 where a query failed): for a reading kept
     /// only when the job is still alive after it was taken ([`Recorder::point`]).
     pub fn memory_now(&self) -> Vec<u64> {
-        self.devices
-            .iter()
-            .map(|d| self.monitor.memory(d.index).map(|m| m.used).unwrap_or(0))
+        read_memory(&self.lanes, &self.devices)
+            .into_iter()
+            .map(|u| u.unwrap_or(0))
             .collect()
     }
 
     /// Keep a reading taken at `t_ms` (device order).
     pub fn point(&self, t_ms: f64, used: Vec<u64>) {
-        lock(&self.shared).point(t_ms, used);
+        lock(&self.shared).point(t_ms, used.into_iter().map(Some).collect(), true);
     }
 
     /// What `pid` holds on every device now, from the process lists (0 where it is not
     /// listed or a query failed). Slow on real drivers: for step boundaries only.
     pub fn usage_of(&self, pid: Option<u32>) -> Vec<u64> {
-        self.devices
+        let Some(pid) = pid else {
+            return vec![0; self.devices.len()];
+        };
+        let pending: Vec<_> = self
+            .devices
             .iter()
-            .map(|d| {
-                let Some(pid) = pid else { return 0 };
-                self.monitor
-                    .processes(d.index)
+            .map(|d| self.lanes.processes(d.index))
+            .collect();
+        pending
+            .into_iter()
+            .map(|p| {
+                p.wait()
                     .ok()
                     .and_then(|l| l.into_iter().find(|p| p.pid == pid))
                     .and_then(|p| p.used)
@@ -397,7 +506,9 @@ impl Recorder {
 
     /// An error the job hit, for the rules.
     pub fn error(&self, event: ErrorEvent) {
-        lock(&self.shared).errors.push(event);
+        let mut s = lock(&self.shared);
+        s.event(event.t_ms);
+        s.errors.push(event);
     }
 
     /// A process of the job that is not in the tree (replay's worker).
@@ -405,18 +516,18 @@ impl Recorder {
         lock(&self.shared).job.push(process);
     }
 
-    /// One process round now (tree, reading, process lists), e.g. right after the job ends.
+    /// One process round now (tree, reading, every process list), e.g. right after the job
+    /// ends.
     pub fn round(&self) {
         if let Some(lists) = &self.lists {
-            let m = self.monitor.as_ref();
-            round(
-                &self.shared,
-                lists,
-                m,
-                &self.devices,
-                self.t0,
-                self.round_readings,
-            );
+            let cx = RoundCx {
+                lanes: &self.lanes,
+                devices: &self.devices,
+                latest: &self.latest,
+                t0: self.t0,
+                readings: self.round_readings,
+            };
+            round(&self.shared, lists, &cx, true);
         }
     }
 
@@ -490,25 +601,22 @@ impl Recorder {
         if let Some(sink) = s.sink.as_ref() {
             lock_sink(sink).flush();
         }
-        let mut devices: Vec<DeviceSeries> = if samples.devices.len() == self.devices.len() {
-            samples.devices
-        } else {
-            self.devices
-                .iter()
-                .map(|d| DeviceSeries {
-                    device: d.index,
-                    total: d.total,
-                    samples: Vec::new(),
-                })
-                .collect()
-        };
-        for (t, used) in &s.points {
-            for (series, u) in devices.iter_mut().zip(used) {
-                series.samples.push((*t, *u));
-            }
-        }
-        for series in devices.iter_mut() {
-            series.samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let builders = std::mem::take(&mut *lock_series(&s.series));
+        let mut builders = builders.into_iter();
+        let devices: Vec<DeviceSeries> = self
+            .devices
+            .iter()
+            .map(|d| DeviceSeries {
+                device: d.index,
+                total: d.total,
+                samples: builders
+                    .next()
+                    .map(SeriesBuilder::finish)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        for run in std::mem::take(&mut s.list_runs).into_values() {
+            s.processes.extend(run.held.into_iter().flatten());
         }
         let peaks = devices.iter().map(peak).collect();
         let mut processes = std::mem::take(&mut s.processes);
@@ -559,30 +667,36 @@ impl Drop for Recorder {
     }
 }
 
-/// One process round: the lists are read without holding the shared state (a slow driver
-/// never delays a marker), then recorded.
-fn round(
-    shared: &Mutex<Shared>,
-    lists: &Mutex<ProcessLists>,
-    monitor: &dyn Monitor,
-    devices: &[RecordedDevice],
+/// What a process round reads through.
+struct RoundCx<'a> {
+    lanes: &'a Lanes,
+    devices: &'a [RecordedDevice],
+    latest: &'a Latest,
     t0: Instant,
     readings: bool,
-) {
+}
+
+/// One process round: the tree (cheap, /proc), then the lists where they can have changed
+/// (`force`: all), read without holding the shared state (a slow driver never delays a
+/// marker), then recorded.
+fn round(shared: &Mutex<Shared>, lists: &Mutex<ProcessLists>, cx: &RoundCx, force: bool) {
+    let tree_changed = lock(shared).refresh_tree(ms_since(cx.t0));
+    let latest = cx.latest.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let used = |d: u32| {
+        let i = cx.devices.iter().position(|x| x.index == d)?;
+        latest.get(i).copied().flatten()
+    };
+    let input = RoundInput {
+        used: &used,
+        tree_changed,
+        force,
+    };
     let (t, read) = lists
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .round(monitor, t0);
-    let reading = if readings {
-        read_memory(monitor, devices)
-    } else {
-        None
-    };
-    let mut s = lock(shared);
-    if readings && reading.is_none() {
-        s.failed_queries += 1;
-    }
-    s.round(t, reading, read);
+        .round(cx.lanes, cx.t0, &input);
+    let reading = cx.readings.then(|| read_memory(cx.lanes, cx.devices));
+    lock(shared).round(t, reading, read);
 }
 
 /// Peak used bytes of a series, with when.

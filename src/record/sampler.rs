@@ -4,9 +4,14 @@
 //! Process lists are not read here: they cost ~4.5 ms and hold a driver lock on real drivers,
 //! so the recorder reads them on its own thread and slower cadence ([`super::processes`]).
 //! Where the thread has no data (a round later than twice its period, a failed query) it
-//! records a [`SamplingGap`] ([`Gaps`], shared with the process thread). Times are
+//! records a [`SamplingGap`] ([`Gaps`], shared with the process thread). Queries go through
+//! the recording's [`Lanes`] (one worker per device, with a deadline), all devices at once:
+//! a hung or failing GPU is a gap on that GPU only, and the others' readings go on. Times are
 //! milliseconds since a shared start instant, so samples line up with the markers.
 
+use super::envelope::SeriesBuilder;
+use super::lanes::Lanes;
+use super::{lock_series, Series};
 use crate::gpu::Monitor;
 use crate::model::{DeviceSeries, GapKind, GapReason, SamplingGap};
 use std::collections::BTreeMap;
@@ -103,12 +108,19 @@ impl StopSignal {
     }
 }
 
-/// Called by the memory thread after each complete round: `(t_ms, used bytes per device)`.
-pub type OnRound = Box<dyn FnMut(f64, &[u64]) + Send>;
+/// Called by the memory thread after each round where at least one device answered:
+/// `(t_ms, used bytes per device, `None` where that device gave no reading)`.
+pub type OnRound = Box<dyn FnMut(f64, &[Option<u64>]) + Send>;
+
+/// The latest reading of every device (sampler order; `None`: none yet, or a gap).
+pub type Latest = Arc<Mutex<Vec<Option<u64>>>>;
 
 /// A running memory sampler.
 pub struct Sampler {
     stop: Arc<StopSignal>,
+    latest: Latest,
+    series: Series,
+    totals: Vec<(u32, u64)>,
     handle: Option<JoinHandle<Samples>>,
 }
 
@@ -120,8 +132,9 @@ impl Sampler {
     /// Start sampling the memory of `devices` (physical index, total bytes) through
     /// `monitor` every `period`, calling `on_round` on the sampler thread after every
     /// complete round with its time (ms since `t0`) and the used bytes of every device in
-    /// `devices` order (a round where a query failed is not passed on). The callback runs
-    /// inside the sampling loop: it must be quick and never block for long.
+    /// `devices` order (`None` for a device whose query failed or hung; a round where no
+    /// device answered is not passed on). The callback runs inside the sampling loop: it
+    /// must be quick and never block for long.
     pub fn start(
         monitor: Arc<dyn Monitor>,
         devices: Vec<(u32, u64)>,
@@ -129,13 +142,52 @@ impl Sampler {
         period: Duration,
         on_round: Option<OnRound>,
     ) -> Sampler {
+        let lanes = Arc::new(Lanes::new(monitor));
+        let series = Arc::new(Mutex::new(
+            devices.iter().map(|_| SeriesBuilder::unbounded()).collect(),
+        ));
+        Sampler::start_with(lanes, series, devices, t0, period, on_round)
+    }
+
+    /// [`Sampler::start`] through the recording's own lanes, into its own series (one
+    /// builder per device, in `devices` order): then [`Sampler::stop`] returns no series.
+    pub(super) fn start_with(
+        lanes: Arc<Lanes>,
+        series: Series,
+        devices: Vec<(u32, u64)>,
+        t0: Instant,
+        period: Duration,
+        on_round: Option<OnRound>,
+    ) -> Sampler {
         let stop = Arc::new(StopSignal::default());
         let flag = stop.clone();
+        let latest: Latest = Arc::new(Mutex::new(vec![None; devices.len()]));
+        let (to, into) = (latest.clone(), series.clone());
+        let totals = devices.clone();
         let handle = std::thread::Builder::new()
             .name("vramdoc-sampler".into())
-            .spawn(move || memory_loop(monitor.as_ref(), &devices, t0, period, &flag, on_round))
+            .spawn(move || {
+                let cx = LoopCx {
+                    lanes: &lanes,
+                    devices: &devices,
+                    latest: &to,
+                    series: &into,
+                };
+                memory_loop(&cx, t0, period, &flag, on_round)
+            })
             .ok();
-        Sampler { stop, handle }
+        Sampler {
+            stop,
+            latest,
+            series,
+            totals,
+            handle,
+        }
+    }
+
+    /// The latest reading of every device, updated each round.
+    pub fn latest(&self) -> Latest {
+        self.latest.clone()
     }
 
     /// Stop the thread (after one closing round) and return what it collected.
@@ -147,6 +199,21 @@ impl Sampler {
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
         out.gaps.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+        // Series of its own (not a recorder's): returned here.
+        let series = std::mem::take(&mut self.series);
+        if let Ok(m) = Arc::try_unwrap(series) {
+            let builders = m.into_inner().unwrap_or_else(|e| e.into_inner());
+            out.devices = self
+                .totals
+                .iter()
+                .zip(builders)
+                .map(|((d, total), b)| DeviceSeries {
+                    device: *d,
+                    total: *total,
+                    samples: b.finish(),
+                })
+                .collect();
+        }
         out
     }
 }
@@ -265,29 +332,28 @@ pub(super) fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
     stop.wait_until(*next);
 }
 
+/// What the memory loop reads through and writes to.
+struct LoopCx<'a> {
+    lanes: &'a Lanes,
+    devices: &'a [(u32, u64)],
+    latest: &'a Mutex<Vec<Option<u64>>>,
+    series: &'a Mutex<Vec<SeriesBuilder>>,
+}
+
 fn memory_loop(
-    monitor: &dyn Monitor,
-    devices: &[(u32, u64)],
+    cx: &LoopCx,
     t0: Instant,
     period: Duration,
     stop: &StopSignal,
     mut on_round: Option<OnRound>,
 ) -> Samples {
-    let mut out = Samples {
-        devices: devices
-            .iter()
-            .map(|(d, total)| DeviceSeries {
-                device: *d,
-                total: *total,
-                samples: Vec::new(),
-            })
-            .collect(),
-        ..Samples::default()
-    };
+    let (lanes, devices) = (cx.lanes, cx.devices);
+    let mut out = Samples::default();
+    let indices: Vec<u32> = devices.iter().map(|(d, _)| *d).collect();
     let period = period.max(Duration::from_micros(100));
     let mut gaps = Gaps::new(GapKind::Memory, period);
     let mut next = Instant::now();
-    let mut used: Vec<u64> = Vec::with_capacity(devices.len());
+    let mut used: Vec<Option<u64>> = Vec::with_capacity(devices.len());
     loop {
         // One more round after stop: the series ends with the state at the end of the run
         // (a device lost in the last moments shows as a gap, not as nothing).
@@ -295,24 +361,31 @@ fn memory_loop(
         let t_round = ms_since(t0);
         gaps.round(t_round);
         used.clear();
-        let mut complete = true;
-        for series in out.devices.iter_mut() {
-            match monitor.memory(series.device) {
+        let answers = lanes.memory_all(&indices);
+        for (device, answer) in indices.iter().zip(answers) {
+            match answer {
                 Ok(m) => {
-                    let t = ms_since(t0);
-                    series.samples.push((t, m.used));
-                    gaps.ok(series.device, t);
-                    used.push(m.used);
+                    gaps.ok(*device, t_round);
+                    used.push(Some(m.used));
                 }
                 Err(e) => {
                     out.errors += 1;
-                    complete = false;
-                    gaps.failed(series.device, ms_since(t0), &e);
+                    gaps.failed(*device, t_round, &e);
+                    used.push(None);
                 }
             }
         }
+        for (b, u) in lock_series(cx.series).iter_mut().zip(&used) {
+            if let Some(u) = u {
+                b.push(t_round, *u);
+            }
+        }
         out.rounds += 1;
-        if let (Some(f), true) = (on_round.as_mut(), complete) {
+        cx.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone_from(&used);
+        if let (Some(f), true) = (on_round.as_mut(), used.iter().any(Option::is_some)) {
             f(t_round, &used);
         }
         if last {
@@ -385,8 +458,9 @@ mod tests {
             vec![(0, 16 << 30), (1, 16 << 30)],
             Instant::now(),
             Duration::from_millis(2),
-            Some(Box::new(move |t, used: &[u64]| {
-                sink.lock().unwrap().push((t, used.to_vec()))
+            Some(Box::new(move |t, used: &[Option<u64>]| {
+                let used = used.iter().map(|u| u.unwrap()).collect();
+                sink.lock().unwrap().push((t, used))
             })),
         );
         std::thread::sleep(Duration::from_millis(30));

@@ -29,8 +29,9 @@ pub enum StreamLine {
         period_us: u64,
         process_period_us: u64,
     },
-    /// Used bytes of every device, in header order.
-    Memory { t_ms: f64, used: Vec<u64> },
+    /// Used bytes of every device, in header order; `null` for a device that gave no
+    /// reading this time (lost, no permission, hung: a gap of that device only).
+    Memory { t_ms: f64, used: Vec<Option<u64>> },
     /// One entry of a device's process list; `tree`: the PID belongs to the job.
     Process {
         t_ms: f64,
@@ -94,7 +95,7 @@ struct MemoryLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     t_ms: f64,
-    used: &'a [u64],
+    used: &'a [Option<u64>],
 }
 
 impl Sink {
@@ -136,7 +137,7 @@ impl Sink {
 
     /// A sampler round; flushed when the next round (one `period` away) would come later
     /// than [`FLUSH_EVERY`] after the last flush.
-    pub(super) fn round(&mut self, t_ms: f64, used: &[u64], period: Duration) {
+    pub(super) fn round(&mut self, t_ms: f64, used: &[Option<u64>], period: Duration) {
         let flush = self.last_flush.elapsed() + period >= FLUSH_EVERY;
         self.write(
             &MemoryLine {

@@ -5,6 +5,7 @@ use super::*;
 use crate::backend::sim::{SimDriver, SimMonitor};
 use crate::gpu::Driver;
 use crate::model::{GapKind, GapReason};
+use policy::ListPolicy;
 use std::time::Duration;
 use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
@@ -76,6 +77,7 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
         Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
+            list_policy: ListPolicy::Every,
             ..RecorderConfig::new(cadence(1, 10))
         },
     );
@@ -110,7 +112,10 @@ fn failed_process_lists_become_one_gap_per_device() {
         Box::new(SimMonitor::new(sim.clone())),
         &devices,
         Instant::now(),
-        RecorderConfig::new(cadence(1, 5)),
+        RecorderConfig {
+            list_policy: ListPolicy::Every,
+            ..RecorderConfig::new(cadence(1, 5))
+        },
     );
     std::thread::sleep(Duration::from_millis(30));
     sim.set_faults(&vramdoc_sim::Faults {
@@ -200,4 +205,48 @@ fn markers_read_memory_and_boundaries_reach_only_the_recording() {
     assert_eq!(r.errors.len(), 1);
     assert_eq!((r.end_ms, r.exit), (t + 2.0, Some(JobExit::Code(1))));
     assert_eq!(r.devices[0].total, 16 << 30);
+}
+
+/// With the default cadence (memory every 100 ms, a process round every 500 ms) and lists
+/// read only where they can have changed: few list calls in steady state, and every process
+/// that holds 256 MiB for 1 s is still listed with its memory.
+#[test]
+fn lists_on_change_stay_cheap_and_still_catch_a_256_mib_holder_of_one_second() {
+    let (_dir, sim, devices) = sim_box("4x16GiB");
+    let monitor = SimMonitor::new(sim.clone());
+    let rec = Recorder::start(
+        Box::new(monitor),
+        &devices,
+        Instant::now(),
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_millis(100),
+            process_period: Some(Duration::from_millis(500)),
+        }),
+    );
+    // Steady state: after the first round, nothing moves.
+    std::thread::sleep(Duration::from_millis(2600));
+    let steady = rec.monitor().call_counts().processes;
+    // The first round reads 3 lists on each of 4 devices; then nothing for 10 s.
+    assert!(steady <= 12, "{steady} list calls in 2.6 s of steady state");
+    let me = std::process::id();
+    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    for device in [2u32, 0] {
+        let ctx = drv.create_context(device).unwrap();
+        let a = drv.alloc(ctx, 256 << 20).unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+        drv.free(a).unwrap();
+        drv.destroy_context(ctx).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let got = rec.finish(END);
+    for device in [2u32, 0] {
+        assert!(
+            got.timeline
+                .processes
+                .iter()
+                .any(|p| p.pid == me && p.device == device && p.used >= Some(256 << 20)),
+            "the 1 s holder on GPU {device} was not listed: {:?}",
+            got.timeline.processes
+        );
+    }
 }

@@ -139,6 +139,9 @@ pub fn run_variant(
         t0,
         RecorderConfig {
             process_devices: Some(view.worker_devices(scn)),
+            // Short, and every per-process sample feeds the rules: every list each round.
+            list_policy: crate::record::policy::ListPolicy::Every,
+            resolution: None,
             ..RecorderConfig::new(opts.sampler)
         },
     );

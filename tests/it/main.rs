@@ -26,6 +26,8 @@ mod nvml_backend;
 mod nvml_python;
 /// Real-driver behaviours the simulator models, seen by third-party clients and by vramdoc.
 mod real_drivers;
+/// The recorder: hung and bad GPUs, processes in two lists, observer cost, long jobs.
+mod recorder;
 /// `vramdoc replay` and `vramdoc list`.
 mod replay;
 /// `vramdoc report`: re-rendering saved reports.

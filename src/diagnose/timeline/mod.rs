@@ -10,6 +10,7 @@ mod fragmentation;
 mod growth_without_release;
 mod held_after_exit;
 mod levels;
+mod monitor_hang;
 mod not_gpu_memory;
 mod not_released;
 mod out_of_memory;
@@ -138,6 +139,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(outlived::outlived_command(&cx));
     out.extend(not_gpu_memory::collective_timeout(&cx));
     out.extend(not_gpu_memory::host_oom_kill(&cx));
+    out.extend(monitor_hang::monitor_hang(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

@@ -1,0 +1,347 @@
+//! Bounded device series for long jobs: every sample is kept at full resolution around
+//! events (markers, errors, steps, and large changes of used memory), and elsewhere folded
+//! into min/max envelopes of [`Resolution::bucket_ms`] (each bucket keeps its first, lowest,
+//! highest and last sample, in time order; a flat run of any length is two points). So the
+//! peak, every level and every step larger than [`Resolution::change_min`] survive, while
+//! memory and the report grow by at most [`Resolution::bound_per_hour`] points per GPU-hour.
+//!
+//! Samples are decided [`Resolution::window_ms`] after they are taken: an event reported a
+//! little late (a marker read by the job's loop, a reading from another thread) still keeps
+//! the samples before it.
+
+use std::collections::VecDeque;
+
+/// How finely a series is kept.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resolution {
+    /// Samples within this of an event are kept as taken (ms, both sides).
+    pub window_ms: f64,
+    /// Width of one envelope bucket elsewhere (ms).
+    pub bucket_ms: f64,
+    /// A change of used memory between two samples at least this large is an event.
+    pub change_min: u64,
+    /// At most this many samples per GPU-hour are kept at full resolution; past it, events
+    /// of that hour are kept as envelopes too.
+    pub full_per_hour: usize,
+    /// Every sample of the recording's first this many ms is kept as taken (a job of a few
+    /// minutes is not enveloped at all); not counted in `full_per_hour`.
+    pub start_full_ms: f64,
+}
+
+impl Default for Resolution {
+    fn default() -> Self {
+        Resolution {
+            window_ms: 5_000.0,
+            bucket_ms: 15_000.0,
+            change_min: 256 << 20,
+            full_per_hour: 6_000,
+            start_full_ms: 600_000.0,
+        }
+    }
+}
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+impl Resolution {
+    /// The most points one GPU-hour can keep after the recording's first
+    /// `start_full_ms`: the full-resolution budget, plus four points per envelope bucket,
+    /// plus the bucket boundaries that full-resolution stretches cut.
+    pub fn bound_per_hour(&self) -> usize {
+        let buckets = (HOUR_MS / self.bucket_ms).ceil() as usize;
+        self.full_per_hour + 4 * buckets + 4 * self.full_per_hour.min(buckets)
+    }
+}
+
+/// One envelope bucket being filled.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    index: i64,
+    first: (f64, u64),
+    lo: (f64, u64),
+    hi: (f64, u64),
+    last: (f64, u64),
+}
+
+/// One device's series, built sample by sample.
+#[derive(Debug, Clone)]
+pub struct SeriesBuilder {
+    res: Resolution,
+    /// Samples not yet decided (the last `window_ms`), in time order.
+    recent: VecDeque<(f64, u64)>,
+    /// Stretches kept at full resolution, `(from, until)`, in order.
+    holds: VecDeque<(f64, f64)>,
+    bucket: Option<Bucket>,
+    kept: Vec<(f64, u64)>,
+    /// Full-resolution samples kept in the hour `full.0`.
+    full: (i64, usize),
+    /// The last value pushed (for large changes).
+    prev: Option<u64>,
+    /// `kept` up to here holds a full-resolution sample last: never merged into a run.
+    held_end: usize,
+    /// Samples pushed.
+    pub pushed: u64,
+}
+
+impl SeriesBuilder {
+    pub fn new(res: Resolution) -> SeriesBuilder {
+        SeriesBuilder {
+            res,
+            recent: VecDeque::new(),
+            holds: VecDeque::new(),
+            bucket: None,
+            kept: Vec::new(),
+            full: (0, 0),
+            prev: None,
+            held_end: 0,
+            pushed: 0,
+        }
+    }
+
+    /// Every sample kept as taken (replays: short, and fine detail matters).
+    pub fn unbounded() -> SeriesBuilder {
+        SeriesBuilder::new(Resolution {
+            window_ms: f64::INFINITY,
+            bucket_ms: f64::INFINITY,
+            change_min: 0,
+            full_per_hour: usize::MAX,
+            start_full_ms: f64::INFINITY,
+        })
+    }
+
+    fn unbounded_mode(&self) -> bool {
+        self.res.full_per_hour == usize::MAX
+    }
+
+    /// A sample at `t` (ms). Samples may come slightly out of order (other threads'
+    /// readings); they are put in place.
+    pub fn push(&mut self, t: f64, used: u64) {
+        self.pushed += 1;
+        if self.unbounded_mode() {
+            self.kept.push((t, used));
+            return;
+        }
+        if self
+            .prev
+            .is_some_and(|p| p.abs_diff(used) >= self.res.change_min)
+        {
+            self.event(t);
+        }
+        self.prev = Some(used);
+        let at = self.recent.partition_point(|(x, _)| *x <= t);
+        self.recent.insert(at, (t, used));
+        let newest = self.recent.back().map_or(t, |x| x.0);
+        while let Some(&(ts, u)) = self.recent.front() {
+            if ts >= newest - self.res.window_ms {
+                break;
+            }
+            self.recent.pop_front();
+            self.decide(ts, u);
+        }
+    }
+
+    /// An event at `t`: the samples within `window_ms` of it are kept as taken.
+    pub fn event(&mut self, t: f64) {
+        if self.unbounded_mode() {
+            return;
+        }
+        let (from, until) = (t - self.res.window_ms, t + self.res.window_ms);
+        match self.holds.back_mut() {
+            Some(h) if from <= h.1 => h.1 = h.1.max(until),
+            _ => self.holds.push_back((from, until)),
+        }
+    }
+
+    fn held(&mut self, t: f64) -> bool {
+        if t < self.res.start_full_ms {
+            return true;
+        }
+        while self.holds.front().is_some_and(|h| h.1 < t) {
+            self.holds.pop_front();
+        }
+        if !self.holds.front().is_some_and(|h| h.0 <= t) {
+            return false;
+        }
+        let hour = (t / HOUR_MS).floor() as i64;
+        if self.full.0 != hour {
+            self.full = (hour, 0);
+        }
+        if self.full.1 >= self.res.full_per_hour {
+            return false;
+        }
+        self.full.1 += 1;
+        true
+    }
+
+    fn decide(&mut self, t: f64, used: u64) {
+        if self.held(t) {
+            self.flush();
+            self.kept.push((t, used));
+            self.held_end = self.kept.len();
+            return;
+        }
+        let index = (t / self.res.bucket_ms).floor() as i64;
+        if self.bucket.is_some_and(|b| b.index != index) {
+            self.flush();
+        }
+        let b = self.bucket.get_or_insert(Bucket {
+            index,
+            first: (t, used),
+            lo: (t, used),
+            hi: (t, used),
+            last: (t, used),
+        });
+        if used < b.lo.1 {
+            b.lo = (t, used);
+        }
+        if used > b.hi.1 {
+            b.hi = (t, used);
+        }
+        b.last = (t, used);
+    }
+
+    fn flush(&mut self) {
+        let Some(b) = self.bucket.take() else { return };
+        let mut pts = [b.first, b.lo, b.hi, b.last];
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut last_t = f64::NAN;
+        for p in pts {
+            if p.0 != last_t {
+                self.keep(p.0, p.1);
+                last_t = p.0;
+            }
+        }
+    }
+
+    /// Append an envelope point; a third point of a flat run extends the run instead.
+    fn keep(&mut self, t: f64, used: u64) {
+        let n = self.kept.len();
+        if n >= self.held_end + 2 && self.kept[n - 1].1 == used && self.kept[n - 2].1 == used {
+            self.kept[n - 1].0 = t;
+            return;
+        }
+        self.kept.push((t, used));
+    }
+
+    /// Points held now (kept, undecided and the open bucket).
+    pub fn len(&self) -> usize {
+        self.kept.len() + self.recent.len() + if self.bucket.is_some() { 4 } else { 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The series, in time order.
+    pub fn finish(mut self) -> Vec<(f64, u64)> {
+        while let Some((t, u)) = self.recent.pop_front() {
+            self.decide(t, u);
+        }
+        self.flush();
+        let mut out = self.kept;
+        out.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    /// The default, without the full-resolution start.
+    const LATER: Resolution = Resolution {
+        window_ms: 5_000.0,
+        bucket_ms: 15_000.0,
+        change_min: 256 << 20,
+        full_per_hour: 6_000,
+        start_full_ms: 0.0,
+    };
+
+    /// 1 GiB (or `base`) with a 1 MiB wobble every other sample: nothing is flat.
+    fn wobble(base: u64, i: u64) -> u64 {
+        base + (i % 2) * MIB
+    }
+
+    #[test]
+    fn the_first_minutes_are_kept_as_taken() {
+        let mut b = SeriesBuilder::new(Resolution::default());
+        for i in 0..7_200 {
+            b.push(i as f64 * 100.0, 1 << 30);
+        }
+        let out = b.finish();
+        assert_eq!(out.iter().filter(|p| p.0 < 600_000.0).count(), 6_000);
+        assert!(out.iter().filter(|p| p.0 >= 600_000.0).count() < 10);
+    }
+
+    #[test]
+    fn a_flat_day_is_a_handful_of_points_and_the_peak_survives() {
+        let mut b = SeriesBuilder::new(LATER);
+        let spike_at = 12.0 * HOUR_MS;
+        let mut i: u64 = 0;
+        loop {
+            let t = i as f64 * 100.0;
+            if t >= 24.0 * HOUR_MS {
+                break;
+            }
+            let used = if t == spike_at {
+                3 << 30
+            } else {
+                wobble(1 << 30, i)
+            };
+            b.push(t, used);
+            i += 1;
+        }
+        let out = b.finish();
+        assert!(
+            out.len() <= 24 * LATER.bound_per_hour() / 10,
+            "{}",
+            out.len()
+        );
+        assert_eq!(out.iter().map(|p| p.1).max(), Some(3 << 30));
+        assert!(out.windows(2).all(|w| w[0].0 <= w[1].0));
+        // Around the spike (a large change, an event): every sample as taken.
+        let near = out
+            .iter()
+            .filter(|p| (p.0 - spike_at).abs() <= 4_000.0)
+            .count();
+        assert_eq!(near, 81, "samples within 4 s of the spike");
+    }
+
+    #[test]
+    fn the_full_resolution_budget_bounds_an_hour_of_events() {
+        let mut b = SeriesBuilder::new(LATER);
+        // A large change every second: events everywhere.
+        for i in 0..36_000u64 {
+            let base = if (i / 10).is_multiple_of(2) {
+                1 << 30
+            } else {
+                2 << 30
+            };
+            b.push(i as f64 * 100.0, wobble(base, i));
+        }
+        let out = b.finish();
+        let bound = LATER.bound_per_hour();
+        assert!(out.len() <= bound, "{} > {bound}", out.len());
+        assert!(out.len() >= LATER.full_per_hour, "{}", out.len());
+    }
+
+    #[test]
+    fn a_late_event_keeps_the_samples_before_it() {
+        let mut b = SeriesBuilder::new(LATER);
+        for i in 0..600u64 {
+            b.push(i as f64 * 100.0, wobble(1 << 30, i));
+        }
+        // A marker at 59 s, reported after the sample of 59.9 s: the samples still
+        // undecided (the last 5 s) and those up to 5 s after it are kept.
+        b.event(59_000.0);
+        for i in 600..1200u64 {
+            b.push(i as f64 * 100.0, wobble(1 << 30, i));
+        }
+        let out = b.finish();
+        let near = out
+            .iter()
+            .filter(|p| (54_900.0..=64_000.0).contains(&p.0))
+            .count();
+        assert_eq!(near, 92);
+    }
+}

@@ -1,0 +1,279 @@
+//! Every NVML call of a recording goes through a [`Lanes`]: one worker thread per device and
+//! kind of call (memory, process lists), each waited on with a deadline. A call that does not
+//! answer in time (a GPU in a bad state, a driver call stuck in D state: leptonai/gpud PR
+//! #117) leaves its worker blocked while the caller goes on with [`CallError::Hung`]; until
+//! that call returns, that lane answers `Hung` at once and the other lanes (other GPUs, the
+//! other kind) keep answering. So no NVML call ever runs on the caller's thread (the job's
+//! main loop, the sampler, the process thread), and a hung driver costs a gap on that GPU,
+//! never a hang of vramdoc. Workers are never joined: a worker still blocked when the
+//! recording ends is left behind (it exits when its call returns or the process does).
+
+use crate::gpu::{GpuError, GpuProcess, MemoryInfo, Monitor, ProcessKind};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How long a call may take before it counts as hung. Real drivers answer a memory query in
+/// ~12 µs and a process list in ~4.5 ms (MangoHud PR #2104); a second is far beyond both.
+pub const HUNG_AFTER: Duration = Duration::from_millis(1000);
+
+/// Prefix of the gap reason of a hung call (read by the `monitor-hang` rule).
+pub use crate::model::HUNG_GAP_PREFIX;
+
+/// Why a call through a lane gave no answer.
+#[derive(Debug, Error)]
+pub enum CallError {
+    /// The driver answered with an error.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// No answer within the deadline (or an earlier call on the lane is still blocked).
+    #[error("{prefix} no answer from NVML within {} ms (GPU in a bad state?)", .after.as_millis(), prefix = HUNG_GAP_PREFIX)]
+    Hung { after: Duration },
+    /// The lane's worker could not be started or is gone.
+    #[error("NVML worker thread unavailable")]
+    NoWorker,
+}
+
+impl CallError {
+    pub fn is_hung(&self) -> bool {
+        matches!(self, CallError::Hung { .. })
+    }
+}
+
+/// What a lane runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Memory,
+    Processes,
+}
+
+type Job = Box<dyn FnOnce(&dyn Monitor) + Send>;
+
+struct Lane {
+    tx: Sender<(Instant, Job)>,
+    /// When the call being run started (`None`: idle).
+    busy_since: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Lane {
+    fn start(monitor: Arc<dyn Monitor>, name: String) -> Option<Lane> {
+        let (tx, rx) = mpsc::channel::<(Instant, Job)>();
+        let busy_since: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let busy = busy_since.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                while let Ok((deadline, job)) = rx.recv() {
+                    // A request whose caller gave up while an earlier call hung is dropped.
+                    if Instant::now() > deadline {
+                        continue;
+                    }
+                    set(&busy, Some(Instant::now()));
+                    job(monitor.as_ref());
+                    set(&busy, None);
+                }
+            })
+            .ok()?;
+        Some(Lane { tx, busy_since })
+    }
+
+    /// Whether a call has been running for longer than `HUNG_AFTER`.
+    fn hung(&self, after: Duration) -> bool {
+        let since = *self.busy_since.lock().unwrap_or_else(|e| e.into_inner());
+        since.is_some_and(|s| s.elapsed() >= after)
+    }
+}
+
+fn set(m: &Mutex<Option<Instant>>, v: Option<Instant>) {
+    *m.lock().unwrap_or_else(|e| e.into_inner()) = v;
+}
+
+/// A pending answer.
+pub struct Pending<T> {
+    rx: Option<Receiver<Result<T, GpuError>>>,
+    deadline: Instant,
+    after: Duration,
+}
+
+impl<T> Pending<T> {
+    /// Wait for the answer until the deadline.
+    pub fn wait(self) -> Result<T, CallError> {
+        let Some(rx) = self.rx else {
+            return Err(CallError::Hung { after: self.after });
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(r) => r.map_err(CallError::from),
+            Err(RecvTimeoutError::Timeout) => Err(CallError::Hung { after: self.after }),
+            Err(RecvTimeoutError::Disconnected) => Err(CallError::NoWorker),
+        }
+    }
+}
+
+/// The NVML lanes of a recording (one per device and kind of call), created on first use.
+pub struct Lanes {
+    monitor: Arc<dyn Monitor>,
+    lanes: Mutex<BTreeMap<(u32, Kind), Arc<Lane>>>,
+    after: Duration,
+}
+
+impl Lanes {
+    pub fn new(monitor: Arc<dyn Monitor>) -> Lanes {
+        Lanes::with_deadline(monitor, HUNG_AFTER)
+    }
+
+    /// Lanes whose calls count as hung after `after`.
+    pub fn with_deadline(monitor: Arc<dyn Monitor>, after: Duration) -> Lanes {
+        Lanes {
+            monitor,
+            lanes: Mutex::default(),
+            after,
+        }
+    }
+
+    /// The monitor behind the lanes.
+    pub fn monitor(&self) -> &Arc<dyn Monitor> {
+        &self.monitor
+    }
+
+    fn lane(&self, device: u32, kind: Kind) -> Option<Arc<Lane>> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = lanes.get(&(device, kind)) {
+            return Some(l.clone());
+        }
+        let name = match kind {
+            Kind::Memory => format!("vramdoc-nvml-mem{device}"),
+            Kind::Processes => format!("vramdoc-nvml-proc{device}"),
+        };
+        let lane = Arc::new(Lane::start(self.monitor.clone(), name)?);
+        lanes.insert((device, kind), lane.clone());
+        Some(lane)
+    }
+
+    fn send<T: Send + 'static>(
+        &self,
+        device: u32,
+        kind: Kind,
+        call: impl FnOnce(&dyn Monitor) -> Result<T, GpuError> + Send + 'static,
+    ) -> Pending<T> {
+        let deadline = Instant::now() + self.after;
+        let hung = Pending {
+            rx: None,
+            deadline,
+            after: self.after,
+        };
+        let Some(lane) = self.lane(device, kind) else {
+            return hung;
+        };
+        if lane.hung(self.after) {
+            return hung;
+        }
+        let (tx, rx) = mpsc::channel();
+        let job: Job = Box::new(move |m: &dyn Monitor| {
+            let _ = tx.send(call(m));
+        });
+        if lane.tx.send((deadline, job)).is_err() {
+            return hung;
+        }
+        Pending {
+            rx: Some(rx),
+            deadline,
+            after: self.after,
+        }
+    }
+
+    /// Start a memory query of `device`.
+    pub fn memory(&self, device: u32) -> Pending<MemoryInfo> {
+        self.send(device, Kind::Memory, move |m| m.memory(device))
+    }
+
+    /// Start one process list of `device` (one NVML list call: compute, graphics or MPS).
+    pub fn process_list(&self, device: u32, kind: ProcessKind) -> Pending<Vec<GpuProcess>> {
+        self.send(device, Kind::Processes, move |m| {
+            m.process_list(device, kind)
+        })
+    }
+
+    /// Every list of `device` (compute, graphics and MPS) in one call.
+    pub fn processes(&self, device: u32) -> Pending<Vec<GpuProcess>> {
+        self.send(device, Kind::Processes, move |m| m.processes(device))
+    }
+
+    /// Used bytes of every device in `devices`, queried in parallel: one result per device.
+    pub fn memory_all(&self, devices: &[u32]) -> Vec<Result<MemoryInfo, CallError>> {
+        let pending: Vec<_> = devices.iter().map(|d| self.memory(*d)).collect();
+        pending.into_iter().map(Pending::wait).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{CallCounts, DeviceInfo, Result, Versions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A monitor whose device 1 blocks while `hang` is set.
+    struct Hanging {
+        hang: Arc<AtomicBool>,
+    }
+
+    impl Monitor for Hanging {
+        fn backend(&self) -> &'static str {
+            "test"
+        }
+        fn versions(&self) -> Result<Versions> {
+            Err(GpuError::NoDevice("test".into()))
+        }
+        fn devices(&self) -> Result<Vec<DeviceInfo>> {
+            Ok(Vec::new())
+        }
+        fn memory(&self, index: u32) -> Result<MemoryInfo> {
+            while index == 1 && self.hang.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(MemoryInfo {
+                total: 100,
+                reserved: 0,
+                used: index as u64,
+                free: 100 - index as u64,
+            })
+        }
+        fn processes(&self, _: u32) -> Result<Vec<GpuProcess>> {
+            Ok(Vec::new())
+        }
+        fn call_counts(&self) -> CallCounts {
+            CallCounts::default()
+        }
+    }
+
+    #[test]
+    fn a_hung_device_answers_hung_and_the_others_still_answer() {
+        let hang = Arc::new(AtomicBool::new(true));
+        let lanes = Lanes::with_deadline(
+            Arc::new(Hanging { hang: hang.clone() }),
+            Duration::from_millis(100),
+        );
+        let t = Instant::now();
+        let got = lanes.memory_all(&[0, 1, 2]);
+        assert!(
+            t.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(got[0].as_ref().unwrap().used, 0);
+        assert!(got[1].as_ref().unwrap_err().is_hung());
+        assert_eq!(got[2].as_ref().unwrap().used, 2);
+        // While the call stays blocked, the lane answers at once.
+        std::thread::sleep(Duration::from_millis(120));
+        let t = Instant::now();
+        assert!(lanes.memory(1).wait().unwrap_err().is_hung());
+        assert!(t.elapsed() < Duration::from_millis(50));
+        assert_eq!(lanes.memory(0).wait().unwrap().used, 0);
+        // Once the driver answers again, so does the lane.
+        hang.store(false, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(lanes.memory(1).wait().unwrap().used, 1);
+    }
+}

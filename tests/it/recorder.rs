@@ -1,0 +1,220 @@
+//! The recorder under a misbehaving driver and on long jobs: hung NVML calls, one bad GPU
+//! among good ones, processes in two lists, the observer's own cost. `vramdoc run` on shared
+//! simulated boxes, through the in-process simulator and through nvml-wrapper over the
+//! simulated libnvidia-ml.so.1.
+
+use crate::common;
+
+use common::poll::{eventually, SECS_10};
+use common::{fresh_box, on_box, sim_fault, simgpu_lib_dir, KillOnDrop};
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const GIB: u64 = 1 << 30;
+
+/// `vramdoc [--backend B] run --period 20ms --process-period 100ms --samples S --out R -- sleep 30`
+/// on the box `dir`, started in the background.
+fn run_sleeping(dir: &Path, backend: &str, samples: &Path, report: &Path) -> KillOnDrop {
+    let mut c = on_box(dir);
+    c.env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args([
+            "--backend",
+            backend,
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "100ms",
+        ])
+        .arg("--samples")
+        .arg(samples)
+        .arg("--out")
+        .arg(report)
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::piped());
+    KillOnDrop(c.spawn().expect("start vramdoc run"))
+}
+
+/// The stream's lines of type `kind`.
+fn lines_of(samples: &Path, kind: &str) -> Vec<Value> {
+    std::fs::read_to_string(samples)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["type"] == kind)
+        .collect()
+}
+
+/// Wait for the child to exit (at most `limit`); its exit code.
+fn wait_at_most(child: &mut KillOnDrop, limit: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s.code();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "vramdoc did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An NVML hang of GPU 1 in the middle of a run: SIGTERM is still forwarded, the report is
+/// still written, GPU 1 has a gap saying why and a `monitor-hang` finding, GPU 0's readings
+/// and the stream go on.
+fn an_nvml_hang_gives_a_report_with_a_gap(backend: &str) {
+    let boxdir = fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let (samples, report) = (tmp.path().join("s.jsonl"), tmp.path().join("r.json"));
+    let mut child = run_sleeping(boxdir.path(), backend, &samples, &report);
+    eventually(SECS_10, "the job's sleep in the stream", || {
+        std::fs::read_to_string(&samples).is_ok_and(|t| t.contains("\"name\":\"sleep\""))
+    });
+    sim_fault(
+        boxdir.path(),
+        &["--nvml-hang", "--device", "1", "--hang-limit", "60s"],
+    );
+    let hung_from = lines_of(&samples, "memory").len();
+    // Stream lines keep coming with GPU 0 read and GPU 1 empty.
+    eventually(SECS_10, "memory lines with GPU 1 empty", || {
+        lines_of(&samples, "memory")[hung_from..]
+            .iter()
+            .filter(|m| m["used"][1].is_null() && m["used"][0].is_u64())
+            .count()
+            >= 10
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let code = wait_at_most(&mut child, Duration::from_secs(20));
+    sim_fault(boxdir.path(), &["--clear"]);
+    assert_eq!(code, Some(128 + libc::SIGTERM), "the job's status");
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).expect("report written"))
+        .expect("report JSON");
+    let gaps = r["run"]["timeline"]["gaps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let hung: Vec<&Value> = gaps
+        .iter()
+        .filter(|g| g["reason"].as_str().is_some_and(|s| s.starts_with("hung:")))
+        .collect();
+    assert!(!hung.is_empty(), "no hung gap: {gaps:?}");
+    assert!(hung.iter().all(|g| g["device"] == 1), "{hung:?}");
+    let ids: Vec<&str> = r["run"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"monitor-hang"), "{ids:?}");
+    // GPU 0 kept its readings up to the end.
+    let gap_start = hung[0]["start_ms"].as_f64().unwrap();
+    let gpu0 = r["run"]["timeline"]["devices"][0]["samples"]
+        .as_array()
+        .unwrap();
+    let after = gpu0
+        .iter()
+        .filter(|s| s[0].as_f64().unwrap() > gap_start + 500.0)
+        .count();
+    assert!(after >= 10, "{after} GPU 0 samples after the hang began");
+}
+
+#[test]
+fn an_nvml_hang_gives_a_report_with_a_gap_in_process() {
+    an_nvml_hang_gives_a_report_with_a_gap("sim");
+}
+
+#[test]
+fn an_nvml_hang_gives_a_report_with_a_gap_over_nvml() {
+    an_nvml_hang_gives_a_report_with_a_gap("real");
+}
+
+/// A lost GPU or one vramdoc may not read: a gap on that GPU only, the other GPU's readings
+/// and the stream intact.
+mod one_bad_gpu_leaves_the_others_intact {
+    use super::*;
+
+    fn case(fault: &[&str]) {
+        let boxdir = fresh_box("2x16GiB");
+        let tmp = tempfile::tempdir().unwrap();
+        let (samples, report) = (tmp.path().join("s.jsonl"), tmp.path().join("r.json"));
+        let mut child = run_sleeping(boxdir.path(), "sim", &samples, &report);
+        eventually(SECS_10, "the job's sleep in the stream", || {
+            std::fs::read_to_string(&samples).is_ok_and(|t| t.contains("\"name\":\"sleep\""))
+        });
+        let holder =
+            common::hold::Holder::start(boxdir.path(), &[], &["--device", "0", "--size", "1GiB"]);
+        sim_fault(boxdir.path(), fault);
+        eventually(SECS_10, "GPU 0 read while GPU 1 is not", || {
+            lines_of(&samples, "memory")
+                .iter()
+                .filter(|m| m["used"][1].is_null() && m["used"][0].as_u64() >= Some(GIB))
+                .count()
+                >= 5
+        });
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        wait_at_most(&mut child, Duration::from_secs(20));
+        drop(holder);
+        let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let gaps = r["run"]["timeline"]["gaps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(gaps.iter().any(|g| g["device"] == 1), "{gaps:?}");
+        assert!(!gaps.iter().any(|g| g["device"] == 0), "{gaps:?}");
+        let peak0 = r["run"]["timeline"]["devices"][0]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s[1].as_u64())
+            .max();
+        assert!(peak0 >= Some(GIB), "GPU 0's holder: {peak0:?}");
+    }
+
+    #[test]
+    fn lost() {
+        case(&["--lose-device", "1"]);
+    }
+
+    #[test]
+    fn no_permission() {
+        case(&["--no-permission", "1"]);
+    }
+}
+
+/// A `C+G` process (in the compute and the graphics list, with the same memory) counts once
+/// in the job's totals.
+#[test]
+fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
+    let boxdir = fresh_box("1x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("r.json");
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let o = on_box(boxdir.path())
+        .args([
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "100ms",
+            "--out",
+        ])
+        .arg(&report)
+        .args(["--", exe, "sim", "hold", "--device", "0", "--size", "2GiB"])
+        .args(["--also-graphics", "--duration", "1500ms"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let peak = r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap();
+    assert!(
+        (2 * GIB..3 * GIB).contains(&peak),
+        "the job's peak on GPU 0 is {peak} bytes for one 2 GiB C+G holder"
+    );
+}
