@@ -80,6 +80,8 @@ pub struct SeriesBuilder {
     held_end: usize,
     /// Samples pushed.
     pub pushed: u64,
+    /// The highest value pushed (a live status's peak so far).
+    pub peak: u64,
 }
 
 impl SeriesBuilder {
@@ -94,6 +96,7 @@ impl SeriesBuilder {
             prev: None,
             held_end: 0,
             pushed: 0,
+            peak: 0,
         }
     }
 
@@ -116,6 +119,7 @@ impl SeriesBuilder {
     /// readings); they are put in place.
     pub fn push(&mut self, t: f64, used: u64) {
         self.pushed += 1;
+        self.peak = self.peak.max(used);
         if self.unbounded_mode() {
             self.kept.push((t, used));
             return;

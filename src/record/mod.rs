@@ -564,18 +564,18 @@ impl Recorder {
             .collect()
     }
 
-    /// Peak used bytes per device (device order) over the readings kept since the
-    /// `from`-th (process rounds and markers), and how many there are now: a live status
-    /// keeps the running peak and asks only for what is new.
+    /// Peak used bytes per device (device order) so far, and how many readings there are
+    /// now: a live status keeps the running peak and redraws only when there is something
+    /// new (`from` is the count it saw last).
     pub fn peaks_since(&self, from: usize) -> (Vec<u64>, usize) {
-        let s = lock(&self.shared);
-        let mut peaks = vec![0; self.devices.len()];
-        for (_, used) in s.points.iter().skip(from) {
-            for (p, u) in peaks.iter_mut().zip(used) {
-                *p = (*p).max(*u);
-            }
+        let series = lock(&self.shared).series.clone();
+        let series = lock_series(&series);
+        let seen: u64 = series.iter().map(|b| b.pushed).sum();
+        let seen = usize::try_from(seen).unwrap_or(usize::MAX);
+        if seen <= from {
+            return (vec![0; self.devices.len()], seen);
         }
-        (peaks, s.points.len())
+        (series.iter().map(|b| b.peak).collect(), seen)
     }
 
     /// Stop every thread and return the recording.

@@ -340,7 +340,10 @@ pub fn recording(src: &Source) -> Recording {
                 cuda_visible_devices: None,
                 cuda_device_order: None,
                 nvidia_visible_devices: None,
+                pytorch_cuda_alloc_conf: None,
                 in_tree: src.tree.contains(&pid),
+                ppid: None,
+                cmdline: None,
             })
             .collect(),
         errors: src

@@ -152,6 +152,7 @@ mod tests {
             cuda_visible_devices: None,
             cuda_device_order: None,
             nvidia_visible_devices: None,
+            pytorch_cuda_alloc_conf: None,
             in_tree: true,
             ppid: Some(ppid),
             cmdline: Some(cmd.into()),
