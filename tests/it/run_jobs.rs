@@ -221,11 +221,12 @@ fn a_child_outliving_the_command_is_reported_and_kill_after_ends_it() {
 #[test]
 fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
     let b = CliBox::new("2x16GiB", &[]);
-    let daemon: u64 = std::fs::read_to_string(b.dir.join("runtime.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The runtime daemon writes its PID file once it is up (`sim init` does not wait).
+    let daemon: u64 = eventually(SECS_10, "the runtime daemon's PID file", || {
+        std::fs::read_to_string(b.dir.join("runtime.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    });
     let tmp = tempfile::tempdir().unwrap();
     for (name, prefix) in [
         ("env", &[][..]),
