@@ -6,7 +6,8 @@
 
 use crate::cli::WhatifArgs;
 use crate::exit::UsageError;
-use crate::repro::whatif::{self, BoxOutcome};
+use crate::model::BoxOutcome;
+use crate::repro::whatif;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::VecDeque;
