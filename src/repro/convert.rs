@@ -184,7 +184,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
         let at_start: u64 = others
             .iter()
             .map(|(_, s)| other_level(s, t0, first_round, process_period_ms))
-            .sum();
+            .fold(0u64, u64::saturating_add);
         let unattributed = d.samples[0].1.saturating_sub(at_start);
         let series: Vec<(f64, u64)> = d
             .samples
@@ -193,7 +193,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
                 let o: u64 = others
                     .iter()
                     .map(|(_, s)| other_level(s, t, first_round, process_period_ms))
-                    .sum();
+                    .fold(0u64, u64::saturating_add);
                 (t, used.saturating_sub(unattributed.saturating_add(o)))
             })
             .collect();
@@ -288,7 +288,7 @@ impl Builder {
     fn level_step(&mut self, dev: usize, total: u64, target: u64, quantum: u64) {
         let held = self.held[dev];
         let d = dev as u32;
-        if target >= held + quantum {
+        if target >= held.saturating_add(quantum) {
             let delta = target - held;
             self.next_tag += 1;
             let tag = format!("a{}", self.next_tag);
@@ -329,14 +329,14 @@ impl Builder {
             }
             self.live[dev].push((tag, delta));
             self.held[dev] = target;
-        } else if held >= target + quantum {
+        } else if held >= target.saturating_add(quantum) {
             let want = held - target;
             let mut freed = 0u64;
             while freed < want {
                 let Some((tag, bytes)) = self.live[dev].pop() else {
                     break;
                 };
-                freed += bytes;
+                freed = freed.saturating_add(bytes);
                 let id = format!("s{}", self.steps.len() + 1);
                 let label = format!("{}: -{} on GPU {d}", self.phase, format_bytes(bytes));
                 self.push(id, label, Op::Free { tag });
@@ -563,7 +563,7 @@ pub fn convert(
         let tol = PEAK_STEP_MIN.max(d.total / 50);
         // Whole MiB, outward.
         let min = peak.saturating_sub(tol) / MIB * MIB;
-        let max = peak.saturating_add(tol).div_ceil(MIB) * MIB;
+        let max = peak.saturating_add(tol).div_ceil(MIB).saturating_mul(MIB);
         expect.push(Expectation::Peak {
             device: i as u32,
             min: Some(size_text(min)),

@@ -324,3 +324,55 @@ fn the_recorded_box_is_named_by_presets_or_sizes() {
             .contains("a.toml")
     );
 }
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn line(kind: u8, t: u32, a: u64, b: u64, pid: u8) -> String {
+        match kind % 5 {
+            0 => format!("{{\"type\":\"memory\",\"t_ms\":{t},\"used\":[{a},{b}]}}"),
+            1 => format!(
+                "{{\"type\":\"process\",\"t_ms\":{t},\"device\":{},\"pid\":{pid},\"used\":{a},\"tree\":{}}}",
+                b % 3,
+                pid % 2 == 0
+            ),
+            2 => format!("{{\"type\":\"marker\",\"t_ms\":{t},\"kind\":\"release\",\"label\":\"r {a}\"}}"),
+            3 => format!(
+                "{{\"type\":\"error\",\"t_ms\":{t},\"kind\":\"cuda-oom\",\"device\":{},\"requested\":{b}}}",
+                a % 4
+            ),
+            _ => format!("{{\"type\":\"exit\",\"t_ms\":{t},\"pid\":{pid}}}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Any stream of well-formed lines with any numbers (huge sizes, times out of order,
+        /// unknown devices) converts or fails with an error, and what converts parses.
+        #[test]
+        fn any_stream_converts_or_errs(
+            lines in proptest::collection::vec(
+                (any::<u8>(), 0u32..100_000, prop_oneof![any::<u64>(), 0u64..(64 * GIB)],
+                 prop_oneof![any::<u64>(), 0u64..(64 * GIB)], any::<u8>()),
+                0..120,
+            ),
+            cut in any::<bool>(),
+        ) {
+            let header = r#"{"type":"header","version":1,"devices":[{"index":0,"name":"x","total":17179869184},{"index":1,"name":"y","total":0}],"period_us":1000,"process_period_us":10000}"#;
+            let mut text = format!("{header}\n");
+            for (k, t, a, b, pid) in &lines {
+                text.push_str(&line(*k, *t, *a, *b, *pid));
+                text.push('\n');
+            }
+            if cut {
+                text.push_str("{\"type\":\"mem");
+            }
+            let src = from_samples(&text, "p.jsonl").unwrap();
+            if let Ok(c) = convert_source(&src, spec_of) {
+                prop_assert!(c.scenario.steps.len() <= MAX_STEPS);
+                prop_assert!(c.toml.len() as u64 <= crate::input::MAX_SCENARIO_BYTES);
+            }
+        }
+    }
+}

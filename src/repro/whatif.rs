@@ -68,7 +68,13 @@ impl BoxOutcome {
     }
 
     fn memory(&self) -> (u64, usize) {
-        (self.gpus.iter().map(|g| g.total).sum(), self.gpus.len())
+        (
+            self.gpus
+                .iter()
+                .map(|g| g.total)
+                .fold(0u64, u64::saturating_add),
+            self.gpus.len(),
+        )
     }
 }
 
