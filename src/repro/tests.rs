@@ -335,7 +335,7 @@ mod never_panics {
             1 => format!(
                 "{{\"type\":\"process\",\"t_ms\":{t},\"device\":{},\"pid\":{pid},\"used\":{a},\"tree\":{}}}",
                 b % 3,
-                pid % 2 == 0
+                pid.is_multiple_of(2)
             ),
             2 => format!("{{\"type\":\"marker\",\"t_ms\":{t},\"kind\":\"release\",\"label\":\"r {a}\"}}"),
             3 => format!(
