@@ -56,8 +56,8 @@ fn vramdoc_spec_check(spec: &str) -> Result<()> {
 /// Replay the bug variant on one fresh box.
 fn one_box(exe: &Path, scenario: &str, spec: &str) -> BoxOutcome {
     let out = Command::new(exe)
-        .args(["--sim", spec, "--backend", "sim", "replay", scenario])
-        .args(["--variant", "bug", "--json", "--force"])
+        .args(["--sim", spec, "--backend", "sim", "replay"])
+        .args(["--variant", "bug", "--json", "--force", "--", scenario])
         .env_remove("VRAMDOC_SIM_DIR")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stdin(Stdio::null())
