@@ -184,6 +184,43 @@ fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
 }
 
 #[test]
+fn a_vllm_budget_counting_the_context_is_a_claim_where_a_context_is_within_a_step() {
+    use super::convert::convert;
+    let one = |total: u64| {
+        let ctx = 448 * MIB;
+        let claimed = (0.9 * total as f64) as u64; // context included, as vLLM counts
+        let src = Source {
+            devices: vec![SourceDevice {
+                index: 0,
+                name: "x".into(),
+                total,
+            }],
+            series: vec![DeviceSeries {
+                device: 0,
+                total,
+                samples: vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)],
+            }],
+            processes: vec![ProcessSample {
+                t_ms: 100.0,
+                device: 0,
+                pid: JOB,
+                used: Some(ctx),
+            }],
+            tree: [JOB].into_iter().collect(),
+            ..Source::default()
+        };
+        let (s, _) = convert(&src, 0.0, None).unwrap();
+        s.steps
+            .iter()
+            .any(|st| matches!(st.op, Op::ClaimUtilization { fraction, .. } if (fraction - 0.9).abs() < 1e-9))
+    };
+    // 80 GiB: a context (448 MiB) is within one step (1.6 GiB).
+    assert!(one(80 * GIB));
+    // 16 GiB: it is not (one step: 327 MiB): exact bytes instead.
+    assert!(!one(16 * GIB));
+}
+
+#[test]
 fn a_long_noisy_recording_is_coalesced_under_the_cap_keeping_the_big_steps() {
     let total = 24 * GIB;
     let mut samples = Vec::new();
