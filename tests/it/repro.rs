@@ -491,3 +491,24 @@ mod bad_input {
         assert_eq!(run["verdict"], "reproduced", "{}\n{run:#}", stderr(&o));
     }
 }
+
+/// `--scenario-out` is checked with the other outputs, before the command starts: an
+/// existing file without `--force` is vramdoc's own failure (125) and nothing runs.
+#[test]
+fn an_existing_scenario_out_is_refused_before_the_command_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("repro.toml");
+    std::fs::write(&out, "keep me").unwrap();
+    let ran = tmp.path().join("ran");
+    let o = vramdoc()
+        .args(["--sim", "16GiB", "run", "--scenario-out"])
+        .arg(&out)
+        .args(["--", "touch"])
+        .arg(&ran)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("repro.toml"), "{}", stderr(&o));
+    assert!(!ran.exists(), "the command ran");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+}
