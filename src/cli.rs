@@ -38,7 +38,8 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct GlobalArgs {
     /// Run on a fresh private simulated box, e.g. `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`
-    /// (see `vramdoc sim presets`)
+    /// (see `vramdoc sim presets`); for `replay`, `recorded` is the box a converted scenario
+    /// was recorded on (docs/repro.md)
     #[arg(long, global = true, value_name = "SPEC")]
     pub sim: Option<String>,
 

@@ -47,7 +47,8 @@ fn real_monitor() -> Result<NvmlMonitor> {
 }
 
 /// The box spec that stands for recorded GPUs, given as (product name, total bytes): a
-/// preset where one has that name and total, else a generic card of that size (`16GiB`).
+/// preset where one has that name and a total within 1 % (drivers differ by a few MiB),
+/// else a generic card of that size (`16GiB`).
 /// Scenarios converted from recordings carry it (`recorded_on`); `--sim recorded` builds it.
 pub fn recorded_box_spec(devices: &[(String, u64)]) -> Option<String> {
     use vramdoc_gpu_spec::units::{GIB, MIB};
@@ -56,7 +57,7 @@ pub fn recorded_box_spec(devices: &[(String, u64)]) -> Option<String> {
         .map(|(name, total)| {
             match vramdoc_sim::spec::PRESETS
                 .iter()
-                .find(|p| p.name == name && p.total == *total)
+                .find(|p| p.name == name && p.total.abs_diff(*total) <= p.total / 100)
             {
                 Some(p) => p.key.to_string(),
                 None if total % GIB == 0 => format!("{}GiB", total / GIB),

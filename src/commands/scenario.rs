@@ -108,6 +108,13 @@ pub fn resolve_sim(global: &GlobalArgs, scenarios: &[String]) -> Result<GlobalAr
     if global.sim.as_deref() != Some("recorded") {
         return Ok(global.clone());
     }
+    if scenarios.is_empty() || scenarios.iter().any(|a| a == "all") {
+        anyhow::bail!(UsageError(
+            "--sim recorded needs scenario files made by `vramdoc scenario from` (built-in \
+             scenarios were not recorded); give a box instead, e.g. --sim 2x24GiB"
+                .into()
+        ));
+    }
     let mut recorded = Vec::new();
     for arg in scenarios {
         let s = super::replay::load(arg)?;

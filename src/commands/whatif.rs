@@ -6,7 +6,8 @@
 
 use crate::cli::WhatifArgs;
 use crate::exit::UsageError;
-use crate::repro::whatif::{self, BoxOutcome};
+use crate::model::BoxOutcome;
+use crate::repro::whatif;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::VecDeque;
@@ -55,8 +56,8 @@ fn vramdoc_spec_check(spec: &str) -> Result<()> {
 /// Replay the bug variant on one fresh box.
 fn one_box(exe: &Path, scenario: &str, spec: &str) -> BoxOutcome {
     let out = Command::new(exe)
-        .args(["--sim", spec, "--backend", "sim", "replay", scenario])
-        .args(["--variant", "bug", "--json", "--force"])
+        .args(["--sim", spec, "--backend", "sim", "replay"])
+        .args(["--variant", "bug", "--json", "--force", "--", scenario])
         .env_remove("VRAMDOC_SIM_DIR")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stdin(Stdio::null())

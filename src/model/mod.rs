@@ -12,6 +12,7 @@ pub mod replay;
 pub mod run;
 pub mod scan;
 pub mod timeline;
+pub mod whatif;
 
 pub use header::{command_line, command_line_from, now_unix_ms};
 pub use kinds::{
@@ -21,6 +22,7 @@ pub use replay::*;
 pub use run::*;
 pub use scan::*;
 pub use timeline::*;
+pub use whatif::*;
 
 use crate::gpu::{DeviceInfo, Versions};
 use schemars::JsonSchema;

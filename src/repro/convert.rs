@@ -184,7 +184,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
         let at_start: u64 = others
             .iter()
             .map(|(_, s)| other_level(s, t0, first_round, process_period_ms))
-            .sum();
+            .fold(0u64, u64::saturating_add);
         let unattributed = d.samples[0].1.saturating_sub(at_start);
         let series: Vec<(f64, u64)> = d
             .samples
@@ -193,7 +193,7 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
                 let o: u64 = others
                     .iter()
                     .map(|(_, s)| other_level(s, t, first_round, process_period_ms))
-                    .sum();
+                    .fold(0u64, u64::saturating_add);
                 (t, used.saturating_sub(unattributed.saturating_add(o)))
             })
             .collect();
@@ -273,6 +273,8 @@ struct Builder {
     live: Vec<Vec<(String, u64)>>,
     next_tag: usize,
     phase: String,
+    /// What one context costs.
+    context: u64,
 }
 
 impl Builder {
@@ -288,20 +290,16 @@ impl Builder {
     fn level_step(&mut self, dev: usize, total: u64, target: u64, quantum: u64) {
         let held = self.held[dev];
         let d = dev as u32;
-        if target >= held + quantum {
+        if target >= held.saturating_add(quantum) {
             let delta = target - held;
             self.next_tag += 1;
             let tag = format!("a{}", self.next_tag);
             let id = format!("s{}", self.steps.len() + 1);
             // vLLM-style claim: one rise of 20 %+ to a round share of the GPU.
-            // The share of the GPU the job's allocations reach (`claim_utilization` claims the
-            // fraction minus what the worker already holds; its context is not counted).
-            let share = target as f64 / total.max(1) as f64;
-            let round = (share * 20.0).round() / 20.0;
-            let near = ((share - round).abs() * total as f64) <= quantum.max(total / 200) as f64;
             let one_claim =
                 delta as f64 >= 0.2 * total as f64 && delta as f64 >= 0.6 * target as f64;
-            if one_claim && (0.5..=0.95).contains(&round) && near {
+            let round = claim_share(target, self.context, total, quantum);
+            if let (true, Some(round)) = (one_claim, round) {
                 let label = format!("{}: claim {:.0}% of GPU {d}", self.phase, round * 100.0);
                 self.push(
                     id,
@@ -329,14 +327,14 @@ impl Builder {
             }
             self.live[dev].push((tag, delta));
             self.held[dev] = target;
-        } else if held >= target + quantum {
+        } else if held >= target.saturating_add(quantum) {
             let want = held - target;
             let mut freed = 0u64;
             while freed < want {
                 let Some((tag, bytes)) = self.live[dev].pop() else {
                     break;
                 };
-                freed += bytes;
+                freed = freed.saturating_add(bytes);
                 let id = format!("s{}", self.steps.len() + 1);
                 let label = format!("{}: -{} on GPU {d}", self.phase, format_bytes(bytes));
                 self.push(id, label, Op::Free { tag });
@@ -366,6 +364,28 @@ fn phase_markers(src: &Source, t_end: f64) -> Vec<(f64, &crate::model::Marker)> 
         .map(|m| ((m.t_ms - lag).max(0.0), m))
         .filter(|(t, _)| *t <= t_end)
         .collect()
+}
+
+/// The round share (a multiple of 5 % from 50 % to 95 %) a level of `target` allocated bytes
+/// stands for on a GPU of `total`, when it is one: `claim_utilization` claims that fraction
+/// minus what the worker already allocated, so the worker's allocations reach it. vLLM's
+/// budget also counts the process's context: a level whose allocations plus context are the
+/// round share is one too where a context is within one step of the timeline rules (the
+/// replay then holds one context more, inside the peak's tolerance).
+fn claim_share(target: u64, context: u64, total: u64, quantum: u64) -> Option<f64> {
+    let t = total.max(1) as f64;
+    let near = |bytes: u64| {
+        let share = bytes as f64 / t;
+        let round = (share * 20.0).round() / 20.0;
+        let close = (share - round).abs() * t <= quantum.max(total / 200) as f64;
+        (close && (0.5..=0.95).contains(&round)).then_some(round)
+    };
+    let step = PEAK_STEP_MIN.max(total / 50);
+    near(target).or_else(|| {
+        (context.saturating_add(quantum) <= step)
+            .then(|| near(target.saturating_add(context)))
+            .flatten()
+    })
 }
 
 /// The first out-of-memory error, else none.
@@ -416,6 +436,7 @@ fn steps_at(
         live: vec![Vec::new(); n],
         next_tag: 0,
         phase: "start".into(),
+        context: pic.context,
     };
     // Marker step id by marker index, for expectations.
     let mut marker_ids = BTreeMap::new();
@@ -516,6 +537,7 @@ pub fn convert(
             live: vec![Vec::new(); pic.devs.len()],
             next_tag: 100_000,
             phase: "before the failure".into(),
+            context: pic.context,
         };
         if target > b.held[dev] {
             b.level_step(dev, total, target, MIB);
@@ -563,7 +585,7 @@ pub fn convert(
         let tol = PEAK_STEP_MIN.max(d.total / 50);
         // Whole MiB, outward.
         let min = peak.saturating_sub(tol) / MIB * MIB;
-        let max = peak.saturating_add(tol).div_ceil(MIB) * MIB;
+        let max = peak.saturating_add(tol).div_ceil(MIB).saturating_mul(MIB);
         expect.push(Expectation::Peak {
             device: i as u32,
             min: Some(size_text(min)),

@@ -71,8 +71,10 @@ pub fn convert_source(
     ];
     if summary.coalesced {
         header.push(format!(
-            "Coalesced: {} steps became {} (at most {MAX_STEPS}).",
-            summary.steps_before, summary.steps
+            "Coalesced: {} steps became {} (at most {MAX_STEPS}); changes under {} merged.",
+            summary.steps_before,
+            summary.steps,
+            crate::units::format_bytes(summary.quantum)
         ));
     }
     if summary.truncated {

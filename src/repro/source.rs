@@ -174,6 +174,10 @@ enum Line {
     Other,
 }
 
+/// Most bytes a reading may say (1 PiB): a stream is untrusted input, and sums of many
+/// readings must not overflow.
+const MAX_READING: u64 = 1 << 50;
+
 /// The highest stream version this reader knows (record::stream::STREAM_VERSION).
 const STREAM_VERSION: u32 = 1;
 
@@ -225,21 +229,22 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     ));
                 }
                 for d in devices {
+                    let total = d.total.min(MAX_READING);
                     src.series.push(DeviceSeries {
                         device: d.index,
-                        total: d.total,
+                        total,
                         samples: Vec::new(),
                     });
                     src.devices.push(SourceDevice {
                         index: d.index,
                         name: d.name,
-                        total: d.total,
+                        total,
                     });
                 }
             }
             Line::Memory { t_ms, used } => {
                 for (s, u) in src.series.iter_mut().zip(used) {
-                    s.samples.push((t_ms, u));
+                    s.samples.push((t_ms, u.min(MAX_READING)));
                 }
             }
             Line::Process {
@@ -256,7 +261,7 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     t_ms,
                     device,
                     pid,
-                    used,
+                    used: used.map(|u| u.min(MAX_READING)),
                 });
             }
             Line::Start { pid } => {
@@ -277,7 +282,7 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 t_ms,
                 out_of_memory: kind.is_out_of_memory(),
                 device,
-                requested,
+                requested: requested.map(|r| r.min(MAX_READING)),
             }),
             Line::End { t_ms } => {
                 src.truncated = false;

@@ -184,6 +184,43 @@ fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
 }
 
 #[test]
+fn a_vllm_budget_counting_the_context_is_a_claim_where_a_context_is_within_a_step() {
+    use super::convert::convert;
+    let one = |total: u64| {
+        let ctx = 448 * MIB;
+        let claimed = (0.9 * total as f64) as u64; // context included, as vLLM counts
+        let src = Source {
+            devices: vec![SourceDevice {
+                index: 0,
+                name: "x".into(),
+                total,
+            }],
+            series: vec![DeviceSeries {
+                device: 0,
+                total,
+                samples: vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)],
+            }],
+            processes: vec![ProcessSample {
+                t_ms: 100.0,
+                device: 0,
+                pid: JOB,
+                used: Some(ctx),
+            }],
+            tree: [JOB].into_iter().collect(),
+            ..Source::default()
+        };
+        let (s, _) = convert(&src, 0.0, None).unwrap();
+        s.steps
+            .iter()
+            .any(|st| matches!(st.op, Op::ClaimUtilization { fraction, .. } if (fraction - 0.9).abs() < 1e-9))
+    };
+    // 80 GiB: a context (448 MiB) is within one step (1.6 GiB).
+    assert!(one(80 * GIB));
+    // 16 GiB: it is not (one step: 327 MiB): exact bytes instead.
+    assert!(!one(16 * GIB));
+}
+
+#[test]
 fn a_long_noisy_recording_is_coalesced_under_the_cap_keeping_the_big_steps() {
     let total = 24 * GIB;
     let mut samples = Vec::new();
@@ -323,4 +360,56 @@ fn the_recorded_box_is_named_by_presets_or_sizes() {
             .to_string()
             .contains("a.toml")
     );
+}
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn line(kind: u8, t: u32, a: u64, b: u64, pid: u8) -> String {
+        match kind % 5 {
+            0 => format!("{{\"type\":\"memory\",\"t_ms\":{t},\"used\":[{a},{b}]}}"),
+            1 => format!(
+                "{{\"type\":\"process\",\"t_ms\":{t},\"device\":{},\"pid\":{pid},\"used\":{a},\"tree\":{}}}",
+                b % 3,
+                pid.is_multiple_of(2)
+            ),
+            2 => format!("{{\"type\":\"marker\",\"t_ms\":{t},\"kind\":\"release\",\"label\":\"r {a}\"}}"),
+            3 => format!(
+                "{{\"type\":\"error\",\"t_ms\":{t},\"kind\":\"cuda-oom\",\"device\":{},\"requested\":{b}}}",
+                a % 4
+            ),
+            _ => format!("{{\"type\":\"exit\",\"t_ms\":{t},\"pid\":{pid}}}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Any stream of well-formed lines with any numbers (huge sizes, times out of order,
+        /// unknown devices) converts or fails with an error, and what converts parses.
+        #[test]
+        fn any_stream_converts_or_errs(
+            lines in proptest::collection::vec(
+                (any::<u8>(), 0u32..100_000, prop_oneof![any::<u64>(), 0u64..(64 * GIB)],
+                 prop_oneof![any::<u64>(), 0u64..(64 * GIB)], any::<u8>()),
+                0..120,
+            ),
+            cut in any::<bool>(),
+        ) {
+            let header = r#"{"type":"header","version":1,"devices":[{"index":0,"name":"x","total":17179869184},{"index":1,"name":"y","total":0}],"period_us":1000,"process_period_us":10000}"#;
+            let mut text = format!("{header}\n");
+            for (k, t, a, b, pid) in &lines {
+                text.push_str(&line(*k, *t, *a, *b, *pid));
+                text.push('\n');
+            }
+            if cut {
+                text.push_str("{\"type\":\"mem");
+            }
+            let src = from_samples(&text, "p.jsonl").unwrap();
+            if let Ok(c) = convert_source(&src, spec_of) {
+                prop_assert!(c.scenario.steps.len() <= MAX_STEPS);
+                prop_assert!(c.toml.len() as u64 <= crate::input::MAX_SCENARIO_BYTES);
+            }
+        }
+    }
 }

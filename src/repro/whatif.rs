@@ -1,50 +1,9 @@
 //! What-if: the outcome of a scenario's `bug` variant replayed on each of several simulated
 //! boxes (does the failure reproduce, does the workload fit, the peak and headroom of each
-//! GPU), and the smallest box it fits on. Pure: `vramdoc whatif` runs the replays.
+//! GPU; the model's `WhatIf`), and the smallest box it fits on. Pure: `vramdoc whatif` runs
+//! the replays.
 
-use crate::model::{Report, StepStatus, Verdict};
-use serde::Serialize;
-
-/// One GPU of a box after the replay.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuOutcome {
-    pub index: u32,
-    pub name: String,
-    pub total: u64,
-    /// Peak used bytes while the variant ran (every process).
-    pub peak: u64,
-    /// Free bytes at that peak (`total - reserved - peak`).
-    pub headroom: u64,
-}
-
-/// One box.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BoxOutcome {
-    /// The box spec (`t4`, `2xh100`).
-    pub spec: String,
-    /// `reproduced`, `unexpected`, `skipped`, or `failed` (the replay did not run).
-    pub verdict: String,
-    /// The bug variant's expectations (the recorded OOM, peaks, fingerprint) all held.
-    pub reproduces: bool,
-    /// Every step ran, the recorded failed allocation included.
-    pub fits: bool,
-    /// The step that ran out of memory, when one did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed_step: Option<String>,
-    /// Why it was skipped or did not run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    pub gpus: Vec<GpuOutcome>,
-}
-
-/// Every box, and the smallest that fits.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WhatIf {
-    pub scenario: String,
-    pub boxes: Vec<BoxOutcome>,
-    /// The fitting box with the least memory in total (fewest GPUs on a tie).
-    pub smallest_fit: Option<String>,
-}
+use crate::model::{BoxOutcome, GpuOutcome, Report, StepStatus, Verdict, WhatIf};
 
 impl BoxOutcome {
     /// A box whose replay did not produce a report.
@@ -109,7 +68,13 @@ impl BoxOutcome {
     }
 
     fn memory(&self) -> (u64, usize) {
-        (self.gpus.iter().map(|g| g.total).sum(), self.gpus.len())
+        (
+            self.gpus
+                .iter()
+                .map(|g| g.total)
+                .fold(0u64, u64::saturating_add),
+            self.gpus.len(),
+        )
     }
 }
 

@@ -16,12 +16,15 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The cadence the Python shapes are recorded at.
+const CADENCE: [&str; 4] = ["--period", "20ms", "--process-period", "100ms"];
+
 /// `vramdoc run` on the box `dir` (crates/simgpu on LD_LIBRARY_PATH) with `extra` flags.
 fn record(dir: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Output {
     vramdoc()
         .env("VRAMDOC_SIM_DIR", dir)
         .env("LD_LIBRARY_PATH", simgpu_lib_dir())
-        .args(["run", "--period", "20ms", "--process-period", "100ms"])
+        .arg("run")
         .arg("--out")
         .arg(out.join("run.json"))
         .arg("--scenario-out")
@@ -180,15 +183,20 @@ fn round_trip_reproduces_on_the_same_box_completes_on_a_larger_one_and_keeps_no_
 /// Record a shape on a box of `spec` (with a `sim hold` neighbour of `neighbour`), convert,
 /// replay on the recorded box; the replayed bug variant.
 fn fidelity(spec: &str, neighbour: Option<&str>, actions: &[&str]) -> (Value, String) {
+    fidelity_of(spec, neighbour, &CADENCE, &job(Path::new(JOB), actions))
+}
+
+/// [`fidelity`] of any command, recorded with `extra` flags.
+fn fidelity_of(
+    spec: &str,
+    neighbour: Option<&str>,
+    extra: &[&str],
+    cmd: &[String],
+) -> (Value, String) {
     let tmp = tempfile::tempdir().unwrap();
     let b = common::fresh_box(spec);
     let holder = neighbour.map(|size| Holder::start(b.path(), &[], &["--size", size]));
-    let o = record(
-        b.path(),
-        tmp.path(),
-        &[],
-        &refs(&job(Path::new(JOB), actions)),
-    );
+    let o = record(b.path(), tmp.path(), extra, &refs(cmd));
     drop(holder);
     let repro = tmp.path().join("repro.toml");
     let text = std::fs::read_to_string(&repro)
@@ -231,6 +239,22 @@ mod fidelity_over_recorded_shapes {
         assert!(text.contains("op = \"claim_utilization\""), "{text}");
         assert!(text.contains("fraction = 0.8"), "{text}");
         assert!(text.contains("fingerprint = \"overcommit\""), "{text}");
+        assert_eq!(run["verdict"], "reproduced", "{run:#}\n{text}");
+    }
+
+    /// A built-in replay run as the job (its worker and neighbour are the job's processes):
+    /// the worker's stray context survives the conversion.
+    #[test]
+    fn builtin_stray_cuda0_replayed_under_run() {
+        let cmd: Vec<String> = [env!("CARGO_BIN_EXE_vramdoc"), "replay", "stray-cuda0"]
+            .iter()
+            .chain(&["--variant", "bug", "--force"])
+            .map(|s| s.to_string())
+            .collect();
+        let fast = ["--period", "1ms", "--process-period", "10ms"];
+        let (run, text) = fidelity_of("2xt4", None, &fast, &cmd);
+        assert!(text.contains("recorded_on = \"2xt4\""), "{text}");
+        assert!(text.contains("fingerprint = \"stray-context\""), "{text}");
         assert_eq!(run["verdict"], "reproduced", "{run:#}\n{text}");
     }
 
@@ -466,4 +490,25 @@ mod bad_input {
         let (o, run) = replay(&out, "recorded");
         assert_eq!(run["verdict"], "reproduced", "{}\n{run:#}", stderr(&o));
     }
+}
+
+/// `--scenario-out` is checked with the other outputs, before the command starts: an
+/// existing file without `--force` is vramdoc's own failure (125) and nothing runs.
+#[test]
+fn an_existing_scenario_out_is_refused_before_the_command_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("repro.toml");
+    std::fs::write(&out, "keep me").unwrap();
+    let ran = tmp.path().join("ran");
+    let o = vramdoc()
+        .args(["--sim", "16GiB", "run", "--scenario-out"])
+        .arg(&out)
+        .args(["--", "touch"])
+        .arg(&ran)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("repro.toml"), "{}", stderr(&o));
+    assert!(!ran.exists(), "the command ran");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
 }

@@ -2,7 +2,7 @@
 //! step fits, and each GPU's peak and headroom; then the smallest box it fits on. Pure.
 
 use super::{table, WIDTH};
-use crate::repro::whatif::WhatIf;
+use crate::model::WhatIf;
 use crate::term::clean;
 use crate::units::format_bytes;
 
@@ -70,7 +70,8 @@ pub fn render(w: &WhatIf) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::repro::whatif::{what_if, BoxOutcome, GpuOutcome};
+    use crate::model::{BoxOutcome, GpuOutcome};
+    use crate::repro::whatif::what_if;
     use crate::units::GIB;
 
     #[test]
