@@ -301,3 +301,33 @@ fn a_neighbour_growing_on_the_jobs_gpu_is_not_the_jobs_growth() {
     j.oom(75_000.0, Some(0), Some(gib(2.0)));
     assert!(j.ids().contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
 }
+
+#[test]
+fn overcommit_is_one_claim_after_the_load_never_the_load_or_a_staircase_end() {
+    // Loads 90 % at once, then NCCL cannot allocate: the load, not a claim.
+    let mut j = Job::new(&[24 * G], 20_000.0);
+    j.proc_(10, None, None);
+    j.set(300.0, 10, 0, 448 * MIB);
+    j.set(1500.0, 10, 0, gib(21.6));
+    line(
+        &mut j,
+        5000.0,
+        "VM-0-16-ubuntu:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'",
+    );
+    assert_eq!(ids_sorted(&j), strs(&[ids::OUT_OF_MEMORY]));
+    // Weights, then one claim to 0.92, then graph capture fails: overcommit.
+    let mut j = loaded(24 * G, 0.35, 30_000.0);
+    j.set(8000.0, 10, 0, gib(22.1));
+    line(&mut j, 12_000.0, "RuntimeError: CUDA error: unknown error");
+    assert_eq!(ids_sorted(&j), strs(&[ids::OVERCOMMIT]));
+    // Weights, two steps, then the same rise: a staircase's last step is growth.
+    let mut j = loaded(24 * G, 0.3, 60_000.0);
+    j.set(8000.0, 10, 0, gib(10.0))
+        .set(16_000.0, 10, 0, gib(14.0))
+        .set(24_000.0, 10, 0, gib(22.0));
+    j.oom(30_000.0, Some(0), Some(gib(4.0)));
+    assert_eq!(
+        ids_sorted(&j),
+        strs(&[ids::OUT_OF_MEMORY, ids::GROWTH_WITHOUT_RELEASE])
+    );
+}
