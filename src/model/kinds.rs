@@ -164,6 +164,9 @@ string_kind! {
         /// `CUDA error: unknown error`: how an allocation failure inside an over-committed
         /// budget showed up for WeClone on vLLM (shared FAILURES.md #5).
         CudaUnknownError = "cuda-unknown-error",
+        /// PyTorch: `DataLoader worker (pid N) is killed by signal: Killed.` (a worker process
+        /// of the job died of that signal; SIGKILL is most often the host's OOM killer).
+        WorkerKilled = "worker-killed",
     }
 }
 

@@ -221,6 +221,35 @@ fn lines_that_are_not_gpu_memory_failures() {
     ] {
         assert!(parse_line(l).is_none(), "{l}");
     }
+    // pytorch/pytorch#8976, pytorch/pytorch#4507.
+    for (l, signal) in [
+        (
+            "RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed. ",
+            Some(9),
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 23616) is killed by signal: Terminated.",
+            Some(15),
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 25902) is killed by signal: Segmentation fault",
+            Some(11),
+        ),
+        (
+            "DataLoader worker (pid 7) is killed by signal: Unknown signal 99.",
+            None,
+        ),
+    ] {
+        let e = parse_line(l).unwrap();
+        assert_eq!(e.kind, RunErrorKind::WorkerKilled, "{l}");
+        assert_eq!(
+            e.error_kind(),
+            signal.map_or(ErrorKind::Other, |signal| ErrorKind::KilledBySignal {
+                signal
+            }),
+            "{l}"
+        );
+    }
     let w =
         parse_line("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(...)").unwrap();
     assert_eq!(w.error_kind(), ErrorKind::CollectiveTimeout);

@@ -414,6 +414,23 @@ const LIVE: &[Live] = &[
         expected: &[HOST_OOM],
     },
     Live {
+        case: "DataLoader worker killed by the OOM killer",
+        source: "pytorch/pytorch#8976 (`DataLoader worker (pid N) is killed by signal: Killed.`)",
+        spec: "24GiB",
+        actions: &[
+            "ctx:0",
+            "torch",
+            "alloc:70%@w",
+            "alloc:20%@a",
+            "free:a",
+            "sleep:1200",
+            "say:dataloader-killed",
+            "exit:1",
+        ],
+        env: &[],
+        expected: &[HOST_OOM],
+    },
+    Live {
         case: "NCCL 'Cuda failure out of memory'",
         source: "NVIDIA/TensorRT-LLM#1670; NVIDIA/nccl#1235",
         spec: "24GiB",
@@ -460,6 +477,38 @@ const LIVE: &[Live] = &[
         expected: &[],
     },
 ];
+
+/// The job is a shell script: its training process is killed by SIGKILL and the shell exits
+/// 137 (128 + 9), as `python train.py; exit $?` does.
+fn shell_137_case() -> Outcome {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run.json");
+    let script = format!(
+        "python3 {WORKLOAD} ctx:0 torch alloc:60%@w alloc:30%@a free:a sleep:1200 kill9; exit $?"
+    );
+    let status = vramdoc()
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args(["--sim", "a100", "run", "--period", "10ms", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run vramdoc");
+    assert_eq!(
+        status.code(),
+        Some(137),
+        "the shell's status passes through"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&out).unwrap_or_default()).expect("report");
+    Outcome::new(
+        "host OOM kill under a shell (exit 137)",
+        "deepspeedai/DeepSpeed#4239; a shell reports a child killed by SIGKILL as 128 + 9",
+        &[HOST_OOM],
+        findings_of(&report["run"]),
+    )
+}
 
 /// A neighbour outside the job's tree ratchets up on the job's GPU; the job then fails to
 /// allocate. Its own usage never grew: out-of-memory only (issue 15).
@@ -524,6 +573,7 @@ fn live_outcomes() -> Vec<Outcome> {
         out.extend(got);
     }
     out.push(neighbour_case());
+    out.push(shell_137_case());
     out
 }
 

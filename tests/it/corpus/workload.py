@@ -53,6 +53,9 @@ LINES = {
     "models's max seq len (262144), (24.0 GiB KV cache is needed, which is larger than the "
     "available KV cache memory (3.18 GiB). Based on the available memory, the estimated maximum "
     "model length is 34736.",
+    # pytorch/pytorch#8976: a DataLoader worker killed by the host's OOM killer.
+    "dataloader-killed": "RuntimeError: DataLoader worker (pid 1817) is killed by signal: "
+    "Killed. ",
     # A JVM beside the job: never a GPU failure.
     "java": 'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
 }

@@ -331,3 +331,20 @@ fn overcommit_is_one_claim_after_the_load_never_the_load_or_a_staircase_end() {
         strs(&[ids::OUT_OF_MEMORY, ids::GROWTH_WITHOUT_RELEASE])
     );
 }
+
+#[test]
+fn a_dataloader_worker_killed_or_a_shell_exiting_137_is_likely_the_host_oom_killer() {
+    let mut j = steady(0.9);
+    line(
+        &mut j,
+        300_000.0,
+        "RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed. ",
+    );
+    assert_eq!(ids_of(&j.build()), vec![ids::HOST_OOM_KILL.to_string()]);
+    let j = steady(0.9);
+    let mut rec = j.build();
+    rec.exit = Some(JobExit::Code(137));
+    assert_eq!(ids_of(&rec), vec![ids::HOST_OOM_KILL.to_string()]);
+    rec.exit = Some(JobExit::Code(1));
+    assert!(ids_of(&rec).is_empty());
+}
