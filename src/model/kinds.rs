@@ -171,6 +171,16 @@ string_kind! {
 }
 
 impl RunErrorKind {
+    /// The timeline marker a line of this kind places: `oom` for an allocation failure,
+    /// `error` for the rest (a watchdog timeout, a killed worker, torchrun's table).
+    pub fn marker(&self) -> MarkerKind {
+        if self.is_out_of_memory() {
+            MarkerKind::Oom
+        } else {
+            MarkerKind::Error
+        }
+    }
+
     /// An allocation failure (as opposed to a process failing).
     pub fn is_out_of_memory(&self) -> bool {
         matches!(

@@ -253,6 +253,11 @@ fn lines_that_are_not_gpu_memory_failures() {
     let w =
         parse_line("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(...)").unwrap();
     assert_eq!(w.error_kind(), ErrorKind::CollectiveTimeout);
+    // Where the timeline marks them: only allocation failures as `oom`.
+    use crate::model::MarkerKind;
+    assert_eq!(w.kind.marker(), MarkerKind::Error);
+    assert_eq!(RunErrorKind::WorkerKilled.marker(), MarkerKind::Error);
+    assert_eq!(RunErrorKind::JaxOom.marker(), MarkerKind::Oom);
 }
 
 #[test]

@@ -131,6 +131,27 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
     })
 }
 
+/// FAILURES.md §2's fix, then what PyTorch's caching allocator offers: `empty_cache()` between
+/// sizes, and `expandable_segments` unless the job's environment already sets it.
+fn growth_fix(cx: &Prepared, oom: Option<&ErrorEvent>) -> String {
+    let conf = match oom {
+        Some(e) => cx.alloc_conf(e),
+        None => cx
+            .rec
+            .processes
+            .iter()
+            .filter(|p| p.in_tree)
+            .find_map(|p| p.pytorch_cuda_alloc_conf.as_deref()),
+    };
+    let mut fix = fixes::GROWTH_WITHOUT_RELEASE.to_string();
+    fix.push_str(if conf.is_some_and(expandable_on) {
+        fixes::GROWTH_TORCH_EXPANDABLE_ON
+    } else {
+        fixes::GROWTH_TORCH
+    });
+    fix
+}
+
 /// A marker that starts a phase of work (a replay step, `vramdoc mark`).
 fn is_phase(kind: &MarkerKind) -> bool {
     matches!(kind, MarkerKind::Step | MarkerKind::Marker)
@@ -227,6 +248,6 @@ fn finding(cx: &Prepared, d: &Dev, hit: Hit, own: bool) -> Finding {
         devices: vec![d.index],
         pid: cx.top_holder_at(d.index, c.end_t).map(|(p, _)| p),
         evidence,
-        fix: fixes::GROWTH_WITHOUT_RELEASE.into(),
+        fix: growth_fix(cx, hit.oom),
     }
 }

@@ -34,6 +34,14 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             evidence.push(ev_bytes("total", d.total));
             evidence.push(ev_bytes("used at that moment", used));
             evidence.push(ev_bytes("free at that moment", free));
+            // Per-process lists lag the device: the job's holding at its last listing.
+            if let Some(job) = cx.tree_usage_at(d.index, e.t_ms) {
+                evidence.push(ev_bytes("held by the job's processes (last listing)", job));
+                evidence.push(ev_bytes(
+                    "held by other processes and the driver (used - the job's)",
+                    used.saturating_sub(job),
+                ));
+            }
             title = format!(
                 "Out of memory on GPU {} at {} ({} free of {})",
                 d.index,

@@ -348,3 +348,20 @@ fn a_dataloader_worker_killed_or_a_shell_exiting_137_is_likely_the_host_oom_kill
     rec.exit = Some(JobExit::Code(1));
     assert!(ids_of(&rec).is_empty());
 }
+
+#[test]
+fn growth_suggests_expandable_segments_only_where_not_already_set() {
+    let mut j = loaded(24 * G, 0.3, 60_000.0);
+    j.set(8000.0, 10, 0, gib(10.0))
+        .set(16_000.0, 10, 0, gib(14.0))
+        .set(24_000.0, 10, 0, gib(18.0));
+    j.oom(30_000.0, Some(0), Some(gib(4.0)));
+    let f = find(&j.build(), ids::GROWTH_WITHOUT_RELEASE);
+    assert!(f.fix.contains("expandable_segments:True lets"), "{}", f.fix);
+    alloc_conf(&mut j, 10, "expandable_segments:True");
+    let f = find(&j.build(), ids::GROWTH_WITHOUT_RELEASE);
+    assert!(f.fix.contains("already on"), "{}", f.fix);
+    // The OOM evidence splits the device between the job and the others.
+    let f = find(&j.build(), ids::OUT_OF_MEMORY);
+    assert!(has(&f, "held by the job's processes"), "{:?}", f.evidence);
+}
