@@ -365,3 +365,22 @@ fn growth_suggests_expandable_segments_only_where_not_already_set() {
     let f = find(&j.build(), ids::OUT_OF_MEMORY);
     assert!(has(&f, "held by the job's processes"), "{:?}", f.evidence);
 }
+
+#[test]
+fn an_unlisted_neighbours_growth_is_not_the_jobs_where_the_job_is_listed() {
+    // The neighbour (a container without the host PID namespace) is not in NVML's lists; the
+    // job's own listing shows it flat.
+    let mut j = loaded(24 * G, 0.3, 120_000.0);
+    for k in 0..5 {
+        j.set(20_000.0 + k as f64 * 10_000.0, 99, 0, gib(2.5) * (k + 1));
+    }
+    j.oom(75_000.0, Some(0), Some(gib(2.0)));
+    let mut rec = j.build();
+    rec.timeline.processes.retain(|p| p.pid != 99);
+    let mut ids = ids_of(&rec);
+    ids.sort();
+    assert_eq!(ids, strs(&[ids::OUT_OF_MEMORY]));
+    // With no per-process numbers at all, the device is all there is.
+    rec.timeline.processes.clear();
+    assert!(ids_of(&rec).contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
+}
