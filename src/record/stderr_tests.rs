@@ -399,3 +399,18 @@ fn tail_is_bounded_cut_and_redacted() {
     );
     assert!(!t[TAIL_LINES - 1].contains('\x1b'));
 }
+
+proptest::proptest! {
+    /// Any line, any bytes: the parser answers (or not) and never panics; what it keeps is
+    /// one line within the cut.
+    #[test]
+    fn any_line_parses_without_panic(
+        l in "(CUDA out of memory\\. Tried to allocate |GPU 0 has a total capac|Process |this process has |of which |is killed by signal: |DataLoader worker|NCCL WARN Cuda failure 'out of memory'|RESOURCE_EXHAUSTED: Out of memory while trying to allocate |[0-9. ]{0,8}(GiB|MiB|bytes)?|\\PC{0,12}){0,12}"
+    ) {
+        if let Some(e) = parse_line(&l) {
+            proptest::prop_assert!(e.line.chars().count() <= LINE_CHARS);
+            proptest::prop_assert!(!e.line.contains('\n'));
+        }
+        let _ = oom_detail(&l);
+    }
+}

@@ -209,6 +209,29 @@ const LIVE: &[Live] = &[
         expected: &[],
     },
     Live {
+        case: "a model split over 4 GPUs in one process",
+        source: "device_map=\"auto\" (huggingface accelerate big-model inference): one copy, \
+                 split; shared FAILURES.md #4 is the doubled form",
+        spec: "4xl4",
+        actions: &[
+            "ctx:0",
+            "torch",
+            "alloc:30%@w0",
+            "ctx:1",
+            "alloc:30%@w1",
+            "ctx:2",
+            "alloc:30%@w2",
+            "ctx:3",
+            "alloc:25%@w3",
+            "alloc:10%@a",
+            "free:a",
+            "sleep:1500",
+            "exit:0",
+        ],
+        env: &[],
+        expected: &[],
+    },
+    Live {
         case: "vLLM start at 0.9 that serves and exits",
         source: "vLLM claims gpu_memory_utilization x total up front (docs.vllm.ai, \
                  conserving_memory); shared FAILURES.md #5 is its failing form",
