@@ -3,7 +3,8 @@
 use super::prelude::*;
 
 /// `out-of-memory`: the first allocation failure, where (phase), on which device, free
-/// memory at that moment and the parsed error line.
+/// memory at that moment, the parsed error line and every number it states (the title says
+/// when other processes held more than the failing one).
 pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     let mut ooms = cx.ooms();
     let Some(e) = ooms.next() else {
@@ -56,6 +57,16 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     }
     if let Some(d) = oom_detail(e) {
         evidence.extend(detail_evidence(&d));
+        // Say so in one line when others held more than the failing process did.
+        if let (Some(others), Some(own)) = (d.other_processes(), d.process_in_use) {
+            if others > own && others >= d.total.unwrap_or(0) / 4 {
+                title.push_str(&format!(
+                    "; other processes held {}, this process {}",
+                    format_bytes(others),
+                    format_bytes(own)
+                ));
+            }
+        }
     }
     if let Some(pid) = e.pid {
         evidence.push(ev("process", cx.who(pid)));

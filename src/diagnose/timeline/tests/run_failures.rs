@@ -384,3 +384,17 @@ fn an_unlisted_neighbours_growth_is_not_the_jobs_where_the_job_is_listed() {
     rec.timeline.processes.clear();
     assert!(ids_of(&rec).contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
 }
+
+#[test]
+fn out_of_memory_says_when_other_processes_held_more() {
+    let j = one_oom_job(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a \
+         total capacity of 23.65 GiB of which 20.00 MiB is free. Process 4242 has 15.00 GiB \
+         memory in use. Including non-PyTorch memory, this process has 8.60 GiB memory in use. \
+         Of the allocated memory 8.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved \
+         by PyTorch but unallocated.",
+    );
+    let f = find(&j.build(), ids::OUT_OF_MEMORY);
+    assert!(f.title.contains("other processes held 15.0"), "{}", f.title);
+    assert!(has(&f, "process 4242 in use (as listed)"));
+}
