@@ -82,7 +82,8 @@ pub(super) fn collective_timeout(cx: &Prepared) -> Vec<Finding> {
 /// `host-oom-kill`: the job (or one of its ranks, from torchrun's exit table, or a DataLoader
 /// worker, from PyTorch's `is killed by signal: Killed`) was killed by SIGKILL — or the command,
 /// a shell, exited 137 —, no GPU out-of-memory error was seen, and vramdoc did not forward a SIGKILL from
-/// the user: most likely the kernel's OOM killer (host RAM or the container's memory limit).
+/// the user and no stop was asked for before it (a SIGTERM first: a scheduler's time limit or
+/// preemption): most likely the kernel's OOM killer (host RAM or the container's memory limit).
 /// Said as "likely", with the evidence; a failure that happened: `error`.
 pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
     // The command itself a shell that reports its child's SIGKILL as status 128 + 9.
@@ -101,12 +102,14 @@ pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
     if cx.ooms().next().is_some() {
         return Vec::new();
     }
+    // A stop asked for before the kill (a SIGKILL sent through vramdoc, or a SIGTERM/SIGINT
+    // first, as Slurm and Kubernetes stop jobs: SIGTERM, then SIGKILL after a grace period).
     let asked = cx
         .rec
         .timeline
         .markers
         .iter()
-        .any(|m| m.kind == MarkerKind::Signal && m.label.contains("SIGKILL"));
+        .any(|m| m.kind == MarkerKind::Signal && m.t_ms <= t);
     if asked {
         return Vec::new();
     }

@@ -277,6 +277,11 @@ fn sigkill_without_a_gpu_oom_at_high_fill_is_likely_the_host_oom_killer() {
     killed(&mut j, 400_000.0, 9);
     j.marker(399_990.0, "signal", "SIGKILL forwarded");
     assert!(j.ids().is_empty(), "{:?}", j.ids());
+    // Nor the SIGKILL a scheduler sends after its SIGTERM's grace period (Slurm, Kubernetes).
+    let mut j = steady(0.95);
+    j.marker(370_000.0, "signal", "SIGTERM forwarded");
+    killed(&mut j, 400_000.0, 9);
+    assert!(j.ids().is_empty(), "{:?}", j.ids());
 }
 
 #[test]
