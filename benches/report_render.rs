@@ -84,6 +84,7 @@ fn big_report() -> Report {
             period_us: 5000,
             runs: vec![VariantRun {
                 steps: vec![],
+                findings: vec![],
                 scenario: "big".into(),
                 variant: "bug".into(),
                 source: "bench".into(),

@@ -126,3 +126,13 @@ Confirm with `dmesg -T | grep -i -E 'killed process|out of memory'` (or the cont
 OOMKilled status), then lower host memory use: fewer or lighter DataLoader workers, no \
 whole-dataset loads into RAM, CPU offload (DeepSpeed, FSDP) sized to the host, or a larger \
 memory limit.";
+
+/// Growth through PyTorch's caching allocator (added to [`GROWTH_WITHOUT_RELEASE`]).
+pub const GROWTH_TORCH: &str = " With PyTorch, torch.cuda.empty_cache() between sizes returns \
+the earlier sizes' cached blocks, and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets one \
+segment grow instead of keeping one per size.";
+/// ... where the job already sets `expandable_segments:True`.
+pub const GROWTH_TORCH_EXPANDABLE_ON: &str = " With PyTorch (expandable_segments is already on \
+in this job's PYTORCH_CUDA_ALLOC_CONF), torch.cuda.empty_cache() between sizes returns the \
+earlier sizes' cached blocks; if it still grows, something keeps references to each size's \
+tensors (a list of outputs, a per-shape cache).";

@@ -164,10 +164,23 @@ string_kind! {
         /// `CUDA error: unknown error`: how an allocation failure inside an over-committed
         /// budget showed up for WeClone on vLLM (shared FAILURES.md #5).
         CudaUnknownError = "cuda-unknown-error",
+        /// PyTorch: `DataLoader worker (pid N) is killed by signal: Killed.` (a worker process
+        /// of the job died of that signal; SIGKILL is most often the host's OOM killer).
+        WorkerKilled = "worker-killed",
     }
 }
 
 impl RunErrorKind {
+    /// The timeline marker a line of this kind places: `oom` for an allocation failure,
+    /// `error` for the rest (a watchdog timeout, a killed worker, torchrun's table).
+    pub fn marker(&self) -> MarkerKind {
+        if self.is_out_of_memory() {
+            MarkerKind::Oom
+        } else {
+            MarkerKind::Error
+        }
+    }
+
     /// An allocation failure (as opposed to a process failing).
     pub fn is_out_of_memory(&self) -> bool {
         matches!(

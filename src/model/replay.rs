@@ -1,6 +1,6 @@
 //! What `vramdoc replay` did: one [`VariantRun`] per variant, with its steps and checks.
 
-use super::{DevicePeak, StepErrorKind, StepStatus, Timeline};
+use super::{DevicePeak, Finding, StepErrorKind, StepStatus, Timeline};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,10 @@ pub struct VariantRun {
     /// Each step the worker started, with memory at its end (added for replay; optional).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// Every timeline finding the variant's recording shows, most severe first (the
+    /// scenario's fingerprint and any other; added for issue 15; optional).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
 }
 
 /// One step of a variant as the monitor saw it.

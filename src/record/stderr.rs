@@ -41,7 +41,9 @@ impl ParsedError {
             (RunErrorKind::NcclWatchdog, _) => ErrorKind::CollectiveTimeout,
             (RunErrorKind::CudaUnknownError, _) => ErrorKind::DriverError,
             // `exitcode -9`: killed by signal 9.
-            (RunErrorKind::ChildExit, Some(c)) if c < 0 => ErrorKind::KilledBySignal { signal: -c },
+            (RunErrorKind::ChildExit | RunErrorKind::WorkerKilled, Some(c)) if c < 0 => {
+                ErrorKind::KilledBySignal { signal: -c }
+            }
             _ => ErrorKind::Other,
         }
     }
@@ -346,6 +348,27 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
     {
         let requested = size_preceding(l, " KV cache is needed");
         return Some(make(RunErrorKind::VllmKvCache, None, requested));
+    }
+    // PyTorch: `RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed.`
+    // (pytorch/pytorch#8976): the signal by the name Python's strsignal gives it.
+    if let Some(i) = l.find(" is killed by signal: ") {
+        if l[..i].contains("DataLoader worker") {
+            let name = l[i + " is killed by signal: ".len()..]
+                .trim()
+                .trim_end_matches('.');
+            let signal = match name {
+                "Killed" => Some(9),
+                "Terminated" => Some(15),
+                "Segmentation fault" => Some(11),
+                "Bus error" => Some(7),
+                "Aborted" => Some(6),
+                _ => None,
+            };
+            return Some(ParsedError {
+                exit_code: signal.map(|s: i32| -s),
+                ..make(RunErrorKind::WorkerKilled, None, None)
+            });
+        }
     }
     // PyTorch's NCCL watchdog, which then aborts the process (SIGABRT).
     if l.contains("Watchdog caught collective operation timeout") {

@@ -221,9 +221,43 @@ fn lines_that_are_not_gpu_memory_failures() {
     ] {
         assert!(parse_line(l).is_none(), "{l}");
     }
+    // pytorch/pytorch#8976, pytorch/pytorch#4507.
+    for (l, signal) in [
+        (
+            "RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed. ",
+            Some(9),
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 23616) is killed by signal: Terminated.",
+            Some(15),
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 25902) is killed by signal: Segmentation fault",
+            Some(11),
+        ),
+        (
+            "DataLoader worker (pid 7) is killed by signal: Unknown signal 99.",
+            None,
+        ),
+    ] {
+        let e = parse_line(l).unwrap();
+        assert_eq!(e.kind, RunErrorKind::WorkerKilled, "{l}");
+        assert_eq!(
+            e.error_kind(),
+            signal.map_or(ErrorKind::Other, |signal| ErrorKind::KilledBySignal {
+                signal
+            }),
+            "{l}"
+        );
+    }
     let w =
         parse_line("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(...)").unwrap();
     assert_eq!(w.error_kind(), ErrorKind::CollectiveTimeout);
+    // Where the timeline marks them: only allocation failures as `oom`.
+    use crate::model::MarkerKind;
+    assert_eq!(w.kind.marker(), MarkerKind::Error);
+    assert_eq!(RunErrorKind::WorkerKilled.marker(), MarkerKind::Error);
+    assert_eq!(RunErrorKind::JaxOom.marker(), MarkerKind::Oom);
 }
 
 #[test]
@@ -364,4 +398,19 @@ fn tail_is_bounded_cut_and_redacted() {
         t[TAIL_LINES - 1]
     );
     assert!(!t[TAIL_LINES - 1].contains('\x1b'));
+}
+
+proptest::proptest! {
+    /// Any line, any bytes: the parser answers (or not) and never panics; what it keeps is
+    /// one line within the cut.
+    #[test]
+    fn any_line_parses_without_panic(
+        l in "(CUDA out of memory\\. Tried to allocate |GPU 0 has a total capac|Process |this process has |of which |is killed by signal: |DataLoader worker|NCCL WARN Cuda failure 'out of memory'|RESOURCE_EXHAUSTED: Out of memory while trying to allocate |[0-9. ]{0,8}(GiB|MiB|bytes)?|\\PC{0,12}){0,12}"
+    ) {
+        if let Some(e) = parse_line(&l) {
+            proptest::prop_assert!(e.line.chars().count() <= LINE_CHARS);
+            proptest::prop_assert!(!e.line.contains('\n'));
+        }
+        let _ = oom_detail(&l);
+    }
 }

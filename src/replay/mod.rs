@@ -89,6 +89,7 @@ pub fn skipped(scn: &Scenario, variant: &Variant, reason: String) -> VariantRun 
         timeline: Timeline::default(),
         duration_ms: 0,
         steps: Vec::new(),
+        findings: Vec::new(),
     }
 }
 

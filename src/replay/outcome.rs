@@ -189,7 +189,9 @@ pub(super) fn judge(
     };
     // The scenario's fingerprint, checked on the recording: one more check; a failing one
     // makes the verdict `unexpected`.
-    if let Some((check, _findings)) = fingerprint::check(scn, variant.kind, &recorded.recording) {
+    let mut findings = Vec::new();
+    if let Some((check, all)) = fingerprint::check(scn, variant.kind, &recorded.recording) {
+        findings = all;
         if !check.passed && verdict != Verdict::Unexpected {
             verdict = Verdict::Unexpected;
             if reason.is_none() {
@@ -212,5 +214,6 @@ pub(super) fn judge(
         // Set by the caller, who knows when the variant started.
         duration_ms: 0,
         steps: records,
+        findings,
     }
 }

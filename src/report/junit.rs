@@ -199,6 +199,7 @@ mod tests {
             timeline: Timeline::default(),
             duration_ms: 1500,
             steps: vec![],
+            findings: vec![],
         }
     }
 

@@ -107,6 +107,9 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
         if e.t_ms - prev > (4.0 * widest).max(th.growth_stale_ms) {
             return None;
         }
+        if !job_grew(cx, d.index, load.t, e.t_ms, c.top.saturating_sub(load.to)) {
+            return None;
+        }
         return Some(Hit {
             chain: c,
             steps_from: from,
@@ -121,14 +124,50 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
         let (a, b) = (steps.first()?, steps.last()?);
         // Near full counts the device (neighbours included): what the next step will meet.
         let top_used = d.level_at(c.end_t).unwrap_or(c.top).max(c.top);
-        (steps.len() >= th.growth_min_ratchets && top_used >= full && c.end_t - b.t <= b.t - a.t)
-            .then_some(Hit {
-                chain: c,
-                steps_from: from,
-                oom: None,
-                next_step: false,
-            })
+        (steps.len() >= th.growth_min_ratchets
+            && top_used >= full
+            && c.end_t - b.t <= b.t - a.t
+            && job_grew(cx, d.index, a.t, c.end_t, c.top.saturating_sub(a.from)))
+        .then_some(Hit {
+            chain: c,
+            steps_from: from,
+            oom: None,
+            next_step: false,
+        })
     })
+}
+
+/// Where the job's processes are listed with their usage on `device`, whether what they hold
+/// grew by at least half of `grown` from `from` to `to`: growth on the device that the job's
+/// own listing does not show is someone else's (a neighbour NVML does not list, in a
+/// container without the host's PID namespace). Lists lag the device by up to a period; the
+/// half allows for it. No listed numbers for the job: true (the device is all there is).
+fn job_grew(cx: &Prepared, device: u32, from: f64, to: f64, grown: u64) -> bool {
+    match (cx.tree_usage_at(device, from), cx.tree_usage_at(device, to)) {
+        (Some(a), Some(b)) => b.saturating_sub(a).saturating_mul(2) >= grown,
+        _ => true,
+    }
+}
+
+/// FAILURES.md §2's fix, then what PyTorch's caching allocator offers: `empty_cache()` between
+/// sizes, and `expandable_segments` unless the job's environment already sets it.
+fn growth_fix(cx: &Prepared, oom: Option<&ErrorEvent>) -> String {
+    let conf = match oom {
+        Some(e) => cx.alloc_conf(e),
+        None => cx
+            .rec
+            .processes
+            .iter()
+            .filter(|p| p.in_tree)
+            .find_map(|p| p.pytorch_cuda_alloc_conf.as_deref()),
+    };
+    let mut fix = fixes::GROWTH_WITHOUT_RELEASE.to_string();
+    fix.push_str(if conf.is_some_and(expandable_on) {
+        fixes::GROWTH_TORCH_EXPANDABLE_ON
+    } else {
+        fixes::GROWTH_TORCH
+    });
+    fix
 }
 
 /// A marker that starts a phase of work (a replay step, `vramdoc mark`).
@@ -227,6 +266,6 @@ fn finding(cx: &Prepared, d: &Dev, hit: Hit, own: bool) -> Finding {
         devices: vec![d.index],
         pid: cx.top_holder_at(d.index, c.end_t).map(|(p, _)| p),
         evidence,
-        fix: fixes::GROWTH_WITHOUT_RELEASE.into(),
+        fix: growth_fix(cx, hit.oom),
     }
 }

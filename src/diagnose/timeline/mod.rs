@@ -39,7 +39,7 @@ mod prelude {
         expandable_on, fmt_t, oom_detail, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries,
     };
     pub(super) use super::rules::{ev, ev_bytes};
-    pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, RecordedProcess};
+    pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, JobExit, RecordedProcess};
     pub(super) use crate::model::{Evidence, Finding, Marker, MarkerKind, Severity};
     pub(super) use crate::units::format_bytes;
     pub(super) use std::collections::{BTreeMap, BTreeSet};

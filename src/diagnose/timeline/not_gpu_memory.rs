@@ -79,35 +79,49 @@ pub(super) fn collective_timeout(cx: &Prepared) -> Vec<Finding> {
     }]
 }
 
-/// `host-oom-kill`: the job (or one of its ranks, from torchrun's exit table) was killed by
-/// SIGKILL, no GPU out-of-memory error was seen, and vramdoc did not forward a SIGKILL from
-/// the user: most likely the kernel's OOM killer (host RAM or the container's memory limit).
+/// `host-oom-kill`: the job (or one of its ranks, from torchrun's exit table, or a DataLoader
+/// worker, from PyTorch's `is killed by signal: Killed`) was killed by SIGKILL — or the command,
+/// a shell, exited 137 —, no GPU out-of-memory error was seen, and vramdoc did not forward a SIGKILL from
+/// the user and no stop was asked for before it (a SIGTERM first: a scheduler's time limit or
+/// preemption): most likely the kernel's OOM killer (host RAM or the container's memory limit).
 /// Said as "likely", with the evidence; a failure that happened: `error`.
 pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
-    let Some(k) = signal_of(cx, 9) else {
-        return Vec::new();
+    // The command itself a shell that reports its child's SIGKILL as status 128 + 9.
+    let shell_137 = cx.rec.exit == Some(JobExit::Code(137));
+    let (t, line, pid) = match signal_of(cx, 9) {
+        Some(k) => (k.t_ms, k.line.clone(), k.pid),
+        None if shell_137 => (
+            cx.rec.end_ms,
+            "the command exited with status 137 (128 + SIGKILL, as a shell reports a child \
+             killed by SIGKILL)"
+                .to_string(),
+            None,
+        ),
+        None => return Vec::new(),
     };
     if cx.ooms().next().is_some() {
         return Vec::new();
     }
+    // A stop asked for before the kill (a SIGKILL sent through vramdoc, or a SIGTERM/SIGINT
+    // first, as Slurm and Kubernetes stop jobs: SIGTERM, then SIGKILL after a grace period).
     let asked = cx
         .rec
         .timeline
         .markers
         .iter()
-        .any(|m| m.kind == MarkerKind::Signal && m.label.contains("SIGKILL"));
+        .any(|m| m.kind == MarkerKind::Signal && m.t_ms <= t);
     if asked {
         return Vec::new();
     }
     let mut evidence = vec![
-        ev("when", fmt_t(k.t_ms)),
-        ev("killed", k.line.clone()),
+        ev("when", fmt_t(t)),
+        ev("killed", line),
         ev(
             "GPU out-of-memory error in the job's output",
             "none (a GPU allocation failure raises an error; it does not SIGKILL)",
         ),
     ];
-    evidence.extend(fill_at(cx, k.t_ms));
+    evidence.extend(fill_at(cx, t));
     evidence.push(ev(
         "confirm",
         "dmesg -T | grep -i -E 'killed process|out of memory' (or the container's OOMKilled \
@@ -119,10 +133,10 @@ pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
         title: format!(
             "Killed by SIGKILL at {} with no GPU out-of-memory error: likely the host's OOM \
              killer (host RAM), not GPU memory",
-            fmt_t(k.t_ms)
+            fmt_t(t)
         ),
         devices: job_devices(cx),
-        pid: k.pid,
+        pid,
         evidence,
         fix: fixes::HOST_OOM_KILL.into(),
     }]

@@ -3,7 +3,8 @@
 use super::prelude::*;
 
 /// `out-of-memory`: the first allocation failure, where (phase), on which device, free
-/// memory at that moment and the parsed error line.
+/// memory at that moment, the parsed error line and every number it states (the title says
+/// when other processes held more than the failing one).
 pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     let mut ooms = cx.ooms();
     let Some(e) = ooms.next() else {
@@ -34,6 +35,14 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             evidence.push(ev_bytes("total", d.total));
             evidence.push(ev_bytes("used at that moment", used));
             evidence.push(ev_bytes("free at that moment", free));
+            // Per-process lists lag the device: the job's holding at its last listing.
+            if let Some(job) = cx.tree_usage_at(d.index, e.t_ms) {
+                evidence.push(ev_bytes("held by the job's processes (last listing)", job));
+                evidence.push(ev_bytes(
+                    "held by other processes and the driver (used - the job's)",
+                    used.saturating_sub(job),
+                ));
+            }
             title = format!(
                 "Out of memory on GPU {} at {} ({} free of {})",
                 d.index,
@@ -48,6 +57,16 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     }
     if let Some(d) = oom_detail(e) {
         evidence.extend(detail_evidence(&d));
+        // Say so in one line when others held more than the failing process did.
+        if let (Some(others), Some(own)) = (d.other_processes(), d.process_in_use) {
+            if others > own && others >= d.total.unwrap_or(0) / 4 {
+                title.push_str(&format!(
+                    "; other processes held {}, this process {}",
+                    format_bytes(others),
+                    format_bytes(own)
+                ));
+            }
+        }
     }
     if let Some(pid) = e.pid {
         evidence.push(ev("process", cx.who(pid)));

@@ -11,9 +11,8 @@ pub(super) fn is_failure(kind: &ErrorKind) -> bool {
 }
 
 /// `overcommit`: one claim of about utilisation x total — a single phase's rise of at least
-/// `claim_min_fraction` of total, the first work after the job's set-up (at most one step
-/// after its load, and larger than everything added since the load), never the last step of
-/// a staircase — leaves free memory near zero with one process of the job holding at least
+/// `claim_min_fraction` of total that comes after the job's load (not the load itself) with at
+/// most one step between (smaller than the claim), so never the last step of a staircase — leaves free memory near zero with one process of the job holding at least
 /// `budget_holder_fraction` of the device, and an allocation failure or driver error follows
 /// in later work (after the claim settled into a phase) while the claim is still held.
 pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
@@ -123,22 +122,31 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
     out
 }
 
-/// Whether the last rise of `levels` is the last step of a staircase rather than one claim:
-/// in its chain (no release), two or more steps came after the load before it, or what they
-/// added since the load is at least the claim.
+/// Whether the last rise of `levels` is something other than one claim after the load: the
+/// load itself (the chain's first rise past its context: weights, or a job that grabs
+/// everything at once), or the last step of a staircase (in its chain, two or more steps came
+/// after the load before it, or what they added is at least the claim).
 fn ends_a_staircase(levels: &[(f64, u64)], step: u64, context_max: u64, claim: u64) -> bool {
     let Some(c) = chains(levels, step).pop() else {
-        return false;
+        return true;
     };
     let Some((_, before)) = c.ratchets.split_last() else {
-        return false;
+        return true;
     };
     let prior = Chain {
         ratchets: before.to_vec(),
         ..c.clone()
     };
     let from = load_end(&prior, context_max);
-    let steps = &before[from.min(before.len())..];
+    let loaded = before.first().is_some_and(|first| {
+        before[..from]
+            .iter()
+            .any(|r| r.to - first.from > context_max)
+    });
+    if !loaded {
+        return true;
+    }
+    let steps = &before[from..];
     let added: u64 = steps.iter().map(|r| r.to.saturating_sub(r.from)).sum();
     steps.len() >= 2 || (!steps.is_empty() && added >= claim)
 }

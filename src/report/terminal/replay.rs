@@ -127,6 +127,7 @@ mod tests {
             }],
             timeline: Timeline::default(),
             duration_ms: 1300,
+            findings: vec![],
             steps: vec![],
         }
     }

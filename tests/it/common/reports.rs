@@ -232,6 +232,7 @@ fn multi_size_bug() -> VariantRun {
     };
     VariantRun {
         steps: vec![],
+        findings: vec![],
         scenario: "multi-size-oom".into(),
         variant: "bug".into(),
         source: "OneDiff: OOM at the second input size, empty_cache() does not help".into(),
@@ -290,6 +291,7 @@ fn multi_size_fix() -> VariantRun {
         gaps: vec![],
     };
     VariantRun {
+        findings: vec![],
         steps: vec![],
         scenario: "multi-size-oom".into(),
         variant: "fix-largest-first".into(),
@@ -336,6 +338,7 @@ fn stray_bug() -> VariantRun {
         gaps: vec![],
     };
     VariantRun {
+        findings: vec![],
         steps: vec![],
         scenario: "stray-cuda0".into(),
         variant: "bug".into(),
@@ -386,6 +389,7 @@ fn stray_fix() -> VariantRun {
         gaps: vec![],
     };
     VariantRun {
+        findings: vec![],
         steps: vec![],
         scenario: "stray-cuda0".into(),
         variant: "fix-visible-devices".into(),
@@ -414,6 +418,7 @@ fn stray_fix() -> VariantRun {
 
 fn sharded_skipped() -> VariantRun {
     VariantRun {
+        findings: vec![],
         steps: vec![],
         scenario: "sharded-release".into(),
         variant: "bug".into(),

@@ -277,6 +277,11 @@ fn sigkill_without_a_gpu_oom_at_high_fill_is_likely_the_host_oom_killer() {
     killed(&mut j, 400_000.0, 9);
     j.marker(399_990.0, "signal", "SIGKILL forwarded");
     assert!(j.ids().is_empty(), "{:?}", j.ids());
+    // Nor the SIGKILL a scheduler sends after its SIGTERM's grace period (Slurm, Kubernetes).
+    let mut j = steady(0.95);
+    j.marker(370_000.0, "signal", "SIGTERM forwarded");
+    killed(&mut j, 400_000.0, 9);
+    assert!(j.ids().is_empty(), "{:?}", j.ids());
 }
 
 #[test]
@@ -300,4 +305,101 @@ fn a_neighbour_growing_on_the_jobs_gpu_is_not_the_jobs_growth() {
     }
     j.oom(75_000.0, Some(0), Some(gib(2.0)));
     assert!(j.ids().contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
+}
+
+#[test]
+fn overcommit_is_one_claim_after_the_load_never_the_load_or_a_staircase_end() {
+    // Loads 90 % at once, then NCCL cannot allocate: the load, not a claim.
+    let mut j = Job::new(&[24 * G], 20_000.0);
+    j.proc_(10, None, None);
+    j.set(300.0, 10, 0, 448 * MIB);
+    j.set(1500.0, 10, 0, gib(21.6));
+    line(
+        &mut j,
+        5000.0,
+        "VM-0-16-ubuntu:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'",
+    );
+    assert_eq!(ids_sorted(&j), strs(&[ids::OUT_OF_MEMORY]));
+    // Weights, then one claim to 0.92, then graph capture fails: overcommit.
+    let mut j = loaded(24 * G, 0.35, 30_000.0);
+    j.set(8000.0, 10, 0, gib(22.1));
+    line(&mut j, 12_000.0, "RuntimeError: CUDA error: unknown error");
+    assert_eq!(ids_sorted(&j), strs(&[ids::OVERCOMMIT]));
+    // Weights, two steps, then the same rise: a staircase's last step is growth.
+    let mut j = loaded(24 * G, 0.3, 60_000.0);
+    j.set(8000.0, 10, 0, gib(10.0))
+        .set(16_000.0, 10, 0, gib(14.0))
+        .set(24_000.0, 10, 0, gib(22.0));
+    j.oom(30_000.0, Some(0), Some(gib(4.0)));
+    assert_eq!(
+        ids_sorted(&j),
+        strs(&[ids::OUT_OF_MEMORY, ids::GROWTH_WITHOUT_RELEASE])
+    );
+}
+
+#[test]
+fn a_dataloader_worker_killed_or_a_shell_exiting_137_is_likely_the_host_oom_killer() {
+    let mut j = steady(0.9);
+    line(
+        &mut j,
+        300_000.0,
+        "RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed. ",
+    );
+    assert_eq!(ids_of(&j.build()), vec![ids::HOST_OOM_KILL.to_string()]);
+    let j = steady(0.9);
+    let mut rec = j.build();
+    rec.exit = Some(JobExit::Code(137));
+    assert_eq!(ids_of(&rec), vec![ids::HOST_OOM_KILL.to_string()]);
+    rec.exit = Some(JobExit::Code(1));
+    assert!(ids_of(&rec).is_empty());
+}
+
+#[test]
+fn growth_suggests_expandable_segments_only_where_not_already_set() {
+    let mut j = loaded(24 * G, 0.3, 60_000.0);
+    j.set(8000.0, 10, 0, gib(10.0))
+        .set(16_000.0, 10, 0, gib(14.0))
+        .set(24_000.0, 10, 0, gib(18.0));
+    j.oom(30_000.0, Some(0), Some(gib(4.0)));
+    let f = find(&j.build(), ids::GROWTH_WITHOUT_RELEASE);
+    assert!(f.fix.contains("expandable_segments:True lets"), "{}", f.fix);
+    alloc_conf(&mut j, 10, "expandable_segments:True");
+    let f = find(&j.build(), ids::GROWTH_WITHOUT_RELEASE);
+    assert!(f.fix.contains("already on"), "{}", f.fix);
+    // The OOM evidence splits the device between the job and the others.
+    let f = find(&j.build(), ids::OUT_OF_MEMORY);
+    assert!(has(&f, "held by the job's processes"), "{:?}", f.evidence);
+}
+
+#[test]
+fn an_unlisted_neighbours_growth_is_not_the_jobs_where_the_job_is_listed() {
+    // The neighbour (a container without the host PID namespace) is not in NVML's lists; the
+    // job's own listing shows it flat.
+    let mut j = loaded(24 * G, 0.3, 120_000.0);
+    for k in 0..5 {
+        j.set(20_000.0 + k as f64 * 10_000.0, 99, 0, gib(2.5) * (k + 1));
+    }
+    j.oom(75_000.0, Some(0), Some(gib(2.0)));
+    let mut rec = j.build();
+    rec.timeline.processes.retain(|p| p.pid != 99);
+    let mut ids = ids_of(&rec);
+    ids.sort();
+    assert_eq!(ids, strs(&[ids::OUT_OF_MEMORY]));
+    // With no per-process numbers at all, the device is all there is.
+    rec.timeline.processes.clear();
+    assert!(ids_of(&rec).contains(&ids::GROWTH_WITHOUT_RELEASE.to_string()));
+}
+
+#[test]
+fn out_of_memory_says_when_other_processes_held_more() {
+    let j = one_oom_job(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a \
+         total capacity of 23.65 GiB of which 20.00 MiB is free. Process 4242 has 15.00 GiB \
+         memory in use. Including non-PyTorch memory, this process has 8.60 GiB memory in use. \
+         Of the allocated memory 8.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved \
+         by PyTorch but unallocated.",
+    );
+    let f = find(&j.build(), ids::OUT_OF_MEMORY);
+    assert!(f.title.contains("other processes held 15.0"), "{}", f.title);
+    assert!(has(&f, "process 4242 in use (as listed)"));
 }
