@@ -7,6 +7,7 @@
 //! saying why: `stat` and `fd` (fewer syscalls for scans of every process), `comm`,
 //! `environ` (the first of a repeated key, as `getenv`), hostname and kernel release.
 
+pub mod container;
 pub mod process;
 pub mod system;
 
