@@ -386,7 +386,6 @@ pub(crate) fn is_system_monitor(name: &str) -> bool {
         "nvitop",
         "gpustat",
         "nvtop",
-        "vramdoc",
         "nvidia-dcgm",
     ];
     let n = name.trim();

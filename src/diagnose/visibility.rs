@@ -44,6 +44,11 @@ pub fn allowed_devices(
                     "NVIDIA_VISIBLE_DEVICES={dir}: the device list mounted there could not be read"
                 ));
             };
+            if ids.is_empty() {
+                return Err(format!(
+                    "NVIDIA_VISIBLE_DEVICES={dir}: no device is listed there"
+                ));
+            }
             mounted_ids(ids.iter().map(String::as_str), &uuids)
                 .map_err(|e| format!("NVIDIA_VISIBLE_DEVICES={dir}: {e}"))?
         }

@@ -13,7 +13,8 @@ type Result<T> = std::result::Result<T, HostError>;
 /// The names of the entries of directory `dir` (an absolute path as the process sees it)
 /// inside `pid`'s mount namespace, sorted. `/var/run/...` is also tried as `/run/...`: on
 /// most images `/var/run` is an absolute link to `/run`, which the kernel would resolve
-/// against the reader's root, not the container's.
+/// against the reader's root, not the container's; an empty directory at the first
+/// spelling does not hide entries at the second.
 pub fn dir_entries(pid: u32, dir: &str) -> Result<Vec<String>> {
     let rel = dir.trim_start_matches('/');
     let mut candidates = vec![rel.to_string()];
@@ -30,12 +31,20 @@ pub fn dir_entries(pid: u32, dir: &str) -> Result<Vec<String>> {
                     .map(|e| e.file_name().to_string_lossy().into_owned())
                     .collect();
                 names.sort();
-                return Ok(names);
+                // An empty directory at the first spelling may hide the mount at the second
+                // (a real `/var/run` directory beside the `/run` the runtime mounted into).
+                if !names.is_empty() {
+                    return Ok(names);
+                }
+                last = None;
             }
             Err(e) => last = Some(HostError::from_io(Some(pid), path, e)),
         }
     }
-    Err(last.unwrap_or(HostError::Gone { pid }))
+    match last {
+        Some(e) => Err(e),
+        None => Ok(Vec::new()),
+    }
 }
 
 #[cfg(test)]
