@@ -167,8 +167,13 @@ pub struct GpuEnv {
     /// `CUDA_DEVICE_ORDER` (`FASTEST_FIRST` when unset, or `PCI_BUS_ID`).
     pub cuda_device_order: Option<String>,
     /// `NVIDIA_VISIBLE_DEVICES`, set by the NVIDIA container runtime: the GPUs mounted into
-    /// the process's container (NVML indices or UUIDs, `all`, `none`, `void`).
+    /// the process's container (NVML indices or UUIDs, `all`, `none`, `void`, `MIG-…` ids,
+    /// or a directory: the device plugin's volume-mounts strategy).
     pub nvidia_visible_devices: Option<String>,
+    /// When `NVIDIA_VISIBLE_DEVICES` names a directory (volume-mounts strategy): the device
+    /// IDs mounted there, as the container sees them; `None` when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mounted_device_ids: Option<Vec<String>>,
 }
 
 /// A process holding GPU device files open.
@@ -268,6 +273,7 @@ pub fn gpu_env_from_environ(env: &Environ) -> GpuEnv {
     GpuEnv {
         cuda_device_order: get("CUDA_DEVICE_ORDER"),
         nvidia_visible_devices: get("NVIDIA_VISIBLE_DEVICES"),
+        mounted_device_ids: None,
     }
 }
 
@@ -359,7 +365,18 @@ fn process_info_and_env(
         .filter(|v| !v.is_empty())
         .map(|v| crate::redact::redact_cmdline(&v));
     let (cuda_visible_devices, gpu_env) = match host::environ(pid) {
-        Ok(env) => (cvd_from_environ(&env), Some(gpu_env_from_environ(&env))),
+        Ok(env) => {
+            let mut gpu_env = gpu_env_from_environ(&env);
+            // The device plugin's volume-mounts strategy: the list is the directory's entries.
+            if let Some(dir) = gpu_env
+                .nvidia_visible_devices
+                .as_deref()
+                .filter(|v| v.starts_with('/'))
+            {
+                gpu_env.mounted_device_ids = host::container::dir_entries(pid, dir).ok();
+            }
+            (cvd_from_environ(&env), Some(gpu_env))
+        }
         Err(_) => (CVD_UNKNOWN.into(), None),
     };
     let info = ProcessInfo {

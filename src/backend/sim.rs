@@ -355,6 +355,7 @@ impl Monitor for SimMonitor {
                 },
                 utilization_gpu: ok.then_some(0),
                 temperature_c: ok.then_some(vramdoc_sim::TEMPERATURE_C),
+                numa_node: if ok { d.numa_node } else { None },
                 status,
             });
         }

@@ -15,6 +15,13 @@ leftover processes (`fuser -v /dev/nvidia*`), stop them, then reset the GPU \
 (`nvidia-smi --gpu-reset -i N`) or reboot. (Graphics clients such as Xorg are not in the \
 compute-process list, but vramdoc reads the graphics and MPS lists too and counts them as owners.) When the processes holding the GPU device files open are named, a forked child (e.g. a DataLoader worker) that inherited its parent's descriptors keeps the parent's memory alive after the parent exited: stop it.";
 
+/// Coherent-memory GPUs (GH200/GB200) keep freed pages counted as used (nvml.h).
+pub const COHERENT_UNRECLAIMED: &str = "On coherent-memory platforms (GH200, GB200: the GPU's \
+memory is a NUMA node of the host) NVML counts pages freed by an exited process as used until \
+the kernel reclaims them, and they are reclaimed when an allocation needs them (nvml.h, \
+nvmlDeviceGetMemoryInfo). Nothing to stop: compare with `numastat -m` for that node, and only \
+if a new allocation fails while no process holds the GPU (`fuser -v /dev/nvidia*`), reset it.";
+
 /// A device the driver would not answer for.
 pub const DEVICE_UNAVAILABLE: &str = "A lost GPU (fallen off the bus, NVML_ERROR_GPU_IS_LOST) needs a reset (`nvidia-smi --gpu-reset -i N`) or a reboot; check `dmesg` for Xid errors. `no permission` means this user or container may not query the device: run vramdoc as a user with access, or mount the device into the container. Every other device is reported as usual.";
 

@@ -6,6 +6,7 @@
 pub mod fixes;
 mod rules;
 pub mod timeline;
+mod visibility;
 
 use crate::inventory::Inventory;
 use crate::model::{Finding, Headroom};

@@ -1,7 +1,8 @@
 //! The scan rules, one function each. Every rule is pure: inventory in, findings out.
 
+pub use super::visibility::allowed_devices;
+pub(crate) use super::visibility::index_order_ambiguous;
 use super::{fixes, ids, Thresholds};
-use crate::gpu::visible::visible_devices;
 use crate::gpu::DeviceInfo;
 use crate::inventory::{GpuEnv, Inventory, CVD_UNKNOWN, CVD_UNSET};
 use crate::model::{Evidence, Finding, Headroom, ProcessInfo, Severity};
@@ -33,6 +34,13 @@ pub(super) fn who(p: &ProcessInfo) -> String {
 pub(super) fn gpus(list: &[u32]) -> String {
     let v: Vec<String> = list.iter().map(|d| d.to_string()).collect();
     v.join(", ")
+}
+
+/// A 0-byte entry: NVML lists a process on every GPU whose memory it maps, with 0 bytes,
+/// once NCCL (or any CUDA IPC / peer access) maps peer memory — every DDP rank shows on
+/// every GPU of the job (pytorch/pytorch#64130). It is not a context of that process there.
+pub(crate) fn is_peer_listing(u: &crate::model::ProcessDeviceUsage) -> bool {
+    u.used == Some(0)
 }
 
 /// `(device, bytes)` for every device where the process's usage is known.
@@ -84,7 +92,7 @@ pub(crate) fn stray_context_of(
     let cvd_known = cvd != CVD_UNKNOWN && !mig && (cvd != CVD_UNSET || nvd.is_some());
     // (a) outside CUDA_VISIBLE_DEVICES (within the GPUs mounted into its container).
     let allowed = if cvd_known {
-        allowed_devices(cvd, env, gpus_info).ok()
+        allowed_devices(cvd, env, gpus_info, p.container.is_some()).ok()
     } else {
         None
     };
@@ -92,7 +100,7 @@ pub(crate) fn stray_context_of(
         let outside: Vec<&crate::model::ProcessDeviceUsage> = p
             .devices
             .iter()
-            .filter(|u| !allowed.contains(&u.device))
+            .filter(|u| !is_peer_listing(u) && !allowed.contains(&u.device))
             .collect();
         if !outside.is_empty() {
             let devs: Vec<u32> = outside.iter().map(|u| u.device).collect();
@@ -111,7 +119,7 @@ pub(crate) fn stray_context_of(
                     gpus(&allowed)
                 },
             ));
-            for u in &p.devices {
+            for u in p.devices.iter().filter(|u| !is_peer_listing(u)) {
                 let label = format!("used on GPU {}", u.device);
                 evidence.push(match u.used {
                     Some(b) => ev_bytes(label, b),
@@ -136,7 +144,7 @@ pub(crate) fn stray_context_of(
         }
     }
     // (b) context-sized footprint beside the main work (OneDiff pattern).
-    let k = known(p);
+    let k: Vec<(u32, u64)> = known(p).into_iter().filter(|(_, b)| *b > 0).collect();
     if k.len() < 2 {
         return None;
     }
@@ -205,7 +213,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         let orphaned = d.memory.used.saturating_sub(live_sum);
         // WSL / WDDM: no process is ever listed; an empty list says nothing about owners.
         let no_data = on_dev.is_empty() && details.per_process_unavailable.is_some();
-        let bytes_rule = live_known && !no_data && orphaned > th.unattributed_min;
+        let bytes_rule = live_known && !no_data && orphaned > unattributed_allowance(d, th);
         if !bytes_rule && dead.is_empty() {
             continue;
         }
@@ -240,11 +248,13 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             .map(|(p, _)| p.pid)
             .collect();
         let node_name = format!("nvidia{}", d.index);
-        let others: Vec<&crate::inventory::NodeHolder> = details
+        // System daemons and monitors hold every GPU's device files open by design: never
+        // named as holders (stopping them frees nothing).
+        let (monitors, others): (Vec<&crate::inventory::NodeHolder>, Vec<_>) = details
             .node_holders
             .iter()
             .filter(|h| !listed.contains(&h.pid))
-            .collect();
+            .partition(|h| h.name.as_deref().is_some_and(is_system_monitor));
         let this_gpu: Vec<&crate::inventory::NodeHolder> = others
             .iter()
             .copied()
@@ -267,6 +277,38 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
                 format!("{who} holds GPU device files open"),
                 h.nodes.join(", "),
             ));
+        }
+        if !monitors.is_empty() {
+            let names: Vec<String> = monitors
+                .iter()
+                .map(|h| format!("PID {} ({})", h.pid, h.name.as_deref().unwrap_or("?")))
+                .collect();
+            evidence.push(ev(
+                "system daemons and monitors with the device files open (not holders)",
+                names.join(", "),
+            ));
+        }
+        // Coherent memory (GH200/GB200): NVML counts pages freed by exited processes as used
+        // until the kernel reclaims them. With no exited PID listed and no process holding the
+        // device files, that is what the bytes are: information, not lost memory.
+        let coherent = d.numa_node.is_some() && dead.is_empty() && holders.is_empty();
+        if coherent {
+            out.push(Finding {
+                id: ids::NO_LIVE_OWNER.into(),
+                severity: Severity::Info,
+                title: format!(
+                    "GPU {}: {} counted as used with no live owner: a coherent-memory GPU \
+                     (NUMA node {}) keeps freed pages counted until they are reclaimed",
+                    d.index,
+                    format_bytes(orphaned),
+                    d.numa_node.unwrap_or_default()
+                ),
+                devices: vec![d.index],
+                pid: None,
+                evidence,
+                fix: fixes::COHERENT_UNRECLAIMED.into(),
+            });
+            continue;
         }
         let held_by = match holders.as_slice() {
             [] => String::new(),
@@ -313,6 +355,44 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// Used bytes that may have no listed owner without being lost: [`Thresholds::unattributed_min`],
+/// plus, where the driver reports no `reserved` (NVML v1 on drivers before R510, where
+/// `used` includes the driver's own reservation: nvml.h, `nvmlMemory_v2_t`), an allowance
+/// for that reservation (2 % of total, at least 512 MiB).
+fn unattributed_allowance(d: &DeviceInfo, th: &Thresholds) -> u64 {
+    if d.memory.reserved > 0 {
+        th.unattributed_min
+    } else {
+        th.unattributed_min + (d.memory.total / 50).max(512 << 20)
+    }
+}
+
+/// System daemons and GPU monitors that keep the driver's device files open by design
+/// (persistence daemon, DCGM host engine and exporter, the Kubernetes device plugin and
+/// feature discovery, exporters, `nvidia-smi`, interactive monitors, vramdoc itself). Names
+/// as the kernel's 15-byte `comm` shows them.
+pub(crate) fn is_system_monitor(name: &str) -> bool {
+    const KNOWN: &[&str] = &[
+        "nvidia-persistenced",
+        "nv-hostengine",
+        "dcgm-exporter",
+        "dcgmi",
+        "nvidia-device-plugin",
+        "gpu-feature-discovery",
+        "nvidia_gpu_exporter",
+        "nvidia-smi",
+        "nvitop",
+        "gpustat",
+        "nvtop",
+        "nvidia-dcgm",
+    ];
+    let n = name.trim();
+    KNOWN.iter().any(|k| {
+        let comm = &k[..k.len().min(15)];
+        n == *k || n == comm
+    })
 }
 
 /// Processes NVML lists that are not visible from our (container) PID namespace: attribution
@@ -452,10 +532,16 @@ pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
     }
 }
 
-/// Low headroom / over-commit per device: error when free memory cannot hold even a new
-/// CUDA context, warn when free is below [`Thresholds::low_free_fraction`] of total, info when
-/// the largest safe `gpu_memory_utilization` is below vLLM's default. Evidence carries the
-/// headroom arithmetic and the largest holder.
+/// Low headroom per device. A GPU kept nearly full by **one** claimant is the normal steady
+/// state of an engine or a caching allocator at its configured fill (vLLM claims
+/// `gpu_memory_utilization` × total at start, 0.9 by default and 0.95 in many deployments;
+/// PyTorch keeps freed blocks reserved): info, with the arithmetic for whoever wants to add a
+/// process. Warn only when a cause will bite: two or more independent claimants, each
+/// holding more than a context ([`Thresholds::context_sized_max`]), share a GPU whose free
+/// memory is below [`Thresholds::low_free_fraction`] — the next growth of either fails.
+/// Never error: nothing has failed yet. Info also when the largest safe
+/// `gpu_memory_utilization` is below vLLM's default. Evidence carries the headroom
+/// arithmetic and the largest holder.
 pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
@@ -470,25 +556,42 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
                 b as f64 * 100.0 / m.total as f64
             }
         };
-        let (severity, title) = if m.free < th.context_reserve {
-            (
-                Severity::Error,
-                format!(
-                    "GPU {} is over-full: {} free of {}, less than a new CUDA context needs",
-                    d.index,
-                    format_bytes(m.free),
-                    format_bytes(m.total)
-                ),
-            )
-        } else if (m.free as f64) < th.low_free_fraction * m.total as f64 {
+        let claimants: Vec<(&ProcessInfo, u64)> = inv
+            .processes
+            .iter()
+            .filter_map(|p| p.usage_on(d.index).and_then(|u| u.used).map(|b| (p, b)))
+            .filter(|(_, b)| *b > th.context_sized_max)
+            .collect();
+        let low =
+            m.free < th.context_reserve || (m.free as f64) < th.low_free_fraction * m.total as f64;
+        let (severity, title) = if low && claimants.len() >= 2 {
             (
                 Severity::Warn,
                 format!(
-                    "GPU {} has low headroom: {} free ({:.1}%) of {}",
+                    "GPU {}: {} processes share it with {} free ({:.1}%) of {}: the next \
+                     allocation of any of them can fail",
                     d.index,
+                    claimants.len(),
                     format_bytes(m.free),
                     pct(m.free),
                     format_bytes(m.total)
+                ),
+            )
+        } else if low {
+            (
+                Severity::Info,
+                format!(
+                    "GPU {} is at a steady fill: {} free ({:.1}%) of {}{} (normal for an \
+                     engine or a caching allocator at its configured fill; no room for \
+                     another process)",
+                    d.index,
+                    format_bytes(m.free),
+                    pct(m.free),
+                    format_bytes(m.total),
+                    match claimants.as_slice() {
+                        [(p, _)] => format!(", held by {}", who(p)),
+                        _ => String::new(),
+                    }
                 ),
             )
         } else if h.max_gpu_memory_utilization < th.vllm_default_utilization {
@@ -656,71 +759,6 @@ pub fn device_unavailable(inv: &Inventory) -> Vec<Finding> {
         });
     }
     out
-}
-
-/// Which physical GPUs a process may use, from its `CUDA_VISIBLE_DEVICES` (`cvd`, known),
-/// `NVIDIA_VISIBLE_DEVICES` (the GPUs mounted into its container) and `CUDA_DEVICE_ORDER`.
-/// `Err(why)` when that cannot be known: index entries are read in CUDA's order, fastest
-/// first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`, which NVML data cannot reproduce on a box of
-/// mixed GPUs.
-pub fn allowed_devices(
-    cvd: &str,
-    env: Option<&GpuEnv>,
-    devices: &[(String, String)],
-) -> Result<Vec<u32>, String> {
-    let uuids: Vec<String> = devices.iter().map(|(uuid, _)| uuid.clone()).collect();
-    // The container's GPUs (NVML indices or UUIDs), in NVML order.
-    let mounted: Vec<u32> = match env.and_then(|e| e.nvidia_visible_devices.as_deref()) {
-        None | Some("all") | Some("") => (0..uuids.len() as u32).collect(),
-        Some(v @ ("none" | "void")) => {
-            return Err(format!(
-                "NVIDIA_VISIBLE_DEVICES={v}: GPUs are not managed by the runtime"
-            ))
-        }
-        Some(v) => {
-            let mut m = visible_devices(Some(v), &uuids);
-            m.sort_unstable();
-            m
-        }
-    };
-    if cvd == CVD_UNSET {
-        return Ok(mounted);
-    }
-    let mounted_names = mounted
-        .iter()
-        .filter_map(|i| devices.get(*i as usize))
-        .map(|(_, name)| name.as_str());
-    let order = env.and_then(|e| e.cuda_device_order.as_deref());
-    if index_order_ambiguous(cvd, order, mounted_names) {
-        return Err(
-            "its CUDA_VISIBLE_DEVICES indices follow CUDA's fastest-first order on mixed GPUs \
-             (set CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs)"
-                .into(),
-        );
-    }
-    let mounted_uuids: Vec<String> = mounted.iter().map(|i| uuids[*i as usize].clone()).collect();
-    Ok(visible_devices(Some(cvd), &mounted_uuids)
-        .into_iter()
-        .map(|k| mounted[k as usize])
-        .collect())
-}
-
-/// Whether integer `CUDA_VISIBLE_DEVICES` entries may not mean NVML's physical indices: CUDA
-/// orders devices fastest first unless `CUDA_DEVICE_ORDER` (`order`) is `PCI_BUS_ID`, which
-/// only differs from NVML's PCI order among GPUs of different models (`names`).
-pub(crate) fn index_order_ambiguous<'a>(
-    cvd: &str,
-    order: Option<&str>,
-    mut names: impl Iterator<Item = &'a str>,
-) -> bool {
-    let pci = order.is_some_and(|o| o.trim().eq_ignore_ascii_case("PCI_BUS_ID"));
-    let numeric = cvd
-        .split(',')
-        .any(|e| e.trim().chars().next().is_some_and(|c| c.is_ascii_digit()));
-    if pci || !numeric {
-        return false;
-    }
-    names.next().is_some_and(|first| names.any(|n| n != first))
 }
 
 /// What the live listed processes hold on `d` (in a container every listed process counts

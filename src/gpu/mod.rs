@@ -279,6 +279,13 @@ pub struct DeviceInfo {
     pub utilization_gpu: Option<u32>,
     /// Temperature in degrees Celsius, when the driver reports it.
     pub temperature_c: Option<u32>,
+    /// On coherent-memory platforms (GH200, GB200: the GPU's memory is a NUMA node of the
+    /// host), that NUMA node (`nvmlDeviceGetNumaNodeId`, which "only applies to platforms
+    /// where the GPUs are NUMA nodes"); `None` elsewhere. There NVML keeps pages freed by an
+    /// exited process counted as used until they are reclaimed (nvml.h,
+    /// `nvmlDeviceGetMemoryInfo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
     /// Whether the driver answered for this device. Anything but `ok`: memory is zeroed and
     /// utilization / temperature are absent, the other devices are still reported.
     #[serde(default)]

@@ -268,6 +268,9 @@ impl NvmlMonitor {
         let m = get!(self.memory_info(&d));
         let util = get!(optional(d.utilization_rates()));
         let temp = get!(optional(d.temperature(TemperatureSensor::Gpu)));
+        // Any error (NOT_SUPPORTED off coherent platforms, a driver without the symbol) means
+        // the GPU is not a NUMA node: never a reason to fail the device.
+        let numa_node = d.numa_node_id().ok();
         Ok(DeviceInfo {
             index,
             name: partial.0,
@@ -281,6 +284,7 @@ impl NvmlMonitor {
             },
             utilization_gpu: util.map(|u| u.gpu),
             temperature_c: temp,
+            numa_node,
             status: DeviceStatus::Ok,
         })
     }
@@ -710,6 +714,7 @@ impl Monitor for NvmlMonitor {
                         memory: MemoryInfo::zeroed(),
                         utilization_gpu: None,
                         temperature_c: None,
+                        numa_node: None,
                         status,
                     });
                 }

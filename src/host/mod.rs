@@ -10,6 +10,7 @@
 //! `environ` (the first of a repeated key, as `getenv`), hostname and kernel release.
 
 pub mod cgroup;
+pub mod container;
 pub mod process;
 pub mod system;
 

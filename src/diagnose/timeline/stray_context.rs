@@ -71,6 +71,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
         let env = crate::inventory::GpuEnv {
             cuda_device_order: rp.cuda_device_order.clone(),
             nvidia_visible_devices: rp.nvidia_visible_devices.clone(),
+            mounted_device_ids: None,
         };
         let Some(mut f) = super::rules::stray_context_of(
             &view,

@@ -1,2 +1,301 @@
 //! Node shapes for `vramdoc scan` (and serve, which shares its rules): healthy nodes that
 //! must raise nothing at warn/error, and broken ones that must raise the right finding.
+//!
+//! Every case runs on a box made by `vramdoc sim init`, with real processes: the workloads
+//! of tests/corpus/node_workloads.py (ctypes over the simulated libcuda.so.1, as the
+//! programs they stand for call the driver), `vramdoc sim hold`, and containers of the
+//! box's runtime (`vramdoc sim run`, as the NVIDIA device plugin and container runtime set
+//! them up). vramdoc reads them through its real NVML backend over the simulated
+//! libnvidia-ml.so.1. The source of each shape is cited beside it.
+
+use super::{assert_clean, findings_of, Outcome};
+use crate::common::clients::{python, CliBox, Live};
+use crate::common::hold::Holder;
+use crate::common::poll::{eventually, SECS_10};
+use crate::common::{self};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GIB: u64 = 1 << 30;
+
+fn workloads() -> &'static str {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/corpus/node_workloads.py"
+    )
+}
+
+/// A workload of node_workloads.py on `b`, returned once it printed `ready`.
+fn workload(b: &CliBox, libs: &Path, args: &[&str], env: &[(&str, &str)]) -> Live {
+    let mut c = Command::new(python());
+    c.arg(workloads())
+        .args(args)
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", libs)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut live = Live::start(c);
+    let _what = live.line();
+    live
+}
+
+/// What `vramdoc scan` finds through the real NVML backend over `libs`.
+fn scan(b: &CliBox, libs: &Path) -> Vec<(String, String)> {
+    let out = b
+        .vramdoc()
+        .args(["scan", "--backend", "real", "--json"])
+        .env("LD_LIBRARY_PATH", libs)
+        .env("VRAMDOC_PIDNS", "host")
+        .output()
+        .expect("run vramdoc scan");
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "scan failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan JSON");
+    findings_of(&v)
+}
+
+fn libs() -> PathBuf {
+    common::simgpu_lib_dir().to_path_buf()
+}
+
+fn hold(b: &CliBox, env: &[(&str, &str)], args: &[&str]) -> Holder {
+    Holder::start(&b.dir, env, args)
+}
+
+/// A detached container of the box's runtime holding `size` on its GPU(s).
+fn container(b: &CliBox, run_args: &[&str], env: &[(&str, &str)], size: &str) {
+    let mut c = b.vramdoc();
+    c.args(["sim", "run", "-d"])
+        .args(run_args)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_vramdoc"))
+        .args(["sim", "hold", "--size", size]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("sim run");
+    common::assert_ok(&out, "sim run -d");
+    eventually(SECS_10, "the container holds its memory", || {
+        let st = b.sim().state().expect("box state");
+        st.processes
+            .values()
+            .any(|p| p.devices.values().any(|u| u.alloc_bytes >= GIB))
+    });
+}
+
+fn case(name: &str, source: &str, expected: &[&str], found: Vec<(String, String)>) -> Outcome {
+    Outcome::new(name, source, expected, found)
+}
+
+// ---- benign: healthy nodes ------------------------------------------------------------
+
+/// pytorch/pytorch#64130: NVML lists every DDP rank on every GPU with 0 bytes once NCCL maps
+/// peer memory (CUDA IPC).
+fn ddp(n: u32, per_rank: u64) -> Outcome {
+    let b = CliBox::new(&format!("{n}x16GiB"), &[]);
+    let libs = libs();
+    let _job = workload(
+        &b,
+        &libs,
+        &["ddp", &n.to_string(), &per_rank.to_string()],
+        &[],
+    );
+    case(
+        &format!("ddp-{n}-ranks-with-peer-listings"),
+        "pytorch/pytorch#64130",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+/// vLLM claims gpu_memory_utilization x total at start (docs.vllm.ai, "gpu_memory_utilization",
+/// default 0.9); many deployments run at 0.95.
+fn engine(spec: &str, fraction: &str) -> Outcome {
+    let b = CliBox::new(spec, &[]);
+    let libs = libs();
+    let _e = workload(&b, &libs, &["engine", "0", fraction], &[]);
+    case(
+        &format!("vllm-engine-at-{fraction}-on-{spec}"),
+        "vLLM docs: gpu_memory_utilization (the engine pre-allocates that fraction of total)",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+/// PyTorch's caching allocator keeps freed blocks reserved: a training job's footprint grows
+/// to most of the GPU and stays (PyTorch docs, "CUDA memory management").
+fn caching_allocator_full() -> Outcome {
+    let b = CliBox::new("16GiB", &[]);
+    let _h = hold(&b, &[], &["--size", &(15 * GIB - GIB / 2).to_string()]);
+    case(
+        "pytorch-cache-grown-to-95-percent",
+        "PyTorch docs: CUDA semantics, memory management (caching allocator)",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
+/// NVIDIA/k8s-device-plugin `getAllocateResponse`: a pod given host GPU 1 in each form.
+fn device_plugin(strategy: &str, extra: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let b = CliBox::new("4x16GiB", &[]);
+    let mut args = vec!["--gpus", "1", "--strategy", strategy];
+    args.extend_from_slice(extra);
+    container(&b, &args, env, "6GiB");
+    let label = format!("device-plugin-{strategy}{}", extra.join(""));
+    case(
+        &label,
+        "NVIDIA/k8s-device-plugin internal/plugin/server.go getAllocateResponse; nvidia-container-toolkit docs",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
+/// nvml.h, nvmlDeviceGetMemoryInfo: on coherent-memory platforms pages freed by an exited
+/// process stay counted as used until reclaimed.
+fn coherent_after_exit() -> Outcome {
+    let b = CliBox::new("gh200", &[]);
+    let h = hold(&b, &[], &["--size", &(20 * GIB).to_string()]);
+    h.kill();
+    case(
+        "gh200-memory-counted-after-exit",
+        "nvml.h nvmlDeviceGetMemoryInfo note (coherent memory); nvmlDeviceGetNumaNodeId",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
+/// nvidia-persistenced, DCGM's host engine and the device plugin keep every device file open
+/// (NVIDIA driver docs "Driver Persistence"; DCGM docs) beside a healthy engine.
+fn monitors_beside_a_job() -> Outcome {
+    let b = CliBox::new("2x16GiB", &[]);
+    let libs = libs();
+    let _m1 = workload(&b, &libs, &["monitor", "nvidia-persistenced"], &[]);
+    let _m2 = workload(&b, &libs, &["monitor", "nv-hostengine"], &[]);
+    let _e = workload(&b, &libs, &["engine", "0", "0.9"], &[]);
+    case(
+        "persistenced-and-dcgm-beside-an-engine",
+        "NVIDIA driver docs: Driver Persistence (nvidia-persistenced); DCGM nv-hostengine",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+/// nvidia-smi's `C+G` type: one process in the compute and the graphics list (NVML docs,
+/// nvmlDeviceGetGraphicsRunningProcesses).
+fn compute_and_graphics() -> Outcome {
+    let b = CliBox::new("16GiB", &[]);
+    let _h = hold(
+        &b,
+        &[],
+        &["--size", &(6 * GIB).to_string(), "--also-graphics"],
+    );
+    case(
+        "c-plus-g-process-counted-once",
+        "nvml.h nvmlDeviceGetComputeRunningProcesses / GetGraphicsRunningProcesses (nvidia-smi type C+G)",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
+/// Drivers before R510 have no nvmlDeviceGetMemoryInfo_v2: `used` includes the driver's
+/// reservation (nvml.h, nvmlMemory_v2_t).
+fn pre_r510_driver() -> Outcome {
+    let b = CliBox::new("a100", &["--driver", "470"]);
+    let libs = b.libs();
+    let _e = workload(&b, &libs, &["engine", "0", "0.5"], &[]);
+    case(
+        "r470-driver-nvml-v1-healthy-job",
+        "nvml.h nvmlMemory_v2_t (reserved is counted in v1's used)",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+// ---- failures --------------------------------------------------------------------------
+
+/// FAILURES.md §1 (OneDiff): a context-sized allocation on cuda:0 beside the main work.
+fn stray_cuda0() -> Outcome {
+    let b = CliBox::new("2x16GiB", &[]);
+    let _h = hold(
+        &b,
+        &[],
+        &[
+            "--device",
+            "1",
+            "--size",
+            &(8 * GIB).to_string(),
+            "--context-on",
+            "0",
+        ],
+    );
+    case(
+        "stray-context-on-cuda0",
+        "shared/FAILURES.md §1 (siliconflow/onediff stray cuda:0 allocation)",
+        &["stray-context"],
+        scan(&b, &libs()),
+    )
+}
+
+/// A forked DataLoader worker keeps its dead parent's memory (pytorch/pytorch#1085-style
+/// "memory not freed after process exits"; NVML keeps listing the dead PID).
+fn dead_parent_memory() -> Outcome {
+    let b = CliBox::new("16GiB", &[]);
+    let h = hold(&b, &[], &["--size", &(4 * GIB).to_string(), "--fork-child"]);
+    let child = h.field("child").expect("child pid");
+    h.kill();
+    let found = scan(&b, &libs());
+    // SAFETY: ending the forked child this case staged.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    case(
+        "dead-process-memory-kept-by-forked-child",
+        "shared/FAILURES.md §4 (memory not released); NVML lists the exited PID",
+        &["no-live-owner"],
+        found,
+    )
+}
+
+/// Two independent claimants fill one GPU (FAILURES.md §5: a second engine next to a first).
+fn two_claimants() -> Outcome {
+    let b = CliBox::new("16GiB", &[]);
+    let size = (7 * GIB + GIB / 5).to_string();
+    let _a = hold(&b, &[], &["--size", &size]);
+    let _b = hold(&b, &[], &["--size", &size]);
+    case(
+        "two-claimants-share-a-full-gpu",
+        "shared/FAILURES.md §5 (over-committed utilisation)",
+        &["low-headroom"],
+        scan(&b, &libs()),
+    )
+}
+
+#[test]
+fn node_shapes() {
+    let outcomes = vec![
+        ddp(2, 10 * GIB),
+        ddp(4, 8 * GIB),
+        ddp(8, 4 * GIB),
+        engine("16GiB", "0.9"),
+        engine("h100", "0.95"),
+        caching_allocator_full(),
+        device_plugin("envvar", &[], &[]),
+        device_plugin("envvar", &["--device-ids", "index"], &[]),
+        device_plugin("volume-mounts", &[], &[]),
+        device_plugin("mig", &[], &[]),
+        device_plugin("cdi", &[], &[("CUDA_VISIBLE_DEVICES", "0")]),
+        device_plugin("cdi", &["--cdi-env", "void"], &[]),
+        coherent_after_exit(),
+        monitors_beside_a_job(),
+        compute_and_graphics(),
+        pre_r510_driver(),
+        stray_cuda0(),
+        dead_parent_memory(),
+        two_claimants(),
+    ];
+    assert_clean("scan (node shapes)", &outcomes);
+}
