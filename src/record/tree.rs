@@ -299,10 +299,15 @@ impl ProcessTree {
         let before = self.joined.len();
         let first = self.old_containers.is_none();
         if first {
-            // The container cgroups that exist already are not the job's.
+            // The container cgroups of processes older than the recording are not the job's
+            // (a container the job started before this first round is).
             let mut old = std::collections::HashSet::new();
             if self.scope.new_containers {
-                for pid in all.keys() {
+                let own = [self.root, std::process::id()];
+                let older = all
+                    .iter()
+                    .filter(|(pid, e)| e.start_time < self.since || own.contains(pid));
+                for (pid, _) in older {
                     for p in host::cgroup_paths(*pid).unwrap_or_default() {
                         if container_id(&p).is_some() {
                             old.insert(p);
