@@ -232,11 +232,14 @@ fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
         ("cgroup", &["env", "-u", "VRAMDOC_MARKERS"][..]),
     ] {
         let out = tmp.path().join(format!("{name}.json"));
+        let md = tmp.path().join(format!("{name}.md"));
         let o = b
             .vramdoc()
             .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
             .args(["run", "--process-period", "100ms", "--out"])
             .arg(&out)
+            .arg("--out")
+            .arg(&md)
             .arg("--")
             .args(prefix)
             .args([EXE, "sim", "run", "--gpus", "1", "--", "python3", JOB])
@@ -262,6 +265,11 @@ fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
             "cgroup /docker/"
         };
         assert!(member.starts_with(want), "{name}: {member:?}");
+        let md = std::fs::read_to_string(&md).unwrap();
+        assert!(
+            md.contains(&format!(" via {want}")),
+            "{name}: the Markdown says why"
+        );
         assert!(
             py.4.iter().any(|(d, p)| *d == 1 && *p >= 2 * GIB),
             "{name}: its memory on host GPU 1: {procs:?}"
