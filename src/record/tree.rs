@@ -289,7 +289,7 @@ impl ProcessTree {
         }
         let now = members.iter().any(|p| {
             all.get(p)
-                .is_some_and(|e| !e.is_exited() && clients.iter().any(|c| *c == e.comm))
+                .is_some_and(|e| !e.is_exited() && clients.contains(&e.comm))
         });
         if now || self.client_before {
             self.client_until = host::ticks_since_boot().unwrap_or(u64::MAX);
