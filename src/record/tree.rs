@@ -258,7 +258,8 @@ impl ProcessTree {
             }
         }
         let wants_cgroups = !self.scope.cgroups.is_empty() || self.scope.new_containers;
-        if !(wants_cgroups && (new || first)) {
+        // Old processes matter only to an attached cgroup (read once, at the first round).
+        if !(wants_cgroups && (new || (first && !self.scope.cgroups.is_empty()))) {
             return None;
         }
         let paths = host::cgroup_paths(pid).ok()?;
