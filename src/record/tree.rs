@@ -233,7 +233,6 @@ impl ProcessTree {
         }
     }
 
-    /// Why the rules make `pid` (started at `start`) the job's, reading what they need.
     /// The environment rule alone: why `pid`'s environment makes it the job's.
     fn env_matches(&self, pid: u32) -> Option<String> {
         if self.scope.env.is_empty() {
@@ -250,6 +249,7 @@ impl ProcessTree {
             .map(|set| describe_env(set))
     }
 
+    /// Why the rules make `pid` (started at `start`) the job's, reading what they need.
     fn rule_matches(&self, pid: u32, start: u64, first: bool) -> Option<String> {
         let new = start >= self.since;
         if new {
@@ -360,6 +360,10 @@ impl ProcessTree {
         self.joined
             .retain(|pid, (st, _)| all.get(pid).is_some_and(|e| e.start_time == *st));
         let members: std::collections::HashSet<u32> = members.iter().copied().collect();
+        let (now, young) = (
+            host::ticks_since_boot().unwrap_or(u64::MAX),
+            2 * host::ticks_per_second(),
+        );
         for (pid, e) in all {
             // Joined through its cgroup between its fork and its exec (a runtime moves the
             // process first): after the exec its environment may say more.
@@ -383,11 +387,13 @@ impl ProcessTree {
             if !first && e.start_time < self.since {
                 continue;
             }
+            // Looked at already, and not young: a process moved into its container's cgroup
+            // just after its fork (runtimes do) is looked at again for its first seconds.
             let seen = self
                 .checked
                 .get(pid)
                 .is_some_and(|(st, comm)| *st == e.start_time && *comm == e.comm);
-            if seen {
+            if seen && e.start_time.saturating_add(young) < now {
                 continue;
             }
             self.checked.insert(*pid, (e.start_time, e.comm.clone()));
