@@ -231,13 +231,33 @@ fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
     });
     let tmp = tempfile::tempdir().unwrap();
     let unset: &[&str] = &["env", "-u", "VRAMDOC_MARKERS"];
-    for (name, prefix, clients, want) in [
-        ("env", &[][..], "", Some("environment VRAMDOC_MARKERS")),
-        ("cgroup", unset, "vramdoc", Some("cgroup /docker/")),
-        ("no client", unset, "", None),
+    let python: &[&str] = &["python3", JOB, "ctx:0", "alloc:2048", "sleep:1200"];
+    // A workload whose `comm` does not change at its exec (`vramdoc` → `vramdoc`).
+    let hold: &[&str] = &[EXE, "sim", "hold", "--size", "2GiB", "--duration", "1200ms"];
+    for (name, prefix, clients, workload, want) in [
+        (
+            "env",
+            &[][..],
+            "",
+            python,
+            Some("environment VRAMDOC_MARKERS"),
+        ),
+        ("cgroup", unset, "vramdoc", python, Some("cgroup /docker/")),
+        (
+            "cgroup, same comm",
+            unset,
+            "vramdoc",
+            hold,
+            Some("cgroup /docker/"),
+        ),
+        ("no client", unset, "", python, None),
     ] {
-        let out = tmp.path().join(format!("{name}.json"));
-        let md = tmp.path().join(format!("{name}.md"));
+        let out = tmp
+            .path()
+            .join(format!("{}.json", name.replace([' ', ','], "_")));
+        let md = tmp
+            .path()
+            .join(format!("{}.md", name.replace([' ', ','], "_")));
         let o = b
             .vramdoc()
             .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
@@ -248,8 +268,9 @@ fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
             .arg(&md)
             .arg("--")
             .args(prefix)
-            .args([EXE, "sim", "run", "--gpus", "1", "--", "python3", JOB])
-            .args(["ctx:0", "alloc:2048", "sleep:1200"])
+            .args([EXE, "sim", "run", "--gpus", "1", "--"])
+            .args(workload)
+            .stdout(Stdio::null())
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
@@ -258,7 +279,7 @@ fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
         // This box's container (tests running beside this one start containers too).
         let py = procs
             .iter()
-            .find(|p| p.1.starts_with("python") && p.2 == Some(daemon));
+            .find(|p| p.2 == Some(daemon) && p.1 == workload[0].rsplit('/').next().unwrap());
         let tree_peak = r["run"]["tree_peaks"][1]["peak_used"].as_u64().unwrap();
         let Some(want) = want else {
             assert!(py.is_none(), "{name}: a neighbour's: {procs:?}");
