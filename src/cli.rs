@@ -107,7 +107,8 @@ vramdoc mark load 1024x1024"
         after_help = "Writes TEXT as one line to the file named by $VRAMDOC_MARKERS (set by \
 `vramdoc run` for the command it starts). A marker starting with `release` says the job has \
 released what it loaded (drives the not-released finding).\n\n\
-Examples:\n  vramdoc mark load model\n  vramdoc mark release model\n\n\
+Examples:\n  vramdoc mark load model\n  vramdoc mark release model\n  \
+vramdoc mark --pid 4242 reload weights   (a recording attached with `vramdoc run --pid 4242`)\n\n\
 From Python:\n  open(os.environ[\"VRAMDOC_MARKERS\"], \"a\").write(\"release model\\n\")"
     )]
     Mark(MarkArgs),

@@ -1,11 +1,11 @@
 //! What job membership reads beyond one process's files (issue 17): where the cgroup
-//! hierarchies are mounted ([`cgroup_mounts`], from `/proc/self/mountinfo`), the processes
-//! of one cgroup directory ([`cgroup_procs`]), and the kernel's clock in the unit of a
-//! process's start time ([`ticks_since_boot`]), to tell a process started during a recording
-//! from one that was there before. Nothing here decides membership: `record::tree` does.
+//! hierarchies are mounted ([`cgroup_mounts`], from `/proc/self/mountinfo`) and the kernel's
+//! clock in the unit of a process's start time ([`ticks_since_boot`], [`ticks_per_second`]),
+//! to tell a process started during a recording from one that was there before. Nothing here
+//! decides membership: `record::tree` does.
 
 use super::HostError;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 type Result<T> = std::result::Result<T, HostError>;
 
@@ -35,13 +35,12 @@ fn parse_cgroup_mounts(text: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The PIDs in one cgroup directory (`DIR/cgroup.procs`), as this PID namespace numbers
-/// them.
-pub fn cgroup_procs(dir: &Path) -> Result<Vec<u32>> {
-    let path = dir.join("cgroup.procs");
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| HostError::from_io(None, path.clone(), e))?;
-    Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on Linux), the unit of a process's
+/// start time.
+pub fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf with a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|h| *h > 0).unwrap_or(100)
 }
 
 /// Clock ticks since boot now (`CLOCK_BOOTTIME` in `sysconf(_SC_CLK_TCK)` units), the unit

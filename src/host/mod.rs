@@ -3,7 +3,7 @@
 //! stat and liveness with start time, status and `NSpid`, comm, command line, environment,
 //! cgroup, open descriptors) and lists PIDs; [`system`] reads the machine (hostname, kernel
 //! release, the /proc mount's `hidepid`, user names); [`cgroup`] reads what job membership
-//! needs beyond one process (cgroup mounts and members, the boot clock in start-time
+//! needs beyond one process (cgroup mounts, the boot clock in start-time
 //! ticks). Callers decide what a fact means (a
 //! finding, a tree member); nothing here interprets it beyond parsing. Read by hand, each
 //! saying why: `stat` and `fd` (fewer syscalls for scans of every process), `comm`,
@@ -14,7 +14,7 @@ pub mod container;
 pub mod process;
 pub mod system;
 
-pub use cgroup::{cgroup_mounts, cgroup_procs, ticks_since_boot};
+pub use cgroup::{cgroup_mounts, ticks_per_second, ticks_since_boot};
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, pids, start_time,
     stat, status, Environ, Stat, Status,

@@ -93,10 +93,10 @@ pub fn status_line(
 ) -> String {
     let mut s = format!("vramdoc {:.1}s", elapsed.as_secs_f64());
     s.push_str(&format!(
-        " · {processes} process{}",
+        " | {processes} process{}",
         if processes == 1 { "" } else { "es" }
     ));
-    s.push_str(" · peak");
+    s.push_str(" | peak");
     for (i, p) in peaks {
         s.push_str(&format!(" GPU{i} {}", format_bytes(*p)));
     }
@@ -135,14 +135,14 @@ mod tests {
         );
         assert_eq!(
             l,
-            "vramdoc 12.3s · 3 processes · peak GPU0 4.00 GiB GPU2 0 B"
+            "vramdoc 12.3s | 3 processes | peak GPU0 4.00 GiB GPU2 0 B"
         );
         let eight: Vec<(u32, u64)> = (0..8).map(|i| (i, 1 << 30)).collect();
         assert_eq!(
             status_line(Duration::ZERO, &eight, 1, 30).chars().count(),
             30
         );
-        assert!(status_line(Duration::ZERO, &[], 1, 80).contains("1 process ·"));
+        assert!(status_line(Duration::ZERO, &[], 1, 80).contains("1 process |"));
     }
 
     #[test]

@@ -295,9 +295,31 @@ fn job_scope(marker_path: &std::path::Path) -> Scope {
     }
     Scope {
         new_containers: true,
+        container_clients: container_clients(),
         env,
         ..Scope::descendants(std::process::id())
     }
+}
+
+/// The container CLIs whose containers are the job's (docs/run.md): `docker`, `podman`,
+/// `nerdctl`, `ctr`, plus the `comm` names in `$VRAMDOC_CONTAINER_CLIENTS` (comma-separated,
+/// for a wrapper of your own).
+pub const CONTAINER_CLIENTS_ENV: &str = "VRAMDOC_CONTAINER_CLIENTS";
+
+fn container_clients() -> Vec<String> {
+    let mut v: Vec<String> = ["docker", "podman", "nerdctl", "ctr"]
+        .map(String::from)
+        .to_vec();
+    if let Ok(extra) = std::env::var(CONTAINER_CLIENTS_ENV) {
+        v.extend(
+            extra
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(|c| c.chars().take(15).collect()),
+        );
+    }
+    v
 }
 
 /// vramdoc's own Slurm step, `SLURM_JOB_ID` and `SLURM_STEP_ID`, when it runs in one.
@@ -513,6 +535,7 @@ mod tests {
         let scope = job_scope(std::path::Path::new("/tmp/vramdoc-run-x/markers"));
         assert_eq!(scope.root, std::process::id());
         assert!(scope.new_containers && !scope.include_root);
+        assert!(scope.container_clients.iter().any(|c| c == "docker"));
         assert_eq!(
             scope.env[0],
             [(

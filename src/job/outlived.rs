@@ -1,10 +1,10 @@
 //! `--kill-after DURATION`: after the command ends, the job's processes that still hold GPU
 //! memory (a forked DataLoader worker, a detached child, a container that carries the job's
-//! marker file; see `super::ours_to_signal`) are ended as GNU
-//! `timeout -k` ends a command: SIGTERM, then SIGKILL to those still running `DURATION`
-//! later. Each step is a marker on the timeline (`kill-after: …`), which the
-//! `outlived-command` finding reads. Without the flag nothing is ended and the finding says
-//! how to end them.
+//! marker file; see `super::ours_to_signal`) are ended as GNU `timeout -k` ends a command:
+//! SIGTERM, then SIGKILL to those still running `DURATION` later (at once when vramdoc itself
+//! gets a signal meanwhile). Each step is a marker on the timeline (`kill-after: …`), which
+//! the `outlived-command` finding reads. Without the flag nothing is ended and the finding
+//! says how to end them.
 
 use super::{process, Feed, TICK};
 use crate::model::MarkerKind;
@@ -57,7 +57,11 @@ pub fn end_holders(
             .collect()
     };
     let mut left = alive(&targets);
-    while !left.is_empty() && Instant::now() < deadline {
+    // A signal to vramdoc meanwhile (Ctrl-C, a scheduler's SIGTERM) cuts the grace short.
+    while !left.is_empty()
+        && Instant::now() < deadline
+        && super::signals::take_received().is_empty()
+    {
         feed.take();
         live.tick(recorder);
         process::reap(0);

@@ -45,8 +45,12 @@ pub struct Scope {
     pub env: Vec<Vec<(String, String)>>,
     /// A process in a container cgroup (a path component holding a 64-hex container id)
     /// that no process had when the recording started is the job's: a container the job
-    /// started (docker, podman, containerd: the runtime, not the CLI, is its parent).
+    /// started (docker, podman, containerd: the runtime, not the CLI, is its parent) ...
     pub new_containers: bool,
+    /// ... when its first process started while a member of the job whose `comm` is one of
+    /// these ran (a container CLI: `docker`, `podman`, …), or up to one round after it was
+    /// last seen. Empty: any time during the recording.
+    pub container_clients: Vec<String>,
     /// Processes in these cgroups are the job's (attach: `--cgroup`, `--container`).
     pub cgroups: Vec<CgroupMatch>,
 }
@@ -165,6 +169,13 @@ pub struct ProcessTree {
     since: u64,
     /// Container cgroups some process had when the recording started.
     old_containers: Option<std::collections::HashSet<String>>,
+    /// Container cgroups found to be the job's: later processes in them are too.
+    job_containers: std::collections::HashSet<String>,
+    /// Start times up to this (ticks since boot) are "while a container client of the job
+    /// ran" (see [`Scope::container_clients`]).
+    client_until: u64,
+    /// A container client of the job ran at the previous round.
+    client_before: bool,
 }
 
 /// The details of a new member, read once: `status` (name, `NSpid`), the command line
@@ -224,23 +235,33 @@ impl ProcessTree {
         }
     }
 
+    /// The environment rule alone: why `pid`'s environment makes it the job's.
+    fn env_matches(&self, pid: u32) -> Option<String> {
+        if self.scope.env.is_empty() {
+            return None;
+        }
+        let env = host::environ(pid).ok()?;
+        self.scope
+            .env
+            .iter()
+            .find(|set| {
+                set.iter()
+                    .all(|(k, v)| env.get(k).as_deref() == Some(v.as_str()))
+            })
+            .map(|set| describe_env(set))
+    }
+
     /// Why the rules make `pid` (started at `start`) the job's, reading what they need.
     fn rule_matches(&self, pid: u32, start: u64, first: bool) -> Option<String> {
         let new = start >= self.since;
-        if new && !self.scope.env.is_empty() {
-            if let Ok(env) = host::environ(pid) {
-                for set in &self.scope.env {
-                    if set
-                        .iter()
-                        .all(|(k, v)| env.get(k).as_deref() == Some(v.as_str()))
-                    {
-                        return Some(describe_env(set));
-                    }
-                }
+        if new {
+            if let Some(why) = self.env_matches(pid) {
+                return Some(why);
             }
         }
         let wants_cgroups = !self.scope.cgroups.is_empty() || self.scope.new_containers;
-        if !(wants_cgroups && (new || first)) {
+        // Old processes matter only to an attached cgroup (read once, at the first round).
+        if !(wants_cgroups && (new || (first && !self.scope.cgroups.is_empty()))) {
             return None;
         }
         let paths = host::cgroup_paths(pid).ok()?;
@@ -251,14 +272,32 @@ impl ProcessTree {
         }
         if new && self.scope.new_containers {
             let old = self.old_containers.as_ref()?;
-            if let Some(p) = paths
-                .iter()
-                .find(|p| container_id(p).is_some() && !old.contains(p.as_str()))
-            {
+            let in_window = self.scope.container_clients.is_empty() || start <= self.client_until;
+            if let Some(p) = paths.iter().find(|p| {
+                self.job_containers.contains(p.as_str())
+                    || (in_window && container_id(p).is_some() && !old.contains(p.as_str()))
+            }) {
                 return Some(format!("cgroup {}", crate::term::one_line(p)));
             }
         }
         None
+    }
+
+    /// Whether a member of the job is a container client now (see
+    /// [`Scope::container_clients`]); moves the window of start times accordingly.
+    fn watch_clients(&mut self, all: &HashMap<u32, Stat>, members: &[u32]) {
+        let clients = &self.scope.container_clients;
+        if clients.is_empty() || !self.scope.new_containers {
+            return;
+        }
+        let now = members.iter().any(|p| {
+            all.get(p)
+                .is_some_and(|e| !e.is_exited() && clients.contains(&e.comm))
+        });
+        if now || self.client_before {
+            self.client_until = host::ticks_since_boot().unwrap_or(u64::MAX);
+        }
+        self.client_before = now;
     }
 
     /// The root (with `include_root`), the processes the rules joined, and their
@@ -301,10 +340,15 @@ impl ProcessTree {
         let before = self.joined.len();
         let first = self.old_containers.is_none();
         if first {
-            // The container cgroups that exist already are not the job's.
+            // The container cgroups of processes older than the recording are not the job's
+            // (a container the job started before this first round is).
             let mut old = std::collections::HashSet::new();
             if self.scope.new_containers {
-                for pid in all.keys() {
+                let own = [self.root, std::process::id()];
+                let older = all
+                    .iter()
+                    .filter(|(pid, e)| e.start_time < self.since || own.contains(pid));
+                for (pid, _) in older {
                     for p in host::cgroup_paths(*pid).unwrap_or_default() {
                         if container_id(&p).is_some() {
                             old.insert(p);
@@ -318,26 +362,49 @@ impl ProcessTree {
         self.joined
             .retain(|pid, (st, _)| all.get(pid).is_some_and(|e| e.start_time == *st));
         let members: std::collections::HashSet<u32> = members.iter().copied().collect();
+        let (now, young) = (
+            host::ticks_since_boot().unwrap_or(u64::MAX),
+            2 * host::ticks_per_second(),
+        );
         for (pid, e) in all {
-            if e.is_exited()
-                || *pid == self.root
-                || self.joined.contains_key(pid)
-                || members.contains(pid)
-            {
+            // Joined through its cgroup between its fork and its exec (a runtime moves the
+            // process first): after the exec its environment may say more.
+            let execd = self
+                .checked
+                .get(pid)
+                .is_some_and(|(st, comm)| *st == e.start_time && *comm != e.comm);
+            if let Some((st, via)) = self.joined.get(pid) {
+                if execd && *st == e.start_time && !via.starts_with("environment ") {
+                    let st = *st;
+                    self.checked.insert(*pid, (e.start_time, e.comm.clone()));
+                    if let Some(why) = self.env_matches(*pid) {
+                        self.joined.insert(*pid, (st, why));
+                    }
+                }
+                continue;
+            }
+            if e.is_exited() || *pid == self.root || members.contains(pid) {
                 continue;
             }
             if !first && e.start_time < self.since {
                 continue;
             }
+            // Looked at already, and not young: a process moved into its container's cgroup
+            // just after its fork (runtimes do) is looked at again for its first seconds.
             let seen = self
                 .checked
                 .get(pid)
                 .is_some_and(|(st, comm)| *st == e.start_time && *comm == e.comm);
-            if seen {
+            if seen && e.start_time.saturating_add(young) < now {
                 continue;
             }
             self.checked.insert(*pid, (e.start_time, e.comm.clone()));
             if let Some(via) = self.rule_matches(*pid, e.start_time, first) {
+                if let Some(path) = via.strip_prefix("cgroup ") {
+                    if self.scope.new_containers {
+                        self.job_containers.insert(path.to_string());
+                    }
+                }
                 self.joined.insert(*pid, (e.start_time, via));
             }
         }
@@ -357,6 +424,7 @@ impl ProcessTree {
             children.entry(e.ppid).or_default().push(*pid);
         }
         let mut members = self.members_from(&all, &children);
+        self.watch_clients(&all, &members);
         if self.apply_rules(&all, &members) {
             members = self.members_from(&all, &children);
         }
@@ -389,7 +457,13 @@ impl ProcessTree {
             if let Some(tp) = self.live.get_mut(&pid) {
                 if tp.start_time == e.start_time && tp.end_ms.is_none() {
                     if tp.name.as_deref() != Some(crate::term::one_line(&e.comm).as_str()) {
-                        let via = tp.via.take();
+                        // A rule-joined process keeps its rule (updated by the exec).
+                        let via = tp.via.take().map(|v| {
+                            self.joined
+                                .get(&pid)
+                                .filter(|(st, _)| *st == e.start_time)
+                                .map_or(v, |(_, j)| j.clone())
+                        });
                         *tp = details(pid, e.ppid, e.start_time, tp.start_ms, via);
                         changes.push(TreeChange::Started(tp.clone()));
                     }

@@ -698,7 +698,15 @@ fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
                 vec![
                     vec![plain(p.pid.to_string())],
                     vec![plain(p.ppid.map_or("?".into(), |x| x.to_string()))],
-                    vec![code_or_unknown(&p.name)],
+                    {
+                        // Why it is the job's when not as a descendant (docs/run.md).
+                        let mut name = vec![code_or_unknown(&p.name)];
+                        if let Some(m) = &p.member {
+                            name.push(plain(" via "));
+                            name.push(text(m.as_str()));
+                        }
+                        name
+                    },
                     vec![plain(text::format_ms(p.start_ms))],
                     vec![plain(p.end_ms.map_or("running".into(), text::format_ms))],
                     lines(text::peaks_per_gpu(p)),

@@ -96,7 +96,8 @@ fn markers(r: &Value) -> Vec<String> {
 }
 
 /// SIGTERM to `vramdoc run -- sh -c '…'` reaches every process of the job's group, not just
-/// `sh` (which would leave its children holding their memory): as GNU `timeout`.
+/// `sh` (which would leave its children holding their memory), as GNU `timeout`, and each
+/// process of the job outside the group (a `setsid` child) one by one.
 #[test]
 fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
     let b = CliBox::new("2x16GiB", &[]);
@@ -104,7 +105,8 @@ fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
     let samples = tmp.path().join("s.jsonl");
     let out = tmp.path().join("r.json");
     let script = format!(
-        "{EXE} sim hold --size 2GiB & {EXE} sim hold --device 1 --size 1GiB; echo not reached"
+        "{EXE} sim hold --size 2GiB & setsid {EXE} sim hold --device 1 --size 1GiB & \
+         {EXE} sim hold --device 1 --size 512MiB; echo not reached"
     );
     let child = b
         .vramdoc()
@@ -118,16 +120,16 @@ fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
         .spawn()
         .unwrap();
     let mut child = common::KillOnDrop(child);
-    eventually(SECS_10, "both holders listed as the job's", || {
+    eventually(SECS_10, "the three holders listed as the job's", || {
         let t = std::fs::read_to_string(&samples).unwrap_or_default();
-        let held = |d: u32| {
-            t.lines().any(|l| {
-                l.contains("\"type\":\"process\"")
-                    && l.contains(&format!("\"device\":{d},"))
-                    && l.contains("\"tree\":true")
-            })
-        };
-        held(0) && held(1)
+        let pids: std::collections::BTreeSet<u64> = t
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["type"] == "process" && v["tree"] == true)
+            .filter(|v| v["used"].as_u64().is_some_and(|u| u > 0))
+            .filter_map(|v| v["pid"].as_u64())
+            .collect();
+        pids.len() >= 3
     });
     // SAFETY: signalling the vramdoc this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -139,7 +141,7 @@ fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
         .filter(|p| !p.4.is_empty())
         .map(|p| p.0)
         .collect();
-    assert_eq!(holders.len(), 2, "{r}");
+    assert_eq!(holders.len(), 3, "{r}");
     eventually(SECS_10, "every holder of the job ended", || {
         holders.iter().all(|p| !alive(*p))
     });
@@ -147,9 +149,8 @@ fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
         used_now(&b).iter().all(|u| *u == 0)
     });
     assert!(
-        markers(&r)
-            .iter()
-            .any(|m| m.contains("SIGTERM forwarded to the job's process group")),
+        markers(&r).iter().any(|m| m
+            == "SIGTERM forwarded to the job's process group and 1 of its processes outside it"),
         "{:?}",
         markers(&r)
     );
@@ -216,58 +217,89 @@ fn a_child_outliving_the_command_is_reported_and_kill_after_ends_it() {
 
 /// `vramdoc run -- vramdoc sim run … python3 job.py`: the box's runtime daemon (started by
 /// `sim init`, not by the job) starts the workload outside vramdoc's tree, in a
-/// docker-shaped cgroup; it is recorded as the job's, not as a neighbour — through the new
-/// container cgroup alone when the marker variable is not passed on.
+/// docker-shaped cgroup; it is recorded as the job's, not as a neighbour: through the marker
+/// variable the runtime passes on, or without it through the new container cgroup, when the
+/// job's container client (`vramdoc`, named in `VRAMDOC_CONTAINER_CLIENTS` as `docker` is by
+/// default) ran; with no client of the job running, a new container is a neighbour's.
 #[test]
 fn a_container_started_by_the_command_is_recorded_as_the_job_s() {
     let b = CliBox::new("2x16GiB", &[]);
-    // The runtime daemon writes its PID file once it is up (`sim init` does not wait).
-    let daemon: u64 = eventually(SECS_10, "the runtime daemon's PID file", || {
+    let daemon: u64 = eventually(SECS_10, "the runtime daemon's pid file", || {
         std::fs::read_to_string(b.dir.join("runtime.pid"))
             .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
+            .and_then(|p| p.trim().parse::<u64>().ok())
     });
     let tmp = tempfile::tempdir().unwrap();
-    for (name, prefix) in [
-        ("env", &[][..]),
-        ("cgroup", &["env", "-u", "VRAMDOC_MARKERS"][..]),
+    let unset: &[&str] = &["env", "-u", "VRAMDOC_MARKERS"];
+    let python: &[&str] = &["python3", JOB, "ctx:0", "alloc:2048", "sleep:1200"];
+    // A workload whose `comm` does not change at its exec (`vramdoc` → `vramdoc`).
+    let hold: &[&str] = &[EXE, "sim", "hold", "--size", "2GiB", "--duration", "1200ms"];
+    for (name, prefix, clients, workload, want) in [
+        (
+            "env",
+            &[][..],
+            "",
+            python,
+            Some("environment VRAMDOC_MARKERS"),
+        ),
+        ("cgroup", unset, "vramdoc", python, Some("cgroup /docker/")),
+        (
+            "cgroup, same comm",
+            unset,
+            "vramdoc",
+            hold,
+            Some("cgroup /docker/"),
+        ),
+        ("no client", unset, "", python, None),
     ] {
-        let out = tmp.path().join(format!("{name}.json"));
+        let out = tmp
+            .path()
+            .join(format!("{}.json", name.replace([' ', ','], "_")));
+        let md = tmp
+            .path()
+            .join(format!("{}.md", name.replace([' ', ','], "_")));
         let o = b
             .vramdoc()
             .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+            .env("VRAMDOC_CONTAINER_CLIENTS", clients)
             .args(["run", "--process-period", "100ms", "--out"])
             .arg(&out)
+            .arg("--out")
+            .arg(&md)
             .arg("--")
             .args(prefix)
-            .args([EXE, "sim", "run", "--gpus", "1", "--", "python3", JOB])
-            .args(["ctx:0", "alloc:2048", "sleep:1200"])
+            .args([EXE, "sim", "run", "--gpus", "1", "--"])
+            .args(workload)
+            .stdout(Stdio::null())
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
         let r = report(&out);
         let procs = processes(&r);
+        // This box's container (tests running beside this one start containers too).
         let py = procs
             .iter()
-            .find(|p| p.1.starts_with("python"))
-            .unwrap_or_else(|| panic!("{name}: the workload is not the job's: {procs:?}"));
-        assert_eq!(
-            py.2,
-            Some(daemon),
-            "{name}: the runtime daemon is its parent"
-        );
-        let member = py.3.clone().unwrap_or_default();
-        let want = if name == "env" {
-            "environment VRAMDOC_MARKERS"
-        } else {
-            "cgroup /docker/"
+            .find(|p| p.2 == Some(daemon) && p.1 == workload[0].rsplit('/').next().unwrap());
+        let tree_peak = r["run"]["tree_peaks"][1]["peak_used"].as_u64().unwrap();
+        let Some(want) = want else {
+            assert!(py.is_none(), "{name}: a neighbour's: {procs:?}");
+            assert!(tree_peak < 2 * GIB, "{name}: not in the job's share");
+            continue;
         };
+        let py = py.unwrap_or_else(|| panic!("{name}: the workload is not the job's: {procs:?}"));
+        // With the variable passed on, the environment says it (also when the cgroup was
+        // seen first, between the runtime's fork and the exec); without it, the cgroup.
+        let member = py.3.clone().unwrap_or_default();
         assert!(member.starts_with(want), "{name}: {member:?}");
+        let md = std::fs::read_to_string(&md).unwrap();
+        assert!(
+            md.contains(&format!(" via {want}")),
+            "{name}: the Markdown says why"
+        );
         assert!(
             py.4.iter().any(|(d, p)| *d == 1 && *p >= 2 * GIB),
             "{name}: its memory on host GPU 1: {procs:?}"
         );
-        let tree_peak = r["run"]["tree_peaks"][1]["peak_used"].as_u64().unwrap();
         assert!(tree_peak >= 2 * GIB, "{name}: the job's share on GPU 1");
     }
 }
