@@ -25,7 +25,7 @@ pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
-use envelope::{Resolution, SeriesBuilder};
+use envelope::{ListRuns, Resolution, SeriesBuilder};
 use lanes::Lanes;
 use policy::ListPolicy;
 use processes::{Lists, ProcessLists, RoundInput};
@@ -114,10 +114,8 @@ struct Shared {
     /// The device series (recorded-device order), shared with the sampler thread: its
     /// rounds, and the readings of markers, step boundaries and process rounds.
     series: Series,
-    /// Per device, the last process list kept and an identical one held back (bounded
-    /// recordings keep the first and last of a run of identical lists).
-    list_runs: BTreeMap<u32, ListRun>,
-    bounded: bool,
+    /// Bounded recordings keep the first and last of a run of identical process lists.
+    list_runs: Option<ListRuns>,
     processes: Vec<ProcessSample>,
     /// Process usage read at boundaries, for the rules only.
     boundary_processes: Vec<ProcessSample>,
@@ -175,23 +173,12 @@ impl Shared {
         self.stream(&StreamLine::Memory { t_ms: t, used });
     }
 
-    /// Keep one device's list of a round: bounded recordings hold back a list identical to
-    /// the last one kept, and keep only the last of such a run (with the first).
+    /// Keep one device's list of a round (bounded recordings: see [`ListRuns`]).
     fn keep_list(&mut self, device: u32, list: Vec<ProcessSample>) {
-        if !self.bounded {
-            self.processes.extend(list);
-            return;
+        match self.list_runs.as_mut() {
+            Some(runs) => self.processes.extend(runs.keep(device, list)),
+            None => self.processes.extend(list),
         }
-        let key: Vec<(u32, Option<u64>)> = list.iter().map(|p| (p.pid, p.used)).collect();
-        let run = self.list_runs.entry(device).or_default();
-        if run.last == key {
-            run.held = Some(list);
-            return;
-        }
-        run.last = key;
-        let held = run.held.take();
-        self.processes.extend(held.into_iter().flatten());
-        self.processes.extend(list);
     }
 
     /// An event at `t` (a marker, an error, a boundary): the series keep full resolution
@@ -255,13 +242,6 @@ pub(crate) fn lock_series(m: &Mutex<Vec<SeriesBuilder>>) -> MutexGuard<'_, Vec<S
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A device's last kept process list and an identical one held back.
-#[derive(Default)]
-struct ListRun {
-    last: Vec<(u32, Option<u64>)>,
-    held: Option<Vec<ProcessSample>>,
-}
-
 /// A running recording.
 pub struct Recorder {
     t0: Instant,
@@ -311,7 +291,7 @@ impl Recorder {
             tree: cfg.tree_root.map(|r| ProcessTree::new(r, false)),
             sink: sink.clone(),
             series: series.clone(),
-            bounded: cfg.resolution.is_some(),
+            list_runs: cfg.resolution.map(|_| ListRuns::default()),
             ..Shared::default()
         }));
         // The header first, before any thread can write.
@@ -567,8 +547,9 @@ impl Recorder {
                     .unwrap_or_default(),
             })
             .collect();
-        for run in std::mem::take(&mut s.list_runs).into_values() {
-            s.processes.extend(run.held.into_iter().flatten());
+        if let Some(runs) = s.list_runs.take() {
+            let held = runs.finish();
+            s.processes.extend(held);
         }
         let peaks = devices.iter().map(peak).collect();
         let mut processes = std::mem::take(&mut s.processes);
