@@ -25,9 +25,9 @@ pub struct Resolution {
     /// At most this many samples per GPU-hour are kept at full resolution; past it, events
     /// of that hour are kept as envelopes too.
     pub full_per_hour: usize,
-    /// Every sample of the recording's first this many ms is kept as taken (a job of a few
-    /// minutes is not enveloped at all); not counted in `full_per_hour`.
-    pub start_full_ms: f64,
+    /// The recording's first this many samples are kept as taken (10 minutes at the default
+    /// 100 ms period: a short job is not enveloped at all); not counted in `full_per_hour`.
+    pub start_full: usize,
 }
 
 impl Default for Resolution {
@@ -37,7 +37,7 @@ impl Default for Resolution {
             bucket_ms: 15_000.0,
             change_min: 256 << 20,
             full_per_hour: 6_000,
-            start_full_ms: 600_000.0,
+            start_full: 6_000,
         }
     }
 }
@@ -46,7 +46,7 @@ const HOUR_MS: f64 = 3_600_000.0;
 
 impl Resolution {
     /// The most points one GPU-hour can keep after the recording's first
-    /// `start_full_ms`: the full-resolution budget, plus four points per envelope bucket,
+    /// `start_full` samples: the full-resolution budget, plus four points per envelope bucket,
     /// plus the bucket boundaries that full-resolution stretches cut.
     pub fn bound_per_hour(&self) -> usize {
         let buckets = (HOUR_MS / self.bucket_ms).ceil() as usize;
@@ -80,6 +80,8 @@ pub struct SeriesBuilder {
     prev: Option<u64>,
     /// `kept` up to here holds a full-resolution sample last: never merged into a run.
     held_end: usize,
+    /// Samples decided so far.
+    decided: usize,
     /// Samples pushed.
     pub pushed: u64,
 }
@@ -95,6 +97,7 @@ impl SeriesBuilder {
             full: (0, 0),
             prev: None,
             held_end: 0,
+            decided: 0,
             pushed: 0,
         }
     }
@@ -106,7 +109,7 @@ impl SeriesBuilder {
             bucket_ms: f64::INFINITY,
             change_min: 0,
             full_per_hour: usize::MAX,
-            start_full_ms: f64::INFINITY,
+            start_full: usize::MAX,
         })
     }
 
@@ -160,7 +163,7 @@ impl SeriesBuilder {
     }
 
     fn held(&mut self, t: f64) -> bool {
-        if t < self.res.start_full_ms {
+        if self.decided <= self.res.start_full {
             return true;
         }
         while self.holds.front().is_some_and(|h| h.1 < t) {
@@ -181,6 +184,7 @@ impl SeriesBuilder {
     }
 
     fn decide(&mut self, t: f64, used: u64) {
+        self.decided += 1;
         if self.held(t) {
             self.flush();
             self.kept.push((t, used));
@@ -300,7 +304,7 @@ mod tests {
         bucket_ms: 15_000.0,
         change_min: 256 << 20,
         full_per_hour: 6_000,
-        start_full_ms: 0.0,
+        start_full: 0,
     };
 
     /// 1 GiB (or `base`) with a 1 MiB wobble every other sample: nothing is flat.
