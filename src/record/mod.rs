@@ -10,6 +10,7 @@
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod devmap;
 pub mod envelope;
 pub mod lanes;
 pub mod policy;
@@ -252,6 +253,8 @@ pub struct Recorder {
     shared: Arc<Mutex<Shared>>,
     lists: Option<Arc<Mutex<ProcessLists>>>,
     latest: Latest,
+    /// The devices as error lines are mapped onto them ([`devmap`]).
+    map: Vec<devmap::MapDevice>,
     round_readings: bool,
     /// Set to stop the process thread (it wakes at once).
     stop: Arc<StopSignal>,
@@ -321,6 +324,16 @@ impl Recorder {
             (pp, Arc::new(Mutex::new(lists)))
         });
         let latest = sampler.latest();
+        let speeds: Vec<_> = recorded.iter().map(|d| lanes.speed(d.index)).collect();
+        let map = recorded
+            .iter()
+            .zip(speeds)
+            .map(|(d, p)| devmap::MapDevice {
+                index: d.index,
+                uuid: d.uuid.clone(),
+                speed: p.wait().ok().flatten(),
+            })
+            .collect();
         let mut rec = Recorder {
             t0,
             devices: recorded,
@@ -330,6 +343,7 @@ impl Recorder {
             shared,
             lists: lists.as_ref().map(|(_, l)| l.clone()),
             latest,
+            map,
             round_readings: cfg.round_readings,
             stop,
             process_thread: None,
@@ -481,6 +495,36 @@ impl Recorder {
                 used: Some(*u),
             });
         }
+    }
+
+    /// The physical GPU that CUDA ordinal `ordinal` in an error `line` means: through the
+    /// variables of the process the line's prefix names (`(VllmWorker pid=…)`), else of the
+    /// command, else vramdoc's own ([`devmap`]).
+    pub fn error_device(&self, line: &str, ordinal: u32) -> Option<u32> {
+        use crate::gpu::visible::{CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES};
+        let env = {
+            let s = lock(&self.shared);
+            s.tree.as_ref().and_then(|tree| {
+                let all = tree.all();
+                let named = match devmap::printer(line) {
+                    Some(devmap::Printer::Pid(pid)) => all
+                        .iter()
+                        .find(|t| t.pid == pid || t.nspid.last() == Some(&pid)),
+                    _ => None,
+                };
+                // Else the command: the first process of the tree.
+                named
+                    .or(all.first())
+                    .map(|t| (t.env(CUDA_VISIBLE_DEVICES), t.env(CUDA_DEVICE_ORDER)))
+            })
+        };
+        let (cvd, order) = env.unwrap_or_else(|| {
+            (
+                std::env::var(CUDA_VISIBLE_DEVICES).ok(),
+                std::env::var(CUDA_DEVICE_ORDER).ok(),
+            )
+        });
+        devmap::physical(ordinal, cvd.as_deref(), order.as_deref(), &self.map)
     }
 
     /// An error the job hit, for the rules.

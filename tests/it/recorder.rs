@@ -367,3 +367,58 @@ mod long_staircase {
         assert_eq!(got, want);
     }
 }
+
+/// An OOM line printed by a worker with its own `CUDA_VISIBLE_DEVICES=1` and vLLM's PID
+/// prefix names physical GPU 1 (its CUDA ordinal 0), not vramdoc's GPU 0; the same line
+/// without a prefix is read through the command's variables (none: GPU 0).
+#[test]
+fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
+    let boxdir = fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("r.json");
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 \
+               has a total capacity of 15.78 GiB of which 1.00 GiB is free.";
+    let worker = format!(
+        "sleep 1; echo \"(VllmWorker pid=$$) {oom}\" >&2; sleep 0.5; echo \"{oom}\" >&2; sleep 0.5"
+    );
+    let o = on_box(boxdir.path())
+        .args([
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "100ms",
+            "--out",
+        ])
+        .arg(&report)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
+        ])
+        .arg(&worker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let errors = r["run"]["errors"].as_array().cloned().unwrap_or_default();
+    let device_of = |prefixed: bool| {
+        errors
+            .iter()
+            .find(|e| {
+                e["line"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with('(') == prefixed)
+            })
+            .map(|e| e["device"].clone())
+    };
+    assert_eq!(device_of(true), Some(Value::from(1)), "{errors:?}");
+    // No prefix: the command's variables (none), so GPU 0.
+    assert_eq!(device_of(false), Some(Value::from(0)), "{errors:?}");
+}
