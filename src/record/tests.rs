@@ -37,6 +37,7 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
         Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
+            list_policy: ListPolicy::Every,
             ..RecorderConfig::new(cadence(1, 10))
         },
     );
