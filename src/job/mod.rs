@@ -165,6 +165,7 @@ pub fn run(
 
     let mut feed = Feed {
         recorder: &recorder,
+        devices,
         markers: &mut markers,
         lines: rx,
         errors: Vec::new(),
@@ -292,6 +293,7 @@ fn forward_signals(recorder: &Recorder, pid: u32) {
 /// What the loop feeds the recorder: marker lines and recognised stderr lines.
 struct Feed<'a> {
     recorder: &'a Recorder,
+    devices: &'a [DeviceInfo],
     markers: &'a mut MarkerTail,
     lines: mpsc::Receiver<(f64, ParsedError)>,
     errors: Vec<RunError>,
@@ -303,9 +305,11 @@ impl Feed<'_> {
             self.recorder.mark(marker_kind(&text), &text, None);
         }
         while let Ok((t, e)) = self.lines.try_recv() {
-            let device = e
-                .device
-                .and_then(|o| self.recorder.error_device(&e.line, o));
+            let device = e.device.and_then(|o| {
+                // The printer's own variables (`record::devmap`); vramdoc's as a last resort.
+                let printer = self.recorder.error_device(&e.line, o);
+                printer.or_else(|| physical(o, self.devices))
+            });
             let marker = match e.kind {
                 RunErrorKind::ChildFailed | RunErrorKind::ChildExit => MarkerKind::Error,
                 _ => MarkerKind::Oom,
@@ -335,6 +339,16 @@ impl Feed<'_> {
             });
         }
     }
+}
+
+/// Physical index of a CUDA ordinal as the command numbers devices (its
+/// `CUDA_VISIBLE_DEVICES`, inherited from vramdoc).
+fn physical(ordinal: u32, devices: &[DeviceInfo]) -> Option<u32> {
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    crate::gpu::visible::visible_devices(env.as_deref(), &uuids)
+        .get(ordinal as usize)
+        .copied()
 }
 
 /// Where the samples go, checked before the command starts: a new file, or with `force` a
