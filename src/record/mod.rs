@@ -17,6 +17,7 @@ pub mod policy;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
+mod shared;
 pub mod stderr;
 pub mod stream;
 pub mod tree;
@@ -29,15 +30,16 @@ use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, 
 use envelope::{ListRuns, Resolution, SeriesBuilder};
 use lanes::Lanes;
 use policy::ListPolicy;
-use processes::{Lists, ProcessLists, RoundInput};
+use processes::{ProcessLists, RoundInput};
 use sampler::{ms_since, pace, Latest, Sampler, SamplerConfig, StopSignal};
+use shared::{lock, lock_series, Series, Shared};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use stream::{lock_sink, Sink};
-use tree::{ProcessTree, TreeChange, TreeProcess};
+use tree::{ProcessTree, TreeProcess};
 
 /// How to record.
 pub struct RecorderConfig {
@@ -104,143 +106,6 @@ pub struct Recorded {
     pub rounds: u64,
     /// Failed queries (device lost, ...).
     pub errors: u64,
-}
-
-/// What the threads and the feeding calls share.
-#[derive(Default)]
-struct Shared {
-    markers: Vec<Marker>,
-    /// Phase boundaries for the rules only (replay's step ends and release points).
-    boundaries: Vec<Marker>,
-    /// The device series (recorded-device order), shared with the sampler thread: its
-    /// rounds, and the readings of markers, step boundaries and process rounds.
-    series: Series,
-    /// Bounded recordings keep the first and last of a run of identical process lists.
-    list_runs: Option<ListRuns>,
-    processes: Vec<ProcessSample>,
-    /// Process usage read at boundaries, for the rules only.
-    boundary_processes: Vec<ProcessSample>,
-    tree: Option<ProcessTree>,
-    /// Processes of the job fed by the caller (replay's worker).
-    job: Vec<RecordedProcess>,
-    errors: Vec<ErrorEvent>,
-    sink: Option<Arc<Mutex<Sink>>>,
-    failed_queries: u64,
-}
-
-fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    fn stream(&mut self, line: &StreamLine) {
-        if let Some(s) = self.sink.as_ref() {
-            lock_sink(s).line(line);
-        }
-    }
-
-    fn tree_changes(&mut self, changes: Vec<TreeChange>) {
-        for c in changes {
-            let line = match c {
-                TreeChange::Started(tp) => StreamLine::Start {
-                    t_ms: tp.start_ms,
-                    pid: tp.pid,
-                    ppid: tp.ppid,
-                    nspid: tp.nspid,
-                    name: tp.name,
-                    cmdline: tp.cmdline,
-                },
-                TreeChange::Exited { pid, t_ms } => StreamLine::Exit { t_ms, pid },
-            };
-            self.stream(&line);
-        }
-    }
-
-    /// Keep (and stream) a reading; a failed device counts as a failed query. `event`: a
-    /// marker's or a boundary's (the series keeps full resolution around it).
-    fn point(&mut self, t: f64, used: Vec<Option<u64>>, event: bool) {
-        self.failed_queries += used.iter().filter(|u| u.is_none()).count() as u64;
-        {
-            let mut series = lock_series(&self.series);
-            for (b, u) in series.iter_mut().zip(&used) {
-                if event {
-                    b.event(t);
-                }
-                if let Some(u) = u {
-                    b.push(t, *u);
-                }
-            }
-        }
-        self.stream(&StreamLine::Memory { t_ms: t, used });
-    }
-
-    /// Keep one device's list of a round (bounded recordings: see [`ListRuns`]).
-    fn keep_list(&mut self, device: u32, list: Vec<ProcessSample>) {
-        match self.list_runs.as_mut() {
-            Some(runs) => self.processes.extend(runs.keep(device, list)),
-            None => self.processes.extend(list),
-        }
-    }
-
-    /// An event at `t` (a marker, an error, a boundary): the series keep full resolution
-    /// around it.
-    fn event(&mut self, t: f64) {
-        for b in lock_series(&self.series).iter_mut() {
-            b.event(t);
-        }
-    }
-
-    /// Refresh the tree at `t`; whether it changed.
-    fn refresh_tree(&mut self, t: f64) -> bool {
-        let Some(tree) = self.tree.as_mut() else {
-            return false;
-        };
-        let changes = tree.refresh(t);
-        let changed = !changes.is_empty();
-        self.tree_changes(changes);
-        changed
-    }
-
-    /// One process round: a reading (`reading`), then the lists.
-    fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
-        if let Some(used) = reading {
-            self.point(t, used, false);
-        }
-        for (device, t_list, list) in lists {
-            let mut kept = Vec::with_capacity(list.len());
-            for p in list {
-                let (pid, tree) = match self.tree.as_mut() {
-                    Some(tree) => {
-                        let (member, change) = tree.resolve(p.pid, t_list);
-                        self.tree_changes(change.into_iter().collect());
-                        (member.unwrap_or(p.pid), member.is_some())
-                    }
-                    None => (p.pid, false),
-                };
-                kept.push(ProcessSample {
-                    t_ms: t_list,
-                    device,
-                    pid,
-                    used: p.used,
-                });
-                self.stream(&StreamLine::Process {
-                    t_ms: t_list,
-                    device,
-                    pid,
-                    used: p.used,
-                    tree,
-                });
-            }
-            self.keep_list(device, kept);
-        }
-    }
-}
-
-/// Device series shared by the sampler thread and the readings.
-pub(crate) type Series = Arc<Mutex<Vec<SeriesBuilder>>>;
-
-pub(crate) fn lock_series(m: &Mutex<Vec<SeriesBuilder>>) -> MutexGuard<'_, Vec<SeriesBuilder>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A running recording.
@@ -552,6 +417,22 @@ impl Recorder {
             };
             round(&self.shared, lists, &cx, true);
         }
+    }
+
+    /// Peak used bytes per device (device order) over the readings kept since the
+    /// `from`-th (process rounds and markers), and how many there are now: a live status
+    /// keeps the running peak and asks only for what is new. Only the last
+    /// `shared::RECENT_READINGS` are kept (memory stays bounded on a long job).
+    pub fn peaks_since(&self, from: usize) -> (Vec<u64>, usize) {
+        let s = lock(&self.shared);
+        let mut peaks = vec![0; self.devices.len()];
+        let first = s.readings_taken - s.recent_readings.len();
+        for used in s.recent_readings.iter().skip(from.saturating_sub(first)) {
+            for (p, u) in peaks.iter_mut().zip(used) {
+                *p = (*p).max(u.unwrap_or(0));
+            }
+        }
+        (peaks, s.readings_taken)
     }
 
     /// Stop every thread and return the recording.

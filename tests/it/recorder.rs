@@ -326,16 +326,17 @@ mod long_staircase {
                 processes,
                 gaps: Vec::new(),
             },
-            processes: vec![RecordedProcess {
-                pid: 1000,
-                name: Some("python".into()),
-                first_seen_ms: 0.0,
-                exit_ms: Some(end),
-                cuda_visible_devices: None,
-                cuda_device_order: None,
-                nvidia_visible_devices: None,
-                in_tree: true,
-            }],
+            // Through serde: fields added to `RecordedProcess` later keep their defaults.
+            processes: vec![
+                serde_json::from_value::<RecordedProcess>(serde_json::json!({
+                    "pid": 1000,
+                    "name": "python",
+                    "first_seen_ms": 0.0,
+                    "exit_ms": end,
+                    "in_tree": true,
+                }))
+                .expect("a recorded process"),
+            ],
             errors: vec![oom],
             end_ms: end,
             exit: Some(JobExit::Code(1)),
