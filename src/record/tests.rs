@@ -272,5 +272,9 @@ fn peaks_since_reads_only_the_new_readings() {
     rec.mark(MarkerKind::Marker, "freed", None);
     let (peaks, n2) = rec.peaks_since(n);
     assert_eq!(n2, 2);
-    assert!(peaks[0] < 2 << 30, "only the reading after the free: {}", peaks[0]);
+    assert!(
+        peaks[0] < 2 << 30,
+        "only the reading after the free: {}",
+        peaks[0]
+    );
 }

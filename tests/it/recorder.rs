@@ -423,3 +423,33 @@ fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
     // No prefix: the command's variables (none), so GPU 0.
     assert_eq!(device_of(false), Some(Value::from(0)), "{errors:?}");
 }
+
+/// NVML hung before the run starts (every call blocks, init included): `vramdoc run` gives
+/// up within its start limit with 125 (vramdoc's own failure, as with no GPU) and says what
+/// to check; the command never starts.
+#[test]
+fn an_nvml_hung_before_the_start_is_an_error_not_a_hang() {
+    let boxdir = fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("ran");
+    sim_fault(boxdir.path(), &["--nvml-hang", "--hang-limit", "60s"]);
+    for backend in ["sim", "real"] {
+        let started = Instant::now();
+        let o = on_box(boxdir.path())
+            .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            .args(["--backend", backend, "run", "--", "touch"])
+            .arg(&marker)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{backend}: {err}");
+        assert!(err.contains("NVML did not answer"), "{backend}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{backend}: {:?}",
+            started.elapsed()
+        );
+        assert!(!marker.exists(), "{backend}: the command ran");
+    }
+    sim_fault(boxdir.path(), &["--clear"]);
+}
