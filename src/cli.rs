@@ -317,7 +317,10 @@ pub struct RunArgs {
         value_parser = duration_within(Duration::from_millis(1), Duration::from_secs(60), " (default 100ms)")
     )]
     pub period: Duration,
-    /// Period of the per-process lists and of the process-tree scan (10ms to 60s)
+    /// Period of the process-tree scan and of the per-process lists, which are read then only
+    /// on GPUs where they can have changed (memory moved, a job process started or exited)
+    /// and at least every 10s (graphics/MPS lists: 30s) to keep the driver's lock free
+    /// (10ms to 60s)
     #[arg(
         long,
         default_value = "500ms",

@@ -397,6 +397,12 @@ impl Monitor for SimMonitor {
         self.sim.device_nodes()
     }
 
+    fn cuda_speed(&self, index: u32) -> Option<(i32, i32, i32)> {
+        let d = self.sim.device(self.host(index).ok()?).ok()?;
+        let ((major, minor), sms) = vramdoc_sim::spec::arch_of(&d.name);
+        Some((major, minor, sms))
+    }
+
     fn call_counts(&self) -> CallCounts {
         CallCounts {
             inventory: self.inventory.load(Ordering::Relaxed),

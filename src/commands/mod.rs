@@ -19,6 +19,9 @@ use anyhow::Result;
 use std::path::PathBuf;
 use vramdoc_sim::{InitOptions, SimBox, SIM_DIR_ENV};
 
+/// Longest a command waits for NVML to open and list the GPUs.
+pub const NVML_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where commands get their GPU from: the backend kind, and a private box for `--sim`.
 pub struct Session {
     pub backend: BackendKind,
@@ -70,10 +73,33 @@ impl Session {
         }
     }
 
-    /// The monitor, on a machine with at least one GPU (none: exit 3).
+    /// The monitor, on a machine with at least one GPU (none: exit 3). Opened and asked for
+    /// the GPUs on a thread of its own: a driver that does not answer within
+    /// [`NVML_START_LIMIT`] (a GPU in a bad state, a call stuck in D state) is an
+    /// environment error saying what to check (exit 3; `run`: 125), never a hang.
     pub fn monitor(&self) -> Result<Box<dyn Monitor>> {
-        let m = backend::open_monitor(self.backend)?;
-        if m.devices()?.is_empty() {
+        let kind = self.backend;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("vramdoc-nvml-open".into())
+            .spawn(move || {
+                let opened = backend::open_monitor(kind).and_then(|m| {
+                    let devices = m.devices()?;
+                    Ok((m, devices))
+                });
+                let _ = tx.send(opened);
+            })?;
+        let Ok(opened) = rx.recv_timeout(NVML_START_LIMIT) else {
+            return Err(crate::exit::EnvironmentError(format!(
+                "NVML did not answer within {} s: a GPU or its driver is in a bad state (look for \
+                 Xid messages in `dmesg` and processes in D state; `nvidia-smi` hangs too); \
+                 drain the node or reset the GPU",
+                NVML_START_LIMIT.as_secs()
+            ))
+            .into());
+        };
+        let (m, devices) = opened?;
+        if devices.is_empty() {
             return Err(gpu::GpuError::NoDevice(
                 "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
             )

@@ -359,6 +359,11 @@ pub trait Monitor: Send + Sync {
     }
     /// Queries made so far.
     fn call_counts(&self) -> CallCounts;
+    /// CUDA's fastest-first key of a device (compute capability major, minor, then SM or
+    /// core count), for `CUDA_DEVICE_ORDER` ([`visible::cuda_order`]); `None`: unknown.
+    fn cuda_speed(&self, _index: u32) -> Option<(i32, i32, i32)> {
+        None
+    }
     /// Files whose open descriptors keep GPU memory alive: on a real machine
     /// `/dev/nvidia[0-9]*`, `/dev/nvidiactl`, `/dev/nvidia-uvm` (a backend whose driver keeps
     /// its device files elsewhere names those). A process holding one open (even one that never made a context, such as

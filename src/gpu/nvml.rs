@@ -738,12 +738,14 @@ impl Monitor for NvmlMonitor {
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
-        let kinds = [
-            ProcessKind::Compute,
-            ProcessKind::Graphics,
-            ProcessKind::Mps,
-        ];
-        self.lists(index, &kinds)
+        use ProcessKind::{Compute, Graphics, Mps};
+        self.lists(index, &[Compute, Graphics, Mps])
+    }
+
+    fn cuda_speed(&self, index: u32) -> Option<(i32, i32, i32)> {
+        let d = self.device(index).ok()?;
+        let cc = d.cuda_compute_capability().ok()?;
+        Some((cc.major, cc.minor, d.num_cores().map_or(0, |c| c as i32)))
     }
 
     fn process_list(&self, index: u32, kind: ProcessKind) -> Result<Vec<GpuProcess>> {

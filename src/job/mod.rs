@@ -441,7 +441,11 @@ impl Feed<'_> {
             self.recorder.mark(marker_kind(&text), &text, None);
         }
         while let Ok((t, e)) = self.lines.try_recv() {
-            let device = e.device.and_then(|o| physical(o, self.devices));
+            let device = e.device.and_then(|o| {
+                // The printer's own variables (`record::devmap`); vramdoc's as a last resort.
+                let printer = self.recorder.error_device(&e.line, o);
+                printer.or_else(|| physical(o, self.devices))
+            });
             let marker = match e.kind {
                 RunErrorKind::ChildFailed | RunErrorKind::ChildExit => MarkerKind::Error,
                 _ => MarkerKind::Oom,

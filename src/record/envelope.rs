@@ -1,5 +1,6 @@
 //! Bounded device series for long jobs: every sample is kept at full resolution around
-//! events (markers, errors, steps, and large changes of used memory), and elsewhere folded
+//! events (markers, errors, steps, and large changes of used memory to a level the last
+//! window did not reach), and elsewhere folded
 //! into min/max envelopes of [`Resolution::bucket_ms`] (each bucket keeps its first, lowest,
 //! highest and last sample, in time order; a flat run of any length is two points). So the
 //! peak, every level and every step larger than [`Resolution::change_min`] survive, while
@@ -9,6 +10,7 @@
 //! little late (a marker read by the job's loop, a reading from another thread) still keeps
 //! the samples before it.
 
+use crate::model::ProcessSample;
 use std::collections::VecDeque;
 
 /// How finely a series is kept.
@@ -23,9 +25,9 @@ pub struct Resolution {
     /// At most this many samples per GPU-hour are kept at full resolution; past it, events
     /// of that hour are kept as envelopes too.
     pub full_per_hour: usize,
-    /// Every sample of the recording's first this many ms is kept as taken (a job of a few
-    /// minutes is not enveloped at all); not counted in `full_per_hour`.
-    pub start_full_ms: f64,
+    /// The recording's first this many samples are kept as taken (10 minutes at the default
+    /// 100 ms period: a short job is not enveloped at all); not counted in `full_per_hour`.
+    pub start_full: usize,
 }
 
 impl Default for Resolution {
@@ -35,7 +37,7 @@ impl Default for Resolution {
             bucket_ms: 15_000.0,
             change_min: 256 << 20,
             full_per_hour: 6_000,
-            start_full_ms: 600_000.0,
+            start_full: 6_000,
         }
     }
 }
@@ -44,7 +46,7 @@ const HOUR_MS: f64 = 3_600_000.0;
 
 impl Resolution {
     /// The most points one GPU-hour can keep after the recording's first
-    /// `start_full_ms`: the full-resolution budget, plus four points per envelope bucket,
+    /// `start_full` samples: the full-resolution budget, plus four points per envelope bucket,
     /// plus the bucket boundaries that full-resolution stretches cut.
     pub fn bound_per_hour(&self) -> usize {
         let buckets = (HOUR_MS / self.bucket_ms).ceil() as usize;
@@ -78,6 +80,8 @@ pub struct SeriesBuilder {
     prev: Option<u64>,
     /// `kept` up to here holds a full-resolution sample last: never merged into a run.
     held_end: usize,
+    /// Samples decided so far.
+    decided: usize,
     /// Samples pushed.
     pub pushed: u64,
     /// The highest value pushed (a live status's peak so far).
@@ -95,6 +99,7 @@ impl SeriesBuilder {
             full: (0, 0),
             prev: None,
             held_end: 0,
+            decided: 0,
             pushed: 0,
             peak: 0,
         }
@@ -107,7 +112,7 @@ impl SeriesBuilder {
             bucket_ms: f64::INFINITY,
             change_min: 0,
             full_per_hour: usize::MAX,
-            start_full_ms: f64::INFINITY,
+            start_full: usize::MAX,
         })
     }
 
@@ -124,11 +129,17 @@ impl SeriesBuilder {
             self.kept.push((t, used));
             return;
         }
+        // A large change to a level not seen in the last window (a step, a release; not
+        // the swing of a sawtooth that keeps repeating) is an event.
         if self
             .prev
             .is_some_and(|p| p.abs_diff(used) >= self.res.change_min)
         {
-            self.event(t);
+            let lo = self.recent.iter().map(|x| x.1).min().unwrap_or(used);
+            let hi = self.recent.iter().map(|x| x.1).max().unwrap_or(used);
+            if used < lo || used > hi {
+                self.event(t);
+            }
         }
         self.prev = Some(used);
         let at = self.recent.partition_point(|(x, _)| *x <= t);
@@ -156,7 +167,7 @@ impl SeriesBuilder {
     }
 
     fn held(&mut self, t: f64) -> bool {
-        if t < self.res.start_full_ms {
+        if self.decided <= self.res.start_full {
             return true;
         }
         while self.holds.front().is_some_and(|h| h.1 < t) {
@@ -177,6 +188,7 @@ impl SeriesBuilder {
     }
 
     fn decide(&mut self, t: f64, used: u64) {
+        self.decided += 1;
         if self.held(t) {
             self.flush();
             self.kept.push((t, used));
@@ -247,6 +259,44 @@ impl SeriesBuilder {
     }
 }
 
+/// Process lists of a bounded recording: of a run of identical lists of one device (same
+/// PIDs, same usage) only the first and the last are kept, so a job that holds still for
+/// days adds nothing, while every change, and the state just before it, is kept.
+#[derive(Debug, Default)]
+pub struct ListRuns {
+    runs: std::collections::BTreeMap<u32, ListRun>,
+}
+
+#[derive(Debug, Default)]
+struct ListRun {
+    last: Vec<(u32, Option<u64>)>,
+    held: Option<Vec<ProcessSample>>,
+}
+
+impl ListRuns {
+    /// One device's list of a round (its samples, all of `device`): what to keep now.
+    pub fn keep(&mut self, device: u32, list: Vec<ProcessSample>) -> Vec<ProcessSample> {
+        let key: Vec<(u32, Option<u64>)> = list.iter().map(|p| (p.pid, p.used)).collect();
+        let run = self.runs.entry(device).or_default();
+        if run.last == key {
+            run.held = Some(list);
+            return Vec::new();
+        }
+        run.last = key;
+        let mut out = run.held.take().unwrap_or_default();
+        out.extend(list);
+        out
+    }
+
+    /// The lists still held back (the last of each run).
+    pub fn finish(self) -> Vec<ProcessSample> {
+        self.runs
+            .into_values()
+            .flat_map(|r| r.held.unwrap_or_default())
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,7 +308,7 @@ mod tests {
         bucket_ms: 15_000.0,
         change_min: 256 << 20,
         full_per_hour: 6_000,
-        start_full_ms: 0.0,
+        start_full: 0,
     };
 
     /// 1 GiB (or `base`) with a 1 MiB wobble every other sample: nothing is flat.
@@ -314,14 +364,9 @@ mod tests {
     #[test]
     fn the_full_resolution_budget_bounds_an_hour_of_events() {
         let mut b = SeriesBuilder::new(LATER);
-        // A large change every second: events everywhere.
+        // A step up of 300 MiB every second (a new level each time): events everywhere.
         for i in 0..36_000u64 {
-            let base = if (i / 10).is_multiple_of(2) {
-                1 << 30
-            } else {
-                2 << 30
-            };
-            b.push(i as f64 * 100.0, wobble(base, i));
+            b.push(i as f64 * 100.0, wobble((i / 10) * 300 * MIB, i));
         }
         let out = b.finish();
         let bound = LATER.bound_per_hour();

@@ -196,6 +196,11 @@ impl Lanes {
         })
     }
 
+    /// CUDA's speed key of `device` ([`Monitor::cuda_speed`]).
+    pub fn speed(&self, device: u32) -> Pending<Option<(i32, i32, i32)>> {
+        self.send(device, Kind::Memory, move |m| Ok(m.cuda_speed(device)))
+    }
+
     /// Every list of `device` (compute, graphics and MPS) in one call.
     pub fn processes(&self, device: u32) -> Pending<Vec<GpuProcess>> {
         self.send(device, Kind::Processes, move |m| m.processes(device))

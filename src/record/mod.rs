@@ -10,12 +10,14 @@
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod devmap;
 pub mod envelope;
 pub mod lanes;
 pub mod policy;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
+mod shared;
 pub mod stderr;
 pub mod stream;
 pub mod tree;
@@ -25,18 +27,19 @@ pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
-use envelope::{Resolution, SeriesBuilder};
+use envelope::{ListRuns, Resolution, SeriesBuilder};
 use lanes::Lanes;
 use policy::ListPolicy;
-use processes::{Lists, ProcessLists, RoundInput};
+use processes::{ProcessLists, RoundInput};
 use sampler::{ms_since, pace, Latest, Sampler, SamplerConfig, StopSignal};
+use shared::{lock, lock_series, Series, Shared};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use stream::{lock_sink, Sink};
-use tree::{ProcessTree, TreeChange, TreeProcess};
+use tree::{ProcessTree, TreeProcess};
 
 /// How to record.
 pub struct RecorderConfig {
@@ -106,163 +109,6 @@ pub struct Recorded {
     pub errors: u64,
 }
 
-/// What the threads and the feeding calls share.
-#[derive(Default)]
-struct Shared {
-    markers: Vec<Marker>,
-    /// Phase boundaries for the rules only (replay's step ends and release points).
-    boundaries: Vec<Marker>,
-    /// The device series (recorded-device order), shared with the sampler thread: its
-    /// rounds, and the readings of markers, step boundaries and process rounds.
-    series: Series,
-    /// Per device, the last process list kept and an identical one held back (bounded
-    /// recordings keep the first and last of a run of identical lists).
-    list_runs: BTreeMap<u32, ListRun>,
-    bounded: bool,
-    processes: Vec<ProcessSample>,
-    /// Process usage read at boundaries, for the rules only.
-    boundary_processes: Vec<ProcessSample>,
-    tree: Option<ProcessTree>,
-    /// Processes of the job fed by the caller (replay's worker).
-    job: Vec<RecordedProcess>,
-    errors: Vec<ErrorEvent>,
-    sink: Option<Arc<Mutex<Sink>>>,
-    failed_queries: u64,
-}
-
-fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    fn stream(&mut self, line: &StreamLine) {
-        if let Some(s) = self.sink.as_ref() {
-            lock_sink(s).line(line);
-        }
-    }
-
-    fn tree_changes(&mut self, changes: Vec<TreeChange>) {
-        for c in changes {
-            let line = match c {
-                TreeChange::Started(tp) => StreamLine::Start {
-                    t_ms: tp.start_ms,
-                    pid: tp.pid,
-                    ppid: tp.ppid,
-                    nspid: tp.nspid,
-                    name: tp.name,
-                    cmdline: tp.cmdline,
-                },
-                TreeChange::Exited { pid, t_ms } => StreamLine::Exit { t_ms, pid },
-            };
-            self.stream(&line);
-        }
-    }
-
-    /// Keep (and stream) a reading; a failed device counts as a failed query. `event`: a
-    /// marker's or a boundary's (the series keeps full resolution around it).
-    fn point(&mut self, t: f64, used: Vec<Option<u64>>, event: bool) {
-        self.failed_queries += used.iter().filter(|u| u.is_none()).count() as u64;
-        {
-            let mut series = lock_series(&self.series);
-            for (b, u) in series.iter_mut().zip(&used) {
-                if event {
-                    b.event(t);
-                }
-                if let Some(u) = u {
-                    b.push(t, *u);
-                }
-            }
-        }
-        self.stream(&StreamLine::Memory { t_ms: t, used });
-    }
-
-    /// Keep one device's list of a round: bounded recordings hold back a list identical to
-    /// the last one kept, and keep only the last of such a run (with the first).
-    fn keep_list(&mut self, device: u32, list: Vec<ProcessSample>) {
-        if !self.bounded {
-            self.processes.extend(list);
-            return;
-        }
-        let key: Vec<(u32, Option<u64>)> = list.iter().map(|p| (p.pid, p.used)).collect();
-        let run = self.list_runs.entry(device).or_default();
-        if run.last == key {
-            run.held = Some(list);
-            return;
-        }
-        run.last = key;
-        let held = run.held.take();
-        self.processes.extend(held.into_iter().flatten());
-        self.processes.extend(list);
-    }
-
-    /// An event at `t` (a marker, an error, a boundary): the series keep full resolution
-    /// around it.
-    fn event(&mut self, t: f64) {
-        for b in lock_series(&self.series).iter_mut() {
-            b.event(t);
-        }
-    }
-
-    /// Refresh the tree at `t`; whether it changed.
-    fn refresh_tree(&mut self, t: f64) -> bool {
-        let Some(tree) = self.tree.as_mut() else {
-            return false;
-        };
-        let changes = tree.refresh(t);
-        let changed = !changes.is_empty();
-        self.tree_changes(changes);
-        changed
-    }
-
-    /// One process round: a reading (`reading`), then the lists.
-    fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
-        if let Some(used) = reading {
-            self.point(t, used, false);
-        }
-        for (device, t_list, list) in lists {
-            let mut kept = Vec::with_capacity(list.len());
-            for p in list {
-                let (pid, tree) = match self.tree.as_mut() {
-                    Some(tree) => {
-                        let (member, change) = tree.resolve(p.pid, t_list);
-                        self.tree_changes(change.into_iter().collect());
-                        (member.unwrap_or(p.pid), member.is_some())
-                    }
-                    None => (p.pid, false),
-                };
-                kept.push(ProcessSample {
-                    t_ms: t_list,
-                    device,
-                    pid,
-                    used: p.used,
-                });
-                self.stream(&StreamLine::Process {
-                    t_ms: t_list,
-                    device,
-                    pid,
-                    used: p.used,
-                    tree,
-                });
-            }
-            self.keep_list(device, kept);
-        }
-    }
-}
-
-/// Device series shared by the sampler thread and the readings.
-pub(crate) type Series = Arc<Mutex<Vec<SeriesBuilder>>>;
-
-pub(crate) fn lock_series(m: &Mutex<Vec<SeriesBuilder>>) -> MutexGuard<'_, Vec<SeriesBuilder>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A device's last kept process list and an identical one held back.
-#[derive(Default)]
-struct ListRun {
-    last: Vec<(u32, Option<u64>)>,
-    held: Option<Vec<ProcessSample>>,
-}
-
 /// A running recording.
 pub struct Recorder {
     t0: Instant,
@@ -273,6 +119,8 @@ pub struct Recorder {
     shared: Arc<Mutex<Shared>>,
     lists: Option<Arc<Mutex<ProcessLists>>>,
     latest: Latest,
+    /// The devices as error lines are mapped onto them ([`devmap`]).
+    map: Vec<devmap::MapDevice>,
     round_readings: bool,
     /// Set to stop the process thread (it wakes at once).
     stop: Arc<StopSignal>,
@@ -312,7 +160,7 @@ impl Recorder {
             tree: cfg.tree.map(ProcessTree::with_scope),
             sink: sink.clone(),
             series: series.clone(),
-            bounded: cfg.resolution.is_some(),
+            list_runs: cfg.resolution.map(|_| ListRuns::default()),
             ..Shared::default()
         }));
         // The header first, before any thread can write.
@@ -342,6 +190,16 @@ impl Recorder {
             (pp, Arc::new(Mutex::new(lists)))
         });
         let latest = sampler.latest();
+        let speeds: Vec<_> = recorded.iter().map(|d| lanes.speed(d.index)).collect();
+        let map = recorded
+            .iter()
+            .zip(speeds)
+            .map(|(d, p)| devmap::MapDevice {
+                index: d.index,
+                uuid: d.uuid.clone(),
+                speed: p.wait().ok().flatten(),
+            })
+            .collect();
         let mut rec = Recorder {
             t0,
             devices: recorded,
@@ -351,6 +209,7 @@ impl Recorder {
             shared,
             lists: lists.as_ref().map(|(_, l)| l.clone()),
             latest,
+            map,
             round_readings: cfg.round_readings,
             stop,
             process_thread: None,
@@ -504,6 +363,36 @@ impl Recorder {
         }
     }
 
+    /// The physical GPU that CUDA ordinal `ordinal` in an error `line` means: through the
+    /// variables of the process the line's prefix names (`(VllmWorker pid=…)`), else of the
+    /// command, else vramdoc's own ([`devmap`]).
+    pub fn error_device(&self, line: &str, ordinal: u32) -> Option<u32> {
+        use crate::gpu::visible::{CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES};
+        let env = {
+            let s = lock(&self.shared);
+            s.tree.as_ref().and_then(|tree| {
+                let all = tree.all();
+                let named = match devmap::printer(line) {
+                    Some(devmap::Printer::Pid(pid)) => all
+                        .iter()
+                        .find(|t| t.pid == pid || t.nspid.last() == Some(&pid)),
+                    _ => None,
+                };
+                // Else the command: the first process of the tree.
+                named
+                    .or(all.first())
+                    .map(|t| (t.env(CUDA_VISIBLE_DEVICES), t.env(CUDA_DEVICE_ORDER)))
+            })
+        };
+        let (cvd, order) = env.unwrap_or_else(|| {
+            (
+                std::env::var(CUDA_VISIBLE_DEVICES).ok(),
+                std::env::var(CUDA_DEVICE_ORDER).ok(),
+            )
+        });
+        devmap::physical(ordinal, cvd.as_deref(), order.as_deref(), &self.map)
+    }
+
     /// An error the job hit, for the rules.
     pub fn error(&self, event: ErrorEvent) {
         let mut s = lock(&self.shared);
@@ -564,18 +453,20 @@ impl Recorder {
             .collect()
     }
 
-    /// Peak used bytes per device (device order) so far, and how many readings there are
-    /// now: a live status keeps the running peak and redraws only when there is something
-    /// new (`from` is the count it saw last).
+    /// Peak used bytes per device (device order) over the readings kept since the
+    /// `from`-th (process rounds and markers), and how many there are now: a live status
+    /// keeps the running peak and asks only for what is new. Only the last
+    /// `shared::RECENT_READINGS` are kept (memory stays bounded on a long job).
     pub fn peaks_since(&self, from: usize) -> (Vec<u64>, usize) {
-        let series = lock(&self.shared).series.clone();
-        let series = lock_series(&series);
-        let seen: u64 = series.iter().map(|b| b.pushed).sum();
-        let seen = usize::try_from(seen).unwrap_or(usize::MAX);
-        if seen <= from {
-            return (vec![0; self.devices.len()], seen);
+        let s = lock(&self.shared);
+        let mut peaks = vec![0; self.devices.len()];
+        let first = s.readings_taken - s.recent_readings.len();
+        for used in s.recent_readings.iter().skip(from.saturating_sub(first)) {
+            for (p, u) in peaks.iter_mut().zip(used) {
+                *p = (*p).max(u.unwrap_or(0));
+            }
         }
-        (series.iter().map(|b| b.peak).collect(), seen)
+        (peaks, s.readings_taken)
     }
 
     /// Stop every thread and return the recording.
@@ -615,8 +506,9 @@ impl Recorder {
                     .unwrap_or_default(),
             })
             .collect();
-        for run in std::mem::take(&mut s.list_runs).into_values() {
-            s.processes.extend(run.held.into_iter().flatten());
+        if let Some(runs) = s.list_runs.take() {
+            let held = runs.finish();
+            s.processes.extend(held);
         }
         let peaks = devices.iter().map(peak).collect();
         let mut processes = std::mem::take(&mut s.processes);

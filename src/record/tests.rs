@@ -37,6 +37,7 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
         Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
+            list_policy: ListPolicy::Every,
             ..RecorderConfig::new(cadence(1, 10))
         },
     );
@@ -249,4 +250,34 @@ fn lists_on_change_stay_cheap_and_still_catch_a_256_mib_holder_of_one_second() {
             got.timeline.processes
         );
     }
+}
+
+#[test]
+fn peaks_since_reads_only_the_new_readings() {
+    let (_dir, sim, devices) = sim_box("1x16GiB");
+    let rec = Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        &devices,
+        Instant::now(),
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    );
+    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let ctx = drv.create_context(0).unwrap();
+    let a = drv.alloc(ctx, 2 << 30).unwrap();
+    rec.mark(MarkerKind::Marker, "loaded", None);
+    let (peaks, n) = rec.peaks_since(0);
+    assert_eq!(n, 1);
+    assert!(peaks[0] >= 2 << 30);
+    drv.free(a).unwrap();
+    rec.mark(MarkerKind::Marker, "freed", None);
+    let (peaks, n2) = rec.peaks_since(n);
+    assert_eq!(n2, 2);
+    assert!(
+        peaks[0] < 2 << 30,
+        "only the reading after the free: {}",
+        peaks[0]
+    );
 }

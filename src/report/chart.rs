@@ -1,6 +1,10 @@
 //! SVG charts of one device's used memory over time, drawn with plotters' SVG backend: the
 //! used-memory area and line, the device total as a dashed line, step markers with labels
-//! and failure points (OOM) marked in red. Text becomes SVG `<text>` (escaped by plotters;
+//! and failure points (OOM) marked in red. Long recordings stay readable: the time axis is in
+//! ms, s, min, h or days as the span asks, the series is drawn from at most a few points per
+//! pixel column (each column's first, lowest, highest and last sample: a long job's
+//! min/max envelopes draw as a band), and at most [`MAX_MARKER_LINES`] ordinary markers are
+//! drawn (evenly chosen; failures always). Text becomes SVG `<text>` (escaped by plotters;
 //! no font files are read), so the output is self-contained.
 
 use super::text::{self, ChartMarker};
@@ -18,6 +22,9 @@ pub const HEIGHT: u32 = 420;
 const LABEL_ROWS: i32 = 3;
 const ROW_HEIGHT: i32 = 17;
 const FONT: &str = "sans-serif";
+/// Ordinary (non-failure) markers drawn at most: a week of per-step markers would otherwise
+/// be thousands of lines.
+pub const MAX_MARKER_LINES: usize = 200;
 
 #[derive(Debug, Error)]
 #[error("drawing the chart failed: {0}")]
@@ -62,11 +69,7 @@ fn draw(
     } else {
         (MIB as f64, "MiB")
     };
-    let (tscale, tname) = if span >= 10_000.0 {
-        (1000.0, "s")
-    } else {
-        (1.0, "ms")
-    };
+    let (tscale, tname) = time_unit(span);
     let y_max = top_bytes as f64 / unit * 1.06;
     let x_max = span / tscale;
 
@@ -133,10 +136,12 @@ fn draw(
     // Markers: vertical lines, failure points, labels in rows above the plot.
     let (plot_left, plot_top) = chart.backend_coord(&(0.0, y_max));
     let (plot_right, _) = chart.backend_coord(&(x_max, 0.0));
-    let mine: Vec<&ChartMarker> = markers
-        .iter()
-        .filter(|m| m.on_device(series.device))
-        .collect();
+    let mine = thin_markers(
+        markers
+            .iter()
+            .filter(|m| m.on_device(series.device))
+            .collect(),
+    );
     for m in &mine {
         let x = m.t_ms / tscale;
         let color = if m.is_failure() { FAIL } else { STEP };
@@ -181,6 +186,47 @@ fn draw(
         }
     }
     Ok(())
+}
+
+/// The unit of the time axis for a span (ms): its length in ms and its name.
+fn time_unit(span: f64) -> (f64, &'static str) {
+    const MIN: f64 = 60_000.0;
+    if span >= 2.0 * 24.0 * 60.0 * MIN {
+        (24.0 * 60.0 * MIN, "days")
+    } else if span >= 2.0 * 60.0 * MIN {
+        (60.0 * MIN, "h")
+    } else if span >= 10.0 * MIN {
+        (MIN, "min")
+    } else if span >= 10_000.0 {
+        (1000.0, "s")
+    } else {
+        (1.0, "ms")
+    }
+}
+
+/// Every failure marker, and at most [`MAX_MARKER_LINES`] others, evenly spread.
+fn thin_markers(mine: Vec<&ChartMarker>) -> Vec<&ChartMarker> {
+    let ordinary = mine.iter().filter(|m| !m.is_failure()).count();
+    if ordinary <= MAX_MARKER_LINES {
+        return mine;
+    }
+    let mut seen = 0usize;
+    let mut drawn = 0usize;
+    mine.into_iter()
+        .filter(|m| {
+            if m.is_failure() {
+                return true;
+            }
+            seen += 1;
+            // Keep the k-th ordinary marker when it crosses the next evenly spaced slot.
+            let slot = seen * MAX_MARKER_LINES / ordinary;
+            let keep = slot > drawn;
+            if keep {
+                drawn = slot;
+            }
+            keep
+        })
+        .collect()
 }
 
 /// The label drawn for a marker: `3 render 1024x1152` or `OOM: ...` for failures.
@@ -268,6 +314,38 @@ mod tests {
         assert!(d.windows(2).all(|w| w[0].0 <= w[1].0));
         assert_eq!(d.first(), samples.first());
         assert_eq!(d.last(), samples.last());
+    }
+
+    #[test]
+    fn a_week_long_chart_has_day_ticks_and_bounded_markers() {
+        let week = 7.0 * 24.0 * 3_600_000.0;
+        let series = DeviceSeries {
+            device: 0,
+            total: 80 * GIB,
+            samples: (0..50_000)
+                .map(|i| (i as f64 * week / 50_000.0, (20 + (i % 7) as u64) * GIB))
+                .collect(),
+        };
+        let marker = |i: usize, kind: &str| ChartMarker {
+            t_ms: i as f64 * 60_000.0,
+            kind: kind.into(),
+            label: format!("step {i}"),
+            device: None,
+            symbol: 's',
+        };
+        let mut markers: Vec<ChartMarker> = (0..10_080).map(|i| marker(i, "step")).collect();
+        markers.push(marker(10_000, "oom"));
+        let svg = device_chart(&series, week, &markers).unwrap();
+        assert!(svg.contains("time since start (days)"), "no day axis");
+        assert_eq!(time_unit(3.0 * 3_600_000.0).1, "h");
+        let refs: Vec<&ChartMarker> = markers.iter().collect();
+        let thin = thin_markers(refs);
+        assert_eq!(
+            thin.iter().filter(|m| !m.is_failure()).count(),
+            MAX_MARKER_LINES
+        );
+        assert!(thin.iter().any(|m| m.is_failure()));
+        assert!(svg.len() < 400_000, "{} bytes", svg.len());
     }
 
     #[test]

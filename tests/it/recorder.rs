@@ -218,3 +218,238 @@ fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
         "the job's peak on GPU 0 is {peak} bytes for one 2 GiB C+G holder"
     );
 }
+
+/// A day-long staircase on GPU 0 (a job ratcheting up 6 GiB every 2 hours, never
+/// releasing, with activation noise every 100 ms and an epoch marker every hour, ending in
+/// an OOM) beside a steady GPU 1: the findings on the series as the recorder keeps them
+/// (envelopes, full resolution around events; identical process lists as first and last)
+/// are the findings on every sample.
+mod long_staircase {
+    use vramdoc::diagnose::{fingerprints, TimelineThresholds};
+    use vramdoc::model::{DeviceSeries, Marker, ProcessSample, Timeline};
+    use vramdoc::record::envelope::{ListRuns, Resolution, SeriesBuilder};
+    use vramdoc::record::Recording;
+    use vramdoc::record::{ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess};
+
+    const GIB: u64 = 1 << 30;
+    const HOUR: f64 = 3_600_000.0;
+    const HOURS: f64 = 24.0;
+    const TOTAL: u64 = 80 * GIB;
+
+    /// Used bytes of the job on `device` at sample `i` (100 ms apart), without the noise.
+    fn level(device: u32, i: u64) -> u64 {
+        let t = i as f64 * 100.0;
+        match device {
+            0 => 8 * GIB + 6 * GIB * (t / (2.0 * HOUR)).floor() as u64,
+            _ => 20 * GIB,
+        }
+    }
+
+    fn noise(i: u64) -> u64 {
+        (i % 7) * (GIB / 16)
+    }
+
+    fn recording(bounded: bool) -> Recording {
+        let end = HOURS * HOUR - 60_000.0;
+        let markers: Vec<Marker> = (0..HOURS as u64)
+            .map(|h| Marker {
+                t_ms: h as f64 * HOUR + 1_000.0,
+                kind: "marker".into(),
+                label: format!("epoch {h}"),
+                device: None,
+            })
+            .collect();
+        let oom = ErrorEvent {
+            t_ms: end - 1_000.0,
+            kind: ErrorKind::OutOfMemory,
+            device: Some(0),
+            pid: Some(1000),
+            line: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB".into(),
+            requested_bytes: Some(8 * GIB),
+        };
+        let mut series = Vec::new();
+        for d in 0..2u32 {
+            let mut b = if bounded {
+                SeriesBuilder::new(Resolution::default())
+            } else {
+                SeriesBuilder::unbounded()
+            };
+            let mut events = markers.iter().map(|m| m.t_ms).chain([oom.t_ms]).peekable();
+            let mut i = 0u64;
+            while (i as f64) * 100.0 <= end {
+                let t = i as f64 * 100.0;
+                while events.peek().is_some_and(|e| *e <= t) {
+                    b.event(events.next().unwrap_or(t));
+                }
+                b.push(t, level(d, i) + noise(i));
+                i += 1;
+            }
+            series.push(DeviceSeries {
+                device: d,
+                total: TOTAL,
+                samples: b.finish(),
+            });
+        }
+        let mut runs = ListRuns::default();
+        let mut processes = Vec::new();
+        let mut i = 0u64;
+        while (i as f64) * 100.0 <= end {
+            let t = i as f64 * 100.0;
+            for d in 0..2u32 {
+                let list = vec![ProcessSample {
+                    t_ms: t,
+                    device: d,
+                    pid: 1000,
+                    used: Some(level(d, i)),
+                }];
+                match bounded {
+                    true => processes.extend(runs.keep(d, list)),
+                    false => processes.extend(list),
+                }
+            }
+            i += 5;
+        }
+        processes.extend(runs.finish());
+        processes.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+        Recording {
+            devices: (0..2)
+                .map(|i| RecordedDevice {
+                    index: i,
+                    uuid: format!("GPU-0000000{i}-0000-0000-0000-000000000000"),
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    total: TOTAL,
+                })
+                .collect(),
+            timeline: Timeline {
+                devices: series,
+                markers,
+                processes,
+                gaps: Vec::new(),
+            },
+            // Through serde: fields added to `RecordedProcess` later keep their defaults.
+            processes: vec![
+                serde_json::from_value::<RecordedProcess>(serde_json::json!({
+                    "pid": 1000,
+                    "name": "python",
+                    "first_seen_ms": 0.0,
+                    "exit_ms": end,
+                    "in_tree": true,
+                }))
+                .expect("a recorded process"),
+            ],
+            errors: vec![oom],
+            end_ms: end,
+            exit: Some(JobExit::Code(1)),
+        }
+    }
+
+    #[test]
+    fn findings_are_the_same_on_the_enveloped_series() {
+        let th = TimelineThresholds::default();
+        let (full, kept) = (recording(false), recording(true));
+        let n = |r: &Recording| r.timeline.devices[0].samples.len();
+        assert!(
+            n(&kept) * 20 < n(&full),
+            "{} of {} samples kept",
+            n(&kept),
+            n(&full)
+        );
+        let summary = |r: &Recording| -> Vec<(String, Vec<u32>, String, String)> {
+            fingerprints(r, &th)
+                .into_iter()
+                .map(|f| (f.id, f.devices, format!("{:?}", f.severity), f.title))
+                .collect()
+        };
+        let (want, got) = (summary(&full), summary(&kept));
+        assert!(
+            want.iter().any(|f| f.0 == "growth-without-release"),
+            "the staircase is not found on every sample: {want:?}"
+        );
+        assert_eq!(got, want);
+    }
+}
+
+/// An OOM line printed by a worker with its own `CUDA_VISIBLE_DEVICES=1` and vLLM's PID
+/// prefix names physical GPU 1 (its CUDA ordinal 0), not vramdoc's GPU 0; the same line
+/// without a prefix is read through the command's variables (none: GPU 0).
+#[test]
+fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
+    let boxdir = fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("r.json");
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 \
+               has a total capacity of 15.78 GiB of which 1.00 GiB is free.";
+    let worker = format!(
+        "sleep 1; echo \"(VllmWorker pid=$$) {oom}\" >&2; sleep 0.5; echo \"{oom}\" >&2; sleep 0.5"
+    );
+    let o = on_box(boxdir.path())
+        .args([
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "100ms",
+            "--out",
+        ])
+        .arg(&report)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
+        ])
+        .arg(&worker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let errors = r["run"]["errors"].as_array().cloned().unwrap_or_default();
+    let device_of = |prefixed: bool| {
+        errors
+            .iter()
+            .find(|e| {
+                e["line"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with('(') == prefixed)
+            })
+            .map(|e| e["device"].clone())
+    };
+    assert_eq!(device_of(true), Some(Value::from(1)), "{errors:?}");
+    // No prefix: the command's variables (none), so GPU 0.
+    assert_eq!(device_of(false), Some(Value::from(0)), "{errors:?}");
+}
+
+/// NVML hung before the run starts (every call blocks, init included): `vramdoc run` gives
+/// up within its start limit with 125 (vramdoc's own failure, as with no GPU) and says what
+/// to check; the command never starts.
+#[test]
+fn an_nvml_hung_before_the_start_is_an_error_not_a_hang() {
+    let boxdir = fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("ran");
+    sim_fault(boxdir.path(), &["--nvml-hang", "--hang-limit", "60s"]);
+    for backend in ["sim", "real"] {
+        let started = Instant::now();
+        let o = on_box(boxdir.path())
+            .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            .args(["--backend", backend, "run", "--", "touch"])
+            .arg(&marker)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{backend}: {err}");
+        assert!(err.contains("NVML did not answer"), "{backend}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{backend}: {:?}",
+            started.elapsed()
+        );
+        assert!(!marker.exists(), "{backend}: the command ran");
+    }
+    sim_fault(boxdir.path(), &["--clear"]);
+}

@@ -56,3 +56,56 @@ pub(super) fn monitor_hang(cx: &Prepared) -> Vec<Finding> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{fingerprints, TimelineThresholds};
+    use super::*;
+    use crate::model::{DeviceSeries, GapKind, GapReason, SamplingGap, Timeline};
+    use crate::record::{RecordedDevice, Recording};
+
+    fn recording(reason: &str) -> Recording {
+        let series = |d: u32| DeviceSeries {
+            device: d,
+            total: 16 << 30,
+            samples: (0..100).map(|i| (i as f64 * 100.0, 1 << 30)).collect(),
+        };
+        Recording {
+            devices: (0..2)
+                .map(|i| RecordedDevice {
+                    index: i,
+                    uuid: format!("GPU-{i}"),
+                    name: "test".into(),
+                    total: 16 << 30,
+                })
+                .collect(),
+            timeline: Timeline {
+                devices: vec![series(0), series(1)],
+                markers: Vec::new(),
+                processes: Vec::new(),
+                gaps: vec![SamplingGap {
+                    kind: GapKind::Memory,
+                    device: Some(1),
+                    start_ms: 2_000.0,
+                    end_ms: 9_000.0,
+                    count: 7,
+                    reason: GapReason::from(reason),
+                }],
+            },
+            end_ms: 10_000.0,
+            ..Recording::default()
+        }
+    }
+
+    #[test]
+    fn a_hung_call_is_a_finding_on_its_gpu_and_a_lost_gpu_is_not() {
+        let th = TimelineThresholds::default();
+        let hung = fingerprints(&recording("hung: no answer from NVML within 1000 ms"), &th);
+        let f: Vec<_> = hung.iter().filter(|f| f.id == MONITOR_HANG).collect();
+        assert_eq!(f.len(), 1, "{hung:?}");
+        assert_eq!(f[0].devices, vec![1]);
+        assert!(f[0].title.contains("7.00 s"), "{}", f[0].title);
+        let lost = fingerprints(&recording("device 1 is lost"), &th);
+        assert!(lost.iter().all(|f| f.id != MONITOR_HANG), "{lost:?}");
+    }
+}
