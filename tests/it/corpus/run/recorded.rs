@@ -163,6 +163,8 @@ impl Shape {
                     nvidia_visible_devices: None,
                     pytorch_cuda_alloc_conf: None,
                     in_tree: tree.contains(pid),
+                    ppid: None,
+                    cmdline: None,
                 })
                 .collect(),
             errors: self.errors.clone(),
