@@ -315,7 +315,10 @@ fn over_full_and_low_headroom_devices() {
     assert_eq!(evidence_bytes(on(0), "free"), Some(72 * MIB));
     assert!(on(0)["title"].as_str().unwrap().contains("steady fill"));
     assert_eq!(on(1)["severity"], "warn");
-    assert!(on(1)["title"].as_str().unwrap().contains("2 processes share it"));
+    assert!(on(1)["title"]
+        .as_str()
+        .unwrap()
+        .contains("2 processes share it"));
     assert_eq!(evidence_bytes(on(1), "free"), Some(1424 * MIB));
     // A single holder of 0.91 x total is labelled as a utilization-sized budget.
     assert!(on(0)["evidence"]
