@@ -72,6 +72,10 @@ impl CliBox {
             .output()
             .unwrap();
         super::assert_ok(&out, "sim init");
+        // The runtime daemon writes its PID file once it is up; `sim init` does not wait.
+        eventually(SECS_10, "the box's runtime daemon is up", || {
+            dir.join("runtime.pid").exists()
+        });
         CliBox { _tmp: tmp, dir }
     }
 
