@@ -372,7 +372,8 @@ impl ProcessTree {
                 .get(pid)
                 .is_some_and(|(st, comm)| *st == e.start_time && *comm != e.comm);
             if let Some((st, via)) = self.joined.get(pid) {
-                if execd && *st == e.start_time && !via.starts_with("environment ") {
+                let young = e.start_time.saturating_add(young) >= now;
+                if (execd || young) && *st == e.start_time && !via.starts_with("environment ") {
                     let st = *st;
                     self.checked.insert(*pid, (e.start_time, e.comm.clone()));
                     if let Some(why) = self.env_matches(*pid) {
@@ -425,6 +426,14 @@ impl ProcessTree {
         self.watch_clients(&all, &members);
         if self.apply_rules(&all, &members) {
             members = self.members_from(&all, &children);
+        }
+        // A rule-joined member whose reason changed (its environment seen after its exec).
+        for (pid, (st, why)) in &self.joined {
+            if let Some(tp) = self.live.get_mut(pid) {
+                if tp.start_time == *st && tp.via.as_ref().is_some_and(|v| v != why) {
+                    tp.via = Some(why.clone());
+                }
+            }
         }
         let member_set: std::collections::HashSet<u32> = members.iter().copied().collect();
         let mut changes = Vec::new();
