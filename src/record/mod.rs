@@ -7,6 +7,7 @@
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod membership;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
