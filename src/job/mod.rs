@@ -4,11 +4,11 @@
 //! markers from `$VRAMDOC_MARKERS` ([`markers`]), forwards signals sent to vramdoc to the
 //! job's process group and to its processes outside it ([`signals`]), reaps, and feeds all of
 //! it to the [`Recorder`]: the job only feeds events, the recorder builds the recording.
-//! Which processes are the job's beyond its tree is the recorder's [`Scope`] ([`scope`]);
-//! after the command ends, [`outlived`] ends what still holds memory (`--kill-after`);
-//! [`attach`] records processes that already run (`--pid`, `--cgroup`, `--container`);
-//! [`live`] draws the one-line status (`--live`). [`process`] holds the helpers replay's
-//! workers share.
+//! Which processes are the job's beyond its tree is the recorder's [`Scope`] (built by
+//! `job_scope`); after the command ends, [`outlived`] ends what still holds memory
+//! (`--kill-after`); [`attach`] records processes that already run (`--pid`, `--cgroup`,
+//! `--container`); [`live`] draws the one-line status (`--live`). [`process`] holds the
+//! helpers replay's workers share.
 
 pub mod attach;
 pub mod live;

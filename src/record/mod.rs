@@ -14,6 +14,7 @@ pub mod devmap;
 pub mod envelope;
 pub mod lanes;
 pub mod policy;
+pub mod membership;
 pub mod processes;
 pub mod recording;
 pub mod sampler;
