@@ -62,6 +62,19 @@ pub enum BackendArg {
 pub enum Command {
     /// Show who holds which GPU memory, and what is wrong with it
     Scan(ScanArgs),
+    /// Check that the GPUs a job was given are clean before it starts (Slurm prolog, Node
+    /// Problem Detector)
+    ///
+    /// Refuses a GPU on which another process holds memory, one holding a dead process's
+    /// memory (memory with no live owner), a lost or unreadable GPU, and, with --need, one
+    /// with less free memory than that. The GPUs are --gpus, else the first of
+    /// SLURM_STEP_GPUS, SLURM_JOB_GPUS, GPU_DEVICE_ORDINAL, CUDA_VISIBLE_DEVICES,
+    /// NVIDIA_VISIBLE_DEVICES that is set (physical indices or GPU UUIDs), else every GPU.
+    /// Prints one line. See docs/fleet.md.
+    #[command(
+        after_help = "Exit codes: 0 ok, 1 problem (the line says which GPU and why), 2 unknown (the GPU list cannot be resolved, bad flags), 3 environment (no driver). Node Problem Detector reads 0/1/other the same way; a Slurm prolog that exits non-zero drains the node.\n\nExamples:\n  vramdoc preflight\n  vramdoc preflight --gpus 0,1 --need 20GiB\n  SLURM_JOB_GPUS=2,3 vramdoc preflight --json"
+    )]
+    Preflight(PreflightArgs),
     /// List the built-in failure scenarios
     #[command(after_help = "Examples:\n  vramdoc list\n  vramdoc list --json")]
     List(ListArgs),
@@ -181,6 +194,24 @@ vramdoc whatif repro.toml --on recorded,2xrtx4090,h100 --json\n  vramdoc whatif 
     /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
     #[command(name = "__worker", hide = true)]
     Worker,
+}
+
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    /// The GPUs to check: physical indices or GPU UUIDs (unique prefixes), comma-separated,
+    /// or `all` (default: from the job's environment, see above)
+    #[arg(long, value_name = "LIST")]
+    pub gpus: Option<String>,
+    /// Also refuse a GPU with less free memory than this (e.g. 20GiB, 512MiB)
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub need: Option<u64>,
+    /// Print the verdict as JSON (selection, need, problems)
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    vramdoc_gpu_spec::units::parse_size(s).map_err(|e| format!("{e} (e.g. 20GiB, 512MiB)"))
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 
 pub mod list;
 pub mod packaging;
+pub mod preflight;
 pub mod replay;
 pub mod report;
 pub mod run;
@@ -167,6 +168,10 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Sim(cmd) => sim::run(&cli.global, cmd),
         Command::List(args) => list::run(&args),
+        Command::Preflight(args) => {
+            let session = Session::new(&cli.global)?;
+            preflight::run(&session, &args)
+        }
         Command::Scan(args) => {
             let session = Session::new(&cli.global)?;
             scan::run(&session, &args)

@@ -24,6 +24,8 @@ mod hardening;
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.
 mod nvml_python;
+/// `vramdoc preflight`: GPUs checked before a job starts.
+mod preflight;
 /// Real-driver behaviours the simulator models, seen by third-party clients and by vramdoc.
 mod real_drivers;
 /// The recorder: hung and bad GPUs, processes in two lists, observer cost, long jobs.

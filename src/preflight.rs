@@ -1,0 +1,258 @@
+//! The preflight engine behind `vramdoc preflight` (issue 18): before a job starts on the
+//! GPUs it was given, are they clean? Pure: a scan report and the GPU selection in, a
+//! verdict out. A GPU is refused when another process holds memory on it (foreign process),
+//! when memory is held with no live owner (a dead process's memory, scan's `no-live-owner`
+//! at error), when it is lost or unreadable, or when its free memory is below `--need`.
+//! The exit semantics follow Slurm's prolog (non-zero drains the node) and Node Problem
+//! Detector's custom-plugin protocol (0 ok, 1 problem, anything else unknown; one line).
+
+use serde::Serialize;
+
+use crate::diagnose::ids;
+use crate::model::{Report, Severity};
+use crate::units::format_bytes;
+
+/// Where the GPU list came from, in the order it is looked for.
+pub const GPU_SOURCES: &[&str] = &[
+    "SLURM_STEP_GPUS",
+    "SLURM_JOB_GPUS",
+    "GPU_DEVICE_ORDINAL",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+];
+
+/// Which GPUs to check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Selection {
+    /// Physical (NVML) indices.
+    pub devices: Vec<u32>,
+    /// `--gpus`, an environment variable's name, or `all GPUs`.
+    pub source: String,
+}
+
+/// Why a GPU selection could not be resolved (exit 2: unknown).
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}={value}: {reason}")]
+pub struct SelectionError {
+    pub source_name: String,
+    pub value: String,
+    pub reason: String,
+}
+
+/// Resolve a GPU list (physical indices, GPU UUIDs or unique prefixes, `all`) against the
+/// machine's GPUs (`uuids` in NVML order). MIG device ids are refused: preflight checks
+/// whole GPUs.
+pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection, SelectionError> {
+    let err = |reason: String| SelectionError {
+        source_name: source.to_string(),
+        value: value.to_string(),
+        reason,
+    };
+    let v = value.trim();
+    if v == "all" {
+        return Ok(Selection {
+            devices: (0..uuids.len() as u32).collect(),
+            source: source.to_string(),
+        });
+    }
+    if v.is_empty() || v == "none" || v == "void" || v == "NoDevFiles" {
+        return Err(err("no GPU given".into()));
+    }
+    let mut devices = Vec::new();
+    for raw in v.split(',') {
+        let id = raw.trim();
+        let id = id.split("::").next().unwrap_or(id);
+        let found = if id.chars().all(|c| c.is_ascii_digit()) && !id.is_empty() {
+            id.parse::<u32>()
+                .ok()
+                .filter(|i| (*i as usize) < uuids.len())
+        } else if id.to_ascii_lowercase().starts_with("gpu-") {
+            let lower = id.to_ascii_lowercase();
+            let m: Vec<u32> = uuids
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| u.to_ascii_lowercase().starts_with(&lower))
+                .map(|(i, _)| i as u32)
+                .collect();
+            match m.as_slice() {
+                [one] => Some(*one),
+                [] => None,
+                _ => return Err(err(format!("{id} matches several GPUs"))),
+            }
+        } else if id.to_ascii_uppercase().starts_with("MIG-") {
+            return Err(err(format!(
+                "{id} is a MIG device; preflight checks whole GPUs (give the parent GPU)"
+            )));
+        } else {
+            None
+        };
+        match found {
+            Some(i) if !devices.contains(&i) => devices.push(i),
+            Some(_) => {}
+            None => {
+                return Err(err(format!(
+                    "{id} names no GPU of this machine ({} GPUs: indices 0-{}, or UUIDs)",
+                    uuids.len(),
+                    uuids.len().saturating_sub(1)
+                )))
+            }
+        }
+    }
+    devices.sort_unstable();
+    Ok(Selection {
+        devices,
+        source: source.to_string(),
+    })
+}
+
+/// One reason a GPU is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub device: u32,
+    /// `foreign-process`, `dead-process-memory`, `device-unavailable`, `not-enough-free`.
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+/// The verdict on the selected GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub selection: Selection,
+    pub need: Option<u64>,
+    pub problems: Vec<Problem>,
+}
+
+impl Verdict {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The one line Slurm logs and Node Problem Detector shows as the condition's message.
+    pub fn line(&self) -> String {
+        let gpus: Vec<String> = self
+            .selection
+            .devices
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        if self.ok() {
+            let need = self
+                .need
+                .map(|n| format!(", at least {} free each", format_bytes(n)))
+                .unwrap_or_default();
+            format!(
+                "ok: GPU {} ({}) clean{need}",
+                gpus.join(","),
+                self.selection.source
+            )
+        } else {
+            let parts: Vec<String> = self
+                .problems
+                .iter()
+                .map(|p| format!("GPU {}: {}", p.device, p.detail))
+                .collect();
+            format!("problem: {}", parts.join("; "))
+        }
+    }
+}
+
+/// Judge the selected GPUs on a scan report (its devices, processes and findings).
+pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdict {
+    let mut problems = Vec::new();
+    let Some(scan) = report.scan.as_ref() else {
+        return Verdict {
+            selection,
+            need,
+            problems,
+        };
+    };
+    for &d in &selection.devices {
+        let Some(dev) = scan.devices.iter().find(|x| x.index == d) else {
+            problems.push(Problem {
+                device: d,
+                kind: "device-unavailable",
+                detail: "not reported by the driver".into(),
+            });
+            continue;
+        };
+        if !dev.status.is_ok() {
+            problems.push(Problem {
+                device: d,
+                kind: "device-unavailable",
+                detail: format!("the driver does not answer for it ({:?})", dev.status),
+            });
+            continue;
+        }
+        for p in &scan.processes {
+            // 0-byte entries are peer mappings, not memory (pytorch/pytorch#64130).
+            let Some(used) = p.usage_on(d).and_then(|u| u.used).filter(|b| *b > 0) else {
+                continue;
+            };
+            let who = match &p.name {
+                Some(n) => format!("PID {} ({})", p.pid, crate::term::clean_text(n)),
+                None => format!("PID {}", p.pid),
+            };
+            let state = if p.visible { "" } else { ", not running here" };
+            problems.push(Problem {
+                device: d,
+                kind: "foreign-process",
+                detail: format!("{who} holds {}{state}", format_bytes(used)),
+            });
+        }
+        for f in scan.findings.iter().filter(|f| {
+            f.id == ids::NO_LIVE_OWNER && f.severity == Severity::Error && f.devices.contains(&d)
+        }) {
+            problems.push(Problem {
+                device: d,
+                kind: "dead-process-memory",
+                detail: crate::term::clean_text(&f.title),
+            });
+        }
+        if let Some(n) = need {
+            if dev.memory.free < n {
+                problems.push(Problem {
+                    device: d,
+                    kind: "not-enough-free",
+                    detail: format!(
+                        "{} free, {} needed",
+                        format_bytes(dev.memory.free),
+                        format_bytes(n)
+                    ),
+                });
+            }
+        }
+    }
+    Verdict {
+        selection,
+        need,
+        problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uuids(n: u32) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("GPU-{i:08x}-1111-2222-3333-444444444444"))
+            .collect()
+    }
+
+    #[test]
+    fn every_form_of_a_gpu_list_resolves() {
+        let u = uuids(4);
+        let r = |v: &str| resolve("--gpus", v, &u).map(|s| s.devices);
+        assert_eq!(r("all").unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(r("2,0").unwrap(), vec![0, 2]);
+        assert_eq!(r("GPU-00000003").unwrap(), vec![3]);
+        assert_eq!(r(&format!("{}::2", u[1])).unwrap(), vec![1]);
+        assert!(r("7").unwrap_err().to_string().contains("names no GPU"));
+        assert!(r("MIG-abc").unwrap_err().to_string().contains("MIG"));
+        assert!(r("").is_err());
+        assert!(r("GPU-0000000")
+            .unwrap_err()
+            .to_string()
+            .contains("several"));
+    }
+}
