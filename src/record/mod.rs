@@ -13,8 +13,8 @@
 pub mod devmap;
 pub mod envelope;
 pub mod lanes;
-pub mod policy;
 pub mod membership;
+pub mod policy;
 pub mod processes;
 pub mod recording;
 pub mod sampler;

@@ -2,6 +2,14 @@
 
 use super::prelude::*;
 
+/// Coherent-memory GPUs by the name NVML gives them (Grace Hopper GH200, Grace Blackwell
+/// GB200/GB300): their memory is a NUMA node of the host. A recording keeps the name, not
+/// the NUMA node (`DeviceInfo::numa_node`, which scan reads).
+pub(super) fn coherent_memory_name(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    ["GH200", "GB200", "GB300"].iter().any(|m| n.contains(m))
+}
+
 /// `held-after-exit`: every process of the job has exited, yet `exit_grace_ms` later a
 /// device it used still holds more than `held_min` above its pre-job level (growth of
 /// other processes taken out).
@@ -76,19 +84,47 @@ pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
         if !still.is_empty() {
             evidence.push(ev("exited, still listed by NVML", still.join(", ")));
         }
+        // Coherent memory (GH200/GB200): NVML keeps pages freed by an exited process counted
+        // as used until they are reclaimed (nvml.h, nvmlDeviceGetMemoryInfo). With no process
+        // of the job still listed, that is what the bytes are: information, not lost memory.
+        let coherent = still.is_empty()
+            && cx
+                .rec
+                .devices
+                .iter()
+                .find(|r| r.index == d.index)
+                .is_some_and(|r| coherent_memory_name(&r.name));
         out.push(Finding {
             id: ids::HELD_AFTER_EXIT.into(),
-            severity: Severity::Error,
-            title: format!(
-                "GPU {}: {} still used {} after the job's processes exited",
-                d.index,
-                format_bytes(held),
-                fmt_t(from - last_exit)
-            ),
+            severity: if coherent {
+                Severity::Info
+            } else {
+                Severity::Error
+            },
+            title: if coherent {
+                format!(
+                    "GPU {}: {} still counted as used {} after the job exited: a coherent-memory \
+                     GPU keeps freed pages counted until they are reclaimed",
+                    d.index,
+                    format_bytes(held),
+                    fmt_t(from - last_exit)
+                )
+            } else {
+                format!(
+                    "GPU {}: {} still used {} after the job's processes exited",
+                    d.index,
+                    format_bytes(held),
+                    fmt_t(from - last_exit)
+                )
+            },
             devices: vec![d.index],
             pid: None,
             evidence,
-            fix: fixes::HELD_AFTER_EXIT.into(),
+            fix: if coherent {
+                fixes::COHERENT_UNRECLAIMED.into()
+            } else {
+                fixes::HELD_AFTER_EXIT.into()
+            },
         });
     }
     out

@@ -197,3 +197,29 @@ proptest! {
         prop_assert!(ids.is_empty(), "family {} fired {:?}", family, ids);
     }
 }
+
+/// nvml.h, nvmlDeviceGetMemoryInfo: on coherent-memory GPUs (GH200, GB200) pages freed by
+/// an exited process stay counted as used until reclaimed. Information, never an error.
+#[test]
+fn coherent_memory_after_exit_is_information() {
+    let mut j = Job::new(&[96 * G], 10_000.0);
+    j.proc_(10, None, Some(5000.0));
+    j.set(100.0, 10, 0, gib(20.0));
+    // The device keeps the pages counted, while NVML no longer lists the exited process.
+    j.stuck.push(10);
+    let mut rec = j.build();
+    rec.devices[0].name = "NVIDIA GH200 480GB".into();
+    for p in rec.timeline.processes.iter_mut() {
+        if p.t_ms > 5000.0 {
+            p.used = None;
+        }
+    }
+    let all = fingerprints(&rec, &TimelineThresholds::default());
+    let f = all
+        .iter()
+        .find(|f| f.id == ids::HELD_AFTER_EXIT)
+        .expect("held-after-exit is still said");
+    assert_eq!(f.severity, Severity::Info, "{}", f.title);
+    assert!(f.title.contains("coherent-memory"), "{}", f.title);
+    assert!(all.iter().all(|f| f.severity == Severity::Info), "{all:?}");
+}
