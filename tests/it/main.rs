@@ -10,6 +10,8 @@ mod common;
 
 /// The behaviour suite every driver backend passes (sim in-process, cudarc over simgpu).
 mod backends;
+/// The shipped deployment files: Kubernetes overlays and schemas, the Grafana dashboard.
+mod deploy;
 /// CI outputs: JUnit, the GitHub job summary, completions and man page.
 mod ci;
 /// The labelled corpus of job and node shapes: every rule's acceptance test.
