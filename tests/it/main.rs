@@ -10,16 +10,18 @@ mod common;
 
 /// The behaviour suite every driver backend passes (sim in-process, cudarc over simgpu).
 mod backends;
-/// The shipped deployment files: Kubernetes overlays and schemas, the Grafana dashboard.
-mod deploy;
 /// CI outputs: JUnit, the GitHub job summary, completions and man page.
 mod ci;
 /// The labelled corpus of job and node shapes: every rule's acceptance test.
 mod corpus;
+/// The shipped Kubernetes manifests: kustomize overlays, API schemas, each platform's mounts.
+mod deploy;
 /// Every built-in scenario's bug fires its fingerprint; no fix does.
 mod fingerprints;
 /// Bounded fuzzing of the scenario parser and the report reader.
 mod fuzz_inputs;
+/// The shipped Grafana dashboard: its queries parse and read only exported metrics.
+mod grafana;
 /// Untrusted input, secrets, escapes, signals, exit codes, the box under misuse.
 mod hardening;
 /// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
