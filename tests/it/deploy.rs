@@ -427,6 +427,24 @@ fn common_shape(platform: &str) -> Value {
     spec
 }
 
+/// The label keys of the node affinity's terms (ORed), in order.
+fn node_selector_keys(spec: &Value) -> Vec<&str> {
+    assert!(spec.get("nodeSelector").is_none(), "affinity only: {spec}");
+    spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array()
+        .expect("nodeSelectorTerms")
+        .iter()
+        .map(|t| t["matchExpressions"][0]["key"].as_str().expect("key"))
+        .collect()
+}
+
+/// The base's node selection: an NVIDIA PCI device (NFD) or nvidia.com/gpu.present.
+const GPU_NODE_LABELS: [&str; 2] = [
+    "feature.node.kubernetes.io/pci-10de.present",
+    "nvidia.com/gpu.present",
+];
+
 fn runtime_class(spec: &Value) -> Option<&str> {
     spec["runtimeClassName"].as_str()
 }
@@ -455,6 +473,7 @@ mod platform_manifests {
     fn container_toolkit_uses_the_nvidia_runtime_class() {
         common::skip::require!("kubernetes", kubernetes_validate());
         let spec = common_shape("container-toolkit");
+        assert_eq!(node_selector_keys(&spec), GPU_NODE_LABELS);
         assert_eq!(runtime_class(&spec), Some("nvidia"));
         assert_eq!(visible_devices(&spec), Some("all"));
         assert!(!privileged(&spec));
@@ -468,6 +487,7 @@ mod platform_manifests {
     fn gpu_operator_mounts_the_driver_container_root() {
         common::skip::require!("kubernetes", kubernetes_validate());
         let spec = common_shape("gpu-operator");
+        assert_eq!(node_selector_keys(&spec), GPU_NODE_LABELS);
         assert_eq!(runtime_class(&spec), Some("nvidia"));
         assert_eq!(visible_devices(&spec), Some("all"));
         let (host, mount) = host_mount(&spec, "/run/nvidia/driver").expect("driver root");
@@ -485,6 +505,7 @@ mod platform_manifests {
     fn eks_al2_relies_on_the_default_nvidia_runtime() {
         common::skip::require!("kubernetes", kubernetes_validate());
         let spec = common_shape("eks-al2");
+        assert_eq!(node_selector_keys(&spec), GPU_NODE_LABELS);
         assert_eq!(runtime_class(&spec), None, "no RuntimeClass on the AMI");
         assert_eq!(visible_devices(&spec), Some("all"));
         assert!(!privileged(&spec));
@@ -494,6 +515,7 @@ mod platform_manifests {
     fn eks_bottlerocket_runs_privileged_without_taking_a_gpu() {
         common::skip::require!("kubernetes", kubernetes_validate());
         let spec = common_shape("eks-bottlerocket");
+        assert_eq!(node_selector_keys(&spec), GPU_NODE_LABELS);
         assert_eq!(runtime_class(&spec), None);
         assert!(
             privileged(&spec),
@@ -518,12 +540,10 @@ mod platform_manifests {
         assert_eq!(mount["readOnly"], true);
         assert_eq!(ld_library_path(&spec), ["/usr/local/nvidia/lib64"]);
         assert!(privileged(&spec), "no runtime adds the device nodes");
-        assert!(spec.get("nodeSelector").is_none(), "{spec}");
-        let terms = &spec["affinity"]["nodeAffinity"]
-            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
         assert_eq!(
-            terms[0]["matchExpressions"][0]["key"],
-            "cloud.google.com/gke-accelerator"
+            node_selector_keys(&spec),
+            ["cloud.google.com/gke-accelerator"],
+            "GKE's own label, not the base's"
         );
     }
 }
