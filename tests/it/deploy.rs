@@ -15,6 +15,7 @@
 
 use crate::common;
 
+use clap::Parser;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -545,5 +546,53 @@ mod platform_manifests {
             ["cloud.google.com/gke-accelerator"],
             "GKE's own label, not the base's"
         );
+    }
+}
+
+/// Flags the manifests pass that land in `vramdoc serve` from another change of issue 18
+/// (pod attribution): parsed like the others once the CLI has them.
+const PENDING_FLAGS: [&str; 1] = ["--pod-resources-socket"];
+
+/// Whether `vramdoc serve` has the long flag `flag` (`--name`).
+fn serve_has_flag(flag: &str) -> bool {
+    use clap::CommandFactory;
+    let cli = vramdoc::cli::Cli::command();
+    let serve = cli.find_subcommand("serve").expect("serve subcommand");
+    let long = flag.trim_start_matches("--");
+    let found = serve.get_arguments().any(|a| a.get_long() == Some(long));
+    found
+}
+
+#[test]
+fn daemonset_arguments_parse_with_vramdocs_own_cli() {
+    common::skip::require!("kubernetes", kubernetes_validate());
+    for platform in PLATFORMS {
+        let ds = daemonset(platform);
+        let c = &ds["spec"]["template"]["spec"]["containers"][0];
+        let mut argv = vec!["vramdoc".to_string()];
+        for a in c["args"].as_array().expect("args") {
+            // The kubelet expands $(POD_IP) from the container's environment.
+            let a = a.as_str().expect("arg").replace("$(POD_IP)", "10.1.2.3");
+            let flag = a.split('=').next().unwrap_or_default();
+            if PENDING_FLAGS.contains(&flag) && !serve_has_flag(flag) {
+                continue;
+            }
+            argv.push(a);
+        }
+        let cli = vramdoc::cli::Cli::try_parse_from(&argv)
+            .unwrap_or_else(|e| panic!("{platform}: {argv:?}: {e}"));
+        let vramdoc::cli::Command::Serve(serve) = cli.command else {
+            panic!("{platform}: not `serve`");
+        };
+        assert_eq!(
+            serve.listen.to_string(),
+            format!("10.1.2.3:{PORT}"),
+            "{platform}"
+        );
+        assert!(
+            serve.per_process,
+            "{platform}: per-pod memory needs --per-process"
+        );
+        assert_eq!(serve.interval.as_secs(), 15, "{platform}");
     }
 }
