@@ -595,4 +595,14 @@ fn daemonset_arguments_parse_with_vramdocs_own_cli() {
         );
         assert_eq!(serve.interval.as_secs(), 15, "{platform}");
     }
+    // The manifests serve on serve's default port. 9835 (nvidia_gpu_exporter's) was the
+    // default before issue 18, whose exporter change moves it to PORT.
+    let default: std::net::SocketAddr = vramdoc::cli::DEFAULT_LISTEN.parse().expect("default");
+    if default.port() != 9835 {
+        assert_eq!(
+            default.port(),
+            PORT,
+            "serve's default port and the manifests' agree"
+        );
+    }
 }
