@@ -587,7 +587,11 @@ mod tests {
         let Command::Serve(s) = parse(&["serve", "--interval", "1m30s"]).unwrap().command else {
             panic!("not serve");
         };
-        assert_eq!(s.interval, Duration::from_secs(90), "issue 19: combined units");
+        assert_eq!(
+            s.interval,
+            Duration::from_secs(90),
+            "issue 19: combined units"
+        );
         let Command::Serve(s) = parse(&["serve"]).unwrap().command else {
             panic!("not serve");
         };

@@ -89,7 +89,10 @@ mod tests {
         // Issue 19: combined units, as every duration flag reads them.
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("2m 30s").unwrap(), Duration::from_secs(150));
-        assert_eq!(parse_duration("1s500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(
+            parse_duration("1s500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
         assert!(parse_duration("1h-30m").is_err());
         assert!(parse_duration("100000y").is_err(), "over 10^9 s");
         assert!(parse_duration("fast").is_err());

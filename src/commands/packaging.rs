@@ -22,7 +22,11 @@ pub fn completions(shell: clap_complete::Shell) -> Result<i32> {
 /// kept.
 fn visible(cmd: &clap::Command) -> clap::Command {
     let mut out = clap::Command::new(cmd.get_name().to_string())
-        .visible_aliases(cmd.get_visible_aliases().map(str::to_string).collect::<Vec<_>>())
+        .visible_aliases(
+            cmd.get_visible_aliases()
+                .map(str::to_string)
+                .collect::<Vec<_>>(),
+        )
         .args(cmd.get_arguments().cloned().collect::<Vec<_>>())
         .groups(cmd.get_groups().cloned().collect::<Vec<_>>());
     if let Some(about) = cmd.get_about() {

@@ -886,3 +886,78 @@ fn graphics_clients_and_container_gpus_raise_no_false_alarm() {
         assert_eq!(all_ids(&v), Vec::<String>::new(), "{backend}: {v}");
     }
 }
+
+/// Issue 19, item 1: a live process whose name (its binary's, or one it set with
+/// `prctl(PR_SET_NAME)`) or an argument is not UTF-8 is shown as the owner of its memory, its
+/// name and arguments escaped (`caf\xe9`), in every output; no `no-live-owner`.
+#[test]
+fn owners_whose_names_and_arguments_are_not_utf8_stay_visible() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let b = fresh_box("2x24GiB");
+    let bin = tempfile::tempdir().unwrap();
+    let cafe_bin = bin.path().join(OsStr::from_bytes(b"caf\xe9"));
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vramdoc"), &cafe_bin).unwrap();
+    let mut cmd = Command::new(&cafe_bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("LD_LIBRARY_PATH")
+        .env("VRAMDOC_SIM_DIR", b.path())
+        .args(["sim", "hold", "--device", "0", "--size", "1GiB", "--"])
+        .arg(OsStr::from_bytes(b"--tag=\xffrun"))
+        .args(["--lr", "3e-4"]);
+    let cafe = Holder::spawn(cmd);
+    let mut cmd = vramdoc();
+    cmd.env("VRAMDOC_SIM_DIR", b.path())
+        .args([
+            "sim",
+            "hold",
+            "--device",
+            "1",
+            "--size",
+            "1GiB",
+            "--set-name",
+        ])
+        .arg(OsStr::from_bytes(b"\xff\xfe"));
+    let renamed = Holder::spawn(cmd);
+
+    let v = scan_json(b.path());
+    let p = process(&v, cafe.pid);
+    assert_eq!(p["visible"], true, "{p}");
+    assert_eq!(p["name"], "caf\\xe9", "{p}");
+    let cmdline = p["cmdline"].as_str().expect("cmdline kept");
+    assert!(
+        cmdline.contains("--tag=\\xffrun") && cmdline.contains("--lr 3e-4"),
+        "{cmdline}"
+    );
+    assert_eq!(used_on(p, 0), Some(GIB + CTX));
+    let q = process(&v, renamed.pid);
+    assert_eq!(q["visible"], true, "{q}");
+    assert_eq!(q["name"], "\\xff\\xfe", "{q}");
+    assert!(
+        !all_ids(&v).iter().any(|id| id == "no-live-owner"),
+        "{:?}",
+        all_ids(&v)
+    );
+    // The table and Markdown show the names escaped; --fail-on error passes.
+    for args in [&["--fail-on", "error"][..], &["--markdown"][..]] {
+        let out = run(scan_cmd(b.path(), args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = std::str::from_utf8(&out.stdout).expect("output is UTF-8");
+        assert!(
+            text.contains("caf\\xe9") && text.contains("\\xff\\xfe"),
+            "{args:?}: {text}"
+        );
+        assert!(!text.contains("not visible"), "{args:?}: {text}");
+    }
+    // Prometheus labels, per process.
+    let prom = bin.path().join("scan.prom");
+    let out = run(scan_cmd(
+        b.path(),
+        &["--per-process", "--prom", prom.to_str().unwrap()],
+    ));
+    assert_ok(&out, "scan --prom");
+    let text = std::fs::read_to_string(&prom).expect("prom file is UTF-8");
+    assert!(text.contains(r#"caf\\xe9"#), "{text}");
+    drop(cafe);
+    drop(renamed);
+}

@@ -23,7 +23,14 @@ pub const ENV_ALLOWED_NAMES: &[&str] = &["OMP_NUM_THREADS", "MKL_NUM_THREADS"];
 /// "GPU core dump support"). A word starting with one of these counts too (`INJECTION64`,
 /// `LIBRARIES`, `PLUGINS`, `DIRECTORY`, `FILENAME`, `PATHS`).
 const ENV_REFUSED_WORD_STARTS: &[&str] = &[
-    "INJECTION", "PLUGIN", "PRELOAD", "LIBRAR", "COREDUMP", "DIRECTOR", "FILE", "PATH",
+    "INJECTION",
+    "PLUGIN",
+    "PRELOAD",
+    "LIBRAR",
+    "COREDUMP",
+    "DIRECTOR",
+    "FILE",
+    "PATH",
 ];
 /// Words refused exactly (as a word start they would catch `DIRECT`, `LIBERAL`).
 const ENV_REFUSED_WORDS: &[&str] = &["LIB", "LIBS", "DIR", "DIRS", "FOLDER", "PIPE", "TMPDIR"];
@@ -80,12 +87,9 @@ fn names_a_path(name: &str) -> Option<String> {
         return Some(name.to_string());
     }
     let words: Vec<&str> = name.split('_').filter(|w| !w.is_empty()).collect();
-    if let Some(w) = words
-        .iter()
-        .find(|w| {
-            ENV_REFUSED_WORDS.contains(w) || ENV_REFUSED_WORD_STARTS.iter().any(|r| w.starts_with(r))
-        })
-    {
+    if let Some(w) = words.iter().find(|w| {
+        ENV_REFUSED_WORDS.contains(w) || ENV_REFUSED_WORD_STARTS.iter().any(|r| w.starts_with(r))
+    }) {
         return Some(format!("the word {w}"));
     }
     let last = words.last()?;

@@ -188,7 +188,9 @@ fn env_naming_a_path_is_refused_under_any_prefix() {
         "[env]\nCUDA_COREDUMP_FILE = \"/tmp/core\"\n\n[[steps]]",
         1,
     );
-    let e = parse_scenario("ticket.toml", &text).unwrap_err().to_string();
+    let e = parse_scenario("ticket.toml", &text)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.starts_with("ticket.toml:") && e.contains("CUDA_COREDUMP_FILE") && !e.contains('\n'),
         "{e}"
