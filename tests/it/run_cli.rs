@@ -427,6 +427,45 @@ fn mark_needs_the_variable_and_appends_one_line() {
     );
 }
 
+/// Issue 19: `VRAMDOC_MARKERS` naming a FIFO (with no reader, or with one) or a device makes
+/// `vramdoc mark` fail at once with exit 2 and one line, never hang.
+#[test]
+fn mark_refuses_a_fifo_or_device_without_hanging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path inside this test's temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [fifo.as_path(), std::path::Path::new("/dev/null")] {
+        let mut child = vramdoc()
+            .env("VRAMDOC_MARKERS", path)
+            .args(["mark", "load"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("vramdoc mark hung on {}", path.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{}: {err}", path.display());
+        assert!(
+            err.contains("not a regular file") && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn vllm_and_torchrun_lines_become_error_events() {
     let tmp = tempfile::tempdir().unwrap();
