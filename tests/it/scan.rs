@@ -961,3 +961,106 @@ fn owners_whose_names_and_arguments_are_not_utf8_stay_visible() {
     drop(cafe);
     drop(renamed);
 }
+
+/// Issue 19, item 8: the secret shapes that leaked (MySQL `-pPASS`, `sshpass -p`, `--pw`, a
+/// PEM private key as an argument, a bare `Bearer`, vendor key formats) reach no output of
+/// scan: table, JSON, Markdown, HTML.
+#[test]
+fn issue_19_secret_shapes_reach_no_output() {
+    let pad = |s: &str, n: usize| format!("{s}{}", "x7Q".repeat(n).split_at(n - s.len()).0);
+    let google = format!("AIza{}", pad("PLANTED19google", 35));
+    let npm = format!("npm_{}", pad("PLANTED19npm", 36));
+    let stripe = format!("sk_live_{}", pad("PLANTED19stripe", 24));
+    let sendgrid = format!("SG.{}.{}", pad("PLANTED19sg", 22), pad("sendgridB", 43));
+    let databricks = format!("dapi{}", "deadbeef".repeat(4));
+    let pem = "-----BEGIN RSA PRIVATE KEY-----\nPLANTED19pemLINE0\nQUJDRA==\n-----END RSA PRIVATE KEY-----";
+    let secrets = [
+        "PLANTED19mysql",
+        "PLANTED19ssh",
+        "PLANTED19pw",
+        "PLANTED19pemLINE0",
+        "PLANTED19bearer",
+        "PLANTED19google",
+        "PLANTED19npm",
+        "PLANTED19stripe",
+        "PLANTED19sg",
+        "deadbeefdeadbeef",
+    ];
+    let b = fresh_box("2x24GiB");
+    let args = [
+        "--device",
+        "0",
+        "--size",
+        "1GiB",
+        "--",
+        "mysql",
+        "-uroot",
+        "-pPLANTED19mysql",
+        "db",
+        "--pw",
+        "PLANTED19pw",
+        "--identity",
+        pem,
+        "Bearer",
+        "PLANTED19bearer",
+        &google,
+        &npm,
+        &stripe,
+        &sendgrid,
+        &databricks,
+        "--lr",
+        "3e-4",
+        "--model",
+        "meta-llama/Llama-3-8B",
+    ];
+    let h = Holder::start(b.path(), &[], &args);
+    let sshpass = Holder::start(
+        b.path(),
+        &[],
+        &[
+            "--device",
+            "1",
+            "--",
+            "sshpass",
+            "-p",
+            "PLANTED19ssh",
+            "ssh",
+            "-p",
+            "22",
+            "h",
+        ],
+    );
+    let check = |what: &str, bytes: &[u8]| {
+        let text = String::from_utf8_lossy(bytes);
+        for s in secrets {
+            assert!(!text.contains(s), "secret {s} leaked into {what}:\n{text}");
+        }
+    };
+    let out = run(scan_cmd(b.path(), &[]));
+    assert_ok(&out, "scan");
+    check("table", &out.stdout);
+    let v = scan_json(b.path());
+    check("json", &serde_json::to_vec(&v).unwrap());
+    let cmd = process(&v, h.pid)["cmdline"].as_str().unwrap().to_string();
+    assert!(
+        cmd.contains("--lr 3e-4 --model meta-llama/Llama-3-8B") && cmd.contains("-p«redacted»"),
+        "{cmd}"
+    );
+    let cmd = process(&v, sshpass.pid)["cmdline"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(cmd.contains("ssh -p 22 h"), "{cmd}");
+    let out = run(scan_cmd(b.path(), &["--markdown"]));
+    assert_ok(&out, "scan");
+    check("markdown", &out.stdout);
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["scan.json", "scan.md", "scan.html"] {
+        let f = dir.path().join(name);
+        assert_ok(
+            &run(scan_cmd(b.path(), &["--out", f.to_str().unwrap()])),
+            "scan",
+        );
+        check(name, &std::fs::read(&f).unwrap());
+    }
+}
