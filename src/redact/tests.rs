@@ -307,7 +307,7 @@ fn ml_word(pick: usize, n: u32, hex: &str, name: &str) -> String {
         5 => format!("runs/{name}-{}", &hex[..12]),
         6 => format!("--max-num-batched-tokens={n}"),
         7 => format!("sk-learn-{name}"),
-        8 => format!("hf_transfer"),
+        8 => "hf_transfer".into(),
         _ => format!("--tokenizer={name}/{name}-v{n}"),
     }
 }
