@@ -920,24 +920,31 @@ fn owners_whose_names_and_arguments_are_not_utf8_stay_visible() {
         .arg(OsStr::from_bytes(b"\xff\xfe"));
     let renamed = Holder::spawn(cmd);
 
-    let v = scan_json(b.path());
-    let p = process(&v, cafe.pid);
-    assert_eq!(p["visible"], true, "{p}");
-    assert_eq!(p["name"], "caf\\xe9", "{p}");
-    let cmdline = p["cmdline"].as_str().expect("cmdline kept");
-    assert!(
-        cmdline.contains("--tag=\\xffrun") && cmdline.contains("--lr 3e-4"),
-        "{cmdline}"
-    );
-    assert_eq!(used_on(p, 0), Some(GIB + CTX));
-    let q = process(&v, renamed.pid);
-    assert_eq!(q["visible"], true, "{q}");
-    assert_eq!(q["name"], "\\xff\\xfe", "{q}");
-    assert!(
-        !all_ids(&v).iter().any(|id| id == "no-live-owner"),
-        "{:?}",
-        all_ids(&v)
-    );
+    // The in-process simulator and the real backends (nvml-wrapper over the simulated
+    // libnvidia-ml.so.1) agree.
+    for backend in ["sim", "real"] {
+        let mut c = scan_cmd(b.path(), &["--json"]);
+        c.args(["--backend", backend])
+            .env("LD_LIBRARY_PATH", common::simgpu_lib_dir());
+        let v = json_ok(&run(c), backend);
+        let p = process(&v, cafe.pid);
+        assert_eq!(p["visible"], true, "{backend}: {p}");
+        assert_eq!(p["name"], "caf\\xe9", "{backend}: {p}");
+        let cmdline = p["cmdline"].as_str().expect("cmdline kept");
+        assert!(
+            cmdline.contains("--tag=\\xffrun") && cmdline.contains("--lr 3e-4"),
+            "{backend}: {cmdline}"
+        );
+        assert_eq!(used_on(p, 0), Some(GIB + CTX), "{backend}");
+        let q = process(&v, renamed.pid);
+        assert_eq!(q["visible"], true, "{backend}: {q}");
+        assert_eq!(q["name"], "\\xff\\xfe", "{backend}: {q}");
+        assert!(
+            !all_ids(&v).iter().any(|id| id == "no-live-owner"),
+            "{backend}: {:?}",
+            all_ids(&v)
+        );
+    }
     // The table and Markdown show the names escaped; --fail-on error passes.
     for args in [&["--fail-on", "error"][..], &["--markdown"][..]] {
         let out = run(scan_cmd(b.path(), args));
