@@ -427,6 +427,28 @@ fn mark_needs_the_variable_and_appends_one_line() {
     );
 }
 
+/// Issue 19, item 1: a process of the job whose name and an argument are not UTF-8 is
+/// recorded in the tree with both escaped (`caf\xe9`, `x\xffy`), not without a name or a
+/// command line.
+#[test]
+fn job_processes_with_names_that_are_not_utf8_are_recorded_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = r#"ln -s /bin/sh "$0/$(printf 'caf\351')" && "$0/$(printf 'caf\351')" -c 'sleep 0.5' "$(printf 'x\377y')""#;
+    let dir = tmp.path().to_str().unwrap();
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", script, dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let procs = r["run"]["processes"].as_array().expect("processes");
+    let cafe = procs
+        .iter()
+        .find(|p| p["name"] == "caf\\xe9")
+        .unwrap_or_else(|| panic!("no caf\\xe9 in {procs:?}"));
+    let cmdline = cafe["cmdline"].as_str().expect("command line kept");
+    assert!(
+        cmdline.ends_with("caf\\xe9 -c sleep 0.5 x\\xffy"),
+        "{cmdline}"
+    );
+}
+
 /// Issue 19: `VRAMDOC_MARKERS` naming a FIFO (with no reader, or with one) or a device makes
 /// `vramdoc mark` fail at once with exit 2 and one line, never hang.
 #[test]
