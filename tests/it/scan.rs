@@ -956,6 +956,19 @@ fn owners_whose_names_and_arguments_are_not_utf8_stay_visible() {
         );
         assert!(!text.contains("not visible"), "{args:?}: {text}");
     }
+    // HTML and Markdown files.
+    for name in ["scan.html", "scan.md"] {
+        let f = bin.path().join(name);
+        assert_ok(
+            &run(scan_cmd(b.path(), &["--out", f.to_str().unwrap()])),
+            name,
+        );
+        let text = std::fs::read_to_string(&f).expect("report is UTF-8");
+        assert!(
+            text.contains("caf\\xe9") && text.contains("\\xff\\xfe"),
+            "{name}"
+        );
+    }
     // Prometheus labels, per process.
     let prom = bin.path().join("scan.prom");
     let out = run(scan_cmd(
