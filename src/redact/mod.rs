@@ -249,14 +249,8 @@ fn value_looks_secret(v: &str) -> bool {
         "eyJ",
     ];
     let known = PREFIXES.iter().any(|p| {
-        v.strip_prefix(p).is_some_and(|body| {
-            // `sk-learn-intelex`, `hf_hub_download`: names made of words, not tokens.
-            let words = body.contains(['-', '_'])
-                && body
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || matches!(b, b'-' | b'_'));
-            v.len() >= 12 && !words
-        })
+        v.strip_prefix(p)
+            .is_some_and(|body| v.len() >= 12 && !shapes::made_of_words(body))
     });
     known || shapes::is_vendor_token(v)
 }

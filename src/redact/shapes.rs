@@ -32,8 +32,11 @@ static VENDOR_SHAPES: LazyLock<Regex> = LazyLock::new(|| {
         // huggingface-access-token, huggingface-organization-api-token
         r"\bhf_[A-Za-z0-9]{30,}",
         r"\bapi_org_[A-Za-z0-9]{30,}",
-        // openai-api-key, anthropic-api-key (sk-, sk-proj-, sk-ant-api03-…)
-        r"\bsk-(?:proj-|svcacct-|admin-|ant-(?:api|admin)[0-9]{2}-)?[A-Za-z0-9_-]{20,}",
+        // openai-api-key (project, service-account, admin and legacy keys), anthropic-api-key;
+        // a legacy key has no dashes, so package names (`sk-learn-…`) do not match
+        r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}",
+        r"\bsk-ant-(?:api|admin)[0-9]{2}-[A-Za-z0-9_-]{20,}",
+        r"\bsk-[A-Za-z0-9]{32,}",
         // gitlab-pat, gitlab-deploy-token, gitlab-runner-authentication-token
         r"\bgl(?:pat|dt|rt)-[0-9A-Za-z_-]{20,}",
         // pypi-upload-token
@@ -118,6 +121,15 @@ fn entropy(s: &str) -> f64 {
         .sum()
 }
 
+/// `sk-learn-intelex-2024`, `hf_hub_download`: a name made of words (parts separated by `-`
+/// or `_`, each all lowercase letters or all digits), not a token.
+pub(super) fn made_of_words(body: &str) -> bool {
+    body.contains(['-', '_'])
+        && body.split(['-', '_']).all(|w| {
+            w.bytes().all(|b| b.is_ascii_lowercase()) || w.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
 /// The general rule: `word` starts with a vendor prefix and its body is a long run of token
 /// characters with high entropy (`ghs_` + 36 random characters, `xoxe-…`), not a word or a
 /// name (`sk-learn`, `hf_transfer`).
@@ -125,6 +137,7 @@ pub(super) fn is_vendor_token(word: &str) -> bool {
     VENDOR_PREFIXES.iter().any(|p| {
         word.strip_prefix(p).is_some_and(|body| {
             body.len() >= MIN_BODY
+                && !made_of_words(body)
                 && body
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'='))

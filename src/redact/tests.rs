@@ -243,9 +243,17 @@ fn every_shape_of_issue_19() {
         &["sshpass", "-pS3CRETa", "ssh", "-p", "22", "host"],
         &["docker", "run", "-p8080:80", "img"],
         &["echo", "Bearer", "token", "expired"],
+        &["pip", "install", "sk-learn-intelex-extension-package-2024"],
     ] {
         let got = redact_cmdline(&v(args));
-        for keep in ["mydb", "2222", "22 host", "8080:80", "token expired"] {
+        for keep in [
+            "mydb",
+            "2222",
+            "22 host",
+            "8080:80",
+            "token expired",
+            "sk-learn-intelex-extension-package-2024",
+        ] {
             if args.join(" ").contains(keep) {
                 assert!(got.contains(keep), "{args:?}: {got}");
             }
