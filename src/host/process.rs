@@ -337,6 +337,48 @@ mod tests {
         assert!(status(u32::MAX).unwrap_err().is_gone(), "out of range");
     }
 
+    /// Issue 19: a name and arguments that are not UTF-8 are read as the bytes they are; an
+    /// empty argument is kept.
+    #[test]
+    fn names_and_arguments_that_are_not_utf8_are_read_as_bytes() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join(OsStr::from_bytes(b"caf\xe9"));
+        std::os::unix::fs::symlink("/bin/sh", &link).unwrap();
+        let mut child = std::process::Command::new(&link)
+            .args(["-c", "sleep 30"])
+            .arg(OsStr::from_bytes(b"x\xffy"))
+            .arg("")
+            .arg("z")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut name = Vec::new();
+        for _ in 0..400 {
+            name = comm(pid).unwrap_or_default();
+            if name == b"caf\xe9" {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (st, stat, args) = (status(pid), stat(pid), cmdline(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(name, b"caf\xe9");
+        assert_eq!(st.unwrap().name, b"caf\xe9", "status of a non-UTF-8 name");
+        assert_eq!(stat.unwrap().comm, b"caf\xe9");
+        let args: Vec<Vec<u8>> = args.unwrap().into_iter().map(OsString::into_vec).collect();
+        let want: Vec<Vec<u8>> = vec![
+            link.as_os_str().as_bytes().to_vec(),
+            b"-c".to_vec(),
+            b"sleep 30".to_vec(),
+            b"x\xffy".to_vec(),
+            Vec::new(),
+            b"z".to_vec(),
+        ];
+        assert_eq!(args, want);
+    }
+
     #[test]
     fn environ_bytes_keep_the_first_of_a_repeated_key() {
         let e = Environ::from_bytes(b"A=1\0B=x=y\0A=2\0junk\0");
