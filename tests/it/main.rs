@@ -56,3 +56,6 @@ mod serve;
 mod sim_cli;
 /// The simulated machine through third-party clients (pynvml, ctypes, cuda-python, nvitop, gpustat).
 mod simulator_clients;
+/// What the host hands vramdoc: names and arguments that are not UTF-8, secret shapes in argv,
+/// a marker path that is not a file (issue 19).
+mod untrusted_host;
