@@ -3,7 +3,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod pods;
 mod sim;
+pub use pods::PodArgs;
 pub use sim::*;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -247,6 +249,8 @@ pub struct ScanArgs {
     /// With --prom: also export per-process memory (`vramdoc_process_gpu_memory_bytes`)
     #[arg(long, requires = "prom")]
     pub per_process: bool,
+    #[command(flatten)]
+    pub pods: PodArgs,
 }
 
 pub use crate::model::Severity;
@@ -270,6 +274,8 @@ pub struct ServeArgs {
     /// comm}`; one series per process: opt-in)
     #[arg(long)]
     pub per_process: bool,
+    #[command(flatten)]
+    pub pods: PodArgs,
 }
 
 #[derive(Debug, Args)]

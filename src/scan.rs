@@ -16,13 +16,18 @@ pub struct ScanConfig {
     /// The PID namespace vramdoc runs in (decided once: [`inventory::detect_pid_namespace`]).
     pub pid_namespace: PidNamespace,
     pub thresholds: Thresholds,
+    /// Where the kubelet's files are, for pod attribution ([`crate::pods`]).
+    pub pods: crate::pods::PodConfig,
 }
 
 /// Read the machine once through `monitor` and diagnose it. One bad GPU does not fail a
 /// scan: the monitor reports it with a status (lost, no permission), which the diagnosis
 /// turns into a finding. An error of the whole read (no driver, box gone) is returned.
 pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError> {
-    let inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
+    let mut inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
+    let pods = crate::pods::attribute(&mut inv.processes, &cfg.pods);
+    inv.details.pods_note = pods.note;
+    inv.details.pod_allocations = pods.allocations;
     Ok(build_report(&inv, &cfg.thresholds))
 }
 
@@ -41,6 +46,8 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
             findings,
             pid_namespace: inv.pid_namespace.label().to_string(),
             headroom,
+            pods_note: inv.details.pods_note.clone(),
+            pod_allocations: inv.details.pod_allocations.clone(),
         }),
         replay: None,
         run: None,
@@ -99,6 +106,7 @@ pub(crate) fn sample_inventory() -> Inventory {
                 )),
                 cuda_visible_devices: "GPU-00000001-0000-0000-0000-000000000000".into(),
                 container: Some("kubepods".into()),
+                pod: None,
                 devices: vec![
                     ProcessDeviceUsage {
                         device: 0,
@@ -118,6 +126,7 @@ pub(crate) fn sample_inventory() -> Inventory {
                 cmdline: None,
                 cuda_visible_devices: "unknown".into(),
                 container: None,
+                pod: None,
                 devices: vec![ProcessDeviceUsage {
                     device: 0,
                     used: Some(70 * GIB),

@@ -22,6 +22,7 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         sim_spec: session.sim_spec(),
         pid_namespace,
         thresholds: Thresholds::default(),
+        pods: args.pods.config(),
     };
     let started = std::time::Instant::now();
     let report = crate::scan::scan(monitor.as_ref(), &cfg)?;

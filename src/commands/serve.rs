@@ -22,6 +22,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
             sim_spec: session.sim_spec(),
             pid_namespace: inventory::detect_pid_namespace()?,
             thresholds: Thresholds::default(),
+            pods: args.pods.config(),
         },
         options: PromOptions {
             per_process: args.per_process,

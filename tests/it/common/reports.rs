@@ -69,6 +69,8 @@ pub fn scan_report() -> Report {
         created_unix_ms: CREATED,
         scan: Some(ScanResult {
             pid_namespace: "host".into(),
+            pods_note: None,
+            pod_allocations: vec![],
             headroom: devices
                 .iter()
                 .map(|d| vramdoc::diagnose::device_headroom(d, &vramdoc::diagnose::Thresholds::default()))
@@ -83,6 +85,7 @@ pub fn scan_report() -> Report {
                     cmdline: Some("python3 infer.py --device cuda:1 --hf-token «redacted»".into()),
                     cuda_visible_devices: "unset".into(),
                     container: None,
+                    pod: None,
                     devices: vec![
                         ProcessDeviceUsage { device: 0, used: Some(448 * MIB) },
                         ProcessDeviceUsage { device: 1, used: Some(448 * MIB + 18 * GIB) },
@@ -96,6 +99,7 @@ pub fn scan_report() -> Report {
                     cmdline: Some("python train.py --batch 64 | tee log".into()),
                     cuda_visible_devices: "0".into(),
                     container: Some("docker".into()),
+                    pod: None,
                     devices: vec![ProcessDeviceUsage { device: 0, used: Some(6 * GIB) }],
                 },
                 ProcessInfo {
@@ -106,6 +110,7 @@ pub fn scan_report() -> Report {
                     cmdline: None,
                     cuda_visible_devices: "unknown".into(),
                     container: None,
+                    pod: None,
                     devices: vec![ProcessDeviceUsage { device: 1, used: None }],
                 },
             ],

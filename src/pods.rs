@@ -1,0 +1,190 @@
+//! Pod attribution (issue 18; docs/fleet.md "Pod attribution"): which Kubernetes pod and
+//! container each GPU process runs in, and which GPUs the kubelet allocated to each pod. The
+//! pod UID and container id come from the process's cgroup ([`host::place_of`]); names from
+//! the kubelet's log directories ([`host::kubelet`]); allocations from the kubelet's
+//! pod-resources API ([`host::podresources`], joined by namespace and name). No API-server
+//! credentials anywhere. What is missing (no socket, no log directory) leaves the fields empty
+//! and says so in one note; it is never an error. Findings about it are decided in
+//! `diagnose::pods`.
+
+use crate::host::{self, kubelet, podresources};
+use crate::model::{PodAllocation, PodRef, ProcessInfo};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the kubelet's files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodConfig {
+    /// The pod-resources socket (`--pod-resources-socket`).
+    pub socket: PathBuf,
+    /// The kubelet's pod log directory (`--pod-log-dir`); container log links are read from
+    /// `containers/` beside it.
+    pub log_dir: PathBuf,
+    /// The socket was named on the command line: ask it, and say when it is missing, even
+    /// when no GPU process runs in a pod.
+    pub explicit: bool,
+    /// Longest wait for the kubelet's answer, connecting included.
+    pub deadline: Duration,
+}
+
+impl Default for PodConfig {
+    fn default() -> Self {
+        PodConfig {
+            socket: podresources::DEFAULT_SOCKET.into(),
+            log_dir: kubelet::DEFAULT_POD_LOG_DIR.into(),
+            explicit: false,
+            deadline: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What one attribution found besides the processes' own [`PodRef`]s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attribution {
+    /// Why pod data is missing or partial, in one line.
+    pub note: Option<String>,
+    /// GPU allocations of every container of the node (pod-resources answered).
+    pub allocations: Vec<PodAllocation>,
+}
+
+/// A resource whose devices are GPUs: the NVIDIA device plugin's (`nvidia.com/gpu`, renamed
+/// shared resources `nvidia.com/gpu.shared`, MIG strategies `nvidia.com/mig-1g.10gb`).
+pub fn is_gpu_resource(name: &str) -> bool {
+    name.starts_with("nvidia.com/")
+}
+
+/// Set [`ProcessInfo::pod`] of every visible process that runs in a pod, and read the
+/// allocations. Asks the kubelet only when some process runs in a pod (or the socket was
+/// named).
+pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution {
+    for p in processes.iter_mut().filter(|p| p.visible) {
+        let place = host::cgroup_paths(p.pid)
+            .ok()
+            .and_then(|paths| host::place_of(&paths));
+        p.pod = place.and_then(|pl| {
+            Some(PodRef {
+                uid: pl.pod_uid?,
+                namespace: None,
+                name: None,
+                container: None,
+                container_id: pl.container_id,
+                allocated_gpus: None,
+            })
+        });
+    }
+    let in_pods = processes.iter().any(|p| p.pod.is_some());
+    if !in_pods && !cfg.explicit {
+        return Attribution::default();
+    }
+    let mut notes = Vec::new();
+    let pods = match kubelet::pod_dirs(&cfg.log_dir) {
+        Ok(p) => p,
+        Err(e) => {
+            if in_pods {
+                notes.push(format!(
+                    "pods named by UID only: the kubelet's pod log directory is not readable ({e})"
+                ));
+            }
+            Vec::new()
+        }
+    };
+    let containers = kubelet::container_logs(&kubelet::containers_dir_of(&cfg.log_dir))
+        .unwrap_or_default();
+    let listed = match podresources::list(&cfg.socket, cfg.deadline) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            notes.push(format!("GPU allocations of pods unknown: {e}"));
+            None
+        }
+    };
+    let by_uid: BTreeMap<&str, &kubelet::PodDir> =
+        pods.iter().map(|d| (d.uid.as_str(), d)).collect();
+    let by_id: BTreeMap<&str, &kubelet::ContainerLog> = containers
+        .iter()
+        .map(|c| (c.container_id.as_str(), c))
+        .collect();
+    for pod in processes.iter_mut().filter_map(|p| p.pod.as_mut()) {
+        if let Some(d) = by_uid.get(pod.uid.as_str()) {
+            pod.namespace = Some(d.namespace.clone());
+            pod.name = Some(d.name.clone());
+            if let [only] = d.containers.as_slice() {
+                pod.container = Some(only.clone());
+            }
+        }
+        if let Some(c) = pod.container_id.as_deref().and_then(|id| by_id.get(id)) {
+            pod.container = Some(c.container.clone());
+        }
+        let Some(listed) = &listed else { continue };
+        let (Some(ns), Some(name)) = (&pod.namespace, &pod.name) else {
+            continue;
+        };
+        if let Some(r) = listed
+            .iter()
+            .find(|r| &r.namespace == ns && &r.name == name)
+        {
+            let mut ids: Vec<String> = r
+                .containers
+                .iter()
+                .flat_map(|c| &c.devices)
+                .filter(|d| is_gpu_resource(&d.resource_name))
+                .flat_map(|d| d.device_ids.iter().cloned())
+                .collect();
+            ids.sort();
+            ids.dedup();
+            pod.allocated_gpus = Some(ids);
+        }
+    }
+    let allocations = listed
+        .iter()
+        .flatten()
+        .flat_map(|r| {
+            r.containers.iter().filter_map(|c| {
+                let mut device_ids: Vec<String> = c
+                    .devices
+                    .iter()
+                    .filter(|d| is_gpu_resource(&d.resource_name))
+                    .flat_map(|d| d.device_ids.iter().cloned())
+                    .collect();
+                device_ids.sort();
+                (!device_ids.is_empty()).then(|| PodAllocation {
+                    namespace: r.namespace.clone(),
+                    pod: r.name.clone(),
+                    container: c.name.clone(),
+                    device_ids,
+                })
+            })
+        })
+        .collect();
+    Attribution {
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+        allocations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_pod_and_no_socket_named_asks_nothing_and_notes_nothing() {
+        let mut procs = vec![crate::inventory::process_info(std::process::id(), vec![])];
+        let cfg = PodConfig {
+            socket: "/nonexistent/kubelet.sock".into(),
+            ..PodConfig::default()
+        };
+        let a = attribute(&mut procs, &cfg);
+        assert_eq!(a, Attribution::default());
+        assert!(procs[0].pod.is_none());
+        // Named on the command line: its absence is one note, not an error.
+        let a = attribute(
+            &mut procs,
+            &PodConfig {
+                explicit: true,
+                ..cfg
+            },
+        );
+        let note = a.note.expect("a note");
+        assert!(note.contains("no pod-resources socket"), "{note}");
+    }
+}
