@@ -4,6 +4,7 @@
 //! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
 
 pub mod fixes;
+mod pods;
 mod rules;
 pub mod timeline;
 mod visibility;
@@ -17,6 +18,7 @@ pub use timeline::{
     TimelineThresholds,
 };
 
+pub use pods::{device_of_id, unallocated_gpu_use};
 pub use rules::{
     device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
     low_headroom, no_live_owner, stray_context, unattributed_bytes, usage_unavailable,
@@ -32,6 +34,8 @@ pub mod ids {
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
     pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
     pub const DEVICE_LOST: &str = "device-lost";
+    /// Allocation audit (issue 18): a pod's process on a GPU the pod was not allocated.
+    pub const UNALLOCATED_GPU_USE: &str = "unallocated-gpu-use";
     // Timeline fingerprints (`vramdoc run`, replay): see docs/findings.md.
     pub const OUT_OF_MEMORY: &str = "out-of-memory";
     pub const GROWTH_WITHOUT_RELEASE: &str = "growth-without-release";
@@ -116,6 +120,7 @@ pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom
     findings.extend(usage_unavailable(inv));
     findings.extend(low_headroom(inv, &headroom, th));
     findings.extend(duplicate_copy(inv, th));
+    findings.extend(unallocated_gpu_use(inv));
     // Most severe first; stable within a severity (rule order, then device / PID).
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (findings, headroom)

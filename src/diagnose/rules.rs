@@ -240,6 +240,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             });
         }
         evidence.push(ev_bytes("threshold", th.unattributed_min));
+        evidence.extend(super::pods::owner_pods_evidence(inv, d.index));
         // Who keeps the memory alive: processes NVML does not list as live owners that hold
         // this GPU's device file (or, failing that, any GPU device file) open.
         let listed: Vec<u32> = on_dev
