@@ -72,6 +72,18 @@ impl PodRef {
             _ => format!("pod {}", self.uid),
         }
     }
+
+    /// `pod ml/llm-0, container vllm` (raw text: clean it where it is shown).
+    pub fn describe(&self) -> String {
+        let pod = match (&self.namespace, &self.name) {
+            (Some(_), Some(_)) => format!("pod {}", self.label()),
+            _ => self.label(),
+        };
+        match &self.container {
+            Some(c) => format!("{pod}, container {c}"),
+            None => pod,
+        }
+    }
 }
 
 /// GPUs the kubelet allocated to one container (pod-resources `List`), for every pod of the

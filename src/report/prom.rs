@@ -84,6 +84,21 @@ pub fn sanitize_comm(name: Option<&str>) -> String {
     }
 }
 
+/// A Kubernetes name as a label value: DNS names (at most 253 characters of `a-z0-9.-`);
+/// anything else the kubelet's files held is replaced by `_`.
+pub fn sanitize_kube(name: &str) -> String {
+    name.chars()
+        .take(253)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec, PromError> {
     let g = GaugeVec::new(Opts::new(name, help), labels)?;
     reg.register(Box::new(g.clone()))?;
@@ -232,12 +247,22 @@ pub fn render(
             let procs = gauge(
                 &reg,
                 "vramdoc_process_gpu_memory_bytes",
-                "GPU memory of one process on one GPU (comm: process name, truncated)",
-                &["gpu", "uuid", "pid", "comm"],
+                "GPU memory of one process on one GPU (comm: process name, truncated; pod, \
+                 namespace, container: its Kubernetes pod, empty outside one)",
+                &["gpu", "uuid", "pid", "comm", "pod", "namespace", "container"],
             )?;
             for p in &scan.processes {
                 let comm = sanitize_comm(p.name.as_deref());
                 let pid = p.pid.to_string();
+                let pod = p.pod.as_ref();
+                let kube = |f: fn(&crate::model::PodRef) -> Option<&String>| {
+                    pod.and_then(f).map_or_else(String::new, |v| sanitize_kube(v))
+                };
+                let (pod_name, namespace, container) = (
+                    kube(|r| r.name.as_ref()),
+                    kube(|r| r.namespace.as_ref()),
+                    kube(|r| r.container.as_ref()),
+                );
                 for u in &p.devices {
                     let (Some(bytes), Some(d)) =
                         (u.used, scan.devices.iter().find(|d| d.index == u.device))
@@ -246,7 +271,9 @@ pub fn render(
                     };
                     let gpu = d.index.to_string();
                     procs
-                        .with_label_values(&[&gpu, &d.uuid, &pid, &comm])
+                        .with_label_values(&[
+                            &gpu, &d.uuid, &pid, &comm, &pod_name, &namespace, &container,
+                        ])
                         .set(bytes as f64);
                 }
             }

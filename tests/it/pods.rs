@@ -1,0 +1,357 @@
+//! Pod attribution end to end (issue 18): containers of the simulated box placed by its runtime
+//! daemon in real cgroups of the kubelet's shapes (cgroupfs `kubepods/burstable/pod<UID>/<id>`
+//! and systemd `kubepods-besteffort-pod<UID_>.slice/cri-containerd-<id>.scope`), the kubelet's
+//! log directories written as the kubelet names them, and a pod-resources server speaking the
+//! kubelet's real gRPC protocol (tonic, `/v1.PodResourcesLister/List`) on a unix socket. `scan
+//! --json` names each process's pod, namespace and container; a process on a GPU its pod was
+//! not allocated raises `unallocated-gpu-use`; `serve --per-process` labels its series with
+//! the pod and `promtool check metrics` accepts them.
+
+use crate::common;
+
+use common::clients::{detached, CliBox};
+use common::json_ok;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use vramdoc::host::podresources::{
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources, LIST_PATH,
+};
+
+const UID_A: &str = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
+const UID_B: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+
+/// A pod-resources server on a unix socket, answering `List` with `pods` over tonic's gRPC
+/// server; counts the calls it answered.
+struct PodResourcesServer {
+    calls: Arc<AtomicUsize>,
+}
+
+impl PodResourcesServer {
+    fn start(socket: &Path, pods: Vec<PodResources>) -> PodResourcesServer {
+        use tonic::codegen::http;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let socket = socket.to_path_buf();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        // The server lives as long as the test binary (a thread per test; the socket goes
+        // with the test's temporary directory).
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::UnixListener::bind(&socket).expect("bind socket");
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                ready_tx.send(()).expect("ready");
+                let pods = Arc::new(pods);
+                let svc = tower::service_fn(move |req: http::Request<tonic::body::Body>| {
+                    let pods = pods.clone();
+                    let counted = counted.clone();
+                    async move {
+                        if req.uri().path() != LIST_PATH {
+                            return Ok::<_, std::convert::Infallible>(
+                                tonic::Status::unimplemented(req.uri().path().to_string())
+                                    .into_http(),
+                            );
+                        }
+                        let list = tower::service_fn(
+                            move |_: tonic::Request<ListPodResourcesRequest>| {
+                                let pods = pods.clone();
+                                counted.fetch_add(1, Ordering::SeqCst);
+                                async move {
+                                    Ok::<_, tonic::Status>(tonic::Response::new(
+                                        ListPodResourcesResponse {
+                                            pod_resources: pods.as_ref().clone(),
+                                        },
+                                    ))
+                                }
+                            },
+                        );
+                        let codec: tonic_prost::ProstCodec<
+                            ListPodResourcesResponse,
+                            ListPodResourcesRequest,
+                        > = tonic_prost::ProstCodec::default();
+                        Ok(tonic::server::Grpc::new(codec).unary(list, req).await)
+                    }
+                });
+                tonic::transport::Server::builder()
+                    .serve_with_incoming(svc, incoming)
+                    .await
+                    .expect("serve");
+            });
+        });
+        ready_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the pod-resources server is listening");
+        PodResourcesServer { calls }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+fn pod(namespace: &str, name: &str, container: &str, gpus: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: if gpus.is_empty() {
+                vec![]
+            } else {
+                vec![ContainerDevices {
+                    resource_name: "nvidia.com/gpu".into(),
+                    device_ids: gpus.iter().map(|s| s.to_string()).collect(),
+                }]
+            },
+        }],
+    }
+}
+
+/// The kubelet's log layout: `pods/NAMESPACE_NAME_UID/CONTAINER/` and
+/// `containers/POD_NAMESPACE_CONTAINER-ID.log`.
+fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> PathBuf {
+    let pods = root.join("pods");
+    std::fs::create_dir_all(root.join("containers")).unwrap();
+    for (ns, name, uid, container, id) in entries {
+        std::fs::create_dir_all(pods.join(format!("{ns}_{name}_{uid}/{container}"))).unwrap();
+        std::fs::write(
+            root.join(format!("containers/{name}_{ns}_{container}-{id}.log")),
+            b"",
+        )
+        .unwrap();
+    }
+    pods
+}
+
+fn process(scan: &Value, pid: u64) -> &Value {
+    scan["scan"]["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("PID {pid} not in {scan}"))
+}
+
+/// Two pods on a 2-GPU box: `ml/llm-0` allocated GPU 0 but running on GPU 1 (cgroupfs
+/// driver), `batch/etl-1` allocated a time-slicing replica of GPU 1 and running there
+/// (systemd driver). Only the first is `unallocated-gpu-use`.
+#[test]
+fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "1",
+            "--cgroup",
+            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let us = UID_B.replace('-', "_");
+    let c = detached(
+        &b,
+        &[
+            "--gpus",
+            "1",
+            "--cgroup",
+            &format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{us}.slice/cri-containerd-{{id}}.scope"
+            ),
+        ],
+    );
+    let (pid_a, pid_c) = (a["pid"].as_u64().unwrap(), c["pid"].as_u64().unwrap());
+    let (id_a, id_c) = (a["id"].as_str().unwrap(), c["id"].as_str().unwrap());
+    let sim = b.sim();
+    let uuids: Vec<String> = sim.devices().iter().map(|d| d.uuid.clone()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[
+            ("ml", "llm-0", UID_A, "vllm", id_a),
+            ("batch", "etl-1", UID_B, "worker", id_c),
+        ],
+    );
+    let socket = tmp.path().join("kubelet.sock");
+    let server = PodResourcesServer::start(
+        &socket,
+        vec![
+            pod("ml", "llm-0", "vllm", &[&uuids[0]]),
+            pod("batch", "etl-1", "worker", &[&format!("{}::2", uuids[1])]),
+            pod("kube-system", "coredns-x", "coredns", &[]),
+        ],
+    );
+    let pod_flags = |cmd: &mut Command| {
+        cmd.arg("--pod-resources-socket")
+            .arg(&socket)
+            .arg("--pod-log-dir")
+            .arg(&log_dir);
+    };
+
+    let mut cmd = b.vramdoc();
+    cmd.args(["scan", "--json"]);
+    pod_flags(&mut cmd);
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    assert!(server.calls() >= 1, "the kubelet's socket was asked");
+    let pa = &process(&scan, pid_a)["pod"];
+    assert_eq!(pa["uid"], UID_A, "{pa}");
+    assert_eq!(pa["namespace"], "ml");
+    assert_eq!(pa["name"], "llm-0");
+    assert_eq!(pa["container"], "vllm");
+    assert_eq!(pa["container_id"], id_a);
+    assert_eq!(pa["allocated_gpus"], serde_json::json!([uuids[0]]));
+    let pc = &process(&scan, pid_c)["pod"];
+    assert_eq!(
+        (&pc["namespace"], &pc["name"], &pc["container"]),
+        (&Value::from("batch"), &Value::from("etl-1"), &Value::from("worker")),
+        "{pc}"
+    );
+    assert!(scan["scan"].get("pods_note").is_none(), "{scan}");
+    let findings: Vec<&Value> = scan["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "unallocated-gpu-use")
+        .collect();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    let f = findings[0];
+    assert_eq!(f["pid"], pid_a);
+    assert_eq!(f["severity"], "warn");
+    assert_eq!(f["devices"], serde_json::json!([1]));
+    assert!(
+        f["title"].as_str().unwrap().contains("pod ml/llm-0"),
+        "{f}"
+    );
+
+    // The terminal shows the pod beside the process.
+    let mut cmd = b.vramdoc();
+    cmd.arg("scan");
+    pod_flags(&mut cmd);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pod ml/llm-0, container vllm"), "{text}");
+
+    // The exporter labels per-process series with the pod; promtool accepts the exposition.
+    let metrics = serve_metrics(&b, &socket, &log_dir);
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("vramdoc_process_gpu_memory_bytes{")
+                && l.contains(&format!("pid=\"{pid_a}\""))
+        })
+        .unwrap_or_else(|| panic!("no series of PID {pid_a}: {metrics}"));
+    for label in ["pod=\"llm-0\"", "namespace=\"ml\"", "container=\"vllm\""] {
+        assert!(line.contains(label), "{label} in {line}");
+    }
+    assert!(
+        metrics.contains("vramdoc_findings{rule=\"unallocated-gpu-use\",severity=\"warn\"} 1"),
+        "{metrics}"
+    );
+    let promtool = common::skip::tool("promtool", "prometheus").unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Without the kubelet's socket the pods are still named (log directories) but allocations
+/// are unknown: one note, no allocation finding, exit 0.
+#[test]
+fn a_missing_socket_is_one_note_and_no_allocation_finding() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "1",
+            "--cgroup",
+            &format!("kubepods/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
+    );
+    let out = b
+        .vramdoc()
+        .args(["scan", "--json", "--pod-resources-socket"])
+        .arg(tmp.path().join("no.sock"))
+        .arg("--pod-log-dir")
+        .arg(&log_dir)
+        .output()
+        .unwrap();
+    let scan = json_ok(&out, "scan --json");
+    let p = &process(&scan, a["pid"].as_u64().unwrap())["pod"];
+    assert_eq!(p["name"], "llm-0", "{p}");
+    assert!(p.get("allocated_gpus").is_none(), "{p}");
+    let note = scan["scan"]["pods_note"].as_str().unwrap_or_default();
+    assert!(note.contains("no pod-resources socket"), "{scan}");
+    assert!(
+        !scan["scan"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "unallocated-gpu-use"),
+        "{scan}"
+    );
+}
+
+/// `vramdoc serve --per-process` with the pod flags: the first exposition.
+fn serve_metrics(b: &CliBox, socket: &Path, log_dir: &Path) -> String {
+    let mut child = b
+        .vramdoc()
+        .args(["serve", "--listen", "127.0.0.1:0", "--per-process"])
+        .arg("--pod-resources-socket")
+        .arg(socket)
+        .arg("--pod-log-dir")
+        .arg(log_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            panic!("serve ended before listening");
+        };
+        if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
+            break rest.split('/').next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let _ = child.kill();
+    let _ = child.wait();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{resp}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
