@@ -234,7 +234,8 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
     pod_flags(&mut cmd);
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("pod ml/llm-0, container vllm"), "{text}");
+    assert!(text.contains("pod ml/llm-0 "), "{text}");
+    assert!(text.contains("container vllm "), "{text}");
 
     // The exporter labels per-process series with the pod; promtool accepts the exposition.
     let metrics = serve_metrics(&b, &socket, &log_dir);

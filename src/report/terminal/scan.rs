@@ -116,7 +116,10 @@ pub fn render(report: &Report, opts: Options) -> String {
                 name = "(not visible)".into();
             }
             if let Some(pod) = &p.pod {
-                name.push_str(&format!("\n[{}]", c(&pod.describe())));
+                name.push_str(&format!("\npod {}", c(&pod.label())));
+                if let Some(cont) = &pod.container {
+                    name.push_str(&format!("\ncontainer {}", c(cont)));
+                }
             } else if let Some(cont) = &p.container {
                 name.push_str(&format!("\n[{}]", c(cont)));
             }
