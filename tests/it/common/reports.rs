@@ -70,7 +70,12 @@ pub fn scan_report() -> Report {
         scan: Some(ScanResult {
             pid_namespace: "host".into(),
             pods_note: None,
-            pod_allocations: vec![],
+            pod_allocations: vec![vramdoc::model::PodAllocation {
+                namespace: "ml".into(),
+                pod: "trainer-0".into(),
+                container: "main".into(),
+                device_ids: vec!["GPU-5d1c0c5e-0000-4000-8000-000000000000".into()],
+            }],
             headroom: devices
                 .iter()
                 .map(|d| vramdoc::diagnose::device_headroom(d, &vramdoc::diagnose::Thresholds::default()))
@@ -98,8 +103,15 @@ pub fn scan_report() -> Report {
                     name: Some("python".into()),
                     cmdline: Some("python train.py --batch 64 | tee log".into()),
                     cuda_visible_devices: "0".into(),
-                    container: Some("docker".into()),
-                    pod: None,
+                    container: Some("kubepods".into()),
+                    pod: Some(vramdoc::model::PodRef {
+                        uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
+                        namespace: Some("ml".into()),
+                        name: Some("trainer-0".into()),
+                        container: Some("main".into()),
+                        container_id: Some("ab".repeat(32)),
+                        allocated_gpus: Some(vec!["GPU-5d1c0c5e-0000-4000-8000-000000000000".into()]),
+                    }),
                     devices: vec![ProcessDeviceUsage { device: 0, used: Some(6 * GIB) }],
                 },
                 ProcessInfo {
