@@ -27,6 +27,7 @@ pub const KNOWN_RULES: &[&str] = &[
     crate::diagnose::ids::DUPLICATE_COPY,
     crate::diagnose::ids::DEVICE_LOST,
     crate::diagnose::ids::DEVICE_UNAVAILABLE,
+    crate::diagnose::ids::UNALLOCATED_GPU_USE,
 ];
 
 #[derive(Debug, Error)]
