@@ -11,10 +11,38 @@ use crate::host::{self, kubelet, podresources};
 use crate::model::{PodAllocation, PodRef, ProcessInfo};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The pods of the GPU processes seen by earlier collections (`vramdoc serve`), by PID: a
+/// process that exits while the driver still lists its memory keeps the pod it was seen in.
+/// Holds only PIDs the last collection listed, so it is bounded by the driver's lists.
+#[derive(Debug, Clone, Default)]
+pub struct PodMemory(Arc<Mutex<BTreeMap<u32, PodRef>>>);
+
+impl PodMemory {
+    /// Give the processes that are gone (not visible) the pod their PID was last seen in,
+    /// then remember this collection's pods (dropping PIDs no longer listed).
+    pub fn carry(&self, processes: &mut [ProcessInfo]) {
+        let mut map = match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for p in processes
+            .iter_mut()
+            .filter(|p| !p.visible && p.pod.is_none())
+        {
+            p.pod = map.get(&p.pid).cloned();
+        }
+        *map = processes
+            .iter()
+            .filter_map(|p| Some((p.pid, p.pod.clone()?)))
+            .collect();
+    }
+}
+
 /// Where the kubelet's files are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PodConfig {
     /// The pod-resources socket (`--pod-resources-socket`).
     pub socket: PathBuf,
@@ -26,6 +54,9 @@ pub struct PodConfig {
     pub explicit: bool,
     /// Longest wait for the kubelet's answer, connecting included.
     pub deadline: Duration,
+    /// Pods of PIDs seen by earlier collections (one per exporter; a one-shot scan starts
+    /// empty).
+    pub memory: PodMemory,
 }
 
 impl Default for PodConfig {
@@ -35,6 +66,7 @@ impl Default for PodConfig {
             log_dir: kubelet::DEFAULT_POD_LOG_DIR.into(),
             explicit: false,
             deadline: Duration::from_secs(2),
+            memory: PodMemory::default(),
         }
     }
 }
@@ -75,6 +107,7 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
     }
     let in_pods = processes.iter().any(|p| p.pod.is_some());
     if !in_pods && !cfg.explicit {
+        cfg.memory.carry(processes);
         return Attribution::default();
     }
     let mut notes = Vec::new();
@@ -89,8 +122,8 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
             Vec::new()
         }
     };
-    let containers = kubelet::container_logs(&kubelet::containers_dir_of(&cfg.log_dir))
-        .unwrap_or_default();
+    let containers =
+        kubelet::container_logs(&kubelet::containers_dir_of(&cfg.log_dir)).unwrap_or_default();
     let listed = match podresources::list(&cfg.socket, cfg.deadline) {
         Ok(l) => Some(l),
         Err(e) => {
@@ -135,6 +168,7 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
             pod.allocated_gpus = Some(ids);
         }
     }
+    cfg.memory.carry(processes);
     let allocations = listed
         .iter()
         .flatten()
@@ -165,6 +199,34 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gone_process_keeps_the_pod_it_was_seen_in_while_it_is_listed() {
+        let pod = PodRef {
+            uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
+            namespace: Some("ml".into()),
+            name: Some("llm-0".into()),
+            container: Some("vllm".into()),
+            container_id: None,
+            allocated_gpus: None,
+        };
+        let mut first = crate::scan::sample_inventory().processes;
+        first[0].pod = Some(pod.clone());
+        let memory = PodMemory::default();
+        memory.carry(&mut first);
+        // Next collection: PID 4242 is gone but still listed; PID 77 never had a pod.
+        let mut next = crate::scan::sample_inventory().processes;
+        next[0].visible = false;
+        memory.carry(&mut next);
+        assert_eq!(next[0].pod.as_ref(), Some(&pod));
+        assert_eq!(next[1].pod, None);
+        // No longer listed: forgotten, so a later process with the PID starts clean.
+        memory.carry(&mut []);
+        let mut later = crate::scan::sample_inventory().processes;
+        later[0].visible = false;
+        memory.carry(&mut later);
+        assert_eq!(later[0].pod, None);
+    }
 
     #[test]
     fn no_pod_and_no_socket_named_asks_nothing_and_notes_nothing() {

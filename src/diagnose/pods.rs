@@ -65,14 +65,14 @@ pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
         } else {
             format!("{} ({})", ids.join(", "), gpu_list(&allowed))
         };
-        let mut evidence = vec![
-            ev("pod", pod.label()),
-            ev("pod UID", pod.uid.clone()),
-        ];
+        let mut evidence = vec![ev("pod", pod.label()), ev("pod UID", pod.uid.clone())];
         if let Some(c) = &pod.container {
             evidence.push(ev("container", c.clone()));
         }
-        evidence.push(ev("allocated by the kubelet (pod-resources)", allocated_text));
+        evidence.push(ev(
+            "allocated by the kubelet (pod-resources)",
+            allocated_text,
+        ));
         for (d, b) in &outside {
             evidence.push(ev_bytes(format!("held on GPU {d} (not allocated)"), *b));
         }
@@ -171,13 +171,22 @@ mod tests {
         let inv = crate::scan::sample_inventory();
         let d = inv.devices();
         assert_eq!(device_of_id(U1, d), Some(1));
-        assert_eq!(device_of_id(&U1.to_lowercase().replace("gpu-", "GPU-"), d), Some(1));
+        assert_eq!(
+            device_of_id(&U1.to_lowercase().replace("gpu-", "GPU-"), d),
+            Some(1)
+        );
         assert_eq!(device_of_id(&format!("{U0}::3"), d), Some(0));
         assert_eq!(device_of_id(&format!("MIG-{U1}/1/0"), d), Some(1));
         assert_eq!(device_of_id("nvidia1", d), Some(1));
         assert_eq!(device_of_id("nvidia7", d), None);
-        assert_eq!(device_of_id("MIG-4b2c3a1e-1111-2222-3333-444455556666", d), None);
-        assert_eq!(device_of_id("GPU-ffffffff-0000-0000-0000-000000000000", d), None);
+        assert_eq!(
+            device_of_id("MIG-4b2c3a1e-1111-2222-3333-444455556666", d),
+            None
+        );
+        assert_eq!(
+            device_of_id("GPU-ffffffff-0000-0000-0000-000000000000", d),
+            None
+        );
     }
 
     #[test]
@@ -189,7 +198,11 @@ mod tests {
         assert_eq!(f[0].severity, Severity::Warn);
         assert_eq!(f[0].devices, vec![1]);
         assert_eq!(f[0].pid, Some(4242));
-        assert!(f[0].title.contains("pod ml/llm-0 holds 3.00 GiB on GPU 1"), "{}", f[0].title);
+        assert!(
+            f[0].title.contains("pod ml/llm-0 holds 3.00 GiB on GPU 1"),
+            "{}",
+            f[0].title
+        );
         // A pod allocated no GPU that holds memory anyway.
         let f = unallocated_gpu_use(&inv_with(Some(pod(Some(&[]))), &[(0, GIB)]));
         assert_eq!(f.len(), 1);
@@ -212,7 +225,11 @@ mod tests {
                 &[(1, GIB)],
             ),
         ] {
-            assert!(unallocated_gpu_use(&inv).is_empty(), "{:?}", inv.processes[0]);
+            assert!(
+                unallocated_gpu_use(&inv).is_empty(),
+                "{:?}",
+                inv.processes[0]
+            );
         }
     }
 
@@ -235,7 +252,9 @@ mod tests {
         with.details.pod_allocations = inv.details.pod_allocations.clone();
         let f = super::super::no_live_owner(&with, &super::super::Thresholds::default());
         assert!(
-            f[0].evidence.iter().any(|e| e.value == "ml/trainer-7 (container main)"),
+            f[0].evidence
+                .iter()
+                .any(|e| e.value == "ml/trainer-7 (container main)"),
             "{:?}",
             f[0].evidence
         );

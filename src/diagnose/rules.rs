@@ -233,7 +233,10 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             ));
         }
         for (p, u) in &dead {
-            let label = format!("PID {} listed by NVML, does not exist", p.pid);
+            let mut label = format!("PID {} listed by NVML, does not exist", p.pid);
+            if let Some(pod) = &p.pod {
+                label.push_str(&format!(" (last seen in {})", pod.describe()));
+            }
             evidence.push(match u {
                 Some(b) => ev_bytes(label, *b),
                 None => ev(label, "not available"),

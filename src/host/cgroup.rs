@@ -160,8 +160,11 @@ fn pod_uid(s: &str) -> Option<String> {
     let uid = s.replace('_', "-");
     let groups: Vec<&str> = uid.split('-').collect();
     let shape = groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12];
-    (shape && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit())))
-        .then(|| uid.to_ascii_lowercase())
+    (shape
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit())))
+    .then(|| uid.to_ascii_lowercase())
 }
 
 /// The runtime and the 64-hex container id one cgroup path component names.
@@ -172,7 +175,8 @@ fn container_of(comp: &str) -> Option<(Option<&'static str>, &str)> {
         ("docker-", "docker"),
         ("libpod-", "podman"),
     ];
-    let is_id = |s: &str| s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let is_id =
+        |s: &str| s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if is_id(comp) {
         return Some((None, comp));
     }

@@ -177,7 +177,18 @@ mod tests {
         assert_eq!(p.containers[0].name, "trainer");
         assert_eq!(p.containers[0].devices[0].resource_name, "nvidia.com/gpu");
         assert_eq!(p.containers[0].devices[0].device_ids, ["GPU-0", "GPU-1::3"]);
-        assert_eq!(r.encode_to_vec(), field(1, &[field(1, b"llm-0"), field(2, b"ml"), field(3, &[field(1, b"trainer"), field(2, &devices)].concat())].concat()));
+        assert_eq!(
+            r.encode_to_vec(),
+            field(
+                1,
+                &[
+                    field(1, b"llm-0"),
+                    field(2, b"ml"),
+                    field(3, &[field(1, b"trainer"), field(2, &devices)].concat())
+                ]
+                .concat()
+            )
+        );
     }
 
     #[test]

@@ -250,14 +250,23 @@ pub fn render(
                 "vramdoc_process_gpu_memory_bytes",
                 "GPU memory of one process on one GPU (comm: process name, truncated; pod, \
                  namespace, container: its Kubernetes pod, empty outside one)",
-                &["gpu", "uuid", "pid", "comm", "pod", "namespace", "container"],
+                &[
+                    "gpu",
+                    "uuid",
+                    "pid",
+                    "comm",
+                    "pod",
+                    "namespace",
+                    "container",
+                ],
             )?;
             for p in &scan.processes {
                 let comm = sanitize_comm(p.name.as_deref());
                 let pid = p.pid.to_string();
                 let pod = p.pod.as_ref();
                 let kube = |f: fn(&crate::model::PodRef) -> Option<&String>| {
-                    pod.and_then(f).map_or_else(String::new, |v| sanitize_kube(v))
+                    pod.and_then(f)
+                        .map_or_else(String::new, |v| sanitize_kube(v))
                 };
                 let (pod_name, namespace, container) = (
                     kube(|r| r.name.as_ref()),

@@ -60,8 +60,8 @@ impl PodResourcesServer {
                                     .into_http(),
                             );
                         }
-                        let list = tower::service_fn(
-                            move |_: tonic::Request<ListPodResourcesRequest>| {
+                        let list =
+                            tower::service_fn(move |_: tonic::Request<ListPodResourcesRequest>| {
                                 let pods = pods.clone();
                                 counted.fetch_add(1, Ordering::SeqCst);
                                 async move {
@@ -71,8 +71,7 @@ impl PodResourcesServer {
                                         },
                                     ))
                                 }
-                            },
-                        );
+                            });
                         let codec: tonic_prost::ProstCodec<
                             ListPodResourcesResponse,
                             ListPodResourcesRequest,
@@ -208,7 +207,11 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
     let pc = &process(&scan, pid_c)["pod"];
     assert_eq!(
         (&pc["namespace"], &pc["name"], &pc["container"]),
-        (&Value::from("batch"), &Value::from("etl-1"), &Value::from("worker")),
+        (
+            &Value::from("batch"),
+            &Value::from("etl-1"),
+            &Value::from("worker")
+        ),
         "{pc}"
     );
     assert!(scan["scan"].get("pods_note").is_none(), "{scan}");
@@ -223,10 +226,7 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
     assert_eq!(f["pid"], pid_a);
     assert_eq!(f["severity"], "warn");
     assert_eq!(f["devices"], serde_json::json!([1]));
-    assert!(
-        f["title"].as_str().unwrap().contains("pod ml/llm-0"),
-        "{f}"
-    );
+    assert!(f["title"].as_str().unwrap().contains("pod ml/llm-0"), "{f}");
 
     // The terminal shows the pod beside the process.
     let mut cmd = b.vramdoc();
@@ -319,40 +319,144 @@ fn a_missing_socket_is_one_note_and_no_allocation_finding() {
     );
 }
 
-/// `vramdoc serve --per-process` with the pod flags: the first exposition.
-fn serve_metrics(b: &CliBox, socket: &Path, log_dir: &Path) -> String {
-    let mut child = b
-        .vramdoc()
-        .args(["serve", "--listen", "127.0.0.1:0", "--per-process"])
-        .arg("--pod-resources-socket")
-        .arg(socket)
-        .arg("--pod-log-dir")
-        .arg(log_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let Some(Ok(line)) = lines.next() else {
-            let _ = child.kill();
-            panic!("serve ended before listening");
+/// `vramdoc serve --per-process --interval 200ms` with the pod flags, killed on drop.
+struct Exporter {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Exporter {
+    fn start(b: &CliBox, socket: &Path, log_dir: &Path) -> Exporter {
+        let mut child = b
+            .vramdoc()
+            .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
+            .arg("--per-process")
+            .arg("--pod-resources-socket")
+            .arg(socket)
+            .arg("--pod-log-dir")
+            .arg(log_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let Some(Ok(line)) = lines.next() else {
+                let _ = child.kill();
+                panic!("serve ended before listening");
+            };
+            if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
+                break rest.split('/').next().unwrap().to_string();
+            }
         };
-        if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
-            break rest.split('/').next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut resp = String::new();
-    let _ = s.read_to_string(&mut resp);
-    let _ = child.kill();
-    let _ = child.wait();
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{resp}"));
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+        std::thread::spawn(move || for _ in lines {});
+        Exporter { child, addr }
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = std::net::TcpStream::connect(&self.addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        let (head, body) = resp
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("{resp}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_string()
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first exposition of an exporter with the pod flags.
+fn serve_metrics(b: &CliBox, socket: &Path, log_dir: &Path) -> String {
+    Exporter::start(b, socket, log_dir).metrics()
+}
+
+/// The series line of `pid` in an exposition, if any.
+fn process_series(metrics: &str, pid: u64) -> Option<String> {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("vramdoc_process_gpu_memory_bytes{")
+                && l.contains(&format!("pid=\"{pid}\""))
+        })
+        .map(str::to_string)
+}
+
+/// A pod's process dies while the driver keeps its memory (`sim fault --keep-dead`): the
+/// exporter keeps attributing the memory to the pod it was seen in, and `no-live-owner`
+/// fires for it.
+#[test]
+fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
+    let b = CliBox::new("1x16GiB", &[]);
+    b.fault(&["--keep-dead"]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/besteffort/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let pid = a["pid"].as_u64().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
+    );
+    let uuid = b.sim().devices()[0].uuid.clone();
+    let socket = tmp.path().join("kubelet.sock");
+    let _server = PodResourcesServer::start(&socket, vec![pod("ml", "llm-0", "vllm", &[&uuid])]);
+    let exporter = Exporter::start(&b, &socket, &log_dir);
+    let live = process_series(&exporter.metrics(), pid).expect("the live process's series");
+    assert!(live.contains("pod=\"llm-0\""), "{live}");
+    // SAFETY: kill(2) on the container's main process, which this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let dead =
+        common::poll::eventually(common::poll::SECS_10, "the exporter sees the death", || {
+            let m = exporter.metrics();
+            m.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1")
+                .then_some(m)
+        });
+    let series = process_series(&dead, pid).unwrap_or_else(|| panic!("{dead}"));
+    for label in [
+        "pod=\"llm-0\"",
+        "namespace=\"ml\"",
+        "container=\"vllm\"",
+        "comm=\"unknown\"",
+    ] {
+        assert!(series.contains(label), "{label} in {series}");
+    }
+    // A one-shot scan has no earlier collection: the dead PID has no pod, the GPU's
+    // allocation is named in the evidence instead.
+    let mut cmd = b.vramdoc();
+    cmd.args(["scan", "--json", "--pod-resources-socket"])
+        .arg(&socket)
+        .arg("--pod-log-dir")
+        .arg(&log_dir);
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    let f = scan["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "no-live-owner")
+        .unwrap_or_else(|| panic!("{scan}"));
+    assert!(
+        f["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["value"] == "ml/llm-0 (container vllm)"),
+        "{f}"
+    );
 }
