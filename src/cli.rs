@@ -431,6 +431,9 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+    /// The kubelet's pod log directory, which names the pods the job's processes run in
+    #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_POD_LOG_DIR)]
+    pub pod_log_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

@@ -131,23 +131,12 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
             None
         }
     };
-    let by_uid: BTreeMap<&str, &kubelet::PodDir> =
-        pods.iter().map(|d| (d.uid.as_str(), d)).collect();
-    let by_id: BTreeMap<&str, &kubelet::ContainerLog> = containers
-        .iter()
-        .map(|c| (c.container_id.as_str(), c))
-        .collect();
+    name_from(
+        processes.iter_mut().filter_map(|p| p.pod.as_mut()),
+        &pods,
+        &containers,
+    );
     for pod in processes.iter_mut().filter_map(|p| p.pod.as_mut()) {
-        if let Some(d) = by_uid.get(pod.uid.as_str()) {
-            pod.namespace = Some(d.namespace.clone());
-            pod.name = Some(d.name.clone());
-            if let [only] = d.containers.as_slice() {
-                pod.container = Some(only.clone());
-            }
-        }
-        if let Some(c) = pod.container_id.as_deref().and_then(|id| by_id.get(id)) {
-            pod.container = Some(c.container.clone());
-        }
         let Some(listed) = &listed else { continue };
         let (Some(ns), Some(name)) = (&pod.namespace, &pod.name) else {
             continue;
@@ -193,6 +182,40 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
     Attribution {
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         allocations,
+    }
+}
+
+/// Name `pods` (UID and container id known) from the kubelet's log directory `log_dir`; a
+/// directory that cannot be read leaves them unnamed.
+pub fn name_pods<'a>(pods: impl Iterator<Item = &'a mut PodRef>, log_dir: &std::path::Path) {
+    let dirs = kubelet::pod_dirs(log_dir).unwrap_or_default();
+    let containers =
+        kubelet::container_logs(&kubelet::containers_dir_of(log_dir)).unwrap_or_default();
+    name_from(pods, &dirs, &containers);
+}
+
+fn name_from<'a>(
+    pods: impl Iterator<Item = &'a mut PodRef>,
+    dirs: &[kubelet::PodDir],
+    containers: &[kubelet::ContainerLog],
+) {
+    let by_uid: BTreeMap<&str, &kubelet::PodDir> =
+        dirs.iter().map(|d| (d.uid.as_str(), d)).collect();
+    let by_id: BTreeMap<&str, &kubelet::ContainerLog> = containers
+        .iter()
+        .map(|c| (c.container_id.as_str(), c))
+        .collect();
+    for pod in pods {
+        if let Some(d) = by_uid.get(pod.uid.as_str()) {
+            pod.namespace = Some(d.namespace.clone());
+            pod.name = Some(d.name.clone());
+            if let [only] = d.containers.as_slice() {
+                pod.container = Some(only.clone());
+            }
+        }
+        if let Some(c) = pod.container_id.as_deref().and_then(|id| by_id.get(id)) {
+            pod.container = Some(c.container.clone());
+        }
     }
 }
 

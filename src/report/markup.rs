@@ -710,6 +710,10 @@ fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
                             name.push(plain(" via "));
                             name.push(text(m.as_str()));
                         }
+                        if let Some(pod) = &p.pod {
+                            name.push(plain(" in "));
+                            name.push(text(pod.describe()));
+                        }
                         name
                     },
                     vec![plain(text::format_ms(p.start_ms))],

@@ -460,3 +460,46 @@ fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
         "{f}"
     );
 }
+
+/// `vramdoc run --container ID` attached to a pod's container: the report's processes name
+/// the pod, namespace and container.
+#[test]
+fn run_names_the_pod_of_the_job_s_processes() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let us = UID_A.replace('-', "_");
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods.slice/kubepods-pod{us}.slice/crio-{{id}}.scope"),
+        ],
+    );
+    let (pid, id) = (a["pid"].as_u64().unwrap(), a["id"].as_str().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(tmp.path(), &[("ml", "llm-0", UID_A, "vllm", id)]);
+    let out = tmp.path().join("run.json");
+    let o = b
+        .vramdoc()
+        .args(["run", "--process-period", "50ms", "--duration", "600ms"])
+        .args(["--container", &id[..12], "--pod-log-dir"])
+        .arg(&log_dir)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    common::assert_ok(&o, "run --container");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let p = r["run"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(p["pod"]["uid"], UID_A, "{p}");
+    assert_eq!(p["pod"]["namespace"], "ml", "{p}");
+    assert_eq!(p["pod"]["name"], "llm-0", "{p}");
+    assert_eq!(p["pod"]["container"], "vllm", "{p}");
+    assert_eq!(p["pod"]["container_id"], id, "{p}");
+}
