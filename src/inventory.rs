@@ -165,6 +165,10 @@ pub struct Details {
     /// GPUs the kubelet allocated to each container of the node (pod-resources).
     #[serde(default)]
     pub pod_allocations: Vec<crate::model::PodAllocation>,
+    /// Allocated GPUs no process of their pod holds memory on, and since when
+    /// ([`crate::pods::PodMemory::idle`]).
+    #[serde(default)]
+    pub idle_allocations: Vec<crate::pods::IdleAllocation>,
 }
 
 /// What decides which physical GPUs a process may use, besides `CUDA_VISIBLE_DEVICES`.

@@ -7,8 +7,10 @@
 //! and says so in one note; it is never an error. Findings about it are decided in
 //! `diagnose::pods`.
 
+use crate::gpu::DeviceInfo;
 use crate::host::{self, kubelet, podresources};
 use crate::model::{PodAllocation, PodRef, ProcessInfo};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,23 +20,106 @@ use std::time::Duration;
 /// process that exits while the driver still lists its memory keeps the pod it was seen in.
 /// Holds only PIDs the last collection listed, so it is bounded by the driver's lists.
 #[derive(Debug, Clone, Default)]
-pub struct PodMemory(Arc<Mutex<BTreeMap<u32, PodRef>>>);
+pub struct PodMemory(Arc<Mutex<Remembered>>);
+
+#[derive(Debug, Default)]
+struct Remembered {
+    pods: BTreeMap<u32, PodRef>,
+    /// (namespace, pod, GPU index) of every allocated GPU → when a process of the pod was
+    /// last seen holding memory on it (or when the allocation was first seen).
+    last_use: BTreeMap<(String, String, u32), std::time::Instant>,
+}
+
+/// A GPU allocated to a pod on which no process of the pod holds memory now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleAllocation {
+    pub namespace: String,
+    pub pod: String,
+    /// The GPU (NVML index) and the device id the kubelet allocated.
+    pub device: u32,
+    pub device_id: String,
+    /// Since when no process of the pod was seen holding memory on it (the first collection
+    /// that saw the allocation, if none ever did), in seconds.
+    pub idle_seconds: f64,
+}
 
 impl PodMemory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The allocated GPUs no process of their pod holds memory on now, with how long this
+    /// memory has seen them so: a one-shot scan sees every one for the first time (0 s).
+    /// Allocations no longer listed are forgotten.
+    pub fn idle(
+        &self,
+        allocations: &[PodAllocation],
+        processes: &[ProcessInfo],
+        devices: &[DeviceInfo],
+        now: std::time::Instant,
+    ) -> Vec<IdleAllocation> {
+        let used: std::collections::BTreeSet<(&str, &str, u32)> = processes
+            .iter()
+            .filter_map(|p| {
+                let pod = p.pod.as_ref()?;
+                Some((pod.namespace.as_deref()?, pod.name.as_deref()?, p))
+            })
+            .flat_map(|(ns, name, p)| {
+                p.devices
+                    .iter()
+                    .filter(|u| u.used.is_some_and(|b| b > 0))
+                    .map(move |u| (ns, name, u.device))
+            })
+            .collect();
+        let mut mem = self.lock();
+        let mut keep = BTreeMap::new();
+        let mut out = Vec::new();
+        for a in allocations {
+            for id in &a.device_ids {
+                let Some(d) = device_of_id(id, devices) else {
+                    continue;
+                };
+                let key = (a.namespace.clone(), a.pod.clone(), d);
+                // The same GPU again (another container of the pod, another replica id).
+                if keep.contains_key(&key) {
+                    continue;
+                }
+                let in_use = used.contains(&(a.namespace.as_str(), a.pod.as_str(), d));
+                let since = if in_use {
+                    now
+                } else {
+                    mem.last_use.get(&key).copied().unwrap_or(now)
+                };
+                if !in_use {
+                    out.push(IdleAllocation {
+                        namespace: a.namespace.clone(),
+                        pod: a.pod.clone(),
+                        device: d,
+                        device_id: id.clone(),
+                        idle_seconds: now.saturating_duration_since(since).as_secs_f64(),
+                    });
+                }
+                keep.insert(key, since);
+            }
+        }
+        mem.last_use = keep;
+        out
+    }
+
     /// Give the processes that are gone (not visible) the pod their PID was last seen in,
     /// then remember this collection's pods (dropping PIDs no longer listed).
     pub fn carry(&self, processes: &mut [ProcessInfo]) {
-        let mut map = match self.0.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut mem = self.lock();
         for p in processes
             .iter_mut()
             .filter(|p| !p.visible && p.pod.is_none())
         {
-            p.pod = map.get(&p.pid).cloned();
+            p.pod = mem.pods.get(&p.pid).cloned();
         }
-        *map = processes
+        mem.pods = processes
             .iter()
             .filter_map(|p| Some((p.pid, p.pod.clone()?)))
             .collect();
@@ -78,6 +163,31 @@ pub struct Attribution {
     pub note: Option<String>,
     /// GPU allocations of every container of the node (pod-resources answered).
     pub allocations: Vec<PodAllocation>,
+    /// Allocated GPUs no process of their pod holds memory on, with for how long.
+    pub idle: Vec<IdleAllocation>,
+}
+
+/// The GPU (NVML index) a pod-resources device id names, if it can be told: a GPU UUID
+/// (`GPU-…`), a time-slicing replica of one (`GPU-…::N`, NVIDIA device plugin
+/// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
+/// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
+/// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
+/// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`.
+pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
+    let id = id.split_once("::").map_or(id, |(base, _)| base);
+    let uuid = match id.strip_prefix("MIG-") {
+        Some(rest) if rest.starts_with("GPU-") => rest.split('/').next()?,
+        Some(_) => return None,
+        None => id,
+    };
+    if uuid.starts_with("GPU-") {
+        return devices
+            .iter()
+            .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
+            .map(|d| d.index);
+    }
+    let n: u32 = id.strip_prefix("nvidia")?.parse().ok()?;
+    devices.iter().find(|d| d.index == n).map(|d| d.index)
 }
 
 /// A resource whose devices are GPUs: the NVIDIA device plugin's (`nvidia.com/gpu`, renamed
@@ -89,7 +199,11 @@ pub fn is_gpu_resource(name: &str) -> bool {
 /// Set [`ProcessInfo::pod`] of every visible process that runs in a pod, and read the
 /// allocations. Asks the kubelet only when some process runs in a pod (or the socket was
 /// named).
-pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution {
+pub fn attribute(
+    processes: &mut [ProcessInfo],
+    devices: &[DeviceInfo],
+    cfg: &PodConfig,
+) -> Attribution {
     for p in processes.iter_mut().filter(|p| p.visible) {
         let place = host::cgroup_paths(p.pid)
             .ok()
@@ -178,10 +292,14 @@ pub fn attribute(processes: &mut [ProcessInfo], cfg: &PodConfig) -> Attribution 
                 })
             })
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let idle = cfg
+        .memory
+        .idle(&allocations, processes, devices, std::time::Instant::now());
     Attribution {
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         allocations,
+        idle,
     }
 }
 
@@ -258,12 +376,13 @@ mod tests {
             socket: "/nonexistent/kubelet.sock".into(),
             ..PodConfig::default()
         };
-        let a = attribute(&mut procs, &cfg);
+        let a = attribute(&mut procs, &[], &cfg);
         assert_eq!(a, Attribution::default());
         assert!(procs[0].pod.is_none());
         // Named on the command line: its absence is one note, not an error.
         let a = attribute(
             &mut procs,
+            &[],
             &PodConfig {
                 explicit: true,
                 ..cfg

@@ -25,9 +25,10 @@ pub struct ScanConfig {
 /// turns into a finding. An error of the whole read (no driver, box gone) is returned.
 pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError> {
     let mut inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
-    let pods = crate::pods::attribute(&mut inv.processes, &cfg.pods);
+    let pods = crate::pods::attribute(&mut inv.processes, &inv.environment.devices, &cfg.pods);
     inv.details.pods_note = pods.note;
     inv.details.pod_allocations = pods.allocations;
+    inv.details.idle_allocations = pods.idle;
     Ok(build_report(&inv, &cfg.thresholds))
 }
 

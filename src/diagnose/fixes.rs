@@ -154,3 +154,10 @@ NVIDIA_VISIBLE_DEVICES=all (set NVIDIA_VISIBLE_DEVICES=void in pods without GPUs
 device plugin's volume-mounts or CDI strategy with `accept-nvidia-visible-devices-envvar-when-unprivileged=false`), \
 a privileged pod (it sees every GPU), or /dev/nvidia* mounted through hostPath. Request the \
 GPU the pod uses, or stop it from seeing the others.";
+
+/// A GPU allocated to a pod that none of its processes uses (issue 18).
+pub const ALLOCATED_GPU_IDLE: &str = "The pod holds a GPU the scheduler cannot give to anyone \
+else, and none of its processes has used it for the time shown: a notebook left open, a job \
+waiting on something else, a request for more GPUs than the code uses (a process on one of \
+several allocated GPUs). Release it (scale the workload down or delete the pod), or request \
+fewer GPUs. Time-sliced and MIG allocations count per device id.";

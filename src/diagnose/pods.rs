@@ -5,33 +5,10 @@
 
 use super::rules::{ev, ev_bytes, who};
 use super::{fixes, ids};
-use crate::gpu::DeviceInfo;
 use crate::inventory::Inventory;
 use crate::model::{Evidence, Finding, Severity};
+pub use crate::pods::device_of_id;
 use crate::units::format_bytes;
-
-/// The GPU (NVML index) a pod-resources device id names, if it can be told: a GPU UUID
-/// (`GPU-…`), a time-slicing replica of one (`GPU-…::N`, NVIDIA device plugin
-/// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
-/// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
-/// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
-/// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`.
-pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
-    let id = id.split_once("::").map_or(id, |(base, _)| base);
-    let uuid = match id.strip_prefix("MIG-") {
-        Some(rest) if rest.starts_with("GPU-") => rest.split('/').next()?,
-        Some(_) => return None,
-        None => id,
-    };
-    if uuid.starts_with("GPU-") {
-        return devices
-            .iter()
-            .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
-            .map(|d| d.index);
-    }
-    let n: u32 = id.strip_prefix("nvidia")?.parse().ok()?;
-    devices.iter().find(|d| d.index == n).map(|d| d.index)
-}
 
 /// `unallocated-gpu-use` (warn): a process of a pod holds memory on a GPU the kubelet did not
 /// allocate to that pod. Fires only when the pod-resources API listed the pod and every id it
@@ -94,6 +71,48 @@ pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// `allocated-gpu-idle` (info, serve): a GPU the kubelet allocated to a pod on which none of
+/// the pod's processes has held memory for at least [`Thresholds::allocation_idle_min`]. Only
+/// in the host PID namespace (elsewhere the pod's processes may just be invisible), where
+/// per-process data exists and the GPU's process list was read. A one-shot scan sees every
+/// allocation for the first time: never there.
+pub fn allocated_gpu_idle(inv: &Inventory, th: &super::Thresholds) -> Vec<Finding> {
+    let d = &inv.details;
+    if !inv.pid_namespace.host || d.per_process_unavailable.is_some() {
+        return Vec::new();
+    }
+    let min = th.allocation_idle_min.as_secs_f64();
+    d.idle_allocations
+        .iter()
+        .filter(|a| a.idle_seconds >= min && !d.list_errors.contains_key(&a.device))
+        .map(|a| {
+            let idle = crate::units::format_duration(std::time::Duration::from_secs_f64(
+                a.idle_seconds,
+            ));
+            Finding {
+                id: ids::ALLOCATED_GPU_IDLE.into(),
+                severity: Severity::Info,
+                title: format!(
+                    "GPU {} is allocated to pod {}/{} and none of its processes has used it for {idle}",
+                    a.device, a.namespace, a.pod
+                ),
+                devices: vec![a.device],
+                pid: None,
+                evidence: vec![
+                    ev("pod", format!("{}/{}", a.namespace, a.pod)),
+                    ev("allocated device id", a.device_id.clone()),
+                    ev("unused for", idle),
+                    ev(
+                        "threshold",
+                        crate::units::format_duration(th.allocation_idle_min),
+                    ),
+                ],
+                fix: fixes::ALLOCATED_GPU_IDLE.into(),
+            }
+        })
+        .collect()
 }
 
 fn gpu_list(list: &[u32]) -> String {
@@ -231,6 +250,69 @@ mod tests {
                 inv.processes[0]
             );
         }
+    }
+
+    #[test]
+    fn an_allocated_gpu_unused_past_the_threshold_is_information_in_the_host_namespace_only() {
+        use crate::pods::{IdleAllocation, PodMemory};
+        use std::time::{Duration, Instant};
+        // The facts: the pod is allocated GPUs 0 and 1 and its process holds memory on 0.
+        let mut inv = inv_with(Some(pod(Some(&[U0, U1]))), &[(0, GIB)]);
+        let alloc = vec![PodAllocation {
+            namespace: "ml".into(),
+            pod: "llm-0".into(),
+            container: "vllm".into(),
+            device_ids: vec![U0.into(), format!("{U1}::0")],
+        }];
+        let memory = PodMemory::default();
+        let t0 = Instant::now();
+        let first = memory.idle(&alloc, &inv.processes, inv.devices(), t0);
+        assert_eq!(first.len(), 1);
+        assert_eq!((first[0].device, first[0].idle_seconds), (1, 0.0));
+        let later = memory.idle(
+            &alloc,
+            &inv.processes,
+            inv.devices(),
+            t0 + Duration::from_secs(31 * 60),
+        );
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].idle_seconds, 31.0 * 60.0);
+        // The rule: over 30 min is information; under it, nothing.
+        let th = crate::diagnose::Thresholds::default();
+        inv.details.idle_allocations = later.clone();
+        let f = allocated_gpu_idle(&inv, &th);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "allocated-gpu-idle");
+        assert_eq!(f[0].severity, Severity::Info);
+        assert_eq!(f[0].devices, vec![1]);
+        inv.details.idle_allocations = first;
+        assert!(allocated_gpu_idle(&inv, &th).is_empty());
+        // In a container namespace the pod's processes may be invisible: nothing.
+        inv.details.idle_allocations = later;
+        inv.pid_namespace.host = false;
+        assert!(allocated_gpu_idle(&inv, &th).is_empty());
+        // Once a process of the pod uses GPU 1, the clock starts again.
+        let busy = inv_with(Some(pod(Some(&[U0, U1]))), &[(0, GIB), (1, GIB)]);
+        let t1 = t0 + Duration::from_secs(40 * 60);
+        assert!(memory
+            .idle(&alloc, &busy.processes, busy.devices(), t1)
+            .is_empty());
+        let again = memory.idle(
+            &alloc,
+            &inv.processes,
+            inv.devices(),
+            t1 + Duration::from_secs(5),
+        );
+        assert_eq!(
+            again,
+            vec![IdleAllocation {
+                namespace: "ml".into(),
+                pod: "llm-0".into(),
+                device: 1,
+                device_id: format!("{U1}::0"),
+                idle_seconds: 5.0,
+            }]
+        );
     }
 
     #[test]

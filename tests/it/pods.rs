@@ -327,10 +327,15 @@ struct Exporter {
 
 impl Exporter {
     fn start(b: &CliBox, socket: &Path, log_dir: &Path) -> Exporter {
+        Exporter::start_with(b, socket, log_dir, &[])
+    }
+
+    fn start_with(b: &CliBox, socket: &Path, log_dir: &Path, extra: &[&str]) -> Exporter {
         let mut child = b
             .vramdoc()
             .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
             .arg("--per-process")
+            .args(extra)
             .arg("--pod-resources-socket")
             .arg(socket)
             .arg("--pod-log-dir")
@@ -502,4 +507,58 @@ fn run_names_the_pod_of_the_job_s_processes() {
     assert_eq!(p["pod"]["name"], "llm-0", "{p}");
     assert_eq!(p["pod"]["container"], "vllm", "{p}");
     assert_eq!(p["pod"]["container_id"], id, "{p}");
+}
+
+/// A pod allocated two GPUs that uses one: after `--allocation-idle-after` the exporter
+/// reports the other (`allocated-gpu-idle`, info); the one in use never.
+#[test]
+fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
+    );
+    let uuids: Vec<String> = b.sim().devices().iter().map(|d| d.uuid.clone()).collect();
+    let socket = tmp.path().join("kubelet.sock");
+    let _server = PodResourcesServer::start(
+        &socket,
+        vec![pod("ml", "llm-0", "vllm", &[&uuids[0], &uuids[1]])],
+    );
+    let exporter = Exporter::start_with(&b, &socket, &log_dir, &["--allocation-idle-after", "1s"]);
+    let idle = "vramdoc_findings{rule=\"allocated-gpu-idle\",severity=\"info\"}";
+    assert!(exporter.metrics().contains(&format!("{idle} 0")));
+    common::poll::eventually(common::poll::SECS_10, "the idle GPU is reported", || {
+        exporter.metrics().contains(&format!("{idle} 1"))
+    });
+    // A one-shot scan never reports it: it has seen the allocation for no time at all.
+    let mut cmd = b.vramdoc();
+    cmd.args([
+        "scan",
+        "--json",
+        "--allocation-idle-after",
+        "1s",
+        "--pod-resources-socket",
+    ])
+    .arg(&socket)
+    .arg("--pod-log-dir")
+    .arg(&log_dir);
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    assert!(
+        !scan["scan"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "allocated-gpu-idle"),
+        "{scan}"
+    );
 }
