@@ -180,12 +180,15 @@ mod tests {
         );
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
         assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
+        // Labels are written sorted; a process outside a pod has empty pod labels.
         assert!(
-            text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
+            text.contains(
+                "comm=\"python3\",container=\"\",gpu=\"1\",namespace=\"\",pid=\"4242\",pod=\"\""
+            ),
             "{text}"
         );
         assert!(
-            text.contains("comm=\"unknown\",gpu=\"0\",pid=\"77\""),
+            text.contains("comm=\"unknown\",container=\"\",gpu=\"0\",namespace=\"\",pid=\"77\""),
             "{text}"
         );
         assert!(!text.contains("vllm.entrypoints"), "never the command line");
