@@ -180,15 +180,13 @@ mod tests {
         );
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
         assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
-        // Labels are written sorted; a process outside a pod has empty pod labels.
+        // No process runs in a pod: no pod labels.
         assert!(
-            text.contains(
-                "comm=\"python3\",container=\"\",gpu=\"1\",namespace=\"\",pid=\"4242\",pod=\"\""
-            ),
+            text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
             "{text}"
         );
         assert!(
-            text.contains("comm=\"unknown\",container=\"\",gpu=\"0\",namespace=\"\",pid=\"77\""),
+            text.contains("comm=\"unknown\",gpu=\"0\",pid=\"77\""),
             "{text}"
         );
         assert!(!text.contains("vllm.entrypoints"), "never the command line");
@@ -199,5 +197,41 @@ mod tests {
         )));
         let without = render(report.scan.as_ref(), &c, PromOptions::default()).unwrap();
         assert!(!without.contains("vramdoc_process_gpu_memory_bytes"));
+    }
+
+    #[test]
+    fn per_process_series_carry_the_pod_on_nodes_running_pods() {
+        use crate::report::prom::{render, Collection, PromOptions};
+        let mut inv = sample_inventory();
+        inv.processes[0].pod = Some(crate::model::PodRef {
+            uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
+            namespace: Some("ml".into()),
+            name: Some("llm-0\"} 1\nevil{x=\"".into()),
+            container: Some("vllm".into()),
+            container_id: None,
+            allocated_gpus: None,
+        });
+        let report = build_report(&inv, &Thresholds::default());
+        let c = Collection {
+            success: true,
+            duration_seconds: 0.01,
+            timestamp_seconds: 1.0,
+            backend: "sim".into(),
+        };
+        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        assert!(
+            text.contains(
+                "comm=\"python3\",container=\"vllm\",gpu=\"1\",namespace=\"ml\",pid=\"4242\",pod=\"llm-0___1_evil_x__\""
+            ),
+            "{text}"
+        );
+        // Outside a pod on the same node: empty values (no label, to Prometheus).
+        assert!(
+            text.contains(
+                "comm=\"unknown\",container=\"\",gpu=\"0\",namespace=\"\",pid=\"77\",pod=\"\""
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("\nevil"), "{text}");
     }
 }

@@ -246,11 +246,10 @@ pub fn render(
             }
         }
         if opts.per_process {
-            let procs = gauge(
-                &reg,
-                "vramdoc_process_gpu_memory_bytes",
-                "GPU memory of one process on one GPU (comm: process name, truncated; pod, \
-                 namespace, container: its Kubernetes pod, empty outside one)",
+            // The pod labels only where some process runs in a pod: an empty label is no
+            // label to Prometheus, so other nodes' series stay as they were.
+            let kube_labels = scan.processes.iter().any(|p| p.pod.is_some());
+            let labels: &[&str] = if kube_labels {
                 &[
                     "gpu",
                     "uuid",
@@ -259,7 +258,16 @@ pub fn render(
                     "pod",
                     "namespace",
                     "container",
-                ],
+                ]
+            } else {
+                &["gpu", "uuid", "pid", "comm"]
+            };
+            let procs = gauge(
+                &reg,
+                "vramdoc_process_gpu_memory_bytes",
+                "GPU memory of one process on one GPU (comm: process name, truncated; pod, \
+                 namespace, container: its Kubernetes pod, on nodes running pods)",
+                labels,
             )?;
             for p in &scan.processes {
                 let comm = sanitize_comm(p.name.as_deref());
@@ -281,10 +289,11 @@ pub fn render(
                         continue;
                     };
                     let gpu = d.index.to_string();
+                    let values: [&str; 7] = [
+                        &gpu, &d.uuid, &pid, &comm, &pod_name, &namespace, &container,
+                    ];
                     procs
-                        .with_label_values(&[
-                            &gpu, &d.uuid, &pid, &comm, &pod_name, &namespace, &container,
-                        ])
+                        .with_label_values(&values[..labels.len()])
                         .set(bytes as f64);
                 }
             }
