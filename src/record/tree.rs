@@ -35,7 +35,7 @@ pub struct TreeProcess {
     pub via: Option<String>,
     /// Its Kubernetes pod (UID and container id from its cgroup; named when the report is
     /// built), when it runs in one.
-    pub pod: Option<crate::model::PodRef>,
+    pub pod: Option<Box<crate::model::PodRef>>,
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -121,14 +121,14 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>)
         .ok()
         .and_then(|paths| host::place_of(&paths))
         .and_then(|pl| {
-            Some(crate::model::PodRef {
+            Some(Box::new(crate::model::PodRef {
                 uid: pl.pod_uid?,
                 namespace: None,
                 name: None,
                 container: None,
                 container_id: pl.container_id,
                 allocated_gpus: None,
-            })
+            }))
         });
     TreeProcess {
         gpu_env,
