@@ -305,6 +305,18 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any text a cgroup file (or a hostile container's cgroup name) holds: no panic, and
+        /// a place only with a pod UID of the UUID shape or a 64-hex container id.
+        #[test]
+        fn any_cgroup_text_is_placed_without_panic(paths in proptest::collection::vec(".{0,200}", 0..4)) {
+            if let Some(p) = place_of(&paths) {
+                proptest::prop_assert!(p.pod_uid.as_deref().is_none_or(|u| u.len() == 36));
+                proptest::prop_assert!(p.container_id.as_deref().is_none_or(|c| c.len() == 64));
+            }
+        }
+    }
+
     #[test]
     fn a_child_started_now_has_a_start_time_near_the_clock() {
         let before = ticks_since_boot().expect("CLOCK_BOOTTIME");
