@@ -192,11 +192,43 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
             .arg(&log_dir);
     };
 
+    // What one collection pays for the allocations: one `List` round trip (a fresh
+    // connection and runtime each time), measured here and printed (`-- --nocapture`).
+    let mut times: Vec<std::time::Duration> = (0..20)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            let pods =
+                vramdoc::host::podresources::list(&socket, std::time::Duration::from_secs(2))
+                    .expect("List answers");
+            assert_eq!(pods.len(), 3);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    eprintln!(
+        "pod-resources List over the unix socket: median {:?}, max {:?} (20 calls)",
+        times[10], times[19]
+    );
+
     let mut cmd = b.vramdoc();
     cmd.args(["scan", "--json"]);
     pod_flags(&mut cmd);
+    let t = std::time::Instant::now();
     let scan = json_ok(&cmd.output().unwrap(), "scan --json");
-    assert!(server.calls() >= 1, "the kubelet's socket was asked");
+    eprintln!(
+        "scan --json with pod attribution (2 pods): {:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    json_ok(
+        &b.vramdoc()
+            .args(["scan", "--json", "--pod-log-dir", "/nonexistent"])
+            .output()
+            .unwrap(),
+        "scan",
+    );
+    eprintln!("scan --json, no kubelet files: {:?}", t.elapsed());
+    assert!(server.calls() >= 21, "the kubelet's socket was asked");
     let pa = &process(&scan, pid_a)["pod"];
     assert_eq!(pa["uid"], UID_A, "{pa}");
     assert_eq!(pa["namespace"], "ml");
