@@ -197,8 +197,9 @@ pub fn is_gpu_resource(name: &str) -> bool {
 }
 
 /// Set [`ProcessInfo::pod`] of every visible process that runs in a pod, and read the
-/// allocations. Asks the kubelet only when some process runs in a pod (or the socket was
-/// named).
+/// allocations. Asks the kubelet when some process runs in a pod, the socket was named, or
+/// it exists (a node whose pods hold GPUs without using them); says what is missing only in
+/// the first two cases.
 pub fn attribute(
     processes: &mut [ProcessInfo],
     devices: &[DeviceInfo],
@@ -220,7 +221,8 @@ pub fn attribute(
         });
     }
     let in_pods = processes.iter().any(|p| p.pod.is_some());
-    if !in_pods && !cfg.explicit {
+    let wanted = in_pods || cfg.explicit;
+    if !wanted && !cfg.socket.exists() {
         cfg.memory.carry(processes);
         return Attribution::default();
     }
@@ -241,7 +243,9 @@ pub fn attribute(
     let listed = match podresources::list(&cfg.socket, cfg.deadline) {
         Ok(l) => Some(l),
         Err(e) => {
-            notes.push(format!("GPU allocations of pods unknown: {e}"));
+            if wanted {
+                notes.push(format!("GPU allocations of pods unknown: {e}"));
+            }
             None
         }
     };

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, Clone, Args)]
 pub struct PodArgs {
-    /// The kubelet's pod-resources socket, asked which GPUs each pod was allocated (when a
-    /// GPU process runs in a pod; a missing socket leaves allocations unknown, with a note)
+    /// The kubelet's pod-resources socket, asked which GPUs each pod was allocated (a missing
+    /// socket leaves allocations unknown, with a note when a GPU process runs in a pod)
     /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]
     #[arg(long, value_name = "PATH")]
     pub pod_resources_socket: Option<PathBuf>,
