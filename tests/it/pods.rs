@@ -594,3 +594,70 @@ fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
         "{scan}"
     );
 }
+
+/// Pod and container names come from file names on the node: escape sequences in them never
+/// reach the terminal, and label values keep only DNS characters.
+#[test]
+fn hostile_pod_names_never_reach_the_terminal_raw() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[(
+            "ml\u{1b}[2J\u{1b}]0;owned\u{7}",
+            "llm-0\u{9b}31m",
+            UID_A,
+            "vllm\r\u{1b}[1Afake",
+            a["id"].as_str().unwrap(),
+        )],
+    );
+    let socket = tmp.path().join("kubelet.sock");
+    let uuid = b.sim().devices()[0].uuid.clone();
+    let _server = PodResourcesServer::start(
+        &socket,
+        vec![pod(
+            "ml\u{1b}[2J\u{1b}]0;owned\u{7}",
+            "llm-0\u{9b}31m",
+            "x",
+            &[],
+        )],
+    );
+    let out = b
+        .vramdoc()
+        .arg("scan")
+        .arg("--pod-resources-socket")
+        .arg(&socket)
+        .arg("--pod-log-dir")
+        .arg(&log_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pod ml"), "{text}");
+    for bad in ['\u{1b}', '\u{9b}', '\u{7}', '\r'] {
+        assert!(
+            !text.contains(bad),
+            "{bad:?} reached the terminal: {text:?}"
+        );
+    }
+    // The pod was allocated no GPU and uses one: the finding's title is cleaned too.
+    assert!(text.contains("unallocated-gpu-use"), "{text}");
+    let metrics = serve_metrics(&b, &socket, &log_dir);
+    let series = metrics
+        .lines()
+        .find(|l| l.starts_with("vramdoc_process_gpu_memory_bytes{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        series.contains("namespace=\"ml__2J__0_owned_\""),
+        "{series}"
+    );
+    assert!(!uuid.is_empty());
+}
