@@ -621,7 +621,6 @@ fn hostile_pod_names_never_reach_the_terminal_raw() {
         )],
     );
     let socket = tmp.path().join("kubelet.sock");
-    let uuid = b.sim().devices()[0].uuid.clone();
     let _server = PodResourcesServer::start(
         &socket,
         vec![pod(
@@ -659,5 +658,4 @@ fn hostile_pod_names_never_reach_the_terminal_raw() {
         series.contains("namespace=\"ml__2J__0_owned_\""),
         "{series}"
     );
-    assert!(!uuid.is_empty());
 }
