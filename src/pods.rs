@@ -254,26 +254,12 @@ pub fn attribute(
         &pods,
         &containers,
     );
-    for pod in processes.iter_mut().filter_map(|p| p.pod.as_mut()) {
-        let Some(listed) = &listed else { continue };
-        let (Some(ns), Some(name)) = (&pod.namespace, &pod.name) else {
-            continue;
-        };
-        if let Some(r) = listed
-            .iter()
-            .find(|r| &r.namespace == ns && &r.name == name)
-        {
-            let mut ids: Vec<String> = r
-                .containers
-                .iter()
-                .flat_map(|c| &c.devices)
-                .filter(|d| is_gpu_resource(&d.resource_name))
-                .flat_map(|d| d.device_ids.iter().cloned())
-                .collect();
-            ids.sort();
-            ids.dedup();
-            pod.allocated_gpus = Some(ids);
-        }
+    if let Some(listed) = &listed {
+        join_allocations(
+            processes.iter_mut().filter_map(|p| p.pod.as_mut()),
+            &pods,
+            listed,
+        );
     }
     cfg.memory.carry(processes);
     let allocations = listed
@@ -304,6 +290,43 @@ pub fn attribute(
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         allocations,
         idle,
+    }
+}
+
+/// Set the allocated GPUs of each named pod from the pod-resources answer, joined by
+/// namespace and name (the API names no UID). A name the log directory shows under two UIDs
+/// (a pod deleted and made again, its old directory not yet collected) is left without: which
+/// instance the answer is about cannot be told.
+fn join_allocations<'a>(
+    pods: impl Iterator<Item = &'a mut PodRef>,
+    dirs: &[kubelet::PodDir],
+    listed: &[podresources::PodResources],
+) {
+    let mut uids: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for d in dirs {
+        *uids
+            .entry((d.namespace.as_str(), d.name.as_str()))
+            .or_default() += 1;
+    }
+    for pod in pods {
+        let (Some(ns), Some(name)) = (pod.namespace.as_deref(), pod.name.as_deref()) else {
+            continue;
+        };
+        if uids.get(&(ns, name)).copied().unwrap_or(0) > 1 {
+            continue;
+        }
+        if let Some(r) = listed.iter().find(|r| r.namespace == ns && r.name == name) {
+            let mut ids: Vec<String> = r
+                .containers
+                .iter()
+                .flat_map(|c| &c.devices)
+                .filter(|d| is_gpu_resource(&d.resource_name))
+                .flat_map(|d| d.device_ids.iter().cloned())
+                .collect();
+            ids.sort();
+            ids.dedup();
+            pod.allocated_gpus = Some(ids);
+        }
     }
 }
 
@@ -344,6 +367,52 @@ fn name_from<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocations_join_by_name_unless_the_name_has_two_pod_directories() {
+        use podresources::{ContainerDevices, ContainerResources, PodResources};
+        let dir = |name: &str, uid: &str| kubelet::PodDir {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: uid.into(),
+            containers: vec![],
+        };
+        let named = |name: &str| PodRef {
+            uid: "u".into(),
+            namespace: Some("ml".into()),
+            name: Some(name.into()),
+            container: None,
+            container_id: None,
+            allocated_gpus: None,
+        };
+        let listed = |name: &str| PodResources {
+            name: name.into(),
+            namespace: "ml".into(),
+            containers: vec![ContainerResources {
+                name: "c".into(),
+                devices: vec![
+                    ContainerDevices {
+                        resource_name: "nvidia.com/gpu".into(),
+                        device_ids: vec!["GPU-b".into(), "GPU-a".into()],
+                    },
+                    ContainerDevices {
+                        resource_name: "example.com/nic".into(),
+                        device_ids: vec!["nic0".into()],
+                    },
+                ],
+            }],
+        };
+        let dirs = [dir("a", "1"), dir("b", "2"), dir("b", "3"), dir("c", "4")];
+        let listed = [listed("a"), listed("b")];
+        let mut pods = [named("a"), named("b"), named("c")];
+        join_allocations(pods.iter_mut(), &dirs, &listed);
+        assert_eq!(
+            pods[0].allocated_gpus,
+            Some(vec!["GPU-a".to_string(), "GPU-b".to_string()])
+        );
+        assert_eq!(pods[1].allocated_gpus, None, "two instances of ml/b");
+        assert_eq!(pods[2].allocated_gpus, None, "not listed");
+    }
 
     #[test]
     fn a_gone_process_keeps_the_pod_it_was_seen_in_while_it_is_listed() {
