@@ -74,7 +74,7 @@ pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
 }
 
 /// `allocated-gpu-idle` (info, serve): a GPU the kubelet allocated to a pod on which none of
-/// the pod's processes has held memory for at least [`Thresholds::allocation_idle_min`]. Only
+/// the pod's processes has held memory for at least [`super::Thresholds::allocation_idle_min`]. Only
 /// in the host PID namespace (elsewhere the pod's processes may just be invisible), where
 /// per-process data exists and the GPU's process list was read. A one-shot scan sees every
 /// allocation for the first time: never there.
