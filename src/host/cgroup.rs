@@ -103,11 +103,16 @@ pub fn place_of(paths: &[String]) -> Option<CgroupPlace> {
 /// [`place_of`] for one path.
 fn place_of_path(path: &str) -> Option<CgroupPlace> {
     let mut place = CgroupPlace::default();
-    let mut in_kubepods = false;
-    for comp in path.split('/').filter(|c| !c.is_empty()) {
+    // Read from inside a cgroup namespace (a container's, the default on cgroup v2), another
+    // process's path is relative to the reader's root and climbs out of it with `..`
+    // (cgroup_namespaces(7)): `/../../burstable/pod<UID>/<id>` has lost its `kubepods`.
+    let mut in_kubepods = path.trim_start_matches('/').starts_with("../");
+    let mut qos_seen = false;
+    for comp in path.split('/').filter(|c| !c.is_empty() && *c != "..") {
         // cgroupfs driver: kubepods / [burstable|besteffort] / pod<UID> / <id>.
         if comp == "kubepods" {
             in_kubepods = true;
+            qos_seen = true;
             place.qos = Some("guaranteed".into());
             continue;
         }
@@ -118,6 +123,7 @@ fn place_of_path(path: &str) -> Option<CgroupPlace> {
             let slice = slice.strip_prefix("kubelet-").unwrap_or(slice);
             if let Some(rest) = slice.strip_prefix("kubepods") {
                 in_kubepods = true;
+                qos_seen = true;
                 place.qos.get_or_insert_with(|| "guaranteed".into());
                 for part in rest.split('-').filter(|p| !p.is_empty()) {
                     if let Some(uid) = part.strip_prefix("pod") {
@@ -130,6 +136,7 @@ fn place_of_path(path: &str) -> Option<CgroupPlace> {
             continue;
         }
         if in_kubepods && is_qos(comp) {
+            qos_seen = true;
             place.qos = Some(comp.into());
             continue;
         }
@@ -144,7 +151,8 @@ fn place_of_path(path: &str) -> Option<CgroupPlace> {
             place.runtime = runtime.map(str::to_string);
         }
     }
-    if !in_kubepods {
+    // A relative path that starts below the QoS level does not say the class.
+    if !in_kubepods || !qos_seen {
         place.qos = None;
     }
     (place.pod_uid.is_some() || place.container_id.is_some()).then_some(place)
@@ -291,6 +299,20 @@ mod tests {
             ),
             (vec!["/user.slice/user-1000.slice/session-3.scope".into()], None),
             (vec!["/".into()], None),
+            // Read from inside a cgroup namespace (cgroup v2's default for containers): paths
+            // relative to the reader's root, `kubepods` climbed out of with `..`.
+            (
+                vec![format!("/../../../burstable/pod{uid}/{id}")],
+                place(Some(uid), Some("burstable"), None),
+            ),
+            (
+                vec![format!("/../../pod{uid}/{id}")],
+                place(Some(uid), None, None),
+            ),
+            (
+                vec![format!("/../../kubepods-besteffort-pod{us}.slice/cri-containerd-{id}.scope")],
+                place(Some(uid), Some("besteffort"), Some("containerd")),
+            ),
             // A pod directory that is not a UID is not a pod.
             (vec!["/kubepods/burstable/podxyz".into()], None),
         ];

@@ -661,3 +661,49 @@ fn hostile_pod_names_never_reach_the_terminal_raw() {
         "{series}"
     );
 }
+
+/// An exporter in a pod of its own reads other processes' cgroups from inside its cgroup
+/// namespace (cgroup v2's default for containers): paths relative to its own root, climbing
+/// out with `..` (`/../../../burstable/pod<UID>/<id>`), `kubepods` gone. The pod is still
+/// found. (vramdoc runs here as a box container in `kubepods/besteffort/pod<B>`, under
+/// `unshare --cgroup`.)
+#[test]
+fn pods_are_found_from_inside_a_cgroup_namespace() {
+    common::skip::require!("unshare", common::skip::unshare());
+    let b = CliBox::new("1x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let pid = a["pid"].as_u64().unwrap();
+    let inside = |cmd: &[&str]| {
+        let o = b
+            .vramdoc()
+            .args(["sim", "run", "--gpus", "0", "--cgroup"])
+            .arg(format!("kubepods/besteffort/pod{UID_B}/{{id}}"))
+            .args(["--", "unshare", "--cgroup"])
+            .args(cmd)
+            .output()
+            .unwrap();
+        common::assert_ok(&o, "sim run -- unshare --cgroup");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let seen = inside(&["cat", &format!("/proc/{pid}/cgroup")]);
+    assert!(
+        seen.lines()
+            .any(|l| l.contains(&format!("/../burstable/pod{UID_A}/"))),
+        "relative paths from inside the namespace: {seen}"
+    );
+    assert!(!seen.contains("kubepods"), "{seen}");
+    let scan: Value =
+        serde_json::from_str(&inside(&[env!("CARGO_BIN_EXE_vramdoc"), "scan", "--json"]))
+            .expect("scan --json");
+    let p = &process(&scan, pid)["pod"];
+    assert_eq!(p["uid"], UID_A, "{p}");
+    assert_eq!(p["container_id"], a["id"], "{p}");
+}
