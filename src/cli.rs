@@ -3,7 +3,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod pods;
 mod sim;
+pub use pods::PodArgs;
 pub use sim::*;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -217,7 +219,8 @@ fn size_arg(s: &str) -> Result<u64, String> {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Findings: stray-context, no-live-owner, invisible-processes, \
-usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md).\n\
+usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md); on Kubernetes nodes \
+unallocated-gpu-use (docs/fleet.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
 vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \
@@ -247,6 +250,8 @@ pub struct ScanArgs {
     /// With --prom: also export per-process memory (`vramdoc_process_gpu_memory_bytes`)
     #[arg(long, requires = "prom")]
     pub per_process: bool,
+    #[command(flatten)]
+    pub pods: PodArgs,
 }
 
 pub use crate::model::Severity;
@@ -270,6 +275,8 @@ pub struct ServeArgs {
     /// comm}`; one series per process: opt-in)
     #[arg(long)]
     pub per_process: bool,
+    #[command(flatten)]
+    pub pods: PodArgs,
 }
 
 #[derive(Debug, Args)]
@@ -425,6 +432,9 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+    /// The kubelet's pod log directory, which names the pods the job's processes run in
+    #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_POD_LOG_DIR)]
+    pub pod_log_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

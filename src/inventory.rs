@@ -159,6 +159,16 @@ pub struct Details {
     /// Why per-process data does not exist on this platform (WSL: the Windows driver lists
     /// no processes), when so.
     pub per_process_unavailable: Option<String>,
+    /// Why pod attribution is missing or partial ([`crate::pods`]), when so.
+    #[serde(default)]
+    pub pods_note: Option<String>,
+    /// GPUs the kubelet allocated to each container of the node (pod-resources).
+    #[serde(default)]
+    pub pod_allocations: Vec<crate::model::PodAllocation>,
+    /// Allocated GPUs no process of their pod holds memory on, and since when
+    /// ([`crate::pods::PodMemory::idle`]).
+    #[serde(default)]
+    pub idle_allocations: Vec<crate::pods::IdleAllocation>,
 }
 
 /// What decides which physical GPUs a process may use, besides `CUDA_VISIBLE_DEVICES`.
@@ -359,6 +369,7 @@ fn process_info_and_env(
             cmdline: None,
             cuda_visible_devices: CVD_UNKNOWN.into(),
             container: None,
+            pod: None,
             devices,
         };
         return (info, None);
@@ -390,6 +401,7 @@ fn process_info_and_env(
         cmdline,
         cuda_visible_devices,
         container: container_hint(pid),
+        pod: None,
         devices,
     };
     (info, gpu_env)

@@ -123,13 +123,17 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let ran = job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
     let status = ran.exit.status();
     let findings = diagnose::fingerprints(&ran.recorded.recording, &TimelineThresholds::default());
-    let result = job::summary::run_result(
+    let mut result = job::summary::run_result(
         command,
         (period.as_micros() as u64, process_period.as_micros() as u64),
         ran,
         &devices,
         findings,
         args.samples.as_ref().map(|p| p.display().to_string()),
+    );
+    crate::pods::name_pods(
+        result.processes.iter_mut().filter_map(|p| p.pod.as_mut()),
+        &args.pod_log_dir,
     );
     let report = Report {
         schema_version: SCHEMA_VERSION,

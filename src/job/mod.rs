@@ -526,6 +526,7 @@ mod tests {
             end_ms: None,
             gpu_env: vec![],
             via: via.map(String::from),
+            pod: None,
         };
         assert!(ours_to_signal(&tp(None)));
         assert!(ours_to_signal(&tp(Some("environment VRAMDOC_MARKERS"))));

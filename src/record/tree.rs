@@ -33,6 +33,9 @@ pub struct TreeProcess {
     /// `environment VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`. Its own descendants
     /// say `None`.
     pub via: Option<String>,
+    /// Its Kubernetes pod (UID and container id from its cgroup; named when the report is
+    /// built), when it runs in one.
+    pub pod: Option<Box<crate::model::PodRef>>,
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -115,9 +118,23 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>)
                 .collect()
         })
         .unwrap_or_default();
+    let pod = host::cgroup_paths(pid)
+        .ok()
+        .and_then(|paths| host::place_of(&paths))
+        .and_then(|pl| {
+            Some(Box::new(crate::model::PodRef {
+                uid: pl.pod_uid?,
+                namespace: None,
+                name: None,
+                container: None,
+                container_id: pl.container_id,
+                allocated_gpus: None,
+            }))
+        });
     TreeProcess {
         gpu_env,
         via,
+        pod,
         pid,
         ppid: Some(ppid),
         nspid,

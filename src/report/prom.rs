@@ -27,6 +27,8 @@ pub const KNOWN_RULES: &[&str] = &[
     crate::diagnose::ids::DUPLICATE_COPY,
     crate::diagnose::ids::DEVICE_LOST,
     crate::diagnose::ids::DEVICE_UNAVAILABLE,
+    crate::diagnose::ids::UNALLOCATED_GPU_USE,
+    crate::diagnose::ids::ALLOCATED_GPU_IDLE,
 ];
 
 #[derive(Debug, Error)]
@@ -95,6 +97,21 @@ pub fn sanitize_comm(name: Option<&str>) -> String {
     } else {
         s
     }
+}
+
+/// A Kubernetes name as a label value: DNS names (at most 253 characters of `a-z0-9.-`);
+/// anything else the kubelet's files held is replaced by `_`.
+pub fn sanitize_kube(name: &str) -> String {
+    name.chars()
+        .take(253)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec, PromError> {
@@ -242,15 +259,42 @@ pub fn render(
             }
         }
         if opts.per_process {
+            // The pod labels only where some process runs in a pod: an empty label is no
+            // label to Prometheus, so other nodes' series stay as they were.
+            let kube_labels = scan.processes.iter().any(|p| p.pod.is_some());
+            let labels: &[&str] = if kube_labels {
+                &[
+                    "gpu",
+                    "uuid",
+                    "pid",
+                    "comm",
+                    "pod",
+                    "namespace",
+                    "container",
+                ]
+            } else {
+                &["gpu", "uuid", "pid", "comm"]
+            };
             let procs = gauge(
                 &reg,
                 "vramdoc_process_gpu_memory_bytes",
-                "GPU memory of one process on one GPU (comm: process name, truncated)",
-                &["gpu", "uuid", "pid", "comm"],
+                "GPU memory of one process on one GPU (comm: process name, truncated; pod, \
+                 namespace, container: its Kubernetes pod, on nodes running pods)",
+                labels,
             )?;
             for p in &scan.processes {
                 let comm = sanitize_comm(p.name.as_deref());
                 let pid = p.pid.to_string();
+                let pod = p.pod.as_ref();
+                let kube = |f: fn(&crate::model::PodRef) -> Option<&String>| {
+                    pod.and_then(f)
+                        .map_or_else(String::new, |v| sanitize_kube(v))
+                };
+                let (pod_name, namespace, container) = (
+                    kube(|r| r.name.as_ref()),
+                    kube(|r| r.namespace.as_ref()),
+                    kube(|r| r.container.as_ref()),
+                );
                 for u in &p.devices {
                     let (Some(bytes), Some(d)) =
                         (u.used, scan.devices.iter().find(|d| d.index == u.device))
@@ -258,8 +302,11 @@ pub fn render(
                         continue;
                     };
                     let gpu = d.index.to_string();
+                    let values: [&str; 7] = [
+                        &gpu, &d.uuid, &pid, &comm, &pod_name, &namespace, &container,
+                    ];
                     procs
-                        .with_label_values(&[&gpu, &d.uuid, &pid, &comm])
+                        .with_label_values(&values[..labels.len()])
                         .set(bytes as f64);
                 }
             }

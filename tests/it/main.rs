@@ -28,6 +28,8 @@ mod hardening;
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.
 mod nvml_python;
+/// Pod attribution: kubepods cgroups, the kubelet's log directories and pod-resources gRPC.
+mod pods;
 /// `vramdoc preflight`: GPUs checked before a job starts.
 mod preflight;
 /// Real-driver behaviours the simulator models, seen by third-party clients and by vramdoc.
