@@ -359,8 +359,12 @@ pub fn redact_args(args: &[String]) -> Vec<String> {
                 }
             }
             Pending::Value if !is_flag(arg) => {
+                // The value may itself open another secret (`--key {'api_key': 'S'}` split
+                // into words): what it would expect next is still expected.
+                let mut next = Pending::None;
+                let _ = redact_arg(arg, &mut next);
                 out.push(replace_core(arg));
-                pending = Pending::None;
+                pending = next;
                 continue;
             }
             Pending::Header if is_auth_scheme(arg) => {

@@ -387,3 +387,19 @@ proptest! {
         prop_assert_eq!(redact_text(&want), want);
     }
 }
+
+/// A secret-taking flag right before another one (`--key --auth-token S`, a proptest find):
+/// the value of the second is still redacted.
+#[test]
+fn secret_flag_before_a_secret_flag() {
+    for pick in 0..14 {
+        for before in ["--key", "--token", "--password", "-p"] {
+            let mut args = vec![before.to_string()];
+            args.extend(shaped(pick, "S3cra0aAAa"));
+            let table = redact_cmdline(&args);
+            assert!(!table.contains("S3cra0aAAa"), "argv leak: {table}");
+            let text = redact_text(&args.join(" "));
+            assert!(!text.contains("S3cra0aAAa"), "text leak: {text}");
+        }
+    }
+}
