@@ -146,6 +146,7 @@ mod tests {
             duration_seconds: 0.01,
             timestamp_seconds: 1.0,
             backend: "sim".into(),
+            hostname: None,
         };
         let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
         let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";

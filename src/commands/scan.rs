@@ -31,6 +31,7 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
             duration_seconds: started.elapsed().as_secs_f64(),
             timestamp_seconds: report.created_unix_ms as f64 / 1000.0,
             backend: monitor.backend().to_string(),
+            hostname: None,
         };
         let opts = crate::report::prom::PromOptions {
             per_process: args.per_process,

@@ -51,6 +51,8 @@ pub struct Collection {
     pub timestamp_seconds: f64,
     /// Backend label for `vramdoc_build_info` (`sim`, `nvml`).
     pub backend: String,
+    /// The node's name: a `hostname` label on every series (`vramdoc serve`; `None`: none).
+    pub hostname: Option<String>,
 }
 
 /// What to export.
@@ -105,7 +107,16 @@ pub fn render(
     collection: &Collection,
     opts: PromOptions,
 ) -> Result<String, PromError> {
-    let reg = Registry::new();
+    let reg = match &collection.hostname {
+        Some(h) => Registry::new_custom(
+            None,
+            Some(std::collections::HashMap::from([(
+                "hostname".to_string(),
+                h.clone(),
+            )])),
+        )?,
+        None => Registry::new(),
+    };
     let build = gauge(
         &reg,
         "vramdoc_build_info",
@@ -268,6 +279,21 @@ mod tests {
             duration_seconds: 0.25,
             timestamp_seconds: 1.7e9,
             backend: "sim".into(),
+            hostname: None,
+        }
+    }
+
+    #[test]
+    fn the_node_name_labels_every_series() {
+        let c = Collection {
+            hostname: Some("gpu-node-7".into()),
+            ..coll(true)
+        };
+        let text = render(None, &c, PromOptions::default()).unwrap();
+        let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(!series.is_empty());
+        for l in series {
+            assert!(l.contains("hostname=\"gpu-node-7\""), "{l}");
         }
     }
 
