@@ -154,7 +154,7 @@ vramdoc sim status --calls                      # what nvitop cost the driver"
         after_help = "Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad flags, 3 environment \
 (no driver, no device, address in use).\n\nExamples:\n  vramdoc serve\n  \
 vramdoc serve --listen 0.0.0.0:10042 --interval 30s\n  vramdoc serve --per-process\n  \
-curl -s http://127.0.0.1:9835/metrics | grep vramdoc_findings"
+curl -s http://127.0.0.1:10042/metrics | grep vramdoc_findings"
     )]
     Serve(ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
