@@ -143,6 +143,9 @@ pub struct CollectConfig {
 pub struct Collected {
     pub scan: Option<ScanResult>,
     pub error: Option<String>,
+    /// The preflight gauges' exposition block (`super::preflight_gauge`), empty without a
+    /// scan.
+    pub preflight: String,
 }
 
 /// Read the machine once through `monitor` and diagnose it, as `vramdoc scan` does. One bad
@@ -151,13 +154,22 @@ pub struct Collected {
 /// metrics. Any error of the whole read is a failed collection without findings.
 pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
     match crate::scan::scan(monitor, &cfg.scan) {
-        Ok(report) => Collected {
-            scan: report.scan,
-            error: None,
+        Ok(report) => match super::preflight_gauge::render(&report, cfg.hostname.as_deref()) {
+            Ok(preflight) => Collected {
+                scan: report.scan,
+                error: None,
+                preflight,
+            },
+            Err(e) => Collected {
+                scan: report.scan,
+                error: Some(e.to_string()),
+                preflight: String::new(),
+            },
         },
         Err(e) => Collected {
             scan: None,
             error: Some(e.to_string()),
+            preflight: String::new(),
         },
     }
 }
@@ -184,7 +196,11 @@ fn exposition(
         hostname: cfg.hostname.clone(),
     };
     match prom::render(c.scan.as_ref(), &meta, cfg.options) {
-        Ok(text) => (text.into_bytes(), c.error),
+        Ok(text) => {
+            let mut body = text.into_bytes();
+            body.extend_from_slice(c.preflight.as_bytes());
+            (body, c.error)
+        }
         // Rendering fails only on an inconsistent metric definition; say so in the body.
         Err(e) => (
             format!("# {e}\nvramdoc_collect_success 0\n").into_bytes(),
@@ -206,6 +222,7 @@ pub fn failed_exposition(backend: &str, error: String, cfg: &CollectConfig) -> V
     let c = Collected {
         scan: None,
         error: Some(error),
+        preflight: String::new(),
     };
     exposition(c, backend, Instant::now(), cfg).0
 }

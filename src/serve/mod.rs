@@ -9,6 +9,7 @@
 
 pub mod collect;
 pub mod http;
+pub mod preflight_gauge;
 
 pub use collect::{
     collect, collect_exposition, failed_exposition, CollectConfig, Collected, Collector,

@@ -370,3 +370,43 @@ fn sigterm_during_the_first_collection_exits_0() {
     fault(dir.path(), &["--clear"]);
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
+
+/// The preflight gauges: a GPU a process holds memory on would be refused
+/// (`foreign-process`), a clean one accepted; the exposition passes `promtool check
+/// metrics` with them and the `hostname` label.
+#[test]
+fn preflight_gauges_refuse_a_busy_gpu_and_accept_a_clean_one() {
+    common::skip::require!("prometheus", crate::serve::prometheus_tools());
+    let dir = fresh_box("2x24GiB");
+    let _h = common::hold::Holder::start(dir.path(), &[], &["--device", "1", "--size", "1GiB"]);
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let text = eventually(SECS_10, "the holder's memory in a collection", || {
+        let text = serve.metrics();
+        (sample(&text, "vramdoc_preflight_ok", &[("gpu", "1")]) == Some(0.0)).then_some(text)
+    });
+    assert_eq!(
+        sample(&text, "vramdoc_preflight_ok", &[("gpu", "0")]),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "vramdoc_preflight_problems",
+            &[("gpu", "1"), ("kind", "foreign-process")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "vramdoc_preflight_problems",
+            &[("gpu", "0"), ("kind", "dead-process-memory")]
+        ),
+        Some(0.0),
+        "{text}"
+    );
+    let (ok, out) = crate::serve::promtool_check_metrics(&text);
+    assert!(ok, "promtool check metrics: {out}\n{text}");
+}
