@@ -410,3 +410,40 @@ fn preflight_gauges_refuse_a_busy_gpu_and_accept_a_clean_one() {
     let (ok, out) = crate::serve::promtool_check_metrics(&text);
     assert!(ok, "promtool check metrics: {out}\n{text}");
 }
+
+/// `scan --prom` when the machine cannot be read: the file is replaced by a failed
+/// collection (`vramdoc_collect_success 0`, so the textfile collector does not keep
+/// exporting the last good one) and the exit code says so; a directory that does not exist
+/// is refused before the scan.
+#[test]
+fn scan_prom_replaces_the_file_when_a_read_fails_and_checks_its_directory_first() {
+    let dir = fresh_box("t4");
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("vramdoc.prom");
+    let scan = || {
+        on_box(dir.path())
+            .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+            .args(["--backend", "real", "scan", "--prom"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    common::assert_ok(&scan(), "scan --prom");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(1.0));
+    fault(dir.path(), &["--nvml-session-lost"]);
+    let o = scan();
+    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(0.0), "{text}");
+    assert!(sample(&text, "vramdoc_gpu_memory_used_bytes", &[]).is_none());
+    fault(dir.path(), &["--clear"]);
+
+    let o = on_box(dir.path())
+        .args(["scan", "--prom"])
+        .arg(out.path().join("missing/vramdoc.prom"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a directory"));
+}
