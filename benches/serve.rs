@@ -12,6 +12,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vramdoc::backend::sim::SimMonitor;
@@ -19,7 +20,6 @@ use vramdoc::gpu::Monitor;
 use vramdoc::inventory::PidNamespace;
 use vramdoc::report::prom::PromOptions;
 use vramdoc::scan::ScanConfig;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vramdoc::serve::{
     self, CollectConfig, Collector, CollectorOptions, Latest, Server, ServerConfig,
 };
@@ -251,7 +251,8 @@ fn open(addr: SocketAddr, kind: Kind) -> Option<TcpStream> {
         Kind::Silent => {}
         Kind::Slowloris => s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").ok()?,
         Kind::IdleKeepAlive => {
-            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: idle\r\n\r\n").ok()?;
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: idle\r\n\r\n")
+                .ok()?;
             let mut buf = [0u8; 512];
             let _ = s.read(&mut buf).ok()?;
         }
@@ -270,7 +271,8 @@ impl SlowClients {
             .map(|kind| {
                 let (stop, reconnects, closed) = (stop.clone(), reconnects.clone(), closed.clone());
                 std::thread::spawn(move || {
-                    let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| open(addr, kind)).collect();
+                    let mut conns: Vec<Option<TcpStream>> =
+                        (0..n).map(|_| open(addr, kind)).collect();
                     let mut buf = [0u8; 4096];
                     while !stop.load(Ordering::Relaxed) {
                         for c in conns.iter_mut() {

@@ -124,7 +124,8 @@ fn node_name(flag: Option<&str>) -> String {
     if let Some(n) = flag {
         return n.to_string();
     }
-    let printable = |s: &str| !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_graphic());
+    let printable =
+        |s: &str| !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_graphic());
     if let Some(n) = std::env::var("NODE_NAME").ok().filter(|n| printable(n)) {
         return n;
     }

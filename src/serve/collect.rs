@@ -292,7 +292,7 @@ impl Collector {
                     // Closing drops the session (nvmlShutdown): a lost one is replaced by
                     // a new one at the next collection.
                     if opts.release_between
-                        || (failures > 0 && failures % opts.reinit_after.max(1) == 0)
+                        || (failures > 0 && failures.is_multiple_of(opts.reinit_after.max(1)))
                     {
                         monitor = None;
                     }

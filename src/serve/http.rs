@@ -361,10 +361,7 @@ impl tokio::io::AsyncWrite for Tracked {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
     fn is_write_vectored(&self) -> bool {
@@ -436,7 +433,10 @@ pub fn route(method: &Method, target: &str, latest: &Latest) -> Response {
     match path {
         "/metrics" | "/healthz" if !readable => Response {
             allow: true,
-            ..text(StatusCode::METHOD_NOT_ALLOWED, format!("allowed: {ALLOW}\n"))
+            ..text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("allowed: {ALLOW}\n"),
+            )
         },
         "/metrics" => Response {
             status: StatusCode::OK,
@@ -468,10 +468,7 @@ fn answer(req: &Request<Incoming>, latest: &Latest, conn: Arc<Conn>) -> hyper::R
             allow: false,
         }
     } else {
-        let target = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str());
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         route(req.method(), target, latest)
     };
     let len = r.body.len();
@@ -517,8 +514,14 @@ mod tests {
             route(&Method::GET, "/metrics?x=1&y", &latest).status,
             StatusCode::OK
         );
-        assert_eq!(route(&Method::HEAD, "/metrics", &latest).status, StatusCode::OK);
-        assert_eq!(route(&Method::GET, "/healthz", &latest).status, StatusCode::OK);
+        assert_eq!(
+            route(&Method::HEAD, "/metrics", &latest).status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            route(&Method::GET, "/healthz", &latest).status,
+            StatusCode::OK
+        );
         let post = route(&Method::POST, "/metrics", &latest);
         assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
         assert!(post.allow);
@@ -526,7 +529,10 @@ mod tests {
             route(&Method::DELETE, "/healthz", &latest).status,
             StatusCode::METHOD_NOT_ALLOWED
         );
-        assert_eq!(route(&Method::GET, "/", &latest).status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            route(&Method::GET, "/", &latest).status,
+            StatusCode::NOT_FOUND
+        );
         assert_eq!(
             route(&Method::GET, "/metricsx", &latest).status,
             StatusCode::NOT_FOUND

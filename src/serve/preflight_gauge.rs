@@ -10,7 +10,11 @@ use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
 
 /// The problem kinds exported (0 when absent); `not-enough-free` needs `--need`, which
 /// serve does not have.
-pub const KINDS: &[&str] = &["foreign-process", "dead-process-memory", "device-unavailable"];
+pub const KINDS: &[&str] = &[
+    "foreign-process",
+    "dead-process-memory",
+    "device-unavailable",
+];
 
 /// The preflight gauges for every GPU of `report` (empty when it read none), with the
 /// `hostname` label when given.

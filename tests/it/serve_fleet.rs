@@ -48,14 +48,19 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 /// A kept-alive connection that has been answered once.
 fn kept_alive(addr: SocketAddr) -> TcpStream {
     let mut s = connect(addr);
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
     assert_eq!(read_response(&mut s).0, 200);
     s
 }
 
 /// `vramdoc sim fault ARGS` on the box.
 fn fault(dir: &Path, args: &[&str]) {
-    let o = on_box(dir).args(["sim", "fault"]).args(args).output().unwrap();
+    let o = on_box(dir)
+        .args(["sim", "fault"])
+        .args(args)
+        .output()
+        .unwrap();
     common::assert_ok(&o, "sim fault");
 }
 
@@ -133,8 +138,14 @@ fn three_hundred_slow_and_idle_clients_never_block_a_scrape() {
     let reconnects: Vec<u32> = clients.into_iter().map(|t| t.join().unwrap()).collect();
     assert!(scrapes >= 10, "{scrapes} scrapes");
     // Silent and trickling clients were closed at their head deadline and came back.
-    assert!(reconnects[0] >= 100, "silent clients closed: {reconnects:?}");
-    assert!(reconnects[1] >= 100, "slowloris clients closed: {reconnects:?}");
+    assert!(
+        reconnects[0] >= 100,
+        "silent clients closed: {reconnects:?}"
+    );
+    assert!(
+        reconnects[1] >= 100,
+        "slowloris clients closed: {reconnects:?}"
+    );
 }
 
 /// A head still arriving at the head deadline (5 s) is closed, and so is a connection that
@@ -224,7 +235,11 @@ fn http_is_strict_and_standard() {
         "no body after HEAD: {text}"
     );
 
-    for (method, path) in [("POST", "/metrics"), ("OPTIONS", "/healthz"), ("PUT", "/metrics")] {
+    for (method, path) in [
+        ("POST", "/metrics"),
+        ("OPTIONS", "/healthz"),
+        ("PUT", "/metrics"),
+    ] {
         let (status, head) = http(
             serve.addr,
             &format!("{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"),
@@ -236,10 +251,22 @@ fn http_is_strict_and_standard() {
         );
     }
     for (what, request, want) in [
-        ("unknown path", "GET /metrics/x HTTP/1.1\r\nHost: t\r\n\r\n", 404),
-        ("a header line without colon", "GET /metrics HTTP/1.1\r\nnonsense\r\n\r\n", 400),
+        (
+            "unknown path",
+            "GET /metrics/x HTTP/1.1\r\nHost: t\r\n\r\n",
+            404,
+        ),
+        (
+            "a header line without colon",
+            "GET /metrics HTTP/1.1\r\nnonsense\r\n\r\n",
+            400,
+        ),
         ("an unknown version", "GET /metrics HTTP/9.9\r\n\r\n", 400),
-        ("a space in the target", "GET /met rics HTTP/1.1\r\n\r\n", 400),
+        (
+            "a space in the target",
+            "GET /met rics HTTP/1.1\r\n\r\n",
+            400,
+        ),
     ] {
         let (status, body) = http(serve.addr, request);
         assert_eq!(status, want, "{what}: {body}");
@@ -262,7 +289,9 @@ fn healthz_fails_while_the_nvml_session_is_lost_and_recovers_after_clear() {
     let text = serve.metrics();
     assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(0.0));
     fault(dir.path(), &["--clear"]);
-    eventually(SECS_10, "/healthz to recover", || serve.get("/healthz").0 == 200);
+    eventually(SECS_10, "/healthz to recover", || {
+        serve.get("/healthz").0 == 200
+    });
     let text = serve.metrics();
     assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(1.0));
     assert!(sample(&text, "vramdoc_gpu_memory_capacity_bytes", &[("gpu", "1")]).is_some());
@@ -280,12 +309,18 @@ fn serve_starts_before_nvml_works() {
     fault(dir.path(), &["--nvml-session-lost"]);
     let serve = serve_nvml(dir.path(), &[]);
     let text = serve.metrics();
-    assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(0.0), "{text}");
+    assert_eq!(
+        sample(&text, "vramdoc_collect_success", &[]),
+        Some(0.0),
+        "{text}"
+    );
     assert_eq!(
         sample(&text, "vramdoc_build_info", &[("backend", "nvml")]),
         Some(1.0)
     );
-    eventually(SECS_10, "/healthz to fail", || serve.get("/healthz").0 == 503);
+    eventually(SECS_10, "/healthz to fail", || {
+        serve.get("/healthz").0 == 503
+    });
     fault(dir.path(), &["--clear"]);
     eventually(SECS_10, "a successful collection", || {
         sample(&serve.metrics(), "vramdoc_collect_success", &[]) == Some(1.0)
@@ -324,7 +359,12 @@ fn release_between_shuts_nvml_down_after_every_collection() {
 #[test]
 fn the_node_name_labels_every_series() {
     let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[("NODE_NAME", Path::new("gpu-node-7"))], &[], &[]);
+    let serve = Serve::start(
+        dir.path(),
+        &[("NODE_NAME", Path::new("gpu-node-7"))],
+        &[],
+        &[],
+    );
     let text = serve.metrics();
     let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     assert!(series.len() > 5);
@@ -433,9 +473,17 @@ fn scan_prom_replaces_the_file_when_a_read_fails_and_checks_its_directory_first(
     assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(1.0));
     fault(dir.path(), &["--nvml-session-lost"]);
     let o = scan();
-    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let text = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(0.0), "{text}");
+    assert_eq!(
+        sample(&text, "vramdoc_collect_success", &[]),
+        Some(0.0),
+        "{text}"
+    );
     assert!(sample(&text, "vramdoc_gpu_memory_used_bytes", &[]).is_none());
     fault(dir.path(), &["--clear"]);
 
