@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// When `/healthz` says the exporter is unhealthy (docs/fleet.md, "Health").
+/// When `/healthz` says the exporter is unhealthy (docs/fleet.md, "Surviving real nodes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthPolicy {
     /// Unhealthy once this many collections in a row failed (and healthy again at the next
@@ -370,5 +370,99 @@ mod tests {
         assert_eq!(headroom, vec![0, 2]);
         assert_eq!(scan.findings[0].id, "device-lost");
         assert_eq!(scan.findings[0].devices, vec![1]);
+    }
+
+    #[test]
+    fn health_fails_after_the_grace_and_recovers_at_the_next_success() {
+        let latest = Latest::with_health(
+            Vec::new(),
+            HealthPolicy {
+                fail_after: 3,
+                stale_after: None,
+            },
+        );
+        assert!(latest.health().is_ok(), "healthy before any collection");
+        latest.record(Some("NVML_ERROR_UNKNOWN"));
+        latest.record(Some("NVML_ERROR_UNKNOWN"));
+        assert!(latest.health().is_ok(), "within the grace");
+        latest.record(Some("NVML_ERROR_UNKNOWN"));
+        let why = latest.health().unwrap_err();
+        assert!(
+            why.contains("last 3 collections failed: NVML_ERROR_UNKNOWN"),
+            "{why}"
+        );
+        latest.record(None);
+        assert!(latest.health().is_ok());
+        assert_eq!(latest.collections(), 4);
+        let stale = Latest::with_health(
+            Vec::new(),
+            HealthPolicy {
+                fail_after: 3,
+                stale_after: Some(Duration::ZERO),
+            },
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(stale
+            .health()
+            .unwrap_err()
+            .contains("no collection finished"));
+    }
+
+    #[test]
+    fn the_collector_serves_failures_until_nvml_opens_and_reopens_it_when_told() {
+        use crate::backend::sim::SimMonitor;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use vramdoc_sim::{InitOptions, SimBox};
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "t4", &InitOptions::default()).unwrap();
+        let cfg = CollectConfig {
+            scan: ScanConfig {
+                sim_spec: None,
+                pid_namespace: PidNamespace {
+                    host: true,
+                    reason: "test".into(),
+                },
+                thresholds: Thresholds::default(),
+            },
+            options: PromOptions::default(),
+            hostname: Some("n1".into()),
+        };
+        for release_between in [false, true] {
+            let opens = Arc::new(AtomicU32::new(0));
+            let (o, s) = (opens.clone(), sim.clone());
+            // The first two opens fail (NVML not there yet), later ones work.
+            let open: OpenMonitor = Box::new(move || {
+                if o.fetch_add(1, Ordering::SeqCst) < 2 {
+                    Err("libnvidia-ml.so.1: cannot open shared object file".into())
+                } else {
+                    Ok(Box::new(SimMonitor::new(s.clone())) as Box<dyn Monitor>)
+                }
+            });
+            let latest = Arc::new(Latest::new(Vec::new()));
+            let opts = CollectorOptions {
+                interval: Duration::from_millis(100),
+                release_between,
+                reinit_after: 3,
+                backend: "nvml",
+            };
+            let c = Collector::start(open, cfg.clone(), opts, latest.clone(), |_| {}).unwrap();
+            let until = Instant::now() + Duration::from_secs(20);
+            while latest.collections() < 6 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            c.stop(Duration::from_secs(5));
+            let text = String::from_utf8(latest.get().to_vec()).unwrap();
+            assert!(
+                text.contains("vramdoc_collect_success{hostname=\"n1\"} 1"),
+                "{text}"
+            );
+            let n = opens.load(Ordering::SeqCst) as u64;
+            let collections = latest.collections();
+            if release_between {
+                assert_eq!(n, collections, "one open per collection");
+            } else {
+                assert_eq!(n, 3, "opened until it worked, then kept");
+            }
+        }
     }
 }
