@@ -175,8 +175,9 @@ pub fn render(
         let info = gauge(
             &reg,
             "vramdoc_gpu_info",
-            "Static facts of a GPU as NVML numbers it; always 1",
-            &["gpu", "uuid", "name", "pci_bus_id"],
+            "Static facts of a GPU as NVML numbers it; always 1. `UUID` repeats `uuid` under \
+             dcgm-exporter's label name, to join with its series",
+            &["gpu", "uuid", "name", "pci_bus_id", "UUID"],
         )?;
         let used = gauge(
             &reg,
@@ -224,7 +225,7 @@ pub fn render(
             }
             let gpu = d.index.to_string();
             let l = [gpu.as_str(), d.uuid.as_str()];
-            info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id])
+            info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id, &d.uuid])
                 .set(1.0);
             used.with_label_values(&l).set(d.memory.used as f64);
             free.with_label_values(&l).set(d.memory.free as f64);

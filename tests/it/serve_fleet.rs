@@ -371,6 +371,17 @@ fn the_node_name_labels_every_series() {
     for l in &series {
         assert!(l.contains("hostname=\"gpu-node-7\""), "{l}");
     }
+    // The GPU's UUID also under dcgm-exporter's label name, with the same `GPU-…` value.
+    let info = series
+        .iter()
+        .find(|l| l.starts_with("vramdoc_gpu_info{"))
+        .expect("vramdoc_gpu_info");
+    let label = |name: &str| {
+        let start = info.find(&format!("{name}=\"")).expect(name) + name.len() + 2;
+        info[start..].split('"').next().unwrap().to_string()
+    };
+    assert!(label("UUID").starts_with("GPU-"), "{info}");
+    assert_eq!(label("UUID"), label(",uuid"), "{info}");
     drop(serve);
     let serve = Serve::start(
         dir.path(),
