@@ -482,6 +482,9 @@ fn scan_prom_replaces_the_file_when_a_read_fails_and_checks_its_directory_first(
     common::assert_ok(&scan(), "scan --prom");
     let text = std::fs::read_to_string(&file).unwrap();
     assert_eq!(sample(&text, "vramdoc_collect_success", &[]), Some(1.0));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |f: &Path| std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&file), 0o644, "readable by node_exporter's user");
     fault(dir.path(), &["--nvml-session-lost"]);
     let o = scan();
     assert!(
