@@ -62,8 +62,9 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     };
     let first = serve::failed_exposition(opts.backend, "no collection yet".into(), &cfg);
     let latest = Arc::new(Latest::with_health(first, policy));
+    let opening = Arc::new(AtomicBool::new(false));
     let collector = Collector::start(
-        Box::new(move || super::open_monitor(kind).map_err(|e| format!("{e:#}"))),
+        Box::new(move || super::open_monitor(kind, &opening).map_err(|e| format!("{e:#}"))),
         cfg,
         opts,
         latest.clone(),
