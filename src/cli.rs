@@ -152,7 +152,8 @@ vramdoc sim status --calls                      # what nvitop cost the driver"
     /// (DaemonSet, systemd, alert rules) are documented in docs/fleet.md.
     #[command(
         after_help = "Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad flags, 3 environment \
-(no driver, no device, address in use).\n\nExamples:\n  vramdoc serve\n  \
+(address in use). Without a driver or a GPU it keeps serving `vramdoc_collect_success 0` and \
+reads the GPUs once NVML works.\n\nExamples:\n  vramdoc serve\n  \
 vramdoc serve --listen 0.0.0.0:10042 --interval 30s\n  vramdoc serve --per-process\n  \
 curl -s http://127.0.0.1:10042/metrics | grep vramdoc_findings"
     )]
