@@ -460,7 +460,16 @@ fn answer(req: &Request<Incoming>, latest: &Latest, conn: Arc<Conn>) -> hyper::R
     let announced_body = req.body().size_hint().lower() > 0
         || req.body().size_hint().upper() != Some(0)
         || req.headers().contains_key(hyper::header::TRANSFER_ENCODING);
-    let r = if announced_body && (req.method() == Method::GET || req.method() == Method::HEAD) {
+    // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host header gets 400.
+    let hosts = req.headers().get_all(hyper::header::HOST).iter().count();
+    let r = if req.version() == hyper::Version::HTTP_11 && hosts != 1 {
+        Response {
+            status: StatusCode::BAD_REQUEST,
+            content_type: PLAIN,
+            body: Arc::new(b"an HTTP/1.1 request needs exactly one Host header\n".to_vec()),
+            allow: false,
+        }
+    } else if announced_body && (req.method() == Method::GET || req.method() == Method::HEAD) {
         Response {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             content_type: PLAIN,

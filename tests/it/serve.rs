@@ -511,11 +511,15 @@ fn bad_requests_get_their_status_codes() {
     );
     let big = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
     for (what, request, want) in [
-        ("unknown path", "GET /secrets HTTP/1.1\r\n\r\n", 404),
+        (
+            "unknown path",
+            "GET /secrets HTTP/1.1\r\nHost: t\r\n\r\n",
+            404,
+        ),
         ("10 kB header", big.as_str(), 431),
         (
             "a body",
-            "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            "GET /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello",
             413,
         ),
         ("not HTTP", "BREW\r\n\r\n", 400),

@@ -267,6 +267,21 @@ fn http_is_strict_and_standard() {
             "GET /met rics HTTP/1.1\r\n\r\n",
             400,
         ),
+        (
+            "HTTP/1.1 without Host",
+            "GET /metrics HTTP/1.1\r\n\r\n",
+            400,
+        ),
+        (
+            "two Host headers",
+            "GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            400,
+        ),
+        (
+            "HTTP/1.0 needs no Host",
+            "GET /metrics HTTP/1.0\r\n\r\n",
+            200,
+        ),
     ] {
         let (status, body) = http(serve.addr, request);
         assert_eq!(status, want, "{what}: {body}");
