@@ -282,13 +282,18 @@ impl Collector {
                         Some(m) => collect_exposition(m.as_ref(), &cfg),
                         None => {
                             let e = format!(
-                                "opening NVML: {}",
+                                "opening {}: {}",
+                                opts.backend,
                                 open_error.unwrap_or_else(|| "unknown error".into())
                             );
                             (failed_exposition(opts.backend, e.clone(), &cfg), Some(e))
                         }
                     };
-                    failures = if err.is_some() { failures + 1 } else { 0 };
+                    failures = if err.is_some() {
+                        failures.saturating_add(1)
+                    } else {
+                        0
+                    };
                     // Closing drops the session (nvmlShutdown): a lost one is replaced by
                     // a new one at the next collection.
                     if opts.release_between
