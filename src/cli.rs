@@ -535,7 +535,7 @@ pub enum ReportFormat {
     Html,
 }
 
-/// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`
+/// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`, `1h30m`
 /// ([`crate::units::parse_duration`]).
 pub fn duration(s: &str) -> Result<Duration, String> {
     crate::units::parse_duration(s).map_err(|e| e.to_string())
@@ -605,6 +605,14 @@ mod tests {
             "issue 19: 1h as 3600s"
         );
         assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        let Command::Serve(s) = parse(&["serve", "--interval", "1m30s"]).unwrap().command else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            s.interval,
+            Duration::from_secs(90),
+            "issue 19: combined units"
+        );
         let Command::Serve(s) = parse(&["serve"]).unwrap().command else {
             panic!("not serve");
         };

@@ -64,21 +64,34 @@ pub struct PromOptions {
 }
 
 /// A process name made safe and short for a label: at most [`COMM_MAX`] characters of
-/// `[A-Za-z0-9._-]`, others replaced by `_`; `unknown` when there is none. Never the
-/// command line.
+/// `[A-Za-z0-9._-]`, others replaced by `_`, and the `\xNN` escapes of bytes that are not
+/// UTF-8 kept as they are (one character each, [`crate::term::escape_bytes`]: `caf\xe9`);
+/// `unknown` when there is none. Never the command line.
 pub fn sanitize_comm(name: Option<&str>) -> String {
-    let s: String = name
-        .unwrap_or("")
-        .chars()
-        .take(COMM_MAX)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
+    let name = name.unwrap_or("");
+    let mut s = String::new();
+    let mut chars = name.char_indices().peekable();
+    let mut taken = 0;
+    while let Some((i, c)) = chars.next() {
+        if taken == COMM_MAX {
+            break;
+        }
+        taken += 1;
+        let escape = name.get(i..i + 4).filter(|e| {
+            let b = e.as_bytes();
+            b[0] == b'\\' && b[1] == b'x' && b[2..].iter().all(u8::is_ascii_hexdigit)
+        });
+        if let Some(e) = escape {
+            s.push_str(e);
+            for _ in 0..3 {
+                chars.next();
             }
-        })
-        .collect();
+        } else if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            s.push(c);
+        } else {
+            s.push('_');
+        }
+    }
     if s.is_empty() {
         "unknown".into()
     } else {
@@ -305,6 +318,11 @@ mod tests {
         assert_eq!(sanitize_comm(Some(&"x".repeat(100))).len(), COMM_MAX);
         assert_eq!(sanitize_comm(None), "unknown");
         assert_eq!(sanitize_comm(Some("")), "unknown");
+        // Issue 19: the escapes of a name that is not UTF-8 stay, one character each.
+        assert_eq!(sanitize_comm(Some("caf\\xe9")), "caf\\xe9");
+        let all_bad = "\\xff".repeat(20);
+        assert_eq!(sanitize_comm(Some(&all_bad)), "\\xff".repeat(COMM_MAX));
+        assert_eq!(sanitize_comm(Some("a\\xzz")), "a_xzz");
     }
 
     #[test]
