@@ -12,7 +12,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `vramdoc serve`'s default address: loopback only.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9835";
+/// Port 10042: outside Prometheus' fully allocated 9100-9999 exporter range and free in its
+/// list of exporters beyond it (docs/fleet.md, "Port").
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10042";
 
 /// Diagnose and reproduce GPU memory (VRAM) failures.
 ///
@@ -152,9 +154,10 @@ vramdoc sim status --calls                      # what nvitop cost the driver"
     /// (DaemonSet, systemd, alert rules) are documented in docs/fleet.md.
     #[command(
         after_help = "Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad flags, 3 environment \
-(no driver, no device, address in use).\n\nExamples:\n  vramdoc serve\n  \
-vramdoc serve --listen 0.0.0.0:9835 --interval 30s\n  vramdoc serve --per-process\n  \
-curl -s http://127.0.0.1:9835/metrics | grep vramdoc_findings"
+(address in use). Without a driver or a GPU it keeps serving `vramdoc_collect_success 0` and \
+reads the GPUs once NVML works.\n\nExamples:\n  vramdoc serve\n  \
+vramdoc serve --listen 0.0.0.0:10042 --interval 30s\n  vramdoc serve --per-process\n  \
+curl -s http://127.0.0.1:10042/metrics | grep vramdoc_findings"
     )]
     Serve(ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
@@ -258,7 +261,7 @@ pub use crate::model::Severity;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on; loopback by default, `0.0.0.0:9835` (or the pod IP) to be
+    /// Address to listen on; loopback by default, `0.0.0.0:10042` (or the pod IP) to be
     /// scraped from other hosts
     #[arg(long, default_value = DEFAULT_LISTEN, value_name = "ADDR", value_parser = listen_addr)]
     pub listen: SocketAddr,
@@ -277,6 +280,24 @@ pub struct ServeArgs {
     pub per_process: bool,
     #[command(flatten)]
     pub pods: PodArgs,
+    /// The node's name, the `hostname` label of every series (as dcgm-exporter's
+    /// `Hostname`); default: the NODE_NAME environment variable (a DaemonSet sets it from
+    /// `spec.nodeName`), else the host name
+    #[arg(long, value_name = "NAME", value_parser = node_name)]
+    pub node_name: Option<String>,
+    /// Shut NVML down after every collection and initialise it again for the next: costs an
+    /// NVML init per collection, but never holds the driver open between collections (driver
+    /// upgrades and `nvidia-smi --gpu-reset` need it closed)
+    #[arg(long)]
+    pub release_between: bool,
+}
+
+/// A node name: 1 to 253 printable ASCII characters, as Kubernetes node names are.
+fn node_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 253 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("1 to 253 printable ASCII characters".into());
+    }
+    Ok(s.to_string())
 }
 
 #[derive(Debug, Args)]

@@ -156,6 +156,7 @@ mod tests {
             duration_seconds: 0.01,
             timestamp_seconds: 1.0,
             backend: "sim".into(),
+            hostname: None,
         };
         let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
         let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";
@@ -179,7 +180,10 @@ mod tests {
             )
         );
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
-        assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("vramdoc_gpu_info{UUID=\"GPU-")
+                && l.contains("gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with")));
         // No process runs in a pod: no pod labels.
         assert!(
             text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
@@ -217,6 +221,7 @@ mod tests {
             duration_seconds: 0.01,
             timestamp_seconds: 1.0,
             backend: "sim".into(),
+            hostname: None,
         };
         let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
         assert!(

@@ -79,39 +79,64 @@ impl Session {
     /// [`NVML_START_LIMIT`] (a GPU in a bad state, a call stuck in D state) is an
     /// environment error saying what to check (exit 3; `run`: 125), never a hang.
     pub fn monitor(&self) -> Result<Box<dyn Monitor>> {
-        let kind = self.backend;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("vramdoc-nvml-open".into())
-            .spawn(move || {
-                let opened = backend::open_monitor(kind).and_then(|m| {
-                    let devices = m.devices()?;
-                    Ok((m, devices))
-                });
-                let _ = tx.send(opened);
-            })?;
-        let Ok(opened) = rx.recv_timeout(NVML_START_LIMIT) else {
-            return Err(crate::exit::EnvironmentError(format!(
-                "NVML did not answer within {} s: a GPU or its driver is in a bad state (look for \
-                 Xid messages in `dmesg` and processes in D state; `nvidia-smi` hangs too); \
-                 drain the node or reset the GPU",
-                NVML_START_LIMIT.as_secs()
-            ))
-            .into());
-        };
-        let (m, devices) = opened?;
-        if devices.is_empty() {
-            return Err(gpu::GpuError::NoDevice(
-                "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
-            )
-            .into());
-        }
-        Ok(m)
+        open_monitor(self.backend, &Default::default())
     }
 
     pub fn driver(&self) -> Result<Box<dyn Driver>> {
         Ok(backend::open_driver(self.backend)?)
     }
+}
+
+/// [`Session::monitor`] for a backend kind, from any thread (serve's collector opens NVML
+/// again after a loss). `opening` is set while an open runs: an open that did not return
+/// within [`NVML_START_LIMIT`] keeps it set until it does, and a new open meanwhile fails at
+/// once instead of leaving one more thread stuck in the driver.
+pub fn open_monitor(
+    kind: BackendKind,
+    opening: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Box<dyn Monitor>> {
+    use std::sync::atomic::Ordering;
+    if opening.swap(true, Ordering::SeqCst) {
+        return Err(crate::exit::EnvironmentError(
+            "NVML is still opening: an earlier nvmlInit has not returned (look for Xid \
+             messages in `dmesg` and processes in D state)"
+                .into(),
+        )
+        .into());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let done = opening.clone();
+    let spawned = std::thread::Builder::new()
+        .name("vramdoc-nvml-open".into())
+        .spawn(move || {
+            let opened = backend::open_monitor(kind).and_then(|m| {
+                let devices = m.devices()?;
+                Ok((m, devices))
+            });
+            done.store(false, Ordering::SeqCst);
+            let _ = tx.send(opened);
+        });
+    if let Err(e) = spawned {
+        opening.store(false, Ordering::SeqCst);
+        return Err(e.into());
+    }
+    let Ok(opened) = rx.recv_timeout(NVML_START_LIMIT) else {
+        return Err(crate::exit::EnvironmentError(format!(
+            "NVML did not answer within {} s: a GPU or its driver is in a bad state (look for \
+             Xid messages in `dmesg` and processes in D state; `nvidia-smi` hangs too); \
+             drain the node or reset the GPU",
+            NVML_START_LIMIT.as_secs()
+        ))
+        .into());
+    };
+    let (m, devices) = opened?;
+    if devices.is_empty() {
+        return Err(gpu::GpuError::NoDevice(
+            "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
+        )
+        .into());
+    }
+    Ok(m)
 }
 
 /// The `--out` path with one of `exts` (any case), for pointers from CI outputs (JUnit, job

@@ -15,22 +15,36 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     if let Some(p) = &args.prom {
         check_prom_path(p)?;
     }
-    let pid_namespace = inventory::detect_pid_namespace()?;
-    let monitor = session.monitor()?;
-    let cfg = ScanConfig {
-        sim_spec: session.sim_spec(),
-        pid_namespace,
-        thresholds: args.pods.thresholds(),
-        pods: args.pods.config(),
-    };
     let started = std::time::Instant::now();
-    let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
+    let pid_namespace = inventory::detect_pid_namespace()?;
+    let read = session.monitor().and_then(|monitor| {
+        let cfg = ScanConfig {
+            sim_spec: session.sim_spec(),
+            pid_namespace,
+            thresholds: args.pods.thresholds(),
+            pods: args.pods.config(),
+        };
+        let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
+        Ok((monitor, report))
+    });
+    let (monitor, report) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            // The textfile collector would keep exporting the last file: replace it with a
+            // failed collection, so `vramdoc_collect_success 0` alerts instead.
+            if let Some(path) = &args.prom {
+                write_failed_prom(path, session, started)?;
+            }
+            return Err(e);
+        }
+    };
     if let Some(path) = &args.prom {
         let collection = crate::report::prom::Collection {
             success: true,
             duration_seconds: started.elapsed().as_secs_f64(),
             timestamp_seconds: report.created_unix_ms as f64 / 1000.0,
             backend: monitor.backend().to_string(),
+            hostname: None,
         };
         let opts = crate::report::prom::PromOptions {
             per_process: args.per_process,
@@ -65,14 +79,49 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     })
 }
 
-/// node_exporter's textfile collector reads `*.prom` files only.
+/// `--prom` after a failed read of the machine: `vramdoc_collect_success 0` and the exporter's
+/// own series, written as a successful one would be.
+fn write_failed_prom(
+    path: &std::path::Path,
+    session: &Session,
+    started: std::time::Instant,
+) -> Result<()> {
+    let collection = crate::report::prom::Collection {
+        success: false,
+        duration_seconds: started.elapsed().as_secs_f64(),
+        timestamp_seconds: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        backend: match session.backend {
+            crate::backend::BackendKind::Real => "nvml".into(),
+            crate::backend::BackendKind::Sim => "sim".into(),
+        },
+        hostname: None,
+    };
+    let text = crate::report::prom::render(None, &collection, Default::default())?;
+    crate::report::write::write_atomic(path, text.as_bytes(), true)?;
+    Ok(())
+}
+
+/// node_exporter's textfile collector reads `*.prom` files only; the directory must exist
+/// (checked before the scan, not after it).
 fn check_prom_path(path: &std::path::Path) -> Result<(), crate::exit::UsageError> {
-    if path.extension().and_then(|e| e.to_str()) == Some("prom") {
-        Ok(())
-    } else {
-        Err(crate::exit::UsageError(format!(
+    if path.extension().and_then(|e| e.to_str()) != Some("prom") {
+        return Err(crate::exit::UsageError(format!(
             "--prom {}: name the file *.prom (node_exporter's textfile collector reads only those)",
             path.display()
-        )))
+        )));
     }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(crate::exit::UsageError(format!(
+            "--prom {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
 }

@@ -1,19 +1,36 @@
-//! `vramdoc serve` (issue 11): the Prometheus exporter's command edge: flags, the first
-//! collection, the collector thread and the HTTP server (`crate::serve`), and a clean stop
-//! on SIGTERM, SIGHUP or Ctrl-C (the process's one signal handler, `commands::interrupt_flag`).
+//! `vramdoc serve` (issues 11, 18): the Prometheus exporter's command edge: flags, the node
+//! name, the collector thread (which opens NVML, and again after a loss) and the HTTP server
+//! (`crate::serve`), and a clean stop (exit 0) on SIGTERM, SIGHUP or Ctrl-C at any moment,
+//! the first collection included (the process's one signal handler,
+//! `commands::handle_interrupts_gracefully`).
 
-use super::Session;
+use crate::backend::BackendKind;
 use crate::cli::ServeArgs;
 use crate::exit::EnvironmentError;
 use crate::inventory;
 use crate::report::prom::PromOptions;
 use crate::scan::ScanConfig;
-use crate::serve::{self, CollectConfig, Collector, Latest, Server, ServerConfig};
+use crate::serve::{
+    self, CollectConfig, Collector, CollectorOptions, HealthPolicy, Latest, Server, ServerConfig,
+    FAILURES_BEFORE_REINIT,
+};
 use anyhow::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::Session;
+
+/// Longest the first collection may take before the server starts anyway (exporting
+/// `vramdoc_collect_success 0` until a collection finishes).
+const FIRST_COLLECTION_WAIT: Duration = Duration::from_secs(15);
+
+/// Longest a stop waits for a collection in progress.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
+    // First: a signal at any later moment (the first collection included) is a clean stop.
+    let stop = super::handle_interrupts_gracefully();
     // --listen and --interval are parsed and bounded by their flags (crate::cli).
     let (addr, interval) = (args.listen, args.interval);
     let cfg = CollectConfig {
@@ -26,31 +43,48 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         options: PromOptions {
             per_process: args.per_process,
         },
+        hostname: Some(node_name(args.node_name.as_deref())),
     };
-    let monitor = session.monitor()?;
+    let kind = session.backend;
+    let opts = CollectorOptions {
+        interval,
+        release_between: args.release_between,
+        reinit_after: FAILURES_BEFORE_REINIT,
+        backend: match kind {
+            BackendKind::Real => "nvml",
+            BackendKind::Sim => "sim",
+        },
+    };
+    let policy = HealthPolicy {
+        fail_after: FAILURES_BEFORE_REINIT,
+        // Three intervals and the NVML start limit: a collection stuck in the driver.
+        stale_after: Some(interval * 3 + super::NVML_START_LIMIT + Duration::from_secs(30)),
+    };
+    let first = serve::failed_exposition(opts.backend, "no collection yet".into(), &cfg);
+    let latest = Arc::new(Latest::with_health(first, policy));
+    let opening = Arc::new(AtomicBool::new(false));
+    let collector = Collector::start(
+        Box::new(move || super::open_monitor(kind, &opening).map_err(|e| format!("{e:#}"))),
+        cfg,
+        opts,
+        latest.clone(),
+        |e| match e {
+            Some(e) => crate::term::eprint_line(&format!(
+                "vramdoc serve: collection failed (still serving): {e}"
+            )),
+            None => crate::term::eprint_line("vramdoc serve: collection succeeds"),
+        },
+    )
+    .map_err(|e| EnvironmentError(format!("starting the collector: {e}")))?;
 
-    // The first collection before the first scrape, so no scrape sees an empty exporter.
-    let (body, err) = serve::collect_exposition(monitor.as_ref(), &cfg);
-    if let Some(e) = &err {
-        crate::term::eprint_line(&format!(
-            "vramdoc serve: collection failed (still serving): {e}"
-        ));
+    // The first collection before the first scrape, so no scrape sees an empty exporter;
+    // bounded, and a signal meanwhile stops at once (the collector is left to the exit).
+    if !wait_first(&latest, &stop) {
+        crate::term::eprint_line("vramdoc serve: stopping");
+        return Ok(crate::exit::OK);
     }
-    let latest = Arc::new(Latest::new(body));
     let server = Server::start(addr, latest.clone(), ServerConfig::default())
         .map_err(|e| EnvironmentError(format!("cannot listen on {addr}: {e}")))?;
-
-    // SIGINT, SIGTERM and SIGHUP set this flag (the one handler of the process); a stop is
-    // noticed within 100 ms.
-    let stop = super::handle_interrupts_gracefully();
-
-    let collector = Collector::start(monitor, cfg, interval, latest, err, |e| match e {
-        Some(e) => crate::term::eprint_line(&format!(
-            "vramdoc serve: collection failed (still serving): {e}"
-        )),
-        None => crate::term::eprint_line("vramdoc serve: collection succeeds again"),
-    })
-    .map_err(|e| EnvironmentError(format!("starting the collector: {e}")))?;
     let local = server.local_addr();
     if !local.ip().is_loopback() {
         crate::term::eprint_line(&format!(
@@ -63,11 +97,49 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         crate::units::format_duration(interval)
     ));
 
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
     }
     crate::term::eprint_line("vramdoc serve: stopping");
     server.shutdown();
-    collector.stop();
+    collector.stop(STOP_WAIT);
     Ok(crate::exit::OK)
+}
+
+/// Wait for the first collection (at most [`FIRST_COLLECTION_WAIT`]); `false` when a
+/// signal came first.
+fn wait_first(latest: &Latest, stop: &AtomicBool) -> bool {
+    let until = Instant::now() + FIRST_COLLECTION_WAIT;
+    while latest.collections() == 0 && Instant::now() < until {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !stop.load(Ordering::SeqCst)
+}
+
+/// The node's name: `--node-name`, else `NODE_NAME` (the DaemonSet's downward API), else
+/// the host name, else `unknown`.
+fn node_name(flag: Option<&str>) -> String {
+    if let Some(n) = flag {
+        return n.to_string();
+    }
+    let printable =
+        |s: &str| !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_graphic());
+    if let Some(n) = std::env::var("NODE_NAME").ok().filter(|n| printable(n)) {
+        return n;
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into the buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        if let Ok(h) = std::str::from_utf8(&buf[..end]) {
+            if printable(h) {
+                return h.to_string();
+            }
+        }
+    }
+    "unknown".into()
 }

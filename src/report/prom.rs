@@ -53,6 +53,8 @@ pub struct Collection {
     pub timestamp_seconds: f64,
     /// Backend label for `vramdoc_build_info` (`sim`, `nvml`).
     pub backend: String,
+    /// The node's name: a `hostname` label on every series (`vramdoc serve`; `None`: none).
+    pub hostname: Option<String>,
 }
 
 /// What to export.
@@ -135,7 +137,16 @@ pub fn render(
     collection: &Collection,
     opts: PromOptions,
 ) -> Result<String, PromError> {
-    let reg = Registry::new();
+    let reg = match &collection.hostname {
+        Some(h) => Registry::new_custom(
+            None,
+            Some(std::collections::HashMap::from([(
+                "hostname".to_string(),
+                h.clone(),
+            )])),
+        )?,
+        None => Registry::new(),
+    };
     let build = gauge(
         &reg,
         "vramdoc_build_info",
@@ -194,8 +205,9 @@ pub fn render(
         let info = gauge(
             &reg,
             "vramdoc_gpu_info",
-            "Static facts of a GPU as NVML numbers it; always 1",
-            &["gpu", "uuid", "name", "pci_bus_id"],
+            "Static facts of a GPU as NVML numbers it; always 1. `UUID` repeats `uuid` under \
+             dcgm-exporter's label name, to join with its series",
+            &["gpu", "uuid", "name", "pci_bus_id", "UUID"],
         )?;
         let used = gauge(
             &reg,
@@ -243,7 +255,7 @@ pub fn render(
             }
             let gpu = d.index.to_string();
             let l = [gpu.as_str(), d.uuid.as_str()];
-            info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id])
+            info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id, &d.uuid])
                 .set(1.0);
             used.with_label_values(&l).set(d.memory.used as f64);
             free.with_label_values(&l).set(d.memory.free as f64);
@@ -328,6 +340,21 @@ mod tests {
             duration_seconds: 0.25,
             timestamp_seconds: 1.7e9,
             backend: "sim".into(),
+            hostname: None,
+        }
+    }
+
+    #[test]
+    fn the_node_name_labels_every_series() {
+        let c = Collection {
+            hostname: Some("gpu-node-7".into()),
+            ..coll(true)
+        };
+        let text = render(None, &c, PromOptions::default()).unwrap();
+        let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(!series.is_empty());
+        for l in series {
+            assert!(l.contains("hostname=\"gpu-node-7\""), "{l}");
         }
     }
 

@@ -10,27 +10,122 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The last exposition, shared between the collector and the server.
-#[derive(Debug, Default)]
-pub struct Latest(Mutex<Arc<Vec<u8>>>);
+/// When `/healthz` says the exporter is unhealthy (docs/fleet.md, "Surviving real nodes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthPolicy {
+    /// Unhealthy once this many collections in a row failed (and healthy again at the next
+    /// success).
+    pub fail_after: u32,
+    /// Unhealthy when no collection finished for this long (a collection stuck in the
+    /// driver); `None`: never.
+    pub stale_after: Option<Duration>,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        HealthPolicy {
+            fail_after: FAILURES_BEFORE_REINIT,
+            stale_after: None,
+        }
+    }
+}
+
+/// Consecutive failed collections after which NVML is shut down and initialised again, and
+/// `/healthz` answers 503 (docs/fleet.md).
+pub const FAILURES_BEFORE_REINIT: u32 = 3;
+
+#[derive(Debug)]
+struct HealthState {
+    policy: HealthPolicy,
+    /// Collections finished, and how many of the last ones failed in a row.
+    collections: u64,
+    failures: u32,
+    last_error: Option<String>,
+    /// When the last collection finished (or the exporter started).
+    last_finished: Instant,
+}
+
+/// The last exposition, shared between the collector and the server, and how collections
+/// are going (for `/healthz`).
+#[derive(Debug)]
+pub struct Latest {
+    body: Mutex<Arc<Vec<u8>>>,
+    health: Mutex<HealthState>,
+}
+
+impl Default for Latest {
+    fn default() -> Self {
+        Latest::new(Vec::new())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 impl Latest {
     pub fn new(body: Vec<u8>) -> Latest {
-        Latest(Mutex::new(Arc::new(body)))
+        Latest::with_health(body, HealthPolicy::default())
+    }
+    pub fn with_health(body: Vec<u8>, policy: HealthPolicy) -> Latest {
+        Latest {
+            body: Mutex::new(Arc::new(body)),
+            health: Mutex::new(HealthState {
+                policy,
+                collections: 0,
+                failures: 0,
+                last_error: None,
+                last_finished: Instant::now(),
+            }),
+        }
     }
     /// The current exposition (a cheap shared copy).
     pub fn get(&self) -> Arc<Vec<u8>> {
-        match self.0.lock() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        lock(&self.body).clone()
     }
     pub fn set(&self, body: Vec<u8>) {
-        let body = Arc::new(body);
-        match self.0.lock() {
-            Ok(mut g) => *g = body,
-            Err(poisoned) => *poisoned.into_inner() = body,
+        *lock(&self.body) = Arc::new(body);
+    }
+    /// Count one finished collection and its error, if any.
+    pub fn record(&self, error: Option<&str>) {
+        let mut h = lock(&self.health);
+        h.collections += 1;
+        h.last_finished = Instant::now();
+        match error {
+            Some(e) => {
+                h.failures = h.failures.saturating_add(1);
+                h.last_error = Some(e.to_string());
+            }
+            None => {
+                h.failures = 0;
+                h.last_error = None;
+            }
         }
+    }
+    /// Collections finished so far.
+    pub fn collections(&self) -> u64 {
+        lock(&self.health).collections
+    }
+    /// `Ok` while collections succeed; else why not (the body of `/healthz`'s 503).
+    pub fn health(&self) -> Result<(), String> {
+        let h = lock(&self.health);
+        if h.failures >= h.policy.fail_after.max(1) {
+            return Err(format!(
+                "unhealthy: the last {} collections failed: {}",
+                h.failures,
+                h.last_error.as_deref().unwrap_or("unknown error")
+            ));
+        }
+        if let Some(stale) = h.policy.stale_after {
+            let since = h.last_finished.elapsed();
+            if since > stale {
+                return Err(format!(
+                    "unhealthy: no collection finished in {} s (a driver call does not return)",
+                    since.as_secs()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -39,6 +134,8 @@ impl Latest {
 pub struct CollectConfig {
     pub scan: ScanConfig,
     pub options: PromOptions,
+    /// The node's name, the `hostname` label of every series (`None`: no such label).
+    pub hostname: Option<String>,
 }
 
 /// The result of one collection: the scan (if any), and the error of a failed one.
@@ -46,6 +143,9 @@ pub struct CollectConfig {
 pub struct Collected {
     pub scan: Option<ScanResult>,
     pub error: Option<String>,
+    /// The preflight gauges' exposition block (`super::preflight_gauge`), empty without a
+    /// scan.
+    pub preflight: String,
 }
 
 /// Read the machine once through `monitor` and diagnose it, as `vramdoc scan` does. One bad
@@ -54,32 +154,53 @@ pub struct Collected {
 /// metrics. Any error of the whole read is a failed collection without findings.
 pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
     match crate::scan::scan(monitor, &cfg.scan) {
-        Ok(report) => Collected {
-            scan: report.scan,
-            error: None,
+        Ok(report) => match super::preflight_gauge::render(&report, cfg.hostname.as_deref()) {
+            Ok(preflight) => Collected {
+                scan: report.scan,
+                error: None,
+                preflight,
+            },
+            Err(e) => Collected {
+                scan: report.scan,
+                error: Some(e.to_string()),
+                preflight: String::new(),
+            },
         },
         Err(e) => Collected {
             scan: None,
             error: Some(e.to_string()),
+            preflight: String::new(),
         },
     }
 }
 
-/// One collection, rendered: returns the exposition and the collection's error, if any.
-pub fn collect_exposition(monitor: &dyn Monitor, cfg: &CollectConfig) -> (Vec<u8>, Option<String>) {
-    let start = Instant::now();
-    let c = collect(monitor, cfg);
+fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Render one collection's exposition; returns it and the collection's error, if any.
+fn exposition(
+    c: Collected,
+    backend: &str,
+    started: Instant,
+    cfg: &CollectConfig,
+) -> (Vec<u8>, Option<String>) {
     let meta = Collection {
         success: c.error.is_none(),
-        duration_seconds: start.elapsed().as_secs_f64(),
-        timestamp_seconds: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0),
-        backend: monitor.backend().to_string(),
+        duration_seconds: started.elapsed().as_secs_f64(),
+        timestamp_seconds: now_unix(),
+        backend: backend.to_string(),
+        hostname: cfg.hostname.clone(),
     };
     match prom::render(c.scan.as_ref(), &meta, cfg.options) {
-        Ok(text) => (text.into_bytes(), c.error),
+        Ok(text) => {
+            let mut body = text.into_bytes();
+            body.extend_from_slice(c.preflight.as_bytes());
+            (body, c.error)
+        }
         // Rendering fails only on an inconsistent metric definition; say so in the body.
         Err(e) => (
             format!("# {e}\nvramdoc_collect_success 0\n").into_bytes(),
@@ -88,48 +209,124 @@ pub fn collect_exposition(monitor: &dyn Monitor, cfg: &CollectConfig) -> (Vec<u8
     }
 }
 
-/// The collector thread: collects every `interval` into `latest` until stopped.
+/// One collection, rendered: returns the exposition and the collection's error, if any.
+pub fn collect_exposition(monitor: &dyn Monitor, cfg: &CollectConfig) -> (Vec<u8>, Option<String>) {
+    let start = Instant::now();
+    let c = collect(monitor, cfg);
+    exposition(c, monitor.backend(), start, cfg)
+}
+
+/// The exposition of a collection that could not read the machine at all (NVML not loaded
+/// or not initialised): `vramdoc_collect_success 0` and the exporter's own series.
+pub fn failed_exposition(backend: &str, error: String, cfg: &CollectConfig) -> Vec<u8> {
+    let c = Collected {
+        scan: None,
+        error: Some(error),
+        preflight: String::new(),
+    };
+    exposition(c, backend, Instant::now(), cfg).0
+}
+
+/// Opens the GPU monitor (NVML) for the collector, again after a loss.
+pub type OpenMonitor = Box<dyn FnMut() -> Result<Box<dyn Monitor>, String> + Send>;
+
+/// How the [`Collector`] keeps its monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectorOptions {
+    pub interval: Duration,
+    /// Shut the monitor (NVML) down after every collection and open it again for the next.
+    pub release_between: bool,
+    /// Failed collections in a row after which the monitor is closed and opened again.
+    pub reinit_after: u32,
+    /// The backend label while no monitor could be opened (`nvml`, `sim`).
+    pub backend: &'static str,
+}
+
+/// The collector thread: collects at once, then every `interval`, into `latest` until
+/// stopped.
 pub struct Collector {
     stop: mpsc::Sender<()>,
     handle: JoinHandle<()>,
 }
 
 impl Collector {
-    /// Start collecting every `interval` (the first collection after one interval: run
-    /// [`collect_exposition`] once before, so the first scrape has data, and pass its error
-    /// as `first_error`). `on_change` is told when the collection error changes: the new
-    /// error, or `None` when collections succeed again.
+    /// Start collecting. The monitor is opened by `open` when needed: at the first
+    /// collection, after [`CollectorOptions::reinit_after`] failed collections in a row,
+    /// and for every collection with [`CollectorOptions::release_between`]. A collection
+    /// without a monitor (it could not be opened) exports `vramdoc_collect_success 0`.
+    /// `on_change` is told when the collection error changes: the new error, or `None`
+    /// when collections succeed again.
     pub fn start(
-        monitor: Box<dyn Monitor>,
+        mut open: OpenMonitor,
         cfg: CollectConfig,
-        interval: Duration,
+        opts: CollectorOptions,
         latest: Arc<Latest>,
-        first_error: Option<String>,
         on_change: impl Fn(Option<&str>) + Send + 'static,
     ) -> std::io::Result<Collector> {
         let (stop, rx) = mpsc::channel::<()>();
-        let mut last = first_error;
         let handle = std::thread::Builder::new()
             .name("vramdoc-collect".into())
-            .spawn(move || loop {
-                match rx.recv_timeout(interval) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let (body, err) = collect_exposition(monitor.as_ref(), &cfg);
-                latest.set(body);
-                if err != last {
-                    on_change(err.as_deref());
-                    last = err;
+            .spawn(move || {
+                let mut monitor: Option<Box<dyn Monitor>> = None;
+                let mut failures = 0u32;
+                let mut last: Option<String> = None;
+                loop {
+                    let mut open_error = None;
+                    if monitor.is_none() {
+                        match open() {
+                            Ok(m) => monitor = Some(m),
+                            Err(e) => open_error = Some(e),
+                        }
+                    }
+                    let (body, err) = match &monitor {
+                        Some(m) => collect_exposition(m.as_ref(), &cfg),
+                        None => {
+                            let e = format!(
+                                "opening {}: {}",
+                                opts.backend,
+                                open_error.unwrap_or_else(|| "unknown error".into())
+                            );
+                            (failed_exposition(opts.backend, e.clone(), &cfg), Some(e))
+                        }
+                    };
+                    failures = if err.is_some() {
+                        failures.saturating_add(1)
+                    } else {
+                        0
+                    };
+                    // Closing drops the session (nvmlShutdown): a lost one is replaced by
+                    // a new one at the next collection.
+                    if opts.release_between
+                        || (failures > 0 && failures.is_multiple_of(opts.reinit_after.max(1)))
+                    {
+                        monitor = None;
+                    }
+                    latest.set(body);
+                    latest.record(err.as_deref());
+                    if err != last {
+                        on_change(err.as_deref());
+                        last = err;
+                    }
+                    match rx.recv_timeout(opts.interval) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
                 }
             })?;
         Ok(Collector { stop, handle })
     }
 
-    /// Stop after the collection in progress, if any.
-    pub fn stop(self) {
+    /// Stop after the collection in progress, if any, waiting at most `within` for it (a
+    /// collection stuck in the driver is left behind).
+    pub fn stop(self, within: Duration) {
         let _ = self.stop.send(());
-        let _ = self.handle.join();
+        let until = Instant::now() + within;
+        while !self.handle.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if self.handle.is_finished() {
+            let _ = self.handle.join();
+        }
     }
 }
 
@@ -157,6 +354,7 @@ mod tests {
                 pods: Default::default(),
             },
             options: PromOptions::default(),
+            hostname: None,
         };
         let ok = collect(&monitor, &cfg);
         assert!(ok.error.is_none(), "{:?}", ok.error);
@@ -178,5 +376,100 @@ mod tests {
         assert_eq!(headroom, vec![0, 2]);
         assert_eq!(scan.findings[0].id, "device-lost");
         assert_eq!(scan.findings[0].devices, vec![1]);
+    }
+
+    #[test]
+    fn health_fails_after_the_grace_and_recovers_at_the_next_success() {
+        let latest = Latest::with_health(
+            Vec::new(),
+            HealthPolicy {
+                fail_after: 3,
+                stale_after: None,
+            },
+        );
+        assert!(latest.health().is_ok(), "healthy before any collection");
+        latest.record(Some("NVML_ERROR_UNKNOWN"));
+        latest.record(Some("NVML_ERROR_UNKNOWN"));
+        assert!(latest.health().is_ok(), "within the grace");
+        latest.record(Some("NVML_ERROR_UNKNOWN"));
+        let why = latest.health().unwrap_err();
+        assert!(
+            why.contains("last 3 collections failed: NVML_ERROR_UNKNOWN"),
+            "{why}"
+        );
+        latest.record(None);
+        assert!(latest.health().is_ok());
+        assert_eq!(latest.collections(), 4);
+        let stale = Latest::with_health(
+            Vec::new(),
+            HealthPolicy {
+                fail_after: 3,
+                stale_after: Some(Duration::ZERO),
+            },
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(stale
+            .health()
+            .unwrap_err()
+            .contains("no collection finished"));
+    }
+
+    #[test]
+    fn the_collector_serves_failures_until_nvml_opens_and_reopens_it_when_told() {
+        use crate::backend::sim::SimMonitor;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use vramdoc_sim::{InitOptions, SimBox};
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "t4", &InitOptions::default()).unwrap();
+        let cfg = CollectConfig {
+            scan: ScanConfig {
+                sim_spec: None,
+                pid_namespace: PidNamespace {
+                    host: true,
+                    reason: "test".into(),
+                },
+                thresholds: Thresholds::default(),
+                pods: Default::default(),
+            },
+            options: PromOptions::default(),
+            hostname: Some("n1".into()),
+        };
+        for release_between in [false, true] {
+            let opens = Arc::new(AtomicU32::new(0));
+            let (o, s) = (opens.clone(), sim.clone());
+            // The first two opens fail (NVML not there yet), later ones work.
+            let open: OpenMonitor = Box::new(move || {
+                if o.fetch_add(1, Ordering::SeqCst) < 2 {
+                    Err("libnvidia-ml.so.1: cannot open shared object file".into())
+                } else {
+                    Ok(Box::new(SimMonitor::new(s.clone())) as Box<dyn Monitor>)
+                }
+            });
+            let latest = Arc::new(Latest::new(Vec::new()));
+            let opts = CollectorOptions {
+                interval: Duration::from_millis(100),
+                release_between,
+                reinit_after: 3,
+                backend: "nvml",
+            };
+            let c = Collector::start(open, cfg.clone(), opts, latest.clone(), |_| {}).unwrap();
+            let until = Instant::now() + Duration::from_secs(20);
+            while latest.collections() < 6 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            c.stop(Duration::from_secs(5));
+            let text = String::from_utf8(latest.get().to_vec()).unwrap();
+            assert!(
+                text.contains("vramdoc_collect_success{hostname=\"n1\"} 1"),
+                "{text}"
+            );
+            let n = opens.load(Ordering::SeqCst) as u64;
+            let collections = latest.collections();
+            if release_between {
+                assert_eq!(n, collections, "one open per collection");
+            } else {
+                assert_eq!(n, 3, "opened until it worked, then kept");
+            }
+        }
     }
 }

@@ -1,18 +1,36 @@
-//! The HTTP/1.1 transport of `vramdoc serve`: answers `GET /metrics` and `GET /healthz` from
-//! [`Latest`], nothing else. Request heads are parsed by `httparse`; connections are
-//! std threads, one short-lived thread each, at most [`ServerConfig::max_connections`] at
-//! once (the next one gets `503` and is closed), heads of at most
-//! [`ServerConfig::max_head_bytes`] (`431`), an absolute deadline to send each head (`408`),
-//! no request bodies (`413`).
+//! The HTTP/1.1 transport of `vramdoc serve`: answers `GET`/`HEAD` on `/metrics` and
+//! `/healthz` from [`Latest`], nothing else. Requests are parsed and answered by `hyper` (1.x)
+//! on a one-thread `tokio` runtime of its own; this module owns what hyper leaves to its
+//! user: per-connection deadlines and who may hold a connection slot.
+//!
+//! Every connection is in one phase, each with its deadline ([`ServerConfig`]):
+//! - *head*: a request is awaited or arriving; it must be complete within `head_timeout` of
+//!   the connection's start or of its first byte after an idle phase (slowloris);
+//! - *busy*: a request is answered; the answer must be handed over within `write_timeout`;
+//! - *idle*: a kept-alive connection between requests, closed after `idle_timeout`.
+//!
+//! At most `max_idle` connections are idle at once (when one more goes idle, the oldest idle
+//! one is closed) and at most `max_connections` are open: a new connection past that closes
+//! the oldest idle one, else the oldest one still sending its head, so slow and idle clients
+//! never hold a slot a scrape needs. Only when every slot is busy answering does a new
+//! connection get `503`.
 
 use super::Latest;
 use crate::report::prom;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 
 /// Headers one request may have (more: `431`, as for a head that is too long).
 const MAX_HEADERS: usize = 64;
@@ -20,27 +38,31 @@ const MAX_HEADERS: usize = 64;
 /// Limits of the HTTP server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Connections served at once; one more gets `503 Service Unavailable` and is closed.
+    /// Connections open at once (every phase).
     pub max_connections: usize,
-    /// Longest request head (request line and headers); longer gets `431`.
+    /// Kept-alive connections idle at once; the oldest beyond this is closed.
+    pub max_idle: usize,
+    /// Longest request head (request line and headers); longer gets `431`. At least 8 KiB
+    /// (hyper's smallest buffer).
     pub max_head_bytes: usize,
-    /// Time a client has to send a complete request head (and, on a kept-alive connection,
-    /// to start the next one).
+    /// Time a client has to send a complete request head, from the connection's start or
+    /// from the first byte of a request on a kept-alive connection.
     pub head_timeout: Duration,
-    /// Time to write a response.
+    /// Time a kept-alive connection may sit between requests.
+    pub idle_timeout: Duration,
+    /// Time to hand over an answer.
     pub write_timeout: Duration,
-    /// Requests served on one kept-alive connection before it is closed.
-    pub max_requests_per_connection: usize,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            max_connections: 256,
+            max_connections: 512,
+            max_idle: 64,
             max_head_bytes: 8 * 1024,
-            head_timeout: Duration::from_secs(10),
+            head_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
-            max_requests_per_connection: 1000,
         }
     }
 }
@@ -48,7 +70,7 @@ impl Default for ServerConfig {
 /// A running HTTP server.
 pub struct Server {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: oneshot::Sender<()>,
     handle: JoinHandle<()>,
 }
 
@@ -59,14 +81,26 @@ impl Server {
         latest: Arc<Latest>,
         cfg: ServerConfig,
     ) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(addr)?;
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let active = Arc::new(AtomicUsize::new(0));
-        let stop2 = stop.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = oneshot::channel();
         let handle = std::thread::Builder::new()
-            .name("vramdoc-accept".into())
-            .spawn(move || accept_loop(listener, latest, cfg, stop2, active))?;
+            .name("vramdoc-http".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => accept_loop(l, latest, cfg, stopped).await,
+                        Err(e) => crate::term::eprint_line(&format!(
+                            "vramdoc serve: cannot serve HTTP: {e}"
+                        )),
+                    }
+                });
+                // Dropping the runtime drops every connection still open.
+            })?;
         Ok(Server { addr, stop, handle })
     }
 
@@ -75,291 +109,403 @@ impl Server {
         self.addr
     }
 
-    /// Stop accepting; connections in progress finish on their own deadlines.
+    /// Stop accepting and close every connection.
     pub fn shutdown(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept with a connection of our own.
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        let _ = self.stop.send(());
         let _ = self.handle.join();
     }
 }
 
-/// Decrements the active-connection count when a connection thread ends.
-struct Slot(Arc<AtomicUsize>);
+/// The phase of one connection (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Head,
+    Busy,
+    Idle,
+}
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// One open connection, as the registry and its own task see it.
+struct Conn {
+    id: u64,
+    /// The phase and when it began.
+    phase: Mutex<(Phase, Instant)>,
+    /// Told when the phase changes (the deadline moves).
+    changed: Notify,
+    /// Told when the connection is to be closed to make room.
+    evict: Notify,
+    registry: Arc<Registry>,
+}
+
+impl Conn {
+    fn phase(&self) -> (Phase, Instant) {
+        *lock(&self.phase)
+    }
+
+    fn set(&self, phase: Phase) {
+        {
+            let mut p = lock(&self.phase);
+            if p.0 == phase {
+                return;
+            }
+            *p = (phase, Instant::now());
+        }
+        self.changed.notify_one();
+        if phase == Phase::Idle {
+            self.registry.trim_idle();
+        }
+    }
+
+    fn deadline(&self, cfg: &ServerConfig) -> Instant {
+        let (phase, since) = self.phase();
+        since
+            + match phase {
+                Phase::Head => cfg.head_timeout,
+                Phase::Busy => cfg.write_timeout,
+                Phase::Idle => cfg.idle_timeout,
+            }
     }
 }
 
-fn accept_loop(
-    listener: TcpListener,
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The open connections, oldest first, and the limits that apply to them.
+struct Registry {
+    conns: Mutex<Vec<Arc<Conn>>>,
+    max_connections: usize,
+    max_idle: usize,
+}
+
+impl Registry {
+    /// Admit a new connection, making room by closing the oldest idle or head-phase one;
+    /// `None` when every slot is busy answering.
+    fn admit(self: &Arc<Self>, id: u64) -> Option<Arc<Conn>> {
+        let mut conns = lock(&self.conns);
+        if conns.len() >= self.max_connections {
+            let victim = oldest(&conns, Phase::Idle).or_else(|| oldest(&conns, Phase::Head))?;
+            let gone = conns.remove(victim);
+            gone.evict.notify_one();
+        }
+        let conn = Arc::new(Conn {
+            id,
+            phase: Mutex::new((Phase::Head, Instant::now())),
+            changed: Notify::new(),
+            evict: Notify::new(),
+            registry: self.clone(),
+        });
+        conns.push(conn.clone());
+        Some(conn)
+    }
+
+    /// Close the oldest idle connections beyond the idle budget.
+    fn trim_idle(&self) {
+        let mut conns = lock(&self.conns);
+        while conns.iter().filter(|c| c.phase().0 == Phase::Idle).count() > self.max_idle {
+            let Some(victim) = oldest(&conns, Phase::Idle) else {
+                return;
+            };
+            let gone = conns.remove(victim);
+            gone.evict.notify_one();
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        lock(&self.conns).retain(|c| c.id != id);
+    }
+}
+
+/// The index of the connection longest in `phase`.
+fn oldest(conns: &[Arc<Conn>], phase: Phase) -> Option<usize> {
+    conns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let (p, since) = c.phase();
+            (p == phase).then_some((since, i))
+        })
+        .min()
+        .map(|(_, i)| i)
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
     latest: Arc<Latest>,
     cfg: ServerConfig,
-    stop: Arc<AtomicBool>,
-    active: Arc<AtomicUsize>,
+    mut stop: oneshot::Receiver<()>,
 ) {
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(mut stream) = stream else {
-            // EMFILE and friends: back off instead of spinning.
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+    let registry = Arc::new(Registry {
+        conns: Mutex::new(Vec::new()),
+        max_connections: cfg.max_connections.max(1),
+        max_idle: cfg.max_idle,
+    });
+    let cfg = Arc::new(cfg);
+    let mut next_id = 0u64;
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
         };
-        if active.fetch_add(1, Ordering::SeqCst) >= cfg.max_connections {
-            let slot = Slot(active.clone());
-            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let _ = respond(
-                &mut stream,
-                "503 Service Unavailable",
-                PLAIN,
-                b"too many connections\n",
-                true,
-                &[],
-            );
-            drop(slot);
-            continue;
+        next_id += 1;
+        let _ = stream.set_nodelay(true);
+        match registry.admit(next_id) {
+            Some(conn) => {
+                tokio::spawn(serve_connection(stream, conn, latest.clone(), cfg.clone()));
+            }
+            None => {
+                tokio::spawn(refuse(stream));
+            }
         }
-        let slot = Slot(active.clone());
-        let latest = latest.clone();
-        let cfg2 = cfg.clone();
-        let spawned = std::thread::Builder::new()
-            .name("vramdoc-http".into())
-            .stack_size(128 * 1024)
-            .spawn(move || {
-                let _slot = slot;
-                serve_connection(stream, &latest, &cfg2);
-            });
-        // On failure the closure (and with it the slot and the stream) is dropped.
-        drop(spawned);
+    }
+}
+
+/// Every slot is busy answering: say so and close.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = "too many connections\n";
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: {PLAIN}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(
+        Duration::from_millis(500),
+        stream.write_all(answer.as_bytes()),
+    )
+    .await;
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    conn: Arc<Conn>,
+    latest: Arc<Latest>,
+    cfg: Arc<ServerConfig>,
+) {
+    let io = TokioIo::new(Tracked {
+        inner: stream,
+        conn: conn.clone(),
+    });
+    let svc_conn = conn.clone();
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        svc_conn.set(Phase::Busy);
+        let answer = answer(&req, &latest, svc_conn.clone());
+        async move { Ok::<_, Infallible>(answer) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        // Deadlines are this module's (the phases); hyper's own would also cut idle
+        // keep-alives at the head deadline.
+        .header_read_timeout(None)
+        .max_buf_size(cfg.max_head_bytes.max(8192))
+        .max_headers(MAX_HEADERS);
+    let served = builder.serve_connection(io, service);
+    tokio::pin!(served);
+    loop {
+        let deadline = conn.deadline(&cfg);
+        tokio::select! {
+            _ = &mut served => break,
+            _ = conn.evict.notified() => break,
+            _ = conn.changed.notified() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                if conn.deadline(&cfg) <= Instant::now() {
+                    break;
+                }
+            }
+        }
+    }
+    conn.registry.remove(conn.id);
+}
+
+/// The connection's socket, telling the connection when a kept-alive client starts its
+/// next request (its head deadline starts then).
+struct Tracked {
+    inner: tokio::net::TcpStream,
+    conn: Arc<Conn>,
+}
+
+impl tokio::io::AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(())))
+            && buf.filled().len() > before
+            && self.conn.phase().0 == Phase::Idle
+        {
+            // Bytes arrived on an idle connection: a request is under way.
+            self.conn.set(Phase::Head);
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+}
+
+/// An answer's body; when hyper has taken all of it (and drops it) the connection is idle.
+struct Answer {
+    body: Full<Bytes>,
+    conn: Arc<Conn>,
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.conn.set(Phase::Idle);
     }
 }
 
 const PLAIN: &str = "text/plain; charset=utf-8";
 
-/// What the server answers for one request: status line, content type, body, and whether
-/// an `Allow: GET` header goes with it.
+/// What the server answers for one request: status, content type, body, and whether an
+/// `Allow` header goes with it.
 pub struct Response {
-    pub status: &'static str,
+    pub status: StatusCode,
     pub content_type: &'static str,
     pub body: Arc<Vec<u8>>,
     pub allow: bool,
 }
 
-/// Route one request (pure: method and target in, response out).
-pub fn route(method: &str, target: &str, latest: &Latest) -> Response {
+/// The methods the two resources allow.
+pub const ALLOW: &str = "GET, HEAD";
+
+/// Route one request (pure: method and target in, response out). The query string is
+/// ignored (`/metrics?x=1` is `/metrics`).
+pub fn route(method: &Method, target: &str, latest: &Latest) -> Response {
     let path = target.split(['?', '#']).next().unwrap_or("");
-    let text = |status, body: &str| Response {
+    let text = |status, body: String| Response {
         status,
         content_type: PLAIN,
-        body: Arc::new(body.as_bytes().to_vec()),
+        body: Arc::new(body.into_bytes()),
         allow: false,
     };
+    let readable = method == Method::GET || method == Method::HEAD;
     match path {
-        "/metrics" | "/healthz" if method != "GET" => Response {
+        "/metrics" | "/healthz" if !readable => Response {
             allow: true,
-            ..text("405 Method Not Allowed", "only GET\n")
+            ..text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("allowed: {ALLOW}\n"),
+            )
         },
         "/metrics" => Response {
-            status: "200 OK",
+            status: StatusCode::OK,
             content_type: prom::CONTENT_TYPE,
             body: latest.get(),
             allow: false,
         },
-        "/healthz" => text("200 OK", "ok\n"),
-        _ => text("404 Not Found", "not found: try /metrics\n"),
+        "/healthz" => match latest.health() {
+            Ok(()) => text(StatusCode::OK, "ok\n".into()),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics or /healthz\n".into(),
+        ),
     }
 }
 
-fn respond(
-    stream: &mut TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &[u8],
-    close: bool,
-    extra: &[&str],
-) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n",
-        body.len()
+/// The hyper response for one request.
+fn answer(req: &Request<Incoming>, latest: &Latest, conn: Arc<Conn>) -> hyper::Response<Answer> {
+    let announced_body = req.body().size_hint().lower() > 0
+        || req.body().size_hint().upper() != Some(0)
+        || req.headers().contains_key(hyper::header::TRANSFER_ENCODING);
+    // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host header gets 400.
+    let hosts = req.headers().get_all(hyper::header::HOST).iter().count();
+    let r = if req.version() == hyper::Version::HTTP_11 && hosts != 1 {
+        Response {
+            status: StatusCode::BAD_REQUEST,
+            content_type: PLAIN,
+            body: Arc::new(b"an HTTP/1.1 request needs exactly one Host header\n".to_vec()),
+            allow: false,
+        }
+    } else if announced_body && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        Response {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            content_type: PLAIN,
+            body: Arc::new(b"request bodies are not accepted\n".to_vec()),
+            allow: false,
+        }
+    } else {
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        route(req.method(), target, latest)
+    };
+    let len = r.body.len();
+    let mut res = hyper::Response::new(Answer {
+        body: Full::new(Bytes::from(r.body.as_ref().clone())),
+        conn,
+    });
+    *res.status_mut() = r.status;
+    let h = res.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(r.content_type),
     );
-    for h in extra {
-        head.push_str(h);
-        head.push_str("\r\n");
+    h.insert(hyper::header::CONTENT_LENGTH, len.into());
+    if r.allow {
+        h.insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static(ALLOW),
+        );
     }
-    if close {
-        head.push_str("Connection: close\r\n");
+    if announced_body {
+        // The body is never read: the connection cannot carry another request.
+        h.insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
     }
-    head.push_str("\r\n");
-    // One write for small answers, so a scrape is one segment where it fits.
-    let mut out = Vec::with_capacity(head.len() + body.len());
-    out.extend_from_slice(head.as_bytes());
-    out.extend_from_slice(body);
-    stream.write_all(&out)?;
-    stream.flush()
-}
-
-/// One parsed request head: what routing and the connection need of it.
-#[derive(Debug, PartialEq, Eq)]
-struct Request {
-    /// Bytes of the head at the start of the buffer.
-    len: usize,
-    method: String,
-    target: String,
-    /// The connection ends after the answer (HTTP/1.0 without keep-alive, or
-    /// `Connection: close`).
-    close: bool,
-    /// The request announces a body (`Content-Length` other than 0, or any
-    /// `Transfer-Encoding`).
-    body: bool,
-}
-
-/// What the bytes received so far are.
-#[derive(Debug, PartialEq, Eq)]
-enum Parsed {
-    Request(Request),
-    /// A valid beginning: read more.
-    Partial,
-    /// Longer than the limit, or too many headers.
-    TooLarge,
-    /// Not HTTP/1.0 or HTTP/1.1.
-    Version,
-    /// Not an HTTP request head.
-    Bad,
-}
-
-/// Parse the request head at the start of `buf` (httparse), within `max_head_bytes`.
-fn parse_head(buf: &[u8], max_head_bytes: usize) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() > max_head_bytes => return Parsed::TooLarge,
-        Ok(httparse::Status::Partial) => return Parsed::Partial,
-        Err(httparse::Error::TooManyHeaders) => return Parsed::TooLarge,
-        Err(httparse::Error::Version) => return Parsed::Version,
-        Err(_) => return Parsed::Bad,
-    };
-    if len > max_head_bytes {
-        return Parsed::TooLarge;
-    }
-    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
-        return Parsed::Bad;
-    };
-    let mut close = version == 0;
-    let mut body = false;
-    for h in req.headers.iter() {
-        let value = h.value.trim_ascii();
-        if h.name.eq_ignore_ascii_case("connection") {
-            if value.eq_ignore_ascii_case(b"close") {
-                close = true;
-            } else if value.eq_ignore_ascii_case(b"keep-alive") {
-                close = false;
-            }
-        } else if h.name.eq_ignore_ascii_case("content-length") {
-            body |= value != b"0";
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            body = true;
-        }
-    }
-    Parsed::Request(Request {
-        len,
-        method: method.to_string(),
-        target: target.to_string(),
-        close,
-        body,
-    })
-}
-
-/// How reading one request head ended.
-enum Head {
-    Parsed(Parsed),
-    /// The client closed or went quiet before starting a request.
-    Gone,
-    /// Started but not finished in time.
-    Timeout,
-}
-
-fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>, cfg: &ServerConfig) -> Head {
-    let deadline = Instant::now() + cfg.head_timeout;
-    let mut chunk = [0u8; 2048];
-    loop {
-        if !buf.is_empty() {
-            match parse_head(buf, cfg.max_head_bytes) {
-                Parsed::Partial => {}
-                done => return Head::Parsed(done),
-            }
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return if buf.is_empty() {
-                Head::Gone
-            } else {
-                Head::Timeout
-            };
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return Head::Gone,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) if buf.is_empty() => return Head::Gone,
-            Err(_) => return Head::Timeout,
-        }
-    }
-}
-
-fn serve_connection(mut stream: TcpStream, latest: &Latest, cfg: &ServerConfig) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(cfg.write_timeout));
-    let mut buf = Vec::with_capacity(1024);
-    for served in 1..=cfg.max_requests_per_connection {
-        let fail = |stream: &mut TcpStream, status, body: &[u8]| {
-            let _ = respond(stream, status, PLAIN, body, true, &[]);
-        };
-        let req = match read_head(&mut stream, &mut buf, cfg) {
-            Head::Parsed(Parsed::Request(req)) => req,
-            Head::Parsed(Parsed::Partial) | Head::Gone => return,
-            Head::Timeout => return fail(&mut stream, "408 Request Timeout", b""),
-            Head::Parsed(Parsed::TooLarge) => {
-                return fail(
-                    &mut stream,
-                    "431 Request Header Fields Too Large",
-                    b"request head too large\n",
-                )
-            }
-            Head::Parsed(Parsed::Version) => {
-                return fail(&mut stream, "505 HTTP Version Not Supported", b"")
-            }
-            Head::Parsed(Parsed::Bad) => {
-                return fail(&mut stream, "400 Bad Request", b"bad request line\n")
-            }
-        };
-        buf.drain(..req.len);
-        if req.body {
-            // Only GETs are served: a body is never read, so the connection cannot go on.
-            return fail(
-                &mut stream,
-                "413 Content Too Large",
-                b"request bodies are not accepted\n",
-            );
-        }
-        let close = req.close || served == cfg.max_requests_per_connection;
-        let r = route(&req.method, &req.target, latest);
-        let extra: &[&str] = if r.allow { &["Allow: GET"] } else { &[] };
-        if respond(&mut stream, r.status, r.content_type, &r.body, close, extra).is_err() || close {
-            return;
-        }
-    }
+    res
 }
 
 #[cfg(test)]
@@ -369,78 +515,36 @@ mod tests {
     #[test]
     fn routes() {
         let latest = Latest::new(b"m 1\n".to_vec());
-        let r = route("GET", "/metrics", &latest);
-        assert_eq!(r.status, "200 OK");
+        let r = route(&Method::GET, "/metrics", &latest);
+        assert_eq!(r.status, StatusCode::OK);
         assert_eq!(r.body.as_slice(), b"m 1\n");
-        assert_eq!(route("GET", "/metrics?x=1", &latest).status, "200 OK");
-        assert_eq!(route("GET", "/healthz", &latest).status, "200 OK");
-        let post = route("POST", "/metrics", &latest);
-        assert_eq!(post.status, "405 Method Not Allowed");
+        assert_eq!(r.content_type, prom::CONTENT_TYPE);
+        assert_eq!(
+            route(&Method::GET, "/metrics?x=1&y", &latest).status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            route(&Method::HEAD, "/metrics", &latest).status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            route(&Method::GET, "/healthz", &latest).status,
+            StatusCode::OK
+        );
+        let post = route(&Method::POST, "/metrics", &latest);
+        assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
         assert!(post.allow);
         assert_eq!(
-            route("HEAD", "/healthz", &latest).status,
-            "405 Method Not Allowed"
+            route(&Method::DELETE, "/healthz", &latest).status,
+            StatusCode::METHOD_NOT_ALLOWED
         );
-        assert_eq!(route("GET", "/", &latest).status, "404 Not Found");
-        assert_eq!(route("GET", "/metricsx", &latest).status, "404 Not Found");
-    }
-
-    fn request(p: Parsed) -> Request {
-        match p {
-            Parsed::Request(r) => r,
-            other => panic!("not a request: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn heads() {
-        let r = request(parse_head(
-            b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\nrest",
-            8192,
-        ));
         assert_eq!(
-            (r.len, r.method.as_str(), r.target.as_str()),
-            (34, "GET", "/metrics")
+            route(&Method::GET, "/", &latest).status,
+            StatusCode::NOT_FOUND
         );
-        assert!(!r.close && !r.body);
         assert_eq!(
-            parse_head(b"GET / HTTP/1.1\r\nHost: t\r\n", 8192),
-            Parsed::Partial
+            route(&Method::GET, "/metricsx", &latest).status,
+            StatusCode::NOT_FOUND
         );
-        // HTTP/1.0 closes unless kept alive; Connection: close closes HTTP/1.1.
-        assert!(request(parse_head(b"GET / HTTP/1.0\r\n\r\n", 8192)).close);
-        let keep = parse_head(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", 8192);
-        assert!(!request(keep).close);
-        assert!(
-            request(parse_head(
-                b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
-                8192
-            ))
-            .close
-        );
-        // Bodies are announced by a length other than 0 or any transfer coding.
-        let len5 = parse_head(b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", 8192);
-        assert!(request(len5).body);
-        let len0 = parse_head(b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192);
-        assert!(!request(len0).body);
-        let chunked = parse_head(
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-            8192,
-        );
-        assert!(request(chunked).body);
-    }
-
-    #[test]
-    fn bad_heads() {
-        assert_eq!(parse_head(b"BREW\r\n\r\n", 8192), Parsed::Bad);
-        assert_eq!(parse_head(b"GET / HTTP/2.0\r\n\r\n", 8192), Parsed::Version);
-        let long = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(100));
-        assert_eq!(parse_head(long.as_bytes(), 64), Parsed::TooLarge);
-        assert_eq!(parse_head(&long.as_bytes()[..80], 64), Parsed::TooLarge);
-        let many: String = (0..MAX_HEADERS + 1)
-            .map(|i| format!("h{i}: v\r\n"))
-            .collect();
-        let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
-        assert_eq!(parse_head(many.as_bytes(), 8192), Parsed::TooLarge);
     }
 }

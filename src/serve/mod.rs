@@ -1,12 +1,18 @@
 //! The Prometheus exporter behind `vramdoc serve`, in two parts that share only [`Latest`]:
 //! [`collect`], a collector thread that reads the machine on its own cadence through the scan
 //! engine ([`crate::scan`], the same inventory and diagnosis as `vramdoc scan`) and keeps the
-//! rendered exposition; and [`http`], a small HTTP/1.1 server that answers `GET /metrics` and
-//! `GET /healthz` from that copy. Any number of scrapers never multiply the driver's
-//! process-list cost, and a slow client never blocks a collection.
+//! rendered exposition, keeping NVML open, re-opening it after repeated failures or for every
+//! collection (`--release-between`); and [`http`], an HTTP/1.1 server (hyper) that answers
+//! `/metrics` and `/healthz` from that copy under per-connection deadlines. Any number of
+//! scrapers never multiply the driver's process-list cost, and a slow client never blocks a
+//! collection or another scrape.
 
 pub mod collect;
 pub mod http;
+pub mod preflight_gauge;
 
-pub use collect::{collect, collect_exposition, CollectConfig, Collected, Collector, Latest};
+pub use collect::{
+    collect, collect_exposition, failed_exposition, CollectConfig, Collected, Collector,
+    CollectorOptions, HealthPolicy, Latest, OpenMonitor, FAILURES_BEFORE_REINIT,
+};
 pub use http::{route, Response, Server, ServerConfig};

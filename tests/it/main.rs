@@ -54,6 +54,8 @@ mod run_jobs;
 mod scan;
 /// `vramdoc serve` and `scan --prom`, scraped by a real Prometheus.
 mod serve;
+/// `vramdoc serve` on real nodes: slow clients, NVML lost and found, node name, signals.
+mod serve_fleet;
 /// `vramdoc sim ...`.
 mod sim_cli;
 /// The simulated machine through third-party clients (pynvml, ctypes, cuda-python, nvitop, gpustat).

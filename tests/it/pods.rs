@@ -282,7 +282,7 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
         assert!(line.contains(label), "{label} in {line}");
     }
     assert!(
-        metrics.contains("vramdoc_findings{rule=\"unallocated-gpu-use\",severity=\"warn\"} 1"),
+        finding_value(&metrics, "unallocated-gpu-use", "warn") == Some(1),
         "{metrics}"
     );
     // promtool lints the exposition (skipped only where VRAMDOC_ALLOW_SKIP allows `prometheus`).
@@ -464,8 +464,7 @@ fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
     let dead =
         common::poll::eventually(common::poll::SECS_10, "the exporter sees the death", || {
             let m = exporter.metrics();
-            m.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1")
-                .then_some(m)
+            (finding_value(&m, "no-live-owner", "error") == Some(1)).then_some(m)
         });
     let series = process_series(&dead, pid).unwrap_or_else(|| panic!("{dead}"));
     for label in [
@@ -569,10 +568,10 @@ fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
         vec![pod("ml", "llm-0", "vllm", &[&uuids[0], &uuids[1]])],
     );
     let exporter = Exporter::start_with(&b, &socket, &log_dir, &["--allocation-idle-after", "1s"]);
-    let idle = "vramdoc_findings{rule=\"allocated-gpu-idle\",severity=\"info\"}";
-    assert!(exporter.metrics().contains(&format!("{idle} 0")));
+    let idle = |m: &str| finding_value(m, "allocated-gpu-idle", "info");
+    assert_eq!(idle(&exporter.metrics()), Some(0));
     common::poll::eventually(common::poll::SECS_10, "the idle GPU is reported", || {
-        exporter.metrics().contains(&format!("{idle} 1"))
+        idle(&exporter.metrics()) == Some(1)
     });
     // A one-shot scan never reports it: it has seen the allocation for no time at all.
     let mut cmd = b.vramdoc();
@@ -706,4 +705,19 @@ fn pods_are_found_from_inside_a_cgroup_namespace() {
     let p = &process(&scan, pid)["pod"];
     assert_eq!(p["uid"], UID_A, "{p}");
     assert_eq!(p["container_id"], a["id"], "{p}");
+}
+
+/// The value of `vramdoc_findings{rule, severity}` in an exposition, whatever other labels
+/// (the node's `hostname`) the series carries.
+fn finding_value(metrics: &str, rule: &str, severity: &str) -> Option<u64> {
+    let (rule, severity) = (
+        format!("rule=\"{rule}\""),
+        format!("severity=\"{severity}\""),
+    );
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("vramdoc_findings{"))
+        .find(|l| l.contains(&rule) && l.contains(&severity))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
