@@ -193,6 +193,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Man => packaging::man(),
         Command::Run(args) => run::run(&cli.global, &args),
         Command::Mark(args) => run::mark(&args),
+        Command::Pump(args) => Ok(crate::job::pump::main(args.marker_dir.as_deref())),
         Command::Worker => {
             let session = Session::new(&cli.global)?;
             Ok(replay::worker(&session))
