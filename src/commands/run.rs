@@ -84,6 +84,12 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if let Some(s) = &args.scenario_out {
         crate::report::write::check_output_file(s, args.force)?; // issue 16
     }
+    // No two outputs are one file (a report would be lost, issue 19).
+    let mut outputs = super::outputs("--out", &args.out);
+    outputs.extend(args.samples.as_deref().map(|p| ("--samples", p)));
+    outputs.extend(args.junit.as_deref().map(|p| ("--junit", p)));
+    outputs.extend(args.scenario_out.as_deref().map(|p| ("--scenario-out", p)));
+    crate::report::write::check_distinct(&outputs)?;
     let attach =
         (args.pid.is_some() || args.cgroup.is_some() || args.container.is_some()).then(|| {
             job::attach::Target {

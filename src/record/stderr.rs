@@ -423,7 +423,7 @@ impl StderrWatcher {
         kept.clear();
         kept.push_str(prefix_of(line, LINE_CHARS * 4));
         self.tail.push_back(kept);
-        if !self.in_table && !ERROR_KEYS.iter().any(|k| line.contains(k)) {
+        if !self.in_table && (line.len() < 5 || !ERROR_KEYS.iter().any(|k| line.contains(k))) {
             return None;
         }
         let found = parse_line(line);
