@@ -96,7 +96,7 @@ fn a_slow_reader_gets_every_line_and_the_report_the_oom_line() {
             .spawn()
             .unwrap(),
     );
-    let reader = slow_reader(child.stderr.take().unwrap(), Duration::from_millis(5));
+    let reader = slow_reader(child.stderr.take().unwrap(), Duration::from_millis(50));
     let status = child.wait().unwrap();
     let seen = String::from_utf8(reader.join().unwrap()).unwrap();
     assert_eq!(status.code(), Some(1), "{seen}");
