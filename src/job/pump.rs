@@ -3,7 +3,7 @@
 //! stdout/stderr with blocking writes (a slow reader slows the job, as `cmd | less` would; no
 //! byte is dropped), and sends a copy to vramdoc over a third pipe, framed
 //! ([`Frame`]). It is not vramdoc's descendant (double fork: it is not part of the job's
-//! recorded tree and does not die with vramdoc), ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGPIPE
+//! recorded tree and does not die with vramdoc), ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGPIPE/SIGTTOU
 //! and, when vramdoc is gone (`kill -9`, the OOM killer), keeps passing the job's output
 //! through until EOF, then removes the marker directory vramdoc left.
 //!
@@ -248,6 +248,9 @@ fn ignore_signals() {
         libc::SIGTERM,
         libc::SIGHUP,
         libc::SIGQUIT,
+        // A write to the terminal from a background group (vramdoc's caller's, when
+        // vramdoc made a group of its own) under `stty tostop`.
+        libc::SIGTTOU,
     ] {
         // SAFETY: setting a signal's disposition to SIG_IGN.
         unsafe { libc::signal(s, libc::SIG_IGN) };
