@@ -161,6 +161,15 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn os_strings_keep_their_utf8_and_escape_the_other_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let os = |b: &[u8]| escape_os(std::ffi::OsStr::from_bytes(b));
+        assert_eq!(os(b"plain"), "plain");
+        assert_eq!(os("café".as_bytes()), "café");
+        assert_eq!(os(b"caf\xe9 \xff\xfe!"), "caf\\xe9 \\xff\\xfe!");
+    }
+
+    #[test]
     fn escapes_become_visible() {
         assert_eq!(clean("a\x1b[2Jb"), "a\\x1b[2Jb");
         assert_eq!(clean("x\ry\n"), "x\\x0dy\\x0a");

@@ -30,6 +30,10 @@ const COPY: RawFd = 5;
 const CONTROL: RawFd = 6;
 /// How far the copy may run ahead of the terminal, per stream.
 pub const LEAD: usize = 4 << 20;
+/// The same once the command has ended (what is left in the pipes is read at once; a
+/// background process of the job that keeps writing to a stalled terminal is held back
+/// here, so the pump's memory stays bounded).
+pub const DRAIN_LEAD: usize = 64 << 20;
 /// One read.
 const CHUNK: usize = 128 * 1024;
 
@@ -148,11 +152,18 @@ impl Queue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue `chunk`, waiting while [`LEAD`] bytes are queued (unless `drain`). False when
-    /// the terminal's reader is gone.
+    /// Queue `chunk`, waiting while [`LEAD`] bytes are queued ([`DRAIN_LEAD`] once `drain`).
+    /// False when the terminal's reader is gone.
     fn push(&self, chunk: Vec<u8>, drain: &AtomicBool) -> bool {
         let mut s = self.lock();
-        while s.bytes >= LEAD && !s.gone && !drain.load(Ordering::SeqCst) {
+        let limit = |d: &AtomicBool| {
+            if d.load(Ordering::SeqCst) {
+                DRAIN_LEAD
+            } else {
+                LEAD
+            }
+        };
+        while s.bytes >= limit(drain) && !s.gone {
             s = self
                 .cv
                 .wait_timeout(s, std::time::Duration::from_millis(50))

@@ -87,6 +87,9 @@ pub struct Output {
 
 /// Tick of the waits (signals are looked at in between).
 const TICK: Duration = Duration::from_millis(20);
+/// The longest [`Output::wait_complete`] waits while bytes keep coming (a background process
+/// of the job that writes on after the command ended).
+const MAX_COMPLETE_WAIT: Duration = Duration::from_secs(10);
 
 impl Output {
     /// Read `copy` on a thread; recognised lines go to `tx` with their time in ms since `t0`.
@@ -194,7 +197,10 @@ impl Output {
         let since = Instant::now();
         self.wait_until(
             |s| s.complete,
-            |s| s.last.unwrap_or(since).max(since).elapsed() >= quiet,
+            |s| {
+                s.last.unwrap_or(since).max(since).elapsed() >= quiet
+                    || since.elapsed() >= MAX_COMPLETE_WAIT
+            },
         );
     }
 
