@@ -405,3 +405,43 @@ fn a_non_utf8_argument_is_passed_as_given_and_shown_escaped() {
         .collect();
     assert_eq!(cmd.last(), Some(&"caf\\xe9-\\xff"), "{cmd:?}");
 }
+
+/// Issue 15/17: an OOM line a worker prints on **stdout** with Ray's `(pid=N)` prefix is mapped
+/// through that worker's own `CUDA_VISIBLE_DEVICES=1` (physical GPU 1), as stderr lines are.
+#[test]
+fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
+    let boxdir = common::fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let worker = format!("sleep 1; echo \"(pid=$$) {OOM}\"; sleep 0.5");
+    let o = common::on_box(boxdir.path())
+        .args([
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "100ms",
+            "--out",
+        ])
+        .arg(&out)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
+        ])
+        .arg(&worker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(pid="));
+    let r = report(&out);
+    let e = &r["run"]["errors"][0];
+    assert_eq!(e["kind"], "cuda-oom", "{r}");
+    assert_eq!(e["device"], 1, "{e}");
+}
