@@ -71,20 +71,6 @@ pub fn one_line(s: &str) -> String {
         .collect()
 }
 
-/// An OS string (an argument, a path) as text: its UTF-8 as it is, every byte that is not
-/// UTF-8 as a visible `\xNN` escape (never U+FFFD, which would hide which byte it was).
-pub fn escape_os(s: &std::ffi::OsStr) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = String::with_capacity(s.len());
-    for chunk in s.as_bytes().utf8_chunks() {
-        out.push_str(chunk.valid());
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
-}
-
 /// A block of text made safe for a terminal: like [`clean`], but `\n` is kept.
 pub fn clean_text(s: &str) -> String {
     escape_where(s, |c| c != '\n' && is_unsafe(c), escape_into)
@@ -159,15 +145,6 @@ pub fn eprint_line(text: &str) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn os_strings_keep_their_utf8_and_escape_the_other_bytes() {
-        use std::os::unix::ffi::OsStrExt;
-        let os = |b: &[u8]| escape_os(std::ffi::OsStr::from_bytes(b));
-        assert_eq!(os(b"plain"), "plain");
-        assert_eq!(os("café".as_bytes()), "café");
-        assert_eq!(os(b"caf\xe9 \xff\xfe!"), "caf\\xe9 \\xff\\xfe!");
-    }
 
     #[test]
     fn escapes_become_visible() {
