@@ -109,6 +109,7 @@ fn main() {
                 reason: "bench".into(),
             },
             thresholds: Default::default(),
+            pods: Default::default(),
         },
         options: PromOptions { per_process },
     };

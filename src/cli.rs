@@ -3,7 +3,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod pods;
 mod sim;
+pub use pods::PodArgs;
 pub use sim::*;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -227,7 +229,8 @@ fn size_arg(s: &str) -> Result<u64, String> {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Findings: stray-context, no-live-owner, invisible-processes, \
-usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md).\n\
+usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md); on Kubernetes nodes \
+unallocated-gpu-use (docs/fleet.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
 vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \
@@ -257,6 +260,8 @@ pub struct ScanArgs {
     /// With --prom: also export per-process memory (`vramdoc_process_gpu_memory_bytes`)
     #[arg(long, requires = "prom")]
     pub per_process: bool,
+    #[command(flatten)]
+    pub pods: PodArgs,
 }
 
 pub use crate::model::Severity;
@@ -280,6 +285,8 @@ pub struct ServeArgs {
     /// comm}`; one series per process: opt-in)
     #[arg(long)]
     pub per_process: bool,
+    #[command(flatten)]
+    pub pods: PodArgs,
 }
 
 #[derive(Debug, Args)]
@@ -436,6 +443,9 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(std::ffi::OsString)
     )]
     pub command: Vec<std::ffi::OsString>,
+    /// The kubelet's pod log directory, which names the pods the job's processes run in
+    #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_POD_LOG_DIR)]
+    pub pod_log_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -525,7 +535,7 @@ pub enum ReportFormat {
     Html,
 }
 
-/// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`
+/// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`, `1h30m`
 /// ([`crate::units::parse_duration`]).
 pub fn duration(s: &str) -> Result<Duration, String> {
     crate::units::parse_duration(s).map_err(|e| e.to_string())
@@ -595,6 +605,14 @@ mod tests {
             "issue 19: 1h as 3600s"
         );
         assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        let Command::Serve(s) = parse(&["serve", "--interval", "1m30s"]).unwrap().command else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            s.interval,
+            Duration::from_secs(90),
+            "issue 19: combined units"
+        );
         let Command::Serve(s) = parse(&["serve"]).unwrap().command else {
             panic!("not serve");
         };

@@ -69,7 +69,7 @@ pub fn detect_pid_namespace() -> Result<PidNamespace, crate::exit::UsageError> {
 fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
     // No NSpid line (kernels before 4.1): one namespace as far as we can tell.
     let nspid = host::own_nspid().len().max(1);
-    let kthreadd = host::comm(2).is_ok_and(|c| c == "kthreadd");
+    let kthreadd = host::comm(2).is_ok_and(|c| c == b"kthreadd");
     let hidepid = host::proc_hidepid().ok().flatten();
     let sign = container_sign();
     Ok(decide_pid_namespace(
@@ -159,6 +159,16 @@ pub struct Details {
     /// Why per-process data does not exist on this platform (WSL: the Windows driver lists
     /// no processes), when so.
     pub per_process_unavailable: Option<String>,
+    /// Why pod attribution is missing or partial ([`crate::pods`]), when so.
+    #[serde(default)]
+    pub pods_note: Option<String>,
+    /// GPUs the kubelet allocated to each container of the node (pod-resources).
+    #[serde(default)]
+    pub pod_allocations: Vec<crate::model::PodAllocation>,
+    /// Allocated GPUs no process of their pod holds memory on, and since when
+    /// ([`crate::pods::PodMemory::idle`]).
+    #[serde(default)]
+    pub idle_allocations: Vec<crate::pods::IdleAllocation>,
 }
 
 /// What decides which physical GPUs a process may use, besides `CUDA_VISIBLE_DEVICES`.
@@ -338,7 +348,10 @@ pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
 /// (not a zombie, not gone).
 fn name_and_user(pid: u32) -> Option<(String, String)> {
     let status = host::status(pid).ok().filter(|s| !s.is_exited())?;
-    Some((status.name, host::user_name(status.ruid)))
+    Some((
+        crate::term::escape_bytes(&status.name),
+        host::user_name(status.ruid),
+    ))
 }
 
 /// [`process_info`] and, when /proc/PID/environ of a visible process is readable, its
@@ -356,6 +369,7 @@ fn process_info_and_env(
             cmdline: None,
             cuda_visible_devices: CVD_UNKNOWN.into(),
             container: None,
+            pod: None,
             devices,
         };
         return (info, None);
@@ -363,7 +377,7 @@ fn process_info_and_env(
     let cmdline = host::cmdline(pid)
         .ok()
         .filter(|v| !v.is_empty())
-        .map(|v| crate::redact::redact_cmdline(&v));
+        .map(|v| crate::redact::redact_cmdline(&crate::term::escape_args(&v)));
     let (cuda_visible_devices, gpu_env) = match host::environ(pid) {
         Ok(env) => {
             let mut gpu_env = gpu_env_from_environ(&env);
@@ -387,6 +401,7 @@ fn process_info_and_env(
         cmdline,
         cuda_visible_devices,
         container: container_hint(pid),
+        pod: None,
         devices,
     };
     (info, gpu_env)

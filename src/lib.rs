@@ -18,6 +18,7 @@ pub mod input;
 pub mod inventory;
 pub mod job;
 pub mod model;
+pub mod pods;
 pub mod preflight;
 pub mod record;
 pub mod redact;

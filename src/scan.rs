@@ -16,13 +16,19 @@ pub struct ScanConfig {
     /// The PID namespace vramdoc runs in (decided once: [`inventory::detect_pid_namespace`]).
     pub pid_namespace: PidNamespace,
     pub thresholds: Thresholds,
+    /// Where the kubelet's files are, for pod attribution ([`crate::pods`]).
+    pub pods: crate::pods::PodConfig,
 }
 
 /// Read the machine once through `monitor` and diagnose it. One bad GPU does not fail a
 /// scan: the monitor reports it with a status (lost, no permission), which the diagnosis
 /// turns into a finding. An error of the whole read (no driver, box gone) is returned.
 pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError> {
-    let inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
+    let mut inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
+    let pods = crate::pods::attribute(&mut inv.processes, &inv.environment.devices, &cfg.pods);
+    inv.details.pods_note = pods.note;
+    inv.details.pod_allocations = pods.allocations;
+    inv.details.idle_allocations = pods.idle;
     Ok(build_report(&inv, &cfg.thresholds))
 }
 
@@ -41,6 +47,8 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
             findings,
             pid_namespace: inv.pid_namespace.label().to_string(),
             headroom,
+            pods_note: inv.details.pods_note.clone(),
+            pod_allocations: inv.details.pod_allocations.clone(),
         }),
         replay: None,
         run: None,
@@ -99,6 +107,7 @@ pub(crate) fn sample_inventory() -> Inventory {
                 )),
                 cuda_visible_devices: "GPU-00000001-0000-0000-0000-000000000000".into(),
                 container: Some("kubepods".into()),
+                pod: None,
                 devices: vec![
                     ProcessDeviceUsage {
                         device: 0,
@@ -118,6 +127,7 @@ pub(crate) fn sample_inventory() -> Inventory {
                 cmdline: None,
                 cuda_visible_devices: "unknown".into(),
                 container: None,
+                pod: None,
                 devices: vec![ProcessDeviceUsage {
                     device: 0,
                     used: Some(70 * GIB),
@@ -170,6 +180,7 @@ mod tests {
         );
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
         assert!(text.contains("vramdoc_gpu_info{gpu=\"1\",name=\"NVIDIA H100 80GB HBM3 with"));
+        // No process runs in a pod: no pod labels.
         assert!(
             text.contains("comm=\"python3\",gpu=\"1\",pid=\"4242\""),
             "{text}"
@@ -186,5 +197,41 @@ mod tests {
         )));
         let without = render(report.scan.as_ref(), &c, PromOptions::default()).unwrap();
         assert!(!without.contains("vramdoc_process_gpu_memory_bytes"));
+    }
+
+    #[test]
+    fn per_process_series_carry_the_pod_on_nodes_running_pods() {
+        use crate::report::prom::{render, Collection, PromOptions};
+        let mut inv = sample_inventory();
+        inv.processes[0].pod = Some(crate::model::PodRef {
+            uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
+            namespace: Some("ml".into()),
+            name: Some("llm-0\"} 1\nevil{x=\"".into()),
+            container: Some("vllm".into()),
+            container_id: None,
+            allocated_gpus: None,
+        });
+        let report = build_report(&inv, &Thresholds::default());
+        let c = Collection {
+            success: true,
+            duration_seconds: 0.01,
+            timestamp_seconds: 1.0,
+            backend: "sim".into(),
+        };
+        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        assert!(
+            text.contains(
+                "comm=\"python3\",container=\"vllm\",gpu=\"1\",namespace=\"ml\",pid=\"4242\",pod=\"llm-0___1_evil_x__\""
+            ),
+            "{text}"
+        );
+        // Outside a pod on the same node: empty values (no label, to Prometheus).
+        assert!(
+            text.contains(
+                "comm=\"unknown\",container=\"\",gpu=\"0\",namespace=\"\",pid=\"77\",pod=\"\""
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("\nevil"), "{text}");
     }
 }

@@ -61,6 +61,30 @@ fn escape_where(
     out
 }
 
+/// Bytes a process chose (its name, an argument, an environment value), UTF-8 or not, as
+/// text: valid UTF-8 stays as it is, every byte that is not becomes a visible `\xNN` escape,
+/// the way [`clean`] writes a control character (`caf\xe9`). Nothing is dropped or refused:
+/// one bad byte never costs the rest of the field. Control characters are left to [`clean`]
+/// and [`one_line`] (the same `\xNN` form on a terminal).
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// A command line as the OS gave it, one [`escape_bytes`] string per argument.
+pub fn escape_args<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    args.iter()
+        .map(|a| escape_bytes(a.as_ref().as_bytes()))
+        .collect()
+}
+
 /// One field of untrusted text kept to one line: every control character (newline, tab,
 /// escape, C1) becomes a space. For what is stored in a report and shown as one line (a
 /// stderr line, a process name or command line, a marker label); [`clean`] still escapes
@@ -161,7 +185,32 @@ mod tests {
         assert_eq!(back, "a\u{9b}b\u{202e}\x1b");
     }
 
+    #[test]
+    fn bytes_that_are_not_utf8_are_escaped_not_dropped() {
+        assert_eq!(escape_bytes(b"caf\xe9"), "caf\\xe9");
+        assert_eq!(escape_bytes(b"\xff\xfe"), "\\xff\\xfe");
+        assert_eq!(escape_bytes("é日本".as_bytes()), "é日本");
+        assert_eq!(escape_bytes(b"a\xffb\xc3"), "a\\xffb\\xc3");
+        let args = [
+            std::ffi::OsString::from("python"),
+            std::os::unix::ffi::OsStringExt::from_vec(b"--tag=\xff".to_vec()),
+            std::ffi::OsString::new(),
+        ];
+        assert_eq!(escape_args(&args), ["python", "--tag=\\xff", ""]);
+    }
+
     proptest! {
+        #[test]
+        fn escaped_bytes_are_always_text(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let s = escape_bytes(&b);
+            // Valid input comes back unchanged; anything else grows visible escapes only.
+            if let Ok(v) = std::str::from_utf8(&b) {
+                prop_assert_eq!(&s, v);
+            } else {
+                prop_assert!(s.contains("\\x"));
+            }
+        }
+
         #[test]
         fn nothing_unsafe_survives(s in "\\PC*|[\\x00-\\x1f\\x7f-\\u{9f}\\u{202a}-\\u{202e}a-z]{0,40}") {
             prop_assert!(!clean(&s).chars().any(is_unsafe));

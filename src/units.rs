@@ -1,5 +1,5 @@
 //! Quantities people write and read: byte sizes (`24GiB`, `512MiB`, `1.5GB`, shown as
-//! `23.50 GiB`) and durations (`500us`, `4.5ms`, `2s`, `1m`, `1h`). Sizes are defined once in
+//! `23.50 GiB`) and durations (`500us`, `4.5ms`, `2s`, `1m`, `1h`, `1h30m`). Sizes are defined once in
 //! `vramdoc-gpu-spec` (box specs, flags and every output agree) and re-exported here;
 //! durations are vramdoc's own (flags and scenario files).
 
@@ -10,12 +10,24 @@ use thiserror::Error;
 
 /// A duration string that could not be read.
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("invalid duration {0:?}: write e.g. 500us, 1ms, 4.5ms, 2s, 1m or 1h")]
+#[error("invalid duration {0:?}: write e.g. 500us, 1ms, 4.5ms, 2s, 1m, 1h or 1h30m")]
 pub struct DurationError(pub String);
 
-/// Parse a duration: a number and a unit, `ns`, `us` (`µs`), `ms`, `s` (or none), `m`
-/// (`min`) or `h`; e.g. `250us`, `4.5ms`, `2s`, `3600s`, `1h`.
+/// Parse a duration, the one parser of every duration flag and scenario field: a number
+/// (decimals allowed) and a unit, `ns`, `us` (`µs`), `ms`, `s` (or none), `m` (`min`) or `h`,
+/// e.g. `250us`, `4.5ms`, `2s`, `3600s`, `1h`; or whole numbers with units one after another,
+/// as the `humantime` crate reads them (`1h30m`, `2m 30s`, `1d`). At most 10^9 seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+    single_unit(s).or_else(|e| {
+        humantime::parse_duration(s.trim())
+            .ok()
+            .filter(|d| d.as_secs() <= 1_000_000_000)
+            .ok_or(e)
+    })
+}
+
+/// One number and one unit (`4.5ms`, `3600`, `1h`).
+fn single_unit(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -74,6 +86,15 @@ mod tests {
             parse_duration("3600s").unwrap(),
             parse_duration("1h").unwrap()
         );
+        // Issue 19: combined units, as every duration flag reads them.
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("2m 30s").unwrap(), Duration::from_secs(150));
+        assert_eq!(
+            parse_duration("1s500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert!(parse_duration("1h-30m").is_err());
+        assert!(parse_duration("100000y").is_err(), "over 10^9 s");
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("1 fortnight").is_err());
         assert!(parse_duration("-1s").is_err());

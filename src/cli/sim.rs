@@ -320,7 +320,11 @@ pub struct SimHoldArgs {
     /// Ignored arguments after `--`, so a holder's command line can look like a real job's
     /// (tests plant secrets there to check redaction)
     #[arg(last = true, value_name = "ARGS")]
-    pub ignored: Vec<String>,
+    pub ignored: Vec<std::ffi::OsString>,
+    /// Test-only staging: set this process's name (`prctl(PR_SET_NAME)`, the kernel keeps 15
+    /// bytes) to these bytes, UTF-8 or not, like a job that renames itself
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub set_name: Option<std::ffi::OsString>,
 }
 
 /// Longest latency a simulated fault may inject: a minute is already far past any NVML

@@ -18,6 +18,7 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
         sim_spec: session.sim_spec(),
         pid_namespace: inventory::detect_pid_namespace()?,
         thresholds: Thresholds::default(),
+        pods: Default::default(),
     };
     let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
     let uuids: Vec<String> = report

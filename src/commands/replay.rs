@@ -67,7 +67,7 @@ fn busy_devices(monitor: &dyn crate::gpu::Monitor, devices: &[DeviceInfo]) -> Ve
             .filter(|p| p.pid != me)
             .map(|p| {
                 let name = crate::host::comm(p.pid)
-                    .map(|n| format!(" ({})", n.trim()))
+                    .map(|n| format!(" ({})", crate::term::escape_bytes(n.trim_ascii())))
                     .unwrap_or_default();
                 format!("PID {}{name}", p.pid)
             })

@@ -112,13 +112,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let command = match &attach {
         Some(t) => job::attach::command_of(t),
         // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
-        None => crate::redact::redact_args(
-            &args
-                .command
-                .iter()
-                .map(|a| crate::term::escape_os(a))
-                .collect::<Vec<_>>(),
-        ),
+        None => crate::redact::redact_args(&crate::term::escape_args(&args.command)),
     };
     let spec = JobSpec {
         argv: args.command.clone(),
@@ -138,13 +132,17 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let output = ran.output.take();
     let status = ran.exit.status();
     let findings = diagnose::fingerprints(&ran.recorded.recording, &TimelineThresholds::default());
-    let result = job::summary::run_result(
+    let mut result = job::summary::run_result(
         command,
         (period.as_micros() as u64, process_period.as_micros() as u64),
         ran,
         &devices,
         findings,
         args.samples.as_ref().map(|p| p.display().to_string()),
+    );
+    crate::pods::name_pods(
+        result.processes.iter_mut().filter_map(|p| p.pod.as_mut()),
+        &args.pod_log_dir,
     );
     let report = Report {
         schema_version: SCHEMA_VERSION,

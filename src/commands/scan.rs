@@ -4,7 +4,6 @@
 
 use super::Session;
 use crate::cli::ScanArgs;
-use crate::diagnose::Thresholds;
 use crate::inventory;
 use crate::report::terminal;
 use crate::report::write::{render, Format};
@@ -25,7 +24,8 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     let cfg = ScanConfig {
         sim_spec: session.sim_spec(),
         pid_namespace,
-        thresholds: Thresholds::default(),
+        thresholds: args.pods.thresholds(),
+        pods: args.pods.config(),
     };
     let started = std::time::Instant::now();
     let report = crate::scan::scan(monitor.as_ref(), &cfg)?;

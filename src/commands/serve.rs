@@ -4,7 +4,6 @@
 
 use super::Session;
 use crate::cli::ServeArgs;
-use crate::diagnose::Thresholds;
 use crate::exit::EnvironmentError;
 use crate::inventory;
 use crate::report::prom::PromOptions;
@@ -21,7 +20,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         scan: ScanConfig {
             sim_spec: session.sim_spec(),
             pid_namespace: inventory::detect_pid_namespace()?,
-            thresholds: Thresholds::default(),
+            thresholds: args.pods.thresholds(),
+            pods: args.pods.config(),
         },
         options: PromOptions {
             per_process: args.per_process,

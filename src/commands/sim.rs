@@ -343,6 +343,9 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
     } else if a.also_graphics {
         process.set_also(&[ProcessKind::Graphics]);
     }
+    if let Some(name) = &a.set_name {
+        set_own_name(name)?;
+    }
     let pid = process.pid();
     let mut driver = SimDriver::new(process);
     let ctx = driver
@@ -408,6 +411,20 @@ fn hold(a: &SimHoldArgs) -> Result<i32> {
     drop(physical);
     drop(driver);
     Ok(0)
+}
+
+/// `prctl(PR_SET_NAME, name)`: the kernel keeps the first 15 bytes, whatever they are.
+fn set_own_name(name: &std::ffi::OsStr) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = [0u8; 16];
+    let n = name.as_bytes().len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from `buf`, which
+    // lives across the call.
+    if unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr()) } != 0 {
+        anyhow::bail!("prctl(PR_SET_NAME): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn libs(a: &crate::cli::SimLibsArgs) -> Result<i32> {

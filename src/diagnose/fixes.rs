@@ -143,3 +143,21 @@ pub const GROWTH_TORCH_EXPANDABLE_ON: &str = " With PyTorch (expandable_segments
 in this job's PYTORCH_CUDA_ALLOC_CONF), torch.cuda.empty_cache() between sizes returns the \
 earlier sizes' cached blocks; if it still grows, something keeps references to each size's \
 tensors (a list of outputs, a per-shape cache).";
+
+/// A pod's process on a GPU the kubelet did not allocate to it (issue 18; k8s-device-plugin
+/// #61, #87, #195: images with `NVIDIA_VISIBLE_DEVICES=all`, privileged pods, hostPath
+/// device mounts).
+pub const UNALLOCATED_GPU_USE: &str = "The process uses a GPU the scheduler gave to another \
+pod (or to none): jobs on that GPU can run out of memory with no cause they can see. The usual \
+causes: a pod that requests no `nvidia.com/gpu` but whose image sets \
+NVIDIA_VISIBLE_DEVICES=all (set NVIDIA_VISIBLE_DEVICES=void in pods without GPUs, or use the \
+device plugin's volume-mounts or CDI strategy with `accept-nvidia-visible-devices-envvar-when-unprivileged=false`), \
+a privileged pod (it sees every GPU), or /dev/nvidia* mounted through hostPath. Request the \
+GPU the pod uses, or stop it from seeing the others.";
+
+/// A GPU allocated to a pod that none of its processes uses (issue 18).
+pub const ALLOCATED_GPU_IDLE: &str = "The pod holds a GPU the scheduler cannot give to anyone \
+else, and none of its processes has used it for the time shown: a notebook left open, a job \
+waiting on something else, a request for more GPUs than the code uses (a process on one of \
+several allocated GPUs). Release it (scale the workload down or delete the pod), or request \
+fewer GPUs. Time-sliced and MIG allocations count per device id.";

@@ -4,6 +4,7 @@
 //! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
 
 pub mod fixes;
+mod pods;
 mod rules;
 pub mod timeline;
 mod visibility;
@@ -17,6 +18,7 @@ pub use timeline::{
     TimelineThresholds,
 };
 
+pub use pods::{allocated_gpu_idle, device_of_id, unallocated_gpu_use};
 pub use rules::{
     device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
     low_headroom, no_live_owner, stray_context, unattributed_bytes, usage_unavailable,
@@ -32,6 +34,10 @@ pub mod ids {
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
     pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
     pub const DEVICE_LOST: &str = "device-lost";
+    /// Allocation audit (issue 18): a pod's process on a GPU the pod was not allocated.
+    pub const UNALLOCATED_GPU_USE: &str = "unallocated-gpu-use";
+    /// Allocation audit: a GPU allocated to a pod that none of its processes uses.
+    pub const ALLOCATED_GPU_IDLE: &str = "allocated-gpu-idle";
     // Timeline fingerprints (`vramdoc run`, replay): see docs/findings.md.
     pub const OUT_OF_MEMORY: &str = "out-of-memory";
     pub const GROWTH_WITHOUT_RELEASE: &str = "growth-without-release";
@@ -87,6 +93,9 @@ pub struct Thresholds {
     pub duplicate_min: u64,
     /// Footprints are "near-equal" when (max − min) / max is at most this. Default 0.10.
     pub duplicate_tolerance: f64,
+    /// An allocated GPU none of its pod's processes held memory on for at least this long
+    /// is reported (`allocated-gpu-idle`, serve only). Default 30 min.
+    pub allocation_idle_min: std::time::Duration,
 }
 
 impl Default for Thresholds {
@@ -101,6 +110,7 @@ impl Default for Thresholds {
             budget_holder_fraction: 0.80,
             duplicate_min: 2 * GIB,
             duplicate_tolerance: 0.10,
+            allocation_idle_min: std::time::Duration::from_secs(30 * 60),
         }
     }
 }
@@ -116,6 +126,8 @@ pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom
     findings.extend(usage_unavailable(inv));
     findings.extend(low_headroom(inv, &headroom, th));
     findings.extend(duplicate_copy(inv, th));
+    findings.extend(unallocated_gpu_use(inv));
+    findings.extend(allocated_gpu_idle(inv, th));
     // Most severe first; stable within a severity (rule order, then device / PID).
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (findings, headroom)

@@ -233,13 +233,17 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             ));
         }
         for (p, u) in &dead {
-            let label = format!("PID {} listed by NVML, does not exist", p.pid);
+            let mut label = format!("PID {} listed by NVML, does not exist", p.pid);
+            if let Some(pod) = &p.pod {
+                label.push_str(&format!(" (last seen in {})", pod.describe()));
+            }
             evidence.push(match u {
                 Some(b) => ev_bytes(label, *b),
                 None => ev(label, "not available"),
             });
         }
         evidence.push(ev_bytes("threshold", th.unattributed_min));
+        evidence.extend(super::pods::owner_pods_evidence(inv, d.index));
         // Who keeps the memory alive: processes NVML does not list as live owners that hold
         // this GPU's device file (or, failing that, any GPU device file) open.
         let listed: Vec<u32> = on_dev

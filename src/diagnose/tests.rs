@@ -40,6 +40,7 @@ fn proc_(pid: u32, cvd: &str, usage: &[(u32, Option<u64>)]) -> ProcessInfo {
         cmdline: Some(format!("python p{pid}.py")),
         cuda_visible_devices: cvd.into(),
         container: None,
+        pod: None,
         devices: usage
             .iter()
             .map(|(d, u)| ProcessDeviceUsage {

@@ -4,17 +4,22 @@
 //! cgroup, open descriptors) and lists PIDs; [`system`] reads the machine (hostname, kernel
 //! release, the /proc mount's `hidepid`, user names); [`cgroup`] reads what job membership
 //! needs beyond one process (cgroup mounts, the boot clock in start-time
-//! ticks). Callers decide what a fact means (a
+//! ticks) and where a process's cgroup places it (container, Kubernetes pod); [`kubelet`]
+//! reads the kubelet's pod and container log directories (pod names without API-server
+//! credentials) and [`podresources`] asks the kubelet's pod-resources gRPC socket which devices
+//! each pod was allocated. Callers decide what a fact means (a
 //! finding, a tree member); nothing here interprets it beyond parsing. Read by hand, each
 //! saying why: `stat` and `fd` (fewer syscalls for scans of every process), `comm`,
 //! `environ` (the first of a repeated key, as `getenv`), hostname and kernel release.
 
 pub mod cgroup;
 pub mod container;
+pub mod kubelet;
+pub mod podresources;
 pub mod process;
 pub mod system;
 
-pub use cgroup::{cgroup_mounts, ticks_per_second, ticks_since_boot};
+pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, CgroupPlace};
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, pids, start_time,
     stat, status, Environ, Stat, Status,

@@ -3,6 +3,12 @@
 //! one process even when PIDs are reused; zombies count as exited), [`status`] (name, real
 //! UID, `NSpid`), [`comm`], [`cmdline`], [`environ`], [`cgroup_paths`], [`fd_targets`]; and
 //! [`pids`], every PID visible here. PIDs are `u32` as NVML reports them.
+//!
+//! Names, arguments and environment values are the process's to choose and need not be UTF-8
+//! (a binary named `caf\xe9`, `prctl(PR_SET_NAME, "\xff\xfe")`): they are kept as the bytes
+//! the kernel gave, never refused or dropped for it, and shown through
+//! [`crate::term::escape_bytes`] (`caf\xe9`). The name is read from `/proc/PID/comm` (raw bytes)
+//! rather than from `status`, whose `Name:` line the kernel escapes.
 
 use super::HostError;
 use procfs::process::Process;
@@ -34,8 +40,8 @@ pub struct Stat {
     pub pid: u32,
     /// Parent PID (0 for the namespace's init's parent).
     pub ppid: u32,
-    /// The short command name (`comm`, at most 15 bytes).
-    pub comm: String,
+    /// The short command name (`comm`, at most 15 bytes, as the kernel gave them).
+    pub comm: Vec<u8>,
     /// `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
     pub state: char,
     /// Kernel start time, clock ticks since boot: with the PID, the process's identity.
@@ -50,17 +56,31 @@ impl Stat {
     }
 }
 
-/// `/proc/PID/stat`, opened by path and parsed by procfs: one open and one read, two
-/// syscalls fewer than `Process::new` + `stat()` (for scans of every process).
+/// `/proc/PID/stat`, read by path and parsed by procfs: one open and one read, two
+/// syscalls fewer than `Process::new` + `stat()` (for scans of every process). The name is
+/// taken from the same bytes (between the first `(` and the last `)`), not from procfs,
+/// which replaces bytes that are not UTF-8.
 pub fn stat(pid: u32) -> Result<Stat> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
-    let file = std::fs::File::open(&path).map_err(|e| HostError::from_io(Some(pid), path, e))?;
-    let st = <procfs::process::Stat as procfs::FromRead>::from_read(file)
+    let bytes = std::fs::read(&path).map_err(|e| HostError::from_io(Some(pid), path.clone(), e))?;
+    let st = <procfs::process::Stat as procfs::FromRead>::from_read(bytes.as_slice())
         .map_err(|e| HostError::from_proc(Some(pid), e))?;
+    let comm = match (
+        bytes.iter().position(|b| *b == b'('),
+        bytes.iter().rposition(|b| *b == b')'),
+    ) {
+        (Some(open), Some(close)) if open < close => bytes[open + 1..close].to_vec(),
+        _ => {
+            return Err(HostError::Malformed {
+                path,
+                reason: "no (comm)".into(),
+            })
+        }
+    };
     Ok(Stat {
         pid,
         ppid: u32::try_from(st.ppid).unwrap_or(0),
-        comm: st.comm,
+        comm,
         state: st.state,
         start_time: st.starttime,
     })
@@ -84,8 +104,8 @@ pub fn is_alive(pid: u32, start_time: u64) -> bool {
 /// What `/proc/PID/status` says that vramdoc uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
-    /// The command name (as `comm`).
-    pub name: String,
+    /// The command name: the bytes of `/proc/PID/comm` (see [`comm`]).
+    pub name: Vec<u8>,
     /// Real user ID.
     pub ruid: u32,
     /// First letter of the state (`Z` zombie, `X` dead).
@@ -101,8 +121,23 @@ impl Status {
     }
 }
 
-fn status_of(pid: Option<u32>, p: &Process) -> Result<Status> {
-    let s = p.status().map_err(|e| HostError::from_proc(pid, e))?;
+/// `status` of `pid` (`None`: this process). The file is read as bytes and parsed with the
+/// name's bytes replaced (procfs refuses a file that is not UTF-8, which a name may make it);
+/// the name itself comes from `comm`.
+fn status_of(pid: Option<u32>) -> Result<Status> {
+    let dir = pid.map_or_else(|| "self".to_string(), |p| p.to_string());
+    let read = |file: &str| {
+        let path = PathBuf::from(format!("/proc/{dir}/{file}"));
+        std::fs::read(&path).map_err(|e| HostError::from_io(pid, path, e))
+    };
+    let bytes = read("status")?;
+    let text = String::from_utf8_lossy(&bytes);
+    let s = <procfs::process::Status as procfs::FromRead>::from_read(text.as_bytes())
+        .map_err(|e| HostError::from_proc(pid, e))?;
+    let mut name = read("comm")?;
+    if name.last() == Some(&b'\n') {
+        name.pop();
+    }
     Ok(Status {
         state: s.state.chars().next().unwrap_or('?'),
         nspid: s
@@ -111,14 +146,14 @@ fn status_of(pid: Option<u32>, p: &Process) -> Result<Status> {
             .into_iter()
             .filter_map(|x| u32::try_from(x).ok())
             .collect(),
-        name: s.name,
+        name,
         ruid: s.ruid,
     })
 }
 
 /// `/proc/PID/status`.
 pub fn status(pid: u32) -> Result<Status> {
-    status_of(Some(pid), &open(pid)?)
+    status_of(Some(pid))
 }
 
 /// `NSpid` of `pid`: its PID in each nested PID namespace, outermost (ours) first.
@@ -128,27 +163,35 @@ pub fn nspid(pid: u32) -> Result<Vec<u32>> {
 
 /// This process's `NSpid` (outermost first); empty when /proc does not say.
 pub fn own_nspid() -> Vec<u32> {
-    Process::myself()
-        .ok()
-        .and_then(|p| status_of(None, &p).ok())
-        .map(|s| s.nspid)
-        .unwrap_or_default()
+    status_of(None).map(|s| s.nspid).ok().unwrap_or_default()
 }
 
-/// The short command name, `/proc/PID/comm`, without its newline.
-pub fn comm(pid: u32) -> Result<String> {
+/// The short command name, `/proc/PID/comm`, without its newline: the bytes the process
+/// chose (its binary's name, or `prctl(PR_SET_NAME)`), UTF-8 or not.
+pub fn comm(pid: u32) -> Result<Vec<u8>> {
     let path = PathBuf::from(format!("/proc/{pid}/comm"));
-    std::fs::read_to_string(&path)
-        .map(|s| s.trim_end_matches('\n').to_string())
-        .map_err(|e| HostError::from_io(Some(pid), path, e))
+    let mut name = std::fs::read(&path).map_err(|e| HostError::from_io(Some(pid), path, e))?;
+    if name.last() == Some(&b'\n') {
+        name.pop();
+    }
+    Ok(name)
 }
 
-/// The command line, one string per argument; empty for kernel threads and zombies.
-/// Not redacted: pass it through [`crate::redact`] before it is shown or stored.
-pub fn cmdline(pid: u32) -> Result<Vec<String>> {
-    open(pid)?
-        .cmdline()
-        .map_err(|e| HostError::from_proc(Some(pid), e))
+/// The command line, one byte string per argument (empty arguments kept, UTF-8 or not);
+/// empty for kernel threads and zombies. Not redacted: pass it through [`crate::redact`]
+/// (after [`crate::term::escape_args`]) before it is shown or stored.
+pub fn cmdline(pid: u32) -> Result<Vec<OsString>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = PathBuf::from(format!("/proc/{pid}/cmdline"));
+    let bytes = std::fs::read(&path).map_err(|e| HostError::from_io(Some(pid), path, e))?;
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(&bytes);
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(bytes
+        .split(|b| *b == 0)
+        .map(|a| OsStr::from_bytes(a).to_os_string())
+        .collect())
 }
 
 /// A process's environment (`/proc/PID/environ`, as it was at exec). Values are secrets as
@@ -171,11 +214,12 @@ impl Environ {
         Environ(map)
     }
 
-    /// The value of `key` (invalid UTF-8 replaced), when set.
+    /// The value of `key` (bytes that are not UTF-8 escaped as `\xNN`), when set.
     pub fn get(&self, key: &str) -> Option<String> {
+        use std::os::unix::ffi::OsStrExt;
         self.0
             .get(OsStr::new(key))
-            .map(|v| v.to_string_lossy().into_owned())
+            .map(|v| crate::term::escape_bytes(v.as_bytes()))
     }
 }
 
@@ -263,7 +307,7 @@ mod tests {
         let mut args = Vec::new();
         for _ in 0..400 {
             args = cmdline(pid).unwrap_or_default();
-            if args.first().map(String::as_str) == Some("sleep") {
+            if args.first().map(|a| a.as_os_str()) == Some(OsStr::new("sleep")) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -282,7 +326,7 @@ mod tests {
         let held = std::fs::canonicalize(&file).unwrap();
         assert!(fds.unwrap().contains(&held));
         let st = st.unwrap();
-        assert_eq!(st.name, "sleep");
+        assert_eq!(st.name, b"sleep");
         assert_eq!(st.nspid.first(), Some(&pid), "outermost NSpid is our PID");
         assert!(!groups.unwrap().is_empty());
         // Reaped: every read says gone.
@@ -291,6 +335,48 @@ mod tests {
         assert!(cmdline(pid).unwrap_err().is_gone());
         assert!(comm(pid).unwrap_err().is_gone());
         assert!(status(u32::MAX).unwrap_err().is_gone(), "out of range");
+    }
+
+    /// Issue 19: a name and arguments that are not UTF-8 are read as the bytes they are; an
+    /// empty argument is kept.
+    #[test]
+    fn names_and_arguments_that_are_not_utf8_are_read_as_bytes() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join(OsStr::from_bytes(b"caf\xe9"));
+        std::os::unix::fs::symlink("/bin/sh", &link).unwrap();
+        let mut child = std::process::Command::new(&link)
+            .args(["-c", "sleep 30"])
+            .arg(OsStr::from_bytes(b"x\xffy"))
+            .arg("")
+            .arg("z")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut name = Vec::new();
+        for _ in 0..400 {
+            name = comm(pid).unwrap_or_default();
+            if name == b"caf\xe9" {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (st, stat, args) = (status(pid), stat(pid), cmdline(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(name, b"caf\xe9");
+        assert_eq!(st.unwrap().name, b"caf\xe9", "status of a non-UTF-8 name");
+        assert_eq!(stat.unwrap().comm, b"caf\xe9");
+        let args: Vec<Vec<u8>> = args.unwrap().into_iter().map(OsString::into_vec).collect();
+        let want: Vec<Vec<u8>> = vec![
+            link.as_os_str().as_bytes().to_vec(),
+            b"-c".to_vec(),
+            b"sleep 30".to_vec(),
+            b"x\xffy".to_vec(),
+            Vec::new(),
+            b"z".to_vec(),
+        ];
+        assert_eq!(args, want);
     }
 
     #[test]

@@ -259,7 +259,7 @@ pub fn command_of(t: &Target) -> Vec<String> {
         .and_then(|p| crate::host::cmdline(p).ok())
         .filter(|a| !a.is_empty())
     {
-        return crate::redact::redact_args(&args);
+        return crate::redact::redact_args(&crate::term::escape_args(&args));
     }
     vec![describe(t)]
 }
@@ -269,7 +269,12 @@ fn describe(t: &Target) -> String {
     let mut parts = Vec::new();
     if let Some(pid) = t.pid {
         let name = crate::host::comm(pid)
-            .map(|n| format!(" ({})", crate::term::one_line(&n)))
+            .map(|n| {
+                format!(
+                    " ({})",
+                    crate::term::one_line(&crate::term::escape_bytes(&n))
+                )
+            })
             .unwrap_or_default();
         parts.push(format!("pid {pid}{name}"));
     }

@@ -20,6 +20,12 @@ pub enum MarkError {
         path: String,
         source: std::io::Error,
     },
+    /// The path is a FIFO, a socket or a device (a FIFO with no reader would block the
+    /// job's `vramdoc mark` forever): `vramdoc run` always makes a regular file.
+    #[error(
+        "{path} is not a regular file (set by `vramdoc run` in {MARKERS_ENV}, which makes one)"
+    )]
+    NotAFile { path: String },
     #[error("writing {path}: {source}")]
     Write {
         path: String,
@@ -27,8 +33,11 @@ pub enum MarkError {
     },
 }
 
-/// Append `text` (newlines folded) as one line to `$VRAMDOC_MARKERS`.
+/// Append `text` (newlines folded) as one line to `$VRAMDOC_MARKERS`. The file is opened
+/// without blocking (`O_NONBLOCK`: a FIFO with no reader fails at once with `ENXIO` instead of
+/// hanging the job) and refused unless it is a regular file.
 pub fn mark(text: &str) -> Result<(), MarkError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = std::env::var_os(MARKERS_ENV)
         .filter(|v| !v.is_empty())
         .ok_or(MarkError::NotInRun)?;
@@ -36,11 +45,20 @@ pub fn mark(text: &str) -> Result<(), MarkError> {
     let text = text.replace(['\n', '\r'], " ");
     let mut f = std::fs::OpenOptions::new()
         .append(true)
+        .custom_flags(libc::O_NONBLOCK)
         .open(&path)
-        .map_err(|source| MarkError::Open {
-            path: shown.clone(),
-            source,
+        .map_err(|source| match source.raw_os_error() {
+            Some(libc::ENXIO) => MarkError::NotAFile {
+                path: shown.clone(),
+            },
+            _ => MarkError::Open {
+                path: shown.clone(),
+                source,
+            },
         })?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(MarkError::NotAFile { path: shown });
+    }
     // One write, so concurrent markers from several processes never interleave.
     f.write_all(format!("{text}\n").as_bytes())
         .map_err(|source| MarkError::Write {

@@ -150,7 +150,10 @@ pub fn run(
     let Some(program) = spec.argv.first().cloned() else {
         return Err(JobError::NoCommand);
     };
-    let program_shown = crate::term::escape_os(&program);
+    let program_shown = {
+        use std::os::unix::ffi::OsStrExt;
+        crate::term::escape_bytes(program.as_bytes())
+    };
     let io = |what| move |source| JobError::Io { what, source };
     let marker_dir = tempfile::Builder::new()
         .prefix("vramdoc-run-")
@@ -557,6 +560,7 @@ mod tests {
             end_ms: None,
             gpu_env: vec![],
             via: via.map(String::from),
+            pod: None,
         };
         assert!(ours_to_signal(&tp(None)));
         assert!(ours_to_signal(&tp(Some("environment VRAMDOC_MARKERS"))));

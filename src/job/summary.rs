@@ -69,6 +69,7 @@ pub fn numbers(run: &JobRun, devices: &[DeviceInfo]) -> Numbers {
         .iter()
         .map(|t| RunProcess {
             member: t.via.clone(),
+            pod: t.pod.as_deref().cloned(),
             pid: t.pid,
             ppid: t.ppid,
             nspid: t.nspid.clone(),

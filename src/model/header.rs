@@ -7,20 +7,20 @@ pub fn command_line() -> Vec<String> {
     command_line_from(std::env::args_os())
 }
 
-/// [`command_line`] for given arguments (non-UTF-8 bytes become U+FFFD). The program path is
+/// [`command_line`] for given arguments (bytes that are not UTF-8 escaped as `\xNN`, by
+/// [`crate::term::escape_bytes`]). The program path is
 /// shortened to its file name (`/home/me/.cargo/bin/vramdoc` → `vramdoc`).
 pub fn command_line_from<I, S>(args: I) -> Vec<String>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut raw: Vec<String> = args
-        .into_iter()
-        .map(|a| a.as_ref().to_string_lossy().into_owned())
-        .collect();
-    if let Some(first) = raw.first_mut() {
-        if let Some(name) = std::path::Path::new(first.as_str()).file_name() {
-            *first = name.to_string_lossy().into_owned();
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<S> = args.into_iter().collect();
+    let mut raw = crate::term::escape_args(&args);
+    if let Some(first) = args.first() {
+        if let Some(name) = std::path::Path::new(first.as_ref()).file_name() {
+            raw[0] = crate::term::escape_bytes(name.as_bytes());
         }
     }
     crate::redact::redact_args(&raw)

@@ -99,6 +99,10 @@ pub struct RunProcess {
     /// VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`, `cgroup PATH`, `container ID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<String>,
+    /// Its Kubernetes pod, when it runs in one (named through the kubelet's log directory;
+    /// no allocation: docs/fleet.md "Pod attribution").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<super::PodRef>,
 }
 
 /// A process's peak on one device.

@@ -32,7 +32,69 @@ pub struct ProcessInfo {
     /// Container hint from /proc/PID/cgroup (`docker`, `kubepods`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// The Kubernetes pod the process runs in (its cgroup's pod UID, named through the
+    /// kubelet), when it runs in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
     pub devices: Vec<ProcessDeviceUsage>,
+}
+
+/// A process's Kubernetes pod (issue 18; docs/fleet.md "Pod attribution"): the UID from
+/// `/proc/PID/cgroup`, the names from the kubelet's log directories, the allocation from the
+/// kubelet's pod-resources API. Names are as the kubelet wrote them (untrusted text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PodRef {
+    /// The pod's UID (with dashes).
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The container's name in the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The container id (64 hex) from the cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The GPU device ids the kubelet allocated to the pod's containers (pod-resources
+    /// `List`, resources named `nvidia.com/...`): UUIDs, `GPU-…::N` time-slicing replicas,
+    /// MIG ids or `nvidiaN`. `None` when the pod-resources API said nothing about this pod
+    /// (no socket, or the pod is not listed); empty when the pod was allocated no GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_gpus: Option<Vec<String>>,
+}
+
+impl PodRef {
+    /// `namespace/name`, or the UID when the kubelet's files did not name the pod.
+    pub fn label(&self) -> String {
+        match (&self.namespace, &self.name) {
+            (Some(ns), Some(n)) => format!("{ns}/{n}"),
+            _ => format!("pod {}", self.uid),
+        }
+    }
+
+    /// `pod ml/llm-0, container vllm` (raw text: clean it where it is shown).
+    pub fn describe(&self) -> String {
+        let pod = match (&self.namespace, &self.name) {
+            (Some(_), Some(_)) => format!("pod {}", self.label()),
+            _ => self.label(),
+        };
+        match &self.container {
+            Some(c) => format!("{pod}, container {c}"),
+            None => pod,
+        }
+    }
+}
+
+/// GPUs the kubelet allocated to one container (pod-resources `List`), for every pod of the
+/// node, whether or not it runs a GPU process now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PodAllocation {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// The device ids, as in [`PodRef::allocated_gpus`].
+    pub device_ids: Vec<String>,
 }
 
 impl ProcessInfo {
@@ -55,6 +117,14 @@ pub struct ScanResult {
     /// Room for a new vLLM-style engine on every device (decided in `diagnose/`).
     #[serde(default)]
     pub headroom: Vec<Headroom>,
+    /// Why pod attribution is missing or partial (no pod-resources socket, the kubelet did
+    /// not answer), when processes run in pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_note: Option<String>,
+    /// GPUs the kubelet allocated to each pod's containers, when its pod-resources API
+    /// answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_allocations: Vec<PodAllocation>,
 }
 
 /// Room for a new vLLM-style engine on one device. vLLM claims

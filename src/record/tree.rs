@@ -33,6 +33,9 @@ pub struct TreeProcess {
     /// `environment VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`. Its own descendants
     /// say `None`.
     pub via: Option<String>,
+    /// Its Kubernetes pod (UID and container id from its cgroup; named when the report is
+    /// built), when it runs in one.
+    pub pod: Option<Box<crate::model::PodRef>>,
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -76,7 +79,7 @@ pub struct ProcessTree {
     /// Processes a rule matched: PID → (start time, why).
     joined: BTreeMap<u32, (u64, String)>,
     /// Processes the rules looked at: PID → (start time, comm), read again after an exec.
-    checked: HashMap<u32, (u64, String)>,
+    checked: HashMap<u32, (u64, Vec<u8>)>,
     /// Clock ticks since boot when the recording started; processes started since are
     /// looked at by the rules.
     since: u64,
@@ -98,11 +101,12 @@ pub struct ProcessTree {
 fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>) -> TreeProcess {
     let status = host::status(pid).ok();
     let nspid = status.as_ref().map(|s| s.nspid.clone()).unwrap_or_default();
-    let name = status.map(|s| crate::term::one_line(&s.name));
-    let cmdline = host::cmdline(pid)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(|v| crate::term::one_line(&crate::redact::redact_cmdline(&v)));
+    let name = status.map(|s| crate::term::one_line(&crate::term::escape_bytes(&s.name)));
+    let cmdline = host::cmdline(pid).ok().filter(|v| !v.is_empty()).map(|v| {
+        crate::term::one_line(&crate::redact::redact_cmdline(&crate::term::escape_args(
+            &v,
+        )))
+    });
     let gpu_env = host::environ(pid)
         .map(|env| {
             GPU_ENV
@@ -114,9 +118,23 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>)
                 .collect()
         })
         .unwrap_or_default();
+    let pod = host::cgroup_paths(pid)
+        .ok()
+        .and_then(|paths| host::place_of(&paths))
+        .and_then(|pl| {
+            Some(Box::new(crate::model::PodRef {
+                uid: pl.pod_uid?,
+                namespace: None,
+                name: None,
+                container: None,
+                container_id: pl.container_id,
+                allocated_gpus: None,
+            }))
+        });
     TreeProcess {
         gpu_env,
         via,
+        pod,
         pid,
         ppid: Some(ppid),
         nspid,
@@ -205,7 +223,7 @@ impl ProcessTree {
         }
         let now = members.iter().any(|p| {
             all.get(p)
-                .is_some_and(|e| !e.is_exited() && clients.contains(&e.comm))
+                .is_some_and(|e| !e.is_exited() && clients.iter().any(|c| c.as_bytes() == e.comm))
         });
         if now || self.client_before {
             self.client_until = host::ticks_since_boot().unwrap_or(u64::MAX);
@@ -378,7 +396,9 @@ impl ProcessTree {
             // A fork seen before its exec: same process, new program; read it again.
             if let Some(tp) = self.live.get_mut(&pid) {
                 if tp.start_time == e.start_time && tp.end_ms.is_none() {
-                    if tp.name.as_deref() != Some(crate::term::one_line(&e.comm).as_str()) {
+                    if tp.name.as_deref()
+                        != Some(crate::term::one_line(&crate::term::escape_bytes(&e.comm)).as_str())
+                    {
                         // A rule-joined process keeps its rule (updated by the exec).
                         let via = tp.via.take().map(|v| {
                             self.joined

@@ -341,6 +341,9 @@ fn scan_sections<M: Markup>(m: &mut M, scan: &ScanResult) {
     ];
     let rows: Vec<Vec<Cell>> = scan.processes.iter().map(process_row).collect();
     m.table("processes", &columns, &rows);
+    if let Some(note) = &scan.pods_note {
+        m.paragraph(Para::Muted, &[plain(format!("Pods: {note}"))]);
+    }
     if scan.processes.iter().any(|p| !p.visible) {
         m.paragraph(
             Para::Muted,
@@ -378,9 +381,11 @@ fn process_row(p: &ProcessInfo) -> Vec<Cell> {
         vec![code_or_unknown(&p.user)],
         lines(text::process_memory(p)),
         vec![code(p.cuda_visible_devices.as_str())],
-        p.container
-            .as_ref()
-            .map_or_else(Vec::new, |c| vec![code(c.as_str())]),
+        match (&p.pod, &p.container) {
+            (Some(pod), _) => vec![text(pod.describe())],
+            (None, Some(c)) => vec![code(c.as_str())],
+            (None, None) => Vec::new(),
+        },
         vec![code_or_unknown(&p.cmdline)],
     ]
 }
@@ -704,6 +709,10 @@ fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
                         if let Some(m) = &p.member {
                             name.push(plain(" via "));
                             name.push(text(m.as_str()));
+                        }
+                        if let Some(pod) = &p.pod {
+                            name.push(plain(" in "));
+                            name.push(text(pod.describe()));
                         }
                         name
                     },

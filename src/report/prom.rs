@@ -27,6 +27,8 @@ pub const KNOWN_RULES: &[&str] = &[
     crate::diagnose::ids::DUPLICATE_COPY,
     crate::diagnose::ids::DEVICE_LOST,
     crate::diagnose::ids::DEVICE_UNAVAILABLE,
+    crate::diagnose::ids::UNALLOCATED_GPU_USE,
+    crate::diagnose::ids::ALLOCATED_GPU_IDLE,
 ];
 
 #[derive(Debug, Error)]
@@ -62,26 +64,54 @@ pub struct PromOptions {
 }
 
 /// A process name made safe and short for a label: at most [`COMM_MAX`] characters of
-/// `[A-Za-z0-9._-]`, others replaced by `_`; `unknown` when there is none. Never the
-/// command line.
+/// `[A-Za-z0-9._-]`, others replaced by `_`, and the `\xNN` escapes of bytes that are not
+/// UTF-8 kept as they are (one character each, [`crate::term::escape_bytes`]: `caf\xe9`);
+/// `unknown` when there is none. Never the command line.
 pub fn sanitize_comm(name: Option<&str>) -> String {
-    let s: String = name
-        .unwrap_or("")
-        .chars()
-        .take(COMM_MAX)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
+    let name = name.unwrap_or("");
+    let mut s = String::new();
+    let mut chars = name.char_indices().peekable();
+    let mut taken = 0;
+    while let Some((i, c)) = chars.next() {
+        if taken == COMM_MAX {
+            break;
+        }
+        taken += 1;
+        let escape = name.get(i..i + 4).filter(|e| {
+            let b = e.as_bytes();
+            b[0] == b'\\' && b[1] == b'x' && b[2..].iter().all(u8::is_ascii_hexdigit)
+        });
+        if let Some(e) = escape {
+            s.push_str(e);
+            for _ in 0..3 {
+                chars.next();
             }
-        })
-        .collect();
+        } else if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            s.push(c);
+        } else {
+            s.push('_');
+        }
+    }
     if s.is_empty() {
         "unknown".into()
     } else {
         s
     }
+}
+
+/// A Kubernetes name as a label value: DNS names (at most 253 characters of `a-z0-9.-`);
+/// anything else the kubelet's files held is replaced by `_`.
+pub fn sanitize_kube(name: &str) -> String {
+    name.chars()
+        .take(253)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec, PromError> {
@@ -229,15 +259,42 @@ pub fn render(
             }
         }
         if opts.per_process {
+            // The pod labels only where some process runs in a pod: an empty label is no
+            // label to Prometheus, so other nodes' series stay as they were.
+            let kube_labels = scan.processes.iter().any(|p| p.pod.is_some());
+            let labels: &[&str] = if kube_labels {
+                &[
+                    "gpu",
+                    "uuid",
+                    "pid",
+                    "comm",
+                    "pod",
+                    "namespace",
+                    "container",
+                ]
+            } else {
+                &["gpu", "uuid", "pid", "comm"]
+            };
             let procs = gauge(
                 &reg,
                 "vramdoc_process_gpu_memory_bytes",
-                "GPU memory of one process on one GPU (comm: process name, truncated)",
-                &["gpu", "uuid", "pid", "comm"],
+                "GPU memory of one process on one GPU (comm: process name, truncated; pod, \
+                 namespace, container: its Kubernetes pod, on nodes running pods)",
+                labels,
             )?;
             for p in &scan.processes {
                 let comm = sanitize_comm(p.name.as_deref());
                 let pid = p.pid.to_string();
+                let pod = p.pod.as_ref();
+                let kube = |f: fn(&crate::model::PodRef) -> Option<&String>| {
+                    pod.and_then(f)
+                        .map_or_else(String::new, |v| sanitize_kube(v))
+                };
+                let (pod_name, namespace, container) = (
+                    kube(|r| r.name.as_ref()),
+                    kube(|r| r.namespace.as_ref()),
+                    kube(|r| r.container.as_ref()),
+                );
                 for u in &p.devices {
                     let (Some(bytes), Some(d)) =
                         (u.used, scan.devices.iter().find(|d| d.index == u.device))
@@ -245,8 +302,11 @@ pub fn render(
                         continue;
                     };
                     let gpu = d.index.to_string();
+                    let values: [&str; 7] = [
+                        &gpu, &d.uuid, &pid, &comm, &pod_name, &namespace, &container,
+                    ];
                     procs
-                        .with_label_values(&[&gpu, &d.uuid, &pid, &comm])
+                        .with_label_values(&values[..labels.len()])
                         .set(bytes as f64);
                 }
             }
@@ -278,6 +338,11 @@ mod tests {
         assert_eq!(sanitize_comm(Some(&"x".repeat(100))).len(), COMM_MAX);
         assert_eq!(sanitize_comm(None), "unknown");
         assert_eq!(sanitize_comm(Some("")), "unknown");
+        // Issue 19: the escapes of a name that is not UTF-8 stay, one character each.
+        assert_eq!(sanitize_comm(Some("caf\\xe9")), "caf\\xe9");
+        let all_bad = "\\xff".repeat(20);
+        assert_eq!(sanitize_comm(Some(&all_bad)), "\\xff".repeat(COMM_MAX));
+        assert_eq!(sanitize_comm(Some("a\\xzz")), "a_xzz");
     }
 
     #[test]

@@ -154,6 +154,7 @@ mod tests {
                     reason: "test".into(),
                 },
                 thresholds: Thresholds::default(),
+                pods: Default::default(),
             },
             options: PromOptions::default(),
         };

@@ -14,16 +14,22 @@ mod backends;
 mod ci;
 /// The labelled corpus of job and node shapes: every rule's acceptance test.
 mod corpus;
+/// The shipped Kubernetes manifests: kustomize overlays, API schemas, each platform's mounts.
+mod deploy;
 /// Every built-in scenario's bug fires its fingerprint; no fix does.
 mod fingerprints;
 /// Bounded fuzzing of the scenario parser and the report reader.
 mod fuzz_inputs;
+/// The shipped Grafana dashboard: its queries parse and read only exported metrics.
+mod grafana;
 /// Untrusted input, secrets, escapes, signals, exit codes, the box under misuse.
 mod hardening;
 /// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.
 mod nvml_python;
+/// Pod attribution: kubepods cgroups, the kubelet's log directories and pod-resources gRPC.
+mod pods;
 /// `vramdoc preflight`: GPUs checked before a job starts.
 mod preflight;
 /// Real-driver behaviours the simulator models, seen by third-party clients and by vramdoc.
@@ -54,3 +60,6 @@ mod serve;
 mod sim_cli;
 /// The simulated machine through third-party clients (pynvml, ctypes, cuda-python, nvitop, gpustat).
 mod simulator_clients;
+/// What the host hands vramdoc: names and arguments that are not UTF-8, secret shapes in argv,
+/// a marker path that is not a file (issue 19).
+mod untrusted_host;

@@ -67,7 +67,16 @@ fn a_stopped_broker_with_a_full_backlog_does_not_hang_clients() {
             std::panic::resume_unwind(e)
         }
     };
-    assert!(status.success(), "holder failed");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "holder failed: {err}");
+    // A clear line saying which broker did not answer, and what the client did instead.
+    assert!(
+        err.contains(&format!("driver broker (pid {broker}"))
+            && err.contains("backlog is full")
+            && err.contains("uses its own PID"),
+        "{err}"
+    );
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "stalled {:?}",

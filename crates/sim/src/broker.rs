@@ -14,7 +14,8 @@
 //! A broker that is stopped (SIGSTOP, a debugger) or wedged must not stall or hang the box's
 //! clients: [`host_pid`] connects without blocking (a full backlog answers at once) and waits
 //! at most [`ANSWER_TIMEOUT`] for the answer; without one the client uses its own PID, as
-//! with no broker at all.
+//! with no broker at all, and says so once on its stderr ([`BrokerError`]: which broker, what
+//! it did not do, what to check).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
@@ -36,20 +37,100 @@ pub fn socket_path(dir: &Path) -> PathBuf {
     dir.join(SOCKET)
 }
 
-/// This process's PID as the box's broker sees it (its host PID), or `None` without a broker,
-/// or when the broker does not answer within [`ANSWER_TIMEOUT`] (stopped, wedged, backlog
-/// full).
-pub fn host_pid(dir: &Path) -> Option<u32> {
-    let path = socket_path(dir);
-    if !path.exists() {
-        return None;
+/// A broker that is there (its socket exists) but gave no PID.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// Its backlog is full: it has not accepted a connection for a while.
+    #[error("the box's driver broker (pid {}, {}) accepts no connection: its backlog is full (stopped or wedged? `kill -CONT {0}`)", fmt_pid(*.broker), .socket.display())]
+    BacklogFull {
+        socket: PathBuf,
+        broker: Option<u32>,
+    },
+    /// It accepted the connection (or the kernel queued it) but wrote nothing in time.
+    #[error("the box's driver broker (pid {}, {}) did not answer within {} ms (stopped or wedged? `kill -CONT {0}`)", fmt_pid(*.broker), .socket.display(), ANSWER_TIMEOUT.as_millis())]
+    NoAnswer {
+        socket: PathBuf,
+        broker: Option<u32>,
+    },
+    /// Connecting or reading failed otherwise (a stale socket of a dead broker).
+    #[error("the box's driver broker ({}): {source}", .socket.display())]
+    Io {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn fmt_pid(pid: Option<u32>) -> String {
+    pid.map_or_else(|| "?".to_string(), |p| p.to_string())
+}
+
+/// This process's PID as the box's broker sees it (its host PID): `Ok(None)` without a
+/// broker, an error when there is one that gives no answer within [`ANSWER_TIMEOUT`].
+pub fn query_host_pid(dir: &Path) -> Result<Option<u32>, BrokerError> {
+    let socket = socket_path(dir);
+    if !socket.exists() {
+        return Ok(None);
     }
-    let s = connect_nonblocking(&path).ok()?;
-    s.set_nonblocking(false).ok()?;
-    s.set_read_timeout(Some(ANSWER_TIMEOUT)).ok()?;
+    let broker = || {
+        std::fs::read_to_string(dir.join(PID_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    };
+    let io = |socket: &Path, source: std::io::Error| BrokerError::Io {
+        socket: socket.to_path_buf(),
+        source,
+    };
+    let s = match connect_nonblocking(&socket) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            return Err(BrokerError::BacklogFull {
+                socket,
+                broker: broker(),
+            })
+        }
+        Err(e) => return Err(io(&socket, e)),
+    };
+    s.set_nonblocking(false).map_err(|e| io(&socket, e))?;
+    s.set_read_timeout(Some(ANSWER_TIMEOUT))
+        .map_err(|e| io(&socket, e))?;
     let mut line = String::new();
-    BufReader::new(s.take(32)).read_line(&mut line).ok()?;
-    line.trim().parse().ok().filter(|p| *p > 0)
+    match BufReader::new(s.take(32)).read_line(&mut line) {
+        Ok(_) => Ok(line.trim().parse().ok().filter(|p| *p > 0)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(BrokerError::NoAnswer {
+                socket,
+                broker: broker(),
+            })
+        }
+        Err(e) => Err(io(&socket, e)),
+    }
+}
+
+/// [`query_host_pid`] for a client: `None` without a broker or without an answer, in which
+/// case the client uses its own PID. A broker that is there but does not answer is reported
+/// once per process on stderr (a stale socket of a dead broker is not: it is the same as
+/// none).
+pub fn host_pid(dir: &Path) -> Option<u32> {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    match query_host_pid(dir) {
+        Ok(pid) => pid,
+        Err(BrokerError::Io { .. }) => None,
+        Err(e) => {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "vramdoc sim: warning: {e}; this process uses its own PID"
+                );
+            }
+            None
+        }
+    }
 }
 
 /// Connect to a unix stream socket without blocking: a listener whose backlog is full (a
@@ -179,10 +260,16 @@ mod tests {
         // SAFETY: listen(2) on our bound socket, shrinking its backlog.
         unsafe { libc::listen(listener.as_raw_fd(), 2) };
         let t = Instant::now();
+        let e = query_host_pid(dir.path()).unwrap_err();
+        assert!(matches!(e, BrokerError::NoAnswer { .. }), "{e}");
+        assert!(
+            e.to_string().contains("did not answer within 500 ms"),
+            "{e}"
+        );
         assert_eq!(host_pid(dir.path()), None);
         let waited = t.elapsed();
-        assert!(waited >= ANSWER_TIMEOUT, "{waited:?}");
-        assert!(waited < ANSWER_TIMEOUT * 4, "{waited:?}");
+        assert!(waited >= ANSWER_TIMEOUT * 2, "{waited:?}");
+        assert!(waited < ANSWER_TIMEOUT * 6, "{waited:?}");
         // Fill the backlog.
         let mut held = Vec::new();
         loop {
@@ -196,8 +283,18 @@ mod tests {
             assert!(held.len() < 64, "backlog never filled");
         }
         let t = Instant::now();
+        let e = query_host_pid(dir.path()).unwrap_err();
+        assert!(matches!(e, BrokerError::BacklogFull { .. }), "{e}");
+        assert!(e.to_string().contains("backlog is full"), "{e}");
         assert_eq!(host_pid(dir.path()), None);
         assert!(t.elapsed() < ANSWER_TIMEOUT, "{:?}", t.elapsed());
+        // A socket nobody listens on any more (a dead broker): the same as no broker.
+        drop(held);
+        drop(listener);
+        assert!(matches!(
+            query_host_pid(dir.path()),
+            Err(BrokerError::Io { .. })
+        ));
     }
 
     #[test]

@@ -27,16 +27,49 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
     }
 }
 
-/// The short command name (`/proc/PID/comm`), or empty when unreadable.
+/// The short command name (`/proc/PID/comm`), or empty when unreadable. A name that is not
+/// UTF-8 (`caf\xe9`) is kept with U+FFFD for the bytes that are not (the box state is JSON);
+/// [`comm_bytes`] has the bytes.
 pub fn comm(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
+    String::from_utf8_lossy(&comm_bytes(pid).unwrap_or_default()).into_owned()
+}
+
+/// The bytes of `/proc/PID/comm`, without the newline, UTF-8 or not.
+pub fn comm_bytes(pid: u32) -> Option<Vec<u8>> {
+    let mut b = fs::read(format!("/proc/{pid}/comm")).ok()?;
+    if b.last() == Some(&b'\n') {
+        b.pop();
+    }
+    Some(b)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 19: a process whose name is not UTF-8 still has one (it was empty).
+    #[test]
+    fn a_name_that_is_not_utf8_is_kept() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+        let pid = child.id();
+        let mut got = None;
+        for _ in 0..400 {
+            got = comm_bytes(pid);
+            if got.as_deref() == Some(b"caf\xe9") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let name = comm(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(got.as_deref(), Some(&b"caf\xe9"[..]));
+        assert_eq!(name, "caf\u{FFFD}");
+    }
 
     #[test]
     fn own_process_is_alive_and_pid_reuse_is_detected() {

@@ -66,6 +66,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             cmdline: None,
             cuda_visible_devices: cvd,
             container: None,
+            pod: None,
             devices: peaks,
         };
         let env = crate::inventory::GpuEnv {

@@ -115,7 +115,12 @@ pub fn render(report: &Report, opts: Options) -> String {
             if !p.visible {
                 name = "(not visible)".into();
             }
-            if let Some(cont) = &p.container {
+            if let Some(pod) = &p.pod {
+                name.push_str(&format!("\npod {}", c(&pod.label())));
+                if let Some(cont) = &pod.container {
+                    name.push_str(&format!("\ncontainer {}", c(cont)));
+                }
+            } else if let Some(cont) = &p.container {
                 name.push_str(&format!("\n[{}]", c(cont)));
             }
             t.add_row(vec![
@@ -129,6 +134,9 @@ pub fn render(report: &Report, opts: Options) -> String {
         }
         s.push_str(&t.to_string());
         s.push('\n');
+    }
+    if let Some(note) = &scan.pods_note {
+        s.push_str(&format!("Pods: {}\n", c(note)));
     }
 
     if scan.findings.is_empty() {

@@ -134,6 +134,69 @@ fn env_allow_list() {
     }
 }
 
+/// Issue 19, item 10: variables that name a file, a directory, a socket or a library (or make
+/// the driver write a core dump) are refused under any allowed prefix, by rule.
+#[test]
+fn env_naming_a_path_is_refused_under_any_prefix() {
+    for bad in [
+        "CUDA_COREDUMP_FILE",
+        "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
+        "CUDA_ENABLE_USER_TRIGGERED_COREDUMP",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_LOG_DIRECTORY",
+        "CUDA_LOG_FILE",
+        "CUDA_CACHE_PATH",
+        "NCCL_DEBUG_FILE",
+        "NCCL_TOPO_FILE",
+        "NCCL_TOPO_DUMP_FILE",
+        "NCCL_NET_PLUGIN",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_CONF_FILE",
+        "TORCH_EXTENSIONS_DIR",
+        "TORCH_COMPILE_DEBUG_DIR",
+        "TORCH_HOME",
+        "TORCH_TRACE",
+        "TORCH_LOGS_OUT",
+        "VLLM_CACHE_ROOT",
+        "VLLM_RPC_BASE_PATH",
+        "JAX_COMPILATION_CACHE_DIR",
+        "TF_CUDA_LIBS",
+        "XLA_SOME_LIBRARY_PATHS",
+        "CUDA_MPS_CONTROL_SOCKET",
+        "CUDA_LD_PRELOAD",
+        "TF_TMPDIR",
+    ] {
+        let why = env_refusal(bad).unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(why.contains(bad) && !why.contains('\n'), "{bad}: {why}");
+    }
+    for ok in [
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_P2P_DIRECT_DISABLE",
+        "NCCL_DEBUG",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_MODULE_LOADING",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+    ] {
+        assert_eq!(env_refusal(ok), None, "{ok}");
+    }
+    // One line naming the file, the line and the variable.
+    let text = MINIMAL.replacen(
+        "[[steps]]",
+        "[env]\nCUDA_COREDUMP_FILE = \"/tmp/core\"\n\n[[steps]]",
+        1,
+    );
+    let e = parse_scenario("ticket.toml", &text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("ticket.toml:") && e.contains("CUDA_COREDUMP_FILE") && !e.contains('\n'),
+        "{e}"
+    );
+}
+
 #[test]
 fn sizes_in_any_order_and_cycles() {
     let text = MINIMAL.replace("model = \"40%\"", "a = \"0.5*model\"\nmodel = \"40%\"");

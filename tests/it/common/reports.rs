@@ -69,6 +69,13 @@ pub fn scan_report() -> Report {
         created_unix_ms: CREATED,
         scan: Some(ScanResult {
             pid_namespace: "host".into(),
+            pods_note: None,
+            pod_allocations: vec![vramdoc::model::PodAllocation {
+                namespace: "ml".into(),
+                pod: "trainer-0".into(),
+                container: "main".into(),
+                device_ids: vec!["GPU-5d1c0c5e-0000-4000-8000-000000000000".into()],
+            }],
             headroom: devices
                 .iter()
                 .map(|d| vramdoc::diagnose::device_headroom(d, &vramdoc::diagnose::Thresholds::default()))
@@ -83,6 +90,7 @@ pub fn scan_report() -> Report {
                     cmdline: Some("python3 infer.py --device cuda:1 --hf-token «redacted»".into()),
                     cuda_visible_devices: "unset".into(),
                     container: None,
+                    pod: None,
                     devices: vec![
                         ProcessDeviceUsage { device: 0, used: Some(448 * MIB) },
                         ProcessDeviceUsage { device: 1, used: Some(448 * MIB + 18 * GIB) },
@@ -95,7 +103,15 @@ pub fn scan_report() -> Report {
                     name: Some("python".into()),
                     cmdline: Some("python train.py --batch 64 | tee log".into()),
                     cuda_visible_devices: "0".into(),
-                    container: Some("docker".into()),
+                    container: Some("kubepods".into()),
+                    pod: Some(vramdoc::model::PodRef {
+                        uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
+                        namespace: Some("ml".into()),
+                        name: Some("trainer-0".into()),
+                        container: Some("main".into()),
+                        container_id: Some("ab".repeat(32)),
+                        allocated_gpus: Some(vec!["GPU-5d1c0c5e-0000-4000-8000-000000000000".into()]),
+                    }),
                     devices: vec![ProcessDeviceUsage { device: 0, used: Some(6 * GIB) }],
                 },
                 ProcessInfo {
@@ -106,6 +122,7 @@ pub fn scan_report() -> Report {
                     cmdline: None,
                     cuda_visible_devices: "unknown".into(),
                     container: None,
+                    pod: None,
                     devices: vec![ProcessDeviceUsage { device: 1, used: None }],
                 },
             ],

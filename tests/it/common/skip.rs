@@ -11,6 +11,7 @@
 //! | `chromium`    | Chromium (Debian's `chromium` package)                                   |
 //! | `prometheus`  | `prometheus` and `promtool` (Debian's `prometheus` package)              |
 //! | `pynvml`      | Python 3 with NVIDIA's NVML bindings (`pip install nvidia-ml-py`)        |
+//! | `kubernetes`  | kubectl (kustomize), `kubernetes-validate` and the npm Prometheus Operator models |
 //!
 //! Start such a test with `let x = require!(key, check);` ([`require`]).
 
@@ -21,13 +22,14 @@ use std::sync::OnceLock;
 pub const VAR: &str = "VRAMDOC_ALLOW_SKIP";
 
 /// The keys [`VAR`] accepts.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 7] = [
     "unshare",
     "setpriv",
     "real-driver",
     "chromium",
     "prometheus",
     "pynvml",
+    "kubernetes",
 ];
 
 /// Whether `VRAMDOC_ALLOW_SKIP` allows skipping a test that lacks `key`.

@@ -61,7 +61,9 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
     })
 }
 
-/// The name the box recorded for `pid`, else `/proc/PID/comm`; cropped to `length`.
+/// The name the box recorded for `pid`, else (or when the recorded one lost bytes that are
+/// not UTF-8) the bytes of `/proc/PID/comm`, as the real driver returns them; cropped to
+/// `length`.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetProcessName(
     pid: c_uint,
@@ -80,18 +82,16 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
                 .get(&pid)
                 .map(|p| p.name.clone())
                 .filter(|n| !n.is_empty());
-            let n = match recorded {
-                Some(n) => n,
-                None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .map(|s| s.trim_end().to_string())
-                    .map_err(|_| NVML_ERROR_NOT_FOUND)?,
+            let n: Vec<u8> = match recorded {
+                Some(n) if !n.contains('\u{FFFD}') => n.into_bytes(),
+                _ => vramdoc_sim::procinfo::comm_bytes(pid).ok_or(NVML_ERROR_NOT_FOUND)?,
             };
-            let max = length as usize - 1;
-            let mut cut = n.len().min(max);
-            while !n.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            write_str(name, length, &n[..cut])
+            let cut = n.len().min(length as usize - 1);
+            // SAFETY: the caller gives a buffer of `length` bytes (checked non-null above);
+            // `cut + 1 <= length`.
+            std::ptr::copy_nonoverlapping(n.as_ptr() as *const c_char, name, cut);
+            *name.add(cut) = 0;
+            Ok(())
         })())
     })
 }

@@ -366,6 +366,7 @@ fn stray_context_is_scans_rule_on_one_sample() {
         cmdline: None,
         cuda_visible_devices: CVD_UNSET.into(),
         container: None,
+        pod: None,
         devices: vec![
             ProcessDeviceUsage {
                 device: 0,

@@ -1,6 +1,10 @@
 //! Redaction: the one function every output goes through before a command line or an
 //! environment value is shown. Environment values appear only for an allow-list of GPU- and
 //! framework-related prefixes; anything that looks like a secret is replaced by «redacted».
+//! Secrets are found by the name that carries them (here) and by their own form ([`shapes`]:
+//! vendor token formats, PEM private keys, high-entropy words with a vendor prefix).
+
+mod shapes;
 
 /// What replaces a secret.
 pub const REDACTED: &str = "«redacted»";
@@ -46,6 +50,7 @@ fn name_is_secret(name: &str) -> bool {
         || n.contains("PASS")
         || n == "PWD"
         || n.ends_with("_PWD")
+        || n.split('_').any(|w| w == "PW" || w == "PASSWD")
         || n.contains("KEY")
         || n.contains("CREDENTIAL")
         || n.contains("AUTH")
@@ -243,7 +248,11 @@ fn value_looks_secret(v: &str) -> bool {
         "glpat-",
         "eyJ",
     ];
-    PREFIXES.iter().any(|p| v.starts_with(p) && v.len() >= 12)
+    let known = PREFIXES.iter().any(|p| {
+        v.strip_prefix(p)
+            .is_some_and(|body| v.len() >= 12 && !shapes::made_of_words(body))
+    });
+    known || shapes::is_vendor_token(v)
 }
 
 /// Known token shapes (`hf_…`, `sk-…`, JWTs) anywhere in `s`, at a word start.
@@ -270,10 +279,11 @@ fn redact_token_words(s: &str) -> String {
     out
 }
 
-/// Every in-string rule, in order: URLs, quoted pairs, `name=value` / `Name: value`, token
-/// shapes. Idempotent.
+/// Every in-string rule, in order: vendor formats and PEM private keys, `Bearer TOKEN`,
+/// URLs, quoted pairs, `name=value` / `Name: value`, token words. Idempotent.
 fn redact_inline(s: &str) -> String {
-    redact_token_words(&redact_pairs(&redact_quoted_pairs(&redact_urls(s))))
+    let s = shapes::redact_bearer(&shapes::redact_shapes(s, REDACTED), REDACTED);
+    redact_token_words(&redact_pairs(&redact_quoted_pairs(&redact_urls(&s))))
 }
 
 /// One environment variable as it may be shown: `None` when it is not on the allow-list,
@@ -299,6 +309,9 @@ enum Pending {
     Header,
     /// After curl's `-u` / `--user`: `user:password`, the password is the secret.
     UserPassword,
+    /// After a bare `Bearer` (a stderr line split into words): the next word, when it looks
+    /// like a credential.
+    Bearer,
 }
 
 /// A command line (argv) with secrets replaced: `--token=…` / `--api-key …` (any flag naming
@@ -306,12 +319,45 @@ enum Pending {
 /// argument), credential headers (`Authorization: Bearer …`, `X-Api-Key: …`, in one argument
 /// or split over several), `key=value` and JSON blobs with secret-looking keys, URL query
 /// parameters (`access_token=`, `sig=`), `user:password@` in URLs, and token-shaped values
-/// (`hf_…`, `sk-…`). Idempotent: redacting its output changes nothing.
+/// (`hf_…`, `sk-…`, and every shape of [`shapes`]: vendor formats, PEM private keys), a
+/// bare `Bearer TOKEN`, and the `-p` password of the MySQL / MariaDB clients (`-pPASS`) and
+/// of `sshpass` (`-pPASS`, `-p PASS`). Idempotent: redacting its output changes nothing.
 pub fn redact_args(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut pending = Pending::None;
+    let mut password_flag = None;
     for arg in args {
+        if pending == Pending::None {
+            if let Some(convention) = password_flag {
+                if let Some(pw) = arg.strip_prefix("-p").filter(|p| !p.is_empty()) {
+                    if pw != REDACTED {
+                        out.push(format!("-p{REDACTED}"));
+                        continue;
+                    }
+                } else if arg == "-p" && convention == shapes::PasswordFlag::AttachedOrNext {
+                    out.push(arg.clone());
+                    pending = Pending::Value;
+                    password_flag = None;
+                    continue;
+                } else if !is_flag(arg) && convention == shapes::PasswordFlag::AttachedOrNext {
+                    // sshpass's options end at the command it runs (`ssh -p 22` is a port).
+                    password_flag = None;
+                }
+            }
+            if !is_flag(arg) {
+                if let Some(convention) = shapes::password_flag_of(arg) {
+                    password_flag = Some(convention);
+                }
+            }
+        }
         match pending {
+            Pending::Bearer => {
+                pending = Pending::None;
+                if shapes::looks_like_credential(arg) {
+                    out.push(replace_core(arg));
+                    continue;
+                }
+            }
             Pending::Value if !is_flag(arg) => {
                 out.push(replace_core(arg));
                 pending = Pending::None;
@@ -360,6 +406,16 @@ fn is_flag(arg: &str) -> bool {
 }
 
 fn redact_arg(arg: &str, pending: &mut Pending) -> String {
+    if shapes::has_private_key(arg) {
+        return redact_inline(arg);
+    }
+    if arg
+        .trim_start_matches(['(', '[', '{', '"', '\''])
+        .eq_ignore_ascii_case("bearer")
+    {
+        *pending = Pending::Bearer;
+        return arg.to_string();
+    }
     if is_flag(arg) {
         let flag = arg.trim_start_matches('-');
         let dashes = &arg[..arg.len() - flag.len()];
@@ -409,6 +465,14 @@ pub fn redact_cmdline(args: &[String]) -> String {
 /// same rules as [`redact_args`]. Runs of whitespace are kept, so text without secrets comes
 /// back byte for byte, and `redact_text(&redact_cmdline(a)) == redact_cmdline(a)`.
 pub fn redact_text(s: &str) -> String {
+    // A PEM private key spans lines and words: replaced whole before the split.
+    let pem;
+    let s = if shapes::has_private_key(s) {
+        pem = shapes::redact_shapes(s, REDACTED);
+        pem.as_str()
+    } else {
+        s
+    };
     let mut words: Vec<String> = Vec::new();
     let mut seps: Vec<String> = Vec::new();
     let mut cur = String::new();
@@ -440,178 +504,4 @@ pub fn redact_text(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn v(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn flags_with_secrets_are_redacted() {
-        let out = redact_args(&v(&[
-            "python",
-            "serve.py",
-            "--token=abc123",
-            "--api-key",
-            "k-999",
-            "--model",
-            "qwen",
-            "HF_TOKEN=hf_abcdefghijklmnop",
-            "https://user:pw@example.org/x",
-            "--password",
-            "p",
-        ]));
-        let joined = out.join(" ");
-        for secret in ["abc123", "k-999", "hf_abcdefghijklmnop", "user:pw", " p "] {
-            assert!(!joined.contains(secret), "{secret} leaked in {joined}");
-        }
-        assert!(joined.contains("--model qwen"));
-        assert!(joined.contains("example.org/x"));
-        assert_eq!(out[2], format!("--token={REDACTED}"));
-    }
-
-    #[test]
-    fn every_shape_of_issue_9() {
-        let cases: &[(&[&str], &str)] = &[
-            (
-                &["curl", "-H", "Authorization: Bearer S3CRETa"],
-                "curl -H Authorization: Bearer «redacted»",
-            ),
-            (
-                &["curl", "-H", "Authorization:", "Bearer", "S3CRETa"],
-                "curl -H Authorization: Bearer «redacted»",
-            ),
-            (
-                &["curl", "-H", "X-Api-Key: S3CRETa"],
-                "curl -H X-Api-Key: «redacted»",
-            ),
-            (&["x", "--db-pass=S3CRETa"], "x --db-pass=«redacted»"),
-            (
-                &["x", "--passphrase", "S3CRETa"],
-                "x --passphrase «redacted»",
-            ),
-            (
-                &["x", "--hf-token", "S3CRETa", "--tokenizer", "meta/llama"],
-                "x --hf-token «redacted» --tokenizer meta/llama",
-            ),
-            (
-                &[
-                    "x",
-                    "--client-secret=S3CRETa",
-                    "--max-num-batched-tokens",
-                    "8192",
-                ],
-                "x --client-secret=«redacted» --max-num-batched-tokens 8192",
-            ),
-            (&["x", "--ssh-key", "S3CRETa"], "x --ssh-key «redacted»"),
-            (
-                &["x", "--config", r#"{"api_key": "S3CRETa", "model": "m"}"#],
-                r#"x --config {"api_key": "«redacted»", "model": "m"}"#,
-            ),
-            (
-                &["x", "--opts", "user=bob,password=S3CRETa,host=h"],
-                "x --opts user=bob,password=«redacted»,host=h",
-            ),
-            (
-                &["x", "https://h/p?access_token=S3CRETa&x=1"],
-                "x https://h/p?access_token=«redacted»&x=1",
-            ),
-            (
-                &["x", "https://h/b?sv=1&sig=S3CRETa"],
-                "x https://h/b?sv=1&sig=«redacted»",
-            ),
-            (
-                &["x", "--url=https://bob:S3CRETa@h:5432/db"],
-                "x --url=https://«redacted»@h:5432/db",
-            ),
-            (&["x", "--no-auth", "--model", "m"], "x --no-auth --model m"),
-            (
-                &["curl", "-u", "bob:S3CRETa", "h"],
-                "curl -u bob:«redacted» h",
-            ),
-            (
-                &["curl", "--user=bob:S3CRETa"],
-                "curl --user=bob:«redacted»",
-            ),
-        ];
-        for (args, want) in cases {
-            let got = redact_cmdline(&v(args));
-            assert_eq!(&got, want, "{args:?}");
-            assert_eq!(redact_text(&got), got, "re-redaction changes nothing");
-            assert_eq!(redact_text(&args.join(" ")), *want, "text form of {args:?}");
-        }
-    }
-
-    #[test]
-    fn env_allow_list_and_secrets() {
-        assert_eq!(
-            redact_env("CUDA_VISIBLE_DEVICES", "1").as_deref(),
-            Some("1")
-        );
-        assert_eq!(redact_env("HOME", "/root"), None);
-        assert_eq!(redact_env("HF_TOKEN", "hf_x"), None);
-        assert_eq!(redact_env("VLLM_API_KEY", "x").as_deref(), Some(REDACTED));
-        assert_eq!(redact_env("NCCL_SECRET", "x").as_deref(), Some(REDACTED));
-        let url = redact_env("TORCH_HUB_URL", "https://u:p@h/x").unwrap();
-        assert!(!url.contains("u:p"), "{url}");
-    }
-
-    /// A secret in one of the shapes real command lines carry (`pick` chooses).
-    fn shaped(pick: usize, s: &str) -> Vec<String> {
-        match pick % 14 {
-            0 => vec!["-H".into(), format!("Authorization: Bearer {s}")],
-            1 => vec!["-H".into(), format!("X-Api-Key: {s}")],
-            2 => vec![
-                "-H".into(),
-                "Authorization:".into(),
-                "Basic".into(),
-                s.into(),
-            ],
-            3 => vec![format!("--db-password={s}")],
-            4 => vec!["--auth-token".into(), s.into()],
-            5 => vec!["--secret".into(), s.into()],
-            6 => vec!["--private-key".into(), s.into()],
-            7 => vec![format!("--json={{\"token\":\"{s}\",\"n\":1}}")],
-            8 => vec![format!("{{'api_key': '{s}'}}")],
-            9 => vec![format!("a=1;password={s};b=2")],
-            10 => vec![format!("https://h/x?access_token={s}")],
-            11 => vec![format!("https://h/x?a=b&sig={s}")],
-            12 => vec![format!("s3://me:{s}@bucket/key")],
-            _ => vec![format!("HF_TOKEN={s}")],
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-        #[test]
-        fn no_shape_leaks_in_argv_or_text(
-            secret in "S3cr[A-Za-z0-9]{6,24}",
-            before in proptest::collection::vec("[a-z]{1,8}|--[a-z]{2,8}", 0..4),
-            after in proptest::collection::vec("[a-z]{1,8}|--model", 0..4),
-            pick in 0usize..14,
-        ) {
-            let shape = shaped(pick, &secret);
-            let mut args = before.clone();
-            args.extend(shape);
-            args.extend(after.clone());
-            let table = redact_cmdline(&args);
-            prop_assert!(!table.contains(&secret), "argv leak: {}", table);
-            let text = redact_text(&args.join(" "));
-            prop_assert!(!text.contains(&secret), "text leak: {}", text);
-            // The report re-redaction pass leaves collected data alone.
-            prop_assert_eq!(redact_text(&text), text.clone());
-            prop_assert!(!redact_text(&table).contains(&secret));
-        }
-
-        #[test]
-        fn idempotent_on_anything(args in proptest::collection::vec("\\PC{0,20}", 0..6)) {
-            let once = redact_args(&args);
-            prop_assert_eq!(redact_args(&once), once.clone());
-            let t = args.join(" ");
-            let once = redact_text(&t);
-            prop_assert_eq!(redact_text(&once), once);
-        }
-    }
-}
+mod tests;

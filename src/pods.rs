@@ -1,0 +1,467 @@
+//! Pod attribution (issue 18; docs/fleet.md "Pod attribution"): which Kubernetes pod and
+//! container each GPU process runs in, and which GPUs the kubelet allocated to each pod. The
+//! pod UID and container id come from the process's cgroup ([`host::place_of`]); names from
+//! the kubelet's log directories ([`host::kubelet`]); allocations from the kubelet's
+//! pod-resources API ([`host::podresources`], joined by namespace and name). No API-server
+//! credentials anywhere. What is missing (no socket, no log directory) leaves the fields empty
+//! and says so in one note; it is never an error. Findings about it are decided in
+//! `diagnose::pods`.
+
+use crate::gpu::DeviceInfo;
+use crate::host::{self, kubelet, podresources};
+use crate::model::{PodAllocation, PodRef, ProcessInfo};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The pods of the GPU processes seen by earlier collections (`vramdoc serve`), by PID: a
+/// process that exits while the driver still lists its memory keeps the pod it was seen in.
+/// Holds only PIDs the last collection listed, so it is bounded by the driver's lists.
+#[derive(Debug, Clone, Default)]
+pub struct PodMemory(Arc<Mutex<Remembered>>);
+
+#[derive(Debug, Default)]
+struct Remembered {
+    pods: BTreeMap<u32, PodRef>,
+    /// (namespace, pod, GPU index) of every allocated GPU → when a process of the pod was
+    /// last seen holding memory on it (or when the allocation was first seen).
+    last_use: BTreeMap<(String, String, u32), std::time::Instant>,
+}
+
+/// A GPU allocated to a pod on which no process of the pod holds memory now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleAllocation {
+    pub namespace: String,
+    pub pod: String,
+    /// The GPU (NVML index) and the device id the kubelet allocated.
+    pub device: u32,
+    pub device_id: String,
+    /// Since when no process of the pod was seen holding memory on it (the first collection
+    /// that saw the allocation, if none ever did), in seconds.
+    pub idle_seconds: f64,
+}
+
+impl PodMemory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The allocated GPUs no process of their pod holds memory on now, with how long this
+    /// memory has seen them so: a one-shot scan sees every one for the first time (0 s).
+    /// Allocations no longer listed are forgotten.
+    pub fn idle(
+        &self,
+        allocations: &[PodAllocation],
+        processes: &[ProcessInfo],
+        devices: &[DeviceInfo],
+        now: std::time::Instant,
+    ) -> Vec<IdleAllocation> {
+        let used: std::collections::BTreeSet<(&str, &str, u32)> = processes
+            .iter()
+            .filter_map(|p| {
+                let pod = p.pod.as_ref()?;
+                Some((pod.namespace.as_deref()?, pod.name.as_deref()?, p))
+            })
+            .flat_map(|(ns, name, p)| {
+                p.devices
+                    .iter()
+                    .filter(|u| u.used.is_some_and(|b| b > 0))
+                    .map(move |u| (ns, name, u.device))
+            })
+            .collect();
+        let mut mem = self.lock();
+        let mut keep = BTreeMap::new();
+        let mut out = Vec::new();
+        for a in allocations {
+            for id in &a.device_ids {
+                let Some(d) = device_of_id(id, devices) else {
+                    continue;
+                };
+                let key = (a.namespace.clone(), a.pod.clone(), d);
+                // The same GPU again (another container of the pod, another replica id).
+                if keep.contains_key(&key) {
+                    continue;
+                }
+                let in_use = used.contains(&(a.namespace.as_str(), a.pod.as_str(), d));
+                let since = if in_use {
+                    now
+                } else {
+                    mem.last_use.get(&key).copied().unwrap_or(now)
+                };
+                if !in_use {
+                    out.push(IdleAllocation {
+                        namespace: a.namespace.clone(),
+                        pod: a.pod.clone(),
+                        device: d,
+                        device_id: id.clone(),
+                        idle_seconds: now.saturating_duration_since(since).as_secs_f64(),
+                    });
+                }
+                keep.insert(key, since);
+            }
+        }
+        mem.last_use = keep;
+        out
+    }
+
+    /// Give the processes that are gone (not visible) the pod their PID was last seen in,
+    /// then remember this collection's pods (dropping PIDs no longer listed).
+    pub fn carry(&self, processes: &mut [ProcessInfo]) {
+        let mut mem = self.lock();
+        for p in processes
+            .iter_mut()
+            .filter(|p| !p.visible && p.pod.is_none())
+        {
+            p.pod = mem.pods.get(&p.pid).cloned();
+        }
+        mem.pods = processes
+            .iter()
+            .filter_map(|p| Some((p.pid, p.pod.clone()?)))
+            .collect();
+    }
+}
+
+/// Where the kubelet's files are.
+#[derive(Debug, Clone)]
+pub struct PodConfig {
+    /// The pod-resources socket (`--pod-resources-socket`).
+    pub socket: PathBuf,
+    /// The kubelet's pod log directory (`--pod-log-dir`); container log links are read from
+    /// `containers/` beside it.
+    pub log_dir: PathBuf,
+    /// The socket was named on the command line: ask it, and say when it is missing, even
+    /// when no GPU process runs in a pod.
+    pub explicit: bool,
+    /// Longest wait for the kubelet's answer, connecting included.
+    pub deadline: Duration,
+    /// Pods of PIDs seen by earlier collections (one per exporter; a one-shot scan starts
+    /// empty).
+    pub memory: PodMemory,
+}
+
+impl Default for PodConfig {
+    fn default() -> Self {
+        PodConfig {
+            socket: podresources::DEFAULT_SOCKET.into(),
+            log_dir: kubelet::DEFAULT_POD_LOG_DIR.into(),
+            explicit: false,
+            deadline: Duration::from_secs(2),
+            memory: PodMemory::default(),
+        }
+    }
+}
+
+/// What one attribution found besides the processes' own [`PodRef`]s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attribution {
+    /// Why pod data is missing or partial, in one line.
+    pub note: Option<String>,
+    /// GPU allocations of every container of the node (pod-resources answered).
+    pub allocations: Vec<PodAllocation>,
+    /// Allocated GPUs no process of their pod holds memory on, with for how long.
+    pub idle: Vec<IdleAllocation>,
+}
+
+/// The GPU (NVML index) a pod-resources device id names, if it can be told: a GPU UUID
+/// (`GPU-…`), a time-slicing replica of one (`GPU-…::N`, NVIDIA device plugin
+/// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
+/// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
+/// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
+/// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`.
+pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
+    let id = id.split_once("::").map_or(id, |(base, _)| base);
+    let uuid = match id.strip_prefix("MIG-") {
+        Some(rest) if rest.starts_with("GPU-") => rest.split('/').next()?,
+        Some(_) => return None,
+        None => id,
+    };
+    if uuid.starts_with("GPU-") {
+        return devices
+            .iter()
+            .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
+            .map(|d| d.index);
+    }
+    let n: u32 = id.strip_prefix("nvidia")?.parse().ok()?;
+    devices.iter().find(|d| d.index == n).map(|d| d.index)
+}
+
+/// A resource whose devices are GPUs: the NVIDIA device plugin's (`nvidia.com/gpu`, renamed
+/// shared resources `nvidia.com/gpu.shared`, MIG strategies `nvidia.com/mig-1g.10gb`).
+pub fn is_gpu_resource(name: &str) -> bool {
+    name.starts_with("nvidia.com/")
+}
+
+/// Set [`ProcessInfo::pod`] of every visible process that runs in a pod, and read the
+/// allocations. Asks the kubelet when some process runs in a pod, the socket was named, or
+/// it exists (a node whose pods hold GPUs without using them); says what is missing only in
+/// the first two cases.
+pub fn attribute(
+    processes: &mut [ProcessInfo],
+    devices: &[DeviceInfo],
+    cfg: &PodConfig,
+) -> Attribution {
+    for p in processes.iter_mut().filter(|p| p.visible) {
+        let place = host::cgroup_paths(p.pid)
+            .ok()
+            .and_then(|paths| host::place_of(&paths));
+        p.pod = place.and_then(|pl| {
+            Some(PodRef {
+                uid: pl.pod_uid?,
+                namespace: None,
+                name: None,
+                container: None,
+                container_id: pl.container_id,
+                allocated_gpus: None,
+            })
+        });
+    }
+    let in_pods = processes.iter().any(|p| p.pod.is_some());
+    let wanted = in_pods || cfg.explicit;
+    if !wanted && !cfg.socket.exists() {
+        cfg.memory.carry(processes);
+        return Attribution::default();
+    }
+    let mut notes = Vec::new();
+    let pods = match kubelet::pod_dirs(&cfg.log_dir) {
+        Ok(p) => p,
+        Err(e) => {
+            if in_pods {
+                notes.push(format!(
+                    "pods named by UID only: the kubelet's pod log directory is not readable ({e})"
+                ));
+            }
+            Vec::new()
+        }
+    };
+    let containers =
+        kubelet::container_logs(&kubelet::containers_dir_of(&cfg.log_dir)).unwrap_or_default();
+    let listed = match podresources::list(&cfg.socket, cfg.deadline) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            if wanted {
+                notes.push(format!("GPU allocations of pods unknown: {e}"));
+            }
+            None
+        }
+    };
+    name_from(
+        processes.iter_mut().filter_map(|p| p.pod.as_mut()),
+        &pods,
+        &containers,
+    );
+    if let Some(listed) = &listed {
+        join_allocations(
+            processes.iter_mut().filter_map(|p| p.pod.as_mut()),
+            &pods,
+            listed,
+        );
+    }
+    cfg.memory.carry(processes);
+    let allocations = listed
+        .iter()
+        .flatten()
+        .flat_map(|r| {
+            r.containers.iter().filter_map(|c| {
+                let mut device_ids: Vec<String> = c
+                    .devices
+                    .iter()
+                    .filter(|d| is_gpu_resource(&d.resource_name))
+                    .flat_map(|d| d.device_ids.iter().cloned())
+                    .collect();
+                device_ids.sort();
+                (!device_ids.is_empty()).then(|| PodAllocation {
+                    namespace: r.namespace.clone(),
+                    pod: r.name.clone(),
+                    container: c.name.clone(),
+                    device_ids,
+                })
+            })
+        })
+        .collect::<Vec<_>>();
+    let idle = cfg
+        .memory
+        .idle(&allocations, processes, devices, std::time::Instant::now());
+    Attribution {
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+        allocations,
+        idle,
+    }
+}
+
+/// Set the allocated GPUs of each named pod from the pod-resources answer, joined by
+/// namespace and name (the API names no UID). A name the log directory shows under two UIDs
+/// (a pod deleted and made again, its old directory not yet collected) is left without: which
+/// instance the answer is about cannot be told.
+fn join_allocations<'a>(
+    pods: impl Iterator<Item = &'a mut PodRef>,
+    dirs: &[kubelet::PodDir],
+    listed: &[podresources::PodResources],
+) {
+    let mut uids: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for d in dirs {
+        *uids
+            .entry((d.namespace.as_str(), d.name.as_str()))
+            .or_default() += 1;
+    }
+    for pod in pods {
+        let (Some(ns), Some(name)) = (pod.namespace.as_deref(), pod.name.as_deref()) else {
+            continue;
+        };
+        if uids.get(&(ns, name)).copied().unwrap_or(0) > 1 {
+            continue;
+        }
+        if let Some(r) = listed.iter().find(|r| r.namespace == ns && r.name == name) {
+            let mut ids: Vec<String> = r
+                .containers
+                .iter()
+                .flat_map(|c| &c.devices)
+                .filter(|d| is_gpu_resource(&d.resource_name))
+                .flat_map(|d| d.device_ids.iter().cloned())
+                .collect();
+            ids.sort();
+            ids.dedup();
+            pod.allocated_gpus = Some(ids);
+        }
+    }
+}
+
+/// Name `pods` (UID and container id known) from the kubelet's log directory `log_dir`; a
+/// directory that cannot be read leaves them unnamed.
+pub fn name_pods<'a>(pods: impl Iterator<Item = &'a mut PodRef>, log_dir: &std::path::Path) {
+    let dirs = kubelet::pod_dirs(log_dir).unwrap_or_default();
+    let containers =
+        kubelet::container_logs(&kubelet::containers_dir_of(log_dir)).unwrap_or_default();
+    name_from(pods, &dirs, &containers);
+}
+
+fn name_from<'a>(
+    pods: impl Iterator<Item = &'a mut PodRef>,
+    dirs: &[kubelet::PodDir],
+    containers: &[kubelet::ContainerLog],
+) {
+    let by_uid: BTreeMap<&str, &kubelet::PodDir> =
+        dirs.iter().map(|d| (d.uid.as_str(), d)).collect();
+    let by_id: BTreeMap<&str, &kubelet::ContainerLog> = containers
+        .iter()
+        .map(|c| (c.container_id.as_str(), c))
+        .collect();
+    for pod in pods {
+        if let Some(d) = by_uid.get(pod.uid.as_str()) {
+            pod.namespace = Some(d.namespace.clone());
+            pod.name = Some(d.name.clone());
+            if let [only] = d.containers.as_slice() {
+                pod.container = Some(only.clone());
+            }
+        }
+        if let Some(c) = pod.container_id.as_deref().and_then(|id| by_id.get(id)) {
+            pod.container = Some(c.container.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocations_join_by_name_unless_the_name_has_two_pod_directories() {
+        use podresources::{ContainerDevices, ContainerResources, PodResources};
+        let dir = |name: &str, uid: &str| kubelet::PodDir {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: uid.into(),
+            containers: vec![],
+        };
+        let named = |name: &str| PodRef {
+            uid: "u".into(),
+            namespace: Some("ml".into()),
+            name: Some(name.into()),
+            container: None,
+            container_id: None,
+            allocated_gpus: None,
+        };
+        let listed = |name: &str| PodResources {
+            name: name.into(),
+            namespace: "ml".into(),
+            containers: vec![ContainerResources {
+                name: "c".into(),
+                devices: vec![
+                    ContainerDevices {
+                        resource_name: "nvidia.com/gpu".into(),
+                        device_ids: vec!["GPU-b".into(), "GPU-a".into()],
+                    },
+                    ContainerDevices {
+                        resource_name: "example.com/nic".into(),
+                        device_ids: vec!["nic0".into()],
+                    },
+                ],
+            }],
+        };
+        let dirs = [dir("a", "1"), dir("b", "2"), dir("b", "3"), dir("c", "4")];
+        let listed = [listed("a"), listed("b")];
+        let mut pods = [named("a"), named("b"), named("c")];
+        join_allocations(pods.iter_mut(), &dirs, &listed);
+        assert_eq!(
+            pods[0].allocated_gpus,
+            Some(vec!["GPU-a".to_string(), "GPU-b".to_string()])
+        );
+        assert_eq!(pods[1].allocated_gpus, None, "two instances of ml/b");
+        assert_eq!(pods[2].allocated_gpus, None, "not listed");
+    }
+
+    #[test]
+    fn a_gone_process_keeps_the_pod_it_was_seen_in_while_it_is_listed() {
+        let pod = PodRef {
+            uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
+            namespace: Some("ml".into()),
+            name: Some("llm-0".into()),
+            container: Some("vllm".into()),
+            container_id: None,
+            allocated_gpus: None,
+        };
+        let mut first = crate::scan::sample_inventory().processes;
+        first[0].pod = Some(pod.clone());
+        let memory = PodMemory::default();
+        memory.carry(&mut first);
+        // Next collection: PID 4242 is gone but still listed; PID 77 never had a pod.
+        let mut next = crate::scan::sample_inventory().processes;
+        next[0].visible = false;
+        memory.carry(&mut next);
+        assert_eq!(next[0].pod.as_ref(), Some(&pod));
+        assert_eq!(next[1].pod, None);
+        // No longer listed: forgotten, so a later process with the PID starts clean.
+        memory.carry(&mut []);
+        let mut later = crate::scan::sample_inventory().processes;
+        later[0].visible = false;
+        memory.carry(&mut later);
+        assert_eq!(later[0].pod, None);
+    }
+
+    #[test]
+    fn no_pod_and_no_socket_named_asks_nothing_and_notes_nothing() {
+        let mut procs = vec![crate::inventory::process_info(std::process::id(), vec![])];
+        let cfg = PodConfig {
+            socket: "/nonexistent/kubelet.sock".into(),
+            ..PodConfig::default()
+        };
+        let a = attribute(&mut procs, &[], &cfg);
+        assert_eq!(a, Attribution::default());
+        assert!(procs[0].pod.is_none());
+        // Named on the command line: its absence is one note, not an error.
+        let a = attribute(
+            &mut procs,
+            &[],
+            &PodConfig {
+                explicit: true,
+                ..cfg
+            },
+        );
+        let note = a.note.expect("a note");
+        assert!(note.contains("no pod-resources socket"), "{note}");
+    }
+}

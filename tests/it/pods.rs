@@ -1,0 +1,709 @@
+//! Pod attribution end to end (issue 18): containers of the simulated box placed by its runtime
+//! daemon in real cgroups of the kubelet's shapes (cgroupfs `kubepods/burstable/pod<UID>/<id>`
+//! and systemd `kubepods-besteffort-pod<UID_>.slice/cri-containerd-<id>.scope`), the kubelet's
+//! log directories written as the kubelet names them, and a pod-resources server speaking the
+//! kubelet's real gRPC protocol (tonic, `/v1.PodResourcesLister/List`) on a unix socket. `scan
+//! --json` names each process's pod, namespace and container; a process on a GPU its pod was
+//! not allocated raises `unallocated-gpu-use`; `serve --per-process` labels its series with
+//! the pod and `promtool check metrics` accepts them.
+
+use crate::common;
+
+use common::clients::{detached, CliBox};
+use common::json_ok;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use vramdoc::host::podresources::{
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources, LIST_PATH,
+};
+
+const UID_A: &str = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
+const UID_B: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+
+/// A pod-resources server on a unix socket, answering `List` with `pods` over tonic's gRPC
+/// server; counts the calls it answered.
+struct PodResourcesServer {
+    calls: Arc<AtomicUsize>,
+}
+
+impl PodResourcesServer {
+    fn start(socket: &Path, pods: Vec<PodResources>) -> PodResourcesServer {
+        use tonic::codegen::http;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let socket = socket.to_path_buf();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        // The server lives as long as the test binary (a thread per test; the socket goes
+        // with the test's temporary directory).
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::UnixListener::bind(&socket).expect("bind socket");
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                ready_tx.send(()).expect("ready");
+                let pods = Arc::new(pods);
+                let svc = tower::service_fn(move |req: http::Request<tonic::body::Body>| {
+                    let pods = pods.clone();
+                    let counted = counted.clone();
+                    async move {
+                        if req.uri().path() != LIST_PATH {
+                            return Ok::<_, std::convert::Infallible>(
+                                tonic::Status::unimplemented(req.uri().path().to_string())
+                                    .into_http(),
+                            );
+                        }
+                        let list =
+                            tower::service_fn(move |_: tonic::Request<ListPodResourcesRequest>| {
+                                let pods = pods.clone();
+                                counted.fetch_add(1, Ordering::SeqCst);
+                                async move {
+                                    Ok::<_, tonic::Status>(tonic::Response::new(
+                                        ListPodResourcesResponse {
+                                            pod_resources: pods.as_ref().clone(),
+                                        },
+                                    ))
+                                }
+                            });
+                        let codec: tonic_prost::ProstCodec<
+                            ListPodResourcesResponse,
+                            ListPodResourcesRequest,
+                        > = tonic_prost::ProstCodec::default();
+                        Ok(tonic::server::Grpc::new(codec).unary(list, req).await)
+                    }
+                });
+                tonic::transport::Server::builder()
+                    .serve_with_incoming(svc, incoming)
+                    .await
+                    .expect("serve");
+            });
+        });
+        ready_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the pod-resources server is listening");
+        PodResourcesServer { calls }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+fn pod(namespace: &str, name: &str, container: &str, gpus: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: if gpus.is_empty() {
+                vec![]
+            } else {
+                vec![ContainerDevices {
+                    resource_name: "nvidia.com/gpu".into(),
+                    device_ids: gpus.iter().map(|s| s.to_string()).collect(),
+                }]
+            },
+        }],
+    }
+}
+
+/// The kubelet's log layout: `pods/NAMESPACE_NAME_UID/CONTAINER/` and
+/// `containers/POD_NAMESPACE_CONTAINER-ID.log`.
+fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> PathBuf {
+    let pods = root.join("pods");
+    std::fs::create_dir_all(root.join("containers")).unwrap();
+    for (ns, name, uid, container, id) in entries {
+        std::fs::create_dir_all(pods.join(format!("{ns}_{name}_{uid}/{container}"))).unwrap();
+        std::fs::write(
+            root.join(format!("containers/{name}_{ns}_{container}-{id}.log")),
+            b"",
+        )
+        .unwrap();
+    }
+    pods
+}
+
+fn process(scan: &Value, pid: u64) -> &Value {
+    scan["scan"]["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("PID {pid} not in {scan}"))
+}
+
+/// Two pods on a 2-GPU box: `ml/llm-0` allocated GPU 0 but running on GPU 1 (cgroupfs
+/// driver), `batch/etl-1` allocated a time-slicing replica of GPU 1 and running there
+/// (systemd driver). Only the first is `unallocated-gpu-use`.
+#[test]
+fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "1",
+            "--cgroup",
+            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let us = UID_B.replace('-', "_");
+    let c = detached(
+        &b,
+        &[
+            "--gpus",
+            "1",
+            "--cgroup",
+            &format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{us}.slice/cri-containerd-{{id}}.scope"
+            ),
+        ],
+    );
+    let (pid_a, pid_c) = (a["pid"].as_u64().unwrap(), c["pid"].as_u64().unwrap());
+    let (id_a, id_c) = (a["id"].as_str().unwrap(), c["id"].as_str().unwrap());
+    let sim = b.sim();
+    let uuids: Vec<String> = sim.devices().iter().map(|d| d.uuid.clone()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[
+            ("ml", "llm-0", UID_A, "vllm", id_a),
+            ("batch", "etl-1", UID_B, "worker", id_c),
+        ],
+    );
+    let socket = tmp.path().join("kubelet.sock");
+    let server = PodResourcesServer::start(
+        &socket,
+        vec![
+            pod("ml", "llm-0", "vllm", &[&uuids[0]]),
+            pod("batch", "etl-1", "worker", &[&format!("{}::2", uuids[1])]),
+            pod("kube-system", "coredns-x", "coredns", &[]),
+        ],
+    );
+    let pod_flags = |cmd: &mut Command| {
+        cmd.arg("--pod-resources-socket")
+            .arg(&socket)
+            .arg("--pod-log-dir")
+            .arg(&log_dir);
+    };
+
+    // What one collection pays for the allocations: one `List` round trip (a fresh
+    // connection and runtime each time), measured here and printed (`-- --nocapture`).
+    let mut times: Vec<std::time::Duration> = (0..20)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            let pods =
+                vramdoc::host::podresources::list(&socket, std::time::Duration::from_secs(2))
+                    .expect("List answers");
+            assert_eq!(pods.len(), 3);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    eprintln!(
+        "pod-resources List over the unix socket: median {:?}, max {:?} (20 calls)",
+        times[10], times[19]
+    );
+
+    let mut cmd = b.vramdoc();
+    cmd.args(["scan", "--json"]);
+    pod_flags(&mut cmd);
+    let t = std::time::Instant::now();
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    eprintln!(
+        "scan --json with pod attribution (2 pods): {:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    json_ok(
+        &b.vramdoc()
+            .args(["scan", "--json", "--pod-log-dir", "/nonexistent"])
+            .output()
+            .unwrap(),
+        "scan",
+    );
+    eprintln!("scan --json, no kubelet files: {:?}", t.elapsed());
+    assert!(server.calls() >= 21, "the kubelet's socket was asked");
+    let pa = &process(&scan, pid_a)["pod"];
+    assert_eq!(pa["uid"], UID_A, "{pa}");
+    assert_eq!(pa["namespace"], "ml");
+    assert_eq!(pa["name"], "llm-0");
+    assert_eq!(pa["container"], "vllm");
+    assert_eq!(pa["container_id"], id_a);
+    assert_eq!(pa["allocated_gpus"], serde_json::json!([uuids[0]]));
+    let pc = &process(&scan, pid_c)["pod"];
+    assert_eq!(
+        (&pc["namespace"], &pc["name"], &pc["container"]),
+        (
+            &Value::from("batch"),
+            &Value::from("etl-1"),
+            &Value::from("worker")
+        ),
+        "{pc}"
+    );
+    assert!(scan["scan"].get("pods_note").is_none(), "{scan}");
+    let findings: Vec<&Value> = scan["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "unallocated-gpu-use")
+        .collect();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    let f = findings[0];
+    assert_eq!(f["pid"], pid_a);
+    assert_eq!(f["severity"], "warn");
+    assert_eq!(f["devices"], serde_json::json!([1]));
+    assert!(f["title"].as_str().unwrap().contains("pod ml/llm-0"), "{f}");
+
+    // The terminal shows the pod beside the process.
+    let mut cmd = b.vramdoc();
+    cmd.arg("scan");
+    pod_flags(&mut cmd);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pod ml/llm-0 "), "{text}");
+    assert!(text.contains("container vllm "), "{text}");
+
+    // The exporter labels per-process series with the pod; promtool accepts the exposition.
+    let metrics = serve_metrics(&b, &socket, &log_dir);
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("vramdoc_process_gpu_memory_bytes{")
+                && l.contains(&format!("pid=\"{pid_a}\""))
+        })
+        .unwrap_or_else(|| panic!("no series of PID {pid_a}: {metrics}"));
+    for label in ["pod=\"llm-0\"", "namespace=\"ml\"", "container=\"vllm\""] {
+        assert!(line.contains(label), "{label} in {line}");
+    }
+    assert!(
+        metrics.contains("vramdoc_findings{rule=\"unallocated-gpu-use\",severity=\"warn\"} 1"),
+        "{metrics}"
+    );
+    // promtool lints the exposition (skipped only where VRAMDOC_ALLOW_SKIP allows `prometheus`).
+    let promtool =
+        common::skip::require!("prometheus", common::skip::tool("promtool", "prometheus"));
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Without the kubelet's socket the pods are still named (log directories) but allocations
+/// are unknown: one note, no allocation finding, exit 0.
+#[test]
+fn a_missing_socket_is_one_note_and_no_allocation_finding() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "1",
+            "--cgroup",
+            &format!("kubepods/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
+    );
+    let out = b
+        .vramdoc()
+        .args(["scan", "--json", "--pod-resources-socket"])
+        .arg(tmp.path().join("no.sock"))
+        .arg("--pod-log-dir")
+        .arg(&log_dir)
+        .output()
+        .unwrap();
+    let scan = json_ok(&out, "scan --json");
+    let p = &process(&scan, a["pid"].as_u64().unwrap())["pod"];
+    assert_eq!(p["name"], "llm-0", "{p}");
+    assert!(p.get("allocated_gpus").is_none(), "{p}");
+    let note = scan["scan"]["pods_note"].as_str().unwrap_or_default();
+    assert!(note.contains("no pod-resources socket"), "{scan}");
+    assert!(
+        !scan["scan"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "unallocated-gpu-use"),
+        "{scan}"
+    );
+}
+
+/// `vramdoc serve --per-process --interval 200ms` with the pod flags, killed on drop.
+struct Exporter {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Exporter {
+    fn start(b: &CliBox, socket: &Path, log_dir: &Path) -> Exporter {
+        Exporter::start_with(b, socket, log_dir, &[])
+    }
+
+    fn start_with(b: &CliBox, socket: &Path, log_dir: &Path, extra: &[&str]) -> Exporter {
+        let mut child = b
+            .vramdoc()
+            .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
+            .arg("--per-process")
+            .args(extra)
+            .arg("--pod-resources-socket")
+            .arg(socket)
+            .arg("--pod-log-dir")
+            .arg(log_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let Some(Ok(line)) = lines.next() else {
+                let _ = child.kill();
+                panic!("serve ended before listening");
+            };
+            if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
+                break rest.split('/').next().unwrap().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Exporter { child, addr }
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = std::net::TcpStream::connect(&self.addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        let (head, body) = resp
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("{resp}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_string()
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first exposition of an exporter with the pod flags.
+fn serve_metrics(b: &CliBox, socket: &Path, log_dir: &Path) -> String {
+    Exporter::start(b, socket, log_dir).metrics()
+}
+
+/// The series line of `pid` in an exposition, if any.
+fn process_series(metrics: &str, pid: u64) -> Option<String> {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("vramdoc_process_gpu_memory_bytes{")
+                && l.contains(&format!("pid=\"{pid}\""))
+        })
+        .map(str::to_string)
+}
+
+/// A pod's process dies while the driver keeps its memory (`sim fault --keep-dead`): the
+/// exporter keeps attributing the memory to the pod it was seen in, and `no-live-owner`
+/// fires for it.
+#[test]
+fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
+    let b = CliBox::new("1x16GiB", &[]);
+    b.fault(&["--keep-dead"]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/besteffort/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let pid = a["pid"].as_u64().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
+    );
+    let uuid = b.sim().devices()[0].uuid.clone();
+    let socket = tmp.path().join("kubelet.sock");
+    let _server = PodResourcesServer::start(&socket, vec![pod("ml", "llm-0", "vllm", &[&uuid])]);
+    let exporter = Exporter::start(&b, &socket, &log_dir);
+    let live = process_series(&exporter.metrics(), pid).expect("the live process's series");
+    assert!(live.contains("pod=\"llm-0\""), "{live}");
+    // SAFETY: kill(2) on the container's main process, which this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let dead =
+        common::poll::eventually(common::poll::SECS_10, "the exporter sees the death", || {
+            let m = exporter.metrics();
+            m.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1")
+                .then_some(m)
+        });
+    let series = process_series(&dead, pid).unwrap_or_else(|| panic!("{dead}"));
+    for label in [
+        "pod=\"llm-0\"",
+        "namespace=\"ml\"",
+        "container=\"vllm\"",
+        "comm=\"unknown\"",
+    ] {
+        assert!(series.contains(label), "{label} in {series}");
+    }
+    // A one-shot scan has no earlier collection: the dead PID has no pod, the GPU's
+    // allocation is named in the evidence instead.
+    let mut cmd = b.vramdoc();
+    cmd.args(["scan", "--json", "--pod-resources-socket"])
+        .arg(&socket)
+        .arg("--pod-log-dir")
+        .arg(&log_dir);
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    let f = scan["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "no-live-owner")
+        .unwrap_or_else(|| panic!("{scan}"));
+    assert!(
+        f["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["value"] == "ml/llm-0 (container vllm)"),
+        "{f}"
+    );
+}
+
+/// `vramdoc run --container ID` attached to a pod's container: the report's processes name
+/// the pod, namespace and container.
+#[test]
+fn run_names_the_pod_of_the_job_s_processes() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let us = UID_A.replace('-', "_");
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods.slice/kubepods-pod{us}.slice/crio-{{id}}.scope"),
+        ],
+    );
+    let (pid, id) = (a["pid"].as_u64().unwrap(), a["id"].as_str().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(tmp.path(), &[("ml", "llm-0", UID_A, "vllm", id)]);
+    let out = tmp.path().join("run.json");
+    let o = b
+        .vramdoc()
+        .args(["run", "--process-period", "50ms", "--duration", "600ms"])
+        .args(["--container", &id[..12], "--pod-log-dir"])
+        .arg(&log_dir)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    common::assert_ok(&o, "run --container");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let p = r["run"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(p["pod"]["uid"], UID_A, "{p}");
+    assert_eq!(p["pod"]["namespace"], "ml", "{p}");
+    assert_eq!(p["pod"]["name"], "llm-0", "{p}");
+    assert_eq!(p["pod"]["container"], "vllm", "{p}");
+    assert_eq!(p["pod"]["container_id"], id, "{p}");
+}
+
+/// A pod allocated two GPUs that uses one: after `--allocation-idle-after` the exporter
+/// reports the other (`allocated-gpu-idle`, info); the one in use never.
+#[test]
+fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
+    );
+    let uuids: Vec<String> = b.sim().devices().iter().map(|d| d.uuid.clone()).collect();
+    let socket = tmp.path().join("kubelet.sock");
+    let _server = PodResourcesServer::start(
+        &socket,
+        vec![pod("ml", "llm-0", "vllm", &[&uuids[0], &uuids[1]])],
+    );
+    let exporter = Exporter::start_with(&b, &socket, &log_dir, &["--allocation-idle-after", "1s"]);
+    let idle = "vramdoc_findings{rule=\"allocated-gpu-idle\",severity=\"info\"}";
+    assert!(exporter.metrics().contains(&format!("{idle} 0")));
+    common::poll::eventually(common::poll::SECS_10, "the idle GPU is reported", || {
+        exporter.metrics().contains(&format!("{idle} 1"))
+    });
+    // A one-shot scan never reports it: it has seen the allocation for no time at all.
+    let mut cmd = b.vramdoc();
+    cmd.args([
+        "scan",
+        "--json",
+        "--allocation-idle-after",
+        "1s",
+        "--pod-resources-socket",
+    ])
+    .arg(&socket)
+    .arg("--pod-log-dir")
+    .arg(&log_dir);
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    assert!(
+        !scan["scan"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "allocated-gpu-idle"),
+        "{scan}"
+    );
+}
+
+/// Pod and container names come from file names on the node: escape sequences in them never
+/// reach the terminal, and label values keep only DNS characters.
+#[test]
+fn hostile_pod_names_never_reach_the_terminal_raw() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = kubelet_logs(
+        tmp.path(),
+        &[(
+            "ml\u{1b}[2J\u{1b}]0;owned\u{7}",
+            "llm-0\u{9b}31m",
+            UID_A,
+            "vllm\r\u{1b}[1Afake",
+            a["id"].as_str().unwrap(),
+        )],
+    );
+    let socket = tmp.path().join("kubelet.sock");
+    let _server = PodResourcesServer::start(
+        &socket,
+        vec![pod(
+            "ml\u{1b}[2J\u{1b}]0;owned\u{7}",
+            "llm-0\u{9b}31m",
+            "x",
+            &[],
+        )],
+    );
+    let out = b
+        .vramdoc()
+        .arg("scan")
+        .arg("--pod-resources-socket")
+        .arg(&socket)
+        .arg("--pod-log-dir")
+        .arg(&log_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pod ml"), "{text}");
+    for bad in ['\u{1b}', '\u{9b}', '\u{7}', '\r'] {
+        assert!(
+            !text.contains(bad),
+            "{bad:?} reached the terminal: {text:?}"
+        );
+    }
+    // The pod was allocated no GPU and uses one: the finding's title is cleaned too.
+    assert!(text.contains("unallocated-gpu-use"), "{text}");
+    let metrics = serve_metrics(&b, &socket, &log_dir);
+    let series = metrics
+        .lines()
+        .find(|l| l.starts_with("vramdoc_process_gpu_memory_bytes{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        series.contains("namespace=\"ml__2J__0_owned_\""),
+        "{series}"
+    );
+}
+
+/// An exporter in a pod of its own reads other processes' cgroups from inside its cgroup
+/// namespace (cgroup v2's default for containers): paths relative to its own root, climbing
+/// out with `..` (`/../../../burstable/pod<UID>/<id>`), `kubepods` gone. The pod is still
+/// found. (vramdoc runs here as a box container in `kubepods/besteffort/pod<B>`, under
+/// `unshare --cgroup`.)
+#[test]
+fn pods_are_found_from_inside_a_cgroup_namespace() {
+    common::skip::require!("unshare", common::skip::unshare());
+    let b = CliBox::new("1x16GiB", &[]);
+    let a = detached(
+        &b,
+        &[
+            "--gpus",
+            "0",
+            "--cgroup",
+            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
+        ],
+    );
+    let pid = a["pid"].as_u64().unwrap();
+    let inside = |cmd: &[&str]| {
+        let o = b
+            .vramdoc()
+            .args(["sim", "run", "--gpus", "0", "--cgroup"])
+            .arg(format!("kubepods/besteffort/pod{UID_B}/{{id}}"))
+            .args(["--", "unshare", "--cgroup"])
+            .args(cmd)
+            .output()
+            .unwrap();
+        common::assert_ok(&o, "sim run -- unshare --cgroup");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let seen = inside(&["cat", &format!("/proc/{pid}/cgroup")]);
+    assert!(
+        seen.lines()
+            .any(|l| l.contains(&format!("/../burstable/pod{UID_A}/"))),
+        "relative paths from inside the namespace: {seen}"
+    );
+    assert!(!seen.contains("kubepods"), "{seen}");
+    let scan: Value =
+        serde_json::from_str(&inside(&[env!("CARGO_BIN_EXE_vramdoc"), "scan", "--json"]))
+            .expect("scan --json");
+    let p = &process(&scan, pid)["pod"];
+    assert_eq!(p["uid"], UID_A, "{p}");
+    assert_eq!(p["container_id"], a["id"], "{p}");
+}
