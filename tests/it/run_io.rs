@@ -445,3 +445,63 @@ fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
     assert_eq!(e["kind"], "cuda-oom", "{r}");
     assert_eq!(e["device"], 1, "{e}");
 }
+
+/// A reader of vramdoc's stdout that goes away (`| head -1`) gives the job EPIPE/SIGPIPE on
+/// that stream, as without vramdoc: the job ends and its status is passed on.
+#[test]
+fn a_reader_that_goes_away_gives_the_job_sigpipe_as_without_vramdoc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let mut child = KillOnDrop(
+        run_cmd(&out)
+            .args(["--", "yes"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut first = [0u8; 2];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // and closed
+    assert_eq!(&first, b"y\n");
+    let status = eventually(Duration::from_secs(30), "vramdoc ended", || {
+        child.try_wait().ok().flatten()
+    });
+    assert_eq!(status.code(), Some(128 + libc::SIGPIPE));
+    assert_eq!(report(&out)["run"]["exit"]["signal_name"], "SIGPIPE");
+}
+
+/// A background process of the job that keeps the output pipes open does not hold the
+/// report back: vramdoc writes it and exits while that process still runs.
+#[test]
+fn a_background_process_holding_the_pipes_does_not_hold_the_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let pidfile = tmp.path().join("bg");
+    let script = format!(
+        "sleep 30 & echo $! > {}; echo '{OOM}' >&2; exit 0",
+        pidfile.display()
+    );
+    let log = std::fs::File::create(tmp.path().join("log")).unwrap();
+    let mut child = KillOnDrop(
+        run_cmd(&out)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let status = eventually(Duration::from_secs(30), "vramdoc ended", || {
+        child.try_wait().ok().flatten()
+    });
+    let bg: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: signal 0 to, then SIGKILL of, the sleep this test's job started.
+    let alive = unsafe { libc::kill(bg, 0) } == 0;
+    unsafe { libc::kill(bg, libc::SIGKILL) };
+    assert!(alive, "the background process outlived vramdoc");
+    assert_eq!(status.code(), Some(0));
+    assert!(error_kinds(&report(&out)).contains(&"cuda-oom".to_string()));
+}
