@@ -199,6 +199,16 @@ vramdoc whatif repro.toml --on recorded,2xrtx4090,h100 --json\n  vramdoc whatif 
     /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
     #[command(name = "__worker", hide = true)]
     Worker,
+    /// Internal: passes a `vramdoc run` job's output through (started by `vramdoc run`)
+    #[command(name = "__pump", hide = true)]
+    Pump(PumpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PumpArgs {
+    /// The marker directory to remove when vramdoc is gone at the end of the output
+    #[arg(long, value_name = "DIR")]
+    pub marker_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -450,9 +460,10 @@ pub struct RunArgs {
         last = true,
         required_unless_present_any = ["pid", "cgroup", "container"],
         conflicts_with_all = ["pid", "cgroup", "container"],
-        value_name = "CMD"
+        value_name = "CMD",
+        value_parser = clap::value_parser!(std::ffi::OsString)
     )]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
     /// The kubelet's pod log directory, which names the pods the job's processes run in
     #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_POD_LOG_DIR)]
     pub pod_log_dir: PathBuf,

@@ -188,6 +188,15 @@ pub fn handle_interrupts_gracefully() -> std::sync::Arc<std::sync::atomic::Atomi
     crate::job::signals::handle_gracefully()
 }
 
+/// `(flag, path)` for each path of a repeated output flag, for
+/// [`crate::report::write::check_distinct`].
+fn outputs<'a>(
+    flag: &'a str,
+    paths: &'a [std::path::PathBuf],
+) -> Vec<(&'a str, &'a std::path::Path)> {
+    paths.iter().map(|p| (flag, p.as_path())).collect()
+}
+
 /// Run a parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
@@ -218,6 +227,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Man => packaging::man(),
         Command::Run(args) => run::run(&cli.global, &args),
         Command::Mark(args) => run::mark(&args),
+        Command::Pump(args) => Ok(crate::job::pump::main(args.marker_dir.as_deref())),
         Command::Worker => {
             let session = Session::new(&cli.global)?;
             Ok(replay::worker(&session))

@@ -168,6 +168,9 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         crate::report::write::check_output_file(j, args.force)
             .map_err(|e| UsageError(e.to_string()))?;
     }
+    let mut outputs = super::outputs("--out", &args.out);
+    outputs.extend(args.junit.as_deref().map(|p| ("--junit", p)));
+    crate::report::write::check_distinct(&outputs).map_err(|e| UsageError(e.to_string()))?;
     // `all` (or `--all`) stands for every built-in scenario, in `vramdoc list` order.
     // Every argument is resolved before anything runs: `all nope` is exit 2, not a long
     // replay that ignores `nope`. A scenario named twice runs once.

@@ -84,6 +84,12 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if let Some(s) = &args.scenario_out {
         crate::report::write::check_output_file(s, args.force)?; // issue 16
     }
+    // No two outputs are one file (a report would be lost, issue 19).
+    let mut outputs = super::outputs("--out", &args.out);
+    outputs.extend(args.samples.as_deref().map(|p| ("--samples", p)));
+    outputs.extend(args.junit.as_deref().map(|p| ("--junit", p)));
+    outputs.extend(args.scenario_out.as_deref().map(|p| ("--scenario-out", p)));
+    crate::report::write::check_distinct(&outputs)?;
     let attach =
         (args.pid.is_some() || args.cgroup.is_some() || args.container.is_some()).then(|| {
             job::attach::Target {
@@ -105,7 +111,8 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     };
     let command = match &attach {
         Some(t) => job::attach::command_of(t),
-        None => crate::redact::redact_args(&args.command),
+        // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
+        None => crate::redact::redact_args(&crate::term::escape_args(&args.command)),
     };
     let spec = JobSpec {
         argv: args.command.clone(),
@@ -120,7 +127,9 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         duration: args.duration,
         live: args.live,
     };
-    let ran = job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
+    let mut ran =
+        job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
+    let output = ran.output.take();
     let status = ran.exit.status();
     let findings = diagnose::fingerprints(&ran.recorded.recording, &TimelineThresholds::default());
     let mut result = job::summary::run_result(
@@ -145,14 +154,23 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         replay: None,
         run: Some(result),
     };
-    finish(&report, args, status)
+    finish(&report, args, status, output.as_ref())
 }
 
 /// Print, write the reports, and decide the exit status.
-fn finish(report: &Report, args: &RunArgs, status: i32) -> Result<i32> {
+fn finish(
+    report: &Report,
+    args: &RunArgs,
+    status: i32,
+    output: Option<&job::stderr::Output>,
+) -> Result<i32> {
     let Some(run) = report.run.as_ref() else {
         return Ok(RUN_FAILED);
     };
+    // The job's output first: the summary follows its last line.
+    if let Some(o) = output {
+        o.wait_drained();
+    }
     // Command lines, error lines and paths come from the job: made terminal-safe.
     let text = crate::term::clean_text(&crate::report::terminal::run::render(run, &args.out));
     let mut err = std::io::stderr().lock();

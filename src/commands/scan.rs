@@ -15,6 +15,10 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     if let Some(p) = &args.prom {
         check_prom_path(p)?;
     }
+    let mut outputs = super::outputs("--out", &args.out);
+    outputs.extend(args.prom.as_deref().map(|p| ("--prom", p)));
+    crate::report::write::check_distinct(&outputs)
+        .map_err(|e| crate::exit::UsageError(e.to_string()))?;
     let started = std::time::Instant::now();
     let pid_namespace = inventory::detect_pid_namespace()?;
     let read = session.monitor().and_then(|monitor| {

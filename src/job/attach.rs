@@ -235,6 +235,7 @@ pub fn run(
     recorder.mark(MarkerKind::Exit, &why, None);
     feed.settle(super::SETTLE, &mut live);
     live.clear();
+    feed.drain();
     recorder.round();
     let errors = std::mem::take(&mut feed.errors);
     let recorded = recorder.finish(JobEnd { end_ms, exit: None });
@@ -246,6 +247,7 @@ pub fn run(
         errors,
         stderr_tail: Vec::new(),
         attached: Some(what),
+        output: None,
     })
 }
 

@@ -67,10 +67,24 @@ pub fn mark(text: &str) -> Result<(), MarkError> {
         })
 }
 
-/// The marker file, tailed: complete lines appended since the last poll.
+/// Markers recorded per run; the rest are counted ("N markers dropped" in the report), so a
+/// burst of markers (a loop calling `vramdoc mark`) costs bounded time and memory.
+pub const MAX_MARKERS: usize = 10_000;
+/// Bytes read from the marker file per poll: the supervisor's loop gets back to signals and
+/// reaping between reads.
+const READ_BUDGET: u64 = 4 << 20;
+/// A line longer than this is cut (a writer that never ends its line does not grow memory).
+const MAX_PARTIAL: usize = 4096;
+
+/// The marker file, tailed: complete lines appended since the last poll, at most
+/// [`MAX_MARKERS`] in all.
 pub struct MarkerTail {
     file: std::fs::File,
     partial: Vec<u8>,
+    taken: usize,
+    dropped: u64,
+    /// The last poll read its whole budget: there may be more.
+    more: bool,
 }
 
 impl MarkerTail {
@@ -78,29 +92,54 @@ impl MarkerTail {
         Ok(MarkerTail {
             file: std::fs::File::open(path)?,
             partial: Vec::new(),
+            taken: 0,
+            dropped: 0,
+            more: false,
         })
     }
 
-    /// The lines completed since the last poll, cleaned and redacted.
+    /// Lines over [`MAX_MARKERS`], counted and not recorded.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Whether the last poll stopped at its read budget (more may be waiting).
+    pub fn more(&self) -> bool {
+        self.more
+    }
+
+    /// The lines completed since the last poll (from at most 4 MiB read), cleaned and
+    /// redacted; linear in what was read.
     pub fn poll(&mut self) -> Vec<String> {
         let mut buf = Vec::new();
-        let _ = self.file.read_to_end(&mut buf);
-        if buf.is_empty() {
-            return Vec::new();
-        }
-        self.partial.extend_from_slice(&buf);
+        let n = (&mut self.file)
+            .take(READ_BUDGET)
+            .read_to_end(&mut buf)
+            .unwrap_or(0);
+        self.more = n as u64 == READ_BUDGET;
         let mut lines = Vec::new();
-        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=i).collect();
-            let text = marker_text(&String::from_utf8_lossy(&line));
+        let mut rest = &buf[..];
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            let seg = &rest[..i];
+            rest = &rest[i + 1..];
+            if self.taken >= MAX_MARKERS {
+                // Over the cap: counted only (a partial line is dropped with it).
+                self.partial.clear();
+                self.dropped += 1;
+                continue;
+            }
+            let room = MAX_PARTIAL.saturating_sub(self.partial.len());
+            self.partial.extend_from_slice(&seg[..seg.len().min(room)]);
+            let text = marker_text(&String::from_utf8_lossy(&self.partial));
+            self.partial.clear();
             if !text.is_empty() {
+                self.taken += 1;
                 lines.push(text);
             }
         }
-        // A writer that never ends its line does not grow memory without bound.
-        if self.partial.len() > 4096 {
-            self.partial.clear();
-        }
+        let room = MAX_PARTIAL.saturating_sub(self.partial.len());
+        self.partial
+            .extend_from_slice(&rest[..rest.len().min(room)]);
         lines
     }
 }
@@ -155,5 +194,19 @@ mod tests {
         f.write_all(b"o\n").unwrap();
         assert_eq!(tail.poll(), vec!["two".to_string()]);
         assert!(tail.poll().is_empty());
+    }
+
+    #[test]
+    fn a_burst_of_markers_is_capped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m");
+        let burst: String = (0..MAX_MARKERS + 2500).map(|i| format!("m{i}\n")).collect();
+        std::fs::write(&path, burst).unwrap();
+        let mut tail = MarkerTail::open(&path).unwrap();
+        let lines = tail.poll();
+        assert_eq!(lines.len(), MAX_MARKERS);
+        assert_eq!(lines.last().map(String::as_str), Some("m9999"));
+        assert_eq!(tail.dropped(), 2500);
+        assert!(!tail.more());
     }
 }

@@ -1,6 +1,8 @@
 //! The job supervisor behind `vramdoc run -- CMD`: starts the user's own command (vramdoc a
 //! child subreaper, so the whole tree stays visible, and in a process group of its own, as
-//! GNU `timeout`), passes its stdin/stdout through and tees its stderr ([`stderr`]), takes
+//! GNU `timeout`), passes its stdin through and its stdout and stderr through a process of
+//! their own ([`pump`], which survives vramdoc) whose copy is read for error lines and the
+//! tail ([`stderr`]), takes
 //! markers from `$VRAMDOC_MARKERS` ([`markers`]), forwards signals sent to vramdoc to the
 //! job's process group and to its processes outside it ([`signals`]), reaps, and feeds all of
 //! it to the [`Recorder`]: the job only feeds events, the recorder builds the recording.
@@ -15,6 +17,7 @@ pub mod live;
 pub mod markers;
 pub mod outlived;
 pub mod process;
+pub mod pump;
 pub mod signals;
 pub mod stderr;
 pub mod summary;
@@ -22,7 +25,7 @@ pub mod summary;
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{MarkerKind, RunError, RunErrorKind};
 use crate::record::sampler::SamplerConfig;
-use crate::record::stderr::{ParsedError, StderrWatcher};
+use crate::record::stderr::ParsedError;
 use crate::record::tree::Scope;
 use crate::record::{
     ErrorEvent, ErrorKind, JobEnd, JobExit, Recorded, Recorder, RecorderConfig, StreamDevice,
@@ -33,7 +36,6 @@ use process::Exit;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -42,6 +44,9 @@ use thiserror::Error;
 pub const SETTLE: Duration = Duration::from_millis(750);
 /// Main-loop tick: markers, stderr events, reaping, forwarded signals.
 const TICK: Duration = Duration::from_millis(50);
+/// After the command ended and [`SETTLE`] passed, how long the copy of its output may stay
+/// quiet before vramdoc stops waiting for its end (a background process holds the pipes).
+const OUTPUT_QUIET: Duration = Duration::from_millis(1000);
 
 /// Why the job did not run.
 #[derive(Debug, Error)]
@@ -94,8 +99,8 @@ impl JobError {
 
 /// What to run and how to record it.
 pub struct JobSpec {
-    /// The command and its arguments, as given.
-    pub argv: Vec<String>,
+    /// The command and its arguments, as the OS gave them (not necessarily UTF-8).
+    pub argv: Vec<std::ffi::OsString>,
     /// The command line as reports show it (redacted).
     pub shown: Vec<String>,
     pub cadence: SamplerConfig,
@@ -127,6 +132,9 @@ pub struct JobRun {
     /// Attached to processes vramdoc did not start (what, as `pid 4242 (python3)`): `exit`
     /// is not theirs.
     pub attached: Option<String>,
+    /// The job's output on its way to the terminal: wait for it before printing
+    /// ([`stderr::Output::wait_drained`]).
+    pub output: Option<stderr::Output>,
 }
 
 /// Run `spec` on `devices`, recording through `monitor`, until the command ends and
@@ -142,6 +150,10 @@ pub fn run(
     let Some(program) = spec.argv.first().cloned() else {
         return Err(JobError::NoCommand);
     };
+    let program_shown = {
+        use std::os::unix::ffi::OsStrExt;
+        crate::term::escape_bytes(program.as_bytes())
+    };
     let io = |what| move |source| JobError::Io { what, source };
     let marker_dir = tempfile::Builder::new()
         .prefix("vramdoc-run-")
@@ -150,6 +162,8 @@ pub fn run(
     let marker_path = marker_dir.path().join("markers");
     std::fs::write(&marker_path, b"").map_err(io("creating the marker file"))?;
     let mut markers = MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?;
+    // Before vramdoc becomes a subreaper: the pump is not vramdoc's descendant.
+    let pump = pump::start(marker_dir.path()).map_err(io("starting the output pump"))?;
 
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.
     process::become_subreaper();
@@ -170,17 +184,17 @@ pub fn run(
     let mut cmd = Command::new(&program);
     cmd.args(&spec.argv[1..])
         .stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(pump.stdout))
+        .stderr(Stdio::from(pump.stderr))
         .env(MARKERS_ENV, &marker_path);
-    let mut child = match cmd.spawn() {
+    let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             drop(recorder.finish(JobEnd {
                 end_ms: 0.0,
                 exit: None,
             }));
-            return Err(JobError::spawn(&program, e));
+            return Err(JobError::spawn(&program_shown, e));
         }
     };
     let pid = child.id();
@@ -189,11 +203,9 @@ pub fn run(
         &format!("command started (pid {pid})"),
         None,
     );
-    let watcher = Arc::new(Mutex::new(StderrWatcher::new()));
+    drop(cmd); // closes vramdoc's copies of the job's write ends
     let (tx, rx) = mpsc::channel();
-    if let Some(pipe) = child.stderr.take() {
-        stderr::tee(pipe, watcher.clone(), tx, t0);
-    }
+    let mut output = stderr::Output::start(pump.copy, pump.control, tx, t0);
     drop(child); // reaped by `process::reap`, never by std
 
     let mut feed = Feed {
@@ -213,6 +225,8 @@ pub fn run(
         std::thread::sleep(TICK);
     };
     let end_ms = recorder.t_ms();
+    // What is left in the pipes is read at once, whatever the terminal's speed.
+    output.command_ended();
     let (kind, label) = match exit {
         Exit::Signal(sig) => (
             MarkerKind::Killed,
@@ -231,7 +245,10 @@ pub fn run(
         }
     }
     live.clear();
-    feed.take();
+    // The copy to its end (the last lines, the out-of-memory line), unless a background
+    // process of the job keeps the pipes open and quiet.
+    output.wait_complete(OUTPUT_QUIET);
+    feed.drain();
     let mut errors = std::mem::take(&mut feed.errors);
     recorder.round();
     recorder.stream(&StreamLine::End {
@@ -267,7 +284,7 @@ pub fn run(
         end_ms,
         exit: Some(job_exit),
     });
-    let stderr_tail = watcher.lock().map(|w| w.tail()).unwrap_or_default();
+    let stderr_tail = output.stderr_tail();
     drop(group);
     Ok(JobRun {
         pid,
@@ -277,6 +294,7 @@ pub fn run(
         errors,
         stderr_tail,
         attached: None,
+        output: Some(output),
     })
 }
 
@@ -436,6 +454,26 @@ impl Feed<'_> {
         }
     }
 
+    /// Everything that waits: the marker file to its end (a signal stops it: vramdoc never
+    /// ignores SIGTERM for long), the lines; then the count of markers over the cap.
+    pub fn drain(&mut self) {
+        self.take();
+        while self.markers.more() && !signals::pending() {
+            self.take();
+        }
+        let dropped = self.markers.dropped();
+        if dropped > 0 {
+            self.recorder.mark(
+                MarkerKind::Marker,
+                &format!(
+                    "{dropped} markers dropped (vramdoc records the first {} of a run)",
+                    markers::MAX_MARKERS
+                ),
+                None,
+            );
+        }
+    }
+
     pub fn take(&mut self) {
         for text in self.markers.poll() {
             self.recorder.mark(marker_kind(&text), &text, None);
@@ -446,11 +484,7 @@ impl Feed<'_> {
                 let printer = self.recorder.error_device(&e.line, o);
                 printer.or_else(|| physical(o, self.devices))
             });
-            let marker = match e.kind {
-                RunErrorKind::ChildFailed | RunErrorKind::ChildExit => MarkerKind::Error,
-                _ => MarkerKind::Oom,
-            };
-            self.recorder.mark(marker, &e.line, device);
+            self.recorder.mark(e.kind.marker(), &e.line, device);
             self.recorder.stream(&StreamLine::Error {
                 t_ms: t,
                 kind: e.kind.clone(),

@@ -121,6 +121,15 @@ pub fn take_received() -> Vec<Received> {
     std::mem::take(&mut *RECEIVED.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
+/// Whether a signal caught in [`Mode::Forward`] waits to be taken (the waits after the
+/// command ended stop for it: vramdoc never ignores SIGTERM for long).
+pub fn pending() -> bool {
+    !RECEIVED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_empty()
+}
+
 /// Remove `dir` (the private `--sim` box) if a signal ends the process; installs the
 /// handler.
 pub fn remove_on_exit(dir: PathBuf) {

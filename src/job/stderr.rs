@@ -1,63 +1,251 @@
-//! The command's stderr: passed through to vramdoc's own stderr as it comes (the tee), and
-//! split into lines for [`StderrWatcher`], which keeps the redacted tail and recognises
-//! out-of-memory lines; each recognised line is sent, with when it was read, to the
-//! supervisor's loop.
+//! The job's output as vramdoc reads it: the copy the pass-through process ([`super::pump`])
+//! sends, stdout and stderr alike split into lines for a [`StderrWatcher`] each (vLLM logs its
+//! errors to stdout), which keeps the redacted tail (stderr's is the report's) and
+//! recognises out-of-memory lines; each recognised line is sent, with when it was read, to
+//! the supervisor's loop. vramdoc reads the copy to its end before the report is finished
+//! ([`Output::wait_complete`]) and lets the pump finish the terminal before it prints its
+//! summary ([`Output::wait_drained`]).
 
+use super::pump::Frame;
 use crate::record::stderr::{ParsedError, StderrWatcher};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Longest line kept for recognition (the rest of a longer line is passed through only).
 const MAX_LINE: usize = 64 * 1024;
 
-/// Tee `pipe` to stderr on a thread, feeding `watcher`; recognised lines go to `tx` with
-/// their time in ms since `t0`.
-pub fn tee(
-    mut pipe: std::process::ChildStderr,
-    watcher: Arc<Mutex<StderrWatcher>>,
-    tx: mpsc::Sender<(f64, ParsedError)>,
-    t0: Instant,
-) {
-    let _ = std::thread::Builder::new()
-        .name("vramdoc-stderr".into())
-        .spawn(move || {
-            let mut buf = [0u8; 8192];
-            let mut line: Vec<u8> = Vec::new();
-            let take = |line: &mut Vec<u8>| {
-                if line.is_empty() {
-                    return;
-                }
-                let text = String::from_utf8_lossy(line).into_owned();
-                line.clear();
-                let found = watcher
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .line(&text);
-                if let Some(f) = found {
-                    let _ = tx.send((t0.elapsed().as_secs_f64() * 1000.0, f));
-                }
-            };
-            loop {
-                let n = match pipe.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                };
-                // Pass through first: the user sees the command's stderr as it comes.
-                let mut err = std::io::stderr().lock();
-                let _ = err.write_all(&buf[..n]).and_then(|_| err.flush());
-                drop(err);
-                for b in &buf[..n] {
-                    match b {
-                        b'\n' | b'\r' => take(&mut line),
-                        _ if line.len() < MAX_LINE => line.push(*b),
-                        _ => {}
-                    }
-                }
+/// One stream split into lines.
+#[derive(Default)]
+pub struct Lines {
+    partial: Vec<u8>,
+    watcher: StderrWatcher,
+}
+
+impl Lines {
+    /// Feed `bytes`; recognised lines are pushed to `found`.
+    pub fn feed(&mut self, bytes: &[u8], found: &mut Vec<ParsedError>) {
+        let mut rest = bytes;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
+            let seg = &rest[..i];
+            if self.partial.is_empty() {
+                self.take(seg, found);
+            } else {
+                self.push(seg);
+                let line = std::mem::take(&mut self.partial);
+                self.take(&line, found);
             }
-            take(&mut line);
-        });
+            rest = &rest[i + 1..];
+        }
+        self.push(rest);
+    }
+
+    /// The last line, unterminated.
+    pub fn finish(&mut self, found: &mut Vec<ParsedError>) {
+        let line = std::mem::take(&mut self.partial);
+        self.take(&line, found);
+    }
+
+    fn push(&mut self, seg: &[u8]) {
+        let room = MAX_LINE.saturating_sub(self.partial.len());
+        self.partial.extend_from_slice(&seg[..seg.len().min(room)]);
+    }
+
+    fn take(&mut self, line: &[u8], found: &mut Vec<ParsedError>) {
+        if line.is_empty() {
+            return;
+        }
+        let line = &line[..line.len().min(MAX_LINE)];
+        if let Some(f) = self.watcher.line(&String::from_utf8_lossy(line)) {
+            found.push(f);
+        }
+    }
+
+    pub fn tail(&self) -> Vec<String> {
+        self.watcher.tail()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// The pump said both of the job's streams ended (or the copy ended).
+    complete: bool,
+    /// The copy pipe closed: the pump has written everything to the terminal.
+    eof: bool,
+    /// When the last bytes came.
+    last: Option<Instant>,
+}
+
+/// The copy, read on a thread.
+pub struct Output {
+    state: Arc<(Mutex<State>, Condvar)>,
+    stderr: Arc<Mutex<Lines>>,
+    control: Option<File>,
+}
+
+/// Tick of the waits (signals are looked at in between).
+const TICK: Duration = Duration::from_millis(20);
+/// The longest [`Output::wait_complete`] waits while bytes keep coming (a background process
+/// of the job that writes on after the command ended).
+const MAX_COMPLETE_WAIT: Duration = Duration::from_secs(10);
+
+impl Output {
+    /// Read `copy` on a thread; recognised lines go to `tx` with their time in ms since `t0`.
+    pub fn start(
+        mut copy: File,
+        control: File,
+        tx: mpsc::Sender<(f64, ParsedError)>,
+        t0: Instant,
+    ) -> Output {
+        let state: Arc<(Mutex<State>, Condvar)> = Arc::default();
+        let stderr: Arc<Mutex<Lines>> = Arc::default();
+        let (st, err) = (state.clone(), stderr.clone());
+        let _ = std::thread::Builder::new()
+            .name("vramdoc-output".into())
+            .spawn(move || {
+                let mut stdout = Lines::default();
+                let mut buf = Vec::new();
+                let mut found = Vec::new();
+                let set = |f: &dyn Fn(&mut State)| {
+                    let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
+                    f(&mut s);
+                    st.1.notify_all();
+                };
+                loop {
+                    let mut head = [0u8; 5];
+                    if copy.read_exact(&mut head).is_err() {
+                        break;
+                    }
+                    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+                    buf.resize(len, 0);
+                    if copy.read_exact(&mut buf).is_err() {
+                        break;
+                    }
+                    match head[0] {
+                        t if t == Frame::Stdout as u8 => stdout.feed(&buf, &mut found),
+                        t if t == Frame::Stderr as u8 => err
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .feed(&buf, &mut found),
+                        t if t == Frame::End as u8 => {
+                            stdout.finish(&mut found);
+                            err.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .finish(&mut found);
+                        }
+                        _ => break,
+                    }
+                    let t = t0.elapsed().as_secs_f64() * 1000.0;
+                    for f in found.drain(..) {
+                        let _ = tx.send((t, f));
+                    }
+                    let end = head[0] == Frame::End as u8;
+                    set(&|s| {
+                        s.last = Some(Instant::now());
+                        s.complete |= end;
+                    });
+                }
+                stdout.finish(&mut found);
+                err.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .finish(&mut found);
+                let t = t0.elapsed().as_secs_f64() * 1000.0;
+                for f in found.drain(..) {
+                    let _ = tx.send((t, f));
+                }
+                set(&|s| {
+                    s.complete = true;
+                    s.eof = true;
+                });
+            });
+        Output {
+            state,
+            stderr,
+            control: Some(control),
+        }
+    }
+
+    /// The command has ended: the pump reads what is left in the pipes at once.
+    pub fn command_ended(&mut self) {
+        if let Some(mut c) = self.control.take() {
+            let _ = c.write_all(b"E");
+            self.control = Some(c);
+        }
+    }
+
+    fn wait_until(&self, done: impl Fn(&State) -> bool, give_up: impl Fn(&State) -> bool) {
+        let (m, cv) = &*self.state;
+        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        while !done(&s) && !give_up(&s) {
+            if super::signals::pending() {
+                return;
+            }
+            s = cv
+                .wait_timeout(s, TICK)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Wait until the copy is complete (both of the job's streams ended), or no byte came
+    /// for `quiet` (a background process of the job still holds the pipes), or a signal
+    /// came. The copy is never dropped for a slow terminal: the pump reads the pipes at once
+    /// after [`Output::command_ended`].
+    pub fn wait_complete(&self, quiet: Duration) {
+        let since = Instant::now();
+        self.wait_until(
+            |s| s.complete,
+            |s| {
+                s.last.unwrap_or(since).max(since).elapsed() >= quiet
+                    || since.elapsed() >= MAX_COMPLETE_WAIT
+            },
+        );
+    }
+
+    /// When the copy is complete, wait until the pump has written everything to the
+    /// terminal (as long as the terminal takes, as `cmd | less` would; a signal stops the
+    /// wait), so that vramdoc's summary comes after the job's output.
+    pub fn wait_drained(&self) {
+        let complete = {
+            let s = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
+            s.complete
+        };
+        if complete {
+            self.wait_until(|s| s.eof, |_| false);
+        }
+    }
+
+    /// The last lines of the job's stderr (redacted).
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr
+            .lock()
+            .map(|l| l.tail())
+            .unwrap_or_else(|e| e.into_inner().tail())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_split_on_newlines_and_carriage_returns_across_chunks() {
+        let mut l = Lines::default();
+        let mut found = Vec::new();
+        l.feed(
+            b"step 1\rstep 2\ntorch.OutOfMemoryError: CUDA out of mem",
+            &mut found,
+        );
+        assert!(found.is_empty());
+        l.feed(b"ory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.00 GiB of which 1.00 GiB is free.\n\xff tail", &mut found);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].device, Some(0));
+        assert_eq!(found[0].requested, Some(2 << 30));
+        l.finish(&mut found);
+        let tail = l.tail();
+        assert_eq!(tail.first().map(String::as_str), Some("step 1"));
+        assert_eq!(tail.last().map(String::as_str), Some("\u{fffd} tail"));
+    }
 }

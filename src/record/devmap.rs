@@ -98,6 +98,9 @@ mod tests {
             Some(Printer::Pid(77))
         );
         assert_eq!(p("(EngineCore_0 pid=9) x"), Some(Printer::Pid(9)));
+        assert_eq!(p("(EngineCore pid=12) x"), Some(Printer::Pid(12)));
+        assert_eq!(p("(VllmWorker rank=0 pid=31) x"), Some(Printer::Pid(31)));
+        assert_eq!(p("(pid=4242) ERROR x"), Some(Printer::Pid(4242)));
         assert_eq!(p("[rank3]: torch.OutOfMemoryError"), Some(Printer::Rank(3)));
         assert_eq!(p("torch.OutOfMemoryError: CUDA out of memory"), None);
         assert_eq!(p("(no pid here) x"), None);

@@ -260,6 +260,31 @@ fn is_torch_oom(l: &str) -> bool {
         || l.contains("OutOfMemoryError: CUDA")
 }
 
+/// Every line [`parse_line`] recognises holds one of these (a pre-filter: most lines of a
+/// job's output hold none and are not parsed).
+const ERROR_KEYS: [&str; 8] = [
+    "emory", // memory, Memory (OutOfMemoryError)
+    "EMORY", // CUDA_ERROR_OUT_OF_MEMORY
+    "ALLOC_FAILED",
+    "unknown error",
+    "KV cache",
+    "killed by signal",
+    "Watchdog",
+    "ChildFailedError",
+];
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn prefix_of(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// Recognise one line of the job's output, stderr or stdout (without its state: torchrun
 /// tables need [`StderrWatcher`]).
 pub fn parse_line(line: &str) -> Option<ParsedError> {
@@ -386,11 +411,21 @@ impl StderrWatcher {
     }
 
     /// Take one line of stderr (without its newline); returns an error it recognises.
+    /// Cheap for the lines that are not errors (a job's output passes through here): the
+    /// tail keeps them raw (cut and redacted by [`StderrWatcher::tail`]) and only a line
+    /// holding one of [`ERROR_KEYS`] is parsed.
     pub fn line(&mut self, line: &str) -> Option<ParsedError> {
-        if self.tail.len() == TAIL_LINES {
-            self.tail.pop_front();
+        let mut kept = if self.tail.len() == TAIL_LINES {
+            self.tail.pop_front().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        kept.clear();
+        kept.push_str(prefix_of(line, LINE_CHARS * 4));
+        self.tail.push_back(kept);
+        if !self.in_table && (line.len() < 5 || !ERROR_KEYS.iter().any(|k| line.contains(k))) {
+            return None;
         }
-        self.tail.push_back(cut(line));
         let found = parse_line(line);
         if let Some(f) = &found {
             if f.kind == RunErrorKind::ChildFailed {
@@ -432,9 +467,9 @@ impl StderrWatcher {
         None
     }
 
-    /// The last lines read, oldest first.
+    /// The last lines read, oldest first, cleaned, redacted and cut to [`LINE_CHARS`].
     pub fn tail(&self) -> Vec<String> {
-        self.tail.iter().cloned().collect()
+        self.tail.iter().map(|l| cut(l)).collect()
     }
 }
 

@@ -193,6 +193,8 @@ fn recognised_lines_table() {
     ];
     for (src, line, kind, device, requested) in rows {
         let e = parse_line(line).unwrap_or_else(|| panic!("{src}: not recognised"));
+        // The watcher's pre-filter lets every recognised line through.
+        assert_eq!(StderrWatcher::new().line(line).as_ref(), Some(&e), "{src}");
         assert_eq!(e.kind, kind, "{src}");
         assert_eq!(e.device, device, "{src}");
         assert_eq!(e.requested, requested, "{src}");

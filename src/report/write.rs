@@ -29,6 +29,17 @@ pub enum WriteError {
     },
     #[error("{0}")]
     Render(String),
+    #[error(
+        "{first_flag} {} and {second_flag} {} name the same file; give each output its own",
+        first.display(),
+        second.display()
+    )]
+    SameFile {
+        first_flag: String,
+        first: PathBuf,
+        second_flag: String,
+        second: PathBuf,
+    },
 }
 
 /// The format for a path, from its extension.
@@ -179,6 +190,58 @@ pub fn check_output_file(path: &Path, force: bool) -> Result<PathBuf, WriteError
     Ok(canonical)
 }
 
+/// Where `path` really is, for comparing outputs: symbolic links of its last component
+/// followed (a dangling one too: the write would create its target), its directory
+/// canonicalised (`./`, `..`, linked directories), and the file's device and inode when it
+/// exists (hard links).
+fn identity(path: &Path) -> (PathBuf, Option<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&p) {
+                Ok(target) => {
+                    p = match p.parent() {
+                        Some(dir) if target.is_relative() => dir.join(target),
+                        _ => target,
+                    }
+                }
+                Err(_) => break,
+            },
+            _ => break,
+        }
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let canonical = std::fs::canonicalize(&dir).unwrap_or(dir).join(name);
+    let inode = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    (canonical, inode)
+}
+
+/// Check, before the command starts, that no two of a command's outputs (`("--out", path)`,
+/// `("--samples", path)`, …) are the same file: the same path in another spelling, through a
+/// symbolic link, or a hard link. The error names both flags.
+pub fn check_distinct(outputs: &[(&str, &Path)]) -> Result<(), WriteError> {
+    let ids: Vec<_> = outputs.iter().map(|(_, p)| identity(p)).collect();
+    for (i, (a_flag, a)) in outputs.iter().enumerate() {
+        for (j, (b_flag, b)) in outputs.iter().enumerate().skip(i + 1) {
+            let same_inode = matches!((ids[i].1, ids[j].1), (Some(x), Some(y)) if x == y);
+            if ids[i].0 == ids[j].0 || same_inode {
+                return Err(WriteError::SameFile {
+                    first_flag: a_flag.to_string(),
+                    first: a.to_path_buf(),
+                    second_flag: b_flag.to_string(),
+                    second: b.to_path_buf(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Write `report` to every path, each in the format its extension names.
 pub fn write_reports(report: &Report, paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
     for path in paths {
@@ -250,6 +313,36 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
             write_atomic(&p, b"three", true).unwrap();
             assert_eq!(mode(&p), 0o600, "--force keeps the replaced file's mode");
+        }
+    }
+
+    #[test]
+    fn outputs_naming_the_same_file_are_refused_whatever_the_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = |s: &str| d.join(s);
+        let ok = [("--out", p("r.json")), ("--junit", p("r.xml"))];
+        let pairs: Vec<(&str, &Path)> = ok.iter().map(|(f, p)| (*f, p.as_path())).collect();
+        assert!(check_distinct(&pairs).is_ok());
+        std::fs::create_dir(p("sub")).unwrap();
+        std::os::unix::fs::symlink(d.join("sub"), p("link")).unwrap();
+        std::os::unix::fs::symlink("r.json", p("dangling.json")).unwrap();
+        std::fs::write(p("a.json"), b"x").unwrap();
+        std::fs::hard_link(p("a.json"), p("b.xml")).unwrap();
+        let cases = [
+            (p("r.json"), p("./r.json")),
+            (p("r.json"), p("sub/../r.json")),
+            (p("sub/r.json"), p("link/r.json")),
+            (p("r.json"), p("dangling.json")),
+            (p("a.json"), p("b.xml")),
+        ];
+        for (a, b) in cases {
+            let e = check_distinct(&[("--out", &a), ("--samples", &b)]).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("--out ") && msg.contains(" and --samples "),
+                "{a:?} {b:?}: {msg}"
+            );
         }
     }
 

@@ -48,6 +48,8 @@ mod report_schema;
 mod repro;
 /// `vramdoc run -- CMD`.
 mod run_cli;
+/// The I/O of `vramdoc run`: pass-through, slow readers, `kill -9`, markers, output paths.
+mod run_io;
 /// Jobs where they really run (issue 17): process groups, outliving processes, containers, attach, --live.
 mod run_jobs;
 /// `vramdoc scan`.

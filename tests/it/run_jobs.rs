@@ -158,7 +158,9 @@ fn sigterm_to_vramdoc_leaves_no_process_of_the_job_holding_memory() {
 
 /// `vramdoc run -- sh -c 'holder & …; exit 0'` with the command ending first.
 fn run_leaving_a_holder(b: &CliBox, out: &Path, extra: &[&str]) -> Output {
-    let script = format!("{EXE} sim hold --size 2GiB >/dev/null & sleep 1; exit 0");
+    // Its output redirected: a background process holding the job's stdout/stderr keeps
+    // them open for whoever reads vramdoc's to the end, as without vramdoc (docs/run.md).
+    let script = format!("{EXE} sim hold --size 2GiB >/dev/null 2>&1 & sleep 1; exit 0");
     b.vramdoc()
         .args(["run", "--process-period", "100ms", "--out"])
         .arg(out)

@@ -1,0 +1,404 @@
+//! The pass-through process of `vramdoc run` (`vramdoc __pump`, started by [`start`]): it owns
+//! the read ends of the job's stdout and stderr pipes, writes every byte to the real
+//! stdout/stderr with blocking writes (a slow reader slows the job, as `cmd | less` would; no
+//! byte is dropped), and sends a copy to vramdoc over a third pipe, framed
+//! ([`Frame`]). It is not vramdoc's descendant (double fork: it is not part of the job's
+//! recorded tree and does not die with vramdoc), ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGPIPE/SIGTTOU
+//! and, when vramdoc is gone (`kill -9`, the OOM killer), keeps passing the job's output
+//! through until EOF, then removes the marker directory vramdoc left.
+//!
+//! Flow control: the copy leads the terminal by at most [`LEAD`] bytes per stream; once
+//! vramdoc says the command has ended (a byte on the control pipe), what is still in the
+//! pipes is read at once (the copy completes, the report gets the last lines and the
+//! out-of-memory line) and written to the terminal at its own pace. A stream whose reader
+//! went away (`| head`) is closed, so the job gets EPIPE/SIGPIPE there as it would without
+//! vramdoc.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The pump's descriptors: the job's stdout and stderr (read ends), the copy (write end),
+/// the control pipe (read end).
+const JOB_OUT: RawFd = 3;
+const JOB_ERR: RawFd = 4;
+const COPY: RawFd = 5;
+const CONTROL: RawFd = 6;
+/// How far the copy may run ahead of the terminal, per stream.
+pub const LEAD: usize = 4 << 20;
+/// The same once the command has ended (what is left in the pipes is read at once; a
+/// background process of the job that keeps writing to a stalled terminal is held back
+/// here, so the pump's memory stays bounded).
+pub const DRAIN_LEAD: usize = 64 << 20;
+/// One read.
+const CHUNK: usize = 128 * 1024;
+
+/// The copy's frames: a tag byte, a little-endian `u32` length, the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Frame {
+    Stdout = 1,
+    Stderr = 2,
+    /// Both of the job's streams reached EOF: the copy is complete (length 0). The pump
+    /// closes the copy pipe once the terminal has everything.
+    End = 3,
+}
+
+/// A started pump, as vramdoc holds it.
+pub struct Started {
+    /// Write ends for the job's stdout and stderr.
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The copy (read end).
+    pub copy: File,
+    /// Control (write end): one byte says the command has ended; closing it without one
+    /// says vramdoc is gone.
+    pub control: File,
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills two descriptors we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are fresh, open and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Start the pump (`/proc/self/exe __pump`), which removes `marker_dir` if vramdoc is gone
+/// when the job's output ends. Returns once the intermediate process has exited.
+pub fn start(marker_dir: &Path) -> std::io::Result<Started> {
+    use std::os::unix::process::CommandExt;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (copy_r, copy_w) = pipe()?;
+    let (ctl_r, ctl_w) = pipe()?;
+    let map = [
+        (out_r.as_raw_fd(), JOB_OUT),
+        (err_r.as_raw_fd(), JOB_ERR),
+        (copy_w.as_raw_fd(), COPY),
+        (ctl_r.as_raw_fd(), CONTROL),
+    ];
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg("__pump")
+        .arg("--marker-dir")
+        .arg(marker_dir)
+        .stdin(std::process::Stdio::null());
+    // SAFETY: dup2 and fcntl are async-signal-safe. Each source is first moved above the
+    // targets' range so that no dup2 overwrites a source not yet placed.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut high = [0; 4];
+            for (i, (src, _)) in map.iter().enumerate() {
+                let h = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 16);
+                if h < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                high[i] = h;
+            }
+            for (i, (_, dst)) in map.iter().enumerate() {
+                // dup2 clears close-on-exec on the target.
+                if libc::dup2(high[i], *dst) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status()?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!(
+            "the output pump did not start ({status})"
+        )));
+    }
+    Ok(Started {
+        stdout: out_w,
+        stderr: err_w,
+        copy: File::from(copy_r),
+        control: File::from(ctl_w),
+    })
+}
+
+/// A stream's bytes on their way to the terminal.
+struct Queue {
+    state: Mutex<QueueState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    chunks: VecDeque<Vec<u8>>,
+    bytes: usize,
+    /// The reader is done.
+    closed: bool,
+    /// The terminal's reader went away: stop reading the job's stream.
+    gone: bool,
+}
+
+impl Queue {
+    fn new() -> Queue {
+        Queue {
+            state: Mutex::new(QueueState::default()),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue `chunk`, waiting while [`LEAD`] bytes are queued ([`DRAIN_LEAD`] once `drain`).
+    /// False when the terminal's reader is gone.
+    fn push(&self, chunk: Vec<u8>, drain: &AtomicBool) -> bool {
+        let mut s = self.lock();
+        let limit = |d: &AtomicBool| {
+            if d.load(Ordering::SeqCst) {
+                DRAIN_LEAD
+            } else {
+                LEAD
+            }
+        };
+        while s.bytes >= limit(drain) && !s.gone {
+            s = self
+                .cv
+                .wait_timeout(s, std::time::Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if s.gone {
+            return false;
+        }
+        s.bytes += chunk.len();
+        s.chunks.push_back(chunk);
+        self.cv.notify_all();
+        true
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.cv.notify_all();
+    }
+
+    /// The next chunk; `None` once closed and empty.
+    fn pop(&self) -> Option<Vec<u8>> {
+        let mut s = self.lock();
+        loop {
+            if let Some(c) = s.chunks.pop_front() {
+                s.bytes -= c.len();
+                self.cv.notify_all();
+                return Some(c);
+            }
+            if s.closed {
+                return None;
+            }
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn set_gone(&self) {
+        let mut s = self.lock();
+        s.gone = true;
+        s.chunks.clear();
+        s.bytes = 0;
+        self.cv.notify_all();
+    }
+}
+
+/// The copy to vramdoc; dead once vramdoc stopped reading it.
+struct Copy {
+    file: Mutex<Option<File>>,
+}
+
+impl Copy {
+    fn send(&self, tag: Frame, bytes: &[u8]) {
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(file) = f.as_mut() else { return };
+        let mut head = [0u8; 5];
+        head[0] = tag as u8;
+        head[1..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        if file
+            .write_all(&head)
+            .and_then(|_| file.write_all(bytes))
+            .is_err()
+        {
+            // EPIPE: vramdoc is gone; the job's output still reaches the terminal.
+            *f = None;
+        }
+    }
+
+    /// Whether vramdoc still reads the copy (a pipe whose read end is closed polls POLLERR).
+    fn reader_alive(&self) -> bool {
+        let f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(file) = f.as_ref() else {
+            return false;
+        };
+        let mut p = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid pollfd, no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        !(n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0)
+    }
+
+    fn close(&self) {
+        *self.file.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+fn ignore_signals() {
+    for s in [
+        libc::SIGPIPE,
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        // A write to the terminal from a background group (vramdoc's caller's, when
+        // vramdoc made a group of its own) under `stty tostop`.
+        libc::SIGTTOU,
+    ] {
+        // SAFETY: setting a signal's disposition to SIG_IGN.
+        unsafe { libc::signal(s, libc::SIG_IGN) };
+    }
+}
+
+/// `vramdoc __pump`: run the pump (see the module's doc); returns the exit status.
+pub fn main(marker_dir: Option<&Path>) -> i32 {
+    ignore_signals();
+    // Double fork: the intermediate exits at once, so the pump is not vramdoc's child
+    // (vramdoc is a subreaper only after this returns).
+    // SAFETY: fork in a process with no other thread yet (called first thing); the child
+    // only continues this function.
+    match unsafe { libc::fork() } {
+        0 => {}
+        n if n > 0 => return 0,
+        _ => return 1,
+    }
+    // SAFETY: the descriptors `start` placed; each is owned once here.
+    let (out, err, copy, control) = unsafe {
+        (
+            File::from_raw_fd(JOB_OUT),
+            File::from_raw_fd(JOB_ERR),
+            File::from_raw_fd(COPY),
+            File::from_raw_fd(CONTROL),
+        )
+    };
+    let copy = Arc::new(Copy {
+        file: Mutex::new(Some(copy)),
+    });
+    let drain = Arc::new(AtomicBool::new(false));
+    let queues = [Arc::new(Queue::new()), Arc::new(Queue::new())];
+    {
+        let drain = drain.clone();
+        let queues = queues.clone();
+        let _ = std::thread::Builder::new()
+            .name("pump-control".into())
+            .spawn(move || {
+                let mut control = control;
+                let mut b = [0u8; 1];
+                // A byte: the command ended. EOF: vramdoc is gone (flow control stays).
+                if matches!(control.read(&mut b), Ok(1)) {
+                    drain.store(true, Ordering::SeqCst);
+                    for q in &queues {
+                        q.cv.notify_all();
+                    }
+                }
+            });
+    }
+    let mut readers = Vec::new();
+    let mut writers = Vec::new();
+    for (i, (src, tag, fd)) in [(out, Frame::Stdout, 1), (err, Frame::Stderr, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        let q = queues[i].clone();
+        let (c, d) = (copy.clone(), drain.clone());
+        readers.push(std::thread::spawn(move || {
+            read_stream(src, tag, &c, &q, &d)
+        }));
+        let q = queues[i].clone();
+        writers.push(std::thread::spawn(move || write_stream(fd, &q)));
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    copy.send(Frame::End, &[]);
+    for w in writers {
+        let _ = w.join();
+    }
+    let vramdoc_alive = copy.reader_alive();
+    copy.close();
+    if !vramdoc_alive {
+        if let Some(dir) = marker_dir.filter(|d| d.exists()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    0
+}
+
+fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &AtomicBool) {
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        buf.truncate(n);
+        copy.send(tag, &buf);
+        if !q.push(buf, drain) {
+            break; // closing `src`: the job gets EPIPE on this stream, as without vramdoc
+        }
+    }
+    q.close();
+}
+
+fn write_stream(fd: RawFd, q: &Queue) {
+    // SAFETY: borrowing the process's stdout/stderr for the pump's lifetime; ManuallyDrop
+    // keeps it open.
+    let mut out = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+    let mut failed = false;
+    while let Some(chunk) = q.pop() {
+        if failed {
+            continue;
+        }
+        match out.write_all(&chunk) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                q.set_gone();
+            }
+            // A terminal hung up (EIO), a full disk: the bytes are dropped, the job keeps
+            // running and its copy still reaches the report.
+            Err(_) => failed = true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_blocks_at_the_lead_until_drained() {
+        let q = Arc::new(Queue::new());
+        let drain = Arc::new(AtomicBool::new(false));
+        assert!(q.push(vec![0; LEAD], &drain));
+        let (q2, d2) = (q.clone(), drain.clone());
+        let t = std::thread::spawn(move || q2.push(vec![1; 10], &d2));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!t.is_finished(), "a full queue holds the reader back");
+        drain.store(true, Ordering::SeqCst);
+        assert!(t.join().unwrap());
+        q.close();
+        assert_eq!(q.pop().map(|c| c.len()), Some(LEAD));
+        assert_eq!(q.pop(), Some(vec![1; 10]));
+        assert_eq!(q.pop(), None);
+    }
+}
