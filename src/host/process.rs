@@ -346,7 +346,9 @@ mod tests {
         let link = dir.path().join(OsStr::from_bytes(b"caf\xe9"));
         std::os::unix::fs::symlink("/bin/sh", &link).unwrap();
         let mut child = std::process::Command::new(&link)
-            .args(["-c", "sleep 30"])
+            // Not the last command: the shell forks `sleep` and stays itself (with `-c "sleep
+            // 30"` dash execs sleep, and a read during that exec sees an empty cmdline).
+            .args(["-c", "sleep 30; exit 0"])
             .arg(OsStr::from_bytes(b"x\xffy"))
             .arg("")
             .arg("z")
@@ -356,7 +358,9 @@ mod tests {
         let mut name = Vec::new();
         for _ in 0..400 {
             name = comm(pid).unwrap_or_default();
-            if name == b"caf\xe9" {
+            // The kernel names the process before it sets up the new arguments (exec's
+            // `begin_new_exec`, then the ELF tables): wait for both.
+            if name == b"caf\xe9" && cmdline(pid).is_ok_and(|a| !a.is_empty()) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -371,7 +375,7 @@ mod tests {
         let want: Vec<Vec<u8>> = vec![
             link.as_os_str().as_bytes().to_vec(),
             b"-c".to_vec(),
-            b"sleep 30".to_vec(),
+            b"sleep 30; exit 0".to_vec(),
             b"x\xffy".to_vec(),
             Vec::new(),
             b"z".to_vec(),
