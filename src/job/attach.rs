@@ -183,12 +183,13 @@ pub fn run(
     let (scope, start) = scope(&target)?;
     // Keyed by the attached PID (by vramdoc's own for a cgroup or container).
     let key = target.pid.unwrap_or(std::process::id());
+    // Signals stop the recording; they are queued, never passed on. Handled before the marker
+    // file exists: whoever sees the file (`vramdoc mark --pid`) may signal vramdoc at once.
+    signals::handle(signals::Mode::Forward);
     let path = marker_dir(true)?.join(format!("attach-{key}.markers"));
     std::fs::write(&path, b"").map_err(io(&path))?;
     let mut tail = MarkerTail::open(&path).map_err(io(&path))?;
     let _markers = AttachMarkers { path: Some(path) };
-    // Signals stop the recording; they are queued, never passed on.
-    signals::handle(signals::Mode::Forward);
     let t0 = Instant::now();
     let cfg = recorder_config(&mut spec, devices, scope);
     let recorder = Recorder::start(monitor, devices, t0, cfg);
