@@ -7,6 +7,10 @@
 //! and, when vramdoc is gone (`kill -9`, the OOM killer), keeps passing the job's output
 //! through until EOF, then removes the marker directory vramdoc left.
 //!
+//! When vramdoc's stdout (stderr) is a terminal and `--no-pty` was not given, the job's
+//! stream is the slave side of a pseudo-terminal instead of a pipe and the pump reads the
+//! master side ([`super::pty`]: bytes unchanged, window size kept in step by the pump).
+//!
 //! Flow control: the copy leads the terminal by at most [`LEAD`] bytes per stream; once
 //! vramdoc says the command has ended (a byte on the control pipe), what is still in the
 //! pipes is read at once (the copy completes, the report gets the last lines and the
@@ -17,7 +21,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -70,12 +74,25 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// The pump's and the job's ends of the job's stream `fd` (1 or 2): a pty's master and
+/// slave when `pty` and vramdoc's own `fd` is a terminal, else a pipe's read and write ends.
+fn stream(fd: RawFd, pty: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: 1 and 2 are open for the process's lifetime (std opens /dev/null if not).
+    let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if pty && super::pty::is_terminal(term) {
+        let p = super::pty::open(term)?;
+        return Ok((p.master, p.slave));
+    }
+    pipe()
+}
+
 /// Start the pump (`/proc/self/exe __pump`), which removes `marker_dir` if vramdoc is gone
-/// when the job's output ends. Returns once the intermediate process has exited.
-pub fn start(marker_dir: &Path) -> std::io::Result<Started> {
+/// when the job's output ends; with `pty`, the job's stdout and stderr are ptys where
+/// vramdoc's are terminals. Returns once the intermediate process has exited.
+pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
     use std::os::unix::process::CommandExt;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
+    let (out_r, out_w) = stream(1, pty)?;
+    let (err_r, err_w) = stream(2, pty)?;
     let (copy_r, copy_w) = pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
     let map = [
@@ -289,6 +306,18 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
             File::from_raw_fd(CONTROL),
         )
     };
+    // The streams that are ptys (their master side here) to a terminal: window sizes.
+    let mut winsize = Vec::new();
+    for (src, fd) in [(&out, 1), (&err, 2)] {
+        // SAFETY: 1 and 2 are open for the pump's lifetime.
+        let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        if super::pty::is_terminal(src.as_fd()) && super::pty::is_terminal(term) {
+            if let (Ok(t), Ok(m)) = (term.try_clone_to_owned(), src.as_fd().try_clone_to_owned()) {
+                winsize.push((t, m));
+            }
+        }
+    }
+    super::pty::follow_window_size(winsize);
     let copy = Arc::new(Copy {
         file: Mutex::new(Some(copy)),
     });
@@ -349,6 +378,7 @@ fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &Atomic
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A pty's master: EIO once the job's last slave descriptor is closed.
             Err(_) => break,
         };
         buf.truncate(n);
