@@ -8,6 +8,9 @@
 //!   post-processing when the pump writes them, as it would for the job.
 //! - The slave is opened `O_NOCTTY` and never made a controlling terminal (no `TIOCSCTTY`,
 //!   no `setsid`): the job's controlling terminal, stdin and job control stay the user's.
+//! - When vramdoc's stdout and stderr are the same terminal the job gets one pty for both
+//!   (as the terminal is one): its writes to either reach the terminal in the order it made
+//!   them. The copy then holds both streams as stderr.
 //! - The window size is copied from the real terminal at start and kept in step by the
 //!   pump ([`follow_window_size`]), which outlives a `kill -9` of vramdoc.
 //!
@@ -35,6 +38,19 @@ pub struct Pty {
 /// Whether `fd` is a terminal.
 pub fn is_terminal(fd: BorrowedFd<'_>) -> bool {
     rustix::termios::isatty(fd)
+}
+
+/// Whether vramdoc's stdout and stderr are the same terminal (one character device).
+pub fn same_terminal() -> bool {
+    // SAFETY: 1 and 2 are open for the process's lifetime.
+    let (o, e) = unsafe { (BorrowedFd::borrow_raw(1), BorrowedFd::borrow_raw(2)) };
+    if !is_terminal(o) || !is_terminal(e) {
+        return false;
+    }
+    match (rustix::fs::fstat(o), rustix::fs::fstat(e)) {
+        (Ok(a), Ok(b)) => a.st_rdev == b.st_rdev,
+        _ => false,
+    }
 }
 
 /// A pty whose slave passes bytes unchanged and has the window size of `terminal`.

@@ -10,6 +10,8 @@
 //! When vramdoc's stdout (stderr) is a terminal and `--no-pty` was not given, the job's
 //! stream is the slave side of a pseudo-terminal instead of a pipe and the pump reads the
 //! master side ([`super::pty`]: bytes unchanged, window size kept in step by the pump).
+//! When both are the same terminal, the job's stdout and stderr are one pty, read as its
+//! stderr (their order stays exactly as the job wrote them).
 //!
 //! Flow control: the copy leads the terminal by at most [`LEAD`] bytes per stream; once
 //! vramdoc says the command has ended (a byte on the control pipe), what is still in the
@@ -91,8 +93,19 @@ fn stream(fd: RawFd, pty: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// vramdoc's are terminals. Returns once the intermediate process has exited.
 pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
     use std::os::unix::process::CommandExt;
-    let (out_r, out_w) = stream(1, pty)?;
-    let (err_r, err_w) = stream(2, pty)?;
+    let (out_r, out_w, err_r, err_w) = if pty && super::pty::same_terminal() {
+        // One terminal: one pty for both, so the job's writes keep their order exactly.
+        // Its master is the pump's stderr; the pump's stdout is a pipe with no writer.
+        // SAFETY: 2 is open for the process's lifetime.
+        let p = super::pty::open(unsafe { std::os::fd::BorrowedFd::borrow_raw(2) })?;
+        let (none_r, _none_w) = pipe()?;
+        let slave2 = p.slave.try_clone()?;
+        (none_r, p.slave, p.master, slave2)
+    } else {
+        let (out_r, out_w) = stream(1, pty)?;
+        let (err_r, err_w) = stream(2, pty)?;
+        (out_r, out_w, err_r, err_w)
+    };
     let (copy_r, copy_w) = pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
     let map = [
