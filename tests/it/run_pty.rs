@@ -120,12 +120,21 @@ fn report(path: &Path) -> Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
+/// This process's controlling terminal (`tty_nr` of /proc/self/stat): the job's stays the
+/// same (the pty is never made its controlling terminal).
+fn own_ctty() -> String {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = stat.rsplit_once(')').unwrap().1;
+    after.split_whitespace().nth(4).unwrap().to_string()
+}
+
 /// The job reports what it sees, then waits for `go` before printing `after`.
 fn probe(go: &Path) -> String {
     format!(
         "import os, sys, time\n\
          sz = os.get_terminal_size(1) if sys.stdout.isatty() else None\n\
          print('isatty', sys.stdout.isatty(), sys.stderr.isatty(), 'size', sz and (sz.lines, sz.columns))\n\
+         print('ctty', open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4])\n\
          print('to stderr', file=sys.stderr)\n\
          while not os.path.exists({go:?}): time.sleep(0.02)\n\
          print('after')\n",
@@ -133,7 +142,8 @@ fn probe(go: &Path) -> String {
     )
 }
 
-/// On a terminal the job sees one on stdout and stderr with the terminal's size, and a
+/// On a terminal the job sees one on stdout and stderr with the terminal's size (and keeps
+/// its controlling terminal), and a
 /// Python print without `-u` reaches the terminal while the job still runs (it waits for a
 /// file the test creates only once it has read the line: with a pipe the line would sit in
 /// Python's 8 KiB buffer and the run would time out).
@@ -164,7 +174,10 @@ fn on_a_terminal_the_job_sees_one_and_its_output_is_not_block_buffered() {
     let text = term.text();
     // One terminal, one pty: the job's stdout and stderr keep the order it wrote them in.
     assert!(
-        text.contains("isatty True True size (40, 120)\nto stderr\nafter\n"),
+        text.contains(&format!(
+            "isatty True True size (40, 120)\nctty {}\nto stderr\nafter\n",
+            own_ctty()
+        )),
         "{text}"
     );
     assert_eq!(report(&out)["run"]["exit"]["code"], 0, "{text}");
