@@ -81,6 +81,9 @@ fn sync(terminal: BorrowedFd<'_>, master: BorrowedFd<'_>, last: &Mutex<Option<(u
     }
 }
 
+/// A terminal, the master that follows its size, the last size copied (rows, columns).
+type Followed = (OwnedFd, OwnedFd, Mutex<Option<(u16, u16)>>);
+
 /// In the pump: keep each master's window size in step with its terminal (the pairs are
 /// (terminal, master)), at once on SIGWINCH and every [`WINSIZE_POLL`] otherwise. Runs on
 /// threads of its own until the process exits.
@@ -88,7 +91,7 @@ pub fn follow_window_size(pairs: Vec<(OwnedFd, OwnedFd)>) {
     if pairs.is_empty() {
         return;
     }
-    let pairs: &'static [(OwnedFd, OwnedFd, Mutex<Option<(u16, u16)>>)] = Box::leak(
+    let pairs: &'static [Followed] = Box::leak(
         pairs
             .into_iter()
             .map(|(t, m)| (t, m, Mutex::new(None)))

@@ -11,7 +11,6 @@ use common::{vramdoc, KillOnDrop};
 use rustix::pty::{grantpt, ioctl_tiocgptpeer, openpt, unlockpt, OpenptFlags};
 use rustix::termios::{tcgetattr, tcsetattr, tcsetwinsize, OptionalActions, OutputModes, Winsize};
 use serde_json::Value;
-use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
