@@ -78,14 +78,34 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 /// The pump's and the job's ends of the job's stream `fd` (1 or 2): a pty's master and
 /// slave when `pty` and vramdoc's own `fd` is a terminal, else a pipe's read and write ends.
+/// A pty that cannot be opened (no /dev/ptmx in a container, the pty limit reached) leaves
+/// a pipe and a note on stderr.
 fn stream(fd: RawFd, pty: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
     // SAFETY: 1 and 2 are open for the process's lifetime (std opens /dev/null if not).
     let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     if pty && super::pty::is_terminal(term) {
-        let p = super::pty::open(term)?;
-        return Ok((p.master, p.slave));
+        match super::pty::open(term) {
+            Ok(p) => return Ok((p.master, p.slave)),
+            Err(e) => no_pty(&e),
+        }
     }
     pipe()
+}
+
+fn no_pty(e: &std::io::Error) {
+    crate::term::eprint_line(&format!(
+        "vramdoc: no pseudo-terminal for the command ({e}); its output goes through a pipe"
+    ));
+}
+
+/// The job's stdout and stderr as one pty (vramdoc's are the same terminal): the pump's
+/// stdout is a pipe with no writer, its stderr the master.
+fn shared() -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd, OwnedFd)> {
+    // SAFETY: 2 is open for the process's lifetime.
+    let p = super::pty::open(unsafe { std::os::fd::BorrowedFd::borrow_raw(2) })?;
+    let (none_r, _none_w) = pipe()?;
+    let slave2 = p.slave.try_clone()?;
+    Ok((none_r, p.slave, p.master, slave2))
 }
 
 /// Start the pump (`/proc/self/exe __pump`), which removes `marker_dir` if vramdoc is gone
@@ -93,18 +113,20 @@ fn stream(fd: RawFd, pty: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// vramdoc's are terminals. Returns once the intermediate process has exited.
 pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
     use std::os::unix::process::CommandExt;
-    let (out_r, out_w, err_r, err_w) = if pty && super::pty::same_terminal() {
-        // One terminal: one pty for both, so the job's writes keep their order exactly.
-        // Its master is the pump's stderr; the pump's stdout is a pipe with no writer.
-        // SAFETY: 2 is open for the process's lifetime.
-        let p = super::pty::open(unsafe { std::os::fd::BorrowedFd::borrow_raw(2) })?;
-        let (none_r, _none_w) = pipe()?;
-        let slave2 = p.slave.try_clone()?;
-        (none_r, p.slave, p.master, slave2)
+    // One terminal: one pty for both, so the job's writes keep their order exactly.
+    let one = if pty && super::pty::same_terminal() {
+        shared().map_err(|e| no_pty(&e)).ok()
     } else {
-        let (out_r, out_w) = stream(1, pty)?;
-        let (err_r, err_w) = stream(2, pty)?;
-        (out_r, out_w, err_r, err_w)
+        None
+    };
+    let (out_r, out_w, err_r, err_w) = match one {
+        Some(fds) => fds,
+        None => {
+            let pty = pty && !super::pty::same_terminal();
+            let (out_r, out_w) = stream(1, pty)?;
+            let (err_r, err_w) = stream(2, pty)?;
+            (out_r, out_w, err_r, err_w)
+        }
     };
     let (copy_r, copy_w) = pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
