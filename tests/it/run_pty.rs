@@ -110,7 +110,9 @@ fn run_cmd(out: &Path) -> Command {
         "--out",
     ])
     .arg(out)
-    .stdin(Stdio::null());
+    .stdin(Stdio::null())
+    // Python's own default buffering (the test environment may set it unbuffered).
+    .env_remove("PYTHONUNBUFFERED");
     c
 }
 
@@ -182,25 +184,35 @@ fn on_a_terminal_the_job_sees_one_and_its_output_is_not_block_buffered() {
     assert_eq!(report(&out)["run"]["exit"]["code"], 0, "{text}");
 }
 
-/// `--no-pty`: pipes, as before (Python block-buffers; the job sees no terminal).
+/// `--no-pty`: pipes, as before: the job sees no terminal, and Python block-buffers its
+/// stdout (the line is not on the terminal while the job waits, only once it exits).
 #[test]
 fn no_pty_gives_the_job_pipes() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, go) = (tmp.path().join("r.json"), tmp.path().join("go"));
-    std::fs::write(&go, b"").unwrap();
     // Two terminals: with pipes, Python writes stdout at exit, after stderr.
     let mut term = Term::open(40, 120, false);
     let mut err = Term::open(40, 120, false);
-    let status = run_cmd(&out)
-        .args(["--no-pty", "--", "python3", "-c", &probe(&go)])
-        .stdout(term.stdio())
-        .stderr(err.stdio())
-        .status()
-        .unwrap();
+    let mut child = KillOnDrop(
+        run_cmd(&out)
+            .args(["--no-pty", "--", "python3", "-c", &probe(&go)])
+            .stdout(term.stdio())
+            .stderr(err.stdio())
+            .spawn()
+            .unwrap(),
+    );
+    // stderr is line-buffered on a pipe too: the job printed its stdout line before this.
+    eventually(SECS_10, "the job's stderr line", || {
+        err.text().contains("to stderr\n")
+    });
+    // Bounded look: an unbuffered line would have passed through by now.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!term.text().contains("isatty"), "{}", term.text());
+    std::fs::write(&go, b"").unwrap();
+    let status = child.0.wait().unwrap();
     assert!(status.success(), "{status}");
     term.wait_closed();
     err.wait_closed();
-    assert!(err.text().contains("to stderr\n"), "{}", err.text());
     assert!(
         term.text().contains("isatty False False size None\n"),
         "{}",
