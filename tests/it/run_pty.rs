@@ -364,3 +364,50 @@ fn kill_9_of_vramdoc_leaves_the_job_its_terminal_output() {
     let want: String = (0..300).map(|i| format!("out {i}\nerr {i}\n")).collect();
     assert!(text.contains(&format!("started True\n{want}")), "{text}");
 }
+
+/// vramdoc started as a shell starts a job: the test's terminal is its controlling
+/// terminal (and stdin), its process group the foreground one. The job's controlling
+/// terminal stays that terminal (not its own pty), and a Ctrl-C typed on it reaches the
+/// job as it would without vramdoc; the report is still written.
+#[test]
+fn job_control_stays_with_the_users_terminal() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let term = Term::open(40, 120, false);
+    let name = rustix::pty::ptsname(&*term.master, Vec::new()).unwrap();
+    let name = name.to_str().unwrap().to_string();
+    let job = "import os, signal, sys, time\n\
+               signal.signal(signal.SIGINT, signal.SIG_DFL)\n\
+               ctty = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4])\n\
+               print('stdin', os.ttyname(0), 'ctty is stdin', ctty == os.fstat(0).st_rdev,\n\
+                     'stdout its own', os.ttyname(1) != os.ttyname(0))\n\
+               time.sleep(30)\n";
+    let mut cmd = run_cmd(&out);
+    cmd.args(["--", "python3", "-c", job])
+        .stdin(term.stdio())
+        .stdout(term.stdio())
+        .stderr(term.stdio());
+    // SAFETY: setsid and ioctl are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let want = format!("stdin {name} ctty is stdin True stdout its own True\n");
+    eventually(SECS_10, "the job's terminals", || {
+        term.text()
+            .contains(&want)
+            .then_some(())
+            .ok_or_else(|| term.text())
+    });
+    rustix::io::write(&*term.master, b"\x03").unwrap(); // Ctrl-C
+    let status = child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{}", term.text());
+    let r = report(&out);
+    assert_eq!(r["run"]["exit"]["signal_name"], "SIGINT", "{r}");
+}
