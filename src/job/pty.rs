@@ -11,8 +11,9 @@
 //! - When vramdoc's stdout and stderr are the same terminal the job gets one pty for both
 //!   (as the terminal is one): its writes to either reach the terminal in the order it made
 //!   them. The copy then holds both streams as stderr.
-//! - The window size is copied from the real terminal at start and kept in step by the
-//!   pump ([`follow_window_size`]), which outlives a `kill -9` of vramdoc.
+//! - The window size is copied from the real terminal at start and kept in step
+//!   ([`follow_window_size`]) by vramdoc (in the terminal's foreground process group, so it
+//!   gets SIGWINCH) and by the pump, which outlives a `kill -9` of vramdoc.
 //!
 //! A read of the master fails with `EIO` once the last slave descriptor is closed: that is
 //! the stream's end (the pump treats every read error as EOF).
@@ -84,7 +85,7 @@ fn sync(terminal: BorrowedFd<'_>, master: BorrowedFd<'_>, last: &Mutex<Option<(u
 /// A terminal, the master that follows its size, the last size copied (rows, columns).
 type Followed = (OwnedFd, OwnedFd, Mutex<Option<(u16, u16)>>);
 
-/// In the pump: keep each master's window size in step with its terminal (the pairs are
+/// In vramdoc and in the pump: keep each master's window size in step with its terminal (the pairs are
 /// (terminal, master)), at once on SIGWINCH and every [`WINSIZE_POLL`] otherwise. Runs on
 /// threads of its own until the process exits.
 pub fn follow_window_size(pairs: Vec<(OwnedFd, OwnedFd)>) {

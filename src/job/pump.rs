@@ -64,6 +64,27 @@ pub struct Started {
     /// Control (write end): one byte says the command has ended; closing it without one
     /// says vramdoc is gone.
     pub control: File,
+    /// (vramdoc's terminal, the master of the job's pty) for each stream that is a pty:
+    /// vramdoc keeps their window sizes in step too while it runs
+    /// ([`super::pty::follow_window_size`]), so a SIGWINCH reaches a pty at once even where
+    /// the pump is not in the terminal's foreground process group.
+    pub winsize: Vec<(OwnedFd, OwnedFd)>,
+}
+
+/// (terminal, master) for each of the pump's streams `(fd, read end)` that is a pty to a
+/// terminal (close-on-exec duplicates).
+fn ptys_to_terminals(streams: [(RawFd, &OwnedFd); 2]) -> Vec<(OwnedFd, OwnedFd)> {
+    let mut v = Vec::new();
+    for (fd, src) in streams {
+        // SAFETY: 1 and 2 are open for the process's lifetime.
+        let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        if super::pty::is_terminal(src.as_fd()) && super::pty::is_terminal(term) {
+            if let (Ok(t), Ok(m)) = (term.try_clone_to_owned(), src.try_clone()) {
+                v.push((t, m));
+            }
+        }
+    }
+    v
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -130,6 +151,7 @@ pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
     };
     let (copy_r, copy_w) = pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
+    let winsize = ptys_to_terminals([(1, &out_r), (2, &err_r)]);
     let map = [
         (out_r.as_raw_fd(), JOB_OUT),
         (err_r.as_raw_fd(), JOB_ERR),
@@ -173,6 +195,7 @@ pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
         stderr: err_w,
         copy: File::from(copy_r),
         control: File::from(ctl_w),
+        winsize,
     })
 }
 
@@ -333,7 +356,7 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
         _ => return 1,
     }
     // SAFETY: the descriptors `start` placed; each is owned once here.
-    let (out, err, copy, control) = unsafe {
+    let (mut out, mut err, copy, control) = unsafe {
         (
             File::from_raw_fd(JOB_OUT),
             File::from_raw_fd(JOB_ERR),
@@ -342,16 +365,13 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
         )
     };
     // The streams that are ptys (their master side here) to a terminal: window sizes.
-    let mut winsize = Vec::new();
-    for (src, fd) in [(&out, 1), (&err, 2)] {
-        // SAFETY: 1 and 2 are open for the pump's lifetime.
-        let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        if super::pty::is_terminal(src.as_fd()) && super::pty::is_terminal(term) {
-            if let (Ok(t), Ok(m)) = (term.try_clone_to_owned(), src.as_fd().try_clone_to_owned()) {
-                winsize.push((t, m));
-            }
-        }
-    }
+    let winsize = {
+        let (o, e) = (OwnedFd::from(out), OwnedFd::from(err));
+        let w = ptys_to_terminals([(1, &o), (2, &e)]);
+        out = File::from(o);
+        err = File::from(e);
+        w
+    };
     super::pty::follow_window_size(winsize);
     let copy = Arc::new(Copy {
         file: Mutex::new(Some(copy)),

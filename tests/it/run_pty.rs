@@ -327,8 +327,9 @@ fn the_window_size_follows_the_terminal() {
 }
 
 /// `kill -9` of vramdoc on a terminal: the job keeps its pty, writes all of its output,
-/// which still reaches the terminal; the pass-through process then sees the pty's end (EIO)
-/// and exits (the terminal's last writer closes it).
+/// which still reaches the terminal, its pty follows a resize of the terminal; the
+/// pass-through process then sees the pty's end (EIO) and exits (the terminal's last
+/// writer closes it).
 #[test]
 fn kill_9_of_vramdoc_leaves_the_job_its_terminal_output() {
     let tmp = tempfile::tempdir().unwrap();
@@ -339,6 +340,9 @@ fn kill_9_of_vramdoc_leaves_the_job_its_terminal_output() {
          print('started', sys.stdout.isatty())\n\
          while not os.path.exists({go:?}): time.sleep(0.02)\n\
          for i in range(300): print('out', i); print('err', i, file=sys.stderr)\n\
+         end = time.time() + 8\n\
+         while tuple(os.get_terminal_size(1)) == (120, 40) and time.time() < end: time.sleep(0.02)\n\
+         print('size', tuple(os.get_terminal_size(1)))\n\
          open({f:?}, 'w').write('done')\n",
         go = go.display().to_string(),
         f = flag.display().to_string()
@@ -357,12 +361,16 @@ fn kill_9_of_vramdoc_leaves_the_job_its_terminal_output() {
     });
     child.0.kill().unwrap(); // SIGKILL
     child.0.wait().unwrap();
+    term.resize(50, 132); // followed by the pass-through process alone now
     std::fs::write(&go, b"").unwrap();
     eventually(SECS_10, "the job wrote all of its output", || flag.exists());
     term.wait_closed();
     let text = term.text();
     let want: String = (0..300).map(|i| format!("out {i}\nerr {i}\n")).collect();
-    assert!(text.contains(&format!("started True\n{want}")), "{text}");
+    assert!(
+        text.contains(&format!("started True\n{want}size (132, 50)\n")),
+        "{text}"
+    );
 }
 
 /// vramdoc started as a shell starts a job: the test's terminal is its controlling
