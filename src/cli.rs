@@ -455,6 +455,11 @@ pub struct RunArgs {
     /// off when stderr is not a terminal
     #[arg(long)]
     pub live: bool,
+    /// Give the job pipes for stdout and stderr even where vramdoc's are terminals (by
+    /// default the job writes to a pseudo-terminal there, so it sees a terminal as it would
+    /// without vramdoc: line-buffered output, colours, progress bars; docs/run.md "Output")
+    #[arg(long, conflicts_with = "attach")]
+    pub no_pty: bool,
     /// The command to run, after `--` (none when attaching with --pid/--cgroup/--container)
     #[arg(
         last = true,

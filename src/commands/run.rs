@@ -126,6 +126,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         kill_after: args.kill_after,
         duration: args.duration,
         live: args.live,
+        pty: !args.no_pty,
     };
     let mut ran =
         job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;

@@ -17,6 +17,7 @@ pub mod live;
 pub mod markers;
 pub mod outlived;
 pub mod process;
+pub mod pty;
 pub mod pump;
 pub mod signals;
 pub mod stderr;
@@ -116,6 +117,9 @@ pub struct JobSpec {
     pub duration: Option<Duration>,
     /// Draw the one-line live status on a terminal (`--live`).
     pub live: bool,
+    /// The job's stdout (stderr) is a pseudo-terminal when vramdoc's is a terminal (off
+    /// with `--no-pty`: pipes).
+    pub pty: bool,
 }
 
 /// A finished job.
@@ -163,7 +167,9 @@ pub fn run(
     std::fs::write(&marker_path, b"").map_err(io("creating the marker file"))?;
     let mut markers = MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?;
     // Before vramdoc becomes a subreaper: the pump is not vramdoc's descendant.
-    let pump = pump::start(marker_dir.path()).map_err(io("starting the output pump"))?;
+    let mut pump =
+        pump::start(marker_dir.path(), spec.pty).map_err(io("starting the output pump"))?;
+    pty::follow_window_size(std::mem::take(&mut pump.winsize));
 
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.
     process::become_subreaper();

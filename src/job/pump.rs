@@ -7,6 +7,12 @@
 //! and, when vramdoc is gone (`kill -9`, the OOM killer), keeps passing the job's output
 //! through until EOF, then removes the marker directory vramdoc left.
 //!
+//! When vramdoc's stdout (stderr) is a terminal and `--no-pty` was not given, the job's
+//! stream is the slave side of a pseudo-terminal instead of a pipe and the pump reads the
+//! master side ([`super::pty`]: bytes unchanged, window size kept in step by the pump).
+//! When both are the same terminal, the job's stdout and stderr are one pty, read as its
+//! stderr (their order stays exactly as the job wrote them).
+//!
 //! Flow control: the copy leads the terminal by at most [`LEAD`] bytes per stream; once
 //! vramdoc says the command has ended (a byte on the control pipe), what is still in the
 //! pipes is read at once (the copy completes, the report gets the last lines and the
@@ -17,7 +23,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -58,6 +64,27 @@ pub struct Started {
     /// Control (write end): one byte says the command has ended; closing it without one
     /// says vramdoc is gone.
     pub control: File,
+    /// (vramdoc's terminal, the master of the job's pty) for each stream that is a pty:
+    /// vramdoc keeps their window sizes in step too while it runs
+    /// ([`super::pty::follow_window_size`]), so a SIGWINCH reaches a pty at once even where
+    /// the pump is not in the terminal's foreground process group.
+    pub winsize: Vec<(OwnedFd, OwnedFd)>,
+}
+
+/// (terminal, master) for each of the pump's streams `(fd, read end)` that is a pty to a
+/// terminal (close-on-exec duplicates).
+fn ptys_to_terminals(streams: [(RawFd, &OwnedFd); 2]) -> Vec<(OwnedFd, OwnedFd)> {
+    let mut v = Vec::new();
+    for (fd, src) in streams {
+        // SAFETY: 1 and 2 are open for the process's lifetime.
+        let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        if super::pty::is_terminal(src.as_fd()) && super::pty::is_terminal(term) {
+            if let (Ok(t), Ok(m)) = (term.try_clone_to_owned(), src.try_clone()) {
+                v.push((t, m));
+            }
+        }
+    }
+    v
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -70,14 +97,61 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// The pump's and the job's ends of the job's stream `fd` (1 or 2): a pty's master and
+/// slave when `pty` and vramdoc's own `fd` is a terminal, else a pipe's read and write ends.
+/// A pty that cannot be opened (no /dev/ptmx in a container, the pty limit reached) leaves
+/// a pipe and a note on stderr.
+fn stream(fd: RawFd, pty: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: 1 and 2 are open for the process's lifetime (std opens /dev/null if not).
+    let term = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if pty && super::pty::is_terminal(term) {
+        match super::pty::open(term) {
+            Ok(p) => return Ok((p.master, p.slave)),
+            Err(e) => no_pty(&e),
+        }
+    }
+    pipe()
+}
+
+fn no_pty(e: &std::io::Error) {
+    crate::term::eprint_line(&format!(
+        "vramdoc: no pseudo-terminal for the command ({e}); its output goes through a pipe"
+    ));
+}
+
+/// The job's stdout and stderr as one pty (vramdoc's are the same terminal): the pump's
+/// stdout is a pipe with no writer, its stderr the master.
+fn shared() -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd, OwnedFd)> {
+    // SAFETY: 2 is open for the process's lifetime.
+    let p = super::pty::open(unsafe { std::os::fd::BorrowedFd::borrow_raw(2) })?;
+    let (none_r, _none_w) = pipe()?;
+    let slave2 = p.slave.try_clone()?;
+    Ok((none_r, p.slave, p.master, slave2))
+}
+
 /// Start the pump (`/proc/self/exe __pump`), which removes `marker_dir` if vramdoc is gone
-/// when the job's output ends. Returns once the intermediate process has exited.
-pub fn start(marker_dir: &Path) -> std::io::Result<Started> {
+/// when the job's output ends; with `pty`, the job's stdout and stderr are ptys where
+/// vramdoc's are terminals. Returns once the intermediate process has exited.
+pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
     use std::os::unix::process::CommandExt;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
+    // One terminal: one pty for both, so the job's writes keep their order exactly.
+    let one = if pty && super::pty::same_terminal() {
+        shared().map_err(|e| no_pty(&e)).ok()
+    } else {
+        None
+    };
+    let (out_r, out_w, err_r, err_w) = match one {
+        Some(fds) => fds,
+        None => {
+            let pty = pty && !super::pty::same_terminal();
+            let (out_r, out_w) = stream(1, pty)?;
+            let (err_r, err_w) = stream(2, pty)?;
+            (out_r, out_w, err_r, err_w)
+        }
+    };
     let (copy_r, copy_w) = pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
+    let winsize = ptys_to_terminals([(1, &out_r), (2, &err_r)]);
     let map = [
         (out_r.as_raw_fd(), JOB_OUT),
         (err_r.as_raw_fd(), JOB_ERR),
@@ -121,6 +195,7 @@ pub fn start(marker_dir: &Path) -> std::io::Result<Started> {
         stderr: err_w,
         copy: File::from(copy_r),
         control: File::from(ctl_w),
+        winsize,
     })
 }
 
@@ -281,7 +356,7 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
         _ => return 1,
     }
     // SAFETY: the descriptors `start` placed; each is owned once here.
-    let (out, err, copy, control) = unsafe {
+    let (mut out, mut err, copy, control) = unsafe {
         (
             File::from_raw_fd(JOB_OUT),
             File::from_raw_fd(JOB_ERR),
@@ -289,6 +364,15 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
             File::from_raw_fd(CONTROL),
         )
     };
+    // The streams that are ptys (their master side here) to a terminal: window sizes.
+    let winsize = {
+        let (o, e) = (OwnedFd::from(out), OwnedFd::from(err));
+        let w = ptys_to_terminals([(1, &o), (2, &e)]);
+        out = File::from(o);
+        err = File::from(e);
+        w
+    };
+    super::pty::follow_window_size(winsize);
     let copy = Arc::new(Copy {
         file: Mutex::new(Some(copy)),
     });
@@ -349,6 +433,7 @@ fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &Atomic
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A pty's master: EIO once the job's last slave descriptor is closed.
             Err(_) => break,
         };
         buf.truncate(n);

@@ -52,6 +52,7 @@ mod run_cli;
 mod run_io;
 /// Jobs where they really run (issue 17): process groups, outliving processes, containers, attach, --live.
 mod run_jobs;
+mod run_pty;
 /// `vramdoc scan`.
 mod scan;
 /// `vramdoc serve` and `scan --prom`, scraped by a real Prometheus.
