@@ -5,10 +5,10 @@ use crate::common;
 
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
-use common::{assert_ok, fresh_box, json_ok, on_box, sim_fault, vramdoc};
+use common::scans::{all_ids, process, run, scan_cmd, scan_json, scan_json_with, used_on};
+use common::{assert_ok, fresh_box, json_ok, sim_fault, vramdoc};
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -18,44 +18,12 @@ const CTX: u64 = 448 * MIB;
 const RESERVED_24: u64 = 256 * MIB;
 const TOTAL_24: u64 = 24 * GIB;
 
-fn scan_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = on_box(dir);
-    c.arg("scan").args(args);
-    c
-}
-
-fn run(mut c: Command) -> Output {
-    c.output().expect("run vramdoc")
-}
-
-fn scan_json_with(dir: &Path, pidns: &str) -> Value {
-    let out = run({
-        let mut c = scan_cmd(dir, &["--json"]);
-        c.env("VRAMDOC_PIDNS", pidns);
-        c
-    });
-    json_ok(&out, "scan --json")
-}
-
-fn scan_json(dir: &Path) -> Value {
-    scan_json_with(dir, "host")
-}
-
 fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
     v["scan"]["findings"]
         .as_array()
         .expect("findings array")
         .iter()
         .filter(|f| f["id"] == id)
-        .collect()
-}
-
-fn all_ids(v: &Value) -> Vec<String> {
-    v["scan"]["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .map(|f| f["id"].as_str().unwrap_or("").to_string())
         .collect()
 }
 
@@ -69,23 +37,6 @@ fn evidence_bytes(f: &Value, label_start: &str) -> Option<u64> {
                 .is_some_and(|l| l.starts_with(label_start))
         })
         .and_then(|e| e["bytes"].as_u64())
-}
-
-fn process(v: &Value, pid: u32) -> &Value {
-    v["scan"]["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in scan"))
-}
-
-fn used_on(p: &Value, device: u32) -> Option<u64> {
-    p["devices"]
-        .as_array()?
-        .iter()
-        .find(|u| u["device"] == device)
-        .and_then(|u| u["used"].as_u64())
 }
 
 #[test]

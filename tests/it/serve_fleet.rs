@@ -3,12 +3,12 @@
 //! --nvml-session-lost`) and found again without a restart, seen by `/healthz`;
 //! `--release-between`; the node name label; SIGTERM during the first collection; the HTTP
 //! details (HEAD, 405 with Allow, query strings, Content-Type, 400). The exporter runs as its
-//! own process (`crate::serve::Serve`); every wait is bounded (hang detectors, not speed
+//! own process (`common::exporter::Serve`); every wait is bounded (hang detectors, not speed
 //! assertions).
 
 use crate::common;
-use crate::serve::{http, read_response, sample, Serve};
 
+use common::exporter::{http, read_response, sample, Serve};
 use common::poll::{eventually, SECS_10};
 use common::{fresh_box, on_box};
 use std::io::{Read, Write};
@@ -442,7 +442,7 @@ fn sigterm_during_the_first_collection_exits_0() {
 /// metrics` with them and the `hostname` label.
 #[test]
 fn preflight_gauges_refuse_a_busy_gpu_and_accept_a_clean_one() {
-    common::skip::require!("prometheus", crate::serve::prometheus_tools());
+    common::skip::require!("prometheus", common::exporter::prometheus_tools());
     let dir = fresh_box("2x24GiB");
     let _h = common::hold::Holder::start(dir.path(), &[], &["--device", "1", "--size", "1GiB"]);
     let serve = Serve::start(dir.path(), &[], &[], &[]);
@@ -473,7 +473,7 @@ fn preflight_gauges_refuse_a_busy_gpu_and_accept_a_clean_one() {
         Some(0.0),
         "{text}"
     );
-    let (ok, out) = crate::serve::promtool_check_metrics(&text);
+    let (ok, out) = common::exporter::promtool_check_metrics(&text);
     assert!(ok, "promtool check metrics: {out}\n{text}");
 }
 
