@@ -23,6 +23,22 @@ fn cadence(period_ms: u64, process_ms: u64) -> SamplerConfig {
     }
 }
 
+/// A recorder on a 16 GiB box whose periodic readings never come (memory every hour, no
+/// process rounds): only marks and boundaries read; and a driver on the box.
+fn marks_only_recorder() -> (tempfile::TempDir, Recorder, SimDriver) {
+    let (dir, sim, devices) = sim_box("1x16GiB");
+    let rec = Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        &devices,
+        Instant::now(),
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    );
+    (dir, rec, SimDriver::new(SimProcess::new(sim, None)))
+}
+
 const END: JobEnd = JobEnd {
     end_ms: 0.0,
     exit: None,
@@ -146,17 +162,7 @@ fn failed_process_lists_become_one_gap_per_device() {
 
 #[test]
 fn markers_read_memory_and_boundaries_reach_only_the_recording() {
-    let (_dir, sim, devices) = sim_box("1x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
-        &devices,
-        Instant::now(),
-        RecorderConfig::new(SamplerConfig {
-            period: Duration::from_secs(3600),
-            process_period: None,
-        }),
-    );
-    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let (_dir, rec, mut drv) = marks_only_recorder();
     let ctx = drv.create_context(0).unwrap();
     drv.alloc(ctx, 2 << 30).unwrap();
     let t = rec.mark(MarkerKind::Step, "load", None);
@@ -254,17 +260,7 @@ fn lists_on_change_stay_cheap_and_still_catch_a_256_mib_holder_of_one_second() {
 
 #[test]
 fn peaks_since_reads_only_the_new_readings() {
-    let (_dir, sim, devices) = sim_box("1x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
-        &devices,
-        Instant::now(),
-        RecorderConfig::new(SamplerConfig {
-            period: Duration::from_secs(3600),
-            process_period: None,
-        }),
-    );
-    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let (_dir, rec, mut drv) = marks_only_recorder();
     let ctx = drv.create_context(0).unwrap();
     let a = drv.alloc(ctx, 2 << 30).unwrap();
     rec.mark(MarkerKind::Marker, "loaded", None);

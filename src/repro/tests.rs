@@ -86,6 +86,26 @@ fn staircase() -> Source {
     }
 }
 
+/// A recording of one GPU of `total` bytes read as `samples`, its processes' readings
+/// `procs`; the job's tree is [`JOB`].
+fn job_on_one_gpu(total: u64, samples: Vec<(f64, u64)>, procs: Vec<ProcessSample>) -> Source {
+    Source {
+        devices: vec![SourceDevice {
+            index: 0,
+            name: "x".into(),
+            total,
+        }],
+        series: vec![DeviceSeries {
+            device: 0,
+            total,
+            samples,
+        }],
+        processes: procs,
+        tree: [JOB].into_iter().collect(),
+        ..Source::default()
+    }
+}
+
 fn spec_of(d: &[(String, u64)]) -> Option<String> {
     crate::backend::recorded_box_spec(d)
 }
@@ -149,26 +169,13 @@ fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
     let ctx = 448 * MIB;
     let claimed = (0.9 * total as f64) as u64 + ctx;
     let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
-    let src = Source {
-        devices: vec![SourceDevice {
-            index: 0,
-            name: "x".into(),
-            total,
-        }],
-        series: vec![DeviceSeries {
-            device: 0,
-            total,
-            samples,
-        }],
-        processes: vec![ProcessSample {
-            t_ms: 100.0,
-            device: 0,
-            pid: JOB,
-            used: Some(ctx),
-        }],
-        tree: [JOB].into_iter().collect(),
-        ..Source::default()
-    };
+    let procs = vec![ProcessSample {
+        t_ms: 100.0,
+        device: 0,
+        pid: JOB,
+        used: Some(ctx),
+    }];
+    let src = job_on_one_gpu(total, samples, procs);
     let c = convert_source(&src, spec_of).unwrap();
     assert!(
         c.scenario
@@ -189,26 +196,14 @@ fn a_vllm_budget_counting_the_context_is_a_claim_where_a_context_is_within_a_ste
     let one = |total: u64| {
         let ctx = 448 * MIB;
         let claimed = (0.9 * total as f64) as u64; // context included, as vLLM counts
-        let src = Source {
-            devices: vec![SourceDevice {
-                index: 0,
-                name: "x".into(),
-                total,
-            }],
-            series: vec![DeviceSeries {
-                device: 0,
-                total,
-                samples: vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)],
-            }],
-            processes: vec![ProcessSample {
-                t_ms: 100.0,
-                device: 0,
-                pid: JOB,
-                used: Some(ctx),
-            }],
-            tree: [JOB].into_iter().collect(),
-            ..Source::default()
-        };
+        let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
+        let procs = vec![ProcessSample {
+            t_ms: 100.0,
+            device: 0,
+            pid: JOB,
+            used: Some(ctx),
+        }];
+        let src = job_on_one_gpu(total, samples, procs);
         let (s, _) = convert(&src, 0.0, None).unwrap();
         s.steps
             .iter()
@@ -237,21 +232,7 @@ fn a_long_noisy_recording_is_coalesced_under_the_cap_keeping_the_big_steps() {
             used: Some(used),
         });
     }
-    let src = Source {
-        devices: vec![SourceDevice {
-            index: 0,
-            name: "x".into(),
-            total,
-        }],
-        series: vec![DeviceSeries {
-            device: 0,
-            total,
-            samples,
-        }],
-        processes: procs,
-        tree: [JOB].into_iter().collect(),
-        ..Source::default()
-    };
+    let src = job_on_one_gpu(total, samples, procs);
     let c = convert_source(&src, spec_of).unwrap();
     assert!(c.summary.steps_before > MAX_STEPS, "{:?}", c.summary);
     assert!(c.scenario.steps.len() <= MAX_STEPS, "{:?}", c.summary);
