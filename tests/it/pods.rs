@@ -131,6 +131,19 @@ fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> Path
     pods
 }
 
+/// A container started by the box's runtime daemon on GPU `gpu` in the cgroup `cgroup`
+/// (`{id}` stands for its id): `sim run --detach`'s JSON.
+fn in_cgroup(b: &CliBox, gpu: &str, cgroup: &str) -> Value {
+    detached(b, &["--gpus", gpu, "--cgroup", cgroup])
+}
+
+/// The kubelet's log directories under `root` for the container `c` (as [`in_cgroup`] gives
+/// it) as `ml/llm-0`'s container `vllm` of pod [`UID_A`].
+fn llm_pod_logs(root: &Path, c: &Value) -> PathBuf {
+    let id = c["id"].as_str().expect("container id");
+    kubelet_logs(root, &[("ml", "llm-0", UID_A, "vllm", id)])
+}
+
 fn process(scan: &Value, pid: u64) -> &Value {
     scan["scan"]["processes"]
         .as_array()
@@ -144,15 +157,7 @@ fn process(scan: &Value, pid: u64) -> &Value {
 #[test]
 fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
     let b = CliBox::new("2x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "1",
-            "--cgroup",
-            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "1", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let us = UID_B.replace('-', "_");
     let c = detached(
         &b,
@@ -297,20 +302,9 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
 #[test]
 fn a_missing_socket_is_one_note_and_no_allocation_finding() {
     let b = CliBox::new("2x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "1",
-            "--cgroup",
-            &format!("kubepods/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "1", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
-    let log_dir = kubelet_logs(
-        tmp.path(),
-        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
-    );
+    let log_dir = llm_pod_logs(tmp.path(), &a);
     let out = b
         .vramdoc()
         .args(["scan", "--json", "--pod-resources-socket"])
@@ -371,21 +365,10 @@ fn process_series(metrics: &str, pid: u64) -> Option<String> {
 fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
     let b = CliBox::new("1x16GiB", &[]);
     b.fault(&["--keep-dead"]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/besteffort/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/besteffort/pod{UID_A}/{{id}}"));
     let pid = a["pid"].as_u64().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let log_dir = kubelet_logs(
-        tmp.path(),
-        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
-    );
+    let log_dir = llm_pod_logs(tmp.path(), &a);
     let uuid = b.sim().devices()[0].uuid.clone();
     let socket = tmp.path().join("kubelet.sock");
     let _server = PodResourcesServer::start(&socket, vec![pod("ml", "llm-0", "vllm", &[&uuid])]);
@@ -438,14 +421,10 @@ fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
 fn run_names_the_pod_of_the_job_s_processes() {
     let b = CliBox::new("1x16GiB", &[]);
     let us = UID_A.replace('-', "_");
-    let a = detached(
+    let a = in_cgroup(
         &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods.slice/kubepods-pod{us}.slice/crio-{{id}}.scope"),
-        ],
+        "0",
+        &format!("kubepods.slice/kubepods-pod{us}.slice/crio-{{id}}.scope"),
     );
     let (pid, id) = (a["pid"].as_u64().unwrap(), a["id"].as_str().unwrap());
     let tmp = tempfile::tempdir().unwrap();
@@ -480,20 +459,9 @@ fn run_names_the_pod_of_the_job_s_processes() {
 #[test]
 fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
     let b = CliBox::new("2x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
-    let log_dir = kubelet_logs(
-        tmp.path(),
-        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
-    );
+    let log_dir = llm_pod_logs(tmp.path(), &a);
     let uuids: Vec<String> = b.sim().devices().iter().map(|d| d.uuid.clone()).collect();
     let socket = tmp.path().join("kubelet.sock");
     let _server = PodResourcesServer::start(
@@ -534,15 +502,7 @@ fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
 #[test]
 fn hostile_pod_names_never_reach_the_terminal_raw() {
     let b = CliBox::new("1x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
     let log_dir = kubelet_logs(
         tmp.path(),
@@ -603,15 +563,7 @@ fn hostile_pod_names_never_reach_the_terminal_raw() {
 fn pods_are_found_from_inside_a_cgroup_namespace() {
     common::skip::require!("unshare", common::skip::unshare());
     let b = CliBox::new("1x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let pid = a["pid"].as_u64().unwrap();
     let inside = |cmd: &[&str]| {
         let o = b

@@ -36,6 +36,22 @@ fn run_sleeping(dir: &Path, backend: &str, samples: &Path, report: &Path) -> Kil
     KillOnDrop(c.spawn().expect("start vramdoc run"))
 }
 
+/// `vramdoc run --period 20ms --process-period 100ms --out REPORT` on the box `dir`; the
+/// command to run follows.
+fn run_to(dir: &Path, report: &Path) -> std::process::Command {
+    let mut c = on_box(dir);
+    c.args([
+        "run",
+        "--period",
+        "20ms",
+        "--process-period",
+        "100ms",
+        "--out",
+    ])
+    .arg(report);
+    c
+}
+
 /// The stream's lines of type `kind`.
 fn lines_of(samples: &Path, kind: &str) -> Vec<Value> {
     std::fs::read_to_string(samples)
@@ -191,16 +207,7 @@ fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
     let tmp = tempfile::tempdir().unwrap();
     let report = tmp.path().join("r.json");
     let exe = env!("CARGO_BIN_EXE_vramdoc");
-    let o = on_box(boxdir.path())
-        .args([
-            "run",
-            "--period",
-            "20ms",
-            "--process-period",
-            "100ms",
-            "--out",
-        ])
-        .arg(&report)
+    let o = run_to(boxdir.path(), &report)
         .args(["--", exe, "sim", "hold", "--device", "0", "--size", "2GiB"])
         .args(["--also-graphics", "--duration", "1500ms"])
         .output()
@@ -382,16 +389,7 @@ fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
     let worker = format!(
         "sleep 1; echo \"(VllmWorker pid=$$) {oom}\" >&2; sleep 0.5; echo \"{oom}\" >&2; sleep 0.5"
     );
-    let o = on_box(boxdir.path())
-        .args([
-            "run",
-            "--period",
-            "20ms",
-            "--process-period",
-            "100ms",
-            "--out",
-        ])
-        .arg(&report)
+    let o = run_to(boxdir.path(), &report)
         .args([
             "--",
             "sh",
