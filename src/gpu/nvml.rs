@@ -588,46 +588,47 @@ impl NvmlMonitor {
             ),
         };
         if let Some(f) = v2 {
-            return read_list::<nvmlProcessInfo_t>(|n, p| {
+            return self.legacy_list(
+                "nvmlDeviceGetComputeRunningProcesses_v2",
+                index,
                 // SAFETY: `p` holds `*n` records of the declared type.
-                unsafe { f(handle, n, p) }
-            })
-            .map(|l| {
-                Some(
-                    l.into_iter()
-                        .map(|r| (r.pid, used_of(r.usedGpuMemory)))
-                        .collect(),
-                )
-            })
-            .map_err(|rc| {
-                self.err(
-                    "nvmlDeviceGetComputeRunningProcesses_v2",
-                    Some(index),
-                    NvmlError::from(rc),
-                )
-            });
+                |n, p| unsafe { f(handle, n, p) },
+                |r: &nvmlProcessInfo_t| (r.pid, r.usedGpuMemory),
+            );
         }
         if let Some(f) = v1 {
-            return read_list::<nvmlProcessInfo_v1_t>(|n, p| {
+            return self.legacy_list(
+                "nvmlDeviceGetComputeRunningProcesses",
+                index,
                 // SAFETY: `p` holds `*n` records of the declared type.
-                unsafe { f(handle, n, p) }
-            })
+                |n, p| unsafe { f(handle, n, p) },
+                |r: &nvmlProcessInfo_v1_t| (r.pid, r.usedGpuMemory),
+            );
+        }
+        Ok(None)
+    }
+
+    /// One list through a legacy entry point `call` (its errors named `entry`), whose records
+    /// `T` give their PID and memory through `pid_used`.
+    fn legacy_list<T: Copy>(
+        &self,
+        entry: &str,
+        index: u32,
+        call: impl FnMut(*mut c_uint, *mut T) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
+        pid_used: impl Fn(&T) -> (u32, u64),
+    ) -> Result<Option<RawList>> {
+        read_list::<T>(call)
             .map(|l| {
                 Some(
-                    l.into_iter()
-                        .map(|r| (r.pid, used_of(r.usedGpuMemory)))
+                    l.iter()
+                        .map(|r| {
+                            let (pid, used) = pid_used(r);
+                            (pid, used_of(used))
+                        })
                         .collect(),
                 )
             })
-            .map_err(|rc| {
-                self.err(
-                    "nvmlDeviceGetComputeRunningProcesses",
-                    Some(index),
-                    NvmlError::from(rc),
-                )
-            });
-        }
-        Ok(None)
+            .map_err(|rc| self.err(entry, Some(index), NvmlError::from(rc)))
     }
 }
 

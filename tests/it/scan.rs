@@ -8,6 +8,7 @@ use common::poll::{eventually, SECS_10};
 use common::scans::{all_ids, process, run, scan_cmd, scan_json, scan_json_with, used_on};
 use common::{assert_ok, fresh_box, json_ok, sim_fault, vramdoc};
 use serde_json::Value;
+use std::path::Path;
 use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
@@ -17,6 +18,11 @@ const CTX: u64 = 448 * MIB;
 /// Reserved memory of a generic 24 GiB card (1 % of total, at least 256 MiB).
 const RESERVED_24: u64 = 256 * MIB;
 const TOTAL_24: u64 = 24 * GIB;
+
+/// The exit status of `vramdoc scan --fail-on LEVEL` on the box `dir`.
+fn fail_on(dir: &Path, level: &str) -> Option<i32> {
+    run(scan_cmd(dir, &["--fail-on", level])).status.code()
+}
 
 fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
     v["scan"]["findings"]
@@ -92,18 +98,8 @@ fn neighbour_holding_memory_shows_numbers_and_headroom() {
     assert_eq!(v["scan"]["headroom"][0]["max_gpu_memory_utilization"], 0.61);
     assert_eq!(v["scan"]["headroom"][1]["max_gpu_memory_utilization"], 0.96);
     // Info only: --fail-on warn passes, --fail-on info fails.
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "warn"]))
-            .status
-            .code(),
-        Some(0)
-    );
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "info"]))
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(fail_on(b.path(), "warn"), Some(0));
+    assert_eq!(fail_on(b.path(), "info"), Some(1));
 }
 
 #[test]
@@ -134,18 +130,8 @@ fn stray_context_outside_cuda_visible_devices() {
         .as_str()
         .unwrap()
         .contains("CUDA_VISIBLE_DEVICES"));
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "warn"]))
-            .status
-            .code(),
-        Some(1)
-    );
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "error"]))
-            .status
-            .code(),
-        Some(0)
-    );
+    assert_eq!(fail_on(b.path(), "warn"), Some(1));
+    assert_eq!(fail_on(b.path(), "error"), Some(0));
 }
 
 #[test]
@@ -215,12 +201,7 @@ mod process_dying_while_holding_memory {
         );
         assert_eq!(evidence_bytes(f[0], "held by live processes"), Some(0));
         assert_eq!(process(&v, pid)["visible"], false);
-        assert_eq!(
-            run(scan_cmd(b.path(), &["--fail-on", "error"]))
-                .status
-                .code(),
-            Some(1)
-        );
+        assert_eq!(fail_on(b.path(), "error"), Some(1));
     }
 
     /// Seen from a container namespace the same PID is invisible, not dead: no guessing.
@@ -467,12 +448,7 @@ mod environment_and_usage_errors_have_documented_codes {
     #[test]
     fn bad_fail_on_level_is_2() {
         let b = fresh_box("1x16GiB");
-        assert_eq!(
-            run(scan_cmd(b.path(), &["--fail-on", "fatal"]))
-                .status
-                .code(),
-            Some(2)
-        );
+        assert_eq!(fail_on(b.path(), "fatal"), Some(2));
     }
 }
 
