@@ -52,6 +52,12 @@ fn run_to(dir: &Path, report: &Path) -> std::process::Command {
     c
 }
 
+/// The report a `vramdoc run` wrote to `report`, after checking it exited 0.
+fn report_of(o: &std::process::Output, report: &Path) -> Value {
+    common::assert_ok(o, "vramdoc run");
+    serde_json::from_slice(&std::fs::read(report).expect("read the report")).expect("report JSON")
+}
+
 /// The stream's lines of type `kind`.
 fn lines_of(samples: &Path, kind: &str) -> Vec<Value> {
     std::fs::read_to_string(samples)
@@ -212,13 +218,7 @@ fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
         .args(["--also-graphics", "--duration", "1500ms"])
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = report_of(&o, &report);
     let peak = r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap();
     assert!(
         (2 * GIB..3 * GIB).contains(&peak),
@@ -399,13 +399,7 @@ fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
         .arg(&worker)
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = report_of(&o, &report);
     let errors = r["run"]["errors"].as_array().cloned().unwrap_or_default();
     let device_of = |prefixed: bool| {
         errors
