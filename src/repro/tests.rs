@@ -57,19 +57,9 @@ fn staircase() -> Source {
             }
         }
     }
+    let mut one_gpu = job_on_one_gpu(total, samples, procs);
+    one_gpu.devices[0].name = "Simulated GPU 16GiB".into();
     Source {
-        devices: vec![SourceDevice {
-            index: 0,
-            name: "Simulated GPU 16GiB".into(),
-            total,
-        }],
-        series: vec![DeviceSeries {
-            device: 0,
-            total,
-            samples,
-        }],
-        processes: procs,
-        tree: [JOB].into_iter().collect(),
         markers,
         errors: vec![SourceError {
             t_ms: t + 10.0,
@@ -83,6 +73,7 @@ fn staircase() -> Source {
         process_period_ms: 100.0,
         period_ms: 100.0,
         exit_ms: None,
+        ..one_gpu
     }
 }
 
