@@ -169,17 +169,9 @@ fn markers_read_memory_and_boundaries_reach_only_the_recording() {
     rec.boundary(t + 1.0, MarkerKind::StepEnd, "load ended (ok)".into());
     rec.boundary_usage(t + 1.0, 42, &[2 << 30]);
     rec.process(RecordedProcess {
-        pid: 42,
         name: Some("worker".into()),
-        first_seen_ms: 0.0,
         exit_ms: Some(t + 2.0),
-        cuda_visible_devices: None,
-        cuda_device_order: None,
-        nvidia_visible_devices: None,
-        pytorch_cuda_alloc_conf: None,
-        in_tree: true,
-        ppid: None,
-        cmdline: None,
+        ..RecordedProcess::seen(42, 0.0, true)
     });
     rec.error(ErrorEvent {
         t_ms: t,
