@@ -5,10 +5,12 @@ use crate::common;
 
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
-use common::scans::{all_ids, process, run, scan_cmd, scan_json, scan_json_with, used_on};
+use common::scans::{
+    all_ids, evidence_bytes, fail_on, findings, process, run, scan_cmd, scan_json, scan_json_with,
+    used_on,
+};
 use common::{assert_ok, fresh_box, json_ok, sim_fault, vramdoc};
 use serde_json::Value;
-use std::path::Path;
 use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
@@ -18,32 +20,6 @@ const CTX: u64 = 448 * MIB;
 /// Reserved memory of a generic 24 GiB card (1 % of total, at least 256 MiB).
 const RESERVED_24: u64 = 256 * MIB;
 const TOTAL_24: u64 = 24 * GIB;
-
-/// The exit status of `vramdoc scan --fail-on LEVEL` on the box `dir`.
-fn fail_on(dir: &Path, level: &str) -> Option<i32> {
-    run(scan_cmd(dir, &["--fail-on", level])).status.code()
-}
-
-fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
-    v["scan"]["findings"]
-        .as_array()
-        .expect("findings array")
-        .iter()
-        .filter(|f| f["id"] == id)
-        .collect()
-}
-
-fn evidence_bytes(f: &Value, label_start: &str) -> Option<u64> {
-    f["evidence"]
-        .as_array()?
-        .iter()
-        .find(|e| {
-            e["label"]
-                .as_str()
-                .is_some_and(|l| l.starts_with(label_start))
-        })
-        .and_then(|e| e["bytes"].as_u64())
-}
 
 #[test]
 fn clean_box_yields_no_finding() {

@@ -1,5 +1,6 @@
 //! Running `vramdoc scan` on a simulated box and reading its JSON report: the command, its
-//! findings, and the processes it saw with the memory they use per device.
+//! exit status under `--fail-on`, its findings and their evidence, and the processes it saw
+//! with the memory they use per device.
 
 use super::{json_ok, on_box};
 use serde_json::Value;
@@ -60,4 +61,33 @@ pub fn used_on(p: &Value, device: u32) -> Option<u64> {
         .iter()
         .find(|u| u["device"] == device)
         .and_then(|u| u["used"].as_u64())
+}
+
+/// The exit status of `vramdoc scan --fail-on LEVEL` on the box `dir`.
+pub fn fail_on(dir: &Path, level: &str) -> Option<i32> {
+    run(scan_cmd(dir, &["--fail-on", level])).status.code()
+}
+
+/// The findings of a scan report with the id `id`.
+pub fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
+    v["scan"]["findings"]
+        .as_array()
+        .expect("findings array")
+        .iter()
+        .filter(|f| f["id"] == id)
+        .collect()
+}
+
+/// The bytes of the first evidence line of finding `f` whose label starts with
+/// `label_start`.
+pub fn evidence_bytes(f: &Value, label_start: &str) -> Option<u64> {
+    f["evidence"]
+        .as_array()?
+        .iter()
+        .find(|e| {
+            e["label"]
+                .as_str()
+                .is_some_and(|l| l.starts_with(label_start))
+        })
+        .and_then(|e| e["bytes"].as_u64())
 }
