@@ -27,16 +27,25 @@ fn cadence(period_ms: u64, process_ms: u64) -> SamplerConfig {
 /// process rounds): only marks and boundaries read; and a driver on the box.
 fn marks_only_recorder() -> (tempfile::TempDir, Recorder, SimDriver) {
     let (dir, sim, devices) = sim_box("1x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig::new(SamplerConfig {
             period: Duration::from_secs(3600),
             process_period: None,
         }),
     );
     (dir, rec, SimDriver::new(SimProcess::new(sim, None)))
+}
+
+/// A recorder of `devices` on the box `sim`, started now with `config`.
+fn on_box(sim: &SimBox, devices: &[DeviceInfo], config: RecorderConfig) -> Recorder {
+    Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        devices,
+        Instant::now(),
+        config,
+    )
 }
 
 const END: JobEnd = JobEnd {
@@ -47,10 +56,9 @@ const END: JobEnd = JobEnd {
 #[test]
 fn process_lists_are_read_only_on_the_devices_that_matter() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
             list_policy: ListPolicy::Every,
@@ -88,10 +96,9 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
         ..Default::default()
     })
     .unwrap();
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim)),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
             list_policy: ListPolicy::Every,
@@ -125,10 +132,9 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
 #[test]
 fn failed_process_lists_become_one_gap_per_device() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig {
             list_policy: ListPolicy::Every,
             ..RecorderConfig::new(cadence(1, 5))
