@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::exporter::{
-    http, prometheus_tools, promtool_check_metrics, read_response, sample, tool, Serve,
+    http, prometheus_tools, promtool_check_metrics, read_response, sample, serve_fresh, tool, Serve,
 };
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
@@ -322,8 +322,7 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
 /// Keep-alive: two requests on one connection.
 #[test]
 fn keep_alive_serves_two_requests_on_one_connection() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let mut s = TcpStream::connect_timeout(&serve.addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for _ in 0..2 {
@@ -336,8 +335,7 @@ fn keep_alive_serves_two_requests_on_one_connection() {
 /// Bad requests get their status codes.
 #[test]
 fn bad_requests_get_their_status_codes() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let (status, head) = http(serve.addr, "POST /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(status, 405, "POST: {head}");
     assert!(

@@ -91,6 +91,14 @@ impl Drop for Serve {
     }
 }
 
+/// `vramdoc serve` with no extra flag on a fresh simulated box of `spec` (the box lives as
+/// long as the returned guard).
+pub fn serve_fresh(spec: &str) -> (tempfile::TempDir, Serve) {
+    let dir = super::fresh_box(spec);
+    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    (dir, serve)
+}
+
 /// One HTTP exchange on a fresh connection: (status, body).
 pub fn http(addr: SocketAddr, request: &str) -> (u16, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
