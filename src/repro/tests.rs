@@ -97,6 +97,22 @@ fn job_on_one_gpu(total: u64, samples: Vec<(f64, u64)>, procs: Vec<ProcessSample
     }
 }
 
+/// The context overhead of the recorded boxes.
+const CTX: u64 = 448 * MIB;
+
+/// The job on one GPU of `total` bytes: a context (the job's process holds [`CTX`] at
+/// 100 ms), then the GPU at `claimed` bytes from 200 ms on.
+fn context_then_claim(total: u64, claimed: u64) -> Source {
+    let samples = vec![(0.0, 0), (100.0, CTX), (200.0, claimed), (300.0, claimed)];
+    let procs = vec![ProcessSample {
+        t_ms: 100.0,
+        device: 0,
+        pid: JOB,
+        used: Some(CTX),
+    }];
+    job_on_one_gpu(total, samples, procs)
+}
+
 fn spec_of(d: &[(String, u64)]) -> Option<String> {
     crate::backend::recorded_box_spec(d)
 }
@@ -157,16 +173,7 @@ fn the_file_keeps_no_path_or_host_from_marker_texts() {
 #[test]
 fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
     let total = 80 * GIB;
-    let ctx = 448 * MIB;
-    let claimed = (0.9 * total as f64) as u64 + ctx;
-    let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
-    let procs = vec![ProcessSample {
-        t_ms: 100.0,
-        device: 0,
-        pid: JOB,
-        used: Some(ctx),
-    }];
-    let src = job_on_one_gpu(total, samples, procs);
+    let src = context_then_claim(total, (0.9 * total as f64) as u64 + CTX);
     let c = convert_source(&src, spec_of).unwrap();
     assert!(
         c.scenario
@@ -185,16 +192,8 @@ fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
 fn a_vllm_budget_counting_the_context_is_a_claim_where_a_context_is_within_a_step() {
     use super::convert::convert;
     let one = |total: u64| {
-        let ctx = 448 * MIB;
-        let claimed = (0.9 * total as f64) as u64; // context included, as vLLM counts
-        let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
-        let procs = vec![ProcessSample {
-            t_ms: 100.0,
-            device: 0,
-            pid: JOB,
-            used: Some(ctx),
-        }];
-        let src = job_on_one_gpu(total, samples, procs);
+        // Context included, as vLLM counts.
+        let src = context_then_claim(total, (0.9 * total as f64) as u64);
         let (s, _) = convert(&src, 0.0, None).unwrap();
         s.steps
             .iter()
