@@ -110,17 +110,8 @@ fn recording() -> Recording {
         processes: pids
             .iter()
             .map(|pid| RecordedProcess {
-                pid: *pid,
                 name: Some("python".into()),
-                first_seen_ms: 0.0,
-                exit_ms: None,
-                cuda_visible_devices: None,
-                cuda_device_order: None,
-                nvidia_visible_devices: None,
-                pytorch_cuda_alloc_conf: None,
-                in_tree: true,
-                ppid: None,
-                cmdline: None,
+                ..RecordedProcess::seen(*pid, 0.0, true)
             })
             .collect(),
         errors: vec![ErrorEvent {

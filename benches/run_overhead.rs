@@ -158,17 +158,10 @@ fn one_hour_recording() -> Recording {
         },
         processes: (0..2)
             .map(|d| RecordedProcess {
-                pid: 1000 + d,
                 name: Some("python".into()),
-                first_seen_ms: 0.0,
                 exit_ms: Some(hour_ms as f64),
                 cuda_visible_devices: Some(d.to_string()),
-                cuda_device_order: None,
-                nvidia_visible_devices: None,
-                pytorch_cuda_alloc_conf: None,
-                in_tree: true,
-                ppid: None,
-                cmdline: None,
+                ..RecordedProcess::seen(1000 + d, 0.0, true)
             })
             .collect(),
         errors: Vec::new(),

@@ -196,6 +196,22 @@ pub fn is_gpu_resource(name: &str) -> bool {
     name.starts_with("nvidia.com/")
 }
 
+/// The pod `pid` runs in as its cgroup paths say (the kubelet's `kubepods` hierarchy): its
+/// UID and container id only; `None` outside a pod or when the cgroups cannot be read.
+pub fn cgroup_pod(pid: u32) -> Option<PodRef> {
+    let place = host::cgroup_paths(pid)
+        .ok()
+        .and_then(|paths| host::place_of(&paths))?;
+    Some(PodRef {
+        uid: place.pod_uid?,
+        namespace: None,
+        name: None,
+        container: None,
+        container_id: place.container_id,
+        allocated_gpus: None,
+    })
+}
+
 /// Set [`ProcessInfo::pod`] of every visible process that runs in a pod, and read the
 /// allocations. Asks the kubelet when some process runs in a pod, the socket was named, or
 /// it exists (a node whose pods hold GPUs without using them); says what is missing only in
@@ -206,19 +222,7 @@ pub fn attribute(
     cfg: &PodConfig,
 ) -> Attribution {
     for p in processes.iter_mut().filter(|p| p.visible) {
-        let place = host::cgroup_paths(p.pid)
-            .ok()
-            .and_then(|paths| host::place_of(&paths));
-        p.pod = place.and_then(|pl| {
-            Some(PodRef {
-                uid: pl.pod_uid?,
-                namespace: None,
-                name: None,
-                container: None,
-                container_id: pl.container_id,
-                allocated_gpus: None,
-            })
-        });
+        p.pod = cgroup_pod(p.pid);
     }
     let in_pods = processes.iter().any(|p| p.pod.is_some());
     let wanted = in_pods || cfg.explicit;

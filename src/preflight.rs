@@ -67,14 +67,7 @@ pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection,
                 .ok()
                 .filter(|i| (*i as usize) < uuids.len())
         } else if id.to_ascii_lowercase().starts_with("gpu-") {
-            let lower = id.to_ascii_lowercase();
-            let m: Vec<u32> = uuids
-                .iter()
-                .enumerate()
-                .filter(|(_, u)| u.to_ascii_lowercase().starts_with(&lower))
-                .map(|(i, _)| i as u32)
-                .collect();
-            match m.as_slice() {
+            match crate::gpu::visible::uuid_matches(id, uuids).as_slice() {
                 [one] => Some(*one),
                 [] => None,
                 _ => return Err(err(format!("{id} matches several GPUs"))),

@@ -147,17 +147,22 @@ mod tests {
     use super::*;
     use crate::units::{GIB, MIB};
 
-    #[test]
-    fn prometheus_exposition_of_a_scan() {
-        use crate::report::prom::{render, Collection, PromOptions};
-        let report = build_report(&sample_inventory(), &Thresholds::default());
-        let c = Collection {
+    /// A successful collection over the simulated backend, without a hostname.
+    fn sim_collection() -> crate::report::prom::Collection {
+        crate::report::prom::Collection {
             success: true,
             duration_seconds: 0.01,
             timestamp_seconds: 1.0,
             backend: "sim".into(),
             hostname: None,
-        };
+        }
+    }
+
+    #[test]
+    fn prometheus_exposition_of_a_scan() {
+        use crate::report::prom::{render, PromOptions};
+        let report = build_report(&sample_inventory(), &Thresholds::default());
+        let c = sim_collection();
         let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
         let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";
         let line = |prefix: &str| {
@@ -205,7 +210,7 @@ mod tests {
 
     #[test]
     fn per_process_series_carry_the_pod_on_nodes_running_pods() {
-        use crate::report::prom::{render, Collection, PromOptions};
+        use crate::report::prom::{render, PromOptions};
         let mut inv = sample_inventory();
         inv.processes[0].pod = Some(crate::model::PodRef {
             uid: "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f".into(),
@@ -216,13 +221,7 @@ mod tests {
             allocated_gpus: None,
         });
         let report = build_report(&inv, &Thresholds::default());
-        let c = Collection {
-            success: true,
-            duration_seconds: 0.01,
-            timestamp_seconds: 1.0,
-            backend: "sim".into(),
-            hostname: None,
-        };
+        let c = sim_collection();
         let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
         assert!(
             text.contains(

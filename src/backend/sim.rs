@@ -5,12 +5,11 @@
 //! only.
 
 use crate::gpu::{
-    cuda_codes, cuda_error, cuda_version_string, nvml_version_mismatch, AllocId, CallCounts,
-    ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess, MemoryInfo, Monitor, Result,
-    Versions,
+    cuda_codes, cuda_error, cuda_version_string, nvml_version_mismatch, AllocId, CallCounters,
+    CallCounts, ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess, MemoryInfo,
+    Monitor, Result, Versions,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use vramdoc_sim::{Faults, SimBox, SimError, SimMemory, SimProcess};
 
@@ -230,9 +229,8 @@ pub struct SimMonitor {
     sim: SimBox,
     /// Host index of each NVML index this monitor shows.
     mounted: Vec<u32>,
-    inventory: AtomicU64,
-    memory: AtomicU64,
-    processes: AtomicU64,
+    /// The queries made, by kind.
+    calls: CallCounters,
 }
 
 impl SimMonitor {
@@ -258,9 +256,7 @@ impl SimMonitor {
         SimMonitor {
             mounted,
             sim,
-            inventory: AtomicU64::new(0),
-            memory: AtomicU64::new(0),
-            processes: AtomicU64::new(0),
+            calls: CallCounters::default(),
         }
     }
 
@@ -324,7 +320,7 @@ impl Monitor for SimMonitor {
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        self.inventory.fetch_add(1, Ordering::Relaxed);
+        self.calls.inventory();
         let faults = self.hang(None, self.sim.faults()?)?;
         let st = self.sim.state_with(&faults)?;
         let mut out = Vec::new();
@@ -363,7 +359,7 @@ impl Monitor for SimMonitor {
     }
 
     fn memory(&self, index: u32) -> Result<MemoryInfo> {
-        self.memory.fetch_add(1, Ordering::Relaxed);
+        self.calls.memory();
         let host = self.host(index)?;
         let faults = self.hang(Some(host), self.sim.faults()?)?;
         Self::delay(faults.nvml_memory_latency_us);
@@ -372,7 +368,7 @@ impl Monitor for SimMonitor {
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
-        self.processes.fetch_add(1, Ordering::Relaxed);
+        self.calls.processes();
         let host = self.host(index)?;
         let faults = self.hang(Some(host), self.sim.faults()?)?;
         Self::delay(faults.nvml_process_latency_us);
@@ -404,11 +400,7 @@ impl Monitor for SimMonitor {
     }
 
     fn call_counts(&self) -> CallCounts {
-        CallCounts {
-            inventory: self.inventory.load(Ordering::Relaxed),
-            memory: self.memory.load(Ordering::Relaxed),
-            processes: self.processes.load(Ordering::Relaxed),
-        }
+        self.calls.counts()
     }
 }
 

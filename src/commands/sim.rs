@@ -99,9 +99,7 @@ fn start_broker(dir: &std::path::Path) {
 }
 
 fn presets() -> Result<i32> {
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED);
-    t.set_header(vec!["preset", "name", "total", "reserved"]);
+    let mut t = table(vec!["preset", "name", "total", "reserved"]);
     for p in PRESETS {
         t.add_row(vec![
             p.key.to_string(),
@@ -148,9 +146,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
         sim.dir().display(),
         sim.config().spec
     ))?;
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED);
-    t.set_header(vec![
+    let mut t = table(vec![
         "gpu", "name", "used", "reserved", "free", "total", "ctx cost",
     ]);
     for d in sim.devices() {
@@ -170,9 +166,7 @@ fn status(a: &SimStatusArgs) -> Result<i32> {
     if st.processes.is_empty() {
         crate::term::print("no processes")?;
     } else {
-        let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED);
-        t.set_header(vec![
+        let mut t = table(vec![
             "pid",
             "name",
             "kind",
@@ -457,4 +451,12 @@ fn libs(a: &crate::cli::SimLibsArgs) -> Result<i32> {
         }
     ))?;
     Ok(0)
+}
+
+/// A table in the condensed UTF-8 style with the columns `header`.
+fn table(header: Vec<&str>) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    t.set_header(header);
+    t
 }

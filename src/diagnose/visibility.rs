@@ -117,26 +117,7 @@ fn mounted_ids<'a>(
             }
             None => id,
         };
-        let lower = id.to_ascii_lowercase();
-        let found = if id.chars().all(|c| c.is_ascii_digit()) {
-            id.parse::<u32>()
-                .ok()
-                .filter(|i| (*i as usize) < uuids.len())
-        } else if lower.starts_with("gpu-") {
-            let m: Vec<u32> = uuids
-                .iter()
-                .enumerate()
-                .filter(|(_, u)| u.to_ascii_lowercase().starts_with(&lower))
-                .map(|(i, _)| i as u32)
-                .collect();
-            match m.as_slice() {
-                [one] => Some(*one),
-                _ => None,
-            }
-        } else {
-            None
-        };
-        match found {
+        match crate::gpu::visible::resolve(id, uuids) {
             Some(i) => out.push(i),
             None => return Err(format!("{id} names no GPU of this machine")),
         }

@@ -336,6 +336,44 @@ pub struct CallCounts {
     pub processes: u64,
 }
 
+/// A monitor's counters behind [`CallCounts`], counted as its queries are made.
+#[derive(Debug, Default)]
+pub struct CallCounters {
+    inventory: std::sync::atomic::AtomicU64,
+    memory: std::sync::atomic::AtomicU64,
+    processes: std::sync::atomic::AtomicU64,
+}
+
+impl CallCounters {
+    /// Count one inventory query.
+    pub fn inventory(&self) {
+        self.inventory
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Count one memory query.
+    pub fn memory(&self) {
+        self.memory
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Count one process-list query.
+    pub fn processes(&self) {
+        self.processes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> CallCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        CallCounts {
+            inventory: self.inventory.load(Relaxed),
+            memory: self.memory.load(Relaxed),
+            processes: self.processes.load(Relaxed),
+        }
+    }
+}
+
 /// What an observer reads about the machine, through NVML. Indices are physical.
 pub trait Monitor: Send + Sync {
     /// Backend name (`nvml`, or another implementation's).

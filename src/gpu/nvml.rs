@@ -21,8 +21,8 @@
 //! refused before nvml-wrapper's `Drop` (which would panic calling it) can run.
 
 use super::{
-    CallCounts, DeviceInfo, DeviceStatus, GpuError, GpuProcess, MemoryInfo, Monitor, ProcessKind,
-    Result, Versions,
+    CallCounters, CallCounts, DeviceInfo, DeviceStatus, GpuError, GpuProcess, MemoryInfo, Monitor,
+    ProcessKind, Result, Versions,
 };
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::error::NvmlError;
@@ -36,7 +36,7 @@ use nvml_wrapper_sys::bindings::{
 use std::ffi::OsStr;
 use std::os::raw::c_uint;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// Names tried by [`NvmlMonitor::open`], in order (the dynamic loader searches
@@ -62,9 +62,8 @@ pub struct NvmlMonitor {
     handles: Mutex<Vec<usize>>,
     /// Reused buffer for the `_v3` process lists (u64 words: 8-byte aligned records).
     proc_buf: Mutex<Vec<u64>>,
-    inventory: AtomicU64,
-    memory: AtomicU64,
-    processes: AtomicU64,
+    /// The queries made, by kind.
+    calls: CallCounters,
     /// v2 memory info is missing or failing on this driver: read v1 directly.
     memory_v1_only: AtomicBool,
 }
@@ -181,9 +180,7 @@ impl NvmlMonitor {
             extra_nodes: Vec::new(),
             handles: Mutex::new(Vec::new()),
             proc_buf: Mutex::new(Vec::new()),
-            inventory: AtomicU64::new(0),
-            memory: AtomicU64::new(0),
-            processes: AtomicU64::new(0),
+            calls: CallCounters::default(),
             memory_v1_only: AtomicBool::new(false),
         })
     }
@@ -489,7 +486,7 @@ impl NvmlMonitor {
     /// The NVML lists of `kinds` on a device (one call each): one entry per (pid, kind)
     /// (NVML can list a process once per context).
     fn lists(&self, index: u32, kinds: &[ProcessKind]) -> Result<Vec<GpuProcess>> {
-        self.processes.fetch_add(1, Ordering::Relaxed);
+        self.calls.processes();
         let d = self.device(index)?;
         // SAFETY: the handle belongs to this live NVML session.
         let handle = unsafe { d.handle() };
@@ -588,46 +585,47 @@ impl NvmlMonitor {
             ),
         };
         if let Some(f) = v2 {
-            return read_list::<nvmlProcessInfo_t>(|n, p| {
+            return self.legacy_list(
+                "nvmlDeviceGetComputeRunningProcesses_v2",
+                index,
                 // SAFETY: `p` holds `*n` records of the declared type.
-                unsafe { f(handle, n, p) }
-            })
-            .map(|l| {
-                Some(
-                    l.into_iter()
-                        .map(|r| (r.pid, used_of(r.usedGpuMemory)))
-                        .collect(),
-                )
-            })
-            .map_err(|rc| {
-                self.err(
-                    "nvmlDeviceGetComputeRunningProcesses_v2",
-                    Some(index),
-                    NvmlError::from(rc),
-                )
-            });
+                |n, p| unsafe { f(handle, n, p) },
+                |r: &nvmlProcessInfo_t| (r.pid, r.usedGpuMemory),
+            );
         }
         if let Some(f) = v1 {
-            return read_list::<nvmlProcessInfo_v1_t>(|n, p| {
+            return self.legacy_list(
+                "nvmlDeviceGetComputeRunningProcesses",
+                index,
                 // SAFETY: `p` holds `*n` records of the declared type.
-                unsafe { f(handle, n, p) }
-            })
+                |n, p| unsafe { f(handle, n, p) },
+                |r: &nvmlProcessInfo_v1_t| (r.pid, r.usedGpuMemory),
+            );
+        }
+        Ok(None)
+    }
+
+    /// One list through a legacy entry point `call` (its errors named `entry`), whose records
+    /// `T` give their PID and memory through `pid_used`.
+    fn legacy_list<T: Copy>(
+        &self,
+        entry: &str,
+        index: u32,
+        call: impl FnMut(*mut c_uint, *mut T) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
+        pid_used: impl Fn(&T) -> (u32, u64),
+    ) -> Result<Option<RawList>> {
+        read_list::<T>(call)
             .map(|l| {
                 Some(
-                    l.into_iter()
-                        .map(|r| (r.pid, used_of(r.usedGpuMemory)))
+                    l.iter()
+                        .map(|r| {
+                            let (pid, used) = pid_used(r);
+                            (pid, used_of(used))
+                        })
                         .collect(),
                 )
             })
-            .map_err(|rc| {
-                self.err(
-                    "nvmlDeviceGetComputeRunningProcesses",
-                    Some(index),
-                    NvmlError::from(rc),
-                )
-            });
-        }
-        Ok(None)
+            .map_err(|rc| self.err(entry, Some(index), NvmlError::from(rc)))
     }
 }
 
@@ -688,7 +686,7 @@ impl Monitor for NvmlMonitor {
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        self.inventory.fetch_add(1, Ordering::Relaxed);
+        self.calls.inventory();
         let count = self
             .nvml
             .device_count()
@@ -724,7 +722,7 @@ impl Monitor for NvmlMonitor {
     }
 
     fn memory(&self, index: u32) -> Result<MemoryInfo> {
-        self.memory.fetch_add(1, Ordering::Relaxed);
+        self.calls.memory();
         let d = self.device(index)?;
         let m = self
             .memory_info(&d)
@@ -759,11 +757,7 @@ impl Monitor for NvmlMonitor {
     }
 
     fn call_counts(&self) -> CallCounts {
-        CallCounts {
-            inventory: self.inventory.load(Ordering::Relaxed),
-            memory: self.memory.load(Ordering::Relaxed),
-            processes: self.processes.load(Ordering::Relaxed),
-        }
+        self.calls.counts()
     }
 }
 

@@ -9,6 +9,6 @@
 //! component that must agree on which devices a process sees takes them from there.
 
 pub use vramdoc_gpu_spec::visible::{
-    cuda_order, mounted_devices, visible_devices, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES,
-    NVIDIA_VISIBLE_DEVICES,
+    cuda_order, mounted_devices, resolve, uuid_matches, visible_devices, CUDA_DEVICE_ORDER,
+    CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
 };

@@ -656,19 +656,11 @@ fn job_processes(
         let first = others.entry(p.pid).or_insert(p.t_ms);
         *first = first.min(p.t_ms);
     }
-    out.extend(others.into_iter().map(|(pid, first)| RecordedProcess {
-        pid,
-        name: None,
-        first_seen_ms: first,
-        exit_ms: None,
-        cuda_visible_devices: None,
-        cuda_device_order: None,
-        nvidia_visible_devices: None,
-        pytorch_cuda_alloc_conf: None,
-        in_tree: false,
-        ppid: None,
-        cmdline: None,
-    }));
+    out.extend(
+        others
+            .into_iter()
+            .map(|(pid, first)| RecordedProcess::seen(pid, first, false)),
+    );
     out
 }
 

@@ -58,6 +58,26 @@ pub struct RecordedProcess {
     pub cmdline: Option<String>,
 }
 
+impl RecordedProcess {
+    /// Process `pid`, first seen at `first_seen_ms`, of the job's tree or not (`in_tree`),
+    /// with nothing else known: no name, exit, environment, parent or command line.
+    pub fn seen(pid: u32, first_seen_ms: f64, in_tree: bool) -> RecordedProcess {
+        RecordedProcess {
+            pid,
+            name: None,
+            first_seen_ms,
+            exit_ms: None,
+            cuda_visible_devices: None,
+            cuda_device_order: None,
+            nvidia_visible_devices: None,
+            pytorch_cuda_alloc_conf: None,
+            in_tree,
+            ppid: None,
+            cmdline: None,
+        }
+    }
+}
+
 /// What kind of error the job hit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]

@@ -410,6 +410,17 @@ mod tests {
         (dir, sim)
     }
 
+    /// A sampler of both GPUs of a 2x16GiB box every millisecond, with no sink.
+    fn every_millisecond(sim: &SimBox) -> Sampler {
+        Sampler::start(
+            Arc::new(SimMonitor::new(sim.clone())),
+            vec![(0, 16 << 30), (1, 16 << 30)],
+            Instant::now(),
+            Duration::from_millis(1),
+            None,
+        )
+    }
+
     #[test]
     fn the_stop_signal_wakes_a_sleeper_before_its_deadline() {
         let stop = Arc::new(StopSignal::default());
@@ -475,13 +486,7 @@ mod tests {
     #[test]
     fn samples_every_device_and_sees_a_pulse() {
         let (_dir, sim) = sim_box("2x16GiB");
-        let s = Sampler::start(
-            Arc::new(SimMonitor::new(sim.clone())),
-            vec![(0, 16 << 30), (1, 16 << 30)],
-            Instant::now(),
-            Duration::from_millis(1),
-            None,
-        );
+        let s = every_millisecond(&sim);
         std::thread::sleep(Duration::from_millis(20));
         let mut drv = SimDriver::new(SimProcess::new(sim, None));
         let ctx = drv.create_context(1).unwrap();
@@ -500,13 +505,7 @@ mod tests {
     #[test]
     fn failed_queries_become_one_gap_per_device() {
         let (_dir, sim) = sim_box("2x16GiB");
-        let s = Sampler::start(
-            Arc::new(SimMonitor::new(sim.clone())),
-            vec![(0, 16 << 30), (1, 16 << 30)],
-            Instant::now(),
-            Duration::from_millis(1),
-            None,
-        );
+        let s = every_millisecond(&sim);
         std::thread::sleep(Duration::from_millis(30));
         sim.set_faults(&vramdoc_sim::Faults {
             lost_devices: vec![1],

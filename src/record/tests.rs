@@ -23,6 +23,31 @@ fn cadence(period_ms: u64, process_ms: u64) -> SamplerConfig {
     }
 }
 
+/// A recorder on a 16 GiB box whose periodic readings never come (memory every hour, no
+/// process rounds): only marks and boundaries read; and a driver on the box.
+fn marks_only_recorder() -> (tempfile::TempDir, Recorder, SimDriver) {
+    let (dir, sim, devices) = sim_box("1x16GiB");
+    let rec = on_box(
+        &sim,
+        &devices,
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    );
+    (dir, rec, SimDriver::new(SimProcess::new(sim, None)))
+}
+
+/// A recorder of `devices` on the box `sim`, started now with `config`.
+fn on_box(sim: &SimBox, devices: &[DeviceInfo], config: RecorderConfig) -> Recorder {
+    Recorder::start(
+        Box::new(SimMonitor::new(sim.clone())),
+        devices,
+        Instant::now(),
+        config,
+    )
+}
+
 const END: JobEnd = JobEnd {
     end_ms: 0.0,
     exit: None,
@@ -31,10 +56,9 @@ const END: JobEnd = JobEnd {
 #[test]
 fn process_lists_are_read_only_on_the_devices_that_matter() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
             list_policy: ListPolicy::Every,
@@ -72,10 +96,9 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
         ..Default::default()
     })
     .unwrap();
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim)),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
             list_policy: ListPolicy::Every,
@@ -109,10 +132,9 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
 #[test]
 fn failed_process_lists_become_one_gap_per_device() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
+    let rec = on_box(
+        &sim,
         &devices,
-        Instant::now(),
         RecorderConfig {
             list_policy: ListPolicy::Every,
             ..RecorderConfig::new(cadence(1, 5))
@@ -146,34 +168,16 @@ fn failed_process_lists_become_one_gap_per_device() {
 
 #[test]
 fn markers_read_memory_and_boundaries_reach_only_the_recording() {
-    let (_dir, sim, devices) = sim_box("1x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
-        &devices,
-        Instant::now(),
-        RecorderConfig::new(SamplerConfig {
-            period: Duration::from_secs(3600),
-            process_period: None,
-        }),
-    );
-    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let (_dir, rec, mut drv) = marks_only_recorder();
     let ctx = drv.create_context(0).unwrap();
     drv.alloc(ctx, 2 << 30).unwrap();
     let t = rec.mark(MarkerKind::Step, "load", None);
     rec.boundary(t + 1.0, MarkerKind::StepEnd, "load ended (ok)".into());
     rec.boundary_usage(t + 1.0, 42, &[2 << 30]);
     rec.process(RecordedProcess {
-        pid: 42,
         name: Some("worker".into()),
-        first_seen_ms: 0.0,
         exit_ms: Some(t + 2.0),
-        cuda_visible_devices: None,
-        cuda_device_order: None,
-        nvidia_visible_devices: None,
-        pytorch_cuda_alloc_conf: None,
-        in_tree: true,
-        ppid: None,
-        cmdline: None,
+        ..RecordedProcess::seen(42, 0.0, true)
     });
     rec.error(ErrorEvent {
         t_ms: t,
@@ -254,17 +258,7 @@ fn lists_on_change_stay_cheap_and_still_catch_a_256_mib_holder_of_one_second() {
 
 #[test]
 fn peaks_since_reads_only_the_new_readings() {
-    let (_dir, sim, devices) = sim_box("1x16GiB");
-    let rec = Recorder::start(
-        Box::new(SimMonitor::new(sim.clone())),
-        &devices,
-        Instant::now(),
-        RecorderConfig::new(SamplerConfig {
-            period: Duration::from_secs(3600),
-            process_period: None,
-        }),
-    );
-    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let (_dir, rec, mut drv) = marks_only_recorder();
     let ctx = drv.create_context(0).unwrap();
     let a = drv.alloc(ctx, 2 << 30).unwrap();
     rec.mark(MarkerKind::Marker, "loaded", None);

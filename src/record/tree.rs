@@ -118,19 +118,7 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>)
                 .collect()
         })
         .unwrap_or_default();
-    let pod = host::cgroup_paths(pid)
-        .ok()
-        .and_then(|paths| host::place_of(&paths))
-        .and_then(|pl| {
-            Some(Box::new(crate::model::PodRef {
-                uid: pl.pod_uid?,
-                namespace: None,
-                name: None,
-                container: None,
-                container_id: pl.container_id,
-                allocated_gpus: None,
-            }))
-        });
+    let pod = crate::pods::cgroup_pod(pid).map(Box::new);
     TreeProcess {
         gpu_env,
         via,

@@ -41,17 +41,10 @@ pub(super) fn feed_recording(
             }
         }
         recorder.process(RecordedProcess {
-            pid,
             name: Some("vramdoc __worker".into()),
-            first_seen_ms: 0.0,
             exit_ms: Some(end_ms),
             cuda_visible_devices: Some(view.pinned.clone()),
-            cuda_device_order: None,
-            nvidia_visible_devices: None,
-            pytorch_cuda_alloc_conf: None,
-            in_tree: true,
-            ppid: None,
-            cmdline: None,
+            ..RecordedProcess::seen(pid, 0.0, true)
         });
     }
     let event = match (&worker.error, &worker.failure) {

@@ -130,6 +130,20 @@ fn scalar(reg: &Registry, name: &str, help: &str, value: f64) -> Result<(), Prom
     Ok(())
 }
 
+/// A registry whose every series carries the `hostname` label when one is given.
+pub fn registry(hostname: Option<&str>) -> Result<Registry, PromError> {
+    Ok(match hostname {
+        Some(h) => Registry::new_custom(
+            None,
+            Some(std::collections::HashMap::from([(
+                "hostname".to_string(),
+                h.to_string(),
+            )])),
+        )?,
+        None => Registry::new(),
+    })
+}
+
 /// The exposition for one collection: `scan` is what it read and decided (`None` when it
 /// produced nothing).
 pub fn render(
@@ -137,16 +151,7 @@ pub fn render(
     collection: &Collection,
     opts: PromOptions,
 ) -> Result<String, PromError> {
-    let reg = match &collection.hostname {
-        Some(h) => Registry::new_custom(
-            None,
-            Some(std::collections::HashMap::from([(
-                "hostname".to_string(),
-                h.clone(),
-            )])),
-        )?,
-        None => Registry::new(),
-    };
+    let reg = registry(collection.hostname.as_deref())?;
     let build = gauge(
         &reg,
         "vramdoc_build_info",

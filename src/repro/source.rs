@@ -333,22 +333,15 @@ pub fn recording(src: &Source) -> Recording {
         },
         processes: pids
             .into_iter()
-            .map(|pid| RecordedProcess {
-                pid,
-                name: None,
-                first_seen_ms: src
-                    .processes
-                    .iter()
-                    .find(|p| p.pid == pid)
-                    .map_or(0.0, |p| p.t_ms),
-                exit_ms: None,
-                cuda_visible_devices: None,
-                cuda_device_order: None,
-                nvidia_visible_devices: None,
-                pytorch_cuda_alloc_conf: None,
-                in_tree: src.tree.contains(&pid),
-                ppid: None,
-                cmdline: None,
+            .map(|pid| {
+                RecordedProcess::seen(
+                    pid,
+                    src.processes
+                        .iter()
+                        .find(|p| p.pid == pid)
+                        .map_or(0.0, |p| p.t_ms),
+                    src.tree.contains(&pid),
+                )
             })
             .collect(),
         errors: src

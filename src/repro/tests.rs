@@ -57,19 +57,9 @@ fn staircase() -> Source {
             }
         }
     }
+    let mut one_gpu = job_on_one_gpu(total, samples, procs);
+    one_gpu.devices[0].name = "Simulated GPU 16GiB".into();
     Source {
-        devices: vec![SourceDevice {
-            index: 0,
-            name: "Simulated GPU 16GiB".into(),
-            total,
-        }],
-        series: vec![DeviceSeries {
-            device: 0,
-            total,
-            samples,
-        }],
-        processes: procs,
-        tree: [JOB].into_iter().collect(),
         markers,
         errors: vec![SourceError {
             t_ms: t + 10.0,
@@ -83,7 +73,44 @@ fn staircase() -> Source {
         process_period_ms: 100.0,
         period_ms: 100.0,
         exit_ms: None,
+        ..one_gpu
     }
+}
+
+/// A recording of one GPU of `total` bytes read as `samples`, its processes' readings
+/// `procs`; the job's tree is [`JOB`].
+fn job_on_one_gpu(total: u64, samples: Vec<(f64, u64)>, procs: Vec<ProcessSample>) -> Source {
+    Source {
+        devices: vec![SourceDevice {
+            index: 0,
+            name: "x".into(),
+            total,
+        }],
+        series: vec![DeviceSeries {
+            device: 0,
+            total,
+            samples,
+        }],
+        processes: procs,
+        tree: [JOB].into_iter().collect(),
+        ..Source::default()
+    }
+}
+
+/// The context overhead of the recorded boxes.
+const CTX: u64 = 448 * MIB;
+
+/// The job on one GPU of `total` bytes: a context (the job's process holds [`CTX`] at
+/// 100 ms), then the GPU at `claimed` bytes from 200 ms on.
+fn context_then_claim(total: u64, claimed: u64) -> Source {
+    let samples = vec![(0.0, 0), (100.0, CTX), (200.0, claimed), (300.0, claimed)];
+    let procs = vec![ProcessSample {
+        t_ms: 100.0,
+        device: 0,
+        pid: JOB,
+        used: Some(CTX),
+    }];
+    job_on_one_gpu(total, samples, procs)
 }
 
 fn spec_of(d: &[(String, u64)]) -> Option<String> {
@@ -146,29 +173,7 @@ fn the_file_keeps_no_path_or_host_from_marker_texts() {
 #[test]
 fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
     let total = 80 * GIB;
-    let ctx = 448 * MIB;
-    let claimed = (0.9 * total as f64) as u64 + ctx;
-    let samples = vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)];
-    let src = Source {
-        devices: vec![SourceDevice {
-            index: 0,
-            name: "x".into(),
-            total,
-        }],
-        series: vec![DeviceSeries {
-            device: 0,
-            total,
-            samples,
-        }],
-        processes: vec![ProcessSample {
-            t_ms: 100.0,
-            device: 0,
-            pid: JOB,
-            used: Some(ctx),
-        }],
-        tree: [JOB].into_iter().collect(),
-        ..Source::default()
-    };
+    let src = context_then_claim(total, (0.9 * total as f64) as u64 + CTX);
     let c = convert_source(&src, spec_of).unwrap();
     assert!(
         c.scenario
@@ -187,28 +192,8 @@ fn a_recognised_utilisation_claim_is_kept_as_that_fraction() {
 fn a_vllm_budget_counting_the_context_is_a_claim_where_a_context_is_within_a_step() {
     use super::convert::convert;
     let one = |total: u64| {
-        let ctx = 448 * MIB;
-        let claimed = (0.9 * total as f64) as u64; // context included, as vLLM counts
-        let src = Source {
-            devices: vec![SourceDevice {
-                index: 0,
-                name: "x".into(),
-                total,
-            }],
-            series: vec![DeviceSeries {
-                device: 0,
-                total,
-                samples: vec![(0.0, 0), (100.0, ctx), (200.0, claimed), (300.0, claimed)],
-            }],
-            processes: vec![ProcessSample {
-                t_ms: 100.0,
-                device: 0,
-                pid: JOB,
-                used: Some(ctx),
-            }],
-            tree: [JOB].into_iter().collect(),
-            ..Source::default()
-        };
+        // Context included, as vLLM counts.
+        let src = context_then_claim(total, (0.9 * total as f64) as u64);
         let (s, _) = convert(&src, 0.0, None).unwrap();
         s.steps
             .iter()
@@ -237,21 +222,7 @@ fn a_long_noisy_recording_is_coalesced_under_the_cap_keeping_the_big_steps() {
             used: Some(used),
         });
     }
-    let src = Source {
-        devices: vec![SourceDevice {
-            index: 0,
-            name: "x".into(),
-            total,
-        }],
-        series: vec![DeviceSeries {
-            device: 0,
-            total,
-            samples,
-        }],
-        processes: procs,
-        tree: [JOB].into_iter().collect(),
-        ..Source::default()
-    };
+    let src = job_on_one_gpu(total, samples, procs);
     let c = convert_source(&src, spec_of).unwrap();
     assert!(c.summary.steps_before > MAX_STEPS, "{:?}", c.summary);
     assert!(c.scenario.steps.len() <= MAX_STEPS, "{:?}", c.summary);

@@ -336,14 +336,9 @@ mod tests {
     use crate::diagnose::Thresholds;
     use crate::inventory::PidNamespace;
 
-    #[test]
-    fn a_lost_gpu_is_a_finding_and_the_others_keep_their_metrics() {
-        use crate::backend::sim::SimMonitor;
-        use vramdoc_sim::{Faults, InitOptions, SimBox};
-        let dir = tempfile::tempdir().unwrap();
-        let sim = SimBox::create(dir.path(), "3x16GiB", &InitOptions::default()).unwrap();
-        let monitor = SimMonitor::new(sim.clone());
-        let cfg = CollectConfig {
+    /// Collection in the host PID namespace with default thresholds and options.
+    fn host_config(hostname: Option<String>) -> CollectConfig {
+        CollectConfig {
             scan: ScanConfig {
                 sim_spec: None,
                 pid_namespace: PidNamespace {
@@ -354,8 +349,18 @@ mod tests {
                 pods: Default::default(),
             },
             options: PromOptions::default(),
-            hostname: None,
-        };
+            hostname,
+        }
+    }
+
+    #[test]
+    fn a_lost_gpu_is_a_finding_and_the_others_keep_their_metrics() {
+        use crate::backend::sim::SimMonitor;
+        use vramdoc_sim::{Faults, InitOptions, SimBox};
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "3x16GiB", &InitOptions::default()).unwrap();
+        let monitor = SimMonitor::new(sim.clone());
+        let cfg = host_config(None);
         let ok = collect(&monitor, &cfg);
         assert!(ok.error.is_none(), "{:?}", ok.error);
         assert_eq!(ok.scan.map(|s| s.devices.len()), Some(3));
@@ -421,19 +426,7 @@ mod tests {
         use vramdoc_sim::{InitOptions, SimBox};
         let dir = tempfile::tempdir().unwrap();
         let sim = SimBox::create(dir.path(), "t4", &InitOptions::default()).unwrap();
-        let cfg = CollectConfig {
-            scan: ScanConfig {
-                sim_spec: None,
-                pid_namespace: PidNamespace {
-                    host: true,
-                    reason: "test".into(),
-                },
-                thresholds: Thresholds::default(),
-                pods: Default::default(),
-            },
-            options: PromOptions::default(),
-            hostname: Some("n1".into()),
-        };
+        let cfg = host_config(Some("n1".into()));
         for release_between in [false, true] {
             let opens = Arc::new(AtomicU32::new(0));
             let (o, s) = (opens.clone(), sim.clone());

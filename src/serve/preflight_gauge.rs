@@ -5,8 +5,8 @@
 
 use crate::model::Report;
 use crate::preflight::{self, Selection};
-use crate::report::prom::PromError;
-use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use crate::report::prom::{registry, PromError};
+use prometheus::{Encoder, GaugeVec, Opts, TextEncoder};
 
 /// The problem kinds exported (0 when absent); `not-enough-free` needs `--need`, which
 /// serve does not have.
@@ -34,16 +34,7 @@ pub fn render(report: &Report, hostname: Option<&str>) -> Result<String, PromErr
         },
         None,
     );
-    let reg = match hostname {
-        Some(h) => Registry::new_custom(
-            None,
-            Some(std::collections::HashMap::from([(
-                "hostname".to_string(),
-                h.to_string(),
-            )])),
-        )?,
-        None => Registry::new(),
-    };
+    let reg = registry(hostname)?;
     let ok = GaugeVec::new(
         Opts::new(
             "vramdoc_preflight_ok",

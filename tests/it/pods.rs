@@ -10,11 +10,12 @@
 use crate::common;
 
 use common::clients::{detached, CliBox};
+use common::exporter::Serve;
 use common::json_ok;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use vramdoc::host::podresources::{
@@ -130,6 +131,19 @@ fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> Path
     pods
 }
 
+/// A container started by the box's runtime daemon on GPU `gpu` in the cgroup `cgroup`
+/// (`{id}` stands for its id): `sim run --detach`'s JSON.
+fn in_cgroup(b: &CliBox, gpu: &str, cgroup: &str) -> Value {
+    detached(b, &["--gpus", gpu, "--cgroup", cgroup])
+}
+
+/// The kubelet's log directories under `root` for the container `c` (as [`in_cgroup`] gives
+/// it) as `ml/llm-0`'s container `vllm` of pod [`UID_A`].
+fn llm_pod_logs(root: &Path, c: &Value) -> PathBuf {
+    let id = c["id"].as_str().expect("container id");
+    kubelet_logs(root, &[("ml", "llm-0", UID_A, "vllm", id)])
+}
+
 fn process(scan: &Value, pid: u64) -> &Value {
     scan["scan"]["processes"]
         .as_array()
@@ -143,15 +157,7 @@ fn process(scan: &Value, pid: u64) -> &Value {
 #[test]
 fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
     let b = CliBox::new("2x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "1",
-            "--cgroup",
-            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "1", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let us = UID_B.replace('-', "_");
     let c = detached(
         &b,
@@ -286,28 +292,9 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
         "{metrics}"
     );
     // promtool lints the exposition (skipped only where VRAMDOC_ALLOW_SKIP allows `prometheus`).
-    let promtool =
-        common::skip::require!("prometheus", common::skip::tool("promtool", "prometheus"));
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::skip::require!("prometheus", common::skip::tool("promtool", "prometheus"));
+    let (ok, out) = common::exporter::promtool_check_metrics(&metrics);
+    assert!(ok, "promtool check metrics: {out}");
 }
 
 /// Without the kubelet's socket the pods are still named (log directories) but allocations
@@ -315,20 +302,9 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
 #[test]
 fn a_missing_socket_is_one_note_and_no_allocation_finding() {
     let b = CliBox::new("2x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "1",
-            "--cgroup",
-            &format!("kubepods/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "1", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
-    let log_dir = kubelet_logs(
-        tmp.path(),
-        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
-    );
+    let log_dir = llm_pod_logs(tmp.path(), &a);
     let out = b
         .vramdoc()
         .args(["scan", "--json", "--pod-resources-socket"])
@@ -353,71 +329,22 @@ fn a_missing_socket_is_one_note_and_no_allocation_finding() {
     );
 }
 
-/// `vramdoc serve --per-process --interval 200ms` with the pod flags, killed on drop.
-struct Exporter {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Exporter {
-    fn start(b: &CliBox, socket: &Path, log_dir: &Path) -> Exporter {
-        Exporter::start_with(b, socket, log_dir, &[])
-    }
-
-    fn start_with(b: &CliBox, socket: &Path, log_dir: &Path, extra: &[&str]) -> Exporter {
-        let mut child = b
-            .vramdoc()
-            .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
-            .arg("--per-process")
-            .args(extra)
-            .arg("--pod-resources-socket")
-            .arg(socket)
-            .arg("--pod-log-dir")
-            .arg(log_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = loop {
-            let Some(Ok(line)) = lines.next() else {
-                let _ = child.kill();
-                panic!("serve ended before listening");
-            };
-            if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
-                break rest.split('/').next().unwrap().to_string();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Exporter { child, addr }
-    }
-
-    fn metrics(&self) -> String {
-        let mut s = std::net::TcpStream::connect(&self.addr).expect("connect");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut resp = String::new();
-        let _ = s.read_to_string(&mut resp);
-        let (head, body) = resp
-            .split_once("\r\n\r\n")
-            .unwrap_or_else(|| panic!("{resp}"));
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        body.to_string()
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `vramdoc serve --per-process --interval 200ms EXTRA` with the pod flags, killed on drop.
+fn exporter(b: &CliBox, socket: &Path, log_dir: &Path, extra: &[&str]) -> Serve {
+    let mut flags: Vec<&OsStr> = vec!["--per-process".as_ref()];
+    flags.extend(extra.iter().map(OsStr::new));
+    flags.extend([
+        "--pod-resources-socket".as_ref(),
+        socket.as_os_str(),
+        "--pod-log-dir".as_ref(),
+        log_dir.as_os_str(),
+    ]);
+    Serve::spawn(b.vramdoc(), flags)
 }
 
 /// The first exposition of an exporter with the pod flags.
 fn serve_metrics(b: &CliBox, socket: &Path, log_dir: &Path) -> String {
-    Exporter::start(b, socket, log_dir).metrics()
+    exporter(b, socket, log_dir, &[]).metrics()
 }
 
 /// The series line of `pid` in an exposition, if any.
@@ -438,25 +365,14 @@ fn process_series(metrics: &str, pid: u64) -> Option<String> {
 fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
     let b = CliBox::new("1x16GiB", &[]);
     b.fault(&["--keep-dead"]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/besteffort/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/besteffort/pod{UID_A}/{{id}}"));
     let pid = a["pid"].as_u64().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let log_dir = kubelet_logs(
-        tmp.path(),
-        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
-    );
+    let log_dir = llm_pod_logs(tmp.path(), &a);
     let uuid = b.sim().devices()[0].uuid.clone();
     let socket = tmp.path().join("kubelet.sock");
     let _server = PodResourcesServer::start(&socket, vec![pod("ml", "llm-0", "vllm", &[&uuid])]);
-    let exporter = Exporter::start(&b, &socket, &log_dir);
+    let exporter = exporter(&b, &socket, &log_dir, &[]);
     let live = process_series(&exporter.metrics(), pid).expect("the live process's series");
     assert!(live.contains("pod=\"llm-0\""), "{live}");
     // SAFETY: kill(2) on the container's main process, which this test started.
@@ -505,14 +421,10 @@ fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
 fn run_names_the_pod_of_the_job_s_processes() {
     let b = CliBox::new("1x16GiB", &[]);
     let us = UID_A.replace('-', "_");
-    let a = detached(
+    let a = in_cgroup(
         &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods.slice/kubepods-pod{us}.slice/crio-{{id}}.scope"),
-        ],
+        "0",
+        &format!("kubepods.slice/kubepods-pod{us}.slice/crio-{{id}}.scope"),
     );
     let (pid, id) = (a["pid"].as_u64().unwrap(), a["id"].as_str().unwrap());
     let tmp = tempfile::tempdir().unwrap();
@@ -547,27 +459,16 @@ fn run_names_the_pod_of_the_job_s_processes() {
 #[test]
 fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
     let b = CliBox::new("2x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
-    let log_dir = kubelet_logs(
-        tmp.path(),
-        &[("ml", "llm-0", UID_A, "vllm", a["id"].as_str().unwrap())],
-    );
+    let log_dir = llm_pod_logs(tmp.path(), &a);
     let uuids: Vec<String> = b.sim().devices().iter().map(|d| d.uuid.clone()).collect();
     let socket = tmp.path().join("kubelet.sock");
     let _server = PodResourcesServer::start(
         &socket,
         vec![pod("ml", "llm-0", "vllm", &[&uuids[0], &uuids[1]])],
     );
-    let exporter = Exporter::start_with(&b, &socket, &log_dir, &["--allocation-idle-after", "1s"]);
+    let exporter = exporter(&b, &socket, &log_dir, &["--allocation-idle-after", "1s"]);
     let idle = |m: &str| finding_value(m, "allocated-gpu-idle", "info");
     assert_eq!(idle(&exporter.metrics()), Some(0));
     common::poll::eventually(common::poll::SECS_10, "the idle GPU is reported", || {
@@ -601,15 +502,7 @@ fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
 #[test]
 fn hostile_pod_names_never_reach_the_terminal_raw() {
     let b = CliBox::new("1x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
     let log_dir = kubelet_logs(
         tmp.path(),
@@ -670,15 +563,7 @@ fn hostile_pod_names_never_reach_the_terminal_raw() {
 fn pods_are_found_from_inside_a_cgroup_namespace() {
     common::skip::require!("unshare", common::skip::unshare());
     let b = CliBox::new("1x16GiB", &[]);
-    let a = detached(
-        &b,
-        &[
-            "--gpus",
-            "0",
-            "--cgroup",
-            &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
-        ],
-    );
+    let a = in_cgroup(&b, "0", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let pid = a["pid"].as_u64().unwrap();
     let inside = |cmd: &[&str]| {
         let o = b
@@ -710,14 +595,10 @@ fn pods_are_found_from_inside_a_cgroup_namespace() {
 /// The value of `vramdoc_findings{rule, severity}` in an exposition, whatever other labels
 /// (the node's `hostname`) the series carries.
 fn finding_value(metrics: &str, rule: &str, severity: &str) -> Option<u64> {
-    let (rule, severity) = (
-        format!("rule=\"{rule}\""),
-        format!("severity=\"{severity}\""),
-    );
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("vramdoc_findings{"))
-        .find(|l| l.contains(&rule) && l.contains(&severity))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    common::exporter::sample(
+        metrics,
+        "vramdoc_findings",
+        &[("rule", rule), ("severity", severity)],
+    )
+    .map(|v| v as u64)
 }

@@ -36,6 +36,28 @@ fn run_sleeping(dir: &Path, backend: &str, samples: &Path, report: &Path) -> Kil
     KillOnDrop(c.spawn().expect("start vramdoc run"))
 }
 
+/// `vramdoc run --period 20ms --process-period 100ms --out REPORT` on the box `dir`; the
+/// command to run follows.
+fn run_to(dir: &Path, report: &Path) -> std::process::Command {
+    let mut c = on_box(dir);
+    c.args([
+        "run",
+        "--period",
+        "20ms",
+        "--process-period",
+        "100ms",
+        "--out",
+    ])
+    .arg(report);
+    c
+}
+
+/// The report a `vramdoc run` wrote to `report`, after checking it exited 0.
+fn report_of(o: &std::process::Output, report: &Path) -> Value {
+    common::assert_ok(o, "vramdoc run");
+    serde_json::from_slice(&std::fs::read(report).expect("read the report")).expect("report JSON")
+}
+
 /// The stream's lines of type `kind`.
 fn lines_of(samples: &Path, kind: &str) -> Vec<Value> {
     std::fs::read_to_string(samples)
@@ -191,27 +213,12 @@ fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
     let tmp = tempfile::tempdir().unwrap();
     let report = tmp.path().join("r.json");
     let exe = env!("CARGO_BIN_EXE_vramdoc");
-    let o = on_box(boxdir.path())
-        .args([
-            "run",
-            "--period",
-            "20ms",
-            "--process-period",
-            "100ms",
-            "--out",
-        ])
-        .arg(&report)
+    let o = run_to(boxdir.path(), &report)
         .args(["--", exe, "sim", "hold", "--device", "0", "--size", "2GiB"])
         .args(["--also-graphics", "--duration", "1500ms"])
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = report_of(&o, &report);
     let peak = r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap();
     assert!(
         (2 * GIB..3 * GIB).contains(&peak),
@@ -382,16 +389,7 @@ fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
     let worker = format!(
         "sleep 1; echo \"(VllmWorker pid=$$) {oom}\" >&2; sleep 0.5; echo \"{oom}\" >&2; sleep 0.5"
     );
-    let o = on_box(boxdir.path())
-        .args([
-            "run",
-            "--period",
-            "20ms",
-            "--process-period",
-            "100ms",
-            "--out",
-        ])
-        .arg(&report)
+    let o = run_to(boxdir.path(), &report)
         .args([
             "--",
             "sh",
@@ -401,13 +399,7 @@ fn an_error_line_is_mapped_through_the_printing_processs_own_variables() {
         .arg(&worker)
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = report_of(&o, &report);
     let errors = r["run"]["errors"].as_array().cloned().unwrap_or_default();
     let device_of = |prefixed: bool| {
         errors

@@ -4,17 +4,13 @@
 //! the same fingerprint and the OOM in the same phase, completes on a larger box, keeps no
 //! argv, environment value or path of the job; `whatif` over five presets; bad input.
 
-use crate::common::{self, hold::Holder, simgpu_lib_dir, vramdoc, KillOnDrop};
+use crate::common::{self, hold::Holder, simgpu_lib_dir, stderr, vramdoc, KillOnDrop};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
 const GIB: u64 = 1 << 30;
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// The cadence the Python shapes are recorded at.
 const CADENCE: [&str; 4] = ["--period", "20ms", "--process-period", "100ms"];

@@ -5,46 +5,13 @@
 use crate::common;
 
 use common::poll::{eventually, SECS_10};
-use common::{simgpu_lib_dir, vramdoc};
+use common::{run_job, simgpu_lib_dir, stderr, vramdoc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 const GIB: u64 = 1 << 30;
 const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// `vramdoc --sim 2x16GiB run --process-period 100ms --out DIR/run.json [extra] -- cmd…`,
-/// with crates/simgpu on LD_LIBRARY_PATH for the command. Returns the output and the report.
-fn run_job(dir: &Path, extra: &[&str], cmd: &[&str]) -> (Output, Value) {
-    let out = dir.join("run.json");
-    let o = vramdoc()
-        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
-        .args([
-            "--sim",
-            "2x16GiB",
-            "run",
-            "--process-period",
-            "100ms",
-            "--period",
-            "20ms",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .args(extra)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .expect("run vramdoc");
-    let report = std::fs::read(&out)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null);
-    (o, report)
-}
 
 fn python_job(actions: &[&str]) -> Vec<String> {
     let mut v = vec!["python3".to_string(), JOB.to_string()];

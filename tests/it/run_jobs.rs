@@ -9,6 +9,7 @@ use crate::common;
 use common::clients::CliBox;
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
+use common::stderr;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -16,10 +17,6 @@ use std::process::{Command, Output, Stdio};
 const GIB: u64 = 1 << 30;
 const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
 const EXE: &str = env!("CARGO_BIN_EXE_vramdoc");
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn report(path: &Path) -> Value {
     std::fs::read(path)

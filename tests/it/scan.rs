@@ -5,10 +5,13 @@ use crate::common;
 
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
-use common::{assert_ok, fresh_box, json_ok, on_box, sim_fault, vramdoc};
+use common::scans::{
+    all_ids, evidence_bytes, fail_on, findings, process, run, scan_cmd, scan_json, scan_json_with,
+    used_on,
+};
+use common::{assert_ok, fresh_box, json_ok, sim_fault, vramdoc};
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -17,76 +20,6 @@ const CTX: u64 = 448 * MIB;
 /// Reserved memory of a generic 24 GiB card (1 % of total, at least 256 MiB).
 const RESERVED_24: u64 = 256 * MIB;
 const TOTAL_24: u64 = 24 * GIB;
-
-fn scan_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = on_box(dir);
-    c.arg("scan").args(args);
-    c
-}
-
-fn run(mut c: Command) -> Output {
-    c.output().expect("run vramdoc")
-}
-
-fn scan_json_with(dir: &Path, pidns: &str) -> Value {
-    let out = run({
-        let mut c = scan_cmd(dir, &["--json"]);
-        c.env("VRAMDOC_PIDNS", pidns);
-        c
-    });
-    json_ok(&out, "scan --json")
-}
-
-fn scan_json(dir: &Path) -> Value {
-    scan_json_with(dir, "host")
-}
-
-fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
-    v["scan"]["findings"]
-        .as_array()
-        .expect("findings array")
-        .iter()
-        .filter(|f| f["id"] == id)
-        .collect()
-}
-
-fn all_ids(v: &Value) -> Vec<String> {
-    v["scan"]["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .map(|f| f["id"].as_str().unwrap_or("").to_string())
-        .collect()
-}
-
-fn evidence_bytes(f: &Value, label_start: &str) -> Option<u64> {
-    f["evidence"]
-        .as_array()?
-        .iter()
-        .find(|e| {
-            e["label"]
-                .as_str()
-                .is_some_and(|l| l.starts_with(label_start))
-        })
-        .and_then(|e| e["bytes"].as_u64())
-}
-
-fn process(v: &Value, pid: u32) -> &Value {
-    v["scan"]["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in scan"))
-}
-
-fn used_on(p: &Value, device: u32) -> Option<u64> {
-    p["devices"]
-        .as_array()?
-        .iter()
-        .find(|u| u["device"] == device)
-        .and_then(|u| u["used"].as_u64())
-}
 
 #[test]
 fn clean_box_yields_no_finding() {
@@ -141,18 +74,8 @@ fn neighbour_holding_memory_shows_numbers_and_headroom() {
     assert_eq!(v["scan"]["headroom"][0]["max_gpu_memory_utilization"], 0.61);
     assert_eq!(v["scan"]["headroom"][1]["max_gpu_memory_utilization"], 0.96);
     // Info only: --fail-on warn passes, --fail-on info fails.
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "warn"]))
-            .status
-            .code(),
-        Some(0)
-    );
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "info"]))
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(fail_on(b.path(), "warn"), Some(0));
+    assert_eq!(fail_on(b.path(), "info"), Some(1));
 }
 
 #[test]
@@ -183,18 +106,8 @@ fn stray_context_outside_cuda_visible_devices() {
         .as_str()
         .unwrap()
         .contains("CUDA_VISIBLE_DEVICES"));
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "warn"]))
-            .status
-            .code(),
-        Some(1)
-    );
-    assert_eq!(
-        run(scan_cmd(b.path(), &["--fail-on", "error"]))
-            .status
-            .code(),
-        Some(0)
-    );
+    assert_eq!(fail_on(b.path(), "warn"), Some(1));
+    assert_eq!(fail_on(b.path(), "error"), Some(0));
 }
 
 #[test]
@@ -264,12 +177,7 @@ mod process_dying_while_holding_memory {
         );
         assert_eq!(evidence_bytes(f[0], "held by live processes"), Some(0));
         assert_eq!(process(&v, pid)["visible"], false);
-        assert_eq!(
-            run(scan_cmd(b.path(), &["--fail-on", "error"]))
-                .status
-                .code(),
-            Some(1)
-        );
+        assert_eq!(fail_on(b.path(), "error"), Some(1));
     }
 
     /// Seen from a container namespace the same PID is invisible, not dead: no guessing.
@@ -516,12 +424,7 @@ mod environment_and_usage_errors_have_documented_codes {
     #[test]
     fn bad_fail_on_level_is_2() {
         let b = fresh_box("1x16GiB");
-        assert_eq!(
-            run(scan_cmd(b.path(), &["--fail-on", "fatal"]))
-                .status
-                .code(),
-            Some(2)
-        );
+        assert_eq!(fail_on(b.path(), "fatal"), Some(2));
     }
 }
 

@@ -1,190 +1,25 @@
 //! End-to-end tests of `vramdoc serve` (the Prometheus exporter) and `scan --prom`: the
-//! exporter runs as its own process on a loopback port over a shared simulated box, with
+//! exporter runs as its own process on a loopback port (`common::exporter::Serve`) over a shared simulated box, with
 //! holder processes staged by `vramdoc sim hold`; a real Prometheus server (Debian's
 //! `prometheus` package, installed by scripts/test) scrapes it and `promtool` lints the
 //! exposition and tests the shipped alert rules. Every wait is bounded.
 
 use crate::common;
 
+use common::exporter::{
+    http, prometheus_tools, promtool_check_metrics, read_response, sample, serve_fresh, tool, Serve,
+};
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
 use common::{assert_ok, fresh_box, on_box, vramdoc};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const GIB: u64 = 1024 * 1024 * 1024;
-
-/// `vramdoc serve` on 127.0.0.1 (port chosen by the kernel), killed on drop.
-pub(crate) struct Serve {
-    pub(crate) child: Child,
-    pub(crate) addr: SocketAddr,
-}
-
-impl Serve {
-    /// `vramdoc GLOBAL serve --listen 127.0.0.1:0 --interval 200ms EXTRA`.
-    pub(crate) fn start(
-        dir: &Path,
-        extra_env: &[(&str, &Path)],
-        global: &[&str],
-        extra: &[&str],
-    ) -> Serve {
-        let mut cmd = on_box(dir);
-        cmd.args(global)
-            .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200ms"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in extra_env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn vramdoc serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let mut seen = String::new();
-        let addr = loop {
-            let Some(Ok(line)) = lines.next() else {
-                let _ = child.kill();
-                panic!("serve ended before listening: {seen}");
-            };
-            seen.push_str(&line);
-            seen.push('\n');
-            if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
-                let a = rest.split('/').next().expect("address");
-                break a.parse::<SocketAddr>().expect("socket address");
-            }
-        };
-        // Keep draining stderr so the exporter never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Serve { child, addr }
-    }
-
-    pub(crate) fn get(&self, path: &str) -> (u16, String) {
-        http(
-            self.addr,
-            &format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n"),
-        )
-    }
-
-    pub(crate) fn metrics(&self) -> String {
-        let (status, body) = self.get("/metrics");
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    /// SIGTERM, then the exit status (bounded wait).
-    pub(crate) fn terminate(mut self) -> Option<i32> {
-        // SAFETY: kill(2) on our own child's PID.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = eventually(SECS_10, "vramdoc serve to exit after SIGTERM", || {
-            self.child.try_wait().ok().flatten()
-        });
-        status.code()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP exchange on a fresh connection: (status, body).
-pub(crate) fn http(addr: SocketAddr, request: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(request.as_bytes()).expect("send");
-    read_response(&mut s)
-}
-
-pub(crate) fn read_response(s: &mut TcpStream) -> (u16, String) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let (head_end, len) = loop {
-        let n = s.read(&mut chunk).expect("read response");
-        assert!(n > 0, "connection closed without a response");
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().expect("length"))
-                .expect("content-length");
-            break (i + 4, len);
-        }
-    };
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).expect("read body");
-        assert!(n > 0, "short body");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let status = head[9..12].parse().expect("status code");
-    let body = String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string();
-    (
-        status,
-        format!("{body}{}", if status == 405 { head } else { String::new() }),
-    )
-}
-
-/// The value of the one series of `name` whose labels include every `k="v"` in `labels`.
-pub(crate) fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// `prometheus` and `promtool` are installed, or what is missing: these tests scrape vramdoc
-/// with a real Prometheus server and lint with promtool (scripts/test installs them).
-pub(crate) fn prometheus_tools() -> Result<(), String> {
-    for name in ["prometheus", "promtool"] {
-        common::skip::tool(name, "prometheus")?;
-    }
-    Ok(())
-}
-
-/// The path of `name` (checked by [`prometheus_tools`] at the start of the test).
-fn tool(name: &str) -> PathBuf {
-    common::skip::tool(name, "prometheus").unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// `promtool check metrics` on an exposition: (success, output).
-pub(crate) fn promtool_check_metrics(text: &str) -> (bool, String) {
-    let mut child = Command::new(tool("promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed promtool");
-    let out = child.wait_with_output().expect("promtool output");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
 
 /// The shipped alert rules, loaded by [`Prometheus`].
 fn alert_rules_file() -> PathBuf {
@@ -487,8 +322,7 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
 /// Keep-alive: two requests on one connection.
 #[test]
 fn keep_alive_serves_two_requests_on_one_connection() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let mut s = TcpStream::connect_timeout(&serve.addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for _ in 0..2 {
@@ -501,8 +335,7 @@ fn keep_alive_serves_two_requests_on_one_connection() {
 /// Bad requests get their status codes.
 #[test]
 fn bad_requests_get_their_status_codes() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let (status, head) = http(serve.addr, "POST /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(status, 405, "POST: {head}");
     assert!(

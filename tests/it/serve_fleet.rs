@@ -3,12 +3,12 @@
 //! --nvml-session-lost`) and found again without a restart, seen by `/healthz`;
 //! `--release-between`; the node name label; SIGTERM during the first collection; the HTTP
 //! details (HEAD, 405 with Allow, query strings, Content-Type, 400). The exporter runs as its
-//! own process (`crate::serve::Serve`); every wait is bounded (hang detectors, not speed
+//! own process (`common::exporter::Serve`); every wait is bounded (hang detectors, not speed
 //! assertions).
 
 use crate::common;
-use crate::serve::{http, read_response, sample, Serve};
 
+use common::exporter::{http, read_response, sample, serve_fresh, Serve};
 use common::poll::{eventually, SECS_10};
 use common::{fresh_box, on_box};
 use std::io::{Read, Write};
@@ -152,8 +152,7 @@ fn three_hundred_slow_and_idle_clients_never_block_a_scrape() {
 /// never sends one; beyond 64 idle keep-alives the oldest are closed, the newest kept.
 #[test]
 fn deadlines_close_slow_heads_and_the_oldest_idle_keep_alives() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let mut silent = connect(serve.addr);
     let mut slow = connect(serve.addr);
     slow.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
@@ -194,8 +193,7 @@ fn deadlines_close_slow_heads_and_the_oldest_idle_keep_alives() {
 /// a scrape is answered.
 #[test]
 fn past_the_connection_limit_a_scrape_still_gets_through() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let mut crowd: Vec<TcpStream> = (0..600).map(|_| connect(serve.addr)).collect();
     let (status, text) = serve.get("/metrics");
     assert_eq!(status, 200, "{text}");
@@ -209,8 +207,7 @@ fn past_the_connection_limit_a_scrape_still_gets_through() {
 /// requests.
 #[test]
 fn http_is_strict_and_standard() {
-    let dir = fresh_box("t4");
-    let serve = Serve::start(dir.path(), &[], &[], &[]);
+    let (_dir, serve) = serve_fresh("t4");
     let mut s = connect(serve.addr);
     // HEAD then GET on one connection: HEAD's answer has headers only (else the GET's
     // answer would not follow at once).
@@ -442,7 +439,7 @@ fn sigterm_during_the_first_collection_exits_0() {
 /// metrics` with them and the `hostname` label.
 #[test]
 fn preflight_gauges_refuse_a_busy_gpu_and_accept_a_clean_one() {
-    common::skip::require!("prometheus", crate::serve::prometheus_tools());
+    common::skip::require!("prometheus", common::exporter::prometheus_tools());
     let dir = fresh_box("2x24GiB");
     let _h = common::hold::Holder::start(dir.path(), &[], &["--device", "1", "--size", "1GiB"]);
     let serve = Serve::start(dir.path(), &[], &[], &[]);
@@ -473,7 +470,7 @@ fn preflight_gauges_refuse_a_busy_gpu_and_accept_a_clean_one() {
         Some(0.0),
         "{text}"
     );
-    let (ok, out) = crate::serve::promtool_check_metrics(&text);
+    let (ok, out) = common::exporter::promtool_check_metrics(&text);
     assert!(ok, "promtool check metrics: {out}\n{text}");
 }
 

@@ -2,15 +2,11 @@
 
 use crate::common;
 
-use common::vramdoc;
+use common::{stderr, vramdoc};
 
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 #[test]
 fn init_prints_a_box_that_status_reads() {
     let tmp = tempfile::tempdir().unwrap();

@@ -6,86 +6,14 @@
 use crate::common;
 
 use common::hold::Holder;
-use common::{assert_ok, fresh_box, json_ok, on_box, simgpu_lib_dir, vramdoc};
-use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output};
+use common::scans::{all_ids, process, run, scan_cmd, scan_json, used_on};
+use common::{assert_ok, fresh_box, json_ok, run_job, simgpu_lib_dir, stderr, vramdoc};
+use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 /// Context overhead of a default box.
 const CTX: u64 = 448 * MIB;
-
-fn scan_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = on_box(dir);
-    c.arg("scan").args(args);
-    c
-}
-
-fn run(mut c: Command) -> Output {
-    c.output().expect("run vramdoc")
-}
-
-fn scan_json(dir: &Path) -> Value {
-    json_ok(&run(scan_cmd(dir, &["--json"])), "scan --json")
-}
-
-fn all_ids(v: &Value) -> Vec<String> {
-    v["scan"]["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .map(|f| f["id"].as_str().unwrap_or("").to_string())
-        .collect()
-}
-
-fn process(v: &Value, pid: u32) -> &Value {
-    v["scan"]["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in scan"))
-}
-
-fn used_on(p: &Value, device: u32) -> Option<u64> {
-    p["devices"]
-        .as_array()?
-        .iter()
-        .find(|u| u["device"] == device)
-        .and_then(|u| u["used"].as_u64())
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// `vramdoc --sim 2x16GiB run --out DIR/run.json -- cmd…`: its output and the report.
-fn run_job(dir: &Path, cmd: &[&str]) -> (Output, Value) {
-    let out = dir.join("run.json");
-    let o = vramdoc()
-        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
-        .args([
-            "--sim",
-            "2x16GiB",
-            "run",
-            "--process-period",
-            "100ms",
-            "--period",
-            "20ms",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .expect("run vramdoc");
-    let report = std::fs::read(&out)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null);
-    (o, report)
-}
 
 /// Issue 19, item 1: a live process whose name (its binary's, or one it set with
 /// `prctl(PR_SET_NAME)`) or an argument is not UTF-8 is shown as the owner of its memory, its
@@ -293,7 +221,7 @@ fn job_processes_with_names_that_are_not_utf8_are_recorded_escaped() {
     let tmp = tempfile::tempdir().unwrap();
     let script = r#"ln -s /bin/sh "$0/$(printf 'caf\351')" && "$0/$(printf 'caf\351')" -c 'sleep 0.5' "$(printf 'x\377y')""#;
     let dir = tmp.path().to_str().unwrap();
-    let (o, r) = run_job(tmp.path(), &["sh", "-c", script, dir]);
+    let (o, r) = run_job(tmp.path(), &[], &["sh", "-c", script, dir]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let procs = r["run"]["processes"].as_array().expect("processes");
     let cafe = procs

@@ -84,7 +84,9 @@ pub fn visible_devices(env: Option<&str>, uuids: &[String]) -> Vec<u32> {
     out
 }
 
-fn resolve(token: &str, uuids: &[String]) -> Option<u32> {
+/// One device ID as CUDA reads it: an index below the device count, or a `GPU-` UUID or
+/// unique prefix of one (case ignored); `None` for anything else.
+pub fn resolve(token: &str, uuids: &[String]) -> Option<u32> {
     if token.is_empty() {
         return None;
     }
@@ -92,20 +94,24 @@ fn resolve(token: &str, uuids: &[String]) -> Option<u32> {
         let i: u32 = token.parse().ok()?;
         return ((i as usize) < uuids.len()).then_some(i);
     }
-    let lower = token.to_ascii_lowercase();
-    if !lower.starts_with("gpu-") {
+    if !token.to_ascii_lowercase().starts_with("gpu-") {
         return None;
     }
-    let matches: Vec<u32> = uuids
+    match uuid_matches(token, uuids).as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// The indices of the devices whose UUID starts with `prefix`, case ignored.
+pub fn uuid_matches(prefix: &str, uuids: &[String]) -> Vec<u32> {
+    let lower = prefix.to_ascii_lowercase();
+    uuids
         .iter()
         .enumerate()
         .filter(|(_, u)| u.to_ascii_lowercase().starts_with(&lower))
         .map(|(i, _)| i as u32)
-        .collect();
-    match matches.as_slice() {
-        [one] => Some(*one),
-        _ => None,
-    }
+        .collect()
 }
 
 #[cfg(test)]

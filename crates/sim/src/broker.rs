@@ -227,19 +227,9 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !crate::box_present(dir) {
-                    let _ = std::fs::remove_file(&path);
-                    let _ = std::fs::remove_file(dir.join(PID_FILE));
+                if crate::daemon_idle(dir, &listener, &path, PID_FILE) {
                     return Ok(());
                 }
-                // Wait for a client (or half a second, to notice the box going away).
-                let mut fd = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut fd, 1, 500) };
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }

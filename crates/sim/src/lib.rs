@@ -192,6 +192,32 @@ pub fn box_present(dir: &Path) -> bool {
     dir.join(BOX_FILE).exists() && dir.join(LOCK_FILE).exists()
 }
 
+/// The wait of a daemon's accept loop with no client waiting: `true` once the box in `dir`
+/// is gone ([`box_present`]), its socket `socket` and PID file `pid_file` then removed;
+/// otherwise `false` after a client arrives on `listener` or half a second (to notice the box
+/// going away).
+pub(crate) fn daemon_idle(
+    dir: &Path,
+    listener: &std::os::unix::net::UnixListener,
+    socket: &Path,
+    pid_file: &str,
+) -> bool {
+    use std::os::fd::AsRawFd;
+    if !box_present(dir) {
+        let _ = fs::remove_file(socket);
+        let _ = fs::remove_file(dir.join(pid_file));
+        return true;
+    }
+    let mut fd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut fd, 1, 500) };
+    false
+}
+
 /// Open (creating if needed) one of the box's device files.
 pub(crate) fn open_node(path: &Path) -> Result<fs::File, SimError> {
     fs::OpenOptions::new()

@@ -223,19 +223,10 @@ pub fn serve(dir: &Path) -> std::io::Result<()> {
                 std::thread::spawn(move || handle(&d, s, &r));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !crate::box_present(dir) {
-                    let _ = std::fs::remove_file(&path);
-                    let _ = std::fs::remove_file(dir.join(PID_FILE));
+                if crate::daemon_idle(dir, &listener, &path, PID_FILE) {
                     shut_down(&running);
                     return Ok(());
                 }
-                let mut fd = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut fd, 1, 500) };
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
@@ -298,6 +289,16 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
+/// Answer a request with an error saying `message`.
+fn refuse(s: &mut UnixStream, message: impl Into<String>) {
+    write_reply(
+        s,
+        &Reply::Error {
+            message: message.into(),
+        },
+    );
+}
+
 /// One client connection: start its container, then forward its signals and tell it the
 /// exit status.
 fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
@@ -306,31 +307,24 @@ fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
     match crate::broker::peer_cred(&s) {
         Some(c) if c.uid == me || c.uid == 0 => {}
         _ => {
-            write_reply(&mut s, &Reply::Error { message: "permission denied: the box's runtime daemon runs containers only for its own user".into() });
+            refuse(
+                &mut s,
+                "permission denied: the box's runtime daemon runs containers only for its own user",
+            );
             return;
         }
     }
     let (line, mut fds) = match recv_request(&s) {
         Ok(x) => x,
         Err(e) => {
-            write_reply(
-                &mut s,
-                &Reply::Error {
-                    message: e.to_string(),
-                },
-            );
+            refuse(&mut s, e.to_string());
             return;
         }
     };
     let req: Request = match serde_json::from_slice(&line) {
         Ok(r) => r,
         Err(e) => {
-            write_reply(
-                &mut s,
-                &Reply::Error {
-                    message: format!("bad request: {e}"),
-                },
-            );
+            refuse(&mut s, format!("bad request: {e}"));
             return;
         }
     };
@@ -342,23 +336,13 @@ fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
         detach,
     } = req
     else {
-        write_reply(
-            &mut s,
-            &Reply::Error {
-                message: "expected a run request".into(),
-            },
-        );
+        refuse(&mut s, "expected a run request");
         return;
     };
     let sim = match SimBox::open(dir) {
         Ok(b) => b,
         Err(e) => {
-            write_reply(
-                &mut s,
-                &Reply::Error {
-                    message: e.to_string(),
-                },
-            );
+            refuse(&mut s, e.to_string());
             return;
         }
     };
@@ -367,12 +351,7 @@ fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
         match detached_stdio(dir, &id) {
             Ok(x) => x,
             Err(e) => {
-                write_reply(
-                    &mut s,
-                    &Reply::Error {
-                        message: e.to_string(),
-                    },
-                );
+                refuse(&mut s, e.to_string());
                 return;
             }
         }
@@ -389,12 +368,7 @@ fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
             _ => return,
         }
     } else {
-        write_reply(
-            &mut s,
-            &Reply::Error {
-                message: "an attached run must send stdin, stdout and stderr".into(),
-            },
-        );
+        refuse(&mut s, "an attached run must send stdin, stdout and stderr");
         return;
     };
     let cmd: Vec<OsString> = cmd.into_iter().map(OsString::from_vec).collect();
@@ -406,12 +380,7 @@ fn handle(dir: &Path, mut s: UnixStream, running: &Running) {
     let started = match container::spawn(&sim, &spec, &id, &cmd, &env, cwd.as_deref(), stdio) {
         Ok(st) => st,
         Err(e) => {
-            write_reply(
-                &mut s,
-                &Reply::Error {
-                    message: e.to_string(),
-                },
-            );
+            refuse(&mut s, e.to_string());
             return;
         }
     };

@@ -2,7 +2,6 @@
 //! (`vramdoc_sim::calls`), per entry point and client PID.
 
 use anyhow::Result;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use vramdoc_sim::calls::{self, ClientCalls};
 use vramdoc_sim::SimBox;
 
@@ -28,9 +27,7 @@ pub fn show(sim: &SimBox, json: bool, reset: bool) -> Result<i32> {
     } else if clients.is_empty() {
         crate::term::print("no NVML calls recorded on this box")?;
     } else {
-        let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED);
-        t.set_header(vec![
+        let mut t = super::table(vec![
             "pid",
             "name",
             "alive",

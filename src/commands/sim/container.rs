@@ -4,7 +4,6 @@
 use crate::cli::{CdiEnvArg, DeviceIdsArg, SimPsArgs, SimRunArgs, StrategyArg};
 use crate::exit::{CodedError, NOT_FOUND, RUN_FAILED};
 use anyhow::Result;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::path::Path;
 use std::time::Duration;
 use vramdoc_sim::container::{self, CdiEnv, ContainerSpec, IdKind, Strategy};
@@ -162,9 +161,7 @@ pub fn ps(a: &SimPsArgs) -> Result<i32> {
         crate::term::print("no containers")?;
         return Ok(0);
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED);
-    t.set_header(vec![
+    let mut t = super::table(vec![
         "container",
         "pid",
         "status",

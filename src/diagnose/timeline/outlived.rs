@@ -145,17 +145,11 @@ mod tests {
             t += 100.0;
         }
         let proc_ = |pid, exit_ms, ppid, cmd: &str| RecordedProcess {
-            pid,
             name: Some(if pid == 10 { "sh" } else { "python3" }.into()),
-            first_seen_ms: 100.0,
             exit_ms,
-            cuda_visible_devices: None,
-            cuda_device_order: None,
-            nvidia_visible_devices: None,
-            pytorch_cuda_alloc_conf: None,
-            in_tree: true,
             ppid: Some(ppid),
             cmdline: Some(cmd.into()),
+            ..RecordedProcess::seen(pid, 100.0, true)
         };
         Recording {
             devices: vec![RecordedDevice {

@@ -1,15 +1,18 @@
 //! Shared helpers of the integration tests: fresh simulated boxes, the vramdoc binary, the
 //! simulated driver libraries ([`simgpu`]), `vramdoc sim hold` processes ([`hold`]), the
 //! child-process harness ([`child`]), the polling helper ([`poll`]), the skip policy
-//! ([`skip`]), NVML sessions in this process ([`nvml`]), report and scenario fixtures.
+//! ([`skip`]), NVML sessions in this process ([`nvml`]), report and scenario fixtures, `vramdoc
+//! scan` reports ([`scans`]), `vramdoc serve` ([`exporter`]) and `vramdoc run` jobs ([`run_job`]).
 #![allow(dead_code)]
 
 pub mod child;
 pub mod clients;
+pub mod exporter;
 pub mod hold;
 pub mod nvml;
 pub mod poll;
 pub mod reports;
+pub mod scans;
 pub mod scenarios;
 pub mod simgpu;
 pub mod skip;
@@ -75,6 +78,45 @@ pub fn on_box(dir: &Path) -> Command {
 pub fn json_ok(out: &std::process::Output, what: &str) -> serde_json::Value {
     assert_ok(out, what);
     serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+/// A command's stderr, as text (invalid UTF-8 replaced).
+pub fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `vramdoc --sim 2x16GiB run --process-period 100ms --period 20ms --out DIR/run.json [extra]
+/// -- cmd…`, with crates/simgpu on LD_LIBRARY_PATH for the command. Returns the output and
+/// the report (`Null` when none was written or it is not JSON).
+pub fn run_job(
+    dir: &Path,
+    extra: &[&str],
+    cmd: &[&str],
+) -> (std::process::Output, serde_json::Value) {
+    let out = dir.join("run.json");
+    let o = vramdoc()
+        .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .args([
+            "--sim",
+            "2x16GiB",
+            "run",
+            "--process-period",
+            "100ms",
+            "--period",
+            "20ms",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run vramdoc");
+    let report = std::fs::read(&out)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (o, report)
 }
 
 /// Check a command exited 0; its stderr, after `what`, when it did not.

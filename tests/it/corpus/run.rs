@@ -22,6 +22,20 @@ use std::process::Stdio;
 
 const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/corpus/workload.py");
 const GIB: u64 = 1 << 30;
+/// A PyTorch-like caching allocator left with reserved but unallocated blocks (a, c freed
+/// between live b and w) that together, not alone, hold the last request.
+const FRAGMENTED: &[&str] = &[
+    "ctx:0",
+    "torch",
+    "alloc:45%@w",
+    "alloc:12%@a",
+    "alloc:12%@b",
+    "alloc:12%@c",
+    "free:a",
+    "free:c",
+    "sleep:800",
+    "alloc:20%@x",
+];
 const MIB: u64 = 1 << 20;
 
 const OOM: &str = "out-of-memory";
@@ -369,18 +383,7 @@ const LIVE: &[Live] = &[
         case: "fragmentation: reserved-unallocated covers the request",
         source: "pytorch/pytorch#29554; the numbers PyTorch 2.x prints (murong-xu/CADS#4)",
         spec: "24GiB",
-        actions: &[
-            "ctx:0",
-            "torch",
-            "alloc:45%@w",
-            "alloc:12%@a",
-            "alloc:12%@b",
-            "alloc:12%@c",
-            "free:a",
-            "free:c",
-            "sleep:800",
-            "alloc:20%@x",
-        ],
+        actions: FRAGMENTED,
         env: &[],
         expected: &[OOM, FRAG],
     },
@@ -388,18 +391,7 @@ const LIVE: &[Live] = &[
         case: "fragmentation with expandable_segments already set",
         source: "pytorch/pytorch#173049 (advice printed even when enabled)",
         spec: "24GiB",
-        actions: &[
-            "ctx:0",
-            "torch",
-            "alloc:45%@w",
-            "alloc:12%@a",
-            "alloc:12%@b",
-            "alloc:12%@c",
-            "free:a",
-            "free:c",
-            "sleep:800",
-            "alloc:20%@x",
-        ],
+        actions: FRAGMENTED,
         env: &[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")],
         expected: &[OOM, FRAG],
     },

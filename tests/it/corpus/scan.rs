@@ -9,7 +9,7 @@
 //! libnvidia-ml.so.1. The source of each shape is cited beside it.
 
 use super::{assert_clean, findings_of, Outcome};
-use crate::common::clients::{python, CliBox, Live};
+use crate::common::clients::{python, vramdoc_scan, CliBox, Live};
 use crate::common::hold::Holder;
 use crate::common::poll::{eventually, SECS_10};
 use crate::common::{self};
@@ -44,20 +44,7 @@ fn workload(b: &CliBox, libs: &Path, args: &[&str], env: &[(&str, &str)]) -> Liv
 
 /// What `vramdoc scan` finds through the real NVML backend over `libs`.
 fn scan(b: &CliBox, libs: &Path) -> Vec<(String, String)> {
-    let out = b
-        .vramdoc()
-        .args(["scan", "--backend", "real", "--json"])
-        .env("LD_LIBRARY_PATH", libs)
-        .env("VRAMDOC_PIDNS", "host")
-        .output()
-        .expect("run vramdoc scan");
-    assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
-        "scan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan JSON");
-    findings_of(&v)
+    findings_of(&vramdoc_scan(b, libs))
 }
 
 fn libs() -> PathBuf {

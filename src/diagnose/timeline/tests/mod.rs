@@ -59,17 +59,10 @@ impl Job {
 
     fn proc_(&mut self, pid: u32, cvd: Option<&str>, exit: Option<f64>) -> &mut Self {
         self.procs.push(RecordedProcess {
-            pid,
             name: Some(format!("python{pid}")),
-            first_seen_ms: 0.0,
             exit_ms: exit,
             cuda_visible_devices: cvd.map(String::from),
-            cuda_device_order: None,
-            nvidia_visible_devices: None,
-            pytorch_cuda_alloc_conf: None,
-            in_tree: true,
-            ppid: None,
-            cmdline: None,
+            ..RecordedProcess::seen(pid, 0.0, true)
         });
         self
     }

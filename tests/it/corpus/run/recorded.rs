@@ -154,17 +154,9 @@ impl Shape {
             processes: pids
                 .iter()
                 .map(|pid| RecordedProcess {
-                    pid: *pid,
                     name: Some(format!("python{pid}")),
-                    first_seen_ms: 0.0,
                     exit_ms: self.tree.iter().find(|(p, _)| p == pid).and_then(|x| x.1),
-                    cuda_visible_devices: None,
-                    cuda_device_order: None,
-                    nvidia_visible_devices: None,
-                    pytorch_cuda_alloc_conf: None,
-                    in_tree: tree.contains(pid),
-                    ppid: None,
-                    cmdline: None,
+                    ..RecordedProcess::seen(*pid, 0.0, tree.contains(pid))
                 })
                 .collect(),
             errors: self.errors.clone(),
