@@ -316,16 +316,15 @@ impl Recorder {
 
     /// Every device's memory now, not kept (0 where a query failed): for a reading kept
     /// only when the job is still alive after it was taken ([`Recorder::point`]).
-    pub fn memory_now(&self) -> Vec<u64> {
+    /// `None` where the query failed or passed its deadline: a failed reading is no reading,
+    /// never 0 bytes (a 0 in the middle of a job breaks every staircase the rules look for).
+    pub fn memory_now(&self) -> Vec<Option<u64>> {
         read_memory(&self.lanes, &self.devices)
-            .into_iter()
-            .map(|u| u.unwrap_or(0))
-            .collect()
     }
 
-    /// Keep a reading taken at `t_ms` (device order).
-    pub fn point(&self, t_ms: f64, used: Vec<u64>) {
-        lock(&self.shared).point(t_ms, used.into_iter().map(Some).collect(), true);
+    /// Keep a reading taken at `t_ms` (device order); `None` keeps nothing for that device.
+    pub fn point(&self, t_ms: f64, used: Vec<Option<u64>>) {
+        lock(&self.shared).point(t_ms, used, true);
     }
 
     /// What `pid` holds on every device now, from the process lists (0 where it is not

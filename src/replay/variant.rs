@@ -225,6 +225,8 @@ pub(super) struct WorkerRun<'a> {
     /// Positions of the devices the worker reported contexts on (by UUID).
     pub(super) context_positions: Vec<(u32, usize)>,
     prev_mine: Vec<u64>,
+    /// The last successful reading of each device (a failed one keeps the one before).
+    last_used: Vec<u64>,
 }
 
 impl<'a> WorkerRun<'a> {
@@ -236,8 +238,10 @@ impl<'a> WorkerRun<'a> {
         t0: Instant,
         t0_mono: u64,
     ) -> WorkerRun<'a> {
-        let baseline = recorder.memory_now();
-        recorder.point(ms(t0), baseline.clone());
+        let first = recorder.memory_now();
+        recorder.point(ms(t0), first.clone());
+        let baseline: Vec<u64> = first.iter().map(|u| u.unwrap_or(0)).collect();
+        let baseline_copy = baseline.clone();
         WorkerRun {
             plan,
             devices,
@@ -257,7 +261,18 @@ impl<'a> WorkerRun<'a> {
             held_share: BTreeMap::new(),
             context_positions: Vec::new(),
             prev_mine: vec![0; devices.len()],
+            last_used: baseline_copy,
         }
+    }
+
+    /// A reading as bytes per device: a device whose query failed keeps its last known level.
+    fn known(&mut self, reading: &[Option<u64>]) -> Vec<u64> {
+        for (last, r) in self.last_used.iter_mut().zip(reading) {
+            if let Some(u) = r {
+                *last = *u;
+            }
+        }
+        self.last_used.clone()
     }
 
     /// What it did.
@@ -459,13 +474,14 @@ impl<'a> WorkerRun<'a> {
             })
             .collect();
         self.find_worker_in_nvml();
-        let used = self.recorder.memory_now();
+        let reading = self.recorder.memory_now();
         let mine = self.recorder.usage_of(self.ident.nvml);
         // Lockstep: the worker waits for our acknowledgement after `end`, so this reading
         // is the state when the step ended, if the worker still lives.
         if w.alive() {
-            self.recorder.point(at, used.clone());
+            self.recorder.point(at, reading.clone());
         }
+        let used = self.known(&reading);
         if let Some(r) = self.records.iter_mut().rev().find(|r| r.index == step) {
             r.end_ms = Some(at);
             r.status = StepStatus::Ok;
@@ -524,9 +540,10 @@ impl<'a> WorkerRun<'a> {
         device: Option<u32>,
         requested: Option<u64>,
     ) {
-        let used = self.recorder.memory_now();
+        let reading = self.recorder.memory_now();
         let mine = self.recorder.usage_of(self.ident.nvml);
-        self.recorder.point(ms(self.t0), used.clone());
+        self.recorder.point(ms(self.t0), reading.clone());
+        let used = self.known(&reading);
         let label = self
             .plan
             .steps
