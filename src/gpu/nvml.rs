@@ -121,6 +121,29 @@ fn map_err(call: &str, index: Option<u32>, library: &str, e: NvmlError) -> GpuEr
     }
 }
 
+/// NVML that loads but does not initialise is the machine's state, not a finding: exit 3
+/// (docs/exit-codes.md), never the 1 that `--fail-on` gives to findings. "Unknown Error" at
+/// init is the known loss of device access in a container after the runtime or systemd
+/// reloaded its cgroups (NVIDIA/nvidia-container-toolkit#48): say so.
+fn init_failed(e: GpuError) -> GpuError {
+    match e {
+        GpuError::Driver { call, code, message } => {
+            let advice = if code == "NVML_ERROR_UNKNOWN" {
+                format!(
+                    "{message}; NVML cannot be initialised (\"Failed to initialize NVML: Unknown \
+                     Error\"): in a container this is the known loss of GPU access after the \
+                     container runtime or systemd reloaded (nvidia-container-toolkit#48) — \
+                     restart the container; on a host, check that `nvidia-smi` works"
+                )
+            } else {
+                format!("{message}; NVML cannot be initialised: check that `nvidia-smi` works")
+            };
+            GpuError::Environment { call, code, advice }
+        }
+        other => other,
+    }
+}
+
 impl NvmlMonitor {
     /// Load NVML by name ([`LIBRARY_NAMES`]) and initialise it.
     pub fn open() -> Result<NvmlMonitor> {
@@ -162,7 +185,7 @@ impl NvmlMonitor {
                     hint: format!("not found ({reason}); {INSTALL_HINT}"),
                 });
             }
-            Err(e) => return Err(map_err("nvmlInit_v2", None, label, e)),
+            Err(e) => return Err(init_failed(map_err("nvmlInit_v2", None, label, e))),
         };
         // nvml-wrapper's Drop calls nvmlShutdown unchecked and panics when the symbol is
         // absent: never let such an instance drop.

@@ -597,6 +597,32 @@ fn driver_library_mismatch_is_an_environment_error() {
     assert_eq!(real["open"]["code"], "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH");
 }
 
+/// "Failed to initialize NVML: Unknown Error" (a container that lost its GPUs) is the
+/// machine's state: `scan` exits 3 (environment) with what to do, never 1 (findings).
+#[test]
+fn nvml_that_cannot_initialise_is_an_environment_exit_with_advice() {
+    let b = cli_box("t4", None);
+    common::sim_fault(&b.dir, &["--nvml-session-lost"]);
+    let out = common::vramdoc()
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .args(["--backend", "real", "scan", "--fail-on", "warn"])
+        .output()
+        .unwrap();
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("NVML_ERROR_UNKNOWN"), "{err}");
+    assert!(err.contains("restart the container"), "{err}");
+    common::sim_fault(&b.dir, &["--clear"]);
+    let out = common::vramdoc()
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .args(["--backend", "real", "scan"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+}
+
 /// CUDA faults real drivers produce, each read by a ctypes client, by the real cuda backend
 /// (cudarc) and by the in-process sim driver: one test per fault, on a `2xt4` box.
 mod cuda_faults_read_as_codes_with_advice {
