@@ -127,7 +127,11 @@ fn map_err(call: &str, index: Option<u32>, library: &str, e: NvmlError) -> GpuEr
 /// reloaded its cgroups (NVIDIA/nvidia-container-toolkit#48): say so.
 fn init_failed(e: GpuError) -> GpuError {
     match e {
-        GpuError::Driver { call, code, message } => {
+        GpuError::Driver {
+            call,
+            code,
+            message,
+        } => {
             let advice = if code == "NVML_ERROR_UNKNOWN" {
                 format!(
                     "{message}; NVML cannot be initialised (\"Failed to initialize NVML: Unknown \

@@ -56,6 +56,8 @@ pub struct StderrWatcher {
     /// Inside a torchrun `ChildFailedError` table: the rank of the entry being read.
     in_table: bool,
     rank: Option<String>,
+    /// A private key printed over several lines is kept as one redacted line per line.
+    pem: crate::redact::PemLines,
 }
 
 fn cut(line: &str) -> String {
@@ -421,6 +423,11 @@ impl StderrWatcher {
             String::new()
         };
         kept.clear();
+        if self.pem.is_key_line(line) {
+            kept.push_str(crate::redact::REDACTED);
+            self.tail.push_back(kept);
+            return None;
+        }
         kept.push_str(prefix_of(line, LINE_CHARS * 4));
         self.tail.push_back(kept);
         if !self.in_table && (line.len() < 5 || !ERROR_KEYS.iter().any(|k| line.contains(k))) {

@@ -416,3 +416,39 @@ proptest::proptest! {
         let _ = oom_detail(&l);
     }
 }
+
+/// A private key printed over several lines (a debug dump of a config, `cat key.pem` in a
+/// launch script) reaches the tail as redacted lines only; lines after it are kept again,
+/// and an unterminated header does not swallow the rest of the log.
+#[test]
+fn a_private_key_over_several_lines_never_reaches_the_tail() {
+    let mut w = StderrWatcher::new();
+    let lines = [
+        "loading credentials",
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+        "QyNTUxOQAAACDx4SecretKeyBodyLine2xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxAAAA",
+        "-----END OPENSSH PRIVATE KEY-----",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ];
+    let mut found = Vec::new();
+    for l in lines {
+        found.extend(w.line(l));
+    }
+    let tail = w.tail().join("\n");
+    assert!(!tail.contains("b3BlbnNzaC1rZXkt"), "{tail}");
+    assert!(!tail.contains("SecretKeyBody"), "{tail}");
+    assert!(tail.contains("loading credentials"), "{tail}");
+    assert_eq!(found.len(), 1, "the OOM line after the key is still read");
+    assert!(tail.ends_with("Tried to allocate 2.00 GiB"), "{tail}");
+
+    let mut w = StderrWatcher::new();
+    w.line("-----BEGIN RSA PRIVATE KEY-----");
+    for i in 0..300 {
+        w.line(&format!("log line {i}"));
+    }
+    assert!(
+        w.tail().iter().any(|l| l == "log line 299"),
+        "kept again after the cap"
+    );
+}

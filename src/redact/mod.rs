@@ -468,6 +468,40 @@ pub fn redact_cmdline(args: &[String]) -> String {
 /// A command line held as one string (as reports store it), redacted word by word with the
 /// same rules as [`redact_args`]. Runs of whitespace are kept, so text without secrets comes
 /// back byte for byte, and `redact_text(&redact_cmdline(a)) == redact_cmdline(a)`.
+/// Where a line of a stream stands with respect to a PEM private key printed over several
+/// lines (`-----BEGIN … PRIVATE KEY-----`, base64 lines, `-----END …`): a line-by-line
+/// redaction cannot see that the base64 lines are a key, so a stream's reader keeps this.
+#[derive(Debug, Default, Clone)]
+pub struct PemLines {
+    /// Lines inside a key so far; `None` outside one.
+    inside: Option<usize>,
+}
+
+/// Lines a key may span before the reader stops treating what follows as its body (an RSA
+/// 8192-bit key is about 100 lines of base64): an unterminated header never swallows a log.
+const PEM_MAX_LINES: usize = 200;
+
+impl PemLines {
+    /// `true` when `line` is part of a private key (header, body or footer): keep none of it.
+    pub fn is_key_line(&mut self, line: &str) -> bool {
+        if let Some(n) = self.inside {
+            if line.contains("-----END") || n >= PEM_MAX_LINES {
+                self.inside = None;
+            } else {
+                self.inside = Some(n + 1);
+            }
+            return true;
+        }
+        if shapes::has_private_key(line) {
+            if !line.contains("-----END") {
+                self.inside = Some(0);
+            }
+            return true;
+        }
+        false
+    }
+}
+
 pub fn redact_text(s: &str) -> String {
     // A PEM private key spans lines and words: replaced whole before the split.
     let pem;
