@@ -92,11 +92,18 @@ pub fn marker_file(pid: u32) -> Result<PathBuf, AttachError> {
 /// `vramdoc mark --pid PID TEXT`: append one line to the marker file of the recording
 /// attached to `pid`.
 pub fn mark(pid: u32, text: &str) -> Result<(), AttachError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = marker_file(pid)?;
+    // Without blocking, and only a regular file (as `vramdoc run --pid` makes): a FIFO put in
+    // its place would otherwise hang the marking job.
     let mut f = std::fs::OpenOptions::new()
         .append(true)
+        .custom_flags(libc::O_NONBLOCK)
         .open(&path)
         .map_err(|_| AttachError::NotAttached(pid))?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(AttachError::NotAttached(pid));
+    }
     let text = text.replace(['\n', '\r'], " ");
     // One write, so markers from several processes never interleave.
     f.write_all(format!("{text}\n").as_bytes())

@@ -273,3 +273,41 @@ fn mark_refuses_a_fifo_or_device_without_hanging() {
         );
     }
 }
+
+/// `vramdoc mark --pid PID` on a FIFO put where the attach marker file would be: refused at
+/// once (no recording attached), never a hang.
+#[test]
+fn mark_pid_refuses_a_fifo_without_hanging() {
+    use std::os::unix::fs::DirBuilderExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("vramdoc");
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    let pid = std::process::id();
+    let fifo = dir.join(format!("attach-{pid}.markers"));
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path inside this test's temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut child = vramdoc()
+        .env("XDG_RUNTIME_DIR", tmp.path())
+        .args(["mark", "--pid", &pid.to_string(), "load"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vramdoc mark --pid hung on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
