@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use crate::common::read_report as report;
 use common::poll::{eventually, SECS_10};
 use common::{vramdoc, KillOnDrop};
 use serde_json::Value;
@@ -29,11 +30,6 @@ fn run_cmd(out: &Path) -> Command {
     ])
     .arg(out);
     c
-}
-
-fn report(path: &Path) -> Value {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 fn error_kinds(r: &Value) -> Vec<String> {

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use crate::common::read_report as report;
 use common::clients::CliBox;
 use common::hold::Holder;
 use common::poll::{eventually, SECS_10};
@@ -17,13 +18,6 @@ use std::process::{Command, Output, Stdio};
 const GIB: u64 = 1 << 30;
 const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
 const EXE: &str = env!("CARGO_BIN_EXE_vramdoc");
-
-fn report(path: &Path) -> Value {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null)
-}
 
 /// Used bytes of every device of the box, as `vramdoc scan` reads them now.
 fn used_now(b: &CliBox) -> Vec<u64> {

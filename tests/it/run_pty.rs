@@ -6,11 +6,11 @@
 
 use crate::common;
 
+use crate::common::read_report as report;
 use common::poll::{eventually, SECS_10};
 use common::{vramdoc, KillOnDrop};
 use rustix::pty::{grantpt, ioctl_tiocgptpeer, openpt, unlockpt, OpenptFlags};
 use rustix::termios::{tcgetattr, tcsetattr, tcsetwinsize, OptionalActions, OutputModes, Winsize};
-use serde_json::Value;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -114,11 +114,6 @@ fn run_cmd(out: &Path) -> Command {
     // Python's own default buffering (the test environment may set it unbuffered).
     .env_remove("PYTHONUNBUFFERED");
     c
-}
-
-fn report(path: &Path) -> Value {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// This process's controlling terminal (`tty_nr` of /proc/self/stat): the job's stays the

@@ -245,27 +245,11 @@ fn mark_refuses_a_fifo_or_device_without_hanging() {
     // SAFETY: mkfifo(3) on a NUL-terminated path inside this test's temporary directory.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     for path in [fifo.as_path(), std::path::Path::new("/dev/null")] {
-        let mut child = vramdoc()
-            .env("VRAMDOC_MARKERS", path)
-            .args(["mark", "load"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = std::time::Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if start.elapsed() > std::time::Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("vramdoc mark hung on {}", path.display());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        let (status, err) = ends_within_10s(
+            vramdoc()
+                .env("VRAMDOC_MARKERS", path)
+                .args(["mark", "load"]),
+        );
         assert_eq!(status.code(), Some(2), "{}: {err}", path.display());
         assert!(
             err.contains("not a regular file") && err.trim().lines().count() == 1,
@@ -287,27 +271,29 @@ fn mark_pid_refuses_a_fifo_without_hanging() {
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo(3) on a NUL-terminated path inside this test's temporary directory.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let mut child = vramdoc()
-        .env("XDG_RUNTIME_DIR", tmp.path())
-        .args(["mark", "--pid", &pid.to_string(), "load"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > std::time::Duration::from_secs(10) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("vramdoc mark --pid hung on a FIFO");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let (status, err) = ends_within_10s(vramdoc().env("XDG_RUNTIME_DIR", tmp.path()).args([
+        "mark",
+        "--pid",
+        &pid.to_string(),
+        "load",
+    ]));
     assert!(!status.success(), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// Run `cmd` (stdout discarded) and wait for it at most 10 s: a command still running then
+/// is a hang (the test fails, the command is killed). Its exit status and stderr.
+fn ends_within_10s(cmd: &mut Command) -> (std::process::ExitStatus, String) {
+    let mut child = common::KillOnDrop(
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let status = common::poll::eventually(common::poll::SECS_10, "the command ended", || {
+        child.0.try_wait().ok().flatten()
+    });
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
 }

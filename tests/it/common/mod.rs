@@ -20,6 +20,13 @@ pub mod skip;
 use std::path::Path;
 use std::process::Command;
 
+/// A JSON report vramdoc wrote at `path` (the test fails, naming the file, when it is missing
+/// or not JSON).
+pub fn read_report(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// A fresh simulated box; the directory lives as long as the returned guard.
 pub fn fresh_box(spec: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
