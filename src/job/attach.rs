@@ -6,13 +6,12 @@
 //! `vramdoc mark --pid PID TEXT`, which appends to a per-PID marker file in a directory
 //! only this user can write ([`marker_file`]).
 
-use super::markers::MarkerTail;
+use super::markers::{MarkError, MarkerTail};
 use super::{process::Exit, recorder_config, signals, Feed, JobError, JobRun, JobSpec, TICK};
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::MarkerKind;
 use crate::record::tree::{CgroupMatch, Scope};
 use crate::record::{JobEnd, Recorder};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
@@ -92,22 +91,13 @@ pub fn marker_file(pid: u32) -> Result<PathBuf, AttachError> {
 /// `vramdoc mark --pid PID TEXT`: append one line to the marker file of the recording
 /// attached to `pid`.
 pub fn mark(pid: u32, text: &str) -> Result<(), AttachError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = marker_file(pid)?;
-    // Without blocking, and only a regular file (as `vramdoc run --pid` makes): a FIFO put in
-    // its place would otherwise hang the marking job.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|_| AttachError::NotAttached(pid))?;
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(AttachError::NotAttached(pid));
-    }
-    let text = text.replace(['\n', '\r'], " ");
-    // One write, so markers from several processes never interleave.
-    f.write_all(format!("{text}\n").as_bytes())
-        .map_err(io(&path))
+    // A missing file, or anything but a regular file put in its place (a FIFO would hang
+    // the marking job): no recording is attached.
+    super::markers::append_line(&path, text).map_err(|e| match e {
+        MarkError::Write { source, .. } => io(&path)(source),
+        _ => AttachError::NotAttached(pid),
+    })
 }
 
 /// The marker file while attached; removed on drop.

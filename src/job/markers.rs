@@ -33,20 +33,26 @@ pub enum MarkError {
     },
 }
 
-/// Append `text` (newlines folded) as one line to `$VRAMDOC_MARKERS`. The file is opened
-/// without blocking (`O_NONBLOCK`: a FIFO with no reader fails at once with `ENXIO` instead of
-/// hanging the job) and refused unless it is a regular file.
+/// Append `text` (newlines folded) as one line to `$VRAMDOC_MARKERS` ([`append_line`]).
 pub fn mark(text: &str) -> Result<(), MarkError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = std::env::var_os(MARKERS_ENV)
         .filter(|v| !v.is_empty())
         .ok_or(MarkError::NotInRun)?;
-    let shown = Path::new(&path).display().to_string();
+    append_line(Path::new(&path), text)
+}
+
+/// Append `text` (newlines folded) as one line to the marker file `path` (that of `vramdoc
+/// run`, or of `run --pid`). The file is opened without blocking (`O_NONBLOCK`: a FIFO with
+/// no reader fails at once with `ENXIO` instead of hanging the job) and refused unless it is a
+/// regular file.
+pub(super) fn append_line(path: &Path, text: &str) -> Result<(), MarkError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display().to_string();
     let text = text.replace(['\n', '\r'], " ");
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
+        .open(path)
         .map_err(|source| match source.raw_os_error() {
             Some(libc::ENXIO) => MarkError::NotAFile {
                 path: shown.clone(),
