@@ -239,10 +239,10 @@ impl<'a> WorkerRun<'a> {
         t0_mono: u64,
     ) -> WorkerRun<'a> {
         let first = recorder.memory_now();
-        recorder.point(ms(t0), first.clone());
         let baseline: Vec<u64> = first.iter().map(|u| u.unwrap_or(0)).collect();
-        let baseline_copy = baseline.clone();
+        recorder.point(ms(t0), first);
         WorkerRun {
+            last_used: baseline.clone(),
             plan,
             devices,
             view,
@@ -261,7 +261,6 @@ impl<'a> WorkerRun<'a> {
             held_share: BTreeMap::new(),
             context_positions: Vec::new(),
             prev_mine: vec![0; devices.len()],
-            last_used: baseline_copy,
         }
     }
 
