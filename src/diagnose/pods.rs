@@ -3,10 +3,10 @@
 //! and which pods were allocated a GPU whose memory has no live owner (evidence for
 //! `no-live-owner`). Pure: the pod facts come from the inventory ([`crate::pods`]).
 
-use super::rules::{ev, ev_bytes, who};
+use super::evidence::{ev, ev_bytes, who};
 use super::{fixes, ids};
 use crate::inventory::Inventory;
-use crate::model::{Evidence, Finding, Severity};
+use crate::model::{Finding, Severity};
 pub use crate::pods::device_of_id;
 use crate::units::format_bytes;
 
@@ -122,32 +122,6 @@ fn gpu_list(list: &[u32]) -> String {
         1 => format!("GPU {}", v[0]),
         _ => format!("GPUs {}", v.join(", ")),
     }
-}
-
-/// Evidence for memory with no live owner on GPU `device`: the pods whose processes held
-/// memory there in this scan, and the containers the kubelet allocated that GPU to — the pod
-/// a dead process's memory most likely belongs to (an exclusive allocation names one).
-pub(super) fn owner_pods_evidence(inv: &Inventory, device: u32) -> Vec<Evidence> {
-    let devices = inv.devices();
-    let mut out = Vec::new();
-    let allocated: Vec<String> = inv
-        .details
-        .pod_allocations
-        .iter()
-        .filter(|a| {
-            a.device_ids
-                .iter()
-                .any(|i| device_of_id(i, devices) == Some(device))
-        })
-        .map(|a| format!("{}/{} (container {})", a.namespace, a.pod, a.container))
-        .collect();
-    if !allocated.is_empty() {
-        out.push(ev(
-            format!("GPU {device} allocated by the kubelet to"),
-            allocated.join(", "),
-        ));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -2,39 +2,13 @@
 
 pub use super::visibility::allowed_devices;
 pub(crate) use super::visibility::index_order_ambiguous;
+
+use super::evidence::{ev, ev_bytes, gpus, owner_pods_evidence, who};
 use super::{fixes, ids, Thresholds};
 use crate::gpu::DeviceInfo;
 use crate::inventory::{GpuEnv, Inventory, CVD_UNKNOWN, CVD_UNSET};
 use crate::model::{Evidence, Finding, Headroom, ProcessInfo, Severity};
 use crate::units::format_bytes;
-
-pub(super) fn ev_bytes(label: impl Into<String>, bytes: u64) -> Evidence {
-    Evidence {
-        label: label.into(),
-        value: format_bytes(bytes),
-        bytes: Some(bytes),
-    }
-}
-
-pub(super) fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
-    Evidence {
-        label: label.into(),
-        value: value.into(),
-        bytes: None,
-    }
-}
-
-pub(super) fn who(p: &ProcessInfo) -> String {
-    match &p.name {
-        Some(n) => format!("PID {} ({n})", p.pid),
-        None => format!("PID {}", p.pid),
-    }
-}
-
-pub(super) fn gpus(list: &[u32]) -> String {
-    let v: Vec<String> = list.iter().map(|d| d.to_string()).collect();
-    v.join(", ")
-}
 
 /// A 0-byte entry: NVML lists a process on every GPU whose memory it maps, with 0 bytes,
 /// once NCCL (or any CUDA IPC / peer access) maps peer memory — every DDP rank shows on
@@ -243,7 +217,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             });
         }
         evidence.push(ev_bytes("threshold", th.unattributed_min));
-        evidence.extend(super::pods::owner_pods_evidence(inv, d.index));
+        evidence.extend(owner_pods_evidence(inv, d.index));
         // Who keeps the memory alive: processes NVML does not list as live owners that hold
         // this GPU's device file (or, failing that, any GPU device file) open.
         let listed: Vec<u32> = on_dev

@@ -213,7 +213,7 @@ pub(super) fn double_load(cx: &Prepared) -> Vec<Finding> {
                  all)",
                 cx.who(*pid),
                 format_bytes(first.3.max(second.3)),
-                super::rules::gpus(&devices),
+                super::evidence::gpus(&devices),
                 format_bytes(total)
             ),
             devices,

@@ -34,11 +34,11 @@ use {
 
 /// What every rule file imports: the prepared views, levels and the evidence helpers.
 mod prelude {
+    pub(super) use super::evidence::{ev, ev_bytes};
     pub(super) use super::levels::{chains, load_end, phase_levels, Chain};
     pub(super) use super::prepare::{
         expandable_on, fmt_t, oom_detail, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries,
     };
-    pub(super) use super::rules::{ev, ev_bytes};
     pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, JobExit, RecordedProcess};
     pub(super) use crate::model::{Evidence, Finding, Marker, MarkerKind, Severity};
     pub(super) use crate::units::format_bytes;

@@ -110,7 +110,7 @@ pub(super) fn not_released(cx: &Prepared) -> Vec<Finding> {
             title: format!(
                 "After the release at {}, GPU {} still hold{} {} above the pre-job level",
                 fmt_t(t),
-                super::rules::gpus(&devices),
+                super::evidence::gpus(&devices),
                 if devices.len() == 1 { "s" } else { "" },
                 if rows.len() == 1 || hi == lo {
                     format_bytes(hi)

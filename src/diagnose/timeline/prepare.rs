@@ -2,7 +2,7 @@
 //! baselines and noise steps, per-process per-device series, the job's processes and devices,
 //! and the formatting helpers the rules' evidence uses.
 
-use super::rules::ev;
+use super::evidence::ev;
 use super::{ErrorEvent, ErrorKind, RecordedProcess, Recording, TimelineThresholds};
 use crate::model::{Evidence, MarkerKind};
 use crate::record::stderr::OomDetail;
