@@ -53,19 +53,13 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
         {
             return ENVIRONMENT;
         }
-        if cause
-            .downcast_ref::<vramdoc_sim::SimError>()
-            .is_some_and(|e| {
-                matches!(
-                    e,
-                    vramdoc_sim::SimError::NoBox | vramdoc_sim::SimError::BadBox { .. }
-                )
-            })
-        {
-            return ENVIRONMENT;
+        // The simulator's errors: mapped beside the in-process backend.
+        match crate::backend::error_class(cause) {
+            Some(crate::backend::ErrorClass::Environment) => return ENVIRONMENT,
+            Some(crate::backend::ErrorClass::Usage) => return USAGE,
+            None => {}
         }
         if cause.downcast_ref::<UsageError>().is_some()
-            || cause.downcast_ref::<vramdoc_sim::SpecError>().is_some()
             || cause.downcast_ref::<crate::units::SizeError>().is_some()
         {
             return USAGE;

@@ -1,6 +1,7 @@
 //! Scan inventory: everything `vramdoc scan` reads about the machine, and nothing it decides.
-//! GPU facts come through the [`Monitor`] trait (versions, one `devices()` call, one
-//! `processes(i)` call per device: every query once per device per scan); facts about each
+//! GPU facts come through the [`Monitor`] trait (versions, one `devices()` call, per device
+//! the compute process list, and the graphics and MPS lists only where the compute list
+//! leaves used memory unexplained: [`ProcessLists`]); facts about each
 //! process come from /proc through [`crate::host`] (user, name, redacted command line,
 //! `CUDA_VISIBLE_DEVICES`,
 //! container hint, whether the PID exists in our PID namespace), plus what decides which
@@ -10,7 +11,7 @@
 //! its status and never ends the scan. Findings are decided from this in `crate::diagnose`,
 //! never here.
 
-use crate::gpu::{DeviceInfo, GpuError, Monitor};
+use crate::gpu::{DeviceInfo, GpuError, GpuProcess, Monitor, ProcessKind};
 use crate::host::{self, Environ};
 use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo};
 use serde::{Deserialize, Serialize};
@@ -220,18 +221,65 @@ pub fn environment(
     })
 }
 
-/// Collect one scan through `monitor`: `versions()` once, `devices()` once, `processes(i)`
-/// once per device, then /proc for each PID.
+/// Which of NVML's three process lists (compute, graphics, MPS) a scan reads per device.
+/// Each list is one call under the driver's lock (~4.5 ms on real drivers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProcessLists {
+    /// The compute list; the graphics and MPS lists only where the compute list leaves some
+    /// of the device's used memory unexplained (a process's usage not available, or used
+    /// memory beyond the sum of the compute processes'). Per-process numbers are the same as
+    /// with [`ProcessLists::All`]: a process the other lists would add holds memory that the
+    /// compute list does not explain.
+    #[default]
+    AsNeeded,
+    /// All three lists of every device (`scan --all-lists`).
+    All,
+}
+
+/// The process lists of device `d` under `lists` (one call per list read).
+fn read_lists(
+    monitor: &dyn Monitor,
+    d: &DeviceInfo,
+    lists: ProcessLists,
+) -> Result<Vec<GpuProcess>, GpuError> {
+    if lists == ProcessLists::All {
+        return monitor.processes(d.index);
+    }
+    let mut list = monitor.process_list(d.index, ProcessKind::Compute)?;
+    if !compute_explains(d, &list) {
+        for kind in [ProcessKind::Graphics, ProcessKind::Mps] {
+            list.extend(monitor.process_list(d.index, kind)?);
+        }
+    }
+    Ok(list)
+}
+
+/// Whether the compute list accounts for every byte the device reports used: each entry's
+/// usage known, and their sum at least the device's `used`.
+fn compute_explains(d: &DeviceInfo, compute: &[GpuProcess]) -> bool {
+    let mut sum: u64 = 0;
+    for p in compute {
+        match p.used {
+            Some(u) => sum = sum.saturating_add(u),
+            None => return false,
+        }
+    }
+    sum >= d.memory.used
+}
+
+/// Collect one scan through `monitor`: `versions()` once, `devices()` once, the process lists
+/// `lists` says per device, then /proc for each PID.
 pub fn collect(
     monitor: &dyn Monitor,
     sim_spec: Option<String>,
     pid_namespace: PidNamespace,
+    lists: ProcessLists,
 ) -> Result<Inventory, GpuError> {
     let environment = environment(monitor, sim_spec)?;
     let mut details = Details::default();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
     for d in environment.devices.iter().filter(|d| d.status.is_ok()) {
-        let list = match monitor.processes(d.index) {
+        let list = match read_lists(monitor, d, lists) {
             Ok(l) => l,
             // One device failing never ends the scan: its lists are missing, and said so.
             Err(e) if !e.is_environment() => {

@@ -18,13 +18,20 @@ pub struct ScanConfig {
     pub thresholds: Thresholds,
     /// Where the kubelet's files are, for pod attribution ([`crate::pods`]).
     pub pods: crate::pods::PodConfig,
+    /// Which NVML process lists to read ([`inventory::ProcessLists`]; `scan --all-lists`).
+    pub lists: inventory::ProcessLists,
 }
 
 /// Read the machine once through `monitor` and diagnose it. One bad GPU does not fail a
 /// scan: the monitor reports it with a status (lost, no permission), which the diagnosis
 /// turns into a finding. An error of the whole read (no driver, box gone) is returned.
 pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError> {
-    let mut inv = inventory::collect(monitor, cfg.sim_spec.clone(), cfg.pid_namespace.clone())?;
+    let mut inv = inventory::collect(
+        monitor,
+        cfg.sim_spec.clone(),
+        cfg.pid_namespace.clone(),
+        cfg.lists,
+    )?;
     let pods = crate::pods::attribute(&mut inv.processes, &inv.environment.devices, &cfg.pods);
     inv.details.pods_note = pods.note;
     inv.details.pod_allocations = pods.allocations;

@@ -35,15 +35,27 @@ pub fn open_driver(kind: BackendKind) -> Result<Box<dyn Driver>> {
     }
 }
 
-/// NVML by name. When `VRAMDOC_SIM_DIR` names a box, the library found may be the simulated
-/// one serving it, whose "device files" are the box's `dev/` files: they are reported beside
-/// the real `/dev` ones, so a process holding them open is found on this path too.
+/// NVML by name. When a box is named, the library found may be the simulated one serving it,
+/// whose "device files" are the box's `dev/` files ([`sim::box_device_nodes`]): they are
+/// reported beside the real `/dev` ones, so a process holding them open is found on this
+/// path too. The real monitor itself knows nothing of the simulator.
 fn real_monitor() -> Result<NvmlMonitor> {
-    let monitor = NvmlMonitor::open()?;
-    Ok(match vramdoc_sim::SimBox::from_env() {
-        Ok(sim) => monitor.with_device_nodes(sim.device_nodes()),
-        Err(_) => monitor,
-    })
+    Ok(NvmlMonitor::open()?.with_device_nodes(sim::box_device_nodes()))
+}
+
+/// What kind of failure an error that reached the command edge is, where a backend knows
+/// better than its type says (the simulator's own errors): src/exit.rs makes it an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The machine: no usable box (exit 3).
+    Environment,
+    /// The user's input: a bad box spec (exit 2).
+    Usage,
+}
+
+/// The [`ErrorClass`] of `cause`, when a backend gives it one.
+pub fn error_class(cause: &(dyn std::error::Error + 'static)) -> Option<ErrorClass> {
+    sim::error_class(cause)
 }
 
 /// The box spec that stands for recorded GPUs, given as (product name, total bytes): a

@@ -1,56 +1,104 @@
 //! The in-process simulated backends: [`SimDriver`] and [`SimMonitor`] over a `vramdoc_sim`
-//! box, and how the simulator's errors read as [`GpuError`]s. They answer as the real backends
-//! do over the `vramdoc-simgpu` libraries, without loading any library. Utilization is always
-//! 0 % and temperature a fixed [`vramdoc_sim::TEMPERATURE_C`]: the simulator models memory
-//! only.
+//! box, translations of the simulator's core (`vramdoc_sim::process` and `vramdoc_sim::cuda`
+//! for CUDA, `vramdoc_sim::nvml` for NVML) into the [`gpu`](crate::gpu) traits, with no driver
+//! behaviour of their own: each core error becomes the driver code it is at the C ABI
+//! ([`SimError::cuda_code`], [`SimError::nvml_code`]) read by the real backends' own code
+//! readers, so the two paths fail alike (tests/it/backends.rs, the fault matrix). Here too:
+//! how the simulator's errors map to exit codes ([`error_class`]). Utilization is always 0 % and
+//! temperature a fixed [`vramdoc_sim::TEMPERATURE_C`]: the simulator models memory only.
 
 use crate::gpu::{
-    cuda_codes, cuda_error, cuda_version_string, nvml_version_mismatch, AllocId, CallCounters,
-    CallCounts, ContextId, DeviceInfo, DeviceStatus, Driver, GpuError, GpuProcess, MemoryInfo,
-    Monitor, Result, Versions,
+    cuda_error, cuda_version_string, nvml, AllocId, CallCounters, CallCounts, ContextId,
+    DeviceInfo, Driver, GpuError, GpuProcess, MemoryInfo, Monitor, ProcessKind, Result, Versions,
 };
 use std::collections::HashMap;
-use std::time::Duration;
-use vramdoc_sim::{Faults, SimBox, SimError, SimMemory, SimProcess};
+use std::sync::atomic::{AtomicBool, Ordering};
+use vramdoc_sim::nvml::SimNvml;
+use vramdoc_sim::{SimBox, SimError, SimMemory, SimProcess};
 
-/// The simulator's errors at the GPU boundary: each as the real driver's error for the same
-/// condition (a lost device, a busy one, out of memory...); the box's own failures (no box,
-/// unreadable files) as [`GpuError::Backend`], an environment problem when there is no usable
-/// box.
-impl From<SimError> for GpuError {
-    fn from(e: SimError) -> Self {
-        use SimError as S;
-        match e {
-            S::InvalidDevice(i) => GpuError::InvalidDevice(i),
-            S::DeviceLost(i) => GpuError::DeviceLost(i),
-            S::DeviceBusy(_) => cuda_error(
-                "cuDevicePrimaryCtxRetain",
-                cuda_codes::DEVICE_UNAVAILABLE,
-                "",
-                "",
-            ),
-            S::Contained(_) => cuda_error("cuCtxSynchronize", cuda_codes::CONTAINED, "", ""),
-            S::NoPermission(i) => GpuError::Driver {
-                call: format!("device {i}"),
-                code: "NVML_ERROR_NO_PERMISSION".into(),
-                message: "insufficient permissions to query this device".into(),
-            },
-            S::OutOfMemory {
-                device,
-                requested,
-                free,
-            } => GpuError::OutOfMemory {
-                device,
-                requested,
-                detail: format!("{free} bytes free"),
-            },
-            other => GpuError::Backend {
-                what: "simulated box",
-                environment: matches!(other, S::NoBox | S::BadBox { .. }),
-                error: Box::new(other),
-            },
+/// What kind of failure a simulator error that reached the command edge is (src/exit.rs
+/// turns it into an exit code): no box or an unreadable one is the environment, a bad box
+/// spec is usage; `None`: not a simulator error, or one with no class of its own.
+pub fn error_class(cause: &(dyn std::error::Error + 'static)) -> Option<super::ErrorClass> {
+    use super::ErrorClass;
+    if let Some(e) = cause.downcast_ref::<SimError>() {
+        return match e {
+            SimError::NoBox | SimError::BadBox { .. } => Some(ErrorClass::Environment),
+            SimError::Spec(_) => Some(ErrorClass::Usage),
+            _ => None,
+        };
+    }
+    cause
+        .downcast_ref::<vramdoc_sim::SpecError>()
+        .map(|_| ErrorClass::Usage)
+}
+
+/// The device files of the box `VRAMDOC_SIM_DIR` names (none without one): what the
+/// simulated libnvidia-ml.so.1 serving it counts as its driver's device files.
+pub fn box_device_nodes() -> Vec<std::path::PathBuf> {
+    SimBox::from_env()
+        .map(|sim| sim.device_nodes())
+        .unwrap_or_default()
+}
+
+/// The box's own failures (no box, unreadable files): [`GpuError::Backend`], an environment
+/// problem when there is no usable box.
+fn box_error(e: SimError) -> GpuError {
+    GpuError::Backend {
+        what: "simulated box",
+        environment: matches!(e, SimError::NoBox | SimError::BadBox { .. }),
+        error: Box::new(e),
+    }
+}
+
+fn is_box_error(e: &SimError) -> bool {
+    matches!(
+        e,
+        SimError::NoBox
+            | SimError::BadBox { .. }
+            | SimError::Io { .. }
+            | SimError::Spec(_)
+            | SimError::Profile(_)
+    )
+}
+
+/// A CUDA call's failure, as `gpu::cuda` reports the same `CUresult`. Out of memory and an
+/// invalid ordinal keep their typed form (as `CudaDriver` gives them), against the CUDA
+/// `ordinal` the call was about. A lost device stays [`GpuError::DeviceLost`] with its index:
+/// the simulator knows which device fell off the bus, where the real backend only sees
+/// `CUDA_ERROR_LAUNCH_FAILED` / `CUDA_ERROR_UNKNOWN` (the fault matrix's one documented
+/// difference).
+fn cuda_err(call: &str, ordinal: Option<u32>, e: SimError) -> GpuError {
+    match e {
+        e if is_box_error(&e) => box_error(e),
+        SimError::OutOfMemory {
+            device,
+            requested,
+            free,
+        } => GpuError::OutOfMemory {
+            device: ordinal.unwrap_or(device),
+            requested,
+            detail: format!("{free} bytes free"),
+        },
+        SimError::InvalidDevice(i) => GpuError::InvalidDevice(ordinal.unwrap_or(i)),
+        SimError::DeviceLost(d) | SimError::LaunchFailed(d) => GpuError::DeviceLost(d),
+        other => {
+            let code = other.cuda_code();
+            let (name, text) = vramdoc_sim::codes::cuda::describe(code)
+                .map(|(n, t)| (n.to_string_lossy(), t.to_string_lossy()))
+                .unwrap_or_default();
+            cuda_error(call, code as i32, &name, &text)
         }
     }
+}
+
+/// An NVML call's failure, as `gpu::nvml` reports the same `nvmlReturn_t` (`index`: the
+/// NVML index the call was about).
+fn nvml_err(call: &str, index: Option<u32>, e: SimError) -> GpuError {
+    if is_box_error(&e) {
+        return box_error(e);
+    }
+    nvml::error_of_code(call, index, e.nvml_code())
 }
 
 /// CUDA on the simulated box, in this process.
@@ -64,24 +112,13 @@ pub struct SimDriver {
 impl SimDriver {
     /// Attach to `VRAMDOC_SIM_DIR`, honouring `CUDA_VISIBLE_DEVICES`.
     pub fn from_env() -> Result<SimDriver> {
-        SimDriver::open(SimProcess::from_env()?)
+        SimDriver::open(SimProcess::from_env().map_err(|e| cuda_err("cuInit", None, e))?)
     }
 
-    /// A driver for `proc`, failing as `cuInit` would on a box whose faults make CUDA
-    /// unusable (toolkit stub library, driver/library version mismatch).
+    /// A driver for `proc`, failing as `cuInit` does on its box (the core's
+    /// `vramdoc_sim::cuda::init`).
     pub fn open(proc: SimProcess) -> Result<SimDriver> {
-        let faults = proc.sim().faults()?;
-        if faults.cuda_stub_library {
-            return Err(cuda_error("cuInit", cuda_codes::STUB_LIBRARY, "", ""));
-        }
-        if faults.driver_version_mismatch {
-            return Err(cuda_error(
-                "cuInit",
-                cuda_codes::SYSTEM_DRIVER_MISMATCH,
-                "",
-                "",
-            ));
-        }
+        vramdoc_sim::cuda::init(proc.sim()).map_err(|e| cuda_err("cuInit", None, e))?;
         Ok(SimDriver::new(proc))
     }
 
@@ -114,11 +151,18 @@ impl Driver for SimDriver {
 
     fn create_context(&mut self, ordinal: u32) -> Result<ContextId> {
         // Primary-context semantics, as CUDA frameworks and CudaDriver use: the first context
-        // on an ordinal creates it (and costs the overhead); later ones share it.
+        // on an ordinal creates it (and costs the overhead) and loads the kernels' PTX module,
+        // as CudaDriver does; later ones share it.
         if !self.contexts.values().any(|o| *o == ordinal) {
+            let call = "cuDevicePrimaryCtxRetain";
             self.proc
                 .create_context(ordinal)
-                .map_err(|e| on_ordinal(e, ordinal))?;
+                .map_err(|e| cuda_err(call, Some(ordinal), e))?;
+            if let Err(e) = self.proc.load_ptx() {
+                // The context goes with the failed load, as CudaDriver drops it.
+                let _ = self.proc.destroy_context(ordinal);
+                return Err(cuda_err("cuModuleLoadData", Some(ordinal), e));
+            }
         }
         let id = ContextId(self.next_ctx);
         self.next_ctx += 1;
@@ -140,7 +184,9 @@ impl Driver for SimDriver {
         }
         self.contexts.remove(&ctx);
         if !self.contexts.values().any(|o| *o == ordinal) {
-            self.proc.destroy_context(ordinal)?;
+            self.proc
+                .destroy_context(ordinal)
+                .map_err(|e| cuda_err("cuDevicePrimaryCtxRelease", Some(ordinal), e))?;
         }
         Ok(())
     }
@@ -150,7 +196,7 @@ impl Driver for SimDriver {
         let ptr = self
             .proc
             .alloc(ordinal, bytes)
-            .map_err(|e| on_ordinal(e, ordinal))?;
+            .map_err(|e| cuda_err("cuMemAllocAsync", Some(ordinal), e))?;
         let id = AllocId(ptr);
         self.allocs.insert(id, (ctx, ptr, bytes));
         Ok(id)
@@ -162,8 +208,9 @@ impl Driver for SimDriver {
             code: "CUDA_ERROR_INVALID_VALUE".into(),
             message: format!("unknown allocation {:#x}", alloc.0),
         })?;
-        self.proc.free(ptr)?;
-        Ok(())
+        self.proc
+            .free(ptr)
+            .map_err(|e| cuda_err("cuMemFreeAsync", None, e))
     }
 
     fn fill(&mut self, alloc: AllocId, value: u32) -> Result<u64> {
@@ -173,47 +220,39 @@ impl Driver for SimDriver {
             message: format!("unknown allocation {:#x}", alloc.0),
         })?;
         let ordinal = self.ordinal(ctx)?;
-        self.proc.check(ordinal)?;
-        // The fill kernel is PTX: loading it needs the driver's JIT compiler.
-        if self.proc.sim().faults()?.no_ptx_jit {
-            return Err(cuda_error(
-                "cuModuleLoadData",
-                cuda_codes::JIT_COMPILER_NOT_FOUND,
-                "",
-                "",
-            ));
-        }
+        let launch = |e| cuda_err("cuLaunchKernel", Some(ordinal), e);
+        // As CudaDriver: the context synchronised first, then the two kernels launched.
+        self.proc
+            .work(ordinal)
+            .map_err(|e| cuda_err("cuCtxSynchronize", Some(ordinal), e))?;
+        self.proc.launch(ordinal).map_err(launch)?;
         let words = bytes / 4;
-        self.proc.fill_u32(ptr, value, words)?;
-        Ok(self.proc.checksum_u32(ptr, words)?)
+        self.proc.fill_u32(ptr, value, words).map_err(launch)?;
+        self.proc.launch(ordinal).map_err(launch)?;
+        self.proc.checksum_u32(ptr, words).map_err(launch)
     }
 
     fn mem_info(&mut self, ctx: ContextId) -> Result<(u64, u64)> {
         let ordinal = self.ordinal(ctx)?;
-        Ok(self.proc.mem_info(ordinal)?)
+        self.proc
+            .mem_info(ordinal)
+            .map_err(|e| cuda_err("cuMemGetInfo", Some(ordinal), e))
     }
 
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
         let ordinal = self.ordinal(ctx)?;
-        Ok(self.proc.check(ordinal)?)
+        self.proc
+            .work(ordinal)
+            .map_err(|e| cuda_err("cuCtxSynchronize", Some(ordinal), e))
     }
 
     fn device_uuid(&mut self, ordinal: u32) -> Result<String> {
-        Ok(self.proc.device(ordinal)?.uuid.clone())
-    }
-}
-
-/// Report out-of-memory against the CUDA ordinal, as CudaDriver does.
-fn on_ordinal(e: SimError, ordinal: u32) -> GpuError {
-    match GpuError::from(e) {
-        GpuError::OutOfMemory {
-            requested, detail, ..
-        } => GpuError::OutOfMemory {
-            device: ordinal,
-            requested,
-            detail,
-        },
-        other => other,
+        Ok(self
+            .proc
+            .device(ordinal)
+            .map_err(|e| cuda_err("cuDeviceGetUuid", Some(ordinal), e))?
+            .uuid
+            .clone())
     }
 }
 
@@ -224,25 +263,34 @@ impl Drop for SimDriver {
     }
 }
 
-/// NVML on the simulated box, in this process. Applies the box's injected NVML latencies.
+/// NVML on the simulated box, in this process: a session of the core's
+/// [`SimNvml`], read as `NvmlMonitor` reads a library (memory v2, else v1 from then on).
 pub struct SimMonitor {
-    sim: SimBox,
-    /// Host index of each NVML index this monitor shows.
-    mounted: Vec<u32>,
+    nvml: SimNvml,
     /// The queries made, by kind.
     calls: CallCounters,
+    /// v2 memory info is missing or failing on this box: read v1 directly (as NvmlMonitor).
+    memory_v1_only: AtomicBool,
 }
 
 impl SimMonitor {
-    /// Open the box of `VRAMDOC_SIM_DIR`; a process in a container of the box's runtime
-    /// sees only the devices mounted into it, renumbered from 0.
+    /// `nvmlInit` on the box of `VRAMDOC_SIM_DIR`; a process in a container of the box's
+    /// runtime sees only the devices mounted into it, renumbered from 0.
     pub fn from_env() -> Result<SimMonitor> {
-        let sim = SimBox::from_env()?;
-        if sim.faults()?.driver_version_mismatch {
-            return Err(nvml_version_mismatch());
-        }
-        let mounted = sim.mounted();
-        Ok(SimMonitor::with_mounted(sim, mounted))
+        SimMonitor::open(SimBox::from_env().map_err(box_error)?)
+    }
+
+    /// `nvmlInit` on `sim`, failing as the simulated libnvidia-ml.so.1 does (the core's
+    /// [`SimNvml::init`]), read as `NvmlMonitor::open` reads a failed init.
+    pub fn open(sim: SimBox) -> Result<SimMonitor> {
+        let nvml = SimNvml::init(sim).map_err(|e| {
+            if is_box_error(&e) {
+                box_error(e)
+            } else {
+                nvml::init_error_of_code(e.nvml_code())
+            }
+        })?;
+        Ok(SimMonitor::of(nvml))
     }
 
     /// Every device of the box, host numbering.
@@ -253,46 +301,44 @@ impl SimMonitor {
 
     /// Only `mounted` (host indices, PCI order), numbered 0.. as NVML in a container does.
     pub fn with_mounted(sim: SimBox, mounted: Vec<u32>) -> SimMonitor {
+        SimMonitor::of(SimNvml::attach(sim, mounted))
+    }
+
+    fn of(nvml: SimNvml) -> SimMonitor {
         SimMonitor {
-            mounted,
-            sim,
+            nvml,
             calls: CallCounters::default(),
+            memory_v1_only: AtomicBool::new(false),
         }
     }
 
-    /// Block while the box's `nvml_hang` fault applies to a call on host device `device`
-    /// (`None`: a call about no device), as the simulated libnvidia-ml does: re-read the
-    /// faults every 20 ms, fail with `NVML_ERROR_UNKNOWN` past the fault's bound.
-    fn hang(&self, device: Option<u32>, mut faults: Faults) -> Result<Faults> {
-        let start = std::time::Instant::now();
-        while let Some(h) = faults.nvml_hang.filter(|h| h.applies(device)) {
-            if start.elapsed() >= Duration::from_millis(h.limit_ms) {
-                return Err(GpuError::Driver {
-                    call: "nvml".into(),
-                    code: "NVML_ERROR_UNKNOWN".into(),
-                    message: "the call hung past the fault's bound".into(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-            faults = self.sim.faults()?;
-        }
-        Ok(faults)
-    }
-
-    fn delay(us: u64) {
-        if us > 0 {
-            std::thread::sleep(Duration::from_micros(us));
-        }
-    }
-}
-
-impl SimMonitor {
     /// Host index behind an NVML index of this monitor.
     fn host(&self, index: u32) -> Result<u32> {
-        self.mounted
-            .get(index as usize)
-            .copied()
-            .ok_or(GpuError::InvalidDevice(index))
+        self.nvml
+            .host(index)
+            .map_err(|_| GpuError::InvalidDevice(index))
+    }
+
+    /// Memory of host device `host` (NVML index `index`): v2, or v1 (reported with
+    /// `reserved` 0) where v2 is missing, failing or not supported and v1 answers; the v2
+    /// error where neither does.
+    fn memory_of(&self, host: u32) -> std::result::Result<MemoryInfo, SimError> {
+        if !self.memory_v1_only.load(Ordering::Relaxed) {
+            match self.nvml.memory(host) {
+                Ok(m) => return Ok(to_memory(m)),
+                Err(
+                    e @ (SimError::FunctionNotFound(_)
+                    | SimError::Unknown(_)
+                    | SimError::NotSupported { .. }),
+                ) => {
+                    let m = self.nvml.memory_v1(host).map_err(|_| e)?;
+                    self.memory_v1_only.store(true, Ordering::Relaxed);
+                    return Ok(v1_memory(m));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.nvml.memory_v1(host).map(v1_memory)
     }
 }
 
@@ -305,13 +351,22 @@ fn to_memory(m: SimMemory) -> MemoryInfo {
     }
 }
 
+fn v1_memory(m: vramdoc_sim::nvml::MemoryV1) -> MemoryInfo {
+    MemoryInfo {
+        total: m.total,
+        reserved: 0,
+        used: m.used,
+        free: m.free,
+    }
+}
+
 impl Monitor for SimMonitor {
     fn backend(&self) -> &'static str {
         "sim"
     }
 
     fn versions(&self) -> Result<Versions> {
-        let c = self.sim.config();
+        let c = self.nvml.sim().config();
         Ok(Versions {
             driver: c.driver_version.clone(),
             cuda: cuda_version_string(c.cuda_driver_version),
@@ -321,39 +376,43 @@ impl Monitor for SimMonitor {
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
         self.calls.inventory();
-        let faults = self.hang(None, self.sim.faults()?)?;
-        let st = self.sim.state_with(&faults)?;
+        self.nvml
+            .session()
+            .map_err(|e| nvml_err("nvmlDeviceGetCount_v2", None, e))?;
         let mut out = Vec::new();
-        for (index, host) in self.mounted.iter().enumerate() {
-            let d = self.sim.device(*host)?;
-            Self::delay(faults.nvml_memory_latency_us);
-            let status = match self.sim.check_nvml_device(d.index, &faults) {
-                Ok(_) => DeviceStatus::Ok,
-                Err(SimError::DeviceLost(_)) => DeviceStatus::Lost,
-                Err(SimError::NoPermission(_)) => DeviceStatus::NoPermission,
-                Err(e) => DeviceStatus::Error {
-                    message: e.to_string(),
-                },
-            };
-            let ok = status.is_ok();
+        for (index, host) in self.nvml.mounted().iter().enumerate() {
             // As over NVML: a device that does not answer has no name, UUID or bus id either
-            // (every per-device query fails the same way).
-            let text = |s: &String| if ok { s.clone() } else { String::new() };
-            out.push(DeviceInfo {
+            // (every per-device query fails the same way); one whose memory query fails keeps
+            // them. Either way its memory is zeroed and the status says why.
+            let (facts, answer) = match self.nvml.device(*host) {
+                Ok((d, _)) => (Some(d.clone()), self.memory_of(*host)),
+                Err(e) => (None, Err(e)),
+            };
+            let text = |f: fn(&vramdoc_sim::SimDevice) -> &String| {
+                facts.as_ref().map(f).cloned().unwrap_or_default()
+            };
+            let mut info = DeviceInfo {
                 index: index as u32,
-                name: text(&d.name),
-                uuid: text(&d.uuid),
-                pci_bus_id: text(&d.pci_bus_id),
-                memory: if ok {
-                    to_memory(vramdoc_sim::memory_of(d, &st))
-                } else {
-                    MemoryInfo::zeroed()
-                },
-                utilization_gpu: ok.then_some(0),
-                temperature_c: ok.then_some(vramdoc_sim::TEMPERATURE_C),
-                numa_node: if ok { d.numa_node } else { None },
-                status,
-            });
+                name: text(|d| &d.name),
+                uuid: text(|d| &d.uuid),
+                pci_bus_id: text(|d| &d.pci_bus_id),
+                memory: MemoryInfo::zeroed(),
+                utilization_gpu: None,
+                temperature_c: None,
+                numa_node: None,
+                status: crate::gpu::DeviceStatus::Ok,
+            };
+            match answer {
+                Ok(memory) => {
+                    info.memory = memory;
+                    info.utilization_gpu = Some(0);
+                    info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+                    info.numa_node = facts.and_then(|d| d.numa_node);
+                }
+                Err(e) if is_box_error(&e) => return Err(box_error(e)),
+                Err(e) => info.status = nvml::status_of_code(e.nvml_code()),
+            }
+            out.push(info);
         }
         Ok(out)
     }
@@ -361,40 +420,31 @@ impl Monitor for SimMonitor {
     fn memory(&self, index: u32) -> Result<MemoryInfo> {
         self.calls.memory();
         let host = self.host(index)?;
-        let faults = self.hang(Some(host), self.sim.faults()?)?;
-        Self::delay(faults.nvml_memory_latency_us);
-        self.sim.check_nvml_device(host, &faults)?;
-        Ok(to_memory(self.sim.memory_with(host, &faults)?))
+        self.memory_of(host)
+            .map_err(|e| nvml_err("nvmlDeviceGetMemoryInfo_v2", Some(index), e))
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
-        self.calls.processes();
-        let host = self.host(index)?;
-        let faults = self.hang(Some(host), self.sim.faults()?)?;
-        Self::delay(faults.nvml_process_latency_us);
-        let hidden = faults.nvml_used_memory_unavailable;
-        self.sim.check_nvml_device(host, &faults)?;
-        if faults.mig_unprivileged_devices.contains(&host) {
-            return Err(SimError::NoPermission(host).into());
-        }
-        Ok(self
-            .sim
-            .processes_with(host, &faults)?
-            .into_iter()
-            .map(|p| GpuProcess {
-                pid: p.pid,
-                used: (!hidden).then_some(p.used),
-                kind: p.kind,
-            })
-            .collect())
+        self.lists(
+            index,
+            &[
+                ProcessKind::Compute,
+                ProcessKind::Graphics,
+                ProcessKind::Mps,
+            ],
+        )
+    }
+
+    fn process_list(&self, index: u32, kind: ProcessKind) -> Result<Vec<GpuProcess>> {
+        self.lists(index, &[kind])
     }
 
     fn device_nodes(&self) -> Vec<std::path::PathBuf> {
-        self.sim.device_nodes()
+        self.nvml.sim().device_nodes()
     }
 
     fn cuda_speed(&self, index: u32) -> Option<(i32, i32, i32)> {
-        let d = self.sim.device(self.host(index).ok()?).ok()?;
+        let d = self.nvml.sim().device(self.host(index).ok()?).ok()?;
         let ((major, minor), sms) = vramdoc_sim::spec::arch_of(&d.name);
         Some((major, minor, sms))
     }
@@ -404,32 +454,92 @@ impl Monitor for SimMonitor {
     }
 }
 
+impl SimMonitor {
+    /// The lists of `kinds` on a device (one core call each, as NvmlMonitor makes one NVML
+    /// call each): one entry per (pid, kind).
+    fn lists(&self, index: u32, kinds: &[ProcessKind]) -> Result<Vec<GpuProcess>> {
+        self.calls.processes();
+        let host = self.host(index)?;
+        let mut out = Vec::new();
+        for &kind in kinds {
+            let list = self
+                .nvml
+                .processes(host, kind)
+                .map_err(|e| nvml_err(list_call(kind), Some(index), e))?;
+            out.extend(list.into_iter().map(|p| GpuProcess {
+                pid: p.pid,
+                used: p.used,
+                kind,
+            }));
+        }
+        Ok(out)
+    }
+}
+
+/// The NVML entry point of a process list (for error messages).
+fn list_call(kind: ProcessKind) -> &'static str {
+    match kind {
+        ProcessKind::Compute => "nvmlDeviceGetComputeRunningProcesses_v3",
+        ProcessKind::Graphics => "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        ProcessKind::Mps => "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn simulator_errors_read_as_the_real_drivers_and_box_failures_as_environment() {
-        let no_box = GpuError::from(SimError::NoBox);
+        let no_box = cuda_err("cuInit", None, SimError::NoBox);
         assert!(no_box.is_environment());
         assert_eq!(
             no_box.to_string(),
             format!("simulated box: {}", SimError::NoBox)
         );
-        let bad = GpuError::from(SimError::InvalidPointer(0x10));
+        let bad = cuda_err("cuMemcpy", None, SimError::InvalidPointer(0x10));
         assert!(!bad.is_environment());
+        assert!(
+            bad.to_string().contains("CUDA_ERROR_INVALID_VALUE"),
+            "{bad}"
+        );
         assert!(matches!(
-            GpuError::from(SimError::DeviceLost(2)),
+            cuda_err("cuCtxSynchronize", None, SimError::LaunchFailed(2)),
             GpuError::DeviceLost(2)
         ));
-        let oom = GpuError::from(SimError::OutOfMemory {
-            device: 1,
-            requested: 4096,
-            free: 0,
-        });
-        assert!(oom.is_out_of_memory());
-        assert!(GpuError::from(SimError::DeviceBusy(0))
-            .to_string()
-            .contains("CUDA_ERROR_DEVICE_UNAVAILABLE"));
+        assert!(matches!(
+            nvml_err(
+                "nvmlDeviceGetMemoryInfo_v2",
+                Some(1),
+                SimError::DeviceLost(3)
+            ),
+            GpuError::DeviceLost(1)
+        ));
+        let oom = cuda_err(
+            "cuMemAllocAsync",
+            Some(0),
+            SimError::OutOfMemory {
+                device: 1,
+                requested: 4096,
+                free: 0,
+            },
+        );
+        assert!(matches!(oom, GpuError::OutOfMemory { device: 0, .. }));
+        assert!(
+            cuda_err("cuDevicePrimaryCtxRetain", Some(0), SimError::DeviceBusy(0))
+                .to_string()
+                .contains("CUDA_ERROR_DEVICE_UNAVAILABLE")
+        );
+        assert!(cuda_err("cuInit", None, SimError::StubLibrary).is_environment());
+        assert!(nvml::init_error_of_code(SimError::DriverMismatch.nvml_code()).is_environment());
+    }
+
+    #[test]
+    fn simulator_errors_have_their_exit_codes() {
+        use crate::backend::ErrorClass;
+        let spec = vramdoc_sim::parse_spec("nope").unwrap_err();
+        assert_eq!(error_class(&spec), Some(ErrorClass::Usage));
+        assert_eq!(error_class(&SimError::NoBox), Some(ErrorClass::Environment));
+        assert_eq!(error_class(&SimError::InvalidPointer(1)), None);
     }
 }

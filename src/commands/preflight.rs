@@ -19,6 +19,7 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
         pid_namespace: inventory::detect_pid_namespace()?,
         thresholds: Thresholds::default(),
         pods: Default::default(),
+        lists: Default::default(),
     };
     let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
     let uuids: Vec<String> = report

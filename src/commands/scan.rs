@@ -27,6 +27,11 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
             pid_namespace,
             thresholds: args.pods.thresholds(),
             pods: args.pods.config(),
+            lists: if args.all_lists {
+                inventory::ProcessLists::All
+            } else {
+                inventory::ProcessLists::AsNeeded
+            },
         };
         let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
         Ok((monitor, report))

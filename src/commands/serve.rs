@@ -39,6 +39,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
             pid_namespace: inventory::detect_pid_namespace()?,
             thresholds: args.pods.thresholds(),
             pods: args.pods.config(),
+            lists: Default::default(),
         },
         options: PromOptions {
             per_process: args.per_process,

@@ -76,77 +76,10 @@ impl std::fmt::Debug for NvmlMonitor {
     }
 }
 
-/// The `NVML_ERROR_*` name of an error, for messages.
-fn code_name(e: &NvmlError) -> String {
-    let s = match e {
-        NvmlError::Uninitialized => "NVML_ERROR_UNINITIALIZED",
-        NvmlError::InvalidArg => "NVML_ERROR_INVALID_ARGUMENT",
-        NvmlError::NotSupported => "NVML_ERROR_NOT_SUPPORTED",
-        NvmlError::NoPermission => "NVML_ERROR_NO_PERMISSION",
-        NvmlError::NotFound => "NVML_ERROR_NOT_FOUND",
-        NvmlError::InsufficientSize(_) => "NVML_ERROR_INSUFFICIENT_SIZE",
-        NvmlError::DriverNotLoaded => "NVML_ERROR_DRIVER_NOT_LOADED",
-        NvmlError::Timeout => "NVML_ERROR_TIMEOUT",
-        NvmlError::LibraryNotFound => "NVML_ERROR_LIBRARY_NOT_FOUND",
-        NvmlError::FunctionNotFound => "NVML_ERROR_FUNCTION_NOT_FOUND",
-        NvmlError::GpuLost => "NVML_ERROR_GPU_IS_LOST",
-        NvmlError::ResetRequired => "NVML_ERROR_RESET_REQUIRED",
-        NvmlError::LibRmVersionMismatch => "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
-        NvmlError::InsufficientMemory => "NVML_ERROR_MEMORY",
-        NvmlError::Unknown => "NVML_ERROR_UNKNOWN",
-        other => return format!("{other:?}"),
-    };
-    s.to_string()
-}
-
-fn map_err(call: &str, index: Option<u32>, library: &str, e: NvmlError) -> GpuError {
-    match (e, index) {
-        (NvmlError::GpuLost, Some(i)) => GpuError::DeviceLost(i),
-        (NvmlError::FailedToLoadSymbol(s), _) => GpuError::LibraryMissing {
-            library: library.to_string(),
-            hint: format!(
-                "{call} is missing from it ({s}); update the NVIDIA driver to a CUDA 12 one"
-            ),
-        },
-        (NvmlError::LibRmVersionMismatch, _) => super::nvml_version_mismatch(),
-        (NvmlError::DriverNotLoaded, _) => GpuError::NoDevice(format!(
-            "{call}: the NVIDIA kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED); \
-             load it (`nvidia-smi` must work), or without a GPU use --sim SPEC"
-        )),
-        (e, _) => GpuError::Driver {
-            call: call.to_string(),
-            code: code_name(&e),
-            message: e.to_string(),
-        },
-    }
-}
-
-/// NVML that loads but does not initialise is the machine's state, not a finding: exit 3
-/// (docs/exit-codes.md), never the 1 that `--fail-on` gives to findings. "Unknown Error" at
-/// init is the known loss of device access in a container after the runtime or systemd
-/// reloaded its cgroups (NVIDIA/nvidia-container-toolkit#48): say so.
-fn init_failed(e: GpuError) -> GpuError {
-    match e {
-        GpuError::Driver {
-            call,
-            code,
-            message,
-        } => {
-            let advice = if code == "NVML_ERROR_UNKNOWN" {
-                format!(
-                    "{message}; NVML cannot be initialised (\"Failed to initialize NVML: Unknown \
-                     Error\"): in a container this is the known loss of GPU access after the \
-                     container runtime or systemd reloaded (nvidia-container-toolkit#48) — \
-                     restart the container; on a host, check that `nvidia-smi` works"
-                )
-            } else {
-                format!("{message}; NVML cannot be initialised: check that `nvidia-smi` works")
-            };
-            GpuError::Environment { call, code, advice }
-        }
-        other => other,
-    }
-}
+#[path = "nvml_codes.rs"]
+mod codes;
+use codes::{code_name, init_failed, map_err, status_of};
+pub use codes::{error_of_code, init_error_of_code, status_of_code};
 
 impl NvmlMonitor {
     /// Load NVML by name ([`LIBRARY_NAMES`]) and initialise it.
@@ -724,13 +657,7 @@ impl Monitor for NvmlMonitor {
             match self.device_info(index) {
                 Ok(info) => out.push(info),
                 Err((partial, e)) => {
-                    let status = match e {
-                        NvmlError::GpuLost => DeviceStatus::Lost,
-                        NvmlError::NoPermission => DeviceStatus::NoPermission,
-                        e => DeviceStatus::Error {
-                            message: format!("{}: {e}", code_name(&e)),
-                        },
-                    };
+                    let status = status_of(e);
                     out.push(DeviceInfo {
                         index,
                         name: partial.0,

@@ -347,6 +347,7 @@ mod tests {
                 },
                 thresholds: Thresholds::default(),
                 pods: Default::default(),
+                lists: Default::default(),
             },
             options: PromOptions::default(),
             hostname,

@@ -402,3 +402,371 @@ child::entry! {
         Ok(err.to_string())
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The fault matrix: every fault and driver behaviour of the simulator's core, through both
+// paths — the in-process backends (`backend::sim`) and the real ones (cudarc, nvml-wrapper)
+// over crates/simgpu in a child process — with the answers compared cell by cell.
+
+/// One cell: a box, a fault (or driver behaviour), and the calls it shows in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Cell {
+    /// The box as made: the calls below all succeed.
+    Clean,
+    CudaStubLibrary,
+    DriverMismatch,
+    NoPtxJit,
+    Contained,
+    IllegalAddress,
+    AllocFailAfter,
+    CudaTotalExcludesReserved,
+    ExclusiveProcess,
+    InvalidOrdinal,
+    LostDevice,
+    NoPermission,
+    MigUnprivileged,
+    UsedMemoryUnavailable,
+    NvmlHang,
+    SessionLostBeforeInit,
+    SessionLostAfterInit,
+    Wsl,
+    Pre510Driver,
+    Gb10,
+}
+
+const CELLS: [Cell; 20] = [
+    Cell::Clean,
+    Cell::CudaStubLibrary,
+    Cell::DriverMismatch,
+    Cell::NoPtxJit,
+    Cell::Contained,
+    Cell::IllegalAddress,
+    Cell::AllocFailAfter,
+    Cell::CudaTotalExcludesReserved,
+    Cell::ExclusiveProcess,
+    Cell::InvalidOrdinal,
+    Cell::LostDevice,
+    Cell::NoPermission,
+    Cell::MigUnprivileged,
+    Cell::UsedMemoryUnavailable,
+    Cell::NvmlHang,
+    Cell::SessionLostBeforeInit,
+    Cell::SessionLostAfterInit,
+    Cell::Wsl,
+    Cell::Pre510Driver,
+    Cell::Gb10,
+];
+
+/// Where the two paths answer differently on purpose, (cell, answer index, in-process,
+/// real): a device lost under CUDA. The simulator knows which device fell off the bus and
+/// says so (`DeviceLost`); CUDA has no such code, so the real backend reads
+/// `CUDA_ERROR_UNKNOWN` (a context on it) or `CUDA_ERROR_LAUNCH_FAILED` (work on it).
+const DIFFERENCES: &[(Cell, usize, &str, &str)] = &[
+    (
+        Cell::LostDevice,
+        0,
+        "device-lost 1",
+        "driver CUDA_ERROR_UNKNOWN",
+    ),
+    (
+        Cell::LostDevice,
+        1,
+        "device-lost 0",
+        "driver CUDA_ERROR_LAUNCH_FAILED",
+    ),
+];
+
+/// The box of a cell: spec and options, and the faults set before anything opens it.
+fn cell_box(cell: Cell) -> tempfile::TempDir {
+    use vramdoc_sim::profile::DriverProfile;
+    use vramdoc_sim::{Faults, InitOptions, Platform};
+    let mut opts = InitOptions::default();
+    let spec = match cell {
+        Cell::Gb10 => "gb10",
+        _ => SPEC,
+    };
+    if let Cell::Wsl | Cell::Pre510Driver = cell {
+        let p = DriverProfile::parse(if cell == Cell::Wsl { "516.59" } else { "470" }).unwrap();
+        opts.driver_version = p.driver_version;
+        opts.cuda_driver_version = p.cuda_driver_version;
+        if cell == Cell::Wsl {
+            opts.platform = Platform::Wsl;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimBox::create(dir.path(), spec, &opts).unwrap();
+    let mut f = Faults::default();
+    match cell {
+        Cell::CudaStubLibrary => f.cuda_stub_library = true,
+        Cell::DriverMismatch => f.driver_version_mismatch = true,
+        Cell::NoPtxJit => f.no_ptx_jit = true,
+        Cell::Contained => f.contained_devices = vec![0],
+        Cell::IllegalAddress => f.illegal_address_devices = vec![0],
+        Cell::CudaTotalExcludesReserved => f.cuda_total_excludes_reserved = true,
+        Cell::ExclusiveProcess => f.exclusive_process_devices = vec![0],
+        Cell::NoPermission => f.no_permission_devices = vec![1],
+        Cell::LostDevice => f.lost_devices = vec![1],
+        Cell::MigUnprivileged => f.mig_unprivileged_devices = vec![0],
+        Cell::UsedMemoryUnavailable => f.nvml_used_memory_unavailable = true,
+        Cell::SessionLostBeforeInit => {
+            f.nvml_sessions_lost = true;
+            f.nvml_epoch = 1;
+        }
+        _ => {}
+    }
+    sim.set_faults(&f).unwrap();
+    dir
+}
+
+/// A call's answer, as the matrix compares it: what succeeded (with the numbers both paths
+/// must agree on), or the error's kind and driver code (not its text: the calls named in
+/// messages differ between a backend and a library).
+fn answer<T>(r: gpu::Result<T>, ok: impl FnOnce(T) -> String) -> String {
+    match r {
+        Ok(v) => format!("ok {}", ok(v)),
+        Err(e) => match e {
+            GpuError::LibraryMissing { .. } => "library-missing".into(),
+            GpuError::NoDevice(_) => "no-device".into(),
+            GpuError::InvalidDevice(i) => format!("invalid-device {i}"),
+            GpuError::DeviceLost(i) => format!("device-lost {i}"),
+            GpuError::OutOfMemory { device, .. } => format!("out-of-memory {device}"),
+            GpuError::Driver { code, .. } => format!("driver {code}"),
+            GpuError::Backend { environment, .. } => format!("backend environment={environment}"),
+            GpuError::Environment { code, .. } => format!("environment {code}"),
+        },
+    }
+}
+
+fn memory_text(m: gpu::MemoryInfo) -> String {
+    format!("{}/{}/{}/{}", m.total, m.reserved, m.used, m.free)
+}
+
+/// This process's entries in a device's lists, as (kind, used).
+fn own_entries(monitor: &dyn Monitor, device: u32) -> gpu::Result<String> {
+    let me = std::process::id();
+    let mine: Vec<String> = monitor
+        .processes(device)?
+        .into_iter()
+        .filter(|p| p.pid == me)
+        .map(|p| format!("{:?}:{:?}", p.kind, p.used.map(|u| u > 0)))
+        .collect();
+    Ok(mine.join(","))
+}
+
+/// The opening of both traits on one path.
+struct Opener<'a> {
+    driver: &'a dyn Fn() -> gpu::Result<Box<dyn Driver>>,
+    monitor: &'a dyn Fn() -> gpu::Result<Box<dyn Monitor>>,
+}
+
+/// Run one cell through `open` (the box is `box_dir`, its pre-open faults already set):
+/// the answers, in order.
+fn run_cell(cell: Cell, box_dir: &Path, open: &Opener) -> Vec<String> {
+    let sim = SimBox::open(box_dir).unwrap();
+    let mut out = Vec::new();
+    let device_statuses = |m: &dyn Monitor| {
+        answer(m.devices(), |ds| {
+            ds.iter()
+                .map(|d| format!("{}:{:?}:{}", d.index, d.status, memory_text(d.memory)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+    };
+    match cell {
+        Cell::CudaStubLibrary | Cell::DriverMismatch => {
+            out.push(answer((open.driver)(), |d| d.backend().into()));
+            out.push(answer((open.monitor)(), |_| String::new()));
+        }
+        Cell::SessionLostBeforeInit => {
+            out.push(answer((open.monitor)(), |_| String::new()));
+        }
+        Cell::SessionLostAfterInit | Cell::NvmlHang => {
+            let m = (open.monitor)().unwrap();
+            sim.update_faults(|f, _| {
+                if cell == Cell::NvmlHang {
+                    f.nvml_hang = Some(vramdoc_sim::NvmlHang {
+                        device: Some(1),
+                        limit_ms: 50,
+                    });
+                } else {
+                    f.nvml_sessions_lost = true;
+                    f.nvml_epoch += 1;
+                }
+                Ok(())
+            })
+            .unwrap();
+            out.push(answer(m.memory(0), memory_text));
+            out.push(answer(m.memory(1), memory_text));
+            out.push(answer(m.process_list(1, gpu::ProcessKind::Compute), |l| {
+                l.len().to_string()
+            }));
+        }
+        Cell::NoPtxJit | Cell::ExclusiveProcess | Cell::InvalidOrdinal => {
+            // ExclusiveProcess: the test holds device 0 from another process.
+            let mut d = (open.driver)().unwrap();
+            let ordinal = if cell == Cell::InvalidOrdinal { 7 } else { 0 };
+            out.push(answer(d.create_context(ordinal), |_| String::new()));
+        }
+        Cell::Contained | Cell::IllegalAddress | Cell::AllocFailAfter => {
+            let mut d = (open.driver)().unwrap();
+            let ctx = d.create_context(0).unwrap();
+            if cell == Cell::AllocFailAfter {
+                // Counted from now, as `sim fault --alloc-fail-after 0`.
+                sim.update_faults(|f, st| {
+                    f.alloc_fail_after = Some(st.alloc_calls);
+                    Ok(())
+                })
+                .unwrap();
+                out.push(answer(d.alloc(ctx, 4 * MIB), |_| String::new()));
+            } else {
+                let a = d.alloc(ctx, 4 * MIB).unwrap();
+                out.push(answer(d.fill(a, 7), |sum| sum.to_string()));
+                out.push(answer(d.synchronize(ctx), |_| String::new()));
+            }
+        }
+        Cell::LostDevice => {
+            // Device 1 lost before anything opened; then device 0 under a context.
+            let m = (open.monitor)().unwrap();
+            out.push(String::new());
+            let mut d = (open.driver)().unwrap();
+            out[0] = answer(d.create_context(1), |_| String::new());
+            let ctx = d.create_context(0).unwrap();
+            sim.update_faults(|f, _| {
+                f.lost_devices = vec![0, 1];
+                Ok(())
+            })
+            .unwrap();
+            out.push(answer(d.synchronize(ctx), |_| String::new()));
+            out.push(device_statuses(m.as_ref()));
+            out.push(answer(m.memory(1), memory_text));
+            out.push(answer(m.processes(1), |l| l.len().to_string()));
+        }
+        Cell::Clean
+        | Cell::CudaTotalExcludesReserved
+        | Cell::NoPermission
+        | Cell::MigUnprivileged
+        | Cell::UsedMemoryUnavailable
+        | Cell::Wsl
+        | Cell::Pre510Driver
+        | Cell::Gb10 => {
+            // The monitor first, on an empty box: the cuda backend's context carries its
+            // checksum word (2 MiB more than the in-process one), so numbers are read before.
+            let m = (open.monitor)().unwrap();
+            out.push(device_statuses(m.as_ref()));
+            let last = sim.devices().len() as u32 - 1;
+            for dev in [0, last] {
+                out.push(answer(m.memory(dev), memory_text));
+            }
+            let mut d = (open.driver)().unwrap();
+            let ctx = d.create_context(0).unwrap();
+            let a = d.alloc(ctx, 64 * MIB).unwrap();
+            out.push(answer(d.fill(a, 7), |sum| sum.to_string()));
+            out.push(answer(d.mem_info(ctx), |(_, total)| total.to_string()));
+            for dev in [0, last] {
+                out.push(answer(own_entries(m.as_ref(), dev), |s| s));
+            }
+        }
+    }
+    out
+}
+
+/// The cell through the in-process backends, on this process.
+fn in_process(cell: Cell, box_dir: &Path) -> Vec<String> {
+    let sim = SimBox::open(box_dir).unwrap();
+    let (s1, s2) = (sim.clone(), sim);
+    let driver = move || -> gpu::Result<Box<dyn Driver>> {
+        Ok(Box::new(backend::sim::SimDriver::open(SimProcess::new(
+            s1.clone(),
+            None,
+        ))?))
+    };
+    let monitor = move || -> gpu::Result<Box<dyn Monitor>> {
+        Ok(Box::new(backend::sim::SimMonitor::open(s2.clone())?))
+    };
+    run_cell(
+        cell,
+        box_dir,
+        &Opener {
+            driver: &driver,
+            monitor: &monitor,
+        },
+    )
+}
+
+#[derive(Serialize, Deserialize)]
+struct MatrixInput {
+    cell: Cell,
+    box_dir: std::path::PathBuf,
+}
+
+child::entry! {
+    /// The cell through the real backends: cudarc and nvml-wrapper over crates/simgpu.
+    fn fault_matrix_child(input: MatrixInput) -> Vec<String> {
+        let driver = || -> gpu::Result<Box<dyn Driver>> {
+            Ok(Box::new(gpu::cuda::CudaDriver::open()?))
+        };
+        let monitor = || -> gpu::Result<Box<dyn Monitor>> {
+            Ok(Box::new(gpu::nvml::NvmlMonitor::open()?))
+        };
+        run_cell(input.cell, &input.box_dir, &Opener { driver: &driver, monitor: &monitor })
+    }
+}
+
+/// Both paths on every cell of the matrix (each on a box of its own, the real one in a child
+/// process per cell: CUDA initialises once per process); the answers must be equal, except
+/// the [`DIFFERENCES`], which must be exactly as listed.
+#[test]
+fn fault_matrix_both_backends_agree() {
+    let mut problems = Vec::new();
+    for cell in CELLS {
+        let inproc_box = cell_box(cell);
+        let real_box = cell_box(cell);
+        // A process of its own holding the exclusive device, on each box.
+        let _holders: Vec<common::KillOnDrop> = if cell == Cell::ExclusiveProcess {
+            [&inproc_box, &real_box]
+                .iter()
+                .map(|b| common::KillOnDrop(start_holder(sim_holder(b.path(), None)).0))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let a = in_process(cell, inproc_box.path());
+        let b: Vec<String> = child::of!(fault_matrix_child)
+            .simgpu()
+            .env("VRAMDOC_SIM_DIR", real_box.path())
+            .input(&MatrixInput {
+                cell,
+                box_dir: real_box.path().to_path_buf(),
+            })
+            .run();
+        println!("{cell:?}:\n  in-process {a:?}\n  real       {b:?}");
+        if a.len() != b.len() {
+            problems.push(format!(
+                "{cell:?}: {} answers in-process, {} real",
+                a.len(),
+                b.len()
+            ));
+            continue;
+        }
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            let expected = DIFFERENCES
+                .iter()
+                .find(|(c, n, _, _)| *c == cell && *n == i)
+                .map(|(_, _, p, r)| (*p, *r));
+            match expected {
+                Some((p, r)) if x == p && y == r => {}
+                Some((p, r)) => problems.push(format!(
+                    "{cell:?} answer {i}: the documented difference changed: in-process {x} \
+                     (expected {p}), real {y} (expected {r})"
+                )),
+                None if x == y => {}
+                None => problems.push(format!("{cell:?} answer {i}: in-process {x}, real {y}")),
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the backends disagree:\n{}",
+        problems.join("\n")
+    );
+}

@@ -55,6 +55,8 @@ mod run_jobs;
 mod run_pty;
 /// `vramdoc scan`.
 mod scan;
+// Which NVML process lists scan reads (issue 24).
+mod scan_lists;
 /// `vramdoc serve` and `scan --prom`, scraped by a real Prometheus.
 mod serve;
 /// `vramdoc serve` on real nodes: slow clients, NVML lost and found, node name, signals.

@@ -18,9 +18,12 @@
 pub mod board;
 pub mod broker;
 pub mod calls;
+pub mod codes;
 pub mod container;
+pub mod cuda;
 mod faults;
 pub mod libs;
+pub mod nvml;
 pub mod process;
 pub mod procinfo;
 pub mod profile;
@@ -97,6 +100,26 @@ pub enum SimError {
     IpcHandle,
     #[error("a CUDA IPC handle cannot be opened in the process that exported it")]
     IpcSameProcess,
+    #[error("work on device {0} failed: the device has fallen off the bus")]
+    LaunchFailed(u32),
+    #[error("an illegal memory access was encountered on device {0}")]
+    IllegalAddress(u32),
+    #[error("libcuda.so is the CUDA toolkit's stub library, not the driver's")]
+    StubLibrary,
+    #[error("the driver library and the loaded kernel module are different versions")]
+    DriverMismatch,
+    #[error("the PTX JIT compiler library (libnvidia-ptxjitcompiler) is missing")]
+    NoPtxJit,
+    #[error("the NVML call hung past the fault's bound of {limit_ms} ms")]
+    Hung { limit_ms: u64 },
+    #[error("the NVML session was lost (the container lost access to its devices)")]
+    SessionLost,
+    #[error("{call} is not supported on device {device}")]
+    NotSupported { call: &'static str, device: u32 },
+    #[error("{0} is not in this driver branch's library")]
+    FunctionNotFound(&'static str),
+    #[error("{0}")]
+    Unknown(&'static str),
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SimError + '_ {
@@ -123,6 +146,11 @@ pub struct SimDevice {
     /// memory managed by the operating system); `None` on ordinary PCIe/SXM boards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<u32>,
+    /// A unified-memory part (GB10): NVML reports no framebuffer memory
+    /// (`nvmlDeviceGetMemoryInfo` and `_v2`: `NVML_ERROR_NOT_SUPPORTED`); per-process usage
+    /// and CUDA's `cuMemGetInfo` work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_memory_info: bool,
 }
 
 /// The immutable description of a box.
@@ -329,6 +357,7 @@ impl SimBox {
                     next_node += 1;
                     next_node - 1
                 }),
+                no_memory_info: m.no_memory_info,
             })
             .collect();
         let major = opts.cuda_driver_version / 1000;

@@ -15,6 +15,9 @@ pub struct Preset {
     /// Coherent memory: the GPU's memory is a NUMA node of the host, managed by the
     /// operating system (Grace Hopper / Grace Blackwell superchips).
     pub coherent: bool,
+    /// A unified-memory part with no framebuffer of its own: NVML's device memory queries
+    /// answer `NVML_ERROR_NOT_SUPPORTED` while per-process usage works (GB10).
+    pub no_memory_info: bool,
 }
 
 /// The presets, documented in docs/simulator.md. Totals are the NVML `total` of real cards.
@@ -25,6 +28,7 @@ pub const PRESETS: &[Preset] = &[
         total: 15360 * MIB,
         reserved: 255 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "v100",
@@ -32,6 +36,7 @@ pub const PRESETS: &[Preset] = &[
         total: 16384 * MIB,
         reserved: 255 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "rtx4060ti",
@@ -39,6 +44,7 @@ pub const PRESETS: &[Preset] = &[
         total: 16380 * MIB,
         reserved: 288 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "l4",
@@ -46,6 +52,7 @@ pub const PRESETS: &[Preset] = &[
         total: 23034 * MIB,
         reserved: 326 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "rtx3090",
@@ -53,6 +60,7 @@ pub const PRESETS: &[Preset] = &[
         total: 24576 * MIB,
         reserved: 262 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "rtx4090",
@@ -60,6 +68,7 @@ pub const PRESETS: &[Preset] = &[
         total: 24564 * MIB,
         reserved: 360 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "a10",
@@ -67,6 +76,7 @@ pub const PRESETS: &[Preset] = &[
         total: 23028 * MIB,
         reserved: 326 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "a100",
@@ -74,6 +84,7 @@ pub const PRESETS: &[Preset] = &[
         total: 40960 * MIB,
         reserved: 443 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "a100-80gb",
@@ -81,6 +92,7 @@ pub const PRESETS: &[Preset] = &[
         total: 81920 * MIB,
         reserved: 527 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "h100",
@@ -88,6 +100,7 @@ pub const PRESETS: &[Preset] = &[
         total: 81559 * MIB,
         reserved: 522 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     Preset {
         key: "h200",
@@ -95,6 +108,7 @@ pub const PRESETS: &[Preset] = &[
         total: 143771 * MIB,
         reserved: 568 * MIB,
         coherent: false,
+        no_memory_info: false,
     },
     // nvidia-smi on GH200 and GB200 nodes shows `97871MiB` and `189471MiB` totals; the
     // reservation is not published (1 % here, like generic cards).
@@ -104,6 +118,7 @@ pub const PRESETS: &[Preset] = &[
         total: 97871 * MIB,
         reserved: 978 * MIB,
         coherent: true,
+        no_memory_info: false,
     },
     Preset {
         key: "gb200",
@@ -111,6 +126,19 @@ pub const PRESETS: &[Preset] = &[
         total: 189471 * MIB,
         reserved: 1894 * MIB,
         coherent: true,
+        no_memory_info: false,
+    },
+    // DGX Spark: one GB10 whose 128 GB of LPDDR5X the CPU and GPU share. NVML has no
+    // framebuffer to report (`nvmlDeviceGetMemoryInfo` and `_v2`: NOT_SUPPORTED, XuehaiPan/nvitop#208,
+    // leptonai/gpud#1170) while per-process usage works (vllm-project/vllm#55828); the total
+    // is what CUDA reports there (121.7 GiB, vllm-project/vllm#57378).
+    Preset {
+        key: "gb10",
+        name: "NVIDIA GB10",
+        total: 124616 * MIB,
+        reserved: 0,
+        coherent: false,
+        no_memory_info: true,
     },
 ];
 
@@ -187,6 +215,7 @@ fn device_model(s: &str) -> Option<DeviceModel> {
             total: p.total,
             reserved: p.reserved,
             coherent: p.coherent,
+            no_memory_info: p.no_memory_info,
         });
     }
     let total = parse_size(s).ok()?;
@@ -200,6 +229,7 @@ fn device_model(s: &str) -> Option<DeviceModel> {
         total,
         reserved,
         coherent: false,
+        no_memory_info: false,
     })
 }
 

@@ -172,9 +172,10 @@ impl Driver {
         Ok(())
     }
 
-    /// Fail when the device behind an ordinal is lost (work that would run there).
+    /// Work that would run on the device behind an ordinal (the core's
+    /// [`SimProcess::work`]: lost → `CUDA_ERROR_LAUNCH_FAILED`, contained).
     pub(super) fn check_device(&self, ordinal: u32) -> Result<(), CUresult> {
-        self.proc.check(ordinal).map_err(sync_code)
+        self.proc.work(ordinal).map_err(code)
     }
 
     pub(super) fn check_ptr(&mut self, ptr: u64) -> Result<u32, CUresult> {
@@ -256,10 +257,8 @@ impl Driver {
         if !image.contains(".version") || !image.contains(".target") {
             return Err(CUDA_ERROR_INVALID_PTX);
         }
-        // PTX needs the JIT compiler library (libnvidia-ptxjitcompiler.so).
-        if self.proc.sim().faults().map_err(code)?.no_ptx_jit {
-            return Err(CUDA_ERROR_JIT_COMPILER_NOT_FOUND);
-        }
+        // PTX needs the JIT compiler library (the core's `load_ptx`).
+        self.proc.load_ptx().map_err(code)?;
         let h = self.mint();
         self.modules.insert(h, Module { ctx, entries });
         Ok(h)
@@ -287,9 +286,11 @@ impl Driver {
         }
         self.check_device(ordinal)?;
         nonnull(params)?;
-        let phys = self.proc.physical(ordinal).map_err(code)?;
-        if self.proc.sim().take_kernel_fault(phys).map_err(code)? {
-            return Err(self.poison(ctx, CUDA_ERROR_ILLEGAL_ADDRESS));
+        // The core decides whether the launch runs (lost, contained, an injected fault).
+        match self.proc.launch(ordinal) {
+            Ok(()) => {}
+            Err(e @ SimError::IllegalAddress(_)) => return Err(self.poison(ctx, code(e))),
+            Err(e) => return Err(code(e)),
         }
         let r = self.run_kernel(&name, ordinal, ctx, params);
         match r {
@@ -343,7 +344,8 @@ impl Driver {
             SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => {
                 CUDA_ERROR_ILLEGAL_ADDRESS
             }
-            other => sync_code(other),
+            SimError::DeviceLost(d) => code(SimError::LaunchFailed(d)),
+            other => code(other),
         };
         match name {
             KERNEL_FILL => {

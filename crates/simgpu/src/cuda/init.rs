@@ -41,23 +41,22 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     })
 }
 
-/// Box faults that make the library unusable as a whole: the toolkit's stub shadowing the
-/// driver (every call `CUDA_ERROR_STUB_LIBRARY`), a library/kernel-module mismatch.
+/// The core's answer to `cuInit` on the box `VRAMDOC_SIM_DIR` names
+/// ([`vramdoc_sim::cuda::init`]: the toolkit's stub, a library/kernel-module mismatch).
 fn init_fault() -> Option<CUresult> {
-    let faults = vramdoc_sim::SimBox::from_env().ok()?.faults().ok()?;
-    if faults.cuda_stub_library {
-        Some(CUDA_ERROR_STUB_LIBRARY)
-    } else if faults.driver_version_mismatch {
-        Some(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
-    } else {
-        None
-    }
+    let sim = vramdoc_sim::SimBox::from_env().ok()?;
+    vramdoc_sim::cuda::init(&sim).err().map(|e| e.cuda_code())
+}
+
+/// Whether the box's libcuda.so is the toolkit's stub (every call fails).
+fn stub() -> bool {
+    vramdoc_sim::SimBox::from_env().is_ok_and(|sim| vramdoc_sim::cuda::is_stub(&sim))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
     guard(|| {
-        if init_fault() == Some(CUDA_ERROR_STUB_LIBRARY) {
+        if stub() {
             return CUDA_ERROR_STUB_LIBRARY;
         }
         let v = match lock().as_ref() {

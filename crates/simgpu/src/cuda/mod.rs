@@ -57,134 +57,8 @@ pub type CUevent = *mut c_void;
 pub type CUmodule = *mut c_void;
 pub type CUfunction = *mut c_void;
 
-pub const CUDA_SUCCESS: CUresult = 0;
-pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
-pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
-pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
-pub const CUDA_ERROR_STUB_LIBRARY: CUresult = 34;
-pub const CUDA_ERROR_DEVICE_UNAVAILABLE: CUresult = 46;
-pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
-pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
-pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
-pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
-pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CUresult = 217;
-pub const CUDA_ERROR_INVALID_PTX: CUresult = 218;
-/// Newer than some client headers: cuda.h 12.0 ends its JIT codes at 222, but 221 exists
-/// since CUDA 11.1; 226 arrived with CUDA 12.4 (CUDA 12.0 clients do not know it).
-pub const CUDA_ERROR_JIT_COMPILER_NOT_FOUND: CUresult = 221;
-pub const CUDA_ERROR_CONTAINED: CUresult = 226;
-pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
-pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
-pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
-pub const CUDA_ERROR_NOT_READY: CUresult = 600;
-pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
-pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
-pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CUresult = 705;
-pub const CUDA_ERROR_LAUNCH_FAILED: CUresult = 719;
-pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
-pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CUresult = 803;
-pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
-
-/// cuda.h names and descriptions (cuGetErrorName / cuGetErrorString) of the codes above and
-/// the other common ones.
-const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
-    (0, c"CUDA_SUCCESS", c"no error"),
-    (1, c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
-    (2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
-    (3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
-    (4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
-    (
-        34,
-        c"CUDA_ERROR_STUB_LIBRARY",
-        c"CUDA driver is a stub library",
-    ),
-    (
-        100,
-        c"CUDA_ERROR_NO_DEVICE",
-        c"no CUDA-capable device is detected",
-    ),
-    (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
-    (
-        46,
-        c"CUDA_ERROR_DEVICE_UNAVAILABLE",
-        c"CUDA-capable device(s) is/are busy or unavailable",
-    ),
-    (
-        221,
-        c"CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
-        c"PTX JIT compiler library not found",
-    ),
-    (
-        226,
-        c"CUDA_ERROR_CONTAINED",
-        c"uncorrectable error was contained",
-    ),
-    (
-        803,
-        c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-        c"system has unsupported display driver / cuda driver combination",
-    ),
-    (
-        200,
-        c"CUDA_ERROR_INVALID_IMAGE",
-        c"device kernel image is invalid",
-    ),
-    (
-        201,
-        c"CUDA_ERROR_INVALID_CONTEXT",
-        c"invalid device context",
-    ),
-    (
-        218,
-        c"CUDA_ERROR_INVALID_PTX",
-        c"a PTX JIT compilation failed",
-    ),
-    (
-        222,
-        c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
-        c"the provided PTX was compiled with an unsupported toolchain.",
-    ),
-    (
-        217,
-        c"CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
-        c"peer access is not supported between these two devices",
-    ),
-    (301, c"CUDA_ERROR_FILE_NOT_FOUND", c"file not found"),
-    (
-        400,
-        c"CUDA_ERROR_INVALID_HANDLE",
-        c"invalid resource handle",
-    ),
-    (500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
-    (600, c"CUDA_ERROR_NOT_READY", c"device not ready"),
-    (
-        700,
-        c"CUDA_ERROR_ILLEGAL_ADDRESS",
-        c"an illegal memory access was encountered",
-    ),
-    (
-        704,
-        c"CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
-        c"peer access is already enabled",
-    ),
-    (
-        705,
-        c"CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
-        c"peer access has not been enabled",
-    ),
-    (
-        709,
-        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
-        c"context is destroyed",
-    ),
-    (
-        719,
-        c"CUDA_ERROR_LAUNCH_FAILED",
-        c"unspecified launch failure",
-    ),
-    (801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
-    (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
-];
+/// The codes and their cuda.h names come from the simulator's core (`vramdoc_sim::codes`).
+pub use vramdoc_sim::codes::cuda::*;
 
 /// Kernels the simulator emulates, by PTX entry name.
 pub const KERNEL_FILL: &str = kernel::FILL;
@@ -297,38 +171,9 @@ fn with_driver(f: impl FnOnce(&mut Driver) -> Result<(), CUresult>) -> CUresult 
     })
 }
 
-/// CUresult of a simulator error. A lost device gives `CUDA_ERROR_UNKNOWN` here; launches
-/// and synchronisation use [`sync_code`] instead.
+/// CUresult of a simulator error (the core decides it: [`SimError::cuda_code`]).
 fn code(e: SimError) -> CUresult {
-    match e {
-        SimError::InvalidDevice(_) => CUDA_ERROR_INVALID_DEVICE,
-        SimError::DeviceLost(_) => CUDA_ERROR_UNKNOWN,
-        SimError::OutOfMemory { .. } => CUDA_ERROR_OUT_OF_MEMORY,
-        SimError::NoContext(_) => CUDA_ERROR_INVALID_CONTEXT,
-        SimError::InvalidPointer(_) | SimError::OutOfBounds { .. } => CUDA_ERROR_INVALID_VALUE,
-        SimError::Unsupported(_) => CUDA_ERROR_NOT_SUPPORTED,
-        SimError::NoBox => CUDA_ERROR_NO_DEVICE,
-        SimError::IpcHandle => CUDA_ERROR_INVALID_VALUE,
-        // "cuIpcOpenMemHandle() failed: invalid device context" (openucx/ucx#11603).
-        SimError::IpcSameProcess => CUDA_ERROR_INVALID_CONTEXT,
-        // NVML-only (MIG parent, unmounted device): CUDA never sees such a device.
-        SimError::NoPermission(_) => CUDA_ERROR_INVALID_DEVICE,
-        SimError::DeviceBusy(_) => CUDA_ERROR_DEVICE_UNAVAILABLE,
-        SimError::Contained(_) => CUDA_ERROR_CONTAINED,
-        SimError::BadBox { .. }
-        | SimError::Io { .. }
-        | SimError::Spec(_)
-        | SimError::Profile(_) => CUDA_ERROR_UNKNOWN,
-    }
-}
-
-/// CUresult of a failure seen by a launch or a synchronisation: work on a device that fell off
-/// the bus reports `CUDA_ERROR_LAUNCH_FAILED` ("unspecified launch failure").
-fn sync_code(e: SimError) -> CUresult {
-    match e {
-        SimError::DeviceLost(_) => CUDA_ERROR_LAUNCH_FAILED,
-        other => code(other),
-    }
+    e.cuda_code()
 }
 
 fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {

@@ -62,7 +62,8 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
 ) -> nvmlReturn_t {
     guard("nvmlDeviceGetHandleByUUID", || {
         done((|| {
-            let sim = current()?;
+            let nvml = current()?;
+            let sim = nvml.sim();
             if uuid.is_null() || device.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
@@ -95,7 +96,8 @@ pub(super) fn parse_bus_id(s: &str) -> Option<(u32, u32, u32, u32)> {
 
 fn handle_by_pci(bus_id: *const c_char, device: *mut nvmlDevice_t) -> nvmlReturn_t {
     done((|| {
-        let sim = current()?;
+        let nvml = current()?;
+        let sim = nvml.sim();
         if bus_id.is_null() || device.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
@@ -259,71 +261,60 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
     guard("nvmlDeviceGetPciInfo", || pci_info(device, pci))
 }
 
-fn sim_memory(sim: &SimBox, d: &SimDevice, faults: &Faults) -> R<vramdoc_sim::SimMemory> {
-    sleep_us(faults.nvml_memory_latency_us);
-    sim.memory_with(d.index, faults).map_err(|e| sim_code(&e))
-}
-
-/// v1: `used` is reserved + allocated (nvml.h: "Sum of Reserved and Allocated") on R510+;
-/// before R510 the reservation is outside both `total` and `used`.
+/// v1: what the core's [`SimNvml::memory_v1`] says (the reservation counted by driver branch).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
     guard("nvmlDeviceGetMemoryInfo", || {
-        done(with_device(device, |sim, d, faults| {
-            if memory.is_null() {
-                return Err(NVML_ERROR_INVALID_ARGUMENT);
+        done((|| {
+            let (nvml, index) = session_and_index(device)?;
+            let m = nvml.memory_v1(index).map_err(|e| sim_code(&e))?;
+            // SAFETY: checked for NULL by `out`.
+            unsafe {
+                out(
+                    memory,
+                    nvmlMemory_t {
+                        total: m.total,
+                        free: m.free,
+                        used: m.used,
+                    },
+                )
             }
-            let m = sim_memory(sim, d, faults)?;
-            let v = if sim.config().nvml_api().v1_counts_reserved {
-                nvmlMemory_t {
-                    total: m.total,
-                    free: m.free,
-                    used: m.reserved + m.used,
-                }
-            } else {
-                nvmlMemory_t {
-                    total: m.total - m.reserved,
-                    free: m.free,
-                    used: m.used,
-                }
-            };
-            // SAFETY: checked for NULL above.
-            unsafe { out(memory, v) }
-        }))
+        })())
     })
 }
 
-/// v2: `version` must be `nvmlMemory_v2`; `used` excludes `reserved`. Absent before R510
-/// (`FUNCTION_NOT_FOUND`; `vramdoc sim libs` removes the symbol), failing under WSL.
+/// v2: the core's [`SimNvml::memory`]; then the struct: `version` must be `nvmlMemory_v2`
+/// (R510–R520 answer a wrong one with `FUNCTION_NOT_FOUND`, nvidia-settings#78).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     guard("nvmlDeviceGetMemoryInfo_v2", || {
-        done(with_device(device, |sim, d, faults| {
-            let api = sim.config().nvml_api();
-            if !api.memory_v2 {
-                return Err(NVML_ERROR_FUNCTION_NOT_FOUND);
-            }
-            if sim.config().platform == vramdoc_sim::Platform::Wsl {
-                return Err(NVML_ERROR_UNKNOWN);
-            }
+        done((|| {
+            let (nvml, index) = session_and_index(device)?;
+            let m = nvml.memory(index).map_err(|e| sim_code(&e))?;
             if memory.is_null() {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }
             // SAFETY: checked for NULL above; the caller set `version`.
             if unsafe { (*memory).version } != NVML_MEMORY_V2_VERSION {
-                return Err(if api.wrong_version_is_function_not_found {
-                    NVML_ERROR_FUNCTION_NOT_FOUND
-                } else {
-                    NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-                });
+                return Err(
+                    if nvml
+                        .sim()
+                        .config()
+                        .nvml_api()
+                        .wrong_version_is_function_not_found
+                    {
+                        NVML_ERROR_FUNCTION_NOT_FOUND
+                    } else {
+                        NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+                    },
+                );
             }
-            let m = sim_memory(sim, d, faults)?;
             let v = nvmlMemory_v2_t {
                 version: NVML_MEMORY_V2_VERSION,
                 total: m.total,
@@ -333,7 +324,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             };
             // SAFETY: checked for NULL above.
             unsafe { out(memory, v) }
-        }))
+        })())
     })
 }
 

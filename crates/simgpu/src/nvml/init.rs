@@ -3,27 +3,13 @@
 use super::*;
 
 fn init(_flags: c_uint) -> nvmlReturn_t {
-    let b = match SimBox::from_env() {
-        Ok(b) => b,
+    let nvml = match SimBox::from_env().and_then(SimNvml::init) {
+        Ok(n) => n,
         Err(e) => return sim_code(&e),
     };
-    let faults = match b.faults().map(|f| hang(&b, None, f)) {
-        Ok(Ok(f)) => f,
-        Ok(Err(code)) => return code,
-        Err(e) => return sim_code(&e),
-    };
-    if faults.driver_version_mismatch {
-        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
-    }
-    if faults.nvml_sessions_lost {
-        // "Failed to initialize NVML: Unknown Error" (nvidia-container-toolkit#48).
-        return NVML_ERROR_UNKNOWN;
-    }
     let mut lib = lock(&LIB);
     if lib.refcount == 0 {
-        lib.mounted = b.mounted();
-        lib.epoch = faults.nvml_epoch;
-        lib.sim = Some(Arc::new(b));
+        lib.nvml = Some(Arc::new(nvml));
     }
     lib.refcount += 1;
     NVML_SUCCESS
@@ -56,7 +42,7 @@ pub unsafe extern "C" fn nvmlShutdown() -> nvmlReturn_t {
         }
         lib.refcount -= 1;
         if lib.refcount == 0 {
-            lib.sim = None;
+            lib.nvml = None;
         }
         NVML_SUCCESS
     })

@@ -31,9 +31,9 @@
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use vramdoc_gpu_spec::ProcessKind;
 use vramdoc_sim::calls::Counter;
+use vramdoc_sim::nvml::SimNvml;
 use vramdoc_sim::profile::RecordLayout;
 use vramdoc_sim::{Faults, SimBox, SimDevice, SimError};
 
@@ -53,19 +53,8 @@ pub use system::*;
 
 pub type nvmlReturn_t = c_uint;
 
-pub const NVML_SUCCESS: nvmlReturn_t = 0;
-pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
-pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
-pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
-pub const NVML_ERROR_NO_PERMISSION: nvmlReturn_t = 4;
-pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
-pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
-pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
-pub const NVML_ERROR_FUNCTION_NOT_FOUND: nvmlReturn_t = 13;
-pub const NVML_ERROR_GPU_IS_LOST: nvmlReturn_t = 15;
-pub const NVML_ERROR_LIB_RM_VERSION_MISMATCH: nvmlReturn_t = 18;
-pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
-pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
+/// The codes come from the simulator's core (`vramdoc_sim::codes`).
+pub use vramdoc_sim::codes::nvml::*;
 
 /// `NVML_VALUE_NOT_AVAILABLE` (-1) as it lands in an `unsigned long long` field.
 pub const NVML_VALUE_NOT_AVAILABLE_ULL: c_ulonglong = u64::MAX;
@@ -176,25 +165,24 @@ pub struct nvmlUtilization_t {
 
 struct Lib {
     refcount: u32,
-    sim: Option<Arc<SimBox>>,
-    /// Host index of each NVML index: a process in a container sees only the GPUs whose
-    /// device files its container runtime mounted, renumbered from 0 in PCI order.
-    mounted: Vec<u32>,
-    /// The box's NVML epoch when this session was opened (`Faults::nvml_epoch`): a newer
-    /// epoch means the session was lost (`sim fault --nvml-session-lost`).
-    epoch: u64,
+    /// The session (`vramdoc_sim::nvml::SimNvml`): the box, the devices mounted into this
+    /// process's view of it (a process in a container sees only the GPUs whose device files
+    /// its container runtime mounted, renumbered from 0 in PCI order), and its epoch.
+    nvml: Option<Arc<SimNvml>>,
 }
 
 static LIB: Mutex<Lib> = Mutex::new(Lib {
     refcount: 0,
-    sim: None,
-    mounted: Vec::new(),
-    epoch: 0,
+    nvml: None,
 });
 
 /// Host indices of the devices this process's NVML shows.
 fn mounted() -> Vec<u32> {
-    lock(&LIB).mounted.clone()
+    lock(&LIB)
+        .nvml
+        .as_ref()
+        .map(|n| n.mounted().to_vec())
+        .unwrap_or_default()
 }
 
 /// Handles minted so far, by physical index (addresses of leaked `nvmlDevice_st`).
@@ -210,8 +198,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Count one call of `name` in this process's counter file of the current box (the
 /// initialised one, else the one `VRAMDOC_SIM_DIR` names; none: not counted).
 fn count(name: &'static str) {
-    let dir = match lock(&LIB).sim.as_ref() {
-        Some(b) => b.dir().to_path_buf(),
+    let dir = match lock(&LIB).nvml.as_ref() {
+        Some(n) => n.sim().dir().to_path_buf(),
         None => match std::env::var_os(vramdoc_sim::SIM_DIR_ENV) {
             Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
             _ => return,
@@ -250,62 +238,32 @@ fn done(r: R<()>) -> nvmlReturn_t {
     }
 }
 
+/// `nvmlReturn_t` of a simulator error (the core decides it: [`SimError::nvml_code`]).
 fn sim_code(e: &SimError) -> nvmlReturn_t {
-    match e {
-        SimError::InvalidDevice(_) => NVML_ERROR_INVALID_ARGUMENT,
-        SimError::DeviceLost(_) => NVML_ERROR_GPU_IS_LOST,
-        SimError::NoPermission(_) => NVML_ERROR_NO_PERMISSION,
-        SimError::NoBox | SimError::BadBox { .. } => NVML_ERROR_DRIVER_NOT_LOADED,
-        _ => NVML_ERROR_UNKNOWN,
-    }
+    e.nvml_code()
 }
 
-/// Poll interval of a hung call ([`hang`]).
-const HANG_POLL: Duration = Duration::from_millis(20);
-
-/// Block while the box's `nvml_hang` fault applies to a call on `device` (`None`: a call not
-/// about one device), re-reading the faults; past the fault's bound the call fails with
-/// `NVML_ERROR_UNKNOWN`. Returns the faults as they are when the call may go on.
-fn hang(sim: &SimBox, device: Option<u32>, mut faults: Faults) -> R<Faults> {
-    let start = std::time::Instant::now();
-    while let Some(h) = faults.nvml_hang.filter(|h| h.applies(device)) {
-        if start.elapsed() >= Duration::from_millis(h.limit_ms) {
-            return Err(NVML_ERROR_UNKNOWN);
-        }
-        std::thread::sleep(HANG_POLL);
-        faults = sim.faults().map_err(|e| sim_code(&e))?;
-    }
-    Ok(faults)
-}
-
-/// The box of the initialised library and its current faults: `NVML_ERROR_UNINITIALIZED`
-/// before init, `NVML_ERROR_UNKNOWN` once the session was lost, and a hang while the box
-/// hangs every call.
-fn session() -> R<(Arc<SimBox>, Faults)> {
-    let (sim, epoch) = {
-        let lib = lock(&LIB);
-        (lib.sim.clone().ok_or(NVML_ERROR_UNINITIALIZED)?, lib.epoch)
-    };
-    let faults = sim.faults().map_err(|e| sim_code(&e))?;
-    if faults.nvml_epoch > epoch {
-        return Err(NVML_ERROR_UNKNOWN);
-    }
-    let faults = hang(&sim, None, faults)?;
-    Ok((sim, faults))
+/// The initialised session and its current faults: `NVML_ERROR_UNINITIALIZED` before init,
+/// then the core's session checks (lost session, a hang of every call).
+fn session() -> R<(Arc<SimNvml>, Faults)> {
+    let nvml = lock(&LIB).nvml.clone().ok_or(NVML_ERROR_UNINITIALIZED)?;
+    let faults = nvml.session().map_err(|e| sim_code(&e))?;
+    Ok((nvml, faults))
 }
 
 /// The box of the initialised library (checked as [`session`] does).
-fn current() -> R<Arc<SimBox>> {
-    session().map(|(sim, _)| sim)
+fn current() -> R<Arc<SimNvml>> {
+    session().map(|(nvml, _)| nvml)
 }
 
 /// The box for queries that real NVML answers without init (versions): the initialised one,
 /// else the one `VRAMDOC_SIM_DIR` names, else none.
-fn any_box() -> Option<Arc<SimBox>> {
+fn any_box() -> Option<SimBox> {
     lock(&LIB)
-        .sim
-        .clone()
-        .or_else(|| SimBox::from_env().ok().map(Arc::new))
+        .nvml
+        .as_ref()
+        .map(|n| n.sim().clone())
+        .or_else(|| SimBox::from_env().ok())
 }
 
 fn handle_for(index: u32) -> nvmlDevice_t {
@@ -338,25 +296,21 @@ fn index_of(h: nvmlDevice_t) -> R<u32> {
     Ok(st.index)
 }
 
-/// A per-device query: library initialised, session not lost, handle valid, device mounted
-/// in this process's view, in the box and not lost; waits out a hang of the device.
-fn with_device<T>(h: nvmlDevice_t, f: impl FnOnce(&SimBox, &SimDevice, &Faults) -> R<T>) -> R<T> {
-    let (sim, faults) = session()?;
-    let index = index_of(h)?;
-    if !mounted().contains(&index) {
-        return Err(NVML_ERROR_INVALID_ARGUMENT);
-    }
-    let faults = hang(&sim, Some(index), faults)?;
-    let dev = sim
-        .check_nvml_device(index, &faults)
-        .map_err(|e| sim_code(&e))?;
-    f(&sim, dev, &faults)
+/// The initialised session and the physical index behind handle `h`
+/// (`NVML_ERROR_UNINITIALIZED`, `NVML_ERROR_INVALID_ARGUMENT`): what every per-device entry
+/// point starts with before asking the core.
+fn session_and_index(h: nvmlDevice_t) -> R<(Arc<SimNvml>, u32)> {
+    let nvml = lock(&LIB).nvml.clone().ok_or(NVML_ERROR_UNINITIALIZED)?;
+    Ok((nvml, index_of(h)?))
 }
 
-fn sleep_us(us: u64) {
-    if us > 0 {
-        std::thread::sleep(Duration::from_micros(us));
-    }
+/// A per-device query answered from the box's facts: the core's device checks (session,
+/// mounted in this view, hang, lost or hidden), then `f` with the box, the device and the
+/// faults in force.
+fn with_device<T>(h: nvmlDevice_t, f: impl FnOnce(&SimBox, &SimDevice, &Faults) -> R<T>) -> R<T> {
+    let (nvml, index) = session_and_index(h)?;
+    let (dev, faults) = nvml.device(index).map_err(|e| sim_code(&e))?;
+    f(nvml.sim(), dev, &faults)
 }
 
 /// Copy `s` and its NUL into `buf` of `len` bytes (`INSUFFICIENT_SIZE` if it does not fit).

@@ -12,21 +12,13 @@ unsafe fn processes<T>(
     kind: ProcessKind,
     make: fn(c_uint, c_ulonglong) -> T,
 ) -> nvmlReturn_t {
-    done(with_device(device, |sim, d, faults| {
+    done((|| {
+        let (nvml, index) = session_and_index(device)?;
         if count.is_null() {
+            nvml.device(index).map_err(|e| sim_code(&e))?;
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        sleep_us(faults.nvml_process_latency_us);
-        if faults.mig_unprivileged_devices.contains(&d.index) {
-            // A MIG parent handle has no aggregate process data for unprivileged callers.
-            return Err(NVML_ERROR_NO_PERMISSION);
-        }
-        let list: Vec<_> = sim
-            .processes_with(d.index, faults)
-            .map_err(|e| sim_code(&e))?
-            .into_iter()
-            .filter(|p| p.kind == kind)
-            .collect();
+        let list = nvml.processes(index, kind).map_err(|e| sim_code(&e))?;
         let n = list.len() as c_uint;
         // SAFETY: checked for NULL above.
         let capacity = unsafe { *count };
@@ -40,20 +32,14 @@ unsafe fn processes<T>(
         if infos.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        let wddm = sim.config().platform == vramdoc_sim::Platform::Wsl;
         for (i, p) in list.iter().enumerate() {
-            // "Under WDDM, NVML_VALUE_NOT_AVAILABLE is always reported" (nvml.h).
-            let used = if faults.nvml_used_memory_unavailable || wddm {
-                NVML_VALUE_NOT_AVAILABLE_ULL
-            } else {
-                p.used
-            };
+            let used = p.used.unwrap_or(NVML_VALUE_NOT_AVAILABLE_ULL);
             // SAFETY: the caller's array holds `capacity` >= n entries of the record type
             // this driver writes (on R535 that is wider than the header's: the real bug).
             unsafe { infos.add(i).write_unaligned(make(p.pid, used)) };
         }
         Ok(())
-    }))
+    })())
 }
 
 fn v1(pid: c_uint, used: c_ulonglong) -> nvmlProcessInfo_v1_t {
@@ -85,18 +71,18 @@ fn detail(pid: c_uint, used: c_ulonglong) -> nvmlProcessDetail_v1_t {
 /// The layout of the box's driver branch (R525 when no box is initialised).
 fn layout() -> RecordLayout {
     lock(&LIB)
-        .sim
+        .nvml
         .as_ref()
-        .map(|b| b.config().record_layout())
+        .map(|n| n.sim().config().record_layout())
         .unwrap_or(RecordLayout::R525)
 }
 
 /// The entry points of the box's driver branch (all of them when no box is initialised).
 fn api() -> vramdoc_sim::profile::NvmlApi {
     lock(&LIB)
-        .sim
+        .nvml
         .as_ref()
-        .map(|b| b.config().nvml_api())
+        .map(|n| n.sim().config().nvml_api())
         .unwrap_or_else(|| vramdoc_sim::profile::api_of(vramdoc_sim::profile::DEFAULT_DRIVER))
 }
 

@@ -9,7 +9,8 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
 ) -> nvmlReturn_t {
     guard("nvmlSystemGetDriverVersion", || {
         done((|| {
-            let sim = current()?;
+            let nvml = current()?;
+            let sim = nvml.sim();
             write_str(version, length, &sim.config().driver_version)
         })())
     })
@@ -72,7 +73,8 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
 ) -> nvmlReturn_t {
     guard("nvmlSystemGetProcessName", || {
         done((|| {
-            let sim = current()?;
+            let nvml = current()?;
+            let sim = nvml.sim();
             if name.is_null() || length == 0 {
                 return Err(NVML_ERROR_INVALID_ARGUMENT);
             }

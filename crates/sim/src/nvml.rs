@@ -1,0 +1,230 @@
+//! NVML's semantics on a box, once: a session ([`SimNvml`]) opened as `nvmlInit` opens one,
+//! and its per-device queries — memory (v2 and v1), the process lists — with every fault,
+//! driver-branch difference, latency and hang that applies to them. Answers are typed
+//! ([`SimError`], whose `nvmlReturn_t` is [`SimError::nvml_code`]). The C ABI
+//! (`vramdoc-simgpu`'s libnvidia-ml.so.1) and vramdoc's in-process monitor are translations of
+//! this into `nvmlReturn_t` / structs and into `GpuError` / `MemoryInfo`: a new NVML behaviour
+//! goes here, and both paths have it (docs/simulator.md, "Where a driver behaviour goes").
+//!
+//! Devices are named by their physical (host) index; a session sees only the devices mounted
+//! into its process's view of the box ([`SimBox::mounted`]).
+
+use crate::{Faults, Platform, SimBox, SimDevice, SimError, SimMemory};
+use std::time::{Duration, Instant};
+use vramdoc_gpu_spec::ProcessKind;
+
+/// Poll interval of a hung call ([`hang`]).
+const HANG_POLL: Duration = Duration::from_millis(20);
+
+/// One NVML session on a box (between `nvmlInit` and `nvmlShutdown`).
+#[derive(Debug, Clone)]
+pub struct SimNvml {
+    sim: SimBox,
+    /// Host index of each NVML index this session shows.
+    mounted: Vec<u32>,
+    /// The box's NVML epoch when the session opened ([`Faults::nvml_epoch`]): a newer epoch
+    /// means the session was lost.
+    epoch: u64,
+}
+
+/// Memory as `nvmlDeviceGetMemoryInfo` (v1, `nvmlMemory_t`) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryV1 {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// One record of a process list: `used` is `None` where NVML writes
+/// `NVML_VALUE_NOT_AVAILABLE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmlProcess {
+    pub pid: u32,
+    pub used: Option<u64>,
+}
+
+/// Block while the box's `nvml_hang` fault applies to a call on physical `device` (`None`: a
+/// call not about one device), re-reading the faults every 20 ms; past the fault's bound the
+/// call fails ([`SimError::Hung`], `NVML_ERROR_UNKNOWN`). Returns the faults as they are when
+/// the call may go on.
+pub fn hang(sim: &SimBox, device: Option<u32>, mut faults: Faults) -> Result<Faults, SimError> {
+    let start = Instant::now();
+    while let Some(h) = faults.nvml_hang.filter(|h| h.applies(device)) {
+        if start.elapsed() >= Duration::from_millis(h.limit_ms) {
+            return Err(SimError::Hung {
+                limit_ms: h.limit_ms,
+            });
+        }
+        std::thread::sleep(HANG_POLL);
+        faults = sim.faults()?;
+    }
+    Ok(faults)
+}
+
+/// Sleep an injected latency of `us` microseconds.
+fn delay(us: u64) {
+    if us > 0 {
+        std::thread::sleep(Duration::from_micros(us));
+    }
+}
+
+impl SimNvml {
+    /// `nvmlInit` on `sim`, seeing the devices mounted into this process's view of the box.
+    pub fn init(sim: SimBox) -> Result<SimNvml, SimError> {
+        let mounted = sim.mounted();
+        SimNvml::init_mounted(sim, mounted)
+    }
+
+    /// `nvmlInit` seeing only `mounted` (host indices, PCI order), numbered 0.. as NVML in a
+    /// container does. Fails as the real init does: a hang of every call waits here, a
+    /// library/kernel-module mismatch is [`SimError::DriverMismatch`], a container that lost
+    /// its devices [`SimError::SessionLost`] ("Failed to initialize NVML: Unknown Error",
+    /// NVIDIA/nvidia-container-toolkit#48).
+    pub fn init_mounted(sim: SimBox, mounted: Vec<u32>) -> Result<SimNvml, SimError> {
+        let faults = hang(&sim, None, sim.faults()?)?;
+        if faults.driver_version_mismatch {
+            return Err(SimError::DriverMismatch);
+        }
+        if faults.nvml_sessions_lost {
+            return Err(SimError::SessionLost);
+        }
+        Ok(SimNvml {
+            sim,
+            mounted,
+            epoch: faults.nvml_epoch,
+        })
+    }
+
+    /// A session on `mounted` opened without init's checks (a monitor handed a box it was
+    /// told to watch, tests): lost, like any session, once the box's NVML epoch moves on.
+    pub fn attach(sim: SimBox, mounted: Vec<u32>) -> SimNvml {
+        let epoch = sim.faults().map(|f| f.nvml_epoch).unwrap_or(0);
+        SimNvml {
+            sim,
+            mounted,
+            epoch,
+        }
+    }
+
+    pub fn sim(&self) -> &SimBox {
+        &self.sim
+    }
+
+    /// Host index of each NVML index of this session.
+    pub fn mounted(&self) -> &[u32] {
+        &self.mounted
+    }
+
+    /// Host index behind NVML index `index`.
+    pub fn host(&self, index: u32) -> Result<u32, SimError> {
+        self.mounted
+            .get(index as usize)
+            .copied()
+            .ok_or(SimError::InvalidDevice(index))
+    }
+
+    /// Any call of the session: lost once the box's epoch moved past it
+    /// ([`SimError::SessionLost`]), and waiting out a hang of every call. Returns the faults
+    /// in force.
+    pub fn session(&self) -> Result<Faults, SimError> {
+        let faults = self.sim.faults()?;
+        if faults.nvml_epoch > self.epoch {
+            return Err(SimError::SessionLost);
+        }
+        hang(&self.sim, None, faults)
+    }
+
+    /// A per-device call on physical `host`: the session's checks, the device mounted in
+    /// this view (else [`SimError::InvalidDevice`]), a hang of that device waited out, then
+    /// the device lost or hidden from this caller.
+    pub fn device(&self, host: u32) -> Result<(&SimDevice, Faults), SimError> {
+        let faults = self.session()?;
+        if !self.mounted.contains(&host) {
+            return Err(SimError::InvalidDevice(host));
+        }
+        let faults = hang(&self.sim, Some(host), faults)?;
+        let dev = self.sim.check_nvml_device(host, &faults)?;
+        Ok((dev, faults))
+    }
+
+    /// The framebuffer memory of a device that answered [`device`](Self::device): none on a
+    /// unified-memory part ([`SimDevice::no_memory_info`]: `NVML_ERROR_NOT_SUPPORTED`), else
+    /// after the injected memory latency.
+    fn framebuffer(
+        &self,
+        dev: &SimDevice,
+        faults: &Faults,
+        call: &'static str,
+    ) -> Result<SimMemory, SimError> {
+        if dev.no_memory_info {
+            return Err(SimError::NotSupported {
+                call,
+                device: dev.index,
+            });
+        }
+        delay(faults.nvml_memory_latency_us);
+        self.sim.memory_with(dev.index, faults)
+    }
+
+    /// `nvmlDeviceGetMemoryInfo_v2` (`used` excludes `reserved`): missing before R510
+    /// ([`SimError::FunctionNotFound`]), failing under WSL (nvitop PR #30: "unknown error"
+    /// with driver 516.59), not supported on unified-memory parts.
+    pub fn memory(&self, host: u32) -> Result<SimMemory, SimError> {
+        const CALL: &str = "nvmlDeviceGetMemoryInfo_v2";
+        let (dev, faults) = self.device(host)?;
+        if !self.sim.config().nvml_api().memory_v2 {
+            return Err(SimError::FunctionNotFound(CALL));
+        }
+        if self.sim.config().platform == Platform::Wsl {
+            return Err(SimError::Unknown(
+                "nvmlDeviceGetMemoryInfo_v2 fails under WSL (the Windows driver model)",
+            ));
+        }
+        self.framebuffer(dev, &faults, CALL)
+    }
+
+    /// `nvmlDeviceGetMemoryInfo` (v1): `used` is reserved + allocated on R510+ (nvml.h "Sum
+    /// of Reserved and Allocated"); before R510 the reservation is outside `total` and `used`.
+    pub fn memory_v1(&self, host: u32) -> Result<MemoryV1, SimError> {
+        let (dev, faults) = self.device(host)?;
+        let m = self.framebuffer(dev, &faults, "nvmlDeviceGetMemoryInfo")?;
+        Ok(if self.sim.config().nvml_api().v1_counts_reserved {
+            MemoryV1 {
+                total: m.total,
+                free: m.free,
+                used: m.reserved + m.used,
+            }
+        } else {
+            MemoryV1 {
+                total: m.total - m.reserved,
+                free: m.free,
+                used: m.used,
+            }
+        })
+    }
+
+    /// One process list (`kind`: compute, graphics or MPS) of physical `host`, after the
+    /// injected process-list latency (~4.5 ms on real drivers, per list). A MIG parent read
+    /// by an unprivileged caller has no aggregate data ([`SimError::NoPermission`]);
+    /// per-process memory is "not available" under the fault that says so and always under
+    /// WDDM ("Under WDDM, NVML_VALUE_NOT_AVAILABLE is always reported", nvml.h).
+    pub fn processes(&self, host: u32, kind: ProcessKind) -> Result<Vec<NvmlProcess>, SimError> {
+        let (dev, faults) = self.device(host)?;
+        delay(faults.nvml_process_latency_us);
+        if faults.mig_unprivileged_devices.contains(&dev.index) {
+            return Err(SimError::NoPermission(dev.index));
+        }
+        let hidden =
+            faults.nvml_used_memory_unavailable || self.sim.config().platform == Platform::Wsl;
+        Ok(self
+            .sim
+            .processes_with(dev.index, &faults)?
+            .into_iter()
+            .filter(|p| p.kind == kind)
+            .map(|p| NvmlProcess {
+                pid: p.pid,
+                used: (!hidden).then_some(p.used),
+            })
+            .collect())
+    }
+}
