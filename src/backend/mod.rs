@@ -5,6 +5,12 @@
 //! no library loaded. Callers open backends here, and only here is the simulator named next
 //! to the real path.
 
+#[cfg(feature = "sim")]
+pub mod sim;
+/// Built without the simulator (`--no-default-features`): the same names, failing with a
+/// message that says so.
+#[cfg(not(feature = "sim"))]
+#[path = "no_sim.rs"]
 pub mod sim;
 
 use crate::gpu::{cuda::CudaDriver, nvml::NvmlMonitor, Driver, Monitor, Result};
@@ -66,16 +72,11 @@ pub fn recorded_box_spec(devices: &[(String, u64)]) -> Option<String> {
     use vramdoc_gpu_spec::units::{GIB, MIB};
     let parts: Vec<String> = devices
         .iter()
-        .map(|(name, total)| {
-            match vramdoc_sim::spec::PRESETS
-                .iter()
-                .find(|p| p.name == name && p.total.abs_diff(*total) <= p.total / 100)
-            {
-                Some(p) => p.key.to_string(),
-                None if total % GIB == 0 => format!("{}GiB", total / GIB),
-                None if total % MIB == 0 => format!("{}MiB", total / MIB),
-                None => total.to_string(),
-            }
+        .map(|(name, total)| match sim::preset_key(name, *total) {
+            Some(key) => key.to_string(),
+            None if total % GIB == 0 => format!("{}GiB", total / GIB),
+            None if total % MIB == 0 => format!("{}MiB", total / MIB),
+            None => total.to_string(),
         })
         .collect();
     if parts.is_empty() {
@@ -114,11 +115,11 @@ pub fn resolve_recorded(
         let Some(r) = rec.as_deref() else {
             return Err(RecordedBoxError::NotRecorded(file.clone()));
         };
-        if let Err(e) = vramdoc_sim::parse_spec(r) {
+        if let Err(reason) = sim::check_spec(r) {
             return Err(RecordedBoxError::Unknown {
                 file: file.clone(),
                 spec: r.to_string(),
-                reason: e.reason,
+                reason,
             });
         }
         match spec {

@@ -33,6 +33,34 @@ pub fn error_class(cause: &(dyn std::error::Error + 'static)) -> Option<super::E
         .map(|_| ErrorClass::Usage)
 }
 
+pub use vramdoc_sim::{parse_spec, SIM_DIR_ENV};
+
+/// The preset named `name` whose total is within 1 % of `total` (drivers differ by a few
+/// MiB), as its spec key (`t4`, `h100`).
+pub fn preset_key(name: &str, total: u64) -> Option<&'static str> {
+    vramdoc_sim::spec::PRESETS
+        .iter()
+        .find(|p| p.name == name && p.total.abs_diff(total) <= p.total / 100)
+        .map(|p| p.key)
+}
+
+/// Whether `spec` is a box this vramdoc can build (else why not).
+pub fn check_spec(spec: &str) -> std::result::Result<(), String> {
+    vramdoc_sim::parse_spec(spec)
+        .map(|_| ())
+        .map_err(|e| e.reason)
+}
+
+/// Create a box for `spec` in `dir` (`--sim SPEC`'s private box).
+pub fn create_box(dir: &std::path::Path, spec: &str) -> std::result::Result<(), SimError> {
+    SimBox::create(dir, spec, &vramdoc_sim::InitOptions::default()).map(|_| ())
+}
+
+/// The spec of the box `VRAMDOC_SIM_DIR` names, for report headers.
+pub fn box_spec() -> Option<String> {
+    SimBox::from_env().ok().map(|b| b.config().spec.clone())
+}
+
 /// The device files of the box `VRAMDOC_SIM_DIR` names (none without one): what the
 /// simulated libnvidia-ml.so.1 serving it counts as its driver's device files.
 pub fn box_device_nodes() -> Vec<std::path::PathBuf> {

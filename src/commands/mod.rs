@@ -10,6 +10,11 @@ pub mod run;
 pub mod scan;
 pub mod scenario;
 pub mod serve;
+#[cfg(feature = "sim")]
+pub mod sim;
+/// `vramdoc sim ...` in a build without the simulator: refused, saying so.
+#[cfg(not(feature = "sim"))]
+#[path = "no_sim.rs"]
 pub mod sim;
 pub mod whatif;
 
@@ -17,8 +22,8 @@ use crate::backend::{self, BackendKind};
 use crate::cli::{BackendArg, Cli, Command, GlobalArgs};
 use crate::gpu::{self, Driver, Monitor};
 use anyhow::Result;
+use backend::sim::SIM_DIR_ENV;
 use std::path::PathBuf;
-use vramdoc_sim::{InitOptions, SimBox, SIM_DIR_ENV};
 
 /// Longest a command waits for NVML to open and list the GPUs.
 pub const NVML_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -36,7 +41,7 @@ impl Session {
     pub fn new(global: &GlobalArgs) -> Result<Session> {
         let mut private_box = None;
         if let Some(spec) = &global.sim {
-            vramdoc_sim::parse_spec(spec)?;
+            backend::sim::parse_spec(spec)?;
             let dir = tempfile::Builder::new()
                 .prefix("vramdoc-sim-")
                 .tempdir()
@@ -46,7 +51,7 @@ impl Session {
                         std::env::temp_dir().display()
                     ))
                 })?;
-            SimBox::create(dir.path(), spec, &InitOptions::default())?;
+            backend::sim::create_box(dir.path(), spec)?;
             // Removed on drop; on SIGINT/SIGTERM/SIGHUP by the handler (`job::signals`).
             crate::job::signals::remove_on_exit(dir.path().to_path_buf());
             // Single-threaded here: set before any thread or child starts.
@@ -69,7 +74,7 @@ impl Session {
     /// The simulated box's spec, for reports (`None` on the real backends).
     pub fn sim_spec(&self) -> Option<String> {
         match self.backend {
-            BackendKind::Sim => SimBox::from_env().ok().map(|b| b.config().spec.clone()),
+            BackendKind::Sim => backend::sim::box_spec(),
             BackendKind::Real => None,
         }
     }

@@ -58,3 +58,45 @@ impl SimProcess {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Faults, InitOptions};
+
+    #[test]
+    fn cuda_faults_are_decided_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
+        let set = |f: Faults| sim.set_faults(&f).unwrap();
+        set(Faults {
+            cuda_stub_library: true,
+            ..Faults::default()
+        });
+        assert!(matches!(init(&sim), Err(SimError::StubLibrary)));
+        assert!(is_stub(&sim));
+        set(Faults {
+            no_ptx_jit: true,
+            illegal_address_devices: vec![1],
+            contained_devices: vec![0],
+            ..Faults::default()
+        });
+        assert!(init(&sim).is_ok());
+        let mut p = SimProcess::new(sim.clone(), None);
+        p.create_context(0).unwrap();
+        p.create_context(1).unwrap();
+        assert!(matches!(p.load_ptx(), Err(SimError::NoPtxJit)));
+        assert!(matches!(p.work(0), Err(SimError::Contained(0))));
+        // The injected kernel fault fires once.
+        assert!(matches!(p.launch(1), Err(SimError::IllegalAddress(1))));
+        assert!(p.launch(1).is_ok());
+        set(Faults {
+            lost_devices: vec![1],
+            ..Faults::default()
+        });
+        let e = p.work(1).unwrap_err();
+        assert!(matches!(e, SimError::LaunchFailed(1)));
+        assert_eq!(e.cuda_code(), crate::codes::cuda::CUDA_ERROR_LAUNCH_FAILED);
+        p.release_all().unwrap();
+    }
+}

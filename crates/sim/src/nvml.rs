@@ -228,3 +228,109 @@ impl SimNvml {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InitOptions, NvmlHang};
+
+    fn session(spec: &str, faults: Faults) -> (tempfile::TempDir, SimNvml) {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), spec, &InitOptions::default()).unwrap();
+        sim.set_faults(&faults).unwrap();
+        (dir, SimNvml::init(sim).unwrap())
+    }
+
+    #[test]
+    fn gb10_has_no_framebuffer_memory_but_lists_its_processes() {
+        let (_d, nvml) = session("gb10", Faults::default());
+        let mut p = crate::SimProcess::new(nvml.sim().clone(), None);
+        p.create_context(0).unwrap();
+        for e in [
+            nvml.memory(0).unwrap_err(),
+            nvml.memory_v1(0).map(|_| ()).unwrap_err(),
+        ] {
+            assert!(matches!(e, SimError::NotSupported { device: 0, .. }), "{e}");
+            assert_eq!(e.nvml_code(), crate::codes::nvml::NVML_ERROR_NOT_SUPPORTED);
+        }
+        let list = nvml.processes(0, ProcessKind::Compute).unwrap();
+        assert_eq!(list.len(), 1);
+        assert!(list[0].used.is_some_and(|u| u > 0));
+        // CUDA's view works there.
+        assert!(p.mem_info(0).unwrap().1 > 0);
+    }
+
+    #[test]
+    fn init_and_sessions_fail_as_the_faults_say() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = SimBox::create(dir.path(), "2x16GiB", &InitOptions::default()).unwrap();
+        let nvml = SimNvml::init(sim.clone()).unwrap();
+        sim.update_faults(|f, _| {
+            f.nvml_sessions_lost = true;
+            f.nvml_epoch += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert!(matches!(nvml.memory(0), Err(SimError::SessionLost)));
+        assert!(matches!(
+            SimNvml::init(sim.clone()),
+            Err(SimError::SessionLost)
+        ));
+        sim.update_faults(|f, _| {
+            *f = f.cleared();
+            f.driver_version_mismatch = true;
+            Ok(())
+        })
+        .unwrap();
+        let e = SimNvml::init(sim.clone()).unwrap_err();
+        assert!(matches!(e, SimError::DriverMismatch));
+        assert_eq!(
+            e.nvml_code(),
+            crate::codes::nvml::NVML_ERROR_LIB_RM_VERSION_MISMATCH
+        );
+        assert_eq!(
+            e.cuda_code(),
+            crate::codes::cuda::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+        );
+    }
+
+    #[test]
+    fn per_device_faults_hangs_and_hidden_usage() {
+        let (_d, nvml) = session(
+            "3x16GiB",
+            Faults {
+                lost_devices: vec![1],
+                mig_unprivileged_devices: vec![2],
+                nvml_used_memory_unavailable: true,
+                nvml_hang: Some(NvmlHang {
+                    device: Some(0),
+                    limit_ms: 30,
+                }),
+                ..Faults::default()
+            },
+        );
+        assert!(matches!(
+            nvml.memory(0),
+            Err(SimError::Hung { limit_ms: 30 })
+        ));
+        assert!(matches!(nvml.memory(1), Err(SimError::DeviceLost(1))));
+        assert!(nvml.memory(2).is_ok());
+        assert!(matches!(
+            nvml.processes(2, ProcessKind::Compute),
+            Err(SimError::NoPermission(2))
+        ));
+        assert!(matches!(nvml.memory(7), Err(SimError::InvalidDevice(7))));
+        let mut p = crate::SimProcess::new(nvml.sim().clone(), None);
+        p.create_context(2).unwrap();
+        nvml.sim()
+            .update_faults(|f, _| {
+                f.mig_unprivileged_devices.clear();
+                Ok(())
+            })
+            .unwrap();
+        let list = nvml.processes(2, ProcessKind::Compute).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].used, None, "usage not available under the fault");
+        assert!(nvml.processes(2, ProcessKind::Graphics).unwrap().is_empty());
+    }
+}
