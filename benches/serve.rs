@@ -116,6 +116,7 @@ fn main() {
             },
             thresholds: Default::default(),
             pods: Default::default(),
+            lists: Default::default(),
         },
         options: PromOptions { per_process },
         hostname: Some("bench-node".into()),

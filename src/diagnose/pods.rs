@@ -127,6 +127,7 @@ fn gpu_list(list: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diagnose::evidence::owner_pods_evidence;
     use crate::model::{PodAllocation, PodRef, ProcessDeviceUsage};
     use crate::units::GIB;
 

@@ -78,8 +78,8 @@ impl std::fmt::Debug for NvmlMonitor {
 
 #[path = "nvml_codes.rs"]
 mod codes;
-use codes::{code_name, init_failed, map_err, status_of};
 pub use codes::{error_of_code, init_error_of_code, status_of_code};
+use codes::{init_failed, map_err, status_of};
 
 impl NvmlMonitor {
     /// Load NVML by name ([`LIBRARY_NAMES`]) and initialise it.

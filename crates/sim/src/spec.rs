@@ -157,6 +157,9 @@ pub struct DeviceModel {
     /// Coherent memory (a NUMA node of the host), see [`Preset::coherent`].
     #[serde(default)]
     pub coherent: bool,
+    /// No framebuffer memory for NVML to report, see [`Preset::no_memory_info`].
+    #[serde(default)]
+    pub no_memory_info: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -19,6 +19,7 @@ mod overcommit;
 mod prepare;
 mod stray_context;
 
+use super::evidence;
 use super::rules;
 use super::{fixes, ids};
 use crate::model::Finding;
