@@ -90,9 +90,10 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
 #[test]
 fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
-    // A process-list query that takes 150 ms (a driver holding its lock).
+    // Process lists that take 150 ms a round (a driver holding its lock): three lists of
+    // 50 ms each, one call per list as over NVML.
     sim.set_faults(&vramdoc_sim::Faults {
-        nvml_process_latency_us: 150_000,
+        nvml_process_latency_us: 50_000,
         ..Default::default()
     })
     .unwrap();
