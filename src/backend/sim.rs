@@ -135,6 +135,10 @@ pub struct SimDriver {
     contexts: HashMap<ContextId, u32>,
     allocs: HashMap<AllocId, (ContextId, u64, u64)>,
     next_ctx: u32,
+    /// Ordinals whose (primary) context a kernel fault poisoned: every later call on it
+    /// fails with that fault ("any further CUDA work will return the same error"), until the
+    /// context is destroyed. The core decides the fault; the context is this backend's.
+    poisoned: HashMap<u32, SimError>,
 }
 
 impl SimDriver {
@@ -156,6 +160,7 @@ impl SimDriver {
             contexts: HashMap::new(),
             allocs: HashMap::new(),
             next_ctx: 1,
+            poisoned: HashMap::new(),
         }
     }
 
@@ -165,6 +170,25 @@ impl SimDriver {
             code: "CUDA_ERROR_INVALID_CONTEXT".into(),
             message: format!("unknown context {}", ctx.0),
         })
+    }
+
+    /// The ordinal of a context that is still usable (not poisoned by a kernel fault).
+    fn live(&self, ctx: ContextId, call: &str) -> Result<u32> {
+        let ordinal = self.ordinal(ctx)?;
+        match self.poisoned.get(&ordinal) {
+            Some(SimError::IllegalAddress(d)) => {
+                Err(cuda_err(call, Some(ordinal), SimError::IllegalAddress(*d)))
+            }
+            _ => Ok(ordinal),
+        }
+    }
+
+    /// A launch's failure: a kernel fault sticks to the context.
+    fn launch_failed(&mut self, ordinal: u32, e: SimError) -> GpuError {
+        if let SimError::IllegalAddress(d) = e {
+            self.poisoned.insert(ordinal, SimError::IllegalAddress(d));
+        }
+        cuda_err("cuLaunchKernel", Some(ordinal), e)
     }
 }
 
@@ -179,17 +203,19 @@ impl Driver for SimDriver {
 
     fn create_context(&mut self, ordinal: u32) -> Result<ContextId> {
         // Primary-context semantics, as CUDA frameworks and CudaDriver use: the first context
-        // on an ordinal creates it (and costs the overhead) and loads the kernels' PTX module,
-        // as CudaDriver does; later ones share it.
+        // on an ordinal creates it (and costs the overhead), with what CudaDriver makes with
+        // it: a stream (work on the device) and the kernels' PTX module; later ones share it.
         if !self.contexts.values().any(|o| *o == ordinal) {
             let call = "cuDevicePrimaryCtxRetain";
             self.proc
                 .create_context(ordinal)
                 .map_err(|e| cuda_err(call, Some(ordinal), e))?;
-            if let Err(e) = self.proc.load_ptx() {
-                // The context goes with the failed load, as CudaDriver drops it.
+            let ready = (self.proc.work(ordinal).map_err(|e| ("cuStreamCreate", e)))
+                .and_then(|_| self.proc.load_ptx().map_err(|e| ("cuModuleLoadData", e)));
+            if let Err((call, e)) = ready {
+                // The context goes with the failure, as CudaDriver drops it.
                 let _ = self.proc.destroy_context(ordinal);
-                return Err(cuda_err("cuModuleLoadData", Some(ordinal), e));
+                return Err(cuda_err(call, Some(ordinal), e));
             }
         }
         let id = ContextId(self.next_ctx);
@@ -212,6 +238,7 @@ impl Driver for SimDriver {
         }
         self.contexts.remove(&ctx);
         if !self.contexts.values().any(|o| *o == ordinal) {
+            self.poisoned.remove(&ordinal);
             self.proc
                 .destroy_context(ordinal)
                 .map_err(|e| cuda_err("cuDevicePrimaryCtxRelease", Some(ordinal), e))?;
@@ -220,7 +247,7 @@ impl Driver for SimDriver {
     }
 
     fn alloc(&mut self, ctx: ContextId, bytes: u64) -> Result<AllocId> {
-        let ordinal = self.ordinal(ctx)?;
+        let ordinal = self.live(ctx, "cuMemAllocAsync")?;
         let ptr = self
             .proc
             .alloc(ordinal, bytes)
@@ -247,28 +274,30 @@ impl Driver for SimDriver {
             code: "CUDA_ERROR_INVALID_VALUE".into(),
             message: format!("unknown allocation {:#x}", alloc.0),
         })?;
-        let ordinal = self.ordinal(ctx)?;
-        let launch = |e| cuda_err("cuLaunchKernel", Some(ordinal), e);
+        let ordinal = self.live(ctx, "cuCtxSynchronize")?;
         // As CudaDriver: the context synchronised first, then the two kernels launched.
         self.proc
             .work(ordinal)
             .map_err(|e| cuda_err("cuCtxSynchronize", Some(ordinal), e))?;
-        self.proc.launch(ordinal).map_err(launch)?;
         let words = bytes / 4;
-        self.proc.fill_u32(ptr, value, words).map_err(launch)?;
-        self.proc.launch(ordinal).map_err(launch)?;
-        self.proc.checksum_u32(ptr, words).map_err(launch)
+        let sum = self
+            .proc
+            .launch(ordinal)
+            .and_then(|_| self.proc.fill_u32(ptr, value, words))
+            .and_then(|_| self.proc.launch(ordinal))
+            .and_then(|_| self.proc.checksum_u32(ptr, words));
+        sum.map_err(|e| self.launch_failed(ordinal, e))
     }
 
     fn mem_info(&mut self, ctx: ContextId) -> Result<(u64, u64)> {
-        let ordinal = self.ordinal(ctx)?;
+        let ordinal = self.live(ctx, "cuMemGetInfo")?;
         self.proc
             .mem_info(ordinal)
             .map_err(|e| cuda_err("cuMemGetInfo", Some(ordinal), e))
     }
 
     fn synchronize(&mut self, ctx: ContextId) -> Result<()> {
-        let ordinal = self.ordinal(ctx)?;
+        let ordinal = self.live(ctx, "cuCtxSynchronize")?;
         self.proc
             .work(ordinal)
             .map_err(|e| cuda_err("cuCtxSynchronize", Some(ordinal), e))

@@ -609,7 +609,16 @@ fn run_cell(cell: Cell, box_dir: &Path, open: &Opener) -> Vec<String> {
         }
         Cell::Contained | Cell::IllegalAddress | Cell::AllocFailAfter => {
             let mut d = (open.driver)().unwrap();
-            let ctx = d.create_context(0).unwrap();
+            let ctx = match d.create_context(0) {
+                Ok(c) => {
+                    out.push(answer(Ok(()), |_| String::new()));
+                    c
+                }
+                Err(e) => {
+                    out.push(answer::<()>(Err(e), |_| String::new()));
+                    return out;
+                }
+            };
             if cell == Cell::AllocFailAfter {
                 // Counted from now, as `sim fault --alloc-fail-after 0`.
                 sim.update_faults(|f, st| {
