@@ -54,6 +54,7 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     if let Some(v) = &a.driver {
         let p = vramdoc_sim::profile::DriverProfile::parse(v)
             .map_err(|e| UsageError(format!("--driver: {e}")))?;
+        opts.pid_view = p.pid_view();
         opts.driver_version = p.driver_version;
         opts.cuda_driver_version = p.cuda_driver_version;
     }

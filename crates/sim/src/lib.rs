@@ -165,6 +165,10 @@ pub struct BoxConfig {
     /// The platform the driver runs on (`linux`, or `wsl`: Windows' WDDM driver under WSL2).
     #[serde(default, skip_serializing_if = "Platform::is_linux")]
     pub platform: Platform,
+    /// How NVML reports clients' PIDs to callers in other PID namespaces (by driver
+    /// generation; `sim init --driver VERSION`). Boxes without it: host PIDs.
+    #[serde(default, skip_serializing_if = "profile::PidView::is_host_pids")]
+    pub pid_view: profile::PidView,
 }
 
 /// Where the simulated driver runs.
@@ -283,6 +287,9 @@ pub struct InitOptions {
     pub driver_version: String,
     pub cuda_driver_version: i32,
     pub platform: Platform,
+    /// The driver generation's PID view ([`profile::DriverProfile::pid_view`]); host PIDs
+    /// unless a driver version is chosen.
+    pub pid_view: profile::PidView,
 }
 
 impl Default for InitOptions {
@@ -292,6 +299,7 @@ impl Default for InitOptions {
             driver_version: profile::DEFAULT_DRIVER.into(),
             cuda_driver_version: 12040,
             platform: Platform::Linux,
+            pid_view: profile::PidView::HostPids,
         }
     }
 }
@@ -368,6 +376,7 @@ impl SimBox {
             nvml_version: format!("{major}.{}", opts.driver_version),
             devices,
             platform: opts.platform,
+            pid_view: opts.pid_view,
         };
         let sim = SimBox {
             dir: dir.to_path_buf(),

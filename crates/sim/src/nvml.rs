@@ -9,6 +9,7 @@
 //! Devices are named by their physical (host) index; a session sees only the devices mounted
 //! into its process's view of the box ([`SimBox::mounted`]).
 
+use crate::profile::PidView;
 use crate::{Faults, Platform, SimBox, SimDevice, SimError, SimMemory};
 use std::time::{Duration, Instant};
 use vramdoc_gpu_spec::ProcessKind;
@@ -16,10 +17,37 @@ use vramdoc_gpu_spec::ProcessKind;
 /// Poll interval of a hung call ([`hang`]).
 const HANG_POLL: Duration = Duration::from_millis(20);
 
+/// Where the caller of a session stands, for the driver's PID translation
+/// ([`crate::profile::PidView`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// In the box's (host) PID namespace: host PIDs with usage, whatever the driver.
+    Host,
+    /// In another PID namespace (a container without `hostPID`): its namespace's inode.
+    Namespace(u64),
+}
+
+impl Caller {
+    /// This process: in the host namespace when the box's broker reports our own PID (or
+    /// there is no broker), else in our namespace.
+    pub fn this_process(sim: &SimBox) -> Caller {
+        let own = std::process::id();
+        match (
+            crate::broker::host_pid(sim.dir()),
+            crate::procinfo::own_pidns(),
+        ) {
+            (Some(host), Some(ns)) if host != own => Caller::Namespace(ns),
+            _ => Caller::Host,
+        }
+    }
+}
+
 /// One NVML session on a box (between `nvmlInit` and `nvmlShutdown`).
 #[derive(Debug, Clone)]
 pub struct SimNvml {
     sim: SimBox,
+    /// Where the caller stands, for the driver's PID translation.
+    caller: Caller,
     /// Host index of each NVML index this session shows.
     mounted: Vec<u32>,
     /// The box's NVML epoch when the session opened ([`Faults::nvml_epoch`]): a newer epoch
@@ -88,8 +116,10 @@ impl SimNvml {
         if faults.nvml_sessions_lost {
             return Err(SimError::SessionLost);
         }
+        let caller = Caller::this_process(&sim);
         Ok(SimNvml {
             sim,
+            caller,
             mounted,
             epoch: faults.nvml_epoch,
         })
@@ -99,11 +129,19 @@ impl SimNvml {
     /// told to watch, tests): lost, like any session, once the box's NVML epoch moves on.
     pub fn attach(sim: SimBox, mounted: Vec<u32>) -> SimNvml {
         let epoch = sim.faults().map(|f| f.nvml_epoch).unwrap_or(0);
+        let caller = Caller::this_process(&sim);
         SimNvml {
             sim,
+            caller,
             mounted,
             epoch,
         }
+    }
+
+    /// The same session as seen by `caller` (tests, and clients that know better).
+    pub fn seen_from(mut self, caller: Caller) -> SimNvml {
+        self.caller = caller;
+        self
     }
 
     pub fn sim(&self) -> &SimBox {
@@ -207,7 +245,10 @@ impl SimNvml {
     /// injected process-list latency (~4.5 ms on real drivers, per list). A MIG parent read
     /// by an unprivileged caller has no aggregate data ([`SimError::NoPermission`]);
     /// per-process memory is "not available" under the fault that says so and always under
-    /// WDDM ("Under WDDM, NVML_VALUE_NOT_AVAILABLE is always reported", nvml.h).
+    /// WDDM ("Under WDDM, NVML_VALUE_NOT_AVAILABLE is always reported", nvml.h). A caller in
+    /// another PID namespace sees what the box's driver generation shows it
+    /// ([`PidView`]): host PIDs, or its own namespace's processes under their PIDs there
+    /// (with 0 bytes from 535.113 to the 560 series, with usage from 565).
     pub fn processes(&self, host: u32, kind: ProcessKind) -> Result<Vec<NvmlProcess>, SimError> {
         let (dev, faults) = self.device(host)?;
         delay(faults.nvml_process_latency_us);
@@ -216,14 +257,34 @@ impl SimNvml {
         }
         let hidden =
             faults.nvml_used_memory_unavailable || self.sim.config().platform == Platform::Wsl;
-        Ok(self
-            .sim
-            .processes_with(dev.index, &faults)?
+        let view = match self.caller {
+            Caller::Host => PidView::HostPids,
+            Caller::Namespace(_) => self.sim.config().pid_view,
+        };
+        let st = self.sim.state_with(&faults)?;
+        Ok(crate::processes_on(dev.index, &st)
             .into_iter()
             .filter(|p| p.kind == kind)
-            .map(|p| NvmlProcess {
-                pid: p.pid,
-                used: (!hidden).then_some(p.used),
+            .filter_map(|p| {
+                let entry = st.processes.get(&p.pid);
+                let (pid, used) = match (view, self.caller) {
+                    (PidView::HostPids, _) | (_, Caller::Host) => (p.pid, p.used),
+                    (_, Caller::Namespace(ns)) => {
+                        // Translated into the caller's namespace; not visible there: dropped.
+                        let e = entry.filter(|e| e.pidns == Some(ns))?;
+                        let pid = e.ns_pid.unwrap_or(p.pid);
+                        let used = if view == PidView::Translated {
+                            p.used
+                        } else {
+                            0
+                        };
+                        (pid, used)
+                    }
+                };
+                Some(NvmlProcess {
+                    pid,
+                    used: (!hidden).then_some(used),
+                })
             })
             .collect())
     }
@@ -292,6 +353,72 @@ mod tests {
             e.cuda_code(),
             crate::codes::cuda::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
         );
+    }
+
+    /// Two processes on device 0: ours (in namespace 111 as PID 7) and a neighbour's (in
+    /// namespace 222), as each driver generation shows them to a caller in namespace 111.
+    #[test]
+    fn pid_namespaces_by_driver_generation() {
+        for (view, want) in [
+            (
+                PidView::HostPids,
+                vec![(4001, Some(1 << 30)), (4002, Some(2 << 30))],
+            ),
+            (PidView::TranslatedZeroUsage, vec![(7, Some(0))]),
+            (PidView::Translated, vec![(7, Some(1 << 30))]),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = InitOptions {
+                pid_view: view,
+                ..InitOptions::default()
+            };
+            let sim = SimBox::create(dir.path(), "16GiB", &opts).unwrap();
+            sim.update(|st, _| {
+                for (pid, ns, ns_pid, gib) in [(4001, 111, Some(7), 1u64), (4002, 222, None, 2)] {
+                    let mut e = crate::ProcessEntry {
+                        pidns: Some(ns),
+                        ns_pid,
+                        ..Default::default()
+                    };
+                    e.devices.insert(
+                        0,
+                        crate::DeviceUsage {
+                            contexts: 1,
+                            context_bytes: gib << 30,
+                            ..Default::default()
+                        },
+                    );
+                    st.processes.insert(pid, e);
+                }
+                Ok(())
+            })
+            .unwrap();
+            let faults = Faults {
+                keep_dead_processes: true,
+                ..Faults::default()
+            };
+            sim.set_faults(&faults).unwrap();
+            let nvml = SimNvml::attach(sim.clone(), vec![0]);
+            let seen = |n: &SimNvml| -> Vec<(u32, Option<u64>)> {
+                let mut l: Vec<_> = n
+                    .processes(0, ProcessKind::Compute)
+                    .unwrap()
+                    .into_iter()
+                    .map(|p| (p.pid, p.used))
+                    .collect();
+                l.sort();
+                l
+            };
+            let inside = nvml.clone().seen_from(Caller::Namespace(111));
+            assert_eq!(seen(&inside), want, "{view:?}");
+            // The host sees host PIDs with usage under every generation.
+            let host = nvml.seen_from(Caller::Host);
+            assert_eq!(
+                seen(&host),
+                vec![(4001, Some(1 << 30)), (4002, Some(2 << 30))],
+                "{view:?}"
+            );
+        }
     }
 
     #[test]

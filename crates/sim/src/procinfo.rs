@@ -43,6 +43,12 @@ pub fn comm_bytes(pid: u32) -> Option<Vec<u8>> {
     Some(b)
 }
 
+/// This process's PID namespace: the inode of `/proc/self/ns/pid` (`None` where unreadable).
+pub fn own_pidns() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -184,6 +184,55 @@ pub fn missing_symbols(driver_version: &str) -> Vec<&'static str> {
     out
 }
 
+/// How the driver reports GPU clients' PIDs to a caller in a PID namespace other than the
+/// host's (a container without `hostPID`). A caller in the host namespace sees host PIDs with
+/// their usage under every generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PidView {
+    /// Host PIDs, with usage, to every caller (before 535.113.01: "the nvidia-driver itself
+    /// does not support pid-namespaces", NVIDIA/nvidia-docker#1483).
+    #[default]
+    HostPids,
+    /// From 535.113.01 to the 560 series: each client's PID translated into the caller's
+    /// namespace and clients not visible there dropped (open-gpu-kernel-modules
+    /// `gpu_rmapi.c` `_gpuConvertPid` → `osFindNsPid`, `os-interface.c` `pid_vnr`), while the
+    /// per-PID usage lookup still compares the host PID: the caller's own namespace's
+    /// processes are listed with 0 bytes (NVIDIA/nvidia-container-toolkit#1013, 535.183.01).
+    TranslatedZeroUsage,
+    /// 565.57.01 on: translated and filtered, with usage (`_gpuMatchClientPid`).
+    Translated,
+}
+
+impl PidView {
+    pub fn is_host_pids(&self) -> bool {
+        *self == PidView::HostPids
+    }
+}
+
+/// The PID view of a driver version (`535.113.01` → [`PidView::TranslatedZeroUsage`]).
+pub fn pid_view_of(driver_version: &str) -> PidView {
+    let mut parts = driver_version
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let branch = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    if branch >= 565 {
+        PidView::Translated
+    } else if (branch, minor) >= (535, 113) {
+        PidView::TranslatedZeroUsage
+    } else {
+        PidView::HostPids
+    }
+}
+
+impl DriverProfile {
+    /// How this driver reports PIDs across PID namespaces ([`pid_view_of`]).
+    pub fn pid_view(&self) -> PidView {
+        pid_view_of(&self.driver_version)
+    }
+}
+
 /// The process-record layout of a driver version.
 pub fn layout_of(driver_version: &str) -> RecordLayout {
     match branch_of(driver_version) {
@@ -240,6 +289,26 @@ mod tests {
         );
         assert!(missing_symbols(DEFAULT_DRIVER).is_empty());
         assert!(missing_symbols("470").contains(&"nvmlDeviceGetMemoryInfo_v2"));
+    }
+
+    #[test]
+    fn pid_views_follow_the_driver_generation() {
+        for (v, want) in [
+            ("470.82.01", PidView::HostPids),
+            ("535.54.03", PidView::HostPids),
+            ("535.113.01", PidView::TranslatedZeroUsage),
+            ("535.183.01", PidView::TranslatedZeroUsage),
+            ("550.54.15", PidView::TranslatedZeroUsage),
+            ("560.35.03", PidView::TranslatedZeroUsage),
+            ("565.57.01", PidView::Translated),
+            ("580.65.06", PidView::Translated),
+        ] {
+            assert_eq!(pid_view_of(v), want, "{v}");
+        }
+        assert_eq!(
+            DriverProfile::parse("565").unwrap().pid_view(),
+            PidView::Translated
+        );
     }
 
     #[test]

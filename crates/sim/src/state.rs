@@ -59,6 +59,9 @@ pub struct ProcessEntry {
     /// because it runs in a child PID namespace (a container, `unshare --pid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ns_pid: Option<u32>,
+    /// The process's PID namespace (the inode of `/proc/PID/ns/pid`), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pidns: Option<u64>,
 }
 
 /// The mutable shared state of a box.

@@ -262,6 +262,7 @@ impl SimProcess {
             entry.also = also.clone();
             entry.client = Some(token);
             entry.ns_pid = (own_pid != pid).then_some(own_pid);
+            entry.pidns = procinfo::own_pidns();
             let u = entry.devices.entry(phys).or_default();
             u.contexts = u.contexts.saturating_add(1);
             u.context_bytes = u.context_bytes.saturating_add(dev.context_overhead);
