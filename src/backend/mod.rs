@@ -9,28 +9,126 @@ pub mod sim;
 
 use crate::gpu::{cuda::CudaDriver, nvml::NvmlMonitor, Driver, Monitor, Result};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 /// Which backends to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BackendKind {
-    /// The in-process simulator over the box in `VRAMDOC_SIM_DIR`.
+    /// The in-process simulator over the session's box ([`Backend::sim_dir`]).
     Sim,
     /// cudarc + nvml-wrapper, over whatever libcuda.so / libnvidia-ml.so.1 the loader finds.
     Real,
 }
 
-/// Open a monitor of the given kind.
-pub fn open_monitor(kind: BackendKind) -> Result<Box<dyn Monitor>> {
-    match kind {
-        BackendKind::Sim => Ok(Box::new(sim::SimMonitor::from_env()?)),
+/// A checked box spec (`--sim SPEC`, `whatif --on SPEC`, a scenario's `recorded_on`): the one
+/// place a spec is parsed and checked, by the simulator's own parser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxSpec(String);
+
+impl BoxSpec {
+    /// `text` (surrounding spaces dropped) if the simulator can build a box of it.
+    pub fn parse(text: &str) -> std::result::Result<BoxSpec, vramdoc_sim::SpecError> {
+        let text = text.trim();
+        vramdoc_sim::parse_spec(text)?;
+        Ok(BoxSpec(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BoxSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The session's backend as a value: which implementation, and the simulated box it serves
+/// (a `--sim` private box, or `VRAMDOC_SIM_DIR` read once at start). Engines get it
+/// explicitly; a child process gets the box through its own `Command` environment
+/// ([`Backend::pass_to`]), never through a process-wide variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub kind: BackendKind,
+    /// The box directory, when one is named.
+    pub sim_dir: Option<PathBuf>,
+}
+
+impl Backend {
+    /// The real backends; `sim_dir` names the box the simulated libraries serve, if any.
+    pub fn real(sim_dir: Option<PathBuf>) -> Backend {
+        Backend {
+            kind: BackendKind::Real,
+            sim_dir,
+        }
+    }
+
+    /// The in-process simulator over the box at `dir`.
+    pub fn sim(dir: PathBuf) -> Backend {
+        Backend {
+            kind: BackendKind::Sim,
+            sim_dir: Some(dir),
+        }
+    }
+
+    /// The box directory named by `VRAMDOC_SIM_DIR` in this process's environment (read once,
+    /// when a session starts).
+    pub fn sim_dir_from_env() -> Option<PathBuf> {
+        std::env::var_os(vramdoc_sim::SIM_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// The session's box (no box named: the simulator's own "no box" error).
+    pub fn sim_box(&self) -> std::result::Result<vramdoc_sim::SimBox, vramdoc_sim::SimError> {
+        match &self.sim_dir {
+            Some(d) => vramdoc_sim::SimBox::open(d),
+            None => Err(vramdoc_sim::SimError::NoBox),
+        }
+    }
+
+    /// The box's spec, for reports (`None` on the real backends or without a readable box).
+    pub fn sim_spec(&self) -> Option<String> {
+        match self.kind {
+            BackendKind::Sim => self.sim_box().ok().map(|b| b.config().spec.clone()),
+            BackendKind::Real => None,
+        }
+    }
+
+    /// Give a child process this session's box: `VRAMDOC_SIM_DIR` in `cmd`'s own environment
+    /// (nothing changes for a session without a box).
+    pub fn pass_to(&self, cmd: &mut std::process::Command) {
+        cmd.envs(self.child_env());
+    }
+
+    /// What a child process's environment needs to reach this session's box.
+    pub fn child_env(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        self.sim_dir
+            .iter()
+            .map(|d| (vramdoc_sim::SIM_DIR_ENV.into(), d.clone().into_os_string()))
+            .collect()
+    }
+}
+
+/// Open a monitor of the session's backend.
+pub fn open_monitor(backend: &Backend) -> Result<Box<dyn Monitor>> {
+    match backend.kind {
+        BackendKind::Sim => Ok(Box::new(sim::SimMonitor::open(backend.sim_box()?)?)),
         BackendKind::Real => Ok(Box::new(real_monitor()?)),
     }
 }
 
-/// Open a driver of the given kind.
-pub fn open_driver(kind: BackendKind) -> Result<Box<dyn Driver>> {
-    match kind {
-        BackendKind::Sim => Ok(Box::new(sim::SimDriver::from_env()?)),
+/// Open a driver of the session's backend (honouring this process's `CUDA_VISIBLE_DEVICES`).
+pub fn open_driver(backend: &Backend) -> Result<Box<dyn Driver>> {
+    match backend.kind {
+        BackendKind::Sim => {
+            let process = vramdoc_sim::SimProcess::with_env(
+                backend.sim_box()?,
+                &vramdoc_sim::ProcessEnv::from_env(),
+            );
+            Ok(Box::new(sim::SimDriver::open(process)?))
+        }
         BackendKind::Real => Ok(Box::new(CudaDriver::open()?)),
     }
 }
@@ -102,7 +200,7 @@ pub fn resolve_recorded(
         let Some(r) = rec.as_deref() else {
             return Err(RecordedBoxError::NotRecorded(file.clone()));
         };
-        if let Err(e) = vramdoc_sim::parse_spec(r) {
+        if let Err(e) = BoxSpec::parse(r) {
             return Err(RecordedBoxError::Unknown {
                 file: file.clone(),
                 spec: r.to_string(),

@@ -237,7 +237,11 @@ impl SimMonitor {
     /// Open the box of `VRAMDOC_SIM_DIR`; a process in a container of the box's runtime
     /// sees only the devices mounted into it, renumbered from 0.
     pub fn from_env() -> Result<SimMonitor> {
-        let sim = SimBox::from_env()?;
+        SimMonitor::open(SimBox::from_env()?)
+    }
+
+    /// [`SimMonitor::from_env`] over the box `sim` (the session's box, passed as a value).
+    pub fn open(sim: SimBox) -> Result<SimMonitor> {
         if sim.faults()?.driver_version_mismatch {
             return Err(nvml_version_mismatch());
         }
