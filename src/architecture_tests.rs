@@ -748,7 +748,11 @@ const MAX_COMMAND_LINES: usize = 200;
 fn command_files_are_glue() {
     let commands = root().join("src/commands");
     let files = rust_files(&commands);
-    assert!(files.len() > 5, "no command files found under {}", commands.display());
+    assert!(
+        files.len() > 5,
+        "no command files found under {}",
+        commands.display()
+    );
     let problems: Vec<String> = files
         .iter()
         .filter_map(|path| {

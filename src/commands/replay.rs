@@ -110,7 +110,11 @@ impl Observer for Progress {
 
 pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     // Refuse an unusable --out or --junit before running anything (a replay can take a while).
-    let junit: Vec<_> = args.junit.iter().map(|p| ("--junit", p.as_path())).collect();
+    let junit: Vec<_> = args
+        .junit
+        .iter()
+        .map(|p| ("--junit", p.as_path()))
+        .collect();
     crate::report::write::preflight(&args.output.out, &junit, &[], args.output.force)
         .map_err(|e| UsageError(e.to_string()))?;
     let batch = Batch {
@@ -139,11 +143,18 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     };
     let mut warn = |line: String| crate::term::eprint_line(&format!("replay: {line}"));
     let sim_spec = session.sim_spec();
-    let done = batch::run_batch(monitor.as_ref(), sim_spec, &batch, &opts, &mut progress, &mut warn)
-        .map_err(|e| match e {
-            BatchError::Gpu(g) => anyhow::Error::new(g),
-            other => EnvironmentError(other.to_string()).into(),
-        })?;
+    let done = batch::run_batch(
+        monitor.as_ref(),
+        sim_spec,
+        &batch,
+        &opts,
+        &mut progress,
+        &mut warn,
+    )
+    .map_err(|e| match e {
+        BatchError::Gpu(g) => anyhow::Error::new(g),
+        other => EnvironmentError(other.to_string()).into(),
+    })?;
     let runs = done.runs;
     let report = Report::new(
         done.environment,
@@ -161,7 +172,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
     }
     super::append_job_summary(&report, &args.output.out, html, "replay");
-    if args.json {
+    if args.output.json {
         let bytes = crate::report::json::render(&report);
         crate::term::print_json(&String::from_utf8_lossy(&bytes))?;
     } else {

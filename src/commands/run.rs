@@ -6,11 +6,11 @@
 //! found), as GNU `timeout`. `vramdoc mark TEXT` writes one marker line.
 
 use super::Session;
-use crate::cli::{Cli, GlobalArgs, MarkArgs, RunArgs};
+use crate::cli::{GlobalArgs, RunArgs};
 use crate::diagnose::{self, TimelineThresholds};
 use crate::exit::{CodedError, RUN_FAILED};
 use crate::job::{self, JobSpec};
-use crate::model::{Body, Finding, Report, RunResult, Severity};
+use crate::model::{Body, Report, RunResult};
 use crate::record::sampler::SamplerConfig;
 use crate::report::write::{render, Format};
 use anyhow::{Context, Result};
@@ -47,9 +47,21 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let (period, process_period) = (args.period, args.process_period);
     // No two outputs are one file (a report would be lost, issue 19).
     let (out, force) = (&args.output.out, args.output.force);
-    let mut files: Vec<_> = args.junit.iter().map(|p| ("--junit", p.as_path())).collect();
-    files.extend(args.scenario_out.iter().map(|p| ("--scenario-out", p.as_path())));
-    let samples: Vec<_> = args.samples.iter().map(|p| ("--samples", p.as_path())).collect();
+    let mut files: Vec<_> = args
+        .junit
+        .iter()
+        .map(|p| ("--junit", p.as_path()))
+        .collect();
+    files.extend(
+        args.scenario_out
+            .iter()
+            .map(|p| ("--scenario-out", p.as_path())),
+    );
+    let samples: Vec<_> = args
+        .samples
+        .iter()
+        .map(|p| ("--samples", p.as_path()))
+        .collect();
     crate::report::write::preflight(out, &files, &samples, force)?;
     let attach =
         (args.pid.is_some() || args.cgroup.is_some() || args.container.is_some()).then(|| {
@@ -127,7 +139,8 @@ fn finish(
         o.wait_drained();
     }
     // Command lines, error lines and paths come from the job: made terminal-safe.
-    let text = crate::term::clean_text(&crate::report::terminal::run::render(run, &args.output.out));
+    let text =
+        crate::term::clean_text(&crate::report::terminal::run::render(run, &args.output.out));
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes());
     let _ = err.flush();
@@ -143,7 +156,11 @@ fn finish(
         // A closed pipe ends quietly; another write error is reported (crate::term).
         crate::term::write_stdout(&bytes)?;
     }
-    Ok(crate::model::status_with_fail_on(status, &run.findings, args.fail_on))
+    Ok(crate::model::status_with_fail_on(
+        status,
+        &run.findings,
+        args.fail_on,
+    ))
 }
 
 /// `--junit FILE` (one test case for the run), and the GitHub job summary when

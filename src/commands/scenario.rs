@@ -6,8 +6,8 @@
 use crate::cli::{GlobalArgs, ScenarioCommand, ScenarioFromArgs};
 use crate::exit::UsageError;
 use crate::model::Report;
-use crate::scenario::{builtin, parse_scenario, Scenario};
 use crate::repro::{self, source, Converted};
+use crate::scenario::{builtin, parse_scenario, Scenario};
 use anyhow::Result;
 use std::path::Path;
 

@@ -129,4 +129,3 @@ pub fn open_monitor(
     }
     Ok(m)
 }
-

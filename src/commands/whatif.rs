@@ -67,7 +67,7 @@ pub fn run(args: &WhatifArgs) -> Result<i32> {
         scenario,
         specs,
     };
-    let boxes = schedule::replay_on_boxes(&plan, &|outcome| {
+    let boxes = schedule::replay_on_boxes(&plan, &|outcome: &crate::model::BoxOutcome| {
         bar.set_message(format!("{}: {}", outcome.spec, outcome.verdict));
         bar.inc(1);
     });

@@ -172,8 +172,8 @@ pub fn run(
     std::fs::write(&marker_path, b"").map_err(io("creating the marker file"))?;
     let mut markers = MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?;
     // Before vramdoc becomes a subreaper: the pump is not vramdoc's descendant.
-    let mut pump =
-        pump::start(marker_dir.path(), spec.pty, spec.stdout_to_stderr).map_err(io("starting the output pump"))?;
+    let mut pump = pump::start(marker_dir.path(), spec.pty, spec.stdout_to_stderr)
+        .map_err(io("starting the output pump"))?;
     pty::follow_window_size(std::mem::take(&mut pump.winsize));
 
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.

@@ -4,9 +4,7 @@
 //! has always been, while in memory the body is typed by kind. A file whose `kind` lacks its
 //! body, or carries another kind's, is refused when read, naming what is missing.
 
-use super::{
-    Body, Environment, ReplayResult, Report, ReportKind, RunResult, ScanResult,
-};
+use super::{Body, Environment, ReplayResult, Report, ReportKind, RunResult, ScanResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -136,7 +134,11 @@ mod tests {
             vramdoc_version: "v".into(),
             backend: "sim".into(),
             sim_spec: None,
-            versions: Default::default(),
+            versions: crate::gpu::Versions {
+                driver: "d".into(),
+                cuda: "c".into(),
+                nvml: "n".into(),
+            },
             devices: Vec::new(),
         }
     }
@@ -177,9 +179,17 @@ mod tests {
         let mut v = serde_json::to_value(replay_report()).unwrap();
         v["kind"] = "run".into();
         let e = serde_json::from_value::<Report>(v.clone()).unwrap_err();
-        assert!(e.to_string().contains("a run report with a `replay` section"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a run report with a `replay` section"),
+            "{e}"
+        );
         v.as_object_mut().unwrap().remove("replay");
         let e = serde_json::from_value::<Report>(v).unwrap_err();
-        assert!(e.to_string().contains("a run report without its `run` section"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a run report without its `run` section"),
+            "{e}"
+        );
     }
 }

@@ -47,8 +47,10 @@ pub struct Report {
     pub body: Body,
 }
 
-/// What a report is about, by kind.
+/// What a report is about, by kind. One per report, never in a collection: the size of the
+/// largest variant costs nothing.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Body {
     Scan(ScanResult),
     Replay(ReplayResult),

@@ -12,7 +12,9 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum PrivateBoxError {
     /// No temporary directory (an environment problem: exit 3).
-    #[error("creating a private simulated box in {dir}: {source} (set TMPDIR to a writable directory)")]
+    #[error(
+        "creating a private simulated box in {dir}: {source} (set TMPDIR to a writable directory)"
+    )]
     TempDir {
         dir: String,
         #[source]

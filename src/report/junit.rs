@@ -216,11 +216,7 @@ pub fn render_cases(suite: &str, cases: &[Case]) -> Result<String, JunitError> {
 
 /// JUnit for a replay report: one test case per variant, in run order.
 pub fn render_replay(report: &Report, html_report: Option<&str>) -> Result<String, JunitError> {
-    let runs = report
-        .replay
-        .as_ref()
-        .map(|r| r.runs.as_slice())
-        .unwrap_or(&[]);
+    let runs = report.replay().map(|r| r.runs.as_slice()).unwrap_or(&[]);
     let cases: Vec<Case> = runs.iter().map(|r| variant_case(r, html_report)).collect();
     render_cases("vramdoc replay", &cases)
 }

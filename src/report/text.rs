@@ -4,7 +4,8 @@
 
 use crate::gpu::DeviceInfo;
 use crate::model::{
-    Body, Finding, GapKind, GapReason, ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict,
+    Body, Finding, GapKind, GapReason, ProcessInfo, Report, ReportKind, Severity, VariantRun,
+    Verdict,
 };
 use crate::redact::{redact_args, redact_text};
 use crate::term::one_line;

@@ -61,7 +61,14 @@ fn one_box(scenario: &Scenario, spec: &BoxSpec, exe: &std::path::Path) -> BoxOut
         step_timeout: DEFAULT_STEP_TIMEOUT,
     };
     let sim_spec = backend.sim_spec();
-    let done = run_batch(monitor.as_ref(), sim_spec, &batch, &opts, &mut Quiet, &mut |_| {});
+    let done = run_batch(
+        monitor.as_ref(),
+        sim_spec,
+        &batch,
+        &opts,
+        &mut Quiet,
+        &mut |_| {},
+    );
     match done {
         Ok(done) => match done.fatal {
             Some(e) => failed(format!("the replay stopped: {e}")),

@@ -563,7 +563,10 @@ fn descendants(root: u32) -> Vec<u32> {
         let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
         let mut fields = rest.split_whitespace();
         let state = fields.next().unwrap_or("");
-        let ppid = fields.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+        let ppid = fields
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0);
         if state != "Z" {
             parent_of.push((pid, ppid));
         }
@@ -580,8 +583,10 @@ fn descendants(root: u32) -> Vec<u32> {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
 }
 
 /// Kills what a failed test left running.
@@ -610,7 +615,10 @@ fn whatif_ended_by_sigterm_leaves_no_replays_and_no_boxes_behind() {
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vramdoc-sim-")))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vramdoc-sim-"))
+            })
             .collect()
     };
     let mut whatif = KillOnDrop(
@@ -627,22 +635,32 @@ fn whatif_ended_by_sigterm_leaves_no_replays_and_no_boxes_behind() {
     let pid = whatif.id();
     let mut left = KillAll(Vec::new());
     // Both boxes made and a replay worker holding memory on each.
-    common::poll::eventually(std::time::Duration::from_secs(60), "two boxes with their replays running", || {
-        left.0 = descendants(pid);
-        boxes().len() == 2 && left.0.len() >= 2
-    });
+    common::poll::eventually(
+        std::time::Duration::from_secs(60),
+        "two boxes with their replays running",
+        || {
+            left.0 = descendants(pid);
+            boxes().len() == 2 && left.0.len() >= 2
+        },
+    );
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status = whatif.wait().unwrap();
     assert!(!status.success(), "{status:?}");
     let running = left.0.clone();
-    common::poll::eventually(common::poll::SECS_10, "every replay process of whatif gone", || {
-        let still: Vec<u32> = running.iter().copied().filter(|p| alive(*p)).collect();
-        if still.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("still running: {still:?}"))
-        }
+    common::poll::eventually(
+        common::poll::SECS_10,
+        "every replay process of whatif gone",
+        || {
+            let still: Vec<u32> = running.iter().copied().filter(|p| alive(*p)).collect();
+            if still.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still running: {still:?}"))
+            }
+        },
+    );
+    common::poll::eventually(common::poll::SECS_10, "whatif's boxes removed", || {
+        boxes().is_empty()
     });
-    common::poll::eventually(common::poll::SECS_10, "whatif's boxes removed", || boxes().is_empty());
 }

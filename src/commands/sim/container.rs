@@ -4,8 +4,6 @@
 use crate::cli::{CdiEnvArg, DeviceIdsArg, SimPsArgs, SimRunArgs, StrategyArg};
 use crate::exit::{CodedError, NOT_FOUND, RUN_FAILED};
 use anyhow::Result;
-use std::path::Path;
-use std::time::Duration;
 use vramdoc_sim::container::{self, CdiEnv, ContainerSpec, IdKind, Strategy};
 use vramdoc_sim::{runtime, SimBox};
 

@@ -37,7 +37,7 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
         sim.dir().display(),
         sim.config().spec
     ))?;
-    let mut t = table(vec![
+    let mut t = super::table(vec![
         "gpu", "name", "used", "reserved", "free", "total", "ctx cost",
     ]);
     for d in sim.devices() {
@@ -57,7 +57,7 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
     if st.processes.is_empty() {
         crate::term::print("no processes")?;
     } else {
-        let mut t = table(vec![
+        let mut t = super::table(vec![
             "pid",
             "name",
             "kind",
