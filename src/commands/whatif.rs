@@ -66,12 +66,18 @@ pub fn run(args: &WhatifArgs) -> Result<i32> {
         exe: std::env::current_exe().context("locating the vramdoc binary")?,
         scenario,
         specs,
+        // SIGINT, SIGTERM, SIGHUP: the replays stop their workers and remove their boxes.
+        interrupted: super::handle_interrupts_gracefully(),
     };
     let boxes = schedule::replay_on_boxes(&plan, &|outcome: &crate::model::BoxOutcome| {
         bar.set_message(format!("{}: {}", outcome.spec, outcome.verdict));
         bar.inc(1);
     });
     bar.finish_and_clear();
+    if plan.interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        crate::term::eprint_line("interrupted");
+        return Ok(crate::exit::FINDINGS);
+    }
     let any_failed = boxes.iter().any(|b| b.verdict == "failed");
     let table = whatif::what_if(&plan.scenario.id, boxes);
     if args.json {

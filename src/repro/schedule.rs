@@ -1,8 +1,9 @@
 //! What-if's scheduling: a scenario's `bug` variant replayed on each of several fresh
 //! private boxes, in this process, as many boxes at once as asked. Each box is a value (a
 //! `replay::PrivateBox`) handed to the replay engine, never a process-wide variable; its
-//! workers are the engine's own children, which die with vramdoc, and its directory is
-//! removed when the row is done or, if a signal ends vramdoc first, by the signal handler.
+//! workers are the engine's own children, stopped and reaped when a signal sets
+//! [`Plan::interrupted`] (and killed by the kernel if vramdoc dies), and its directory is
+//! removed when the row is done, after its workers.
 //! Each finished replay becomes a row ([`BoxOutcome::from_report`]).
 
 use crate::backend::{self, BoxSpec};
@@ -13,7 +14,7 @@ use crate::replay::{PrivateBox, Quiet, ReplayOptions, DEFAULT_STEP_TIMEOUT};
 use crate::scenario::Scenario;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,10 +30,12 @@ pub struct Plan {
     pub jobs: usize,
     /// The vramdoc binary (the replay's workers are `vramdoc __worker`).
     pub exe: PathBuf,
+    /// Set by a signal: each running replay stops its workers, no further box starts.
+    pub interrupted: Arc<AtomicBool>,
 }
 
 /// Replay the bug variant on one fresh box of `spec`.
-fn one_box(scenario: &Scenario, spec: &BoxSpec, exe: &std::path::Path) -> BoxOutcome {
+fn one_box(plan: &Plan, spec: &BoxSpec) -> BoxOutcome {
     let failed = |why: String| BoxOutcome::failed(spec.as_str(), &why);
     let private = match PrivateBox::create(spec) {
         Ok(b) => b,
@@ -44,7 +47,7 @@ fn one_box(scenario: &Scenario, spec: &BoxSpec, exe: &std::path::Path) -> BoxOut
         Err(e) => return failed(e.to_string()),
     };
     let batch = Batch {
-        scenarios: vec![scenario.clone()],
+        scenarios: vec![plan.scenario.clone()],
         variant: Some("bug".into()),
         // A fresh box of its own: nothing else can be on it.
         force: true,
@@ -56,8 +59,8 @@ fn one_box(scenario: &Scenario, spec: &BoxSpec, exe: &std::path::Path) -> BoxOut
             period: PERIOD,
             process_period: Some(DEFAULT_PROCESS_PERIOD.max(PERIOD)),
         },
-        exe: exe.to_path_buf(),
-        interrupted: Arc::new(AtomicBool::new(false)),
+        exe: plan.exe.clone(),
+        interrupted: plan.interrupted.clone(),
         step_timeout: DEFAULT_STEP_TIMEOUT,
     };
     let sim_spec = backend.sim_spec();
@@ -93,9 +96,12 @@ pub fn replay_on_boxes(plan: &Plan, done: &(dyn Fn(&BoxOutcome) + Sync)) -> Vec<
     std::thread::scope(|s| {
         for _ in 0..plan.jobs.clamp(1, plan.specs.len().max(1)) {
             s.spawn(|| loop {
+                if plan.interrupted.load(Ordering::SeqCst) {
+                    break;
+                }
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                 let Some((i, spec)) = next else { break };
-                let outcome = one_box(&plan.scenario, spec, &plan.exe);
+                let outcome = one_box(plan, spec);
                 done(&outcome);
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(outcome);
             });

@@ -508,7 +508,12 @@ fn a_background_process_holding_the_pipes_does_not_hold_the_report() {
 fn run_json_keeps_stdout_for_the_report_and_moves_the_jobs_stdout_to_stderr() {
     let o = vramdoc()
         .args(["--sim", "16GiB", "run", "--json", "--period", "20ms", "--"])
-        .args(["sh", "-c", "echo job-says-hello; echo job-err-line >&2"])
+        // Printed words that are not in the command line (which the report holds).
+        .args([
+            "sh",
+            "-c",
+            "printf 'job-%s\\n' says-hello; printf 'job-%s\\n' err-line >&2",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -524,7 +529,7 @@ fn run_json_keeps_stdout_for_the_report_and_moves_the_jobs_stdout_to_stderr() {
     // Without --json the command's stdout stays on stdout.
     let o = vramdoc()
         .args(["--sim", "16GiB", "run", "--period", "20ms", "--"])
-        .args(["sh", "-c", "echo job-says-hello"])
+        .args(["sh", "-c", "printf 'job-%s\\n' says-hello"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
