@@ -217,3 +217,57 @@ pub fn resolve_recorded(
     spec.map(str::to_string)
         .ok_or_else(|| RecordedBoxError::NotRecorded("no scenario file".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_box_spec_is_checked_once_by_the_simulators_parser() {
+        assert_eq!(BoxSpec::parse(" 2x24GiB ").unwrap().as_str(), "2x24GiB");
+        assert_eq!(BoxSpec::parse("h100").unwrap().to_string(), "h100");
+        let e = BoxSpec::parse("nope9").unwrap_err();
+        assert!(e.to_string().contains("nope9"), "{e}");
+        assert!(BoxSpec::parse("").is_err());
+    }
+
+    #[test]
+    fn a_child_gets_the_sessions_box_in_its_own_environment_only() {
+        let dir = PathBuf::from("/tmp/some-box");
+        let b = Backend::sim(dir.clone());
+        assert_eq!(
+            b.child_env(),
+            vec![(
+                vramdoc_sim::SIM_DIR_ENV.into(),
+                dir.clone().into_os_string()
+            )]
+        );
+        let mut cmd = std::process::Command::new("true");
+        b.pass_to(&mut cmd);
+        let set: Vec<_> = cmd.get_envs().collect();
+        assert_eq!(
+            set,
+            vec![(
+                std::ffi::OsStr::new(vramdoc_sim::SIM_DIR_ENV),
+                Some(dir.as_os_str())
+            )]
+        );
+        // Nothing of this process changed.
+        assert_ne!(
+            std::env::var_os(vramdoc_sim::SIM_DIR_ENV).as_deref(),
+            Some(dir.as_os_str())
+        );
+        assert!(Backend::real(None).child_env().is_empty());
+    }
+
+    #[test]
+    fn a_simulator_session_without_a_box_is_the_simulators_no_box_error() {
+        let b = Backend {
+            kind: BackendKind::Sim,
+            sim_dir: None,
+        };
+        assert!(matches!(b.sim_box(), Err(vramdoc_sim::SimError::NoBox)));
+        assert_eq!(b.sim_spec(), None);
+        assert!(open_monitor(&b).is_err());
+    }
+}
