@@ -63,7 +63,6 @@ fn big_report() -> Report {
     };
     Report {
         schema_version: SCHEMA_VERSION,
-        kind: ReportKind::Replay,
         environment: Environment {
             hostname: "bench".into(),
             kernel: "6.1".into(),
@@ -79,9 +78,7 @@ fn big_report() -> Report {
         },
         command: vec!["vramdoc".into(), "replay".into(), "big".into()],
         created_unix_ms: 0,
-        scan: None,
-        run: None,
-        replay: Some(ReplayResult {
+        body: Body::Replay(ReplayResult {
             period_us: 5000,
             runs: vec![VariantRun {
                 steps: vec![],
@@ -118,10 +115,7 @@ fn main() {
     let report = big_report();
     println!(
         "report: {DEVICES} GPUs x {SAMPLES} samples, {} markers",
-        report.replay.as_ref().unwrap().runs[0]
-            .timeline
-            .markers
-            .len()
+        report.replay().unwrap().runs[0].timeline.markers.len()
     );
     let json = time("render JSON", 5, || render(&report, Format::Json).unwrap());
     let md = time("render Markdown", 5, || {

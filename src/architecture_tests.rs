@@ -3,8 +3,10 @@
 //! literals and `#[cfg(test)]` modules left out) have no cycle; `commands`/`cli` are imported
 //! only by `commands/` (and `main.rs`); `report/` (the renderers) only by the modules above
 //! it; cudarc and nvml-wrapper are named only in `src/gpu/`, which names neither the
-//! simulator nor `backend`; the simulator crates do not depend on `vramdoc`; and no source
-//! file is over [`MAX_LINES`] lines. Each failure names the file and the import.
+//! simulator nor `backend`; the simulator crates do not depend on `vramdoc`; no source file
+//! is over [`MAX_LINES`] lines and no command file over [`MAX_COMMAND_LINES`]; and nothing
+//! outside tests sets the process environment (`set_var`: the session's box is a value).
+//! Each failure names the file and the line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -701,4 +703,74 @@ fn the_reader_sees_what_it_must() {
         ["report", "terminal", "run"]
     );
     assert_eq!(module_path(Path::new("report/mod.rs")), ["report"]);
+}
+
+/// Whether `path` (under `src/`) is test code: a `tests.rs`, `*_tests.rs` or a file under a
+/// `tests/` directory.
+fn is_test_file(src: &Path, path: &Path) -> bool {
+    let relative = path.strip_prefix(src).unwrap_or(path);
+    let name = relative.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || relative.components().any(|c| c.as_os_str() == "tests")
+}
+
+#[test]
+fn no_process_wide_environment_is_set_outside_tests() {
+    let src = root().join("src");
+    let mut problems = Vec::new();
+    for path in rust_files(&src) {
+        if is_test_file(&src, &path) {
+            continue;
+        }
+        let code = without_test_modules(&code_only(&read(&path)));
+        for (n, line) in code.lines().enumerate() {
+            let words: Vec<&str> = line.split(|c: char| !is_ident(c)).collect();
+            for w in ["set_var", "remove_var"] {
+                if words.contains(&w) {
+                    problems.push(format!("{}:{} calls `{w}`", rel(&path), n + 1));
+                }
+            }
+        }
+    }
+    fail_if_any(
+        problems,
+        "the process environment is not a channel: pass the value (the session's `Backend`) \
+         to engines, and set a child's variables on its own `Command`",
+    );
+}
+
+/// Longest file (lines) under `src/commands/`: a command is glue (parse → engine → render →
+/// exit code); what grows beyond this belongs in an engine or a renderer.
+const MAX_COMMAND_LINES: usize = 200;
+
+#[test]
+fn command_files_are_glue() {
+    let commands = root().join("src/commands");
+    let files = rust_files(&commands);
+    assert!(
+        files.len() > 5,
+        "no command files found under {}",
+        commands.display()
+    );
+    let problems: Vec<String> = files
+        .iter()
+        .filter_map(|path| {
+            let n = read(path).lines().count();
+            (n > MAX_COMMAND_LINES).then(|| format!("{}: {n} lines", rel(path)))
+        })
+        .collect();
+    fail_if_any(
+        problems,
+        &format!(
+            "a command file is over {MAX_COMMAND_LINES} lines: move the engine (loops, \
+             scheduling, process work) below `commands/` and the rendering into `report/`"
+        ),
+    );
+}
+
+#[test]
+fn the_set_var_check_sees_a_call() {
+    let code = code_only("fn f() { std::env::set_var(\"A\", \"b\"); }\n// set_var in a comment\n");
+    assert_eq!(code.matches("set_var").count(), 1);
 }

@@ -240,22 +240,14 @@ vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \
 vramdoc scan --prom /var/lib/node_exporter/textfile/vramdoc.prom"
 )]
 pub struct ScanArgs {
-    /// Print JSON (versioned; fields documented in docs/json.md)
-    #[arg(long, conflicts_with = "markdown")]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Print Markdown, ready to paste into a ticket
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     pub markdown: bool,
     /// Exit 1 when a finding at or above this severity exists
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub fail_on: Option<Severity>,
-    /// Also write a report; the format follows the extension (.json, .md, .html);
-    /// repeat for several formats of the same scan
-    #[arg(long, value_name = "FILE")]
-    pub out: Vec<PathBuf>,
-    /// Overwrite --out if it exists
-    #[arg(long)]
-    pub force: bool,
     /// Also write the metrics `vramdoc serve` exports to this file (atomically, replacing
     /// it), for node_exporter's textfile collector; the name must end in `.prom`
     #[arg(long, value_name = "FILE")]
@@ -272,6 +264,26 @@ pub struct ScanArgs {
 }
 
 pub use crate::model::Severity;
+
+/// The report outputs of `scan`, `replay` and `run` (one struct; its paths are checked before
+/// any work by `report::write::preflight`).
+#[derive(Debug, Args, Clone)]
+pub struct OutputArgs {
+    /// Print the JSON report on standard output (versioned; fields in docs/json.md) instead
+    /// of the summary (`run`: at the end, the summary and the command's own standard output
+    /// then go to stderr)
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a report; the format follows the extension (.json, .md, .html); repeat for
+    /// several formats. Checked before any work is done
+    #[arg(long, value_name = "FILE")]
+    pub out: Vec<PathBuf>,
+    /// Overwrite output files that exist (--out, --junit, --samples, --scenario-out); for
+    /// `replay`, also replay on GPUs other processes are using (refused without it, exit 3:
+    /// it would disturb their work and their memory would distort the replay's numbers)
+    #[arg(long)]
+    pub force: bool,
+}
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -350,18 +362,8 @@ pub struct ReplayArgs {
         value_parser = duration_within(Duration::from_micros(100), Duration::from_secs(1), " (default 5ms)")
     )]
     pub period: Duration,
-    /// Print JSON instead of the summary table
-    #[arg(long)]
-    pub json: bool,
-    /// Write a report; the format follows the extension (.json, .md, .html); repeat for
-    /// several formats of the same run
-    #[arg(long, value_name = "FILE")]
-    pub out: Vec<PathBuf>,
-    /// Overwrite --out if it exists, and replay even on GPUs other processes are using
-    /// (without it such a replay is refused, exit 3: it would disturb their work and their
-    /// memory would distort the replay's numbers)
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Fail (exit 1) instead of skipping a scenario that needs more devices than the box has
     #[arg(long)]
     pub require: bool,
@@ -401,13 +403,8 @@ pub struct RunArgs {
         value_parser = duration_within(Duration::from_millis(10), Duration::from_secs(60), " (default 500ms)")
     )]
     pub process_period: Duration,
-    /// Write a report at the end; the format follows the extension (.json, .md, .html);
-    /// repeat for several formats. Checked before the command starts
-    #[arg(long, value_name = "FILE")]
-    pub out: Vec<PathBuf>,
-    /// Print the JSON report on standard output at the end (the summary goes to stderr)
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Turn the command's exit status 0 into 1 when a finding at or above this severity exists
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub fail_on: Option<Severity>,
@@ -418,9 +415,6 @@ pub struct RunArgs {
     /// command failed or a finding reaches --fail-on. Checked before the command starts
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Overwrite --out, --samples, --junit and --scenario-out files that exist
-    #[arg(long)]
-    pub force: bool,
     /// Also write a reproduction of the job's memory behaviour: a scenario file with sizes
     /// and redacted marker texts only, to replay anywhere (docs/repro.md). Checked before the
     /// command starts
@@ -610,9 +604,52 @@ pub fn listen_addr(s: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| bad("resolves to no address".into()))
 }
 
+/// The exit status of a command line clap refused: `vramdoc run`'s usage errors exit 125
+/// (never a status the command could have), every other command's 2. Which subcommand it
+/// was is what clap itself matched, read leniently.
+pub fn usage_error_status<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matched = <Cli as clap::CommandFactory>::command()
+        .ignore_errors(true)
+        .try_get_matches_from(args);
+    match matched.as_ref().ok().and_then(|m| m.subcommand_name()) {
+        Some("run") => crate::exit::RUN_FAILED,
+        _ => crate::exit::USAGE,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_errors_of_run_are_recognised_from_what_clap_matched() {
+        assert_eq!(
+            usage_error_status(["vramdoc", "run", "--nope", "--", "x"]),
+            125
+        );
+        assert_eq!(
+            usage_error_status(["vramdoc", "--sim", "h100", "run", "--period"]),
+            125
+        );
+        assert_eq!(usage_error_status(["vramdoc", "--backend=sim", "run"]), 125);
+        // A duration clap's value parser refuses (out of range, or not a duration).
+        for period in ["61s", "fast"] {
+            let args = ["vramdoc", "run", "--period", period, "--", "true"];
+            assert_eq!(usage_error_status(args), 125, "{period}");
+        }
+        assert_eq!(
+            usage_error_status(["vramdoc", "replay", "all", "--period", "2s"]),
+            2
+        );
+        assert_eq!(usage_error_status(["vramdoc", "scan", "--nope"]), 2);
+        assert_eq!(usage_error_status(["vramdoc", "--sim", "run"]), 2);
+        assert_eq!(usage_error_status(["vramdoc"]), 2);
+    }
+
     use clap::CommandFactory;
 
     #[test]

@@ -152,7 +152,7 @@ impl Verdict {
 /// Judge the selected GPUs on a scan report (its devices, processes and findings).
 pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdict {
     let mut problems = Vec::new();
-    let Some(scan) = report.scan.as_ref() else {
+    let Some(scan) = report.scan() else {
         return Verdict {
             selection,
             need,

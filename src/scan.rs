@@ -6,7 +6,7 @@
 use crate::diagnose::{self, Thresholds};
 use crate::gpu::{GpuError, Monitor};
 use crate::inventory::{self, Inventory, PidNamespace};
-use crate::model::{Report, ReportKind, ScanResult, SCHEMA_VERSION};
+use crate::model::{Body, Report, ScanResult};
 
 /// What one scan needs besides the monitor.
 #[derive(Debug, Clone)]
@@ -42,13 +42,9 @@ pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError>
 /// The report model for one scan (pure: inventory in, report out).
 pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
     let (findings, headroom) = diagnose::diagnose(inv, th);
-    Report {
-        schema_version: SCHEMA_VERSION,
-        kind: ReportKind::Scan,
-        environment: inv.environment.clone(),
-        command: crate::model::command_line(),
-        created_unix_ms: crate::model::now_unix_ms(),
-        scan: Some(ScanResult {
+    Report::new(
+        inv.environment.clone(),
+        Body::Scan(ScanResult {
             devices: inv.devices().to_vec(),
             processes: inv.processes.clone(),
             findings,
@@ -57,9 +53,7 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
             pods_note: inv.details.pods_note.clone(),
             pod_allocations: inv.details.pod_allocations.clone(),
         }),
-        replay: None,
-        run: None,
-    }
+    )
 }
 
 /// A deterministic inventory for renderer tests: two 80 GiB devices with very long names, a
@@ -170,7 +164,7 @@ mod tests {
         use crate::report::prom::{render, PromOptions};
         let report = build_report(&sample_inventory(), &Thresholds::default());
         let c = sim_collection();
-        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        let text = render(report.scan(), &c, PromOptions { per_process: true }).unwrap();
         let u0 = "uuid=\"GPU-00000000-0000-0000-0000-000000000000\"";
         let line = |prefix: &str| {
             text.lines()
@@ -206,12 +200,12 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("vllm.entrypoints"), "never the command line");
-        let h = &report.scan.as_ref().unwrap().headroom[1];
+        let h = &report.scan().unwrap().headroom[1];
         assert!(text.contains(&format!(
             "vramdoc_vllm_max_safe_gpu_memory_utilization_ratio{{gpu=\"1\",uuid=\"GPU-00000001-0000-0000-0000-000000000000\"}} {}",
             h.max_gpu_memory_utilization
         )));
-        let without = render(report.scan.as_ref(), &c, PromOptions::default()).unwrap();
+        let without = render(report.scan(), &c, PromOptions::default()).unwrap();
         assert!(!without.contains("vramdoc_process_gpu_memory_bytes"));
     }
 
@@ -229,7 +223,7 @@ mod tests {
         });
         let report = build_report(&inv, &Thresholds::default());
         let c = sim_collection();
-        let text = render(report.scan.as_ref(), &c, PromOptions { per_process: true }).unwrap();
+        let text = render(report.scan(), &c, PromOptions { per_process: true }).unwrap();
         assert!(
             text.contains(
                 "comm=\"python3\",container=\"vllm\",gpu=\"1\",namespace=\"ml\",pid=\"4242\",pod=\"llm-0___1_evil_x__\""

@@ -15,28 +15,112 @@ pub mod sim;
 
 use crate::gpu::{cuda::CudaDriver, nvml::NvmlMonitor, Driver, Monitor, Result};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 /// Which backends to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BackendKind {
-    /// The in-process simulator over the box in `VRAMDOC_SIM_DIR`.
+    /// The in-process simulator over the session's box ([`Backend::sim_dir`]).
     Sim,
     /// cudarc + nvml-wrapper, over whatever libcuda.so / libnvidia-ml.so.1 the loader finds.
     Real,
 }
 
-/// Open a monitor of the given kind.
-pub fn open_monitor(kind: BackendKind) -> Result<Box<dyn Monitor>> {
-    match kind {
-        BackendKind::Sim => Ok(Box::new(sim::SimMonitor::from_env()?)),
-        BackendKind::Real => Ok(Box::new(real_monitor()?)),
+/// A checked box spec (`--sim SPEC`, `whatif --on SPEC`, a scenario's `recorded_on`): the one
+/// place a spec is parsed and checked, by the simulator's own parser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxSpec(String);
+
+impl BoxSpec {
+    /// `text` (surrounding spaces dropped) if the simulator can build a box of it.
+    pub fn parse(text: &str) -> std::result::Result<BoxSpec, sim::SpecError> {
+        let text = text.trim();
+        sim::parse_spec(text)?;
+        Ok(BoxSpec(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
-/// Open a driver of the given kind.
-pub fn open_driver(kind: BackendKind) -> Result<Box<dyn Driver>> {
-    match kind {
-        BackendKind::Sim => Ok(Box::new(sim::SimDriver::from_env()?)),
+impl std::fmt::Display for BoxSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The session's backend as a value: which implementation, and the simulated box it serves
+/// (a `--sim` private box, or `VRAMDOC_SIM_DIR` read once at start). Engines get it
+/// explicitly; a child process gets the box through its own `Command` environment
+/// ([`Backend::pass_to`]), never through a process-wide variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub kind: BackendKind,
+    /// The box directory, when one is named.
+    pub sim_dir: Option<PathBuf>,
+}
+
+impl Backend {
+    /// The real backends; `sim_dir` names the box the simulated libraries serve, if any.
+    pub fn real(sim_dir: Option<PathBuf>) -> Backend {
+        Backend {
+            kind: BackendKind::Real,
+            sim_dir,
+        }
+    }
+
+    /// The in-process simulator over the box at `dir`.
+    pub fn sim(dir: PathBuf) -> Backend {
+        Backend {
+            kind: BackendKind::Sim,
+            sim_dir: Some(dir),
+        }
+    }
+
+    /// The box directory named by `VRAMDOC_SIM_DIR` in this process's environment (read once,
+    /// when a session starts).
+    pub fn sim_dir_from_env() -> Option<PathBuf> {
+        std::env::var_os(sim::SIM_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// The box's spec, for reports (`None` on the real backends or without a readable box).
+    pub fn sim_spec(&self) -> Option<String> {
+        match self.kind {
+            BackendKind::Sim => sim::box_spec(self.sim_dir.as_deref()),
+            BackendKind::Real => None,
+        }
+    }
+
+    /// Give a child process this session's box: `VRAMDOC_SIM_DIR` in `cmd`'s own environment
+    /// (nothing changes for a session without a box).
+    pub fn pass_to(&self, cmd: &mut std::process::Command) {
+        cmd.envs(self.child_env());
+    }
+
+    /// What a child process's environment needs to reach this session's box.
+    pub fn child_env(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        self.sim_dir
+            .iter()
+            .map(|d| (sim::SIM_DIR_ENV.into(), d.clone().into_os_string()))
+            .collect()
+    }
+}
+
+/// Open a monitor of the session's backend.
+pub fn open_monitor(backend: &Backend) -> Result<Box<dyn Monitor>> {
+    match backend.kind {
+        BackendKind::Sim => Ok(Box::new(sim::open_monitor(backend.sim_dir.as_deref())?)),
+        BackendKind::Real => Ok(Box::new(real_monitor(backend)?)),
+    }
+}
+
+/// Open a driver of the session's backend (honouring this process's `CUDA_VISIBLE_DEVICES`).
+pub fn open_driver(backend: &Backend) -> Result<Box<dyn Driver>> {
+    match backend.kind {
+        BackendKind::Sim => Ok(Box::new(sim::open_driver(backend.sim_dir.as_deref())?)),
         BackendKind::Real => Ok(Box::new(CudaDriver::open()?)),
     }
 }
@@ -45,8 +129,8 @@ pub fn open_driver(kind: BackendKind) -> Result<Box<dyn Driver>> {
 /// whose "device files" are the box's `dev/` files ([`sim::box_device_nodes`]): they are
 /// reported beside the real `/dev` ones, so a process holding them open is found on this
 /// path too. The real monitor itself knows nothing of the simulator.
-fn real_monitor() -> Result<NvmlMonitor> {
-    Ok(NvmlMonitor::open()?.with_device_nodes(sim::box_device_nodes()))
+fn real_monitor(backend: &Backend) -> Result<NvmlMonitor> {
+    Ok(NvmlMonitor::open()?.with_device_nodes(sim::box_device_nodes(backend.sim_dir.as_deref())))
 }
 
 /// What kind of failure an error that reached the command edge is, where a backend knows
@@ -131,4 +215,58 @@ pub fn resolve_recorded(
     }
     spec.map(str::to_string)
         .ok_or_else(|| RecordedBoxError::NotRecorded("no scenario file".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_box_spec_is_checked_once_by_the_simulators_parser() {
+        assert_eq!(BoxSpec::parse(" 2x24GiB ").unwrap().as_str(), "2x24GiB");
+        assert_eq!(BoxSpec::parse("h100").unwrap().to_string(), "h100");
+        let e = BoxSpec::parse("nope9").unwrap_err();
+        assert!(e.to_string().contains("nope9"), "{e}");
+        assert!(BoxSpec::parse("").is_err());
+    }
+
+    #[test]
+    fn a_child_gets_the_sessions_box_in_its_own_environment_only() {
+        let dir = PathBuf::from("/tmp/some-box");
+        let b = Backend::sim(dir.clone());
+        assert_eq!(
+            b.child_env(),
+            vec![(sim::SIM_DIR_ENV.into(), dir.clone().into_os_string())]
+        );
+        let mut cmd = std::process::Command::new("true");
+        b.pass_to(&mut cmd);
+        let set: Vec<_> = cmd.get_envs().collect();
+        assert_eq!(
+            set,
+            vec![(
+                std::ffi::OsStr::new(sim::SIM_DIR_ENV),
+                Some(dir.as_os_str())
+            )]
+        );
+        // Nothing of this process changed.
+        assert_ne!(
+            std::env::var_os(sim::SIM_DIR_ENV).as_deref(),
+            Some(dir.as_os_str())
+        );
+        assert!(Backend::real(None).child_env().is_empty());
+    }
+
+    #[test]
+    fn a_simulator_session_without_a_box_is_the_simulators_no_box_error() {
+        let b = Backend {
+            kind: BackendKind::Sim,
+            sim_dir: None,
+        };
+        assert!(matches!(
+            sim::open_box(b.sim_dir.as_deref()),
+            Err(sim::SimError::NoBox)
+        ));
+        assert_eq!(b.sim_spec(), None);
+        assert!(open_monitor(&b).is_err());
+    }
 }

@@ -24,7 +24,7 @@ fn refused() -> GpuError {
 pub struct SimDriver;
 
 impl SimDriver {
-    pub fn from_env() -> Result<crate::backend::sim::SimDriver> {
+    pub fn from_env() -> Result<SimDriver> {
         Err(refused())
     }
 }
@@ -33,7 +33,7 @@ impl SimDriver {
 pub struct SimMonitor;
 
 impl SimMonitor {
-    pub fn from_env() -> Result<crate::backend::sim::SimMonitor> {
+    pub fn from_env() -> Result<SimMonitor> {
         Err(refused())
     }
 }
@@ -94,9 +94,10 @@ impl crate::gpu::Monitor for SimMonitor {
 
 /// A refused simulator feature is the environment (exit 3).
 pub fn error_class(cause: &(dyn std::error::Error + 'static)) -> Option<super::ErrorClass> {
-    cause
-        .downcast_ref::<NoSimulator>()
-        .map(|_| super::ErrorClass::Environment)
+    (cause.downcast_ref::<NoSimulator>().is_some()
+        || cause.downcast_ref::<SimError>().is_some()
+        || cause.downcast_ref::<SpecError>().is_some())
+    .then_some(super::ErrorClass::Environment)
 }
 
 /// No preset names without the simulator: recorded GPUs are written as sizes.
@@ -110,21 +111,55 @@ pub fn check_spec(_: &str) -> std::result::Result<(), String> {
 }
 
 /// `--sim SPEC`: refused.
-pub fn parse_spec(_: &str) -> std::result::Result<(), NoSimulator> {
-    Err(NoSimulator)
+pub fn parse_spec(_: &str) -> std::result::Result<(), SpecError> {
+    Err(SpecError {
+        reason: NoSimulator.to_string(),
+    })
 }
 
 /// `--sim SPEC`: refused.
-pub fn create_box(_: &std::path::Path, _: &str) -> std::result::Result<(), NoSimulator> {
-    Err(NoSimulator)
+pub fn create_box(_: &std::path::Path, _: &str) -> std::result::Result<(), SimError> {
+    Err(SimError::NoBox(NoSimulator))
+}
+
+/// A spec error of this build: every spec is refused, saying why.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct SpecError {
+    pub reason: String,
+}
+
+/// A box error of this build.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// No box can be opened or built without the simulator.
+    #[error("{0}")]
+    NoBox(#[from] NoSimulator),
 }
 
 /// No box.
-pub fn box_spec() -> Option<String> {
+pub fn open_box(
+    _: Option<&std::path::Path>,
+) -> std::result::Result<std::convert::Infallible, SimError> {
+    Err(SimError::NoBox(NoSimulator))
+}
+
+/// No box.
+pub fn box_spec(_: Option<&std::path::Path>) -> Option<String> {
     None
 }
 
 /// No box's device files.
-pub fn box_device_nodes() -> Vec<std::path::PathBuf> {
+pub fn box_device_nodes(_: Option<&std::path::Path>) -> Vec<std::path::PathBuf> {
     Vec::new()
+}
+
+/// The in-process monitor: refused.
+pub fn open_monitor(_: Option<&std::path::Path>) -> Result<SimMonitor> {
+    Err(refused())
+}
+
+/// The in-process driver: refused.
+pub fn open_driver(_: Option<&std::path::Path>) -> Result<SimDriver> {
+    Err(refused())
 }

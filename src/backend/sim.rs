@@ -14,7 +14,7 @@ use crate::gpu::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use vramdoc_sim::nvml::SimNvml;
-use vramdoc_sim::{SimBox, SimError, SimMemory, SimProcess};
+use vramdoc_sim::{SimBox, SimMemory, SimProcess};
 
 /// What kind of failure a simulator error that reached the command edge is (src/exit.rs
 /// turns it into an exit code): no box or an unreadable one is the environment, a bad box
@@ -33,7 +33,7 @@ pub fn error_class(cause: &(dyn std::error::Error + 'static)) -> Option<super::E
         .map(|_| ErrorClass::Usage)
 }
 
-pub use vramdoc_sim::{parse_spec, SIM_DIR_ENV};
+pub use vramdoc_sim::{parse_spec, SimError, SpecError, SIM_DIR_ENV};
 
 /// The preset named `name` whose total is within 1 % of `total` (drivers differ by a few
 /// MiB), as its spec key (`t4`, `h100`).
@@ -56,17 +56,40 @@ pub fn create_box(dir: &std::path::Path, spec: &str) -> std::result::Result<(), 
     SimBox::create(dir, spec, &vramdoc_sim::InitOptions::default()).map(|_| ())
 }
 
-/// The spec of the box `VRAMDOC_SIM_DIR` names, for report headers.
-pub fn box_spec() -> Option<String> {
-    SimBox::from_env().ok().map(|b| b.config().spec.clone())
+/// The box at `dir` (`None`: the simulator's own "no box" error).
+pub fn open_box(dir: Option<&std::path::Path>) -> std::result::Result<SimBox, SimError> {
+    match dir {
+        Some(d) => SimBox::open(d),
+        None => Err(SimError::NoBox),
+    }
 }
 
-/// The device files of the box `VRAMDOC_SIM_DIR` names (none without one): what the
-/// simulated libnvidia-ml.so.1 serving it counts as its driver's device files.
-pub fn box_device_nodes() -> Vec<std::path::PathBuf> {
-    SimBox::from_env()
+/// The spec of the box at `dir`, for report headers.
+pub fn box_spec(dir: Option<&std::path::Path>) -> Option<String> {
+    open_box(dir).ok().map(|b| b.config().spec.clone())
+}
+
+/// The device files of the box at `dir` (none without one): what the simulated
+/// libnvidia-ml.so.1 serving it counts as its driver's device files.
+pub fn box_device_nodes(dir: Option<&std::path::Path>) -> Vec<std::path::PathBuf> {
+    open_box(dir)
         .map(|sim| sim.device_nodes())
         .unwrap_or_default()
+}
+
+/// The in-process monitor over the box at `dir`.
+pub fn open_monitor(dir: Option<&std::path::Path>) -> Result<SimMonitor> {
+    SimMonitor::open(open_box(dir).map_err(box_error)?)
+}
+
+/// The in-process driver over the box at `dir`, as a process with this process's
+/// environment (`CUDA_VISIBLE_DEVICES`...).
+pub fn open_driver(dir: Option<&std::path::Path>) -> Result<SimDriver> {
+    let process = SimProcess::with_env(
+        open_box(dir).map_err(box_error)?,
+        &vramdoc_sim::ProcessEnv::from_env(),
+    );
+    SimDriver::open(process)
 }
 
 /// The box's own failures (no box, unreadable files): [`GpuError::Backend`], an environment

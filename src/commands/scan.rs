@@ -11,14 +11,12 @@ use crate::scan::ScanConfig;
 use anyhow::Result;
 
 pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
-    crate::report::write::check_outputs(&args.out, args.force)?;
+    let (out, force) = (&args.output.out, args.output.force);
+    let prom: Vec<_> = args.prom.iter().map(|p| ("--prom", p.as_path())).collect();
+    crate::report::write::preflight(out, &[], &prom, force)?;
     if let Some(p) = &args.prom {
         check_prom_path(p)?;
     }
-    let mut outputs = super::outputs("--out", &args.out);
-    outputs.extend(args.prom.as_deref().map(|p| ("--prom", p)));
-    crate::report::write::check_distinct(&outputs)
-        .map_err(|e| crate::exit::UsageError(e.to_string()))?;
     let started = std::time::Instant::now();
     let pid_namespace = inventory::detect_pid_namespace()?;
     let read = session.monitor().and_then(|monitor| {
@@ -58,29 +56,28 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         let opts = crate::report::prom::PromOptions {
             per_process: args.per_process,
         };
-        let text = crate::report::prom::render(report.scan.as_ref(), &collection, opts)?;
+        let text = crate::report::prom::render(report.scan(), &collection, opts)?;
         // Always replaced: the textfile collector reads the latest file, written atomically.
         crate::report::write::write_atomic(path, text.as_bytes(), true)?;
     }
 
-    let bytes = if args.json {
+    let bytes = if args.output.json {
         render(&report, Format::Json)?
     } else if args.markdown {
         render(&report, Format::Markdown)?
     } else {
         terminal::scan::render(&report, terminal::Options::default()).into_bytes()
     };
-    crate::report::write::write_reports(&report, &args.out, args.force)?;
+    crate::report::write::write_reports(&report, out, force)?;
     let text = String::from_utf8_lossy(&bytes);
-    if args.json {
+    if args.output.json {
         crate::term::print_json(&text)?;
     } else {
         crate::term::write_stdout(crate::term::clean_text(&text).as_bytes())?;
     }
 
     let worst = report
-        .scan
-        .as_ref()
+        .scan()
         .and_then(|s| s.findings.iter().map(|f| f.severity).max());
     Ok(match (args.fail_on, worst) {
         (Some(level), Some(w)) if w >= level => crate::exit::FINDINGS,
@@ -101,7 +98,7 @@ fn write_failed_prom(
         timestamp_seconds: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
-        backend: match session.backend {
+        backend: match session.backend.kind {
             crate::backend::BackendKind::Real => "nvml".into(),
             crate::backend::BackendKind::Sim => "sim".into(),
         },

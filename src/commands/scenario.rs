@@ -7,6 +7,7 @@ use crate::cli::{GlobalArgs, ScenarioCommand, ScenarioFromArgs};
 use crate::exit::UsageError;
 use crate::model::Report;
 use crate::repro::{self, source, Converted};
+use crate::scenario::{builtin, parse_scenario, Scenario};
 use anyhow::Result;
 use std::path::Path;
 
@@ -117,7 +118,7 @@ pub fn resolve_sim(global: &GlobalArgs, scenarios: &[String]) -> Result<GlobalAr
     }
     let mut recorded = Vec::new();
     for arg in scenarios {
-        let s = super::replay::load(arg)?;
+        let s = load(arg)?;
         recorded.push((arg.clone(), s.recorded_on));
     }
     let spec =
@@ -126,4 +127,22 @@ pub fn resolve_sim(global: &GlobalArgs, scenarios: &[String]) -> Result<GlobalAr
         sim: Some(spec),
         ..global.clone()
     })
+}
+
+/// Resolve a command-line scenario: a built-in id or a path to a TOML file.
+pub(crate) fn load(arg: &str) -> Result<Scenario> {
+    if let Some(parsed) = builtin::get(arg) {
+        return parsed.map_err(|e| UsageError(e.to_string()).into());
+    }
+    let path = std::path::Path::new(arg);
+    if !path.exists() {
+        let ids: Vec<&str> = builtin::BUILTIN.iter().map(|(k, _)| *k).collect();
+        anyhow::bail!(UsageError(format!(
+            "unknown scenario {arg:?}: not a built-in id ({}) and no such file",
+            ids.join(", ")
+        )));
+    }
+    let text = crate::input::read_text(path, crate::input::MAX_SCENARIO_BYTES, "scenario files")
+        .map_err(|e| UsageError(e.to_string()))?;
+    parse_scenario(arg, &text).map_err(|e| UsageError(e.to_string()).into())
 }

@@ -46,12 +46,12 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         },
         hostname: Some(node_name(args.node_name.as_deref())),
     };
-    let kind = session.backend;
+    let backend = session.backend.clone();
     let opts = CollectorOptions {
         interval,
         release_between: args.release_between,
         reinit_after: FAILURES_BEFORE_REINIT,
-        backend: match kind {
+        backend: match backend.kind {
             BackendKind::Real => "nvml",
             BackendKind::Sim => "sim",
         },
@@ -65,7 +65,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let latest = Arc::new(Latest::with_health(first, policy));
     let opening = Arc::new(AtomicBool::new(false));
     let collector = Collector::start(
-        Box::new(move || super::open_monitor(kind, &opening).map_err(|e| format!("{e:#}"))),
+        Box::new(move || super::open_monitor(&backend, &opening).map_err(|e| format!("{e:#}"))),
         cfg,
         opts,
         latest.clone(),

@@ -120,6 +120,11 @@ pub struct JobSpec {
     /// The job's stdout (stderr) is a pseudo-terminal when vramdoc's is a terminal (off
     /// with `--no-pty`: pipes).
     pub pty: bool,
+    /// The job's stdout goes to vramdoc's stderr (`run --json`: vramdoc's stdout carries the
+    /// JSON report only; docs/run.md "Output").
+    pub stdout_to_stderr: bool,
+    /// Set in the job's own environment (the session's simulated box), over vramdoc's.
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 }
 
 /// A finished job.
@@ -167,8 +172,8 @@ pub fn run(
     std::fs::write(&marker_path, b"").map_err(io("creating the marker file"))?;
     let mut markers = MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?;
     // Before vramdoc becomes a subreaper: the pump is not vramdoc's descendant.
-    let mut pump =
-        pump::start(marker_dir.path(), spec.pty).map_err(io("starting the output pump"))?;
+    let mut pump = pump::start(marker_dir.path(), spec.pty, spec.stdout_to_stderr)
+        .map_err(io("starting the output pump"))?;
     pty::follow_window_size(std::mem::take(&mut pump.winsize));
 
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.
@@ -192,6 +197,7 @@ pub fn run(
         .stdin(Stdio::inherit())
         .stdout(Stdio::from(pump.stdout))
         .stderr(Stdio::from(pump.stderr))
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env(MARKERS_ENV, &marker_path);
     let child = match cmd.spawn() {
         Ok(c) => c,

@@ -131,8 +131,10 @@ fn shared() -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd, OwnedFd)> {
 
 /// Start the pump (`/proc/self/exe __pump`), which removes `marker_dir` if vramdoc is gone
 /// when the job's output ends; with `pty`, the job's stdout and stderr are ptys where
-/// vramdoc's are terminals. Returns once the intermediate process has exited.
-pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
+/// vramdoc's are terminals; with `stdout_to_stderr`, the job's stdout is copied to vramdoc's
+/// stderr (`run --json`, whose stdout is the report's). Returns once the intermediate
+/// process has exited.
+pub fn start(marker_dir: &Path, pty: bool, stdout_to_stderr: bool) -> std::io::Result<Started> {
     use std::os::unix::process::CommandExt;
     // One terminal: one pty for both, so the job's writes keep their order exactly.
     let one = if pty && super::pty::same_terminal() {
@@ -144,7 +146,7 @@ pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
         Some(fds) => fds,
         None => {
             let pty = pty && !super::pty::same_terminal();
-            let (out_r, out_w) = stream(1, pty)?;
+            let (out_r, out_w) = stream(if stdout_to_stderr { 2 } else { 1 }, pty)?;
             let (err_r, err_w) = stream(2, pty)?;
             (out_r, out_w, err_r, err_w)
         }
@@ -167,6 +169,10 @@ pub fn start(marker_dir: &Path, pty: bool) -> std::io::Result<Started> {
     // targets' range so that no dup2 overwrites a source not yet placed.
     unsafe {
         cmd.pre_exec(move || {
+            // The pump's stdout is vramdoc's stderr: the job's stdout is copied there.
+            if stdout_to_stderr && libc::dup2(2, 1) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             let mut high = [0; 4];
             for (i, (src, _)) in map.iter().enumerate() {
                 let h = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 16);

@@ -40,8 +40,9 @@ pub struct Received {
 static MODE: AtomicU8 = AtomicU8::new(Mode::Exit as u8);
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 static RECEIVED: Mutex<Vec<Received>> = Mutex::new(Vec::new());
-/// The private `--sim` box of this process, removed when a signal ends it.
-static PRIVATE_BOX: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The private simulated boxes of this process (`--sim`, `whatif`'s), removed when a signal
+/// ends it.
+static PRIVATE_BOX: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// `SIGKILL`, `SIGTERM`, … for a signal number (`signal N` when it has no name).
 pub fn signal_name(sig: i32) -> String {
@@ -130,15 +131,30 @@ pub fn pending() -> bool {
         .is_empty()
 }
 
-/// Remove `dir` (the private `--sim` box) if a signal ends the process; installs the
+/// Remove `dir` (a private simulated box) if a signal ends the process; installs the
 /// handler.
 pub fn remove_on_exit(dir: PathBuf) {
-    *PRIVATE_BOX.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir);
+    PRIVATE_BOX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(dir);
     interrupt_flag();
 }
 
+/// `dir` was removed by its owner: a signal has nothing to remove there any more.
+pub fn forget_on_exit(dir: &std::path::Path) {
+    PRIVATE_BOX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|d| d != dir);
+}
+
 fn remove_private_box() {
-    if let Some(dir) = PRIVATE_BOX.lock().ok().and_then(|mut p| p.take()) {
+    let dirs = PRIVATE_BOX
+        .lock()
+        .map(|mut p| std::mem::take(&mut *p))
+        .unwrap_or_default();
+    for dir in dirs {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

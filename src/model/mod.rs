@@ -6,6 +6,7 @@
 //! [`replay`], [`run`], the [`timeline`] they share, the string-valued [`kinds`], and the
 //! [`header`] every producer fills the same way.
 
+pub mod envelope;
 pub mod header;
 pub mod kinds;
 pub mod replay;
@@ -31,31 +32,106 @@ use serde::{Deserialize, Serialize};
 /// Version of the JSON layout below.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// A complete report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// A complete report: the envelope every kind shares, and the body of its kind. Built by
+/// [`Report::new`] only; the body is typed, so a report of one kind with another kind's body
+/// cannot exist. On the wire it is the versioned layout of [`envelope`] (`kind` beside one of
+/// `scan`, `replay`, `run`), unchanged since schema version 1.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     pub schema_version: u32,
-    /// `scan`, `replay` or `run`.
-    pub kind: ReportKind,
     pub environment: Environment,
     /// The vramdoc command line that produced this report (redacted).
     pub command: Vec<String>,
     /// Milliseconds since the Unix epoch when the report was made.
     pub created_unix_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scan: Option<ScanResult>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay: Option<ReplayResult>,
-    /// What `vramdoc run -- CMD` recorded (kind `run`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<RunResult>,
+    pub body: Body,
+}
+
+/// What a report is about, by kind. One per report, never in a collection: the size of the
+/// largest variant costs nothing.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub enum Body {
+    Scan(ScanResult),
+    Replay(ReplayResult),
+    /// What `vramdoc run -- CMD` recorded.
+    Run(RunResult),
 }
 
 impl Report {
+    /// The one constructor: this version, this process's command line (redacted), now.
+    pub fn new(environment: Environment, body: Body) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            environment,
+            command: command_line(),
+            created_unix_ms: now_unix_ms(),
+            body,
+        }
+    }
+
+    pub fn kind(&self) -> ReportKind {
+        match self.body {
+            Body::Scan(_) => ReportKind::Scan,
+            Body::Replay(_) => ReportKind::Replay,
+            Body::Run(_) => ReportKind::Run,
+        }
+    }
+
+    pub fn scan(&self) -> Option<&ScanResult> {
+        match &self.body {
+            Body::Scan(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn replay(&self) -> Option<&ReplayResult> {
+        match &self.body {
+            Body::Replay(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn run(&self) -> Option<&RunResult> {
+        match &self.body {
+            Body::Run(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn scan_mut(&mut self) -> Option<&mut ScanResult> {
+        match &mut self.body {
+            Body::Scan(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn replay_mut(&mut self) -> Option<&mut ReplayResult> {
+        match &mut self.body {
+            Body::Replay(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn run_mut(&mut self) -> Option<&mut RunResult> {
+        match &mut self.body {
+            Body::Run(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The scan, taken out of the report.
+    pub fn into_scan(self) -> Option<ScanResult> {
+        match self.body {
+            Body::Scan(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The devices to show: a scan's own inventory, else the environment's.
     pub fn devices(&self) -> &[DeviceInfo] {
-        match (&self.kind, &self.scan) {
-            (ReportKind::Scan, Some(scan)) => &scan.devices,
+        match &self.body {
+            Body::Scan(scan) => &scan.devices,
             _ => &self.environment.devices,
         }
     }

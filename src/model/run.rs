@@ -1,6 +1,6 @@
 //! What `vramdoc run -- CMD` recorded.
 
-use super::{DevicePeak, Finding, RunErrorKind, Timeline};
+use super::{DevicePeak, Finding, RunErrorKind, Severity, Timeline};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -133,4 +133,44 @@ pub struct RunError {
     pub requested: Option<u64>,
     /// The line itself (redacted, at most 500 characters).
     pub line: String,
+}
+
+/// The command's status, with `--fail-on` turning a 0 into 1.
+pub fn status_with_fail_on(status: i32, findings: &[Finding], fail_on: Option<Severity>) -> i32 {
+    let worst = findings.iter().map(|f| f.severity).max();
+    match (status, fail_on, worst) {
+        (0, Some(level), Some(w)) if w >= level => crate::exit::FINDINGS,
+        _ => status,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_on_turns_a_clean_exit_into_1() {
+        let f = Finding {
+            id: "x".into(),
+            severity: Severity::Warn,
+            title: "t".into(),
+            devices: vec![],
+            pid: None,
+            evidence: vec![],
+            fix: String::new(),
+        };
+        assert_eq!(
+            status_with_fail_on(0, std::slice::from_ref(&f), Some(Severity::Warn)),
+            1
+        );
+        assert_eq!(
+            status_with_fail_on(0, std::slice::from_ref(&f), Some(Severity::Error)),
+            0
+        );
+        assert_eq!(
+            status_with_fail_on(3, std::slice::from_ref(&f), Some(Severity::Info)),
+            3
+        );
+        assert_eq!(status_with_fail_on(0, &[], Some(Severity::Info)), 0);
+    }
 }

@@ -36,7 +36,7 @@ impl WorkerChild {
     ) -> Result<WorkerChild, ReplayError> {
         let mut cmd = Command::new(&opts.exe);
         cmd.arg("--backend")
-            .arg(backend_arg(opts.backend))
+            .arg(backend_arg(opts.backend.kind))
             .arg("__worker")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -56,6 +56,8 @@ impl WorkerChild {
                 }
             };
         }
+        // The session's box, in this child's own environment.
+        opts.backend.pass_to(&mut cmd);
         // Its own process group: a terminal's Ctrl-C reaches the monitor, which stops the
         // worker itself and records that it did.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

@@ -6,16 +6,18 @@
 //! ([`fingerprint`]). The monitor never runs workload code itself: an OOM or a kill ends the
 //! worker only.
 
+pub mod batch;
 pub mod checks;
 mod child;
 pub mod fingerprint;
 mod identity;
 mod outcome;
+mod private_box;
 pub mod protocol;
 mod variant;
 pub mod worker;
 
-use crate::backend::{self, BackendKind};
+use crate::backend::{self, Backend};
 use crate::gpu::{DeviceInfo, GpuError};
 use crate::model::{Timeline, VariantRun, Verdict};
 use crate::record::sampler::SamplerConfig;
@@ -28,6 +30,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use variant::{ms, View, WorkerRun};
 
+pub use private_box::{PrivateBox, PrivateBoxError};
 pub use variant::Failure;
 
 /// Errors that stop a replay as a whole (environment problems: exit 3).
@@ -48,7 +51,8 @@ pub enum ReplayError {
 /// How to run replays.
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    pub backend: BackendKind,
+    /// The session's backend and box (passed to workers in their own environment).
+    pub backend: Backend,
     pub sampler: SamplerConfig,
     /// The vramdoc binary (workers and neighbours are `vramdoc __worker`).
     pub exe: PathBuf,
@@ -68,6 +72,8 @@ pub trait Observer {
     fn worker_started(&mut self, _pid: u32) {}
     fn step_started(&mut self, _index: usize, _label: &str) {}
     fn variant_finished(&mut self, _run: &VariantRun) {}
+    /// A variant that did not run (too few usable GPUs): `run` says why.
+    fn variant_skipped(&mut self, _run: &VariantRun) {}
 }
 
 /// An observer that shows nothing.
@@ -127,7 +133,7 @@ pub fn run_variant(
     // Neighbours first: they hold memory for the whole variant.
     let neighbours = variant::start_neighbours(scn, devices, view.smallest, opts, t0)?;
     // Memory of every device; process lists only where the worker works.
-    let monitor = match backend::open_monitor(opts.backend) {
+    let monitor = match backend::open_monitor(&opts.backend) {
         Ok(m) => m,
         Err(e) => {
             neighbours.finish();

@@ -4,7 +4,7 @@
 //! process groups that own tensors until destroyed.
 
 use super::protocol::{WorkerEvent, WorkerInput};
-use crate::backend::{self, BackendKind};
+use crate::backend::{self, Backend};
 use crate::gpu::{self, AllocId, ContextId, Driver, GpuError};
 use crate::model::StepErrorKind;
 use crate::scenario::{Op, SizeSpec};
@@ -363,7 +363,7 @@ fn failure_of(step: usize, e: &StepFailure) -> WorkerEvent {
 
 /// Run a worker: read the plan from `input`, stream events to `out`. Returns the exit code
 /// (0 all steps ran, 1 a step failed, 2 bad input, 3 no driver).
-pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Write) -> i32 {
+pub fn run_worker(backend: &Backend, input: &mut dyn BufRead, out: &mut dyn Write) -> i32 {
     let mut line = String::new();
     if input.read_line(&mut line).is_err() {
         return crate::exit::USAGE;
@@ -375,7 +375,7 @@ pub fn run_worker(kind: BackendKind, input: &mut dyn BufRead, out: &mut dyn Writ
             return crate::exit::USAGE;
         }
     };
-    let driver = match backend::open_driver(kind) {
+    let driver = match backend::open_driver(backend) {
         Ok(d) => d,
         Err(e) => {
             emit(

@@ -44,7 +44,7 @@ footer { margin-top: 30px; color: #5b6470; font-size: 13px; }
 /// Render a report as one self-contained HTML document.
 pub fn render(report: &Report) -> Result<String, ChartError> {
     let report = text::sanitized(report);
-    let kind = text::kind_word(report.kind);
+    let kind = text::kind_word(report.kind());
     let mut h = Html {
         out: String::with_capacity(64 * 1024),
     };

@@ -4,7 +4,8 @@
 //! `skipped` is skipped, `reproduced` and `fixed` pass. [`run_case`] builds the test case of a
 //! single run (for `vramdoc run`). Written to disk only by `report::write`.
 
-use crate::model::{Report, VariantRun, Verdict};
+use crate::model::{Report, RunResult, Severity, VariantRun, Verdict};
+use crate::report::text;
 use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
 use std::time::Duration;
 use thiserror::Error;
@@ -107,6 +108,54 @@ pub fn variant_case(run: &VariantRun, html_report: Option<&str>) -> Case {
     }
 }
 
+/// Why a run is a failed test case: the command's status, else the findings at or above
+/// `fail_on`; `None` when it passed. `(message, evidence)`: the error lines, every finding
+/// ([`text::finding_text`]) and the stderr tail. Pure.
+pub fn run_failure(run: &RunResult, fail_on: Option<Severity>) -> Option<(String, String)> {
+    use crate::term::one_line;
+    let mut evidence = String::new();
+    for e in &run.errors {
+        let line: String = one_line(&e.line).chars().take(300).collect();
+        evidence.push_str(&format!("{} at {:.0} ms: {line}\n", e.kind, e.t_ms));
+    }
+    for f in &run.findings {
+        let t = text::finding_text(f);
+        evidence.push_str(&format!("{}\n", t.head));
+        for l in &t.lines {
+            evidence.push_str(&format!("  {l}\n"));
+        }
+    }
+    if !run.stderr_tail.is_empty() {
+        evidence.push_str("stderr (last lines, redacted):\n");
+        for l in &run.stderr_tail {
+            evidence.push_str(&format!("  {}\n", one_line(l)));
+        }
+    }
+    let over: Vec<&str> = run
+        .findings
+        .iter()
+        .filter(|f| fail_on.is_some_and(|l| f.severity >= l))
+        .map(|f| f.id.as_str())
+        .collect();
+    let message = if run.exit.status != 0 {
+        match (&run.exit.signal_name, run.exit.code) {
+            (Some(sig), _) => format!("the command was killed by {sig}"),
+            (None, Some(c)) => format!("the command exited {c}"),
+            _ => format!("the command ended with status {}", run.exit.status),
+        }
+    } else if let (Some(level), false) = (fail_on, over.is_empty()) {
+        format!(
+            "finding{} at or above --fail-on {}: {}",
+            if over.len() == 1 { "" } else { "s" },
+            text::severity_word(level).to_ascii_lowercase(),
+            over.join(", ")
+        )
+    } else {
+        return None;
+    };
+    Some((message, evidence))
+}
+
 /// The test case of one single run (for `vramdoc run`): `failure` is `None` when the run
 /// passed, else `(one-line message, evidence)`.
 pub fn run_case(
@@ -167,11 +216,7 @@ pub fn render_cases(suite: &str, cases: &[Case]) -> Result<String, JunitError> {
 
 /// JUnit for a replay report: one test case per variant, in run order.
 pub fn render_replay(report: &Report, html_report: Option<&str>) -> Result<String, JunitError> {
-    let runs = report
-        .replay
-        .as_ref()
-        .map(|r| r.runs.as_slice())
-        .unwrap_or(&[]);
+    let runs = report.replay().map(|r| r.runs.as_slice()).unwrap_or(&[]);
     let cases: Vec<Case> = runs.iter().map(|r| variant_case(r, html_report)).collect();
     render_cases("vramdoc replay", &cases)
 }

@@ -141,15 +141,15 @@ pub trait Markup {
 /// Write `report` (already [`text::sanitized`]) as the body of a document: title, summary,
 /// environment, devices, then the scan, replay or run sections.
 pub fn write_document<M: Markup>(m: &mut M, report: &Report) -> Result<(), M::Error> {
-    let kind = text::kind_word(report.kind);
+    let kind = text::kind_word(report.kind());
     m.heading(1, &[plain(format!("vramdoc {kind} report"))]);
     m.paragraph(Para::Summary, &[text(text::summary(report))]);
     environment(m, report);
     devices(m, report.devices());
-    if let Some(scan) = &report.scan {
+    if let Some(scan) = report.scan() {
         scan_sections(m, scan);
     }
-    if let Some(replay) = &report.replay {
+    if let Some(replay) = report.replay() {
         m.heading(2, &[plain("Verdicts")]);
         if replay.runs.is_empty() {
             m.paragraph(Para::Normal, &[plain("No variants were run.")]);
@@ -165,7 +165,7 @@ pub fn write_document<M: Markup>(m: &mut M, report: &Report) -> Result<(), M::Er
             }
         }
     }
-    if let Some(run) = &report.run {
+    if let Some(run) = report.run() {
         run_sections(m, run)?;
     }
     Ok(())

@@ -4,7 +4,8 @@
 
 use crate::gpu::DeviceInfo;
 use crate::model::{
-    GapKind, GapReason, ProcessInfo, Report, ReportKind, Severity, VariantRun, Verdict,
+    Body, Finding, GapKind, GapReason, ProcessInfo, Report, ReportKind, Severity, VariantRun,
+    Verdict,
 };
 use crate::redact::{redact_args, redact_text};
 use crate::term::one_line;
@@ -17,14 +18,14 @@ use crate::units::format_bytes;
 pub fn sanitized(report: &Report) -> Report {
     let mut r = report.clone();
     r.command = redact_args(&r.command);
-    if let Some(scan) = r.scan.as_mut() {
+    if let Some(scan) = r.scan_mut() {
         for p in &mut scan.processes {
             if let Some(c) = p.cmdline.as_mut() {
                 *c = redact_text(c);
             }
         }
     }
-    if let Some(run) = r.run.as_mut() {
+    if let Some(run) = r.run_mut() {
         run.command = redact_args(&run.command);
         for p in &mut run.processes {
             if let Some(c) = p.cmdline.as_mut() {
@@ -76,15 +77,40 @@ pub fn severity_word(s: Severity) -> &'static str {
     }
 }
 
+/// A finding as plain text: the one rendering the terminal summaries and JUnit share. The
+/// head line is `SEVERITY id: title`; `lines` are its evidence (`label: value`) and its fix
+/// (`fix: ...`). Each piece is on one line (controls escaped by `term::one_line`).
+pub struct FindingText {
+    pub head: String,
+    pub lines: Vec<String>,
+}
+
+pub fn finding_text(f: &Finding) -> FindingText {
+    let mut lines: Vec<String> = f
+        .evidence
+        .iter()
+        .map(|ev| format!("{}: {}", one_line(&ev.label), one_line(&ev.value)))
+        .collect();
+    if !f.fix.is_empty() {
+        lines.push(format!("fix: {}", one_line(&f.fix)));
+    }
+    FindingText {
+        head: format!(
+            "{} {}: {}",
+            severity_word(f.severity),
+            f.id,
+            one_line(&f.title)
+        ),
+        lines,
+    }
+}
+
 /// The one-line summary at the top of every human-readable report (plain text).
 pub fn summary(report: &Report) -> String {
     let host = &report.environment.hostname;
     let gpus = devices_phrase(report);
-    match report.kind {
-        ReportKind::Scan => {
-            let Some(scan) = &report.scan else {
-                return format!("vramdoc scan on {host} ({gpus}): no scan result recorded.");
-            };
+    match &report.body {
+        Body::Scan(scan) => {
             let n = scan.findings.len();
             if n == 0 {
                 return format!(
@@ -112,10 +138,7 @@ pub fn summary(report: &Report) -> String {
                 parts.join(", ")
             )
         }
-        ReportKind::Replay => {
-            let Some(replay) = &report.replay else {
-                return format!("vramdoc replay on {host} ({gpus}): no replay result recorded.");
-            };
+        Body::Replay(replay) => {
             let runs = &replay.runs;
             let mut scenarios: Vec<&str> = runs.iter().map(|r| r.scenario.as_str()).collect();
             scenarios.sort_unstable();
@@ -134,10 +157,7 @@ pub fn summary(report: &Report) -> String {
                 count(Verdict::Skipped)
             )
         }
-        ReportKind::Run => {
-            let Some(run) = &report.run else {
-                return format!("vramdoc run on {host} ({gpus}): no run result recorded.");
-            };
+        Body::Run(run) => {
             let cmd = one_line(&run.command.join(" "));
             let how = match (run.exit.code, &run.exit.signal_name) {
                 _ if run.attached.is_some() => "recorded while attached".to_string(),

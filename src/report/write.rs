@@ -242,6 +242,25 @@ pub fn check_distinct(outputs: &[(&str, &Path)]) -> Result<(), WriteError> {
     Ok(())
 }
 
+/// The one output-path preflight of a command, before any work is done: every `--out`
+/// report ([`check_outputs`]), every other file it writes (`("--junit", path)`, checked by
+/// [`check_output_file`]), and that no two of these or of `also` (outputs opened or checked
+/// elsewhere: `--samples`, `--prom`) are one file ([`check_distinct`]).
+pub fn preflight(
+    out: &[PathBuf],
+    files: &[(&str, &Path)],
+    also: &[(&str, &Path)],
+    force: bool,
+) -> Result<(), WriteError> {
+    check_outputs(out, force)?;
+    for (_, path) in files {
+        check_output_file(path, force)?;
+    }
+    let mut all: Vec<(&str, &Path)> = out.iter().map(|p| ("--out", p.as_path())).collect();
+    all.extend(files.iter().chain(also).copied());
+    check_distinct(&all)
+}
+
 /// Write `report` to every path, each in the format its extension names.
 pub fn write_reports(report: &Report, paths: &[PathBuf], force: bool) -> Result<(), WriteError> {
     for path in paths {

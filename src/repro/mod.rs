@@ -2,11 +2,13 @@
 //! `run` section, or its `--samples` JSONL, also cut short by a crash) into a scenario that
 //! replays the job's memory behaviour without its model ([`source`], [`convert`],
 //! [`toml_out`]; labels made safe for public tickets in [`label`]), and the what-if
-//! outcome of such a scenario on other boxes ([`whatif`]). No I/O: the commands read and
-//! write the files. docs/repro.md is the user's guide.
+//! outcome of such a scenario on other boxes ([`whatif`], replayed in this process on fresh
+//! private boxes by [`schedule`]). Conversion does no I/O: the commands read and write the
+//! files. docs/repro.md is the user's guide.
 
 pub mod convert;
 pub mod label;
+pub mod schedule;
 pub mod source;
 pub mod toml_out;
 pub mod whatif;

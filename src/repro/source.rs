@@ -54,7 +54,7 @@ pub struct Source {
 
 /// The `run` section of a report. `file` names it in errors.
 pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
-    let run = match (&report.kind, &report.run) {
+    let run = match (report.kind(), report.run()) {
         (ReportKind::Run, Some(run)) => run,
         (kind, _) => {
             return Err(ReproError::NotRun {

@@ -1,7 +1,7 @@
 //! What-if: the outcome of a scenario's `bug` variant replayed on each of several simulated
 //! boxes (does the failure reproduce, does the workload fit, the peak and headroom of each
-//! GPU; the model's `WhatIf`), and the smallest box it fits on. Pure: `vramdoc whatif` runs
-//! the replays.
+//! GPU; the model's `WhatIf`), and the smallest box it fits on. Pure: [`super::schedule`]
+//! runs the replays.
 
 use crate::model::{BoxOutcome, GpuOutcome, Report, StepStatus, Verdict, WhatIf};
 
@@ -21,7 +21,7 @@ impl BoxOutcome {
 
     /// A box from the report of `replay --variant bug` on it.
     pub fn from_report(spec: &str, report: &Report) -> BoxOutcome {
-        let Some(run) = report.replay.as_ref().and_then(|r| r.runs.first()) else {
+        let Some(run) = report.replay().and_then(|r| r.runs.first()) else {
             return BoxOutcome::failed(spec, "the replay reported no variant");
         };
         let verdict = match run.verdict {

@@ -156,12 +156,12 @@ pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
     match crate::scan::scan(monitor, &cfg.scan) {
         Ok(report) => match super::preflight_gauge::render(&report, cfg.hostname.as_deref()) {
             Ok(preflight) => Collected {
-                scan: report.scan,
+                scan: report.into_scan(),
                 error: None,
                 preflight,
             },
             Err(e) => Collected {
-                scan: report.scan,
+                scan: report.into_scan(),
                 error: Some(e.to_string()),
                 preflight: String::new(),
             },

@@ -19,7 +19,7 @@ pub const KINDS: &[&str] = &[
 /// The preflight gauges for every GPU of `report` (empty when it read none), with the
 /// `hostname` label when given.
 pub fn render(report: &Report, hostname: Option<&str>) -> Result<String, PromError> {
-    let Some(scan) = report.scan.as_ref() else {
+    let Some(scan) = report.scan() else {
         return Ok(String::new());
     };
     if scan.devices.is_empty() {

@@ -280,7 +280,8 @@ child::entry! {
     fn cuda_suite_child(input: SuiteInput) {
         let mut driver = gpu::cuda::CudaDriver::open().unwrap();
         let kind = if input.nvml { BackendKind::Real } else { BackendKind::Sim };
-        let monitor = backend::open_monitor(kind).unwrap();
+        let sim_dir = backend::Backend::sim_dir_from_env();
+        let monitor = backend::open_monitor(&backend::Backend { kind, sim_dir }).unwrap();
         let holder = || {
             // The holder is this binary again, holding through the cuda backend, with this
             // process's libraries, box and CUDA_VISIBLE_DEVICES.

@@ -216,7 +216,7 @@ fn planted_secrets_never_reach_any_format() {
     ]
     .map(String::from)
     .to_vec();
-    let p = &mut r.scan.as_mut().unwrap().processes[1];
+    let p = &mut r.scan_mut().unwrap().processes[1];
     p.cmdline = Some("python serve.py --hf-token hf_plantedsecret0001 --model qwen".into());
     for (name, report) in [("redacted by its producer", r), ("not redacted", raw)] {
         for format in [Format::Json, Format::Markdown, Format::Html] {
@@ -404,7 +404,7 @@ mod robustness {
             devices in 1..3usize,
         ) {
             let mut r = replay_report();
-            let run = &mut r.replay.as_mut().unwrap().runs[0];
+            let run = &mut r.replay_mut().unwrap().runs[0];
             run.timeline.devices = (0..devices as u32)
                 .map(|d| DeviceSeries { device: d, total, samples: samples.clone() })
                 .collect();
@@ -432,7 +432,7 @@ fn sampling_gaps_are_shown_in_markdown_and_html() {
     use vramdoc::model::SamplingGap;
     let mut r = replay_report();
     assert!(!md(&r).contains("Sampling gaps"), "no gap, no section");
-    let runs = &mut r.replay.as_mut().unwrap().runs;
+    let runs = &mut r.replay_mut().unwrap().runs;
     let gap = |device: Option<u32>, reason: &str| SamplingGap {
         kind: if device.is_some() {
             "memory"

@@ -515,3 +515,152 @@ fn an_existing_scenario_out_is_refused_before_the_command_starts() {
     assert!(!ran.exists(), "the command ran");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
 }
+
+/// A bug variant that holds memory for a minute before its failing allocation.
+const LONG_BUG: &str = r#"
+id = "long-hold"
+title = "t"
+description = "d"
+source = "s"
+devices = 1
+
+[[steps]]
+id = "ctx"
+op = "context"
+device = 0
+
+[[steps]]
+id = "load"
+op = "alloc"
+tag = "a"
+device = 0
+size = "1GiB"
+fill = false
+
+[[steps]]
+id = "wait"
+op = "pause"
+duration = "60s"
+
+[[variants]]
+name = "bug"
+[[variants.expect]]
+check = "oom"
+at_or_after = "wait"
+"#;
+
+/// Every live (not zombie) descendant of `root`, from /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name's closing parenthesis: state, ppid.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let ppid = fields
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0);
+        if state != "Z" {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// Kills what a failed test left running.
+struct KillAll(Vec<u32>);
+impl Drop for KillAll {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            if alive(*pid) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Issue 29 item 14: `whatif` ended by SIGTERM leaves no replay worker and no box behind.
+#[test]
+fn whatif_ended_by_sigterm_leaves_no_replays_and_no_boxes_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("long.toml");
+    std::fs::write(&file, LONG_BUG).unwrap();
+    let boxes_dir = tmp.path().join("tmp");
+    std::fs::create_dir(&boxes_dir).unwrap();
+    let boxes = || -> Vec<PathBuf> {
+        std::fs::read_dir(&boxes_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vramdoc-sim-"))
+            })
+            .collect()
+    };
+    let mut whatif = KillOnDrop(
+        vramdoc()
+            .arg("whatif")
+            .arg(&file)
+            .args(["--on", "16GiB,24GiB", "--jobs", "2", "--json"])
+            .env("TMPDIR", &boxes_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = whatif.id();
+    let mut left = KillAll(Vec::new());
+    // Both boxes made and a replay worker holding memory on each.
+    common::poll::eventually(
+        std::time::Duration::from_secs(60),
+        "two boxes with their replays running",
+        || {
+            left.0 = descendants(pid);
+            boxes().len() == 2 && left.0.len() >= 2
+        },
+    );
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = whatif.wait().unwrap();
+    assert!(!status.success(), "{status:?}");
+    let running = left.0.clone();
+    common::poll::eventually(
+        common::poll::SECS_10,
+        "every replay process of whatif gone",
+        || {
+            let still: Vec<u32> = running.iter().copied().filter(|p| alive(*p)).collect();
+            if still.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still running: {still:?}"))
+            }
+        },
+    );
+    common::poll::eventually(common::poll::SECS_10, "whatif's boxes removed", || {
+        boxes().is_empty()
+    });
+}

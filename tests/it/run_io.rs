@@ -501,3 +501,37 @@ fn a_background_process_holding_the_pipes_does_not_hold_the_report() {
     assert_eq!(status.code(), Some(0));
     assert!(error_kinds(&report(&out)).contains(&"cuda-oom".to_string()));
 }
+
+/// Issue 29 item 11: under `--json`, standard output is the JSON report alone; the command's
+/// own standard output goes to standard error (docs/run.md "Output").
+#[test]
+fn run_json_keeps_stdout_for_the_report_and_moves_the_jobs_stdout_to_stderr() {
+    let o = vramdoc()
+        .args(["--sim", "16GiB", "run", "--json", "--period", "20ms", "--"])
+        // Printed words that are not in the command line (which the report holds).
+        .args([
+            "sh",
+            "-c",
+            "printf 'job-%s\\n' says-hello; printf 'job-%s\\n' err-line >&2",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("stdout is not the JSON report alone ({e}):\n{out}"));
+    assert_eq!(v["kind"], "run", "{v}");
+    assert!(!out.contains("job-says-hello"), "{out}");
+    assert!(err.contains("job-says-hello"), "{err}");
+    assert!(err.contains("job-err-line"), "{err}");
+    // Without --json the command's stdout stays on stdout.
+    let o = vramdoc()
+        .args(["--sim", "16GiB", "run", "--period", "20ms", "--"])
+        .args(["sh", "-c", "printf 'job-%s\\n' says-hello"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("job-says-hello"));
+}

@@ -22,6 +22,7 @@ pub mod codes;
 pub mod container;
 pub mod cuda;
 mod faults;
+pub mod hold;
 pub mod libs;
 pub mod nvml;
 pub mod process;

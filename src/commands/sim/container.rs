@@ -4,8 +4,6 @@
 use crate::cli::{CdiEnvArg, DeviceIdsArg, SimPsArgs, SimRunArgs, StrategyArg};
 use crate::exit::{CodedError, NOT_FOUND, RUN_FAILED};
 use anyhow::Result;
-use std::path::Path;
-use std::time::Duration;
 use vramdoc_sim::container::{self, CdiEnv, ContainerSpec, IdKind, Strategy};
 use vramdoc_sim::{runtime, SimBox};
 
@@ -14,48 +12,6 @@ fn failed(message: impl Into<String>) -> anyhow::Error {
         code: RUN_FAILED,
         message: message.into(),
     })
-}
-
-/// Start one of the box's daemons (`sim driverd`, `sim runtimed`) in its own process group,
-/// detached from this command's streams, and wait briefly for its socket. Failure is not
-/// fatal here; the caller reports what it then lacks.
-pub fn start_daemon(subcommand: &str, dir: &Path, socket: &Path) {
-    use std::os::unix::process::CommandExt;
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let spawned = std::process::Command::new(exe)
-        .args(["sim", subcommand, "--dir"])
-        .arg(dir)
-        .env_remove(vramdoc_sim::SIM_DIR_ENV)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn();
-    let Ok(mut child) = spawned else {
-        return;
-    };
-    // Reap it whenever it exits, so it never lingers as a zombie of this process.
-    std::thread::spawn(move || {
-        let _ = child.wait();
-    });
-    for _ in 0..200 {
-        if socket.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-pub fn runtimed(dir: &Path) -> Result<i32> {
-    runtime::serve(dir).map_err(|e| {
-        anyhow::anyhow!(
-            "serving the box's container runtime at {}: {e}",
-            dir.display()
-        )
-    })?;
-    Ok(0)
 }
 
 fn spec_of(a: &SimRunArgs, sim: &SimBox) -> Result<ContainerSpec> {
@@ -84,9 +40,8 @@ fn spec_of(a: &SimRunArgs, sim: &SimBox) -> Result<ContainerSpec> {
     })
 }
 
-pub fn run(a: &SimRunArgs) -> Result<i32> {
-    let sim = SimBox::from_env()?;
-    let spec = spec_of(a, &sim)?;
+pub fn run(sim: &SimBox, a: &SimRunArgs) -> Result<i32> {
+    let spec = spec_of(a, sim)?;
     if let Some(f) = &a.cidfile {
         // docker/cli's contract: the file must not exist.
         if f.exists() {
@@ -98,11 +53,13 @@ pub fn run(a: &SimRunArgs) -> Result<i32> {
     }
     let sock = runtime::socket_path(sim.dir());
     if !sock.exists() {
-        start_daemon("runtimed", sim.dir(), &sock);
+        super::start_daemon("runtimed", sim.dir(), &sock);
     }
-    let env: Vec<_> = std::env::vars_os()
-        .filter(|(k, _)| k != container::NVIDIA_VISIBLE_DEVICES)
+    // The caller's environment, with the session's box (a `--sim` box is named only here).
+    let mut env: Vec<_> = std::env::vars_os()
+        .filter(|(k, _)| k != container::NVIDIA_VISIBLE_DEVICES && k != vramdoc_sim::SIM_DIR_ENV)
         .collect();
+    env.push((vramdoc_sim::SIM_DIR_ENV.into(), sim.dir().into()));
     let cwd = std::env::current_dir().ok();
     let mut attached = runtime::run(sim.dir(), &spec, &a.cmd, &env, cwd.as_deref(), a.detach)
         .map_err(|e| {
@@ -142,8 +99,7 @@ pub fn run(a: &SimRunArgs) -> Result<i32> {
     })
 }
 
-pub fn ps(a: &SimPsArgs) -> Result<i32> {
-    let sim = SimBox::from_env()?;
+pub fn ps(sim: &SimBox, a: &SimPsArgs) -> Result<i32> {
     let all = runtime::containers(sim.dir());
     if a.json {
         let v: Vec<_> = all

@@ -3,7 +3,7 @@
 //! and where the reports went. Pure; lines fit 100 columns; text from the job is cleaned.
 
 use crate::model::RunResult;
-use crate::report::text::{format_ms, percent, severity_word};
+use crate::report::text::{finding_text, format_ms, percent};
 use crate::term::one_line;
 use crate::units::format_bytes;
 use std::path::PathBuf;
@@ -53,12 +53,7 @@ pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
         s.push_str("  no findings\n");
     }
     for f in &run.findings {
-        s.push_str(&format!(
-            "  {} {}: {}\n",
-            severity_word(f.severity),
-            f.id,
-            one_line(&f.title)
-        ));
+        s.push_str(&format!("  {}\n", finding_text(f).head));
     }
     for p in out {
         s.push_str(&format!("  report: {}\n", p.display()));

@@ -21,7 +21,7 @@ pub fn render(report: &Report, opts: Options) -> String {
     let c = crate::term::clean;
     let env = &report.environment;
     let mut s = String::new();
-    let Some(scan) = &report.scan else {
+    let Some(scan) = report.scan() else {
         return "no scan in this report\n".into();
     };
     let head = format!(
@@ -182,7 +182,7 @@ mod tests {
                 line.chars().count()
             );
         }
-        let findings = &report.scan.as_ref().unwrap().findings;
+        let findings = &report.scan().unwrap().findings;
         assert!(!findings.is_empty());
         for f in findings {
             assert!(text.contains(&f.id), "{} missing", f.id);

@@ -63,11 +63,10 @@ pub fn scan_report() -> Report {
     ];
     Report {
         schema_version: SCHEMA_VERSION,
-        kind: ReportKind::Scan,
         environment: environment(devices.clone()),
         command: command_line_from(["/usr/local/bin/vramdoc", "--sim", "2xrtx3090", "scan", "--out", "scan.md"]),
         created_unix_ms: CREATED,
-        scan: Some(ScanResult {
+        body: Body::Scan(ScanResult {
             pid_namespace: "host".into(),
             pods_note: None,
             pod_allocations: vec![vramdoc::model::PodAllocation {
@@ -160,8 +159,6 @@ pub fn scan_report() -> Report {
                 },
             ],
         }),
-        replay: None,
-        run: None,
     }
 }
 
@@ -457,7 +454,6 @@ fn sharded_skipped() -> VariantRun {
 pub fn replay_report() -> Report {
     Report {
         schema_version: SCHEMA_VERSION,
-        kind: ReportKind::Replay,
         environment: environment(vec![device(0, 0), device(1, 0)]),
         command: command_line_from([
             "vramdoc",
@@ -471,9 +467,7 @@ pub fn replay_report() -> Report {
             "replay.html",
         ]),
         created_unix_ms: CREATED + 60_000,
-        scan: None,
-        run: None,
-        replay: Some(ReplayResult {
+        body: Body::Replay(ReplayResult {
             period_us: 5000,
             runs: vec![
                 multi_size_bug(),
@@ -499,7 +493,7 @@ pub fn hostile_reports() -> Vec<Report> {
     let mut scan = scan_report();
     scan.environment.hostname = HOSTILE.into();
     scan.environment.devices[0].name = HOSTILE.into();
-    let s = scan.scan.as_mut().unwrap();
+    let s = scan.scan_mut().unwrap();
     s.devices[0].name = HOSTILE.into();
     let p = &mut s.processes[0];
     p.name = Some(HOSTILE.into());
@@ -513,7 +507,7 @@ pub fn hostile_reports() -> Vec<Report> {
     s.findings[0].evidence[0].value = HOSTILE.into();
     let mut replay = replay_report();
     replay.environment.kernel = HOSTILE.into();
-    let r = replay.replay.as_mut().unwrap();
+    let r = replay.replay_mut().unwrap();
     let run = &mut r.runs[0];
     run.scenario = HOSTILE.into();
     run.variant = HOSTILE.into();
