@@ -158,3 +158,60 @@ fn presets_lists_real_cards() {
     }
     assert!(t.lines().all(|l| l.chars().count() <= 100));
 }
+
+/// Issue 25, the simulator side: what a process inside a PID namespace (a container without
+/// `hostPID`) reads of its own GPU process, by driver generation (`sim init --driver`): the
+/// host PID with its usage before 535.113; its PID in the namespace with 0 bytes from 535.113
+/// to the 560 series; with its usage from 565 (docs/simulator.md).
+#[test]
+fn a_namespaced_reader_sees_its_own_process_as_the_driver_generation_says() {
+    common::skip::require!("unshare", common::skip::unshare());
+    use serde_json::Value;
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    for (driver, translated, usage) in [
+        ("535.54.03", false, true),
+        ("550", true, false),
+        ("565", true, true),
+    ] {
+        let b = common::clients::CliBox::new("16GiB", &["--driver", driver]);
+        let scan = b.dir.join("scan.json");
+        let script = format!(
+            "{exe} sim hold --size 1GiB --duration 60s > {d}/hold.out & \
+             echo $! > {d}/ns.pid; \
+             while ! grep -q holding {d}/hold.out; do sleep 0.05; done; \
+             {exe} --backend sim scan --json > {scan}; kill $!",
+            d = b.dir.display(),
+            scan = scan.display()
+        );
+        let status = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+            .env("VRAMDOC_SIM_DIR", &b.dir)
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .status()
+            .unwrap();
+        assert!(status.success(), "{driver}");
+        let read = |f: &str| std::fs::read_to_string(b.dir.join(f)).unwrap();
+        let host_pid: u64 = read("hold.out")
+            .split("holding pid=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .unwrap();
+        let ns_pid: u64 = read("ns.pid").trim().parse().unwrap();
+        assert_ne!(
+            host_pid, ns_pid,
+            "{driver}: the holder runs in its own namespace"
+        );
+        let v: Value = serde_json::from_str(&read("scan.json")).unwrap();
+        let procs = v["scan"]["processes"].as_array().unwrap();
+        assert_eq!(procs.len(), 1, "{driver}: {v}");
+        let want_pid = if translated { ns_pid } else { host_pid };
+        assert_eq!(procs[0]["pid"], want_pid, "{driver}: {v}");
+        let used = procs[0]["devices"][0]["used"].as_u64().unwrap();
+        if usage {
+            assert!(used >= 1 << 30, "{driver}: {used}");
+        } else {
+            assert_eq!(used, 0, "{driver}");
+        }
+    }
+}
