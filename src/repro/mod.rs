@@ -6,6 +6,7 @@
 //! write the files. docs/repro.md is the user's guide.
 
 pub mod convert;
+pub mod engine_claim;
 pub mod label;
 pub mod source;
 pub mod toml_out;

@@ -1,6 +1,27 @@
-//! `out-of-memory`: the first allocation failure.
+//! `out-of-memory`: the first allocation failure, named with the framework that reported it
+//! (the recogniser's table), its numbers, and the fix of that family; a warning when the job
+//! recovered and exited 0.
 
 use super::prelude::*;
+use crate::record::recognise::{self, Framework};
+
+/// The fix text for an out-of-memory error recognised from `line` (the framework's family;
+/// PyTorch's per-process cap when the line states one).
+fn family_fix(line: &str, capped: bool) -> String {
+    if capped {
+        return fixes::OOM_FRACTION_CAP.into();
+    }
+    let family = recognise::recognise(line).map(|m| m.pattern.framework);
+    match family {
+        Some(Framework::TensorFlow) => fixes::OOM_TENSORFLOW.into(),
+        Some(Framework::Jax) => fixes::OOM_JAX.into(),
+        Some(Framework::Nccl) => fixes::OOM_NCCL.into(),
+        Some(Framework::LlamaCpp) => fixes::OOM_LLAMA_CPP.into(),
+        Some(Framework::TensorRt) => fixes::OOM_TENSORRT.into(),
+        Some(Framework::Vllm) if line.contains("KV cache") => fixes::OOM_VLLM_KV.into(),
+        _ => fixes::OUT_OF_MEMORY.into(),
+    }
+}
 
 /// `out-of-memory`: the first allocation failure, where (phase), on which device, free
 /// memory at that moment, the parsed error line and every number it states (the title says
@@ -11,6 +32,8 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
         return Vec::new();
     };
     let more = ooms.count();
+    // The job went on and finished: every error was recovered from.
+    let recovered = cx.rec.exit == Some(JobExit::Code(0));
     let device = cx.error_device(e);
     let dev = device.and_then(|d| cx.dev(d));
     let mut evidence = vec![ev("when", fmt_t(e.t_ms))];
@@ -55,7 +78,20 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     if let Some(r) = e.requested_bytes {
         evidence.push(ev_bytes("the failed allocation asked for", r));
     }
-    if let Some(d) = oom_detail(e) {
+    if let Some(m) = recognise::recognise(&e.line) {
+        evidence.push(ev(
+            "recognised as",
+            format!(
+                "{} ({}; {})",
+                m.pattern.framework.name(),
+                m.pattern.id,
+                m.pattern.source
+            ),
+        ));
+    }
+    let detail = oom_detail(e);
+    let cap = detail.as_ref().and_then(|d| d.allowed);
+    if let Some(d) = detail {
         evidence.extend(detail_evidence(&d));
         // Say so in one line when others held more than the failing process did.
         if let (Some(others), Some(own)) = (d.other_processes(), d.process_in_use) {
@@ -75,14 +111,35 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     if more > 0 {
         evidence.push(ev("further out-of-memory errors", more.to_string()));
     }
+    if let Some(c) = cap {
+        title.push_str(&format!(
+            ": PyTorch's per-process cap ({} allowed) was reached, not the GPU",
+            format_bytes(c)
+        ));
+    }
+    let mut fix = family_fix(&e.line, cap.is_some());
+    let severity = if recovered {
+        evidence.push(ev("recoveries", (more + 1).to_string()));
+        evidence.push(ev("job", "finished with exit status 0"));
+        title = format!(
+            "{} out-of-memory error{} recovered from; the job finished (exit 0). First: {}",
+            more + 1,
+            if more == 0 { "" } else { "s" },
+            title
+        );
+        fix = format!("{} {}", fixes::OOM_RECOVERED, fix);
+        Severity::Warn
+    } else {
+        Severity::Error
+    };
     vec![Finding {
         id: ids::OUT_OF_MEMORY.into(),
-        severity: Severity::Error,
+        severity,
         title,
         devices: device.into_iter().collect(),
         pid: e.pid,
         evidence,
-        fix: fixes::OUT_OF_MEMORY.into(),
+        fix,
     }]
 }
 
@@ -106,10 +163,18 @@ pub(super) fn detail_evidence(d: &crate::record::stderr::OomDetail) -> Vec<Evide
         d.reserved_unallocated,
     );
     push("non-PyTorch memory of this process", d.non_pytorch());
+    push("allowed by the per-process cap", d.allowed);
     push(
         "other processes (total - free - in use by this process)",
         d.other_processes(),
     );
+    if d.process_in_use == Some(0) {
+        out.push(ev(
+            "this process has 0 bytes memory in use",
+            "the driver could not attribute memory to the process (as in some containers): \
+             the job's own memory is not counted as other processes'",
+        ));
+    }
     for (pid, b) in &d.listed_processes {
         out.push(ev_bytes(format!("process {pid} in use (as listed)"), *b));
     }
