@@ -232,3 +232,11 @@ call, or on CPU to get a readable error. \"Driver too old\" or \"no kernel image
 framework was built for a newer driver or another GPU architecture: update the driver or \
 install a build for it. An ECC or launch failure: check `nvidia-smi -q` and the kernel log \
 for Xid errors.";
+
+/// SGLang's KV cache pool does not fit after the weights (sgl-project/sglang#322, #4330).
+pub const OOM_SGLANG: &str = "SGLang reserves (1 - mem_fraction_static) of the whole GPU \
+for activations and CUDA graphs and gives the rest, after the weights, to the KV cache pool; \
+with large weights nothing is left. Raise --mem-fraction-static a little (the error's own \
+advice) if the GPU is otherwise empty, or shrink the need: a smaller --context-length, \
+quantised weights or KV cache (--kv-cache-dtype fp8_e5m2), or more GPUs (--tp). An OOM while \
+serving is the opposite case: lower --mem-fraction-static then.";

@@ -174,6 +174,9 @@ string_kind! {
         GgmlOom = "ggml-oom",
         /// TensorRT: `Cuda Runtime (out of memory)`, `Error Code 2: OutOfMemory`.
         TensorRtOom = "tensorrt-oom",
+        /// SGLang: `Not enough memory. Please try to increase --mem-fraction-static.` (the KV
+        /// cache pool does not fit after the weights).
+        SglangNoMemory = "sglang-not-enough-memory",
         /// cuDNN: `CUDNN_STATUS_ALLOC_FAILED`.
         CudnnAllocFailed = "cudnn-alloc-failed",
         /// A training loop reporting an out-of-memory error it caught (fairseq's `attempting
@@ -213,6 +216,7 @@ impl RunErrorKind {
                 | RunErrorKind::TensorRtOom
                 | RunErrorKind::CudnnAllocFailed
                 | RunErrorKind::FrameworkOom
+                | RunErrorKind::SglangNoMemory
         )
     }
 }

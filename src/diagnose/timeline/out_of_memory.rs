@@ -19,6 +19,7 @@ fn family_fix(line: &str, capped: bool) -> String {
         Some(Framework::LlamaCpp) => fixes::OOM_LLAMA_CPP.into(),
         Some(Framework::TensorRt) => fixes::OOM_TENSORRT.into(),
         Some(Framework::Vllm) if line.contains("KV cache") => fixes::OOM_VLLM_KV.into(),
+        Some(Framework::Sglang) => fixes::OOM_SGLANG.into(),
         _ => fixes::OUT_OF_MEMORY.into(),
     }
 }

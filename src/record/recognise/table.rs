@@ -91,7 +91,8 @@ fn jax_request(l: &str) -> Facts {
                 .filter(|_| rest.find(')').is_some())
                 .or_else(|| size_token(rest))
         })
-        .or_else(|| size_after(l, "Out of memory while trying to allocate "));
+        .or_else(|| size_after(l, "Out of memory while trying to allocate "))
+        .or_else(|| size_after(l, "Out of memory allocating "));
     Facts {
         device: ordinal_after(l, "device ordinal "),
         requested,
@@ -107,6 +108,7 @@ fn is_jax(l: &str) -> bool {
             &[
                 "Failed to allocate request for",
                 "Out of memory while trying to allocate",
+                "Out of memory allocating",
             ],
         )
 }
@@ -254,7 +256,7 @@ fn fault_facts(l: &str) -> Facts {
 }
 
 /// Every recognised pattern, most specific first.
-pub static PATTERNS: [Pattern; 25] = [
+pub static PATTERNS: [Pattern; 26] = [
     Pattern {
         id: "torch-cuda-oom",
         framework: Framework::PyTorch,
@@ -369,7 +371,7 @@ pub static PATTERNS: [Pattern; 25] = [
         versions: "jaxlib 0.1.x `Resource exhausted: Failed to allocate request for 32.00MiB \
                    (33554432B) on device ordinal 0`; PJRT `RESOURCE_EXHAUSTED: Failed to \
                    allocate request for 47.08GiB` / `105.47 MiB`; `Out of memory while trying \
-                   to allocate N bytes`",
+                   to allocate N bytes`; `Out of memory allocating N bytes`",
         stream: Stream::Stderr,
         example: "RuntimeError: Resource exhausted: Failed to allocate request for 32.00MiB \
                   (33554432B) on device ordinal 0",
@@ -378,6 +380,7 @@ pub static PATTERNS: [Pattern; 25] = [
         keys: &[
             "Failed to allocate request for",
             "Out of memory while trying to allocate",
+            "Out of memory allocating",
         ],
         matches: is_jax,
         extracts: "requested (exact `(NB)` when printed, either size spelling), device \
@@ -470,6 +473,19 @@ pub static PATTERNS: [Pattern; 25] = [
         matches: |l| l.contains("To serve at least one request with the model"),
         extracts: "requested (the KV cache needed)",
         extract: vllm_kv_needed,
+    },
+    Pattern {
+        id: "sglang-not-enough-memory",
+        framework: Framework::Sglang,
+        versions: "0.1+ (model_runner: the KV cache pool does not fit after the weights)",
+        stream: Stream::Stderr,
+        example: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        source: "https://github.com/sgl-project/sglang/issues/4330",
+        kind: RunErrorKind::SglangNoMemory,
+        keys: &["Please try to increase --mem-fraction-static"],
+        matches: |l| l.contains("Not enough memory"),
+        extracts: "nothing beyond the failure",
+        extract: none,
     },
     Pattern {
         id: "ggml-cuda-malloc",
