@@ -59,6 +59,9 @@ pub struct StderrWatcher {
     rank: Option<String>,
     /// Lines of the torchrun table still read (bounded: a table never ends unread forever).
     table_left: u16,
+    /// The table's `exitcode` row of the current rank was reported (its `traceback : Signal
+    /// 9 (SIGKILL) received by PID` row says the same and is not reported twice).
+    table_exit_seen: bool,
     /// Lines of an NCCL `DistBackendError` block still read; the block's first line.
     nccl_left: u8,
     nccl_head: String,
@@ -345,7 +348,14 @@ impl StderrWatcher {
             if f.kind == RunErrorKind::ChildFailed {
                 self.in_table = true;
                 self.table_left = TABLE_LINES;
+                self.table_exit_seen = false;
                 self.rank = None;
+            } else if self.in_table
+                && self.table_exit_seen
+                && f.kind == RunErrorKind::ChildExit
+                && line.contains("received by PID")
+            {
+                return None;
             }
             return found;
         }
@@ -362,6 +372,7 @@ impl StderrWatcher {
             .map(|r| r.trim_start_matches([' ', ':']))
         {
             self.rank = Some(v.split_whitespace().next().unwrap_or("").to_string());
+            self.table_exit_seen = false;
         } else if let Some(v) = t
             .strip_prefix("exitcode")
             .map(|r| r.trim_start_matches([' ', ':']))
@@ -369,6 +380,7 @@ impl StderrWatcher {
             // `exitcode  : -9 (pid: 4242)`: a negative code is the signal that killed it.
             let code = v.split_whitespace().next().unwrap_or("");
             let rank = self.rank.clone().unwrap_or_else(|| "?".into());
+            self.table_exit_seen = true;
             return Some(ParsedError {
                 kind: RunErrorKind::ChildExit,
                 device: None,

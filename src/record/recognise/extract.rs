@@ -78,6 +78,11 @@ pub fn ordinal_after(s: &str, key: &str) -> Option<u32> {
     number_after(s, key).and_then(|v| u32::try_from(v).ok())
 }
 
+/// A bare byte count after the first `key` (`buffer of size 14822711296`).
+pub fn bytes_after(s: &str, key: &str) -> Option<u64> {
+    number_after(s, key)
+}
+
 /// The size after the first `key` (either spelling, see [`size_token`]).
 pub fn size_after(s: &str, key: &str) -> Option<u64> {
     size_token(&s[s.find(key)? + key.len()..])
@@ -139,9 +144,13 @@ mod tests {
 
     #[test]
     fn sizes_with_and_without_a_space() {
-        assert_eq!(size_token("47.08GiB"), Some(50_551_628_268));
-        assert_eq!(size_token("105.47 MiB on"), Some(110_594_540));
-        assert_eq!(size_token("17.79G (1910"), Some(19_101_786_522));
+        let gib = |x: f64| (x * (1u64 << 30) as f64).round() as u64;
+        assert_eq!(size_token("47.08GiB"), Some(gib(47.08)));
+        assert_eq!(
+            size_token("105.47 MiB on"),
+            Some((105.47 * (1u64 << 20) as f64).round() as u64)
+        );
+        assert_eq!(size_token("17.79G (1910"), Some(gib(17.79)));
         assert_eq!(size_token("33554432B)"), Some(33_554_432));
         assert_eq!(size_token("6291456 bytes"), Some(6_291_456));
         assert_eq!(size_token("GiB"), None);

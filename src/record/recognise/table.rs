@@ -3,7 +3,8 @@
 //! table's tests check against the entry itself.
 
 use super::extract::{
-    int_after, nccl_device, ordinal_after, size_after, size_token, tf_tensor_bytes,
+    bytes_after, int_after, nccl_device, ordinal_after, size_after, size_token,
+    tf_tensor_bytes,
 };
 use super::{Facts, Framework, Pattern, Stream};
 use crate::model::RunErrorKind;
@@ -140,7 +141,7 @@ fn ggml_facts(l: &str) -> Facts {
         .or_else(|| ordinal_after(l, "allocate ROCm"));
     Facts {
         device,
-        requested: size_after(l, "allocating ").or_else(|| size_after(l, "buffer of size ")),
+        requested: size_after(l, "allocating ").or_else(|| bytes_after(l, "buffer of size ")),
         ..Facts::default()
     }
 }

@@ -678,4 +678,5 @@ fn held_after_exit_discounts_other_processes() {
 }
 
 mod benign;
+mod families;
 mod run_failures;
