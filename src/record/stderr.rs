@@ -293,7 +293,8 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
 /// Lines that open PyTorch's `DistBackendError` block: NCCL's own error follows on the next
 /// lines (`Last error:` then the text) when `NCCL_DEBUG` is unset (NCCLUtils.cpp).
 fn opens_nccl_block(l: &str) -> bool {
-    l.contains("DistBackendError") || l.contains("ncclUnhandledCudaError")
+    l.contains("DistBackendError")
+        || l.contains("ncclUnhandledCudaError")
         || (l.contains("NCCL error") && l.contains("unhandled cuda error"))
 }
 

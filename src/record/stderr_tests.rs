@@ -468,8 +468,16 @@ fn nccl_last_error_block_is_read_as_one_error() {
     let found: Vec<ParsedError> = lines.iter().filter_map(|l| w.line(l)).collect();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].kind, RunErrorKind::NcclOom);
-    assert!(found[0].line.contains("DistBackendError"), "{}", found[0].line);
-    assert!(found[0].line.contains("Last error: Cuda failure 2"), "{}", found[0].line);
+    assert!(
+        found[0].line.contains("DistBackendError"),
+        "{}",
+        found[0].line
+    );
+    assert!(
+        found[0].line.contains("Last error: Cuda failure 2"),
+        "{}",
+        found[0].line
+    );
     // nccl#1410: every line prefixed by the rank; another CUDA error is not memory.
     let mut w = StderrWatcher::new();
     let found: Vec<ParsedError> = [
@@ -493,7 +501,10 @@ fn nccl_last_error_block_is_read_as_one_error() {
              function failed. Last error: Failed to CUDA calloc 10485760 bytes",
         )
         .unwrap();
-    assert_eq!((e.kind, e.requested), (RunErrorKind::NcclOom, Some(10_485_760)));
+    assert_eq!(
+        (e.kind, e.requested),
+        (RunErrorKind::NcclOom, Some(10_485_760))
+    );
     // The block is bounded: a `Last error:` far after it is not read as its end.
     let mut w = StderrWatcher::new();
     w.line("ncclUnhandledCudaError: Call to CUDA function failed.");

@@ -33,7 +33,10 @@ const ENGINES: [(&str, &[&str], &[&str]); 5] = [
     (
         "TensorRT-LLM",
         &["trtllm-serve", "tensorrt_llm"],
-        &["--kv_cache_free_gpu_memory_fraction", "free_gpu_memory_fraction"],
+        &[
+            "--kv_cache_free_gpu_memory_fraction",
+            "free_gpu_memory_fraction",
+        ],
     ),
     ("LMDeploy", &["lmdeploy"], &["--cache-max-entry-count"]),
 ];
@@ -46,9 +49,7 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The first engine any of the job's processes (name, command line) or its command shows.
-pub fn detect<'a>(
-    texts: impl IntoIterator<Item = &'a str>,
-) -> Option<EngineClaim> {
+pub fn detect<'a>(texts: impl IntoIterator<Item = &'a str>) -> Option<EngineClaim> {
     for text in texts {
         for (engine, programs, flags) in ENGINES {
             for w in words(text) {
@@ -60,7 +61,10 @@ pub fn detect<'a>(
                 }
             }
             for flag in flags {
-                if text.split_whitespace().any(|t| t.split('=').next() == Some(*flag)) {
+                if text
+                    .split_whitespace()
+                    .any(|t| t.split('=').next() == Some(*flag))
+                {
                     return Some(EngineClaim {
                         engine,
                         why: format!("the job passes `{flag}`"),

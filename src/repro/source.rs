@@ -118,12 +118,11 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
             .find(|m| m.kind == MarkerKind::Exit)
             .map(|m| m.t_ms),
         engine: super::engine_claim::detect(
-            run.command
-                .iter()
-                .map(String::as_str)
-                .chain(run.processes.iter().flat_map(|p| {
-                    p.name.as_deref().into_iter().chain(p.cmdline.as_deref())
-                })),
+            run.command.iter().map(String::as_str).chain(
+                run.processes
+                    .iter()
+                    .flat_map(|p| p.name.as_deref().into_iter().chain(p.cmdline.as_deref())),
+            ),
         ),
     })
 }
@@ -238,8 +237,7 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 period_us,
             } => {
                 if src.engine.is_none() {
-                    src.engine =
-                        super::engine_claim::detect(command.iter().map(String::as_str));
+                    src.engine = super::engine_claim::detect(command.iter().map(String::as_str));
                 }
                 src.process_period_ms = process_period_us as f64 / 1000.0;
                 src.period_ms = period_us as f64 / 1000.0;

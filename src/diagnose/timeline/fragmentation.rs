@@ -23,7 +23,9 @@ pub(super) fn fragmentation(cx: &Prepared) -> Vec<Finding> {
         let d = oom_detail(e)?;
         let req = d.requested.or(e.requested_bytes)?;
         let spare = d.reserved_unallocated?;
-        let total = d.total.or_else(|| cx.error_device(e).and_then(|i| cx.dev(i)).map(|v| v.total));
+        let total = d
+            .total
+            .or_else(|| cx.error_device(e).and_then(|i| cx.dev(i)).map(|v| v.total));
         let worth = spare >= FRAGMENTATION_MIN_BYTES
             && total.is_none_or(|t| spare as f64 >= FRAGMENTATION_MIN_FRACTION * t as f64);
         (req > 0 && spare >= req && worth).then_some((e, d, req, spare))

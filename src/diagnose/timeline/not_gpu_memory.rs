@@ -150,7 +150,11 @@ pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
 /// failure, so nobody chases memory. `error` when the job failed; `info` when it exited 0
 /// (a warning printed by a job that then ran, e.g. on the CPU).
 pub(super) fn cuda_error(cx: &Prepared) -> Vec<Finding> {
-    let mut faults = cx.rec.errors.iter().filter(|e| e.kind == ErrorKind::CudaFault);
+    let mut faults = cx
+        .rec
+        .errors
+        .iter()
+        .filter(|e| e.kind == ErrorKind::CudaFault);
     let Some(e) = faults.next() else {
         return Vec::new();
     };
@@ -162,7 +166,12 @@ pub(super) fn cuda_error(cx: &Prepared) -> Vec<Finding> {
     if let Some(m) = crate::record::recognise::recognise(&e.line) {
         evidence.push(ev(
             "recognised as",
-            format!("{} ({}; {})", m.pattern.framework.name(), m.pattern.id, m.pattern.source),
+            format!(
+                "{} ({}; {})",
+                m.pattern.framework.name(),
+                m.pattern.id,
+                m.pattern.source
+            ),
         ));
     }
     if more > 0 {

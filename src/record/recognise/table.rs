@@ -3,8 +3,7 @@
 //! table's tests check against the entry itself.
 
 use super::extract::{
-    bytes_after, int_after, nccl_device, ordinal_after, size_after, size_token,
-    tf_tensor_bytes,
+    bytes_after, int_after, nccl_device, ordinal_after, size_after, size_token, tf_tensor_bytes,
 };
 use super::{Facts, Framework, Pattern, Stream};
 use crate::model::RunErrorKind;
@@ -197,9 +196,11 @@ fn vllm_kv_needed(l: &str) -> Facts {
 // Launchers, workers, faults.
 
 fn worker_signal(l: &str) -> Facts {
-    let name = l
-        .find(" is killed by signal: ")
-        .map(|i| l[i + " is killed by signal: ".len()..].trim().trim_end_matches('.'));
+    let name = l.find(" is killed by signal: ").map(|i| {
+        l[i + " is killed by signal: ".len()..]
+            .trim()
+            .trim_end_matches('.')
+    });
     let signal = match name {
         Some("Killed") => Some(9),
         Some("Terminated") => Some(15),

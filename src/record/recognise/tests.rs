@@ -11,7 +11,11 @@ const MIB: u64 = 1 << 20;
 fn every_example_is_recognised_as_its_own_entry() {
     for p in table::PATTERNS.iter() {
         let m = recognise(p.example).unwrap_or_else(|| panic!("{}: example not recognised", p.id));
-        assert_eq!(m.pattern.id, p.id, "{}: example taken by {}", p.id, m.pattern.id);
+        assert_eq!(
+            m.pattern.id, p.id,
+            "{}: example taken by {}",
+            p.id, m.pattern.id
+        );
         assert_eq!(m.pattern.kind, p.kind);
     }
 }
@@ -34,7 +38,13 @@ fn every_entry_is_sourced_and_unique() {
 }
 
 /// (source, line, pattern id, device, requested bytes)
-type Row = (&'static str, &'static str, &'static str, Option<u32>, Option<u64>);
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<u32>,
+    Option<u64>,
+);
 
 #[test]
 fn lines_of_every_family() {
@@ -179,8 +189,10 @@ fn lines_of_every_family() {
     assert!(m.is_none(), "the table row is read by the watcher's block");
     let m = recognise("traceback : signal 9 (SIGKILL) received by PID 36071").unwrap();
     assert_eq!(m.facts.exit_code, Some(-9));
-    let m = recognise("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) \
-                       local_rank: 0 (pid: 1622990) of binary: /bin/python")
+    let m = recognise(
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) \
+                       local_rank: 0 (pid: 1622990) of binary: /bin/python",
+    )
     .unwrap();
     assert_eq!(m.facts.exit_code, Some(1));
 }

@@ -108,7 +108,15 @@ fn run_case(c: &Case) -> (Value, Option<i32>) {
     std::fs::write(&body, &c.body).unwrap();
     let out = tmp.path().join("run.json");
     let status = vramdoc()
-        .args(["--sim", "24GiB", "run", "--period", "20ms", "--fail-on", "error"])
+        .args([
+            "--sim",
+            "24GiB",
+            "run",
+            "--period",
+            "20ms",
+            "--fail-on",
+            "error",
+        ])
         .arg("--out")
         .arg(&out)
         .args(["--", "sh", "-c", "cat \"$1\" >&2; exit \"$2\"", "sh"])
@@ -127,7 +135,11 @@ fn run_case(c: &Case) -> (Value, Option<i32>) {
 #[test]
 fn real_logs_of_every_family() {
     let cases = cases();
-    assert!(cases.len() >= 100, "{} excerpts: the corpus holds 100 or more", cases.len());
+    assert!(
+        cases.len() >= 100,
+        "{} excerpts: the corpus holds 100 or more",
+        cases.len()
+    );
     let results: Vec<(Case, Value, Option<i32>)> = std::thread::scope(|s| {
         let chunks: Vec<&[Case]> = cases.chunks(cases.len().div_ceil(3)).collect();
         let handles: Vec<_> = chunks
@@ -160,7 +172,10 @@ fn real_logs_of_every_family() {
         if let Some(sev) = &c.severity {
             let got = found.iter().find(|(id, _)| c.expect.contains(id));
             if got.map(|(_, s)| s.as_str()) != Some(sev.as_str()) {
-                wrong.push(format!("{}: expected severity {sev}, found {found:?}", c.name));
+                wrong.push(format!(
+                    "{}: expected severity {sev}, found {found:?}",
+                    c.name
+                ));
                 ok = false;
             }
         }
@@ -185,5 +200,8 @@ fn real_logs_of_every_family() {
         assert!(families.contains_key(f), "no case of family {f}\n{table}");
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    assert_clean("logs (real excerpts, vramdoc run --fail-on error)", &outcomes);
+    assert_clean(
+        "logs (real excerpts, vramdoc run --fail-on error)",
+        &outcomes,
+    );
 }

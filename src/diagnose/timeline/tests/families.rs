@@ -33,11 +33,21 @@ fn an_oom_the_job_recovered_from_is_a_warning_with_the_count() {
     let j = oom_job(&[FAIRSEQ, FAIRSEQ], 0);
     let f = find(&j.build(), ids::OUT_OF_MEMORY);
     assert_eq!(f.severity, Severity::Warn);
-    assert!(f.title.starts_with("2 out-of-memory errors recovered from"), "{}", f.title);
-    assert!(f.evidence.iter().any(|e| e.label == "recoveries" && e.value == "2"));
+    assert!(
+        f.title.starts_with("2 out-of-memory errors recovered from"),
+        "{}",
+        f.title
+    );
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.label == "recoveries" && e.value == "2"));
     // The same lines in a job that then failed: an error.
     let j = oom_job(&[FAIRSEQ], 1);
-    assert_eq!(find(&j.build(), ids::OUT_OF_MEMORY).severity, Severity::Error);
+    assert_eq!(
+        find(&j.build(), ids::OUT_OF_MEMORY).severity,
+        Severity::Error
+    );
 }
 
 #[test]
@@ -47,27 +57,31 @@ fn a_few_mib_of_cache_next_to_a_similar_request_on_a_full_gpu_is_not_fragmentati
     assert_eq!(j.ids(), vec![ids::OUT_OF_MEMORY.to_string()]);
     let f = find(&j.build(), ids::OUT_OF_MEMORY);
     assert!(
-        f.evidence
-            .iter()
-            .any(|e| e.label.starts_with("reserved by PyTorch but unallocated")
-                && e.value.starts_with("46")),
+        f.evidence.iter().any(
+            |e| e.label.starts_with("reserved by PyTorch but unallocated")
+                && e.value.starts_with("46")
+        ),
         "{:?}",
         f.evidence
     );
     // facebookresearch/fairseq#2867 (1.4+): 204 MiB spare on a 10.92 GiB card, 28 MiB asked.
     let j = oom_job(
-        &["RuntimeError: CUDA out of memory. Tried to allocate 28.00 MiB (GPU 1; 10.92 GiB \
+        &[
+            "RuntimeError: CUDA out of memory. Tried to allocate 28.00 MiB (GPU 1; 10.92 GiB \
            total capacity; 10.13 GiB already allocated; 13.38 MiB free; 10.33 GiB reserved in \
-           total by PyTorch)"],
+           total by PyTorch)",
+        ],
         1,
     );
     assert_eq!(j.ids(), vec![ids::OUT_OF_MEMORY.to_string()]);
     // carolchenyx/MGFN.#35: 2.30 GiB spare on a 6 GiB card, 1.70 GiB asked: fragmentation.
     let j = oom_job(
-        &["torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 \
+        &[
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 \
            has a total capacty of 6.00 GiB of which 0 bytes is free. Of the allocated memory \
            2.93 GiB is allocated by PyTorch, and 2.30 GiB is reserved by PyTorch but \
-           unallocated."],
+           unallocated.",
+        ],
         1,
     );
     let f = find(&j.build(), ids::FRAGMENTATION);
@@ -80,9 +94,11 @@ fn the_per_process_cap_is_the_cause_not_the_gpu() {
     // The 1.x wording with `X allowed;` (c10/cuda/CUDACachingAllocator.cpp, set by
     // torch.cuda.set_per_process_memory_fraction; pytorch/pytorch#111729).
     let j = oom_job(
-        &["torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 MiB (GPU \
+        &[
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 MiB (GPU \
            0; 11.76 GiB total capacity; 4.65 GiB already allocated; 6.82 GiB free; 4.77 GiB \
-           allowed; 4.74 GiB reserved in total by PyTorch)"],
+           allowed; 4.74 GiB reserved in total by PyTorch)",
+        ],
         1,
     );
     let f = find(&j.build(), ids::OUT_OF_MEMORY);
@@ -91,7 +107,11 @@ fn the_per_process_cap_is_the_cause_not_the_gpu() {
         "{}",
         f.title
     );
-    assert!(f.fix.contains("set_per_process_memory_fraction"), "{}", f.fix);
+    assert!(
+        f.fix.contains("set_per_process_memory_fraction"),
+        "{}",
+        f.fix
+    );
     assert!(has(&f, "allowed by the per-process cap"));
 }
 
@@ -159,7 +179,10 @@ fn each_family_gets_its_own_fix() {
 
 #[test]
 fn cuda_failures_that_are_not_memory_are_said_to_be_so() {
-    let j = oom_job(&["RuntimeError: CUDA error: an illegal memory access was encountered"], 1);
+    let j = oom_job(
+        &["RuntimeError: CUDA error: an illegal memory access was encountered"],
+        1,
+    );
     assert_eq!(j.ids(), vec![ids::CUDA_ERROR.to_string()]);
     let f = find(&j.build(), ids::CUDA_ERROR);
     assert_eq!(f.severity, Severity::Error);
@@ -167,8 +190,10 @@ fn cuda_failures_that_are_not_memory_are_said_to_be_so() {
     assert!(f.fix.contains("CUDA_LAUNCH_BLOCKING=1"), "{}", f.fix);
     // A warning printed by a job that then ran (on the CPU) and exited 0: info only.
     let j = oom_job(
-        &["UserWarning: CUDA initialization: The NVIDIA driver on your system is too old \
-           (found version 11000)."],
+        &[
+            "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old \
+           (found version 11000).",
+        ],
         0,
     );
     assert_eq!(find(&j.build(), ids::CUDA_ERROR).severity, Severity::Info);
