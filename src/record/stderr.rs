@@ -67,6 +67,10 @@ pub struct StderrWatcher {
     nccl_head: String,
     /// The previous line was `Last error:` alone: NCCL's error is this one.
     last_error_next: bool,
+    /// Lines of TensorFlow's BFC `Stats:` block still read, and its `Limit` / `InUse`
+    /// (the allocator's own accounting), given to the next TensorFlow OOM line.
+    bfc_left: u8,
+    bfc: (Option<u64>, Option<u64>),
     /// A private key printed over several lines is kept as one redacted line per line.
     pem: crate::redact::PemLines,
 }
@@ -301,6 +305,9 @@ fn opens_nccl_block(l: &str) -> bool {
 /// Lines of an NCCL block read after its first (bounded).
 const NCCL_BLOCK_LINES: u8 = 6;
 
+/// Lines of TensorFlow's BFC `Stats:` block read after its first (bounded).
+const BFC_STATS_LINES: u8 = 8;
+
 impl StderrWatcher {
     pub fn new() -> StderrWatcher {
         StderrWatcher::default()
@@ -341,10 +348,32 @@ impl StderrWatcher {
                 }
             }
         }
+        if self.bfc_left > 0 {
+            self.bfc_left -= 1;
+            let t = line.trim_start();
+            let num = |key: &str| t.strip_prefix(key)?.trim().parse::<u64>().ok();
+            if let Some(v) = num("Limit:") {
+                self.bfc.0 = Some(v);
+            } else if let Some(v) = num("InUse:") {
+                self.bfc.1 = Some(v);
+            }
+        } else if line.contains("bfc_allocator") && line.contains("] Stats:") {
+            self.bfc_left = BFC_STATS_LINES;
+            self.bfc = (None, None);
+        }
         if !self.in_table && !recognise::may_match(line) {
             return None;
         }
-        let found = parse_line(line);
+        let mut found = parse_line(line);
+        if let (Some(f), (Some(limit), in_use)) = (&mut found, self.bfc) {
+            if f.kind == RunErrorKind::TfOom {
+                f.line = cut(&format!(
+                    "{} {}",
+                    f.line,
+                    recognise::bfc_suffix(limit, in_use)
+                ));
+            }
+        }
         if let Some(f) = &found {
             if f.kind == RunErrorKind::ChildFailed {
                 self.in_table = true;

@@ -549,3 +549,27 @@ fn pre_1_4_cached_is_the_unallocated_part() {
     assert_eq!(d.reserved_unallocated, Some(mib(46.25)));
     assert_eq!(d.allocated, Some(gib(7.20)));
 }
+
+#[test]
+fn tensorflow_bfc_stats_go_with_the_next_oom() {
+    // zzw922cn/Automatic_Speech_Recognition#78.
+    let mut w = StderrWatcher::new();
+    let lines = [
+        "2018-06-08 17:26:00.908082: I tensorflow/core/common_runtime/bfc_allocator.cc:680] Stats: ",
+        "Limit:                 10625279591",
+        "InUse:                  7350513920",
+        "MaxInUse:               7464792320",
+        "2018-06-08 17:26:00.908130: W tensorflow/core/framework/op_kernel.cc:1202] OP_REQUIRES \
+         failed at tile_ops.cc:123 : Resource exhausted: OOM when allocating tensor with \
+         shape[16,1,892800,8,4,2,2] and type float on \
+         /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    ];
+    let found: Vec<ParsedError> = lines.iter().filter_map(|l| w.line(l)).collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        recognise::bfc_stats(&found[0].line),
+        Some((10_625_279_591, Some(7_350_513_920)))
+    );
+    assert_eq!(found[0].kind, RunErrorKind::TfOom);
+    assert_eq!(found[0].device, Some(0));
+}

@@ -3,7 +3,13 @@
 //! recovered and exited 0.
 
 use super::prelude::*;
+use crate::model::RunErrorKind;
 use crate::record::recognise::{self, Framework};
+
+/// The kind the recogniser gives `line` (the recorded event keeps only the timeline's kind).
+fn e_kind_of(line: &str) -> Option<RunErrorKind> {
+    recognise::recognise(line).map(|m| m.pattern.kind.clone())
+}
 
 /// The fix text for an out-of-memory error recognised from `line` (the framework's family;
 /// PyTorch's per-process cap when the line states one).
@@ -38,6 +44,8 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     let device = cx.error_device(e);
     let dev = device.and_then(|d| cx.dev(d));
     let mut evidence = vec![ev("when", fmt_t(e.t_ms))];
+    // What other processes held on the device then (`None`: not known).
+    let mut others_then: Option<(u64, u64)> = None;
     if let Some(p) = cx.phase_at(e.t_ms) {
         evidence.push(ev("during", p));
     }
@@ -61,6 +69,7 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             evidence.push(ev_bytes("free at that moment", free));
             // Per-process lists lag the device: the job's holding at its last listing.
             if let Some(job) = cx.tree_usage_at(d.index, e.t_ms) {
+                others_then = Some((used.saturating_sub(job), d.total));
                 evidence.push(ev_bytes("held by the job's processes (last listing)", job));
                 evidence.push(ev_bytes(
                     "held by other processes and the driver (used - the job's)",
@@ -89,6 +98,12 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
                 m.pattern.source
             ),
         ));
+    }
+    if let Some((limit, in_use)) = recognise::bfc_stats(&e.line) {
+        evidence.push(ev_bytes("TensorFlow's allocator limit (BFC Limit)", limit));
+        if let Some(u) = in_use {
+            evidence.push(ev_bytes("in use by TensorFlow's allocator (BFC InUse)", u));
+        }
     }
     let detail = oom_detail(e);
     let cap = detail.as_ref().and_then(|d| d.allowed);
@@ -119,6 +134,27 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
         ));
     }
     let mut fix = family_fix(&e.line, cap.is_some());
+    if matches!(
+        e_kind_of(&e.line),
+        Some(RunErrorKind::VllmKvCache | RunErrorKind::VllmNoCacheBlocks)
+    ) {
+        // Raising the utilisation is safe only where nothing else uses the GPU.
+        match others_then {
+            Some((others, total)) if others.saturating_mul(20) <= total => {
+                fix.push_str(&format!(
+                    " Other processes held {} of this GPU then: raising \
+                     --gpu-memory-utilization is safe here.",
+                    format_bytes(others)
+                ));
+            }
+            Some((others, _)) => fix.push_str(&format!(
+                " Other processes held {} of this GPU then: do not raise \
+                 --gpu-memory-utilization; lower --max-model-len or free the GPU.",
+                format_bytes(others)
+            )),
+            None => {}
+        }
+    }
     let severity = if recovered {
         evidence.push(ev("recoveries", (more + 1).to_string()));
         evidence.push(ev("job", "finished with exit status 0"));

@@ -138,6 +138,21 @@ pub fn nccl_device(l: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// What TensorFlow's BFC allocator said of itself before an OOM (`Stats:` block, `Limit`
+/// and `InUse` bytes), as appended to the OOM line by the recorder.
+pub fn bfc_suffix(limit: u64, in_use: Option<u64>) -> String {
+    match in_use {
+        Some(u) => format!("[BFC allocator Limit: {limit} bytes, InUse: {u} bytes]"),
+        None => format!("[BFC allocator Limit: {limit} bytes]"),
+    }
+}
+
+/// The BFC allocator's `(Limit, InUse)` from a line carrying [`bfc_suffix`].
+pub fn bfc_stats(l: &str) -> Option<(u64, Option<u64>)> {
+    let limit = number_after(l, "[BFC allocator Limit: ")?;
+    Some((limit, number_after(l, " bytes, InUse: ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

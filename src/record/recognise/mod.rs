@@ -10,7 +10,7 @@
 mod extract;
 pub mod table;
 
-pub use extract::{size_at, size_token};
+pub use extract::{bfc_stats, bfc_suffix, size_at, size_token};
 
 use crate::model::RunErrorKind;
 use aho_corasick::AhoCorasick;

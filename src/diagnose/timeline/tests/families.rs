@@ -134,6 +134,16 @@ fn this_process_has_0_bytes_does_not_make_the_jobs_memory_others() {
 
 #[test]
 fn each_family_gets_its_own_fix() {
+    // vLLM's KV cache on a GPU nothing else uses: raising the utilisation is safe.
+    let j = oom_job(
+        &[
+            "ValueError: The model's max seq len (32768) is larger than the maximum number of \
+           tokens that can be stored in KV cache (7344).",
+        ],
+        1,
+    );
+    let f = find(&j.build(), ids::OUT_OF_MEMORY);
+    assert!(f.fix.contains("is safe here"), "{}", f.fix);
     for (line, words) in [
         (
             "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating \
