@@ -36,7 +36,7 @@ const FAMILIES: [&str; 14] = [
     "ollama",
     "tensorrt",
     "torchrun",
-    "cublas",
+    "cublas-cudnn",
     "recovered",
     "cuda-not-memory",
     "deepspeed",
