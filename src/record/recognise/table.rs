@@ -57,6 +57,14 @@ fn cuda_ordinal(l: &str) -> Facts {
     }
 }
 
+/// Not TensorFlow's stream executor logging, at info or warning level, a region it failed to
+/// grow and will retry smaller (`I tensorflow/stream_executor/cuda/cuda_driver.cc:739] failed
+/// to allocate 2.12G … CUDA_ERROR_OUT_OF_MEMORY`: the BFC allocator goes on, talmolab/sleap#2142).
+fn is_runtime_oom(l: &str) -> bool {
+    let tf_retry = l.contains("cuda_driver.cc") && (l.contains(": I ") || l.contains(": W "));
+    !tf_retry
+}
+
 /// `failed to allocate 17.79G (19104890880 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`.
 fn bytes_in_parens(l: &str) -> Facts {
     Facts {
@@ -306,7 +314,7 @@ pub static PATTERNS: [Pattern; 26] = [
             "cudaErrorMemoryAllocation",
             "hipErrorOutOfMemory",
         ],
-        matches: |_| true,
+        matches: is_runtime_oom,
         extracts: "requested (TensorFlow's `(N bytes)`), device (`cuda:N`)",
         extract: bytes_in_parens,
     },

@@ -215,6 +215,15 @@ fn lines_that_are_not_failures_are_not_recognised() {
         "INFO 01-11 15:51:18 llm_engine.py:275] # GPU blocks: 229, # CPU blocks: 512",
         "NCCL INFO Channel 00/1 : 0[0] -> 2[2] via P2P/CUMEM",
         "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space",
+        // TensorFlow retrying a region smaller (talmolab/sleap#2142), and its BFC allocator's
+        // own "not a failure" (tensorflow/tensorflow#23953).
+        "2025-03-17 17:48:09.854267: I tensorflow/stream_executor/cuda/cuda_driver.cc:739] \
+         failed to allocate 2.12G (2282521344 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out \
+         of memory",
+        "2018-11-25 19:04:59.501703: W tensorflow/core/common_runtime/bfc_allocator.cc:215] \
+         Allocator (GPU_0_bfc) ran out of memory trying to allocate 217.69MiB. The caller \
+         indicates that this is not a failure, but may mean that there could be performance \
+         gains if more memory were available.",
     ] {
         assert!(recognise(l).is_none(), "{l}");
     }
