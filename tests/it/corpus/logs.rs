@@ -205,3 +205,46 @@ fn real_logs_of_every_family() {
         &outcomes,
     );
 }
+
+/// Issue 26's must-show: a job that caught its out-of-memory errors and exited 0 is a
+/// warning with the count of recoveries; `--fail-on error` passes it, `--fail-on warn` does not.
+#[test]
+fn a_recovered_oom_passes_fail_on_error_and_is_a_warning() {
+    let c = read_case(&Path::new(DIR).join("metaseq_recovered_93gib.log"));
+    assert_eq!(c.exit, 0);
+    let (report, code) = run_case(&c);
+    assert_eq!(code, Some(0), "--fail-on error: {report:#}");
+    let oom = report["run"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "out-of-memory")
+        .unwrap_or_else(|| panic!("no out-of-memory finding: {report:#}"))
+        .clone();
+    assert_eq!(oom["severity"], "warn", "{oom:#}");
+    assert!(
+        oom["title"].as_str().unwrap().contains("recovered from"),
+        "{oom:#}"
+    );
+    // The same job under `--fail-on warn`: the warning fails the gate.
+    let tmp = tempfile::tempdir().unwrap();
+    let body = tmp.path().join("excerpt.log");
+    std::fs::write(&body, &c.body).unwrap();
+    let status = vramdoc()
+        .args([
+            "--sim",
+            "24GiB",
+            "run",
+            "--period",
+            "20ms",
+            "--fail-on",
+            "warn",
+        ])
+        .args(["--", "sh", "-c", "cat \"$1\" >&2; exit 0", "sh"])
+        .arg(&body)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+}
