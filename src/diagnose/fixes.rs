@@ -161,3 +161,82 @@ else, and none of its processes has used it for the time shown: a notebook left 
 waiting on something else, a request for more GPUs than the code uses (a process on one of \
 several allocated GPUs). Release it (scale the workload down or delete the pod), or request \
 fewer GPUs. Time-sliced and MIG allocations count per device id.";
+
+/// An out-of-memory error the job recovered from: it exited 0 (issue 26: fairseq skips the
+/// batch, batch-size finders retry smaller, TensorRT skips a tactic).
+pub const OOM_RECOVERED: &str = "The job caught the out-of-memory error and finished (exit \
+0): nothing failed, but each recovery cost a skipped batch, a retried step or a slower \
+tactic. If the count grows, lower the batch or input size a little so the peak fits, or \
+leave more memory free on the GPU.";
+
+/// PyTorch's per-process cap (`X allowed;`): the allocator refused before the GPU was full.
+pub const OOM_FRACTION_CAP: &str = "PyTorch refused the allocation at the per-process cap \
+(`X allowed` in the error: torch.cuda.set_per_process_memory_fraction, or \
+per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF), not because the GPU was full. Raise \
+the fraction (or remove the call) if the GPU is this job's, or make the job fit the cap: \
+smaller batches, lower precision, activation checkpointing.";
+
+/// Which allocator-configuration variable the job's PyTorch reads (pytorch/pytorch#167659,
+/// #183387).
+pub const TORCH_ALLOC_CONF_NAMES: &str = " PyTorch before 2.8 reads only \
+PYTORCH_CUDA_ALLOC_CONF; 2.8 and later document PYTORCH_ALLOC_CONF and warn that \
+PYTORCH_CUDA_ALLOC_CONF is deprecated, yet 2.9.1 ignores expandable_segments given through \
+PYTORCH_ALLOC_CONF on CUDA (pytorch/pytorch#183387): set PYTORCH_CUDA_ALLOC_CONF, which every \
+version honours.";
+
+/// TensorFlow's BFC allocator ran out (allow_growth, per_process_gpu_memory_fraction).
+pub const OOM_TENSORFLOW: &str = "TensorFlow's BFC allocator could not place the tensor. \
+TensorFlow maps nearly all GPU memory at start unless told otherwise: enable memory growth \
+(tf.config.experimental.set_memory_growth(gpu, True); TF1: \
+config.gpu_options.allow_growth=True) when the GPU is shared, or cap it \
+(per_process_gpu_memory_fraction / a logical device memory_limit). If the job alone needs \
+more, lower the batch size or input resolution, or use mixed precision.";
+
+/// XLA's preallocation (JAX).
+pub const OOM_JAX: &str = "XLA could not allocate the buffer. JAX preallocates 75% of the GPU \
+at start: when several processes share the GPU set XLA_PYTHON_CLIENT_PREALLOCATE=false, or \
+XLA_PYTHON_CLIENT_MEM_FRACTION to a share each fits in; if the job alone needs more, lower \
+the batch, shard the model (pjit/sharding) or use rematerialisation (jax.checkpoint).";
+
+/// NCCL's buffers could not be allocated.
+pub const OOM_NCCL: &str = "NCCL could not allocate its communication buffers: the ranks' \
+own allocations left too little free on the GPU. Leave headroom for NCCL (a lower \
+gpu_memory_utilization or per-process memory fraction, a smaller batch), reduce its buffers \
+(NCCL_BUFFSIZE, fewer channels with NCCL_MAX_NCHANNELS), and create the process group before \
+loading the model so its buffers are allocated first.";
+
+/// llama.cpp / ggml (and Ollama) could not allocate a backend buffer.
+pub const OOM_LLAMA_CPP: &str = "llama.cpp could not allocate a GPU buffer for the model's \
+layers, its KV cache or its compute graph. Offload fewer layers (-ngl / --n-gpu-layers; \
+Ollama: num_gpu), use a smaller context (-c / --ctx-size; Ollama: num_ctx) or a quantised KV \
+cache (--cache-type-k q8_0), a smaller quantisation of the model, or split across GPUs \
+(--tensor-split).";
+
+/// TensorRT's builder or runtime could not allocate.
+pub const OOM_TENSORRT: &str = "TensorRT could not allocate device memory (its builder \
+skips the tactic and fails when none fits). Lower the builder's workspace limit \
+(setMemoryPoolLimit(kWORKSPACE, …) / trtexec --memPoolSize=workspace:N), the optimisation \
+profile's maximum shapes or batch, or build on a GPU with more free memory.";
+
+/// vLLM's KV cache is too small for the model's context.
+pub const OOM_VLLM_KV: &str = "vLLM's KV cache cannot hold one request at the model's \
+maximum length within gpu_memory_utilization. Lower --max-model-len to what the cache holds, \
+use an fp8 KV cache (--kv-cache-dtype fp8) or quantised weights, add GPUs \
+(--tensor-parallel-size), or raise --gpu-memory-utilization when nothing else uses the GPU.";
+
+/// A CUDA failure that is not an allocation failure.
+pub const CUDA_ERROR: &str = "This is not a memory failure: do not chase memory. An illegal \
+address or a device-side assert is a bug in a kernel or its inputs (out-of-range indices, \
+labels outside the number of classes): rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing \
+call, or on CPU to get a readable error. \"Driver too old\" or \"no kernel image\" means the \
+framework was built for a newer driver or another GPU architecture: update the driver or \
+install a build for it. An ECC or launch failure: check `nvidia-smi -q` and the kernel log \
+for Xid errors.";
+
+/// SGLang's KV cache pool does not fit after the weights (sgl-project/sglang#322, #4330).
+pub const OOM_SGLANG: &str = "SGLang reserves (1 - mem_fraction_static) of the whole GPU \
+for activations and CUDA graphs and gives the rest, after the weights, to the KV cache pool; \
+with large weights nothing is left. Raise --mem-fraction-static a little (the error's own \
+advice) if the GPU is otherwise empty, or shrink the need: a smaller --context-length, \
+quantised weights or KV cache (--kv-cache-dtype fp8_e5m2), or more GPUs (--tp). An OOM while \
+serving is the opposite case: lower --mem-fraction-static then.";

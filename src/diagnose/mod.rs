@@ -50,6 +50,7 @@ pub mod ids {
     pub const FRAGMENTATION: &str = "fragmentation";
     pub const COLLECTIVE_TIMEOUT: &str = "collective-timeout";
     pub const HOST_OOM_KILL: &str = "host-oom-kill";
+    pub const CUDA_ERROR: &str = "cuda-error";
     /// Every timeline fingerprint id (`stray-context` is shared with scan).
     pub const FINGERPRINTS: &[&str] = &[
         OUT_OF_MEMORY,
@@ -63,6 +64,7 @@ pub mod ids {
         FRAGMENTATION,
         COLLECTIVE_TIMEOUT,
         HOST_OOM_KILL,
+        CUDA_ERROR,
     ];
 }
 

@@ -167,6 +167,24 @@ string_kind! {
         /// PyTorch: `DataLoader worker (pid N) is killed by signal: Killed.` (a worker process
         /// of the job died of that signal; SIGKILL is most often the host's OOM killer).
         WorkerKilled = "worker-killed",
+        /// TensorFlow's BFC allocator: `ResourceExhaustedError: OOM when allocating tensor`.
+        TfOom = "tf-oom",
+        /// llama.cpp / ggml (and Ollama): `cudaMalloc failed: out of memory`, `failed to
+        /// allocate CUDA0 buffer`.
+        GgmlOom = "ggml-oom",
+        /// TensorRT: `Cuda Runtime (out of memory)`, `Error Code 2: OutOfMemory`.
+        TensorRtOom = "tensorrt-oom",
+        /// SGLang: `Not enough memory. Please try to increase --mem-fraction-static.` (the KV
+        /// cache pool does not fit after the weights).
+        SglangNoMemory = "sglang-not-enough-memory",
+        /// cuDNN: `CUDNN_STATUS_ALLOC_FAILED`.
+        CudnnAllocFailed = "cudnn-alloc-failed",
+        /// A training loop reporting an out-of-memory error it caught (fairseq's `attempting
+        /// to recover from OOM`).
+        FrameworkOom = "framework-oom",
+        /// A CUDA failure that is not an allocation failure (illegal address, device-side
+        /// assert, driver too old, NCCL's CUDA check on another error).
+        CudaFault = "cuda-fault",
     }
 }
 
@@ -193,6 +211,12 @@ impl RunErrorKind {
                 | RunErrorKind::NcclOom
                 | RunErrorKind::CublasAllocFailed
                 | RunErrorKind::JaxOom
+                | RunErrorKind::TfOom
+                | RunErrorKind::GgmlOom
+                | RunErrorKind::TensorRtOom
+                | RunErrorKind::CudnnAllocFailed
+                | RunErrorKind::FrameworkOom
+                | RunErrorKind::SglangNoMemory
         )
     }
 }

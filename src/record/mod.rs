@@ -16,6 +16,7 @@ pub mod lanes;
 pub mod membership;
 pub mod policy;
 pub mod processes;
+pub mod recognise;
 pub mod recording;
 pub mod sampler;
 mod shared;
@@ -639,6 +640,7 @@ fn job_processes(
             cuda_device_order: t.env("CUDA_DEVICE_ORDER"),
             nvidia_visible_devices: t.env("NVIDIA_VISIBLE_DEVICES"),
             pytorch_cuda_alloc_conf: t.env("PYTORCH_CUDA_ALLOC_CONF"),
+            pytorch_alloc_conf: t.env("PYTORCH_ALLOC_CONF"),
             in_tree: true,
             ppid: t.ppid,
             cmdline: t.cmdline.clone(),

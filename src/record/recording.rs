@@ -47,6 +47,9 @@ pub struct RecordedProcess {
     /// `expandable_segments:True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pytorch_cuda_alloc_conf: Option<String>,
+    /// Its `PYTORCH_ALLOC_CONF` (PyTorch 2.8+'s name; `None`: unset or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pytorch_alloc_conf: Option<String>,
     /// Part of the job (the recorded process tree, or the replay worker); other processes
     /// are neighbours, counted in device totals only.
     pub in_tree: bool,
@@ -71,6 +74,7 @@ impl RecordedProcess {
             cuda_device_order: None,
             nvidia_visible_devices: None,
             pytorch_cuda_alloc_conf: None,
+            pytorch_alloc_conf: None,
             in_tree,
             ppid: None,
             cmdline: None,
@@ -90,6 +94,9 @@ pub enum ErrorKind {
     KilledBySignal { signal: i32 },
     /// A collective (NCCL) operation timed out: PyTorch's watchdog then aborts the process.
     CollectiveTimeout,
+    /// A CUDA failure that is not an allocation failure (illegal address, device-side
+    /// assert, driver too old): not a memory failure.
+    CudaFault,
     /// Anything else worth placing on the timeline.
     Other,
 }

@@ -1,12 +1,12 @@
-//! The job's output as evidence: a bounded tail of its last lines (redacted) and the
-//! recognition of the error lines of the major stacks — PyTorch 1.x/2.x (`CUDA out of memory.
-//! Tried to allocate …` with every number the line states, see [`OomDetail`]), the driver
-//! (`CUDA error: out of memory`), NCCL (`NCCL WARN Cuda failure 'out of memory'`), cuBLAS
-//! (`CUBLAS_STATUS_ALLOC_FAILED`), JAX/XLA (`RESOURCE_EXHAUSTED: Out of memory while trying to
-//! allocate`), vLLM's start-up memory checks (V0 and V1), PyTorch's NCCL watchdog timeout and
-//! torchrun's `ChildFailedError` exit tables. Stream-agnostic: stderr and stdout lines go
-//! through the same parser (vLLM logs to stdout). Recognising a line is recording, not
-//! diagnosing: the findings are decided in `diagnose/` from these events.
+//! The job's output as evidence: a bounded tail of its last lines (redacted) and, for each
+//! line, the recogniser's verdict (`record::recognise`, one table of sourced patterns for
+//! PyTorch, TensorFlow, JAX/XLA, NCCL, vLLM, llama.cpp/Ollama, TensorRT, torchrun, cuBLAS/cuDNN
+//! and the CUDA runtime), with every number a PyTorch out-of-memory line states
+//! ([`OomDetail`]). Multi-line forms are read here as bounded blocks: torchrun's
+//! `ChildFailedError` table, PyTorch's `DistBackendError … Last error:` block (NCCL's own
+//! error on the lines after). Stream-agnostic: stderr and stdout lines go through the same
+//! parser (vLLM logs to stdout). Recognising a line is recording, not diagnosing: the
+//! findings are decided in `diagnose/` from these events.
 
 use super::recording::ErrorKind;
 use crate::model::RunErrorKind;
@@ -40,6 +40,7 @@ impl ParsedError {
             (k, _) if k.is_out_of_memory() => ErrorKind::OutOfMemory,
             (RunErrorKind::NcclWatchdog, _) => ErrorKind::CollectiveTimeout,
             (RunErrorKind::CudaUnknownError, _) => ErrorKind::DriverError,
+            (RunErrorKind::CudaFault, _) => ErrorKind::CudaFault,
             // `exitcode -9`: killed by signal 9.
             (RunErrorKind::ChildExit | RunErrorKind::WorkerKilled, Some(c)) if c < 0 => {
                 ErrorKind::KilledBySignal { signal: -c }
@@ -56,9 +57,26 @@ pub struct StderrWatcher {
     /// Inside a torchrun `ChildFailedError` table: the rank of the entry being read.
     in_table: bool,
     rank: Option<String>,
+    /// Lines of the torchrun table still read (bounded: a table never ends unread forever).
+    table_left: u16,
+    /// The table's `exitcode` row of the current rank was reported (its `traceback : Signal
+    /// 9 (SIGKILL) received by PID` row says the same and is not reported twice).
+    table_exit_seen: bool,
+    /// Lines of an NCCL `DistBackendError` block still read; the block's first line.
+    nccl_left: u8,
+    nccl_head: String,
+    /// The previous line was `Last error:` alone: NCCL's error is this one.
+    last_error_next: bool,
+    /// Lines of TensorFlow's BFC `Stats:` block still read, and its `Limit` / `InUse`
+    /// (the allocator's own accounting), given to the next TensorFlow OOM line.
+    bfc_left: u8,
+    bfc: (Option<u64>, Option<u64>),
     /// A private key printed over several lines is kept as one redacted line per line.
     pem: crate::redact::PemLines,
 }
+
+/// Lines of a torchrun failure table read at most.
+const TABLE_LINES: u16 = 60;
 
 fn cut(line: &str) -> String {
     let clean = crate::term::one_line(line.trim_end());
@@ -66,28 +84,7 @@ fn cut(line: &str) -> String {
     red.chars().take(LINE_CHARS).collect()
 }
 
-/// `2.00 GiB`, `20.00 MiB`, `1024.00 KiB`, `0 bytes` at the start of `s`.
-fn size_at(s: &str) -> Option<u64> {
-    let mut words = s.split_whitespace();
-    let num = words.next()?;
-    let unit = words
-        .next()?
-        .trim_end_matches(|c: char| !c.is_ascii_alphabetic());
-    let v: f64 = num.parse().ok()?;
-    let mult: f64 = match unit {
-        "bytes" | "B" => 1.0,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "KB" | "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        _ => return None,
-    };
-    let b = v * mult;
-    (b.is_finite() && b >= 0.0).then_some(b.round() as u64)
-}
+use super::recognise::{self, size_at};
 
 fn number_after(s: &str, key: &str) -> Option<u32> {
     let rest = &s[s.find(key)? + key.len()..];
@@ -120,6 +117,9 @@ pub struct OomDetail {
     /// `Process P has X memory in use` entries (other processes, or the process itself where
     /// PyTorch cannot tell, as in containers).
     pub listed_processes: Vec<(u32, u64)>,
+    /// The per-process cap of the caching allocator (`X allowed;`, printed when
+    /// `set_per_process_memory_fraction` is in force, c10 CUDACachingAllocator.cpp).
+    pub allowed: Option<u64>,
 }
 
 impl OomDetail {
@@ -133,8 +133,13 @@ impl OomDetail {
         Some(used.saturating_sub(torch))
     }
 
-    /// Held by other processes: total − free − in use by this process.
+    /// Held by other processes: total − free − in use by this process. `None` where the line
+    /// says this process has 0 bytes in use: some drivers (in containers) cannot attribute
+    /// memory to the process, and the job's own memory would be counted as others'.
     pub fn other_processes(&self) -> Option<u64> {
+        if self.process_in_use == Some(0) {
+            return None;
+        }
         Some(
             self.total?
                 .saturating_sub(self.free?)
@@ -182,14 +187,20 @@ pub fn oom_detail(l: &str) -> Option<OomDetail> {
             .or_else(|| size_preceding(l, " already allocated")),
         reserved_unallocated: size_preceding(l, " is reserved by PyTorch but unallocated"),
         listed_processes: Vec::new(),
+        allowed: size_preceding(l, " allowed;"),
     };
     if d.reserved_unallocated.is_none() {
-        // 1.x: `S reserved in total by PyTorch` (older: `S cached`) includes the allocated.
-        let reserved = size_preceding(l, " reserved in total by PyTorch")
-            .or_else(|| size_preceding(l, " cached)"));
+        // 1.4 to 1.13: `S reserved in total by PyTorch` includes the allocated.
+        let reserved = size_preceding(l, " reserved in total by PyTorch");
         if let (Some(r), Some(a)) = (reserved, d.allocated) {
             d.reserved_unallocated = Some(r.saturating_sub(a));
         }
+    }
+    if d.reserved_unallocated.is_none() {
+        // Before 1.4: `S cached` is "memory held by the allocator but not used by the
+        // program" (THCCachingAllocator), the unallocated part itself.
+        d.reserved_unallocated =
+            size_preceding(l, " cached)").or_else(|| size_preceding(l, " cached;"));
     }
     let mut rest = l;
     while let Some(i) = rest.find("Process ") {
@@ -248,33 +259,6 @@ fn compact_torch_line(l: &str) -> String {
     out
 }
 
-/// A PyTorch out-of-memory line: `CUDA out of memory` (HIP on ROCm), or PyTorch's
-/// `OutOfMemoryError` class; never Java's `java.lang.OutOfMemoryError` or Python's
-/// `MemoryError`.
-fn is_torch_oom(l: &str) -> bool {
-    if l.contains("java.lang.OutOfMemoryError") {
-        return false;
-    }
-    l.contains("CUDA out of memory")
-        || l.contains("HIP out of memory")
-        || l.contains("torch.OutOfMemoryError")
-        || l.contains("torch.cuda.OutOfMemoryError")
-        || l.contains("OutOfMemoryError: CUDA")
-}
-
-/// Every line [`parse_line`] recognises holds one of these (a pre-filter: most lines of a
-/// job's output hold none and are not parsed).
-const ERROR_KEYS: [&str; 8] = [
-    "emory", // memory, Memory (OutOfMemoryError)
-    "EMORY", // CUDA_ERROR_OUT_OF_MEMORY
-    "ALLOC_FAILED",
-    "unknown error",
-    "KV cache",
-    "killed by signal",
-    "Watchdog",
-    "ChildFailedError",
-];
-
 /// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
 fn prefix_of(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -288,124 +272,41 @@ fn prefix_of(s: &str, max: usize) -> &str {
 }
 
 /// Recognise one line of the job's output, stderr or stdout (without its state: torchrun
-/// tables need [`StderrWatcher`]).
+/// tables and NCCL's `Last error:` block need [`StderrWatcher`]).
 pub fn parse_line(line: &str) -> Option<ParsedError> {
-    let l = line;
-    let make = |kind, device, requested| ParsedError {
-        kind,
-        device,
-        requested,
-        line: cut(l),
-        exit_code: None,
-        detail: None,
-    };
-    if is_torch_oom(l) {
-        let detail = oom_detail(l);
-        // 1.x: `(GPU 0; 15.78 GiB total capacity; …)`; 2.x: `GPU 0 has a total capacity`.
-        let device = number_after(l, "(GPU ").or_else(|| {
-            let i = l.find(" has a total capac")?;
-            let head = &l[..i];
-            let j = head.rfind("GPU ")?;
-            head[j + 4..].trim().parse().ok()
-        });
-        return Some(ParsedError {
-            kind: RunErrorKind::CudaOom,
-            device,
-            requested: detail.as_ref().and_then(|d| d.requested),
-            line: cut(&compact_torch_line(l)),
-            exit_code: None,
-            detail,
-        });
-    }
-    if l.contains("CUDA error: out of memory") || l.contains("CUDA_ERROR_OUT_OF_MEMORY") {
-        return Some(make(
-            RunErrorKind::CudaErrorOom,
-            number_after(l, "cuda:"),
-            None,
-        ));
-    }
-    if l.contains("CUDA error: unknown error") {
-        return Some(make(
-            RunErrorKind::CudaUnknownError,
-            number_after(l, "cuda:"),
-            None,
-        ));
-    }
-    // NCCL: `enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'` (NVIDIA/TensorRT-LLM#1670).
-    if l.contains("NCCL WARN") && l.contains("Cuda failure 'out of memory'") {
-        return Some(make(RunErrorKind::NcclOom, None, None));
-    }
-    if l.contains("CUBLAS_STATUS_ALLOC_FAILED") {
-        return Some(make(RunErrorKind::CublasAllocFailed, None, None));
-    }
-    // XLA: `RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes.`;
-    // older jaxlib: `Resource exhausted: Out of memory while trying to allocate 24 bytes.`
-    if let Some(i) = l.find("Out of memory while trying to allocate ") {
-        let head = &l[..i];
-        if head.contains("RESOURCE_EXHAUSTED") || head.contains("Resource exhausted") {
-            let requested = size_at(&l[i + "Out of memory while trying to allocate ".len()..]);
-            return Some(make(RunErrorKind::JaxOom, None, requested));
-        }
-    }
-    if l.contains("less than desired GPU memory utilization") {
-        // `Free memory on device cuda:0 (19.77/22.05 GiB) on startup is less than desired GPU
-        // memory utilization (0.9, 19.84 GiB)`: the claim is the second size.
-        let requested = l.rfind("utilization (").and_then(|i| {
-            let rest = &l[i + "utilization (".len()..];
-            let comma = rest.find(',')?;
-            size_at(rest[comma + 1..].trim())
-        });
-        return Some(make(
-            RunErrorKind::VllmFreeMemory,
-            number_after(l, "cuda:"),
-            requested,
-        ));
-    }
-    if l.contains("No available memory for the cache blocks") {
-        return Some(make(RunErrorKind::VllmNoCacheBlocks, None, None));
-    }
-    if l.contains("maximum number of tokens that can be stored in KV cache") {
-        return Some(make(RunErrorKind::VllmKvCache, None, None));
-    }
-    // vLLM V1: `To serve at least one request with the models's max seq len (262144), (24.0 GiB
-    // KV cache is needed, which is larger than the available KV cache memory (3.18 GiB).`
-    // (vllm-project/vllm#34076; later releases spell it `model's`).
-    if l.contains("To serve at least one request with the model")
-        && l.contains("KV cache is needed")
-    {
-        let requested = size_preceding(l, " KV cache is needed");
-        return Some(make(RunErrorKind::VllmKvCache, None, requested));
-    }
-    // PyTorch: `RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed.`
-    // (pytorch/pytorch#8976): the signal by the name Python's strsignal gives it.
-    if let Some(i) = l.find(" is killed by signal: ") {
-        if l[..i].contains("DataLoader worker") {
-            let name = l[i + " is killed by signal: ".len()..]
-                .trim()
-                .trim_end_matches('.');
-            let signal = match name {
-                "Killed" => Some(9),
-                "Terminated" => Some(15),
-                "Segmentation fault" => Some(11),
-                "Bus error" => Some(7),
-                "Aborted" => Some(6),
-                _ => None,
-            };
-            return Some(ParsedError {
-                exit_code: signal.map(|s: i32| -s),
-                ..make(RunErrorKind::WorkerKilled, None, None)
-            });
-        }
-    }
-    // PyTorch's NCCL watchdog, which then aborts the process (SIGABRT).
-    if l.contains("Watchdog caught collective operation timeout") {
-        return Some(make(RunErrorKind::NcclWatchdog, None, None));
-    }
-    if l.contains("ChildFailedError") {
-        return Some(make(RunErrorKind::ChildFailed, None, None));
-    }
-    None
+    let m = recognise::recognise(line)?;
+    let torch = m.pattern.kind == RunErrorKind::CudaOom;
+    let detail = if torch { oom_detail(line) } else { None };
+    Some(ParsedError {
+        kind: m.pattern.kind.clone(),
+        device: m.facts.device,
+        requested: detail
+            .as_ref()
+            .and_then(|d| d.requested)
+            .or(m.facts.requested),
+        line: if torch {
+            cut(&compact_torch_line(line))
+        } else {
+            cut(line)
+        },
+        exit_code: m.facts.exit_code,
+        detail,
+    })
 }
+
+/// Lines that open PyTorch's `DistBackendError` block: NCCL's own error follows on the next
+/// lines (`Last error:` then the text) when `NCCL_DEBUG` is unset (NCCLUtils.cpp).
+fn opens_nccl_block(l: &str) -> bool {
+    l.contains("DistBackendError")
+        || l.contains("ncclUnhandledCudaError")
+        || (l.contains("NCCL error") && l.contains("unhandled cuda error"))
+}
+
+/// Lines of an NCCL block read after its first (bounded).
+const NCCL_BLOCK_LINES: u8 = 6;
+
+/// Lines of TensorFlow's BFC `Stats:` block read after its first (bounded).
+const BFC_STATS_LINES: u8 = 8;
 
 impl StderrWatcher {
     pub fn new() -> StderrWatcher {
@@ -415,7 +316,7 @@ impl StderrWatcher {
     /// Take one line of stderr (without its newline); returns an error it recognises.
     /// Cheap for the lines that are not errors (a job's output passes through here): the
     /// tail keeps them raw (cut and redacted by [`StderrWatcher::tail`]) and only a line
-    /// holding one of [`ERROR_KEYS`] is parsed.
+    /// holding one of the recogniser's keys (one multi-pattern search) is parsed.
     pub fn line(&mut self, line: &str) -> Option<ParsedError> {
         let mut kept = if self.tail.len() == TAIL_LINES {
             self.tail.pop_front().unwrap_or_default()
@@ -430,19 +331,70 @@ impl StderrWatcher {
         }
         kept.push_str(prefix_of(line, LINE_CHARS * 4));
         self.tail.push_back(kept);
-        if !self.in_table && (line.len() < 5 || !ERROR_KEYS.iter().any(|k| line.contains(k))) {
+        if self.nccl_left > 0 {
+            self.nccl_left -= 1;
+            if let Some(e) = self.nccl_block_line(line) {
+                return Some(e);
+            }
+        } else if opens_nccl_block(line) {
+            self.nccl_left = NCCL_BLOCK_LINES;
+            self.nccl_head = prefix_of(line.trim(), 200).to_string();
+            self.last_error_next = false;
+            if let Some(i) = line.find("Last error:") {
+                // The block on one line (the exception's message printed as one string).
+                let rest = line[i + "Last error:".len()..].trim();
+                if let Some(e) = self.nccl_last_error(rest) {
+                    return Some(e);
+                }
+            }
+        }
+        if self.bfc_left > 0 {
+            self.bfc_left -= 1;
+            let t = line.trim_start();
+            let num = |key: &str| t.strip_prefix(key)?.trim().parse::<u64>().ok();
+            if let Some(v) = num("Limit:") {
+                self.bfc.0 = Some(v);
+            } else if let Some(v) = num("InUse:") {
+                self.bfc.1 = Some(v);
+            }
+        } else if line.contains("bfc_allocator") && line.contains("] Stats:") {
+            self.bfc_left = BFC_STATS_LINES;
+            self.bfc = (None, None);
+        }
+        if !self.in_table && !recognise::may_match(line) {
             return None;
         }
-        let found = parse_line(line);
+        let mut found = parse_line(line);
+        if let (Some(f), (Some(limit), in_use)) = (&mut found, self.bfc) {
+            if f.kind == RunErrorKind::TfOom {
+                f.line = cut(&format!(
+                    "{} {}",
+                    f.line,
+                    recognise::bfc_suffix(limit, in_use)
+                ));
+            }
+        }
         if let Some(f) = &found {
             if f.kind == RunErrorKind::ChildFailed {
                 self.in_table = true;
+                self.table_left = TABLE_LINES;
+                self.table_exit_seen = false;
                 self.rank = None;
+            } else if self.in_table
+                && self.table_exit_seen
+                && f.kind == RunErrorKind::ChildExit
+                && line.contains("received by PID")
+            {
+                return None;
             }
             return found;
         }
         if !self.in_table {
             return None;
+        }
+        self.table_left = self.table_left.saturating_sub(1);
+        if self.table_left == 0 {
+            self.in_table = false;
         }
         let t = line.trim();
         if let Some(v) = t
@@ -450,6 +402,7 @@ impl StderrWatcher {
             .map(|r| r.trim_start_matches([' ', ':']))
         {
             self.rank = Some(v.split_whitespace().next().unwrap_or("").to_string());
+            self.table_exit_seen = false;
         } else if let Some(v) = t
             .strip_prefix("exitcode")
             .map(|r| r.trim_start_matches([' ', ':']))
@@ -457,6 +410,7 @@ impl StderrWatcher {
             // `exitcode  : -9 (pid: 4242)`: a negative code is the signal that killed it.
             let code = v.split_whitespace().next().unwrap_or("");
             let rank = self.rank.clone().unwrap_or_else(|| "?".into());
+            self.table_exit_seen = true;
             return Some(ParsedError {
                 kind: RunErrorKind::ChildExit,
                 device: None,
@@ -472,6 +426,36 @@ impl StderrWatcher {
             self.in_table = false;
         }
         None
+    }
+
+    /// A line inside an NCCL block: `Last error:` (alone, the error on the next line, or
+    /// followed by it), then NCCL's text, read as the block's error.
+    fn nccl_block_line(&mut self, line: &str) -> Option<ParsedError> {
+        let t = line.trim();
+        if self.last_error_next {
+            if t.is_empty() {
+                return None;
+            }
+            self.last_error_next = false;
+            self.nccl_left = 0;
+            return self.nccl_last_error(t);
+        }
+        let i = t.find("Last error:")?;
+        let rest = t[i + "Last error:".len()..].trim();
+        if rest.is_empty() {
+            self.last_error_next = true;
+            return None;
+        }
+        self.nccl_left = 0;
+        self.nccl_last_error(rest)
+    }
+
+    /// NCCL's own error text of a `DistBackendError` block, recognised, with the block's
+    /// first line kept as context.
+    fn nccl_last_error(&self, text: &str) -> Option<ParsedError> {
+        let mut e = parse_line(text)?;
+        e.line = cut(&format!("{} | Last error: {}", self.nccl_head, text));
+        Some(e)
     }
 
     /// The last lines read, oldest first, cleaned, redacted and cut to [`LINE_CHARS`].

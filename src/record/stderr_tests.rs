@@ -84,7 +84,7 @@ fn recognised_lines_table() {
             "NVIDIA/TensorRT-LLM#1670",
             "VM-0-16-ubuntu:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'",
             RunErrorKind::NcclOom,
-            None,
+            Some(2),
             None,
         ),
         (
@@ -92,7 +92,7 @@ fn recognised_lines_table() {
             "ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of \
              memory'",
             RunErrorKind::NcclOom,
-            None,
+            Some(3),
             None,
         ),
         (
@@ -451,4 +451,125 @@ fn a_private_key_over_several_lines_never_reaches_the_tail() {
         w.tail().iter().any(|l| l == "log line 299"),
         "kept again after the cap"
     );
+}
+
+#[test]
+fn nccl_last_error_block_is_read_as_one_error() {
+    // pytorch/pytorch#170045 (NCCLUtils.cpp prints NCCL's last error on the lines after).
+    let mut w = StderrWatcher::new();
+    let lines = [
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/\
+         NCCLUtils.cpp:77, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL \
+         version 2.26.2",
+        "ncclUnhandledCudaError: Call to CUDA function failed.",
+        "Last error:",
+        "Cuda failure 2 'out of memory'",
+    ];
+    let found: Vec<ParsedError> = lines.iter().filter_map(|l| w.line(l)).collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind, RunErrorKind::NcclOom);
+    assert!(
+        found[0].line.contains("DistBackendError"),
+        "{}",
+        found[0].line
+    );
+    assert!(
+        found[0].line.contains("Last error: Cuda failure 2"),
+        "{}",
+        found[0].line
+    );
+    // nccl#1410: every line prefixed by the rank; another CUDA error is not memory.
+    let mut w = StderrWatcher::new();
+    let found: Vec<ParsedError> = [
+        "[rank7]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:275, \
+         unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+        "[rank7]: ncclUnhandledCudaError: Call to CUDA function failed.",
+        "[rank7]: Last error:",
+        "[rank7]: Cuda failure 1 'invalid argument'",
+    ]
+    .iter()
+    .filter_map(|l| w.line(l))
+    .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].error_kind(), ErrorKind::CudaFault);
+    // On one line (the exception's message as one string), the calloc size is kept.
+    let mut w = StderrWatcher::new();
+    let e = w
+        .line(
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, \
+             unhandled cuda error, NCCL version 2.19.3 ncclUnhandledCudaError: Call to CUDA \
+             function failed. Last error: Failed to CUDA calloc 10485760 bytes",
+        )
+        .unwrap();
+    assert_eq!(
+        (e.kind, e.requested),
+        (RunErrorKind::NcclOom, Some(10_485_760))
+    );
+    // The block is bounded: a `Last error:` far after it is not read as its end.
+    let mut w = StderrWatcher::new();
+    w.line("ncclUnhandledCudaError: Call to CUDA function failed.");
+    for _ in 0..10 {
+        assert!(w.line("step 1 loss 0.5").is_none());
+    }
+    assert!(w.line("Last error:").is_none());
+    assert!(w.line("all good").is_none());
+}
+
+#[test]
+fn torchrun_rank_failures_outside_the_table() {
+    // hpcaitech/ColossalAI#3514, lzhxmu/CPPO#6.
+    let e = parse_line(
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3 \
+         (pid: 812917) of binary: /data/bin/python",
+    )
+    .unwrap();
+    assert_eq!(e.error_kind(), ErrorKind::KilledBySignal { signal: 9 });
+    let e = parse_line("  traceback : Signal 9 (SIGKILL) received by PID 14750").unwrap();
+    assert_eq!(e.error_kind(), ErrorKind::KilledBySignal { signal: 9 });
+    let e = parse_line("  traceback : Signal 6 (SIGABRT) received by PID 14750").unwrap();
+    assert_eq!(e.error_kind(), ErrorKind::KilledBySignal { signal: 6 });
+    let e = parse_line(
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 \
+         (pid: 1622990) of binary: /bin/python",
+    )
+    .unwrap();
+    assert_eq!(e.error_kind(), ErrorKind::Other);
+    assert!(parse_line("    raise ChildFailedError(").is_none());
+}
+
+#[test]
+fn pre_1_4_cached_is_the_unallocated_part() {
+    // facebookresearch/fairseq#869; THCCachingAllocator printed `amount_cached -
+    // amount_allocated` as `cached` (pytorch v1.0 c10/cuda/CUDACachingAllocator.cpp).
+    let d = oom_detail(
+        "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.93 GiB total capacity; 7.20 \
+         GiB already allocated; 17.56 MiB free; 46.25 MiB cached)",
+    )
+    .unwrap();
+    assert_eq!(d.reserved_unallocated, Some(mib(46.25)));
+    assert_eq!(d.allocated, Some(gib(7.20)));
+}
+
+#[test]
+fn tensorflow_bfc_stats_go_with_the_next_oom() {
+    // zzw922cn/Automatic_Speech_Recognition#78.
+    let mut w = StderrWatcher::new();
+    let lines = [
+        "2018-06-08 17:26:00.908082: I tensorflow/core/common_runtime/bfc_allocator.cc:680] Stats: ",
+        "Limit:                 10625279591",
+        "InUse:                  7350513920",
+        "MaxInUse:               7464792320",
+        "2018-06-08 17:26:00.908130: W tensorflow/core/framework/op_kernel.cc:1202] OP_REQUIRES \
+         failed at tile_ops.cc:123 : Resource exhausted: OOM when allocating tensor with \
+         shape[16,1,892800,8,4,2,2] and type float on \
+         /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    ];
+    let found: Vec<ParsedError> = lines.iter().filter_map(|l| w.line(l)).collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        recognise::bfc_stats(&found[0].line),
+        Some((10_625_279_591, Some(7_350_513_920)))
+    );
+    assert_eq!(found[0].kind, RunErrorKind::TfOom);
+    assert_eq!(found[0].device, Some(0));
 }

@@ -27,7 +27,7 @@ pub struct TreeProcess {
     pub start_ms: f64,
     pub end_ms: Option<f64>,
     /// `CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES`,
-    /// `PYTORCH_CUDA_ALLOC_CONF` from its environment (redacted), when set and readable.
+    /// `PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_ALLOC_CONF` from its environment (redacted), when set and readable.
     pub gpu_env: Vec<(String, String)>,
     /// Why it is the job's when not as a descendant of the root: `cgroup /docker/<id>`,
     /// `environment VRAMDOC_MARKERS`, `Slurm step 12.0`, `attached`. Its own descendants
@@ -39,11 +39,12 @@ pub struct TreeProcess {
 }
 
 /// The environment variables that decide which GPUs a process sees.
-pub const GPU_ENV: [&str; 4] = [
+pub const GPU_ENV: [&str; 5] = [
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
     "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
 ];
 
 impl TreeProcess {

@@ -599,7 +599,7 @@ pub fn convert(
         }
     }
     let fps = src.findings.clone();
-    let description = if fps.is_empty() {
+    let mut description = if fps.is_empty() {
         "A recorded job replayed without its model: no fingerprint was raised".to_string()
     } else {
         format!(
@@ -607,6 +607,10 @@ pub fn convert(
             fps.join(", ")
         )
     };
+    // Only an engine's claim scales with the card (issue 26): src/repro/engine_claim.rs.
+    let totals: Vec<u64> = pic.devs.iter().map(|d| d.total).collect();
+    let (steps, scaling) = super::engine_claim::apply(steps, src.engine.as_ref(), &totals);
+    description.push_str(&scaling);
     let scenario = Scenario {
         id: "repro".into(),
         title: match &fingerprint {

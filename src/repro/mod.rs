@@ -7,6 +7,7 @@
 //! files. docs/repro.md is the user's guide.
 
 pub mod convert;
+pub mod engine_claim;
 pub mod label;
 pub mod schedule;
 pub mod source;

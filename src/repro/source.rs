@@ -1,6 +1,8 @@
 //! What a recording gives the converter, from either of its two forms: the `run` section of
 //! a JSON report, or the `--samples` JSONL stream (also one cut short by a crash: every whole
-//! line is used). Command lines, environments and process names are never read into it.
+//! line is used). Command lines, environments and process names are never read into it,
+//! except to see whether an inference engine claims a share of the card (`engine_claim`:
+//! only the engine's name and the word or flag that showed it are kept).
 
 use super::ReproError;
 use crate::diagnose::{self, ErrorEvent, ErrorKind, RecordedDevice, RecordedProcess, Recording};
@@ -50,6 +52,9 @@ pub struct Source {
     pub period_ms: f64,
     /// When the command exited (`None`: not recorded, e.g. a crash).
     pub exit_ms: Option<f64>,
+    /// An inference engine's claim seen in the job's command or processes (only its name
+    /// and the word or flag that showed it are kept): only then do claims scale with the card.
+    pub engine: Option<super::engine_claim::EngineClaim>,
 }
 
 /// The `run` section of a report. `file` names it in errors.
@@ -112,6 +117,13 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
             .iter()
             .find(|m| m.kind == MarkerKind::Exit)
             .map(|m| m.t_ms),
+        engine: super::engine_claim::detect(
+            run.command.iter().map(String::as_str).chain(
+                run.processes
+                    .iter()
+                    .flat_map(|p| p.name.as_deref().into_iter().chain(p.cmdline.as_deref())),
+            ),
+        ),
     })
 }
 
@@ -129,14 +141,16 @@ struct StreamDev {
     total: u64,
 }
 
-/// The lines of the stream the converter reads (record::stream writes them); other fields
-/// (the command line, process command lines and names) are ignored on purpose.
+/// The lines of the stream the converter reads (record::stream writes them); the command
+/// line, process command lines and names are read only by `engine_claim::detect`.
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 enum Line {
     Header {
         version: u32,
         devices: Vec<StreamDev>,
+        #[serde(default)]
+        command: Vec<String>,
         #[serde(default)]
         process_period_us: u64,
         #[serde(default)]
@@ -155,6 +169,10 @@ enum Line {
     },
     Start {
         pid: u32,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        cmdline: Option<String>,
     },
     Marker {
         t_ms: f64,
@@ -214,9 +232,13 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
             Line::Header {
                 version,
                 devices,
+                command,
                 process_period_us,
                 period_us,
             } => {
+                if src.engine.is_none() {
+                    src.engine = super::engine_claim::detect(command.iter().map(String::as_str));
+                }
                 src.process_period_ms = process_period_us as f64 / 1000.0;
                 src.period_ms = period_us as f64 / 1000.0;
                 if i != 0 {
@@ -264,8 +286,13 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     used: used.map(|u| u.min(MAX_READING)),
                 });
             }
-            Line::Start { pid } => {
+            Line::Start { pid, name, cmdline } => {
                 src.tree.insert(pid);
+                if src.engine.is_none() {
+                    src.engine = super::engine_claim::detect(
+                        name.as_deref().into_iter().chain(cmdline.as_deref()),
+                    );
+                }
             }
             Line::Marker { t_ms, kind, label } => src.markers.push(Marker {
                 t_ms,

@@ -100,8 +100,8 @@ fn job_on_one_gpu(total: u64, samples: Vec<(f64, u64)>, procs: Vec<ProcessSample
 /// The context overhead of the recorded boxes.
 const CTX: u64 = 448 * MIB;
 
-/// The job on one GPU of `total` bytes: a context (the job's process holds [`CTX`] at
-/// 100 ms), then the GPU at `claimed` bytes from 200 ms on.
+/// The job (a vLLM server) on one GPU of `total` bytes: a context (the job's process holds
+/// [`CTX`] at 100 ms), then the GPU at `claimed` bytes from 200 ms on.
 fn context_then_claim(total: u64, claimed: u64) -> Source {
     let samples = vec![(0.0, 0), (100.0, CTX), (200.0, claimed), (300.0, claimed)];
     let procs = vec![ProcessSample {
@@ -110,7 +110,30 @@ fn context_then_claim(total: u64, claimed: u64) -> Source {
         pid: JOB,
         used: Some(CTX),
     }];
-    job_on_one_gpu(total, samples, procs)
+    Source {
+        engine: super::engine_claim::detect(["vllm serve model"]),
+        ..job_on_one_gpu(total, samples, procs)
+    }
+}
+
+#[test]
+fn a_plain_job_at_a_round_share_keeps_its_bytes() {
+    // Issue 26: 60 % of a 16 GiB card, no engine: 9.6 GiB on any card, not 60 % of it.
+    let total = 16 * GIB;
+    let src = Source {
+        engine: None,
+        ..context_then_claim(total, (0.6 * total as f64) as u64 + CTX)
+    };
+    let c = convert_source(&src, spec_of).unwrap();
+    assert!(
+        !c.scenario
+            .steps
+            .iter()
+            .any(|s| matches!(s.op, Op::ClaimUtilization { .. })),
+        "{}",
+        c.toml
+    );
+    assert!(c.scenario.description.contains("absolute"), "{}", c.toml);
 }
 
 fn spec_of(d: &[(String, u64)]) -> Option<String> {

@@ -221,21 +221,29 @@ mod fidelity_over_recorded_shapes {
 
     #[test]
     fn neighbour_plus_over_claim() {
-        // vLLM loads its weights, then claims the rest of its budget for the KV cache.
-        let (run, text) = fidelity(
+        // vLLM loads its weights, then claims the rest of its budget for the KV cache. The
+        // job runs as `vllm.py`: only an engine's claim scales with the card (issue 26).
+        let engine = tempfile::tempdir().unwrap();
+        let script = engine.path().join("vllm.py");
+        std::fs::copy(JOB, &script).unwrap();
+        let (run, text) = fidelity_of(
             "16GiB",
             Some("1536MiB"),
-            &[
-                "ctx:0",
-                "mark:load",
-                "alloc:2048",
-                "sleep:300",
-                "mark:claim",
-                "alloc:11059",
-                "sleep:300",
-                "mark:serve",
-                "alloc:1024",
-            ],
+            &CADENCE,
+            &job(
+                &script,
+                &[
+                    "ctx:0",
+                    "mark:load",
+                    "alloc:2048",
+                    "sleep:300",
+                    "mark:claim",
+                    "alloc:11059",
+                    "sleep:300",
+                    "mark:serve",
+                    "alloc:1024",
+                ],
+            ),
         );
         assert!(text.contains("[[neighbours]]"), "{text}");
         // The engine at 12.8 GiB of a 16 GiB GPU: its gpu_memory_utilization 0.8.
@@ -663,4 +671,39 @@ fn whatif_ended_by_sigterm_leaves_no_replays_and_no_boxes_behind() {
     common::poll::eventually(common::poll::SECS_10, "whatif's boxes removed", || {
         boxes().is_empty()
     });
+}
+
+/// Issue 26: a plain job whose allocation happens to be a round share of the card keeps its
+/// bytes in `scenario from`, so `whatif` on a larger card peaks where it peaked, not at that
+/// share of the larger card; the converted file says why.
+#[test]
+fn whatif_of_a_plain_recorded_job_keeps_its_bytes_on_a_larger_card() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = common::fresh_box("16GiB");
+    // 60 % of the 16 GiB card in one allocation (9.6 GiB), by a job that is no engine.
+    let cmd = job(
+        Path::new(JOB),
+        &["ctx:0", "mark:load", "alloc:9830", "sleep:400"],
+    );
+    let o = record(b.path(), tmp.path(), &CADENCE, &refs(&cmd));
+    let repro = tmp.path().join("repro.toml");
+    let text = std::fs::read_to_string(&repro)
+        .unwrap_or_else(|e| panic!("no scenario ({e}): {}", stderr(&o)));
+    assert!(!text.contains("claim_utilization"), "{text}");
+    assert!(text.contains("absolute"), "{text}");
+    let o = vramdoc()
+        .arg("whatif")
+        .arg(&repro)
+        .args(["--on", "h100,recorded", "--json"])
+        .output()
+        .unwrap();
+    let v = common::json_ok(&o, "whatif --json");
+    let boxes = v["boxes"].as_array().unwrap();
+    let h100 = boxes.iter().find(|x| x["spec"] == "h100").unwrap();
+    let peak = h100["gpus"][0]["peak"].as_u64().unwrap();
+    // The 9.6 GiB plus a context, not 60 % of 80 GiB (48 GiB).
+    assert!(
+        (9 * GIB..12 * GIB).contains(&peak),
+        "peak {peak} on an H100: {v:#}\n{text}"
+    );
 }

@@ -140,6 +140,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(outlived::outlived_command(&cx));
     out.extend(not_gpu_memory::collective_timeout(&cx));
     out.extend(not_gpu_memory::host_oom_kill(&cx));
+    out.extend(not_gpu_memory::cuda_error(&cx));
     out.extend(monitor_hang::monitor_hang(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out

@@ -1,6 +1,8 @@
 //! Failures that are not GPU memory, named as such however full the GPU was:
-//! `collective-timeout` (PyTorch's NCCL watchdog aborted the job) and `host-oom-kill`
-//! (SIGKILL with no GPU out-of-memory error: most likely the host's OOM killer).
+//! `collective-timeout` (PyTorch's NCCL watchdog aborted the job), `host-oom-kill`
+//! (SIGKILL with no GPU out-of-memory error: most likely the host's OOM killer) and
+//! `cuda-error` (a CUDA failure that is not an allocation failure: illegal address,
+//! device-side assert, driver too old).
 
 use super::prelude::*;
 
@@ -139,5 +141,64 @@ pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
         pid,
         evidence,
         fix: fixes::HOST_OOM_KILL.into(),
+    }]
+}
+
+/// `cuda-error`: the job's output shows a CUDA failure that is not an allocation failure
+/// (an illegal memory access, a device-side assert, a driver too old for the framework, NCCL's
+/// CUDA check on another error) and no out-of-memory error: said to be *not* a memory
+/// failure, so nobody chases memory. `error` when the job failed; `info` when it exited 0
+/// (a warning printed by a job that then ran, e.g. on the CPU).
+pub(super) fn cuda_error(cx: &Prepared) -> Vec<Finding> {
+    let mut faults = cx
+        .rec
+        .errors
+        .iter()
+        .filter(|e| e.kind == ErrorKind::CudaFault);
+    let Some(e) = faults.next() else {
+        return Vec::new();
+    };
+    if cx.ooms().next().is_some() {
+        return Vec::new();
+    }
+    let more = faults.count();
+    let mut evidence = vec![ev("when", fmt_t(e.t_ms)), ev("error line", e.line.clone())];
+    if let Some(m) = crate::record::recognise::recognise(&e.line) {
+        evidence.push(ev(
+            "recognised as",
+            format!(
+                "{} ({}; {})",
+                m.pattern.framework.name(),
+                m.pattern.id,
+                m.pattern.source
+            ),
+        ));
+    }
+    if more > 0 {
+        evidence.push(ev("further CUDA errors of this kind", more.to_string()));
+    }
+    evidence.extend(fill_at(cx, e.t_ms));
+    evidence.push(ev(
+        "GPU memory",
+        "not the cause: an allocation failure says out of memory; this error names another \
+         fault",
+    ));
+    let ran = cx.rec.exit == Some(JobExit::Code(0));
+    vec![Finding {
+        id: ids::CUDA_ERROR.into(),
+        severity: if ran { Severity::Info } else { Severity::Error },
+        title: format!(
+            "A CUDA error that is not a memory failure at {}{}",
+            fmt_t(e.t_ms),
+            if ran {
+                " (the job went on and exited 0)"
+            } else {
+                ""
+            }
+        ),
+        devices: e.device.into_iter().collect(),
+        pid: e.pid,
+        evidence,
+        fix: fixes::CUDA_ERROR.into(),
     }]
 }

@@ -1,6 +1,34 @@
-//! `out-of-memory`: the first allocation failure.
+//! `out-of-memory`: the first allocation failure, named with the framework that reported it
+//! (the recogniser's table), its numbers, and the fix of that family; a warning when the job
+//! recovered and exited 0.
 
 use super::prelude::*;
+use crate::model::RunErrorKind;
+use crate::record::recognise::{self, Framework};
+
+/// The kind the recogniser gives `line` (the recorded event keeps only the timeline's kind).
+fn e_kind_of(line: &str) -> Option<RunErrorKind> {
+    recognise::recognise(line).map(|m| m.pattern.kind.clone())
+}
+
+/// The fix text for an out-of-memory error recognised from `line` (the framework's family;
+/// PyTorch's per-process cap when the line states one).
+fn family_fix(line: &str, capped: bool) -> String {
+    if capped {
+        return fixes::OOM_FRACTION_CAP.into();
+    }
+    let family = recognise::recognise(line).map(|m| m.pattern.framework);
+    match family {
+        Some(Framework::TensorFlow) => fixes::OOM_TENSORFLOW.into(),
+        Some(Framework::Jax) => fixes::OOM_JAX.into(),
+        Some(Framework::Nccl) => fixes::OOM_NCCL.into(),
+        Some(Framework::LlamaCpp) => fixes::OOM_LLAMA_CPP.into(),
+        Some(Framework::TensorRt) => fixes::OOM_TENSORRT.into(),
+        Some(Framework::Vllm) if line.contains("KV cache") => fixes::OOM_VLLM_KV.into(),
+        Some(Framework::Sglang) => fixes::OOM_SGLANG.into(),
+        _ => fixes::OUT_OF_MEMORY.into(),
+    }
+}
 
 /// `out-of-memory`: the first allocation failure, where (phase), on which device, free
 /// memory at that moment, the parsed error line and every number it states (the title says
@@ -11,9 +39,13 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
         return Vec::new();
     };
     let more = ooms.count();
+    // The job went on and finished: every error was recovered from.
+    let recovered = cx.rec.exit == Some(JobExit::Code(0));
     let device = cx.error_device(e);
     let dev = device.and_then(|d| cx.dev(d));
     let mut evidence = vec![ev("when", fmt_t(e.t_ms))];
+    // What other processes held on the device then (`None`: not known).
+    let mut others_then: Option<(u64, u64)> = None;
     if let Some(p) = cx.phase_at(e.t_ms) {
         evidence.push(ev("during", p));
     }
@@ -37,6 +69,7 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             evidence.push(ev_bytes("free at that moment", free));
             // Per-process lists lag the device: the job's holding at its last listing.
             if let Some(job) = cx.tree_usage_at(d.index, e.t_ms) {
+                others_then = Some((used.saturating_sub(job), d.total));
                 evidence.push(ev_bytes("held by the job's processes (last listing)", job));
                 evidence.push(ev_bytes(
                     "held by other processes and the driver (used - the job's)",
@@ -55,7 +88,26 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     if let Some(r) = e.requested_bytes {
         evidence.push(ev_bytes("the failed allocation asked for", r));
     }
-    if let Some(d) = oom_detail(e) {
+    if let Some(m) = recognise::recognise(&e.line) {
+        evidence.push(ev(
+            "recognised as",
+            format!(
+                "{} ({}; {})",
+                m.pattern.framework.name(),
+                m.pattern.id,
+                m.pattern.source
+            ),
+        ));
+    }
+    if let Some((limit, in_use)) = recognise::bfc_stats(&e.line) {
+        evidence.push(ev_bytes("TensorFlow's allocator limit (BFC Limit)", limit));
+        if let Some(u) = in_use {
+            evidence.push(ev_bytes("in use by TensorFlow's allocator (BFC InUse)", u));
+        }
+    }
+    let detail = oom_detail(e);
+    let cap = detail.as_ref().and_then(|d| d.allowed);
+    if let Some(d) = detail {
         evidence.extend(detail_evidence(&d));
         // Say so in one line when others held more than the failing process did.
         if let (Some(others), Some(own)) = (d.other_processes(), d.process_in_use) {
@@ -75,14 +127,56 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     if more > 0 {
         evidence.push(ev("further out-of-memory errors", more.to_string()));
     }
+    if let Some(c) = cap {
+        title.push_str(&format!(
+            ": PyTorch's per-process cap ({} allowed) was reached, not the GPU",
+            format_bytes(c)
+        ));
+    }
+    let mut fix = family_fix(&e.line, cap.is_some());
+    if matches!(
+        e_kind_of(&e.line),
+        Some(RunErrorKind::VllmKvCache | RunErrorKind::VllmNoCacheBlocks)
+    ) {
+        // Raising the utilisation is safe only where nothing else uses the GPU.
+        match others_then {
+            Some((others, total)) if others.saturating_mul(20) <= total => {
+                fix.push_str(&format!(
+                    " Other processes held {} of this GPU then: raising \
+                     --gpu-memory-utilization is safe here.",
+                    format_bytes(others)
+                ));
+            }
+            Some((others, _)) => fix.push_str(&format!(
+                " Other processes held {} of this GPU then: do not raise \
+                 --gpu-memory-utilization; lower --max-model-len or free the GPU.",
+                format_bytes(others)
+            )),
+            None => {}
+        }
+    }
+    let severity = if recovered {
+        evidence.push(ev("recoveries", (more + 1).to_string()));
+        evidence.push(ev("job", "finished with exit status 0"));
+        title = format!(
+            "{} out-of-memory error{} recovered from; the job finished (exit 0). First: {}",
+            more + 1,
+            if more == 0 { "" } else { "s" },
+            title
+        );
+        fix = format!("{} {}", fixes::OOM_RECOVERED, fix);
+        Severity::Warn
+    } else {
+        Severity::Error
+    };
     vec![Finding {
         id: ids::OUT_OF_MEMORY.into(),
-        severity: Severity::Error,
+        severity,
         title,
         devices: device.into_iter().collect(),
         pid: e.pid,
         evidence,
-        fix: fixes::OUT_OF_MEMORY.into(),
+        fix,
     }]
 }
 
@@ -106,10 +200,18 @@ pub(super) fn detail_evidence(d: &crate::record::stderr::OomDetail) -> Vec<Evide
         d.reserved_unallocated,
     );
     push("non-PyTorch memory of this process", d.non_pytorch());
+    push("allowed by the per-process cap", d.allowed);
     push(
         "other processes (total - free - in use by this process)",
         d.other_processes(),
     );
+    if d.process_in_use == Some(0) {
+        out.push(ev(
+            "this process has 0 bytes memory in use",
+            "the driver could not attribute memory to the process (as in some containers): \
+             the job's own memory is not counted as other processes'",
+        ));
+    }
     for (pid, b) in &d.listed_processes {
         out.push(ev_bytes(format!("process {pid} in use (as listed)"), *b));
     }

@@ -309,6 +309,16 @@ impl<'a> Prepared<'a> {
             })
     }
 
+    /// The job's `PYTORCH_ALLOC_CONF` (PyTorch 2.8+'s name), from the first of its processes
+    /// where it was seen set.
+    pub(super) fn alloc_conf_new_name(&self) -> Option<&str> {
+        self.rec
+            .processes
+            .iter()
+            .filter(|p| p.in_tree)
+            .find_map(|p| p.pytorch_alloc_conf.as_deref())
+    }
+
     pub(super) fn ooms(&self) -> impl Iterator<Item = &ErrorEvent> {
         self.rec
             .errors

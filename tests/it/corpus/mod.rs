@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
+mod logs;
 mod run;
 mod scan;
 

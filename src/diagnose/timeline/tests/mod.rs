@@ -38,6 +38,8 @@ struct Job {
     stuck: Vec<u32>,
     /// Device readings wobble by up to this many bytes (allocator and driver noise).
     jitter: u64,
+    /// How the job ended (`None`: status 1 when its output shows an error, else 0).
+    exit: Option<JobExit>,
 }
 
 impl Job {
@@ -54,6 +56,7 @@ impl Job {
             end,
             stuck: Vec::new(),
             jitter: 0,
+            exit: None,
         }
     }
 
@@ -191,7 +194,11 @@ impl Job {
             processes: self.procs.clone(),
             errors: self.errors.clone(),
             end_ms: self.end,
-            exit: Some(JobExit::Code(0)),
+            exit: Some(self.exit.unwrap_or(if self.errors.is_empty() {
+                JobExit::Code(0)
+            } else {
+                JobExit::Code(1)
+            })),
         }
     }
 
@@ -671,4 +678,5 @@ fn held_after_exit_discounts_other_processes() {
 }
 
 mod benign;
+mod families;
 mod run_failures;
