@@ -7,7 +7,7 @@
 use super::label::safe_label;
 use super::source::{Source, SourceError};
 use super::ReproError;
-use crate::model::{MarkerKind, ProcessSample};
+use crate::model::{DeviceSeries, MarkerKind, ProcessSample};
 use crate::scenario::{Expectation, Neighbour, Op, Scenario, SizeSpec, Step, Variant, VariantKind};
 use crate::units::{format_bytes, GIB, MIB};
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +33,14 @@ pub const MARKER_LAG_MS: f64 = 50.0;
 pub const MAX_SETTLE_MS: f64 = 2500.0;
 /// Peaks must agree within one step of the timeline rules: this, or 2 % of the total.
 pub const PEAK_STEP_MIN: u64 = 256 * MIB;
+/// Most GPUs a recording may have (a scenario's limit): checked before any work.
+pub const MAX_DEVICES: usize = 64;
+/// Most neighbours per GPU: the largest other processes each, the rest merged into one.
+pub const MAX_NEIGHBOURS_PER_GPU: usize = 8;
+/// Largest quantum tried: above every reading (readings are capped at 1 PiB), so a
+/// conversion at it has no level steps left and the step count is bounded by markers and
+/// contexts alone; the coalescing loop ends there.
+const MAX_QUANTUM: u64 = 1 << 51;
 
 /// What the conversion did, beside the scenario.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,9 +69,15 @@ fn level_at(s: &[(f64, u64)], t: f64) -> Option<u64> {
     i.checked_sub(1).map(|i| s[i].1)
 }
 
+fn size_text(b: u64) -> SizeSpec {
+    SizeSpec::Bytes(b)
+}
+
 /// Samples of one process on one device, sorted, `None` readings left out.
 type Series = Vec<(f64, u64)>;
 
+/// Every process's readings, by (pid, device): one pass over the samples, then one sort
+/// per series (O(n log n) in the samples, one copy of their numbers).
 fn per_process(samples: &[ProcessSample]) -> BTreeMap<(u32, u32), Series> {
     let mut m: BTreeMap<(u32, u32), Series> = BTreeMap::new();
     for p in samples {
@@ -77,22 +91,77 @@ fn per_process(samples: &[ProcessSample]) -> BTreeMap<(u32, u32), Series> {
     m
 }
 
-/// Another process's level at `t`: its first reading stands for the time before it when it
-/// was there from the first process round (or within `lead` of its first reading).
-fn other_level(s: &Series, t: f64, first_round: f64, lead: f64) -> u64 {
-    let Some(first) = s.first() else { return 0 };
-    if t < first.0 {
-        return if first.0 <= first_round + 0.5 || t >= first.0 - lead {
-            first.1
-        } else {
-            0
-        };
-    }
-    level_at(s, t).unwrap_or(0)
+/// When a process was on a device, as the lists showed it: from `start` (its first reading,
+/// or the start of the recording when it was in the first process round, or one process
+/// period before its first reading) to `gone` (the device's next list that no longer showed
+/// it; `None`: it was still there when the recording ended).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Presence {
+    start: f64,
+    gone: Option<f64>,
 }
 
-fn size_text(b: u64) -> SizeSpec {
-    SizeSpec::Bytes(b)
+fn presence(s: &Series, first_round: f64, lead: f64, rounds: &[f64]) -> Option<Presence> {
+    let (first, last) = (s.first()?, s.last()?);
+    let start = if first.0 <= first_round + 0.5 {
+        f64::NEG_INFINITY
+    } else {
+        first.0 - lead
+    };
+    let next = rounds.partition_point(|r| *r <= last.0);
+    Some(Presence {
+        start,
+        gone: rounds.get(next).copied(),
+    })
+}
+
+/// A process's level as changes over time: `+first` at its start, each change at its
+/// reading, `-last` when it was gone. Summed over processes and swept with one cursor, they
+/// give the processes' total at any time in O(changes).
+fn changes(s: &Series, p: Presence, out: &mut Vec<(f64, i128)>) {
+    let mut prev = 0i128;
+    for (k, &(t, u)) in s.iter().enumerate() {
+        let t = if k == 0 { p.start.min(t) } else { t };
+        let u = i128::from(u);
+        if u != prev {
+            out.push((t, u - prev));
+            prev = u;
+        }
+    }
+    if let Some(g) = p.gone {
+        if prev != 0 {
+            out.push((g, -prev));
+        }
+    }
+}
+
+/// A cursor over sorted changes: the running total at nondecreasing times.
+struct Sweep<'a> {
+    changes: &'a [(f64, i128)],
+    next: usize,
+    total: i128,
+}
+
+impl<'a> Sweep<'a> {
+    fn new(changes: &'a [(f64, i128)]) -> Self {
+        Sweep {
+            changes,
+            next: 0,
+            total: 0,
+        }
+    }
+
+    /// The total at `t` (readings at `t` included); `t` never decreases between calls.
+    fn at(&mut self, t: f64) -> u64 {
+        while let Some(&(ct, d)) = self.changes.get(self.next) {
+            if ct > t {
+                break;
+            }
+            self.total += d;
+            self.next += 1;
+        }
+        u64::try_from(self.total.max(0)).unwrap_or(u64::MAX)
+    }
 }
 
 /// The job's processes the one replay worker stands for: the one on the most GPUs (then
@@ -125,13 +194,69 @@ fn worker_pids(src: &Source, procs: &BTreeMap<(u32, u32), Series>) -> BTreeSet<u
     out
 }
 
+/// Another process on a GPU the job used (or several merged), replayed beside the worker
+/// while the recording showed it.
+#[derive(Debug, Clone, PartialEq)]
+struct Other {
+    device: u32,
+    /// How many processes it stands for (more than one: merged, see
+    /// [`MAX_NEIGHBOURS_PER_GPU`]); `None`: memory no process list showed.
+    processes: Option<usize>,
+    peak: u64,
+    presence: Presence,
+}
+
 /// The GPUs the job used and the rest of the picture.
 struct Picture {
     devs: Vec<Dev>,
     /// Job bytes per scenario device at each of its samples.
     job: Vec<Vec<(f64, u64)>>,
-    neighbours: Vec<Neighbour>,
+    others: Vec<Other>,
     context: u64,
+}
+
+/// The other processes of one GPU as at most [`MAX_NEIGHBOURS_PER_GPU`]: the largest
+/// ones alone, the rest as one whose peak is the most they held together.
+fn bounded_others(index: u32, mut each: Vec<(u64, Presence, &Series)>) -> Vec<Other> {
+    each.sort_by(|a, b| b.0.cmp(&a.0));
+    let keep = if each.len() > MAX_NEIGHBOURS_PER_GPU {
+        MAX_NEIGHBOURS_PER_GPU - 1
+    } else {
+        each.len()
+    };
+    let rest = each.split_off(keep);
+    let mut out: Vec<Other> = each
+        .into_iter()
+        .map(|(peak, presence, _)| Other {
+            device: index,
+            processes: Some(1),
+            peak,
+            presence,
+        })
+        .collect();
+    if !rest.is_empty() {
+        let mut ch = Vec::new();
+        let mut start = f64::INFINITY;
+        let mut gone = Some(f64::NEG_INFINITY);
+        for (_, p, s) in &rest {
+            changes(s, *p, &mut ch);
+            start = start.min(p.start);
+            gone = match (gone, p.gone) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+        }
+        ch.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut sweep = Sweep::new(&ch);
+        let peak = ch.iter().map(|c| sweep.at(c.0)).max().unwrap_or(0);
+        out.push(Other {
+            device: index,
+            processes: Some(rest.len()),
+            peak,
+            presence: Presence { start, gone },
+        });
+    }
+    out
 }
 
 fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> {
@@ -141,87 +266,115 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
         .iter()
         .map(|p| p.t_ms)
         .fold(f64::INFINITY, f64::min);
+    // When each device's process list was read (whoever it showed).
+    let mut rounds: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for p in &src.processes {
+        rounds.entry(p.device).or_default().push(p.t_ms);
+    }
+    for r in rounds.values_mut() {
+        r.sort_by(f64::total_cmp);
+        r.dedup();
+    }
     let worker = worker_pids(src, &procs);
     let tree_has_samples = procs.keys().any(|(pid, _)| src.tree.contains(pid));
-    let mut all: Vec<Dev> = src
+    // Each device's processes, the worker's and the others', in one pass.
+    type OnDev<'a> = (Vec<(u32, &'a Series)>, Vec<(u32, &'a Series)>);
+    let mut by_dev: BTreeMap<u32, OnDev> = BTreeMap::new();
+    for ((pid, dev), s) in &procs {
+        let e = by_dev.entry(*dev).or_default();
+        if worker.contains(pid) {
+            e.0.push((*pid, s));
+        } else {
+            e.1.push((*pid, s));
+        }
+    }
+    let mut all: Vec<&DeviceSeries> = src
         .series
         .iter()
         .filter(|s| !s.samples.is_empty())
-        .map(|s| {
-            let mut samples = s.samples.clone();
-            samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let total = if s.total > 0 {
-                s.total
-            } else {
-                src.devices
-                    .iter()
-                    .find(|d| d.index == s.device)
-                    .map_or(0, |d| d.total)
-            };
-            Dev {
-                phys: s.device,
-                total,
-                samples,
-            }
-        })
         .collect();
-    all.sort_by_key(|d| d.phys);
+    all.sort_by_key(|s| s.device);
     if all.is_empty() {
         return Err(ReproError::NoSamples);
     }
-    // The job's bytes on each device: used minus what was there before it and minus what
-    // other processes held at that moment.
+    let no_lists = Vec::new();
     let mut devs = Vec::new();
     let mut job = Vec::new();
-    let mut neighbours = Vec::new();
-    for d in all {
-        let others: Vec<(&u32, &Series)> = procs
-            .iter()
-            .filter(|((pid, dev), _)| *dev == d.phys && !worker.contains(pid))
-            .map(|((pid, _), s)| (pid, s))
-            .collect();
-        let t0 = d.samples[0].0;
-        let at_start: u64 = others
-            .iter()
-            .map(|(_, s)| other_level(s, t0, first_round, process_period_ms))
-            .fold(0u64, u64::saturating_add);
-        let unattributed = d.samples[0].1.saturating_sub(at_start);
+    let mut others = Vec::new();
+    for s in all {
+        let mut samples = s.samples.clone();
+        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = if s.total > 0 {
+            s.total
+        } else {
+            src.devices
+                .iter()
+                .find(|d| d.index == s.device)
+                .map_or(0, |d| d.total)
+        };
+        let d = Dev {
+            phys: s.device,
+            total,
+            samples,
+        };
+        let (mine, theirs) = by_dev
+            .get(&d.phys)
+            .map_or((&no_lists, &no_lists), |e| (&e.0, &e.1));
+        let r = rounds.get(&d.phys).map_or(&[][..], |r| r.as_slice());
+        let mut their_changes = Vec::new();
+        let mut each = Vec::new();
+        for (_, sr) in theirs.iter() {
+            if let Some(p) = presence(sr, first_round, process_period_ms, r) {
+                changes(sr, p, &mut their_changes);
+                each.push((sr.iter().map(|x| x.1).max().unwrap_or(0), p, *sr));
+            }
+        }
+        their_changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut my_changes = Vec::new();
+        for (_, sr) in mine.iter() {
+            if let Some(p) = presence(sr, first_round, process_period_ms, r) {
+                changes(sr, p, &mut my_changes);
+            }
+        }
+        my_changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // The job's bytes: used minus what was there before it that no list shows, minus
+        // what other processes held at that moment. What was there before it is the first
+        // reading less the others' and the job's own first levels (a job attached to with
+        // `run --pid` already holds memory at the first reading).
+        let (t0, used0) = d.samples[0];
+        let unattributed = used0
+            .saturating_sub(Sweep::new(&their_changes).at(t0))
+            .saturating_sub(Sweep::new(&my_changes).at(t0));
+        let mut sweep = Sweep::new(&their_changes);
         let series: Vec<(f64, u64)> = d
             .samples
             .iter()
             .map(|&(t, used)| {
-                let o: u64 = others
-                    .iter()
-                    .map(|(_, s)| other_level(s, t, first_round, process_period_ms))
-                    .fold(0u64, u64::saturating_add);
-                (t, used.saturating_sub(unattributed.saturating_add(o)))
+                (
+                    t,
+                    used.saturating_sub(unattributed.saturating_add(sweep.at(t))),
+                )
             })
             .collect();
-        let used_by_tree = procs.iter().any(|((pid, dev), s)| {
-            *dev == d.phys && worker.contains(pid) && s.iter().any(|p| p.1 > 0)
-        });
+        let used_by_tree = mine.iter().any(|(_, sr)| sr.iter().any(|p| p.1 > 0));
         let step = PEAK_STEP_MIN.max(d.total / 50);
         let rose = series.iter().any(|p| p.1 >= step);
         if !(used_by_tree || (!tree_has_samples && rose)) {
             continue;
         }
         let index = devs.len() as u32;
-        for (pid, s) in &others {
-            let peak = s.iter().map(|p| p.1).max().unwrap_or(0);
-            if peak > 0 {
-                neighbours.push((
-                    index,
-                    format!("another process on GPU {index} (#{pid})"),
-                    peak,
-                ));
-            }
-        }
+        each.retain(|e| e.0 > 0);
+        others.extend(bounded_others(index, each));
         if unattributed >= MIN_QUANTUM {
-            neighbours.push((
-                index,
-                format!("memory in use on GPU {index} before the job, no process listed"),
-                unattributed,
-            ));
+            others.push(Other {
+                device: index,
+                processes: None,
+                peak: unattributed,
+                presence: Presence {
+                    start: f64::NEG_INFINITY,
+                    gone: None,
+                },
+            });
         }
         devs.push(d);
         job.push(series);
@@ -238,24 +391,10 @@ fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> 
         .filter(|b| *b <= CONTEXT_SIZED_MAX)
         .min()
         .unwrap_or(DEFAULT_CONTEXT);
-    // PIDs are the recording machine's: numbered in order of appearance instead.
-    let mut numbered = Vec::new();
-    for (k, (device, label, peak)) in neighbours.into_iter().enumerate() {
-        let label = match label.split_once(" (#") {
-            Some((head, _)) => format!("{head} ({})", k + 1),
-            None => label,
-        };
-        numbered.push(Neighbour {
-            label,
-            device,
-            // The replayed neighbour makes a context of its own.
-            size: size_text(peak.saturating_sub(context).max(MIB)),
-        });
-    }
     Ok(Picture {
         devs,
         job,
-        neighbours: numbered,
+        others,
         context,
     })
 }
@@ -275,10 +414,14 @@ struct Builder {
     phase: String,
     /// What one context costs.
     context: u64,
+    /// When each step happened in the recording (the event it was made of), and now.
+    times: Vec<f64>,
+    now: f64,
 }
 
 impl Builder {
     fn push(&mut self, id: String, label: String, op: Op) {
+        self.times.push(self.now);
         self.steps.push(Step {
             id,
             label,
@@ -396,20 +539,14 @@ fn first_oom(src: &Source) -> Option<&SourceError> {
         .min_by(|a, b| a.t_ms.total_cmp(&b.t_ms))
 }
 
-/// The steps at `quantum` (per device, scaled by total).
-fn steps_at(
-    src: &Source,
-    pic: &Picture,
-    quantum: u64,
-    t_end: f64,
-    hostname: Option<&str>,
-) -> (Vec<Step>, Vec<u64>, BTreeMap<usize, String>) {
-    let n = pic.devs.len();
-    let q: Vec<u64> = pic
-        .devs
-        .iter()
-        .map(|d| quantum.max(d.total / 512))
-        .collect();
+/// Marker and level events of a recording, in time order (built once, replayed at each
+/// quantum the coalescing tries).
+struct Events<'a> {
+    markers: Vec<(f64, &'a str, MarkerKind)>,
+    list: Vec<(f64, u8, Event<'a>)>,
+}
+
+fn events<'a>(src: &'a Source, pic: &Picture, t_end: f64) -> Events<'a> {
     let mut markers: Vec<(f64, &str, MarkerKind)> = phase_markers(src, t_end)
         .into_iter()
         .map(|(t, m)| (t, m.label.as_str(), m.kind.clone()))
@@ -418,17 +555,33 @@ fn steps_at(
     if markers.len() > MAX_MARKER_STEPS {
         markers.drain(..markers.len() - MAX_MARKER_STEPS);
     }
-    let mut events: Vec<(f64, u8, Event)> = Vec::new();
+    let mut list: Vec<(f64, u8, Event)> = Vec::new();
     for (i, (t, label, kind)) in markers.iter().enumerate() {
-        events.push((*t, 0, Event::Marker(i, label, kind.clone())));
+        list.push((*t, 0, Event::Marker(i, label, kind.clone())));
     }
     for (dev, series) in pic.job.iter().enumerate() {
         for &(t, b) in series.iter().filter(|p| p.0 <= t_end) {
-            events.push((t, 1, Event::Level(dev, b)));
+            list.push((t, 1, Event::Level(dev, b)));
         }
     }
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let t_last = events.last().map_or(0.0, |e| e.0).min(t_end);
+    list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    Events { markers, list }
+}
+
+/// Steps, what each device holds after them, marker step ids by marker index, and when
+/// each step happened.
+type Built = (Vec<Step>, Vec<u64>, BTreeMap<usize, String>, Vec<f64>);
+
+/// The steps at `quantum` (per device, scaled by total).
+fn steps_at(ev: &Events, pic: &Picture, quantum: u64, t_end: f64, hostname: Option<&str>) -> Built {
+    let n = pic.devs.len();
+    let q: Vec<u64> = pic
+        .devs
+        .iter()
+        .map(|d| quantum.max(d.total / 512))
+        .collect();
+    let markers = &ev.markers;
+    let t_last = ev.list.last().map_or(0.0, |e| e.0).min(t_end);
     let mut b = Builder {
         steps: Vec::new(),
         ctx: vec![false; n],
@@ -437,10 +590,13 @@ fn steps_at(
         next_tag: 0,
         phase: "start".into(),
         context: pic.context,
+        times: Vec::new(),
+        now: f64::NEG_INFINITY,
     };
     // Marker step id by marker index, for expectations.
     let mut marker_ids = BTreeMap::new();
-    for (_, _, ev) in &events {
+    for (t, _, ev) in &ev.list {
+        b.now = *t;
         match ev {
             Event::Marker(i, label, kind) => {
                 let text = safe_label(label, hostname);
@@ -482,7 +638,7 @@ fn steps_at(
             }
         }
     }
-    (b.steps, b.held, marker_ids)
+    (b.steps, b.held, marker_ids, b.times)
 }
 
 /// Convert. `process_period_ms`: the recording's process-list period (0 when unknown).
@@ -491,19 +647,32 @@ pub fn convert(
     process_period_ms: f64,
     recorded_on: Option<String>,
 ) -> Result<(Scenario, Summary), ReproError> {
+    // Limits first: a crafted recording must not make work before it is refused.
+    let gpus = src.series.iter().filter(|s| !s.samples.is_empty()).count();
+    if gpus > MAX_DEVICES {
+        return Err(ReproError::TooManyDevices { gpus });
+    }
     let pic = picture(src, process_period_ms)?;
     let oom = first_oom(src);
     // Up to the OOM, else to the command's exit: what its processes' teardown frees, the
     // replay's worker frees by exiting too.
     let t_end = oom.map_or(src.exit_ms.unwrap_or(f64::INFINITY), |e| e.t_ms);
     let hostname = src.hostname.as_deref();
+    let ev = events(src, &pic, t_end);
     let mut quantum = MIN_QUANTUM;
-    let (mut steps, mut held, mut marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
+    let (mut steps, mut held, mut marker_ids, mut times) =
+        steps_at(&ev, &pic, quantum, t_end, hostname);
     let steps_before = steps.len();
-    while steps.len() + 2 > MAX_STEPS {
+    // At most ~25 passes, each linear in the events: at MAX_QUANTUM only contexts and
+    // markers are left (at most MAX_DEVICES + 2 * MAX_MARKER_STEPS steps).
+    while steps.len() + 2 > MAX_STEPS && quantum < MAX_QUANTUM {
         quantum = quantum.saturating_mul(2);
-        (steps, held, marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
+        (steps, held, marker_ids, times) = steps_at(&ev, &pic, quantum, t_end, hostname);
     }
+    if steps.len() + 2 > MAX_STEPS {
+        return Err(ReproError::TooManySteps { steps: steps.len() });
+    }
+    drop(ev);
     let mut expect = Vec::new();
     let phys: Vec<u32> = pic.devs.iter().map(|d| d.phys).collect();
     if let Some(e) = oom {
@@ -538,6 +707,8 @@ pub fn convert(
             next_tag: 100_000,
             phase: "before the failure".into(),
             context: pic.context,
+            times: std::mem::take(&mut times),
+            now: e.t_ms,
         };
         if target > b.held[dev] {
             b.level_step(dev, total, target, MIB);
@@ -559,6 +730,7 @@ pub fn convert(
         );
         steps = b.steps;
         held = b.held;
+        times = b.times;
         expect.push(Expectation::Oom {
             at_or_after: phase,
             before: None,
@@ -571,6 +743,7 @@ pub fn convert(
         {
             steps.pop();
         }
+        times.truncate(steps.len());
         expect.push(Expectation::Completes);
     }
     let _ = held;
@@ -619,7 +792,7 @@ pub fn convert(
         fingerprint,
         recorded_on,
         env: BTreeMap::new(),
-        neighbours: pic.neighbours,
+        neighbours: neighbours(&pic, &steps, &times),
         steps,
         variants: vec![Variant {
             name: "bug".into(),
@@ -643,6 +816,45 @@ pub fn convert(
         physical: phys,
     };
     Ok((scenario, summary))
+}
+
+/// The other processes as the scenario's neighbours, numbered in order (PIDs are the
+/// recording machine's); each makes a context of its own in the replay. Each holds memory
+/// while the recording showed it: started before the first step at or after it appeared
+/// (`from`), stopped after the last step before it was gone (`until`); one that held
+/// nothing while the job's steps ran is left out.
+fn neighbours(pic: &Picture, steps: &[Step], times: &[f64]) -> Vec<Neighbour> {
+    let mut k = 0;
+    let mut out = Vec::new();
+    for o in &pic.others {
+        let first = times.partition_point(|t| *t < o.presence.start);
+        let last = match o.presence.gone {
+            Some(g) => times.partition_point(|t| *t < g),
+            None => times.len(),
+        };
+        if first >= last {
+            continue;
+        }
+        let label = match o.processes {
+            None => format!(
+                "memory in use on GPU {} before the job, no process listed",
+                o.device
+            ),
+            Some(1) => {
+                k += 1;
+                format!("another process on GPU {} ({k})", o.device)
+            }
+            Some(n) => format!("{n} other processes on GPU {} together", o.device),
+        };
+        out.push(Neighbour {
+            label,
+            device: o.device,
+            size: size_text(o.peak.saturating_sub(pic.context).max(MIB)),
+            from: (first > 0).then(|| steps[first].id.clone()),
+            until: (last < steps.len()).then(|| steps[last - 1].id.clone()),
+        });
+    }
+    out
 }
 
 /// The scenario device the OOM happened on: the one the error names, else the job's device
