@@ -139,7 +139,7 @@ impl Markup for Markdown {
     fn details(&mut self, summary: &str, lines: &[String]) {
         let block: String = lines
             .iter()
-            .map(|l| crate::term::one_line(l) + "\n")
+            .map(|l| crate::term::reveal_hidden(&crate::term::one_line(l)) + "\n")
             .collect();
         let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
         let _ = writeln!(
@@ -177,6 +177,7 @@ fn sparkline_block(out: &mut String, series: &[&DeviceSeries], span: f64, marker
         SPARK_CELLS,
         text::format_ms(span / SPARK_CELLS as f64)
     );
+    let block = crate::term::reveal_hidden(&block);
     let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
     let _ = writeln!(out, "{fence}text\n{block}{fence}\n");
 }
