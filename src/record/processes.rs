@@ -196,11 +196,14 @@ impl ProcessLists {
     }
 }
 
-/// Lists asked for, each answered with when its call ran.
+/// A list, answered with when its call ran.
+type Timed = Pending<(Instant, Vec<GpuProcess>)>;
+
+/// Lists asked for.
 enum Asked {
     /// Every list in one call.
-    All(Pending<(Instant, Vec<GpuProcess>)>),
-    Some(Vec<(ProcessKind, Pending<(Instant, Vec<GpuProcess>)>)>),
+    All(Timed),
+    Some(Vec<(ProcessKind, Timed)>),
 }
 
 /// One entry per PID: a process in several lists (`C+G`) holds the same memory in each, so

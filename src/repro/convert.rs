@@ -218,7 +218,7 @@ struct Picture {
 /// The other processes of one GPU as at most [`MAX_NEIGHBOURS_PER_GPU`]: the largest
 /// ones alone, the rest as one whose peak is the most they held together.
 fn bounded_others(index: u32, mut each: Vec<(u64, Presence, &Series)>) -> Vec<Other> {
-    each.sort_by(|a, b| b.0.cmp(&a.0));
+    each.sort_by_key(|e| std::cmp::Reverse(e.0));
     let keep = if each.len() > MAX_NEIGHBOURS_PER_GPU {
         MAX_NEIGHBOURS_PER_GPU - 1
     } else {
