@@ -7,6 +7,7 @@
 
 pub mod convert;
 pub mod label;
+mod picture;
 pub mod source;
 pub mod toml_out;
 pub mod whatif;
