@@ -260,8 +260,47 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
     Ok(src)
 }
 
+/// The process samples the timeline rules read: the job's tree as recorded, and every
+/// other process of a device merged into one under a PID no process has (`u32::MAX - device`):
+/// their sum at each of that device's list rounds (0 where none was listed). The rules count
+/// other processes in device totals only; one series per device keeps them linear however
+/// many PIDs came and went (a stream of 100k neighbour PIDs).
+fn merged_processes(src: &Source) -> Vec<ProcessSample> {
+    let mut out: Vec<ProcessSample> = Vec::new();
+    // Every round of every device, the others' sum in it (non-negative times: bits order).
+    let mut others: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+    for p in &src.processes {
+        let key = (p.device, p.t_ms.max(0.0).to_bits());
+        let sum = others.entry(key).or_insert(0);
+        if src.tree.contains(&p.pid) {
+            out.push(p.clone());
+        } else if let Some(u) = p.used {
+            *sum = sum.saturating_add(u);
+        }
+    }
+    let any_others: BTreeSet<u32> = src
+        .processes
+        .iter()
+        .filter(|p| !src.tree.contains(&p.pid))
+        .map(|p| p.device)
+        .collect();
+    for ((device, t), used) in others {
+        if any_others.contains(&device) {
+            out.push(ProcessSample {
+                t_ms: f64::from_bits(t),
+                device,
+                pid: u32::MAX - device,
+                used: Some(used),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+    out
+}
+
 /// The typed recording the timeline rules judge, rebuilt from a source.
 pub fn recording(src: &Source) -> Recording {
+    let processes = merged_processes(src);
     let end_ms = src
         .series
         .iter()
@@ -269,7 +308,7 @@ pub fn recording(src: &Source) -> Recording {
         .fold(0.0, f64::max);
     // Each PID's first sighting, in one pass (not a search per PID).
     let mut first: BTreeMap<u32, f64> = BTreeMap::new();
-    for p in &src.processes {
+    for p in &processes {
         let e = first.entry(p.pid).or_insert(p.t_ms);
         *e = e.min(p.t_ms);
     }
@@ -289,7 +328,7 @@ pub fn recording(src: &Source) -> Recording {
         timeline: Timeline {
             devices: src.series.clone(),
             markers: src.markers.clone(),
-            processes: src.processes.clone(),
+            processes,
             gaps: Vec::new(),
         },
         processes: pids
