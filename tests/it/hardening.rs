@@ -1022,3 +1022,59 @@ fn serve_answers_clients_that_half_close_after_sending() {
         );
     }
 }
+
+/// Item 5: a GPU whose NVML calls hang costs `preflight` and `scan` one per-GPU deadline
+/// (the one `run` uses), not the hang: preflight answers for the healthy GPU it was given,
+/// refuses the hung one (exit 1), and scan reports the hung GPU's lists as unreadable.
+#[test]
+fn a_hung_gpu_is_a_problem_for_preflight_and_a_finding_for_scan() {
+    let b = fresh_box("2x16GiB");
+    common::sim_fault(
+        b.path(),
+        &["--nvml-hang", "--device", "1", "--hang-limit", "10m"],
+    );
+    // Far beyond the 1 s deadline, far below the 10 min hang.
+    let bounded = |mut c: Command| -> Output {
+        c.env_remove("SLURM_STEP_GPUS")
+            .env_remove("SLURM_JOB_GPUS")
+            .env_remove("GPU_DEVICE_ORDINAL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn vramdoc");
+        let start = std::time::Instant::now();
+        while child.try_wait().expect("wait").is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(90) {
+                let _ = child.kill();
+                let _ = child.wait();
+                common::sim_fault(b.path(), &["--clear"]);
+                panic!("still waiting on the hung GPU after 90 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        child.wait_with_output().expect("output")
+    };
+    let mut c = on_box(b.path());
+    c.args(["preflight", "--gpus", "0"]);
+    let o = bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let mut c = on_box(b.path());
+    c.args(["preflight", "--gpus", "1"]);
+    let o = bounded(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).starts_with("problem: GPU 1: "),
+        "{}",
+        text(&o.stdout)
+    );
+    let mut c = on_box(b.path());
+    c.args(["scan", "--json"]);
+    let o = bounded(c);
+    common::sim_fault(b.path(), &["--clear"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("scan JSON");
+    let hung = v["scan"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["id"] == "device-unavailable" && f["devices"] == serde_json::json!([1]));
+    assert!(hung, "{:#}", v["scan"]["findings"]);
+}
