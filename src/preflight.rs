@@ -1,6 +1,8 @@
 //! The preflight engine behind `vramdoc preflight` (issue 18): before a job starts on the
 //! GPUs it was given, are they clean? Pure: a scan report and the GPU selection in, a
 //! verdict out. A GPU is refused when another process holds memory on it (foreign process),
+//! when a listed process's usage is unknown or its process lists cannot be read (nothing
+//! then says it is free),
 //! when memory is held with no live owner (a dead process's memory, scan's `no-live-owner`
 //! at error), when it is lost or unreadable, or when its free memory is below `--need`.
 //! The exit semantics follow Slurm's prolog (non-zero drains the node) and Node Problem
@@ -102,7 +104,8 @@ pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection,
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     pub device: u32,
-    /// `foreign-process`, `dead-process-memory`, `device-unavailable`, `not-enough-free`.
+    /// `foreign-process`, `unknown-usage`, `process-lists-unreadable`, `dead-process-memory`,
+    /// `device-unavailable`, `not-enough-free`.
     pub kind: &'static str,
     pub detail: String,
 }
@@ -149,6 +152,11 @@ impl Verdict {
     }
 }
 
+/// A finding's title without its leading `GPU N: ` (the verdict's line names the GPU).
+fn without_gpu(title: &str, d: u32) -> &str {
+    title.strip_prefix(&format!("GPU {d}: ")).unwrap_or(title)
+}
+
 /// Judge the selected GPUs on a scan report (its devices, processes and findings).
 pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdict {
     let mut problems = Vec::new();
@@ -176,9 +184,21 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
             });
             continue;
         }
+        // Without this GPU's process lists nothing says it is free of other processes.
+        for f in scan.findings.iter().filter(|f| {
+            f.id == ids::DEVICE_UNAVAILABLE && f.devices.contains(&d) && dev.status.is_ok()
+        }) {
+            let status = f.evidence.iter().rfind(|e| e.label == "status");
+            problems.push(Problem {
+                device: d,
+                kind: "process-lists-unreadable",
+                detail: crate::term::clean_text(
+                    status.map_or("its process lists could not be read", |e| e.value.as_str()),
+                ),
+            });
+        }
         for p in &scan.processes {
-            // 0-byte entries are peer mappings, not memory (pytorch/pytorch#64130).
-            let Some(used) = p.usage_on(d).and_then(|u| u.used).filter(|b| *b > 0) else {
+            let Some(usage) = p.usage_on(d) else {
                 continue;
             };
             let who = match &p.name {
@@ -186,11 +206,22 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
                 None => format!("PID {}", p.pid),
             };
             let state = if p.visible { "" } else { ", not running here" };
-            problems.push(Problem {
-                device: d,
-                kind: "foreign-process",
-                detail: format!("{who} holds {}{state}", format_bytes(used)),
-            });
+            match usage.used {
+                // 0-byte entries are peer mappings, not memory (pytorch/pytorch#64130).
+                Some(0) => {}
+                Some(used) => problems.push(Problem {
+                    device: d,
+                    kind: "foreign-process",
+                    detail: format!("{who} holds {}{state}", format_bytes(used)),
+                }),
+                // NVML "not available" (containers, MIG without privileges): it may hold
+                // anything, the whole GPU included.
+                None => problems.push(Problem {
+                    device: d,
+                    kind: "unknown-usage",
+                    detail: format!("{who} holds an unknown amount (NVML: not available){state}"),
+                }),
+            }
         }
         for f in scan.findings.iter().filter(|f| {
             f.id == ids::NO_LIVE_OWNER && f.severity == Severity::Error && f.devices.contains(&d)
@@ -198,7 +229,7 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
             problems.push(Problem {
                 device: d,
                 kind: "dead-process-memory",
-                detail: crate::term::clean_text(&f.title),
+                detail: crate::term::clean_text(without_gpu(&f.title, d)),
             });
         }
         if let Some(n) = need {

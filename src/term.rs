@@ -6,7 +6,8 @@
 //! characters (C0, DEL, C1) and bidirectional overrides become visible escapes (`\x1b`,
 //! `\u{202e}`), so no escape sequence, carriage return or Trojan-Source reordering can act on
 //! the terminal. Markdown and HTML have their own escaping (`report::markdown`,
-//! `report::html`); JSON escapes C0 itself.
+//! `report::html`), and with the scenario writer (`repro::toml_out`) apply the same
+//! [`is_hidden`] policy through [`reveal_hidden`]; JSON escapes C0 itself.
 //!
 //! [`print`] is how commands write to standard output: a closed pipe (`| head -1`) ends the
 //! output quietly, any other write error (`> /dev/full`) is an [`OutputError`], exit 3, one
@@ -15,13 +16,36 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// The one policy for characters that hide or reorder text: bidirectional embeddings,
+/// overrides, isolates and marks (U+202A–202E, U+2066–2069, U+200E/200F, U+061C: Trojan
+/// Source, CVE-2021-42574), zero-width characters and the BOM (U+200B–200D, U+2060,
+/// U+FEFF), and the Unicode line separators. They never reach a terminal, an HTML or
+/// Markdown report or a scenario file raw: [`clean`] escapes them with the control
+/// characters, [`reveal_hidden`] alone for documents whose renderer handles controls.
+pub fn is_hidden(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2060}'
+            | '\u{061C}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{FEFF}'
+    )
+}
+
 /// Whether `c` must not reach a terminal as is.
 fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        // Bidirectional embeddings, overrides and isolates (Trojan Source, CVE-2021-42574),
-        // and the zero-width / BOM characters that hide text.
-        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
-        || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2028}' | '\u{2029}' | '\u{FEFF}')
+    c.is_control() || is_hidden(c)
+}
+
+/// Text for a document (HTML, Markdown, JUnit, a scenario file): every [`is_hidden`]
+/// character becomes the visible escape [`clean`] writes (`\u{202e}`); control characters
+/// are left to the document's own escaping. Text without one comes back unchanged.
+pub fn reveal_hidden(s: &str) -> String {
+    escape_where(s, is_hidden, escape_into)
 }
 
 fn escape_into(out: &mut String, c: char) {

@@ -13,7 +13,8 @@ use crate::scan::ScanConfig;
 use anyhow::Result;
 
 pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
-    let monitor = session.monitor()?;
+    // Every NVML call under the per-GPU deadline: a hung GPU is a problem, not a hang.
+    let monitor = crate::record::lanes::Deadlined::boxed(session.monitor()?);
     let cfg = ScanConfig {
         sim_spec: session.sim_spec(),
         pid_namespace: inventory::detect_pid_namespace()?,

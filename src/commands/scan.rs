@@ -19,21 +19,24 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     }
     let started = std::time::Instant::now();
     let pid_namespace = inventory::detect_pid_namespace()?;
-    let read = session.monitor().and_then(|monitor| {
-        let cfg = ScanConfig {
-            sim_spec: session.sim_spec(),
-            pid_namespace,
-            thresholds: args.pods.thresholds(),
-            pods: args.pods.config(),
-            lists: if args.all_lists {
-                inventory::ProcessLists::All
-            } else {
-                inventory::ProcessLists::AsNeeded
-            },
-        };
-        let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
-        Ok((monitor, report))
-    });
+    let read = session
+        .monitor()
+        .map(crate::record::lanes::Deadlined::boxed)
+        .and_then(|monitor| {
+            let cfg = ScanConfig {
+                sim_spec: session.sim_spec(),
+                pid_namespace,
+                thresholds: args.pods.thresholds(),
+                pods: args.pods.config(),
+                lists: if args.all_lists {
+                    inventory::ProcessLists::All
+                } else {
+                    inventory::ProcessLists::AsNeeded
+                },
+            };
+            let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
+            Ok((monitor, report))
+        });
     let (monitor, report) = match read {
         Ok(r) => r,
         Err(e) => {

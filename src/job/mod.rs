@@ -380,6 +380,7 @@ fn recorder_config(spec: &mut JobSpec, devices: &[DeviceInfo], scope: Scope) -> 
             .cadence
             .process_period
             .map_or(0, |p| p.as_micros() as u64),
+        hostname: crate::host::hostname().ok().filter(|h| !h.is_empty()),
     };
     RecorderConfig {
         tree: Some(scope),

@@ -206,10 +206,108 @@ impl Lanes {
         self.send(device, Kind::Processes, move |m| m.processes(device))
     }
 
+    /// [`Lanes::processes`] with the moment the call started on its lane: what the list
+    /// says was true from then on, however late the answer reaches the caller (a loaded
+    /// machine delays the answer, not the driver's state).
+    pub fn processes_at(&self, device: u32) -> Pending<(Instant, Vec<GpuProcess>)> {
+        self.send(device, Kind::Processes, move |m| {
+            let ran = Instant::now();
+            m.processes(device).map(|l| (ran, l))
+        })
+    }
+
+    /// [`Lanes::process_list`] with the moment the call started (see
+    /// [`Lanes::processes_at`]).
+    pub fn process_list_at(
+        &self,
+        device: u32,
+        kind: ProcessKind,
+    ) -> Pending<(Instant, Vec<GpuProcess>)> {
+        self.send(device, Kind::Processes, move |m| {
+            let ran = Instant::now();
+            m.process_list(device, kind).map(|l| (ran, l))
+        })
+    }
+
     /// Used bytes of every device in `devices`, queried in parallel: one result per device.
     pub fn memory_all(&self, devices: &[u32]) -> Vec<Result<MemoryInfo, CallError>> {
         let pending: Vec<_> = devices.iter().map(|d| self.memory(*d)).collect();
         pending.into_iter().map(Pending::wait).collect()
+    }
+}
+
+/// A [`Monitor`] whose every NVML call runs in its lane under the per-GPU deadline `run`
+/// uses ([`HUNG_AFTER`]): for `scan`, `preflight` and `serve`, a GPU whose calls hang costs
+/// one deadline and answers an error naming the hang (its lists unreadable: a finding for
+/// scan, a problem for preflight), while every other GPU answers. The inventory call
+/// (`devices`) has a lane of its own: where the driver answers it for every GPU at once and
+/// that hangs, the whole inventory is an error, never a hang.
+pub struct Deadlined {
+    lanes: Lanes,
+}
+
+/// The lane key of calls about no one device.
+const NO_DEVICE: u32 = u32::MAX;
+
+impl Deadlined {
+    pub fn new(monitor: Box<dyn Monitor>) -> Deadlined {
+        Deadlined {
+            lanes: Lanes::new(Arc::from(monitor)),
+        }
+    }
+
+    /// `monitor` under the deadline, as a monitor.
+    pub fn boxed(monitor: Box<dyn Monitor>) -> Box<dyn Monitor> {
+        Box::new(Deadlined::new(monitor))
+    }
+}
+
+/// A lane's failure as the driver error a caller handles: a hang is a driver error (never
+/// an environment one: the other GPUs still answer).
+fn as_gpu(e: CallError) -> GpuError {
+    match e {
+        CallError::Gpu(g) => g,
+        other => GpuError::Driver {
+            call: "NVML".into(),
+            code: "hung".into(),
+            message: other.to_string(),
+        },
+    }
+}
+
+impl Monitor for Deadlined {
+    fn backend(&self) -> &'static str {
+        self.lanes.monitor().backend()
+    }
+    fn versions(&self) -> crate::gpu::Result<crate::gpu::Versions> {
+        self.lanes
+            .send(NO_DEVICE, Kind::Processes, |m| m.versions())
+            .wait()
+            .map_err(as_gpu)
+    }
+    fn devices(&self) -> crate::gpu::Result<Vec<crate::gpu::DeviceInfo>> {
+        self.lanes
+            .send(NO_DEVICE, Kind::Memory, |m| m.devices())
+            .wait()
+            .map_err(as_gpu)
+    }
+    fn memory(&self, index: u32) -> crate::gpu::Result<MemoryInfo> {
+        self.lanes.memory(index).wait().map_err(as_gpu)
+    }
+    fn processes(&self, index: u32) -> crate::gpu::Result<Vec<GpuProcess>> {
+        self.lanes.processes(index).wait().map_err(as_gpu)
+    }
+    fn process_list(&self, index: u32, kind: ProcessKind) -> crate::gpu::Result<Vec<GpuProcess>> {
+        self.lanes.process_list(index, kind).wait().map_err(as_gpu)
+    }
+    fn call_counts(&self) -> crate::gpu::CallCounts {
+        self.lanes.monitor().call_counts()
+    }
+    fn cuda_speed(&self, index: u32) -> Option<(i32, i32, i32)> {
+        self.lanes.speed(index).wait().ok().flatten()
+    }
+    fn device_nodes(&self) -> Vec<std::path::PathBuf> {
+        self.lanes.monitor().device_nodes()
     }
 }
 
@@ -251,6 +349,30 @@ mod tests {
         fn call_counts(&self) -> CallCounts {
             CallCounts::default()
         }
+    }
+
+    /// Issue 29 item 16: a list is stamped with when its call ran, not when its answer
+    /// reached a caller that was late to wait for it (a loaded machine): an answer read
+    /// long after the call still says when the driver was asked.
+    #[test]
+    fn a_list_carries_when_its_call_ran_not_when_it_was_read() {
+        let lanes = Lanes::with_deadline(
+            Arc::new(Hanging {
+                hang: Arc::new(AtomicBool::new(false)),
+            }),
+            Duration::from_secs(30),
+        );
+        let asked = Instant::now();
+        let pending = lanes.processes_at(0);
+        // The caller is descheduled before it waits.
+        std::thread::sleep(Duration::from_millis(200));
+        let (ran, _) = pending.wait().unwrap();
+        let read = Instant::now();
+        assert!(ran >= asked, "stamped before it was asked");
+        assert!(
+            read.duration_since(ran) >= Duration::from_millis(200) - (ran - asked),
+            "stamped when read"
+        );
     }
 
     #[test]

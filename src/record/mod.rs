@@ -584,12 +584,16 @@ fn round(shared: &Mutex<Shared>, lists: &Mutex<ProcessLists>, cx: &RoundCx, forc
         tree_changed,
         force,
     };
-    let (t, read) = lists
+    let (_, read) = lists
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .round(cx.lanes, cx.t0, &input);
-    let reading = cx.readings.then(|| read_memory(cx.lanes, cx.devices));
-    lock(shared).round(t, reading, read);
+    // Stamped when it is taken (after the lists), not at the round's start: a newer level
+    // placed earlier would move a change into the phase before it.
+    let reading = cx
+        .readings
+        .then(|| (ms_since(cx.t0), read_memory(cx.lanes, cx.devices)));
+    lock(shared).round(reading, read);
 }
 
 /// Peak used bytes of a series, with when.

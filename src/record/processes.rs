@@ -81,7 +81,7 @@ impl ProcessLists {
                 .want(d, t_round, used, input.tree_changed, input.force);
             let ask = if every {
                 self.list_calls += 3;
-                Asked::All(lanes.processes(d))
+                Asked::All(lanes.processes_at(d))
             } else {
                 let mut kinds = Vec::new();
                 if want.compute {
@@ -97,7 +97,7 @@ impl ProcessLists {
                 Asked::Some(
                     kinds
                         .into_iter()
-                        .map(|k| (k, lanes.process_list(d, k)))
+                        .map(|k| (k, lanes.process_list_at(d, k)))
                         .collect(),
                 )
             };
@@ -107,9 +107,18 @@ impl ProcessLists {
         for (d, used, mut want, ask) in asked {
             let mut read: Vec<(ProcessKind, Vec<GpuProcess>)> = Vec::new();
             let mut failed = None;
+            // When the first of this device's calls ran: the lists say what was true from
+            // then on, so they are stamped then, never when a loaded machine got round to
+            // reading the answer (a stale list stamped late would override the newer
+            // readings taken in between: issue 29 item 16).
+            let mut ran: Option<Instant> = None;
+            let mut first = |at: Instant| {
+                ran = Some(ran.map_or(at, |r: Instant| r.min(at)));
+            };
             match ask {
                 Asked::All(p) => match p.wait() {
-                    Ok(list) => {
+                    Ok((at, list)) => {
+                        first(at);
                         for k in [
                             ProcessKind::Compute,
                             ProcessKind::Graphics,
@@ -123,7 +132,10 @@ impl ProcessLists {
                 Asked::Some(pending) => {
                     for (k, p) in pending {
                         match p.wait() {
-                            Ok(list) => read.push((k, list)),
+                            Ok((at, list)) => {
+                                first(at);
+                                read.push((k, list));
+                            }
                             Err(e) => failed = Some(e.to_string()),
                         }
                     }
@@ -140,11 +152,11 @@ impl ProcessLists {
                     self.list_calls += OTHERS.len() as u64;
                     let pending: Vec<_> = OTHERS
                         .iter()
-                        .map(|k| (*k, lanes.process_list(d, *k)))
+                        .map(|k| (*k, lanes.process_list_at(d, *k)))
                         .collect();
                     for (k, p) in pending {
                         match p.wait() {
-                            Ok(list) => read.push((k, list)),
+                            Ok((_, list)) => read.push((k, list)),
                             Err(e) => failed = Some(e.to_string()),
                         }
                     }
@@ -152,6 +164,9 @@ impl ProcessLists {
                 }
             }
             let t = ms_since(t0);
+            let t_list = ran.map_or(t, |r| {
+                r.saturating_duration_since(t0).as_secs_f64() * 1000.0
+            });
             if let Some(e) = failed {
                 self.errors += 1;
                 self.gaps.failed(d, t, &e);
@@ -165,7 +180,7 @@ impl ProcessLists {
                     cur.insert((p.pid, k), p.used);
                 }
             }
-            lists.push((d, t, merged(cur)));
+            lists.push((d, t_list, merged(cur)));
         }
         self.rounds += 1;
         (t_round, lists)
@@ -181,10 +196,14 @@ impl ProcessLists {
     }
 }
 
+/// A list, answered with when its call ran.
+type Timed = Pending<(Instant, Vec<GpuProcess>)>;
+
+/// Lists asked for.
 enum Asked {
     /// Every list in one call.
-    All(Pending<Vec<GpuProcess>>),
-    Some(Vec<(ProcessKind, Pending<Vec<GpuProcess>>)>),
+    All(Timed),
+    Some(Vec<(ProcessKind, Timed)>),
 }
 
 /// One entry per PID: a process in several lists (`C+G`) holds the same memory in each, so

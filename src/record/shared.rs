@@ -114,10 +114,11 @@ impl Shared {
         changed
     }
 
-    /// One process round: a reading (`reading`), then the lists.
-    pub(super) fn round(&mut self, t: f64, reading: Option<Vec<Option<u64>>>, lists: Lists) {
-        if let Some(used) = reading {
-            self.point(t, used, false);
+    /// One process round: a reading (`reading`, with when it was taken), then the lists
+    /// (each with when its calls ran).
+    pub(super) fn round(&mut self, reading: Option<(f64, Vec<Option<u64>>)>, lists: Lists) {
+        if let Some((t_reading, used)) = reading {
+            self.point(t_reading, used, false);
         }
         for (device, t_list, list) in lists {
             let mut kept = Vec::with_capacity(list.len());

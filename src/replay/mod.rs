@@ -11,6 +11,7 @@ pub mod checks;
 mod child;
 pub mod fingerprint;
 mod identity;
+mod neighbours;
 mod outcome;
 mod private_box;
 pub mod protocol;
@@ -130,8 +131,9 @@ pub fn run_variant(
     observer.variant_started(&scn.id, &variant.name, plan.steps.len());
     let view = View::new(scn, &plan, devices);
 
-    // Neighbours first: they hold memory for the whole variant.
-    let neighbours = variant::start_neighbours(scn, devices, view.smallest, opts, t0)?;
+    // Neighbours first (those with a `from` start later, between two steps).
+    let mut neighbours =
+        neighbours::start_neighbours(scn, &plan, devices, view.smallest, opts, t0)?;
     // Memory of every device; process lists only where the worker works.
     let monitor = match backend::open_monitor(&opts.backend) {
         Ok(m) => m,
@@ -160,7 +162,8 @@ pub fn run_variant(
     match neighbours.failure.clone() {
         Some(reason) => worker.fail_before_start(reason),
         None => {
-            if let Err(e) = worker.drive(opts, &worker_env(&plan, &view), observer) {
+            let staged = (scn, &mut neighbours);
+            if let Err(e) = worker.drive(opts, &worker_env(&plan, &view), staged, observer) {
                 drop(worker);
                 drop(recorder);
                 neighbours.finish();

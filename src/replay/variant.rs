@@ -4,13 +4,14 @@
 
 use super::child::WorkerChild;
 use super::identity::WorkerIdentity;
+use super::neighbours::Neighbours;
 use super::protocol::{self, Timed, WorkerEvent, WorkerInput};
 use super::{Observer, ReplayError, ReplayOptions};
 use crate::gpu::DeviceInfo;
 use crate::job::process::Exit;
 use crate::model::{Marker, MarkerKind, StepError, StepErrorKind, StepRecord, StepStatus};
 use crate::record::{ErrorKind, Recorder};
-use crate::scenario::{Op, Scenario, Step, VariantPlan as Plan};
+use crate::scenario::{Scenario, VariantPlan as Plan};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
@@ -62,116 +63,6 @@ impl View {
             .take(scn.devices.max(1) as usize)
             .copied()
             .collect()
-    }
-}
-
-/// The scenario's neighbours, started.
-pub(super) struct Neighbours {
-    pub(super) children: Vec<WorkerChild>,
-    /// When each started holding its memory.
-    pub(super) markers: Vec<Marker>,
-    /// Why one could not hold its memory (the variant does not run).
-    pub(super) failure: Option<String>,
-}
-
-impl Neighbours {
-    /// Release their memory and reap them.
-    pub(super) fn finish(self) {
-        for n in self.children {
-            n.finish(Duration::from_millis(500));
-        }
-    }
-}
-
-/// Start the scenario's neighbours (they hold memory for the whole variant).
-pub(super) fn start_neighbours(
-    scn: &Scenario,
-    devices: &[DeviceInfo],
-    smallest: u64,
-    opts: &ReplayOptions,
-    t0: Instant,
-) -> Result<Neighbours, ReplayError> {
-    let mut neighbours = Vec::new();
-    let mut markers = Vec::new();
-    for n in &scn.neighbours {
-        let input = WorkerInput {
-            steps: vec![Step {
-                id: "hold".into(),
-                label: n.label.clone(),
-                op: Op::Alloc {
-                    tag: "held".into(),
-                    device: 0,
-                    // A named fraction: of `smallest_total`, as for the worker.
-                    size: n.size,
-                    allocator: None,
-                    group: None,
-                    fill: true,
-                },
-                only: Vec::new(),
-            }],
-            lockstep: false,
-            hold: true,
-            smallest_total: smallest,
-        };
-        // Pinned by UUID: scenario device k is `devices[k]`, whatever CUDA's order.
-        let pin = devices
-            .get(n.device as usize)
-            .map(|d| d.uuid.clone())
-            .unwrap_or_else(|| n.device.to_string());
-        let env = vec![("CUDA_VISIBLE_DEVICES".to_string(), Some(pin))];
-        let p = WorkerChild::spawn(opts, &env, &input, "a neighbour process")?;
-        let failure = wait_ready(&p, opts, &n.label)?;
-        markers.push(Marker {
-            t_ms: ms(t0),
-            kind: MarkerKind::Neighbour,
-            label: format!("{} holds {}", n.label, n.size.describe()),
-            device: Some(n.device),
-        });
-        neighbours.push(p);
-        if failure.is_some() {
-            return Ok(Neighbours {
-                children: neighbours,
-                markers,
-                failure,
-            });
-        }
-    }
-    Ok(Neighbours {
-        children: neighbours,
-        markers,
-        failure: None,
-    })
-}
-
-/// Wait for a neighbour's `ready`; why it failed, if it did.
-fn wait_ready(
-    p: &WorkerChild,
-    opts: &ReplayOptions,
-    label: &str,
-) -> Result<Option<String>, ReplayError> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match p.events.recv_timeout(Duration::from_millis(50)) {
-            Ok(Ok(Timed {
-                ev: WorkerEvent::Ready,
-                ..
-            })) => return Ok(None),
-            Ok(Ok(Timed {
-                ev: WorkerEvent::Failed { kind, message, .. },
-                ..
-            })) => {
-                if kind == StepErrorKind::Environment {
-                    return Err(ReplayError::WorkerEnvironment(message));
-                }
-                return Ok(Some(format!(
-                    "{label} could not hold its memory: {message}"
-                )));
-            }
-            Ok(_) => {}
-            Err(RecvTimeoutError::Timeout)
-                if Instant::now() < deadline && !opts.interrupted.load(Ordering::SeqCst) => {}
-            Err(_) => return Ok(Some(format!("{label} did not start: {}", p.stderr_tail()))),
-        }
     }
 }
 
@@ -307,10 +198,12 @@ impl<'a> WorkerRun<'a> {
     }
 
     /// Start the worker on the plan and follow it to its end.
+    /// Neighbours with a `from` or `until` start and stop between two lockstep steps.
     pub(super) fn drive(
         &mut self,
         opts: &ReplayOptions,
         env: &[(String, Option<String>)],
+        (scn, neighbours): (&Scenario, &mut Neighbours),
         observer: &mut dyn Observer,
     ) -> Result<(), ReplayError> {
         let input = WorkerInput {
@@ -389,6 +282,13 @@ impl<'a> WorkerRun<'a> {
                     ..
                 } => {
                     self.on_end(&mut w, step, at, bytes, held, &contexts, &held_on);
+                    let rec = self.recorder;
+                    let staged =
+                        neighbours.between(step, scn, self.devices, opts, &mut |m| rec.marker(m));
+                    if let Err(e) = staged {
+                        w.finish(Duration::from_millis(500));
+                        return Err(e);
+                    }
                     w.ack();
                 }
                 WorkerEvent::Failed {

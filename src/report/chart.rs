@@ -231,7 +231,11 @@ fn thin_markers(mine: Vec<&ChartMarker>) -> Vec<&ChartMarker> {
 
 /// The label drawn for a marker: `3 render 1024x1152` or `OOM: ...` for failures.
 pub fn marker_text(m: &ChartMarker) -> String {
-    let label: String = m.label.chars().take(48).collect();
+    // The one policy for hidden characters (`term::is_hidden`): shown, never applied.
+    let label: String = crate::term::reveal_hidden(&m.label)
+        .chars()
+        .take(48)
+        .collect();
     if m.is_failure() {
         format!("{}: {label}", m.kind.to_uppercase())
     } else {

@@ -270,6 +270,7 @@ fn marker_table(o: &mut String, markers: &[ChartMarker]) {
 
 /// Escape text for HTML element content and double-quoted attribute values.
 pub fn esc(s: &str) -> String {
+    let s = crate::term::reveal_hidden(s);
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {

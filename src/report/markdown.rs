@@ -139,7 +139,7 @@ impl Markup for Markdown {
     fn details(&mut self, summary: &str, lines: &[String]) {
         let block: String = lines
             .iter()
-            .map(|l| crate::term::one_line(l) + "\n")
+            .map(|l| crate::term::reveal_hidden(&crate::term::one_line(l)) + "\n")
             .collect();
         let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
         let _ = writeln!(
@@ -177,6 +177,7 @@ fn sparkline_block(out: &mut String, series: &[&DeviceSeries], span: f64, marker
         SPARK_CELLS,
         text::format_ms(span / SPARK_CELLS as f64)
     );
+    let block = crate::term::reveal_hidden(&block);
     let fence = "`".repeat(longest_run(&block, '`').max(2) + 1);
     let _ = writeln!(out, "{fence}text\n{block}{fence}\n");
 }
@@ -249,7 +250,7 @@ pub fn md_code_cell(s: &str) -> String {
 }
 
 fn code_span(s: &str, in_table: bool) -> String {
-    let s = crate::term::one_line(s);
+    let s = crate::term::reveal_hidden(&crate::term::one_line(s));
     if s.is_empty() {
         return String::new();
     }
@@ -266,7 +267,7 @@ fn code_span(s: &str, in_table: bool) -> String {
 /// Inline text shown literally: Markdown and HTML punctuation is backslash-escaped, except
 /// inside balanced code spans, which are kept (fix texts use them for commands).
 pub fn md_text(s: &str, in_table: bool) -> String {
-    let s = crate::term::one_line(s);
+    let s = crate::term::reveal_hidden(&crate::term::one_line(s));
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len() + 8);
     let mut i = 0;
@@ -288,6 +289,28 @@ pub fn md_text(s: &str, in_table: bool) -> String {
                 out.push_str("\\`");
             }
             i += run;
+            continue;
+        }
+        // GitHub turns `@name` into a mention (a ping) and `www.`, `http://` and
+        // `https://` into links, also in escaped text: a one-character code span breaks
+        // them (code is never linked).
+        if c == '@' {
+            out.push_str("`@`");
+            i += 1;
+            continue;
+        }
+        if c == ':' && chars.get(i + 1..i + 3) == Some(&['/', '/'][..]) {
+            out.push_str("`:`");
+            i += 1;
+            continue;
+        }
+        if c == '.'
+            && i >= 3
+            && chars[i - 3..i].iter().all(|x| x.eq_ignore_ascii_case(&'w'))
+            && (i == 3 || !chars[i - 4].is_alphanumeric())
+        {
+            out.push_str("`.`");
+            i += 1;
             continue;
         }
         match c {

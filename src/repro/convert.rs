@@ -5,9 +5,10 @@
 //! from what the recording showed. Pure; bounded by [`MAX_STEPS`].
 
 use super::label::safe_label;
+use super::picture::{picture, Picture};
 use super::source::{Source, SourceError};
 use super::ReproError;
-use crate::model::{MarkerKind, ProcessSample};
+use crate::model::MarkerKind;
 use crate::scenario::{Expectation, Neighbour, Op, Scenario, SizeSpec, Step, Variant, VariantKind};
 use crate::units::{format_bytes, GIB, MIB};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,7 +24,7 @@ pub const MIN_QUANTUM: u64 = 64 * MIB;
 /// default profile charges (real drivers: 300–600 MiB).
 pub const DEFAULT_CONTEXT: u64 = 448 * MIB;
 /// A first footprint at or below this is a context alone.
-const CONTEXT_SIZED_MAX: u64 = GIB;
+pub(super) const CONTEXT_SIZED_MAX: u64 = GIB;
 /// How late `vramdoc run` may read a marker line after the job wrote it (its tail polls
 /// every 50 ms); a marker is placed this much, plus one memory period, before its reading,
 /// so the level change the job made right after marking falls in the marker's phase.
@@ -33,6 +34,14 @@ pub const MARKER_LAG_MS: f64 = 50.0;
 pub const MAX_SETTLE_MS: f64 = 2500.0;
 /// Peaks must agree within one step of the timeline rules: this, or 2 % of the total.
 pub const PEAK_STEP_MIN: u64 = 256 * MIB;
+/// Most GPUs a recording may have (a scenario's limit): checked before any work.
+pub const MAX_DEVICES: usize = 64;
+/// Most neighbours per GPU: the largest other processes each, the rest merged into one.
+pub const MAX_NEIGHBOURS_PER_GPU: usize = 8;
+/// Largest quantum tried: above every reading (readings are capped at 1 PiB), so a
+/// conversion at it has no level steps left and the step count is bounded by markers and
+/// contexts alone; the coalescing loop ends there.
+const MAX_QUANTUM: u64 = 1 << 51;
 
 /// What the conversion did, beside the scenario.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,214 +59,13 @@ pub struct Summary {
     pub physical: Vec<u32>,
 }
 
-struct Dev {
-    phys: u32,
-    total: u64,
-    samples: Vec<(f64, u64)>,
-}
-
 fn level_at(s: &[(f64, u64)], t: f64) -> Option<u64> {
     let i = s.partition_point(|(ts, _)| *ts <= t);
     i.checked_sub(1).map(|i| s[i].1)
 }
 
-/// Samples of one process on one device, sorted, `None` readings left out.
-type Series = Vec<(f64, u64)>;
-
-fn per_process(samples: &[ProcessSample]) -> BTreeMap<(u32, u32), Series> {
-    let mut m: BTreeMap<(u32, u32), Series> = BTreeMap::new();
-    for p in samples {
-        if let Some(u) = p.used {
-            m.entry((p.pid, p.device)).or_default().push((p.t_ms, u));
-        }
-    }
-    for s in m.values_mut() {
-        s.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    m
-}
-
-/// Another process's level at `t`: its first reading stands for the time before it when it
-/// was there from the first process round (or within `lead` of its first reading).
-fn other_level(s: &Series, t: f64, first_round: f64, lead: f64) -> u64 {
-    let Some(first) = s.first() else { return 0 };
-    if t < first.0 {
-        return if first.0 <= first_round + 0.5 || t >= first.0 - lead {
-            first.1
-        } else {
-            0
-        };
-    }
-    level_at(s, t).unwrap_or(0)
-}
-
 fn size_text(b: u64) -> SizeSpec {
     SizeSpec::Bytes(b)
-}
-
-/// The job's processes the one replay worker stands for: the one on the most GPUs (then
-/// the largest), and every other one that shares no GPU with it (ranks of their own GPUs).
-/// A process of the job on a GPU the worker also uses (a helper holding memory beside it)
-/// is replayed as a neighbour instead: one worker cannot be two processes on one GPU.
-fn worker_pids(src: &Source, procs: &BTreeMap<(u32, u32), Series>) -> BTreeSet<u32> {
-    let mut per: BTreeMap<u32, (BTreeSet<u32>, u64)> = BTreeMap::new();
-    for ((pid, dev), s) in procs {
-        let peak = s.iter().map(|p| p.1).max().unwrap_or(0);
-        if src.tree.contains(pid) && peak > 0 {
-            let e = per.entry(*pid).or_default();
-            e.0.insert(*dev);
-            e.1 = e.1.saturating_add(peak);
-        }
-    }
-    let Some((main, (main_devs, _))) = per
-        .iter()
-        .max_by_key(|(pid, (devs, peak))| (devs.len(), *peak, std::cmp::Reverse(**pid)))
-    else {
-        // No per-process data: the device series is all there is.
-        return src.tree.clone();
-    };
-    let mut out: BTreeSet<u32> = src.tree.clone();
-    for (pid, (devs, _)) in &per {
-        if pid != main && !devs.is_disjoint(main_devs) {
-            out.remove(pid);
-        }
-    }
-    out
-}
-
-/// The GPUs the job used and the rest of the picture.
-struct Picture {
-    devs: Vec<Dev>,
-    /// Job bytes per scenario device at each of its samples.
-    job: Vec<Vec<(f64, u64)>>,
-    neighbours: Vec<Neighbour>,
-    context: u64,
-}
-
-fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, ReproError> {
-    let procs = per_process(&src.processes);
-    let first_round = src
-        .processes
-        .iter()
-        .map(|p| p.t_ms)
-        .fold(f64::INFINITY, f64::min);
-    let worker = worker_pids(src, &procs);
-    let tree_has_samples = procs.keys().any(|(pid, _)| src.tree.contains(pid));
-    let mut all: Vec<Dev> = src
-        .series
-        .iter()
-        .filter(|s| !s.samples.is_empty())
-        .map(|s| {
-            let mut samples = s.samples.clone();
-            samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let total = if s.total > 0 {
-                s.total
-            } else {
-                src.devices
-                    .iter()
-                    .find(|d| d.index == s.device)
-                    .map_or(0, |d| d.total)
-            };
-            Dev {
-                phys: s.device,
-                total,
-                samples,
-            }
-        })
-        .collect();
-    all.sort_by_key(|d| d.phys);
-    if all.is_empty() {
-        return Err(ReproError::NoSamples);
-    }
-    // The job's bytes on each device: used minus what was there before it and minus what
-    // other processes held at that moment.
-    let mut devs = Vec::new();
-    let mut job = Vec::new();
-    let mut neighbours = Vec::new();
-    for d in all {
-        let others: Vec<(&u32, &Series)> = procs
-            .iter()
-            .filter(|((pid, dev), _)| *dev == d.phys && !worker.contains(pid))
-            .map(|((pid, _), s)| (pid, s))
-            .collect();
-        let t0 = d.samples[0].0;
-        let at_start: u64 = others
-            .iter()
-            .map(|(_, s)| other_level(s, t0, first_round, process_period_ms))
-            .fold(0u64, u64::saturating_add);
-        let unattributed = d.samples[0].1.saturating_sub(at_start);
-        let series: Vec<(f64, u64)> = d
-            .samples
-            .iter()
-            .map(|&(t, used)| {
-                let o: u64 = others
-                    .iter()
-                    .map(|(_, s)| other_level(s, t, first_round, process_period_ms))
-                    .fold(0u64, u64::saturating_add);
-                (t, used.saturating_sub(unattributed.saturating_add(o)))
-            })
-            .collect();
-        let used_by_tree = procs.iter().any(|((pid, dev), s)| {
-            *dev == d.phys && worker.contains(pid) && s.iter().any(|p| p.1 > 0)
-        });
-        let step = PEAK_STEP_MIN.max(d.total / 50);
-        let rose = series.iter().any(|p| p.1 >= step);
-        if !(used_by_tree || (!tree_has_samples && rose)) {
-            continue;
-        }
-        let index = devs.len() as u32;
-        for (pid, s) in &others {
-            let peak = s.iter().map(|p| p.1).max().unwrap_or(0);
-            if peak > 0 {
-                neighbours.push((
-                    index,
-                    format!("another process on GPU {index} (#{pid})"),
-                    peak,
-                ));
-            }
-        }
-        if unattributed >= MIN_QUANTUM {
-            neighbours.push((
-                index,
-                format!("memory in use on GPU {index} before the job, no process listed"),
-                unattributed,
-            ));
-        }
-        devs.push(d);
-        job.push(series);
-    }
-    if devs.is_empty() {
-        return Err(ReproError::NoJobMemory);
-    }
-    // What one context cost: the job's first footprint on a GPU when that was a context
-    // alone, else the default.
-    let context = procs
-        .iter()
-        .filter(|((pid, dev), _)| worker.contains(pid) && devs.iter().any(|d| d.phys == *dev))
-        .filter_map(|(_, s)| s.iter().find(|p| p.1 > 0).map(|p| p.1))
-        .filter(|b| *b <= CONTEXT_SIZED_MAX)
-        .min()
-        .unwrap_or(DEFAULT_CONTEXT);
-    // PIDs are the recording machine's: numbered in order of appearance instead.
-    let mut numbered = Vec::new();
-    for (k, (device, label, peak)) in neighbours.into_iter().enumerate() {
-        let label = match label.split_once(" (#") {
-            Some((head, _)) => format!("{head} ({})", k + 1),
-            None => label,
-        };
-        numbered.push(Neighbour {
-            label,
-            device,
-            // The replayed neighbour makes a context of its own.
-            size: size_text(peak.saturating_sub(context).max(MIB)),
-        });
-    }
-    Ok(Picture {
-        devs,
-        job,
-        neighbours: numbered,
-        context,
-    })
 }
 
 enum Event<'a> {
@@ -275,10 +83,14 @@ struct Builder {
     phase: String,
     /// What one context costs.
     context: u64,
+    /// When each step happened in the recording (the event it was made of), and now.
+    times: Vec<f64>,
+    now: f64,
 }
 
 impl Builder {
     fn push(&mut self, id: String, label: String, op: Op) {
+        self.times.push(self.now);
         self.steps.push(Step {
             id,
             label,
@@ -396,20 +208,14 @@ fn first_oom(src: &Source) -> Option<&SourceError> {
         .min_by(|a, b| a.t_ms.total_cmp(&b.t_ms))
 }
 
-/// The steps at `quantum` (per device, scaled by total).
-fn steps_at(
-    src: &Source,
-    pic: &Picture,
-    quantum: u64,
-    t_end: f64,
-    hostname: Option<&str>,
-) -> (Vec<Step>, Vec<u64>, BTreeMap<usize, String>) {
-    let n = pic.devs.len();
-    let q: Vec<u64> = pic
-        .devs
-        .iter()
-        .map(|d| quantum.max(d.total / 512))
-        .collect();
+/// Marker and level events of a recording, in time order (built once, replayed at each
+/// quantum the coalescing tries).
+struct Events<'a> {
+    markers: Vec<(f64, &'a str, MarkerKind)>,
+    list: Vec<(f64, u8, Event<'a>)>,
+}
+
+fn events<'a>(src: &'a Source, pic: &Picture, t_end: f64) -> Events<'a> {
     let mut markers: Vec<(f64, &str, MarkerKind)> = phase_markers(src, t_end)
         .into_iter()
         .map(|(t, m)| (t, m.label.as_str(), m.kind.clone()))
@@ -418,17 +224,33 @@ fn steps_at(
     if markers.len() > MAX_MARKER_STEPS {
         markers.drain(..markers.len() - MAX_MARKER_STEPS);
     }
-    let mut events: Vec<(f64, u8, Event)> = Vec::new();
+    let mut list: Vec<(f64, u8, Event)> = Vec::new();
     for (i, (t, label, kind)) in markers.iter().enumerate() {
-        events.push((*t, 0, Event::Marker(i, label, kind.clone())));
+        list.push((*t, 0, Event::Marker(i, label, kind.clone())));
     }
     for (dev, series) in pic.job.iter().enumerate() {
         for &(t, b) in series.iter().filter(|p| p.0 <= t_end) {
-            events.push((t, 1, Event::Level(dev, b)));
+            list.push((t, 1, Event::Level(dev, b)));
         }
     }
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let t_last = events.last().map_or(0.0, |e| e.0).min(t_end);
+    list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    Events { markers, list }
+}
+
+/// Steps, what each device holds after them, marker step ids by marker index, and when
+/// each step happened.
+type Built = (Vec<Step>, Vec<u64>, BTreeMap<usize, String>, Vec<f64>);
+
+/// The steps at `quantum` (per device, scaled by total).
+fn steps_at(ev: &Events, pic: &Picture, quantum: u64, t_end: f64, hostname: Option<&str>) -> Built {
+    let n = pic.devs.len();
+    let q: Vec<u64> = pic
+        .devs
+        .iter()
+        .map(|d| quantum.max(d.total / 512))
+        .collect();
+    let markers = &ev.markers;
+    let t_last = ev.list.last().map_or(0.0, |e| e.0).min(t_end);
     let mut b = Builder {
         steps: Vec::new(),
         ctx: vec![false; n],
@@ -437,10 +259,13 @@ fn steps_at(
         next_tag: 0,
         phase: "start".into(),
         context: pic.context,
+        times: Vec::new(),
+        now: f64::NEG_INFINITY,
     };
     // Marker step id by marker index, for expectations.
     let mut marker_ids = BTreeMap::new();
-    for (_, _, ev) in &events {
+    for (t, _, ev) in &ev.list {
+        b.now = *t;
         match ev {
             Event::Marker(i, label, kind) => {
                 let text = safe_label(label, hostname);
@@ -482,7 +307,7 @@ fn steps_at(
             }
         }
     }
-    (b.steps, b.held, marker_ids)
+    (b.steps, b.held, marker_ids, b.times)
 }
 
 /// Convert. `process_period_ms`: the recording's process-list period (0 when unknown).
@@ -491,19 +316,32 @@ pub fn convert(
     process_period_ms: f64,
     recorded_on: Option<String>,
 ) -> Result<(Scenario, Summary), ReproError> {
+    // Limits first: a crafted recording must not make work before it is refused.
+    let gpus = src.series.iter().filter(|s| !s.samples.is_empty()).count();
+    if gpus > MAX_DEVICES {
+        return Err(ReproError::TooManyDevices { gpus });
+    }
     let pic = picture(src, process_period_ms)?;
     let oom = first_oom(src);
     // Up to the OOM, else to the command's exit: what its processes' teardown frees, the
     // replay's worker frees by exiting too.
     let t_end = oom.map_or(src.exit_ms.unwrap_or(f64::INFINITY), |e| e.t_ms);
     let hostname = src.hostname.as_deref();
+    let ev = events(src, &pic, t_end);
     let mut quantum = MIN_QUANTUM;
-    let (mut steps, mut held, mut marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
+    let (mut steps, mut held, mut marker_ids, mut times) =
+        steps_at(&ev, &pic, quantum, t_end, hostname);
     let steps_before = steps.len();
-    while steps.len() + 2 > MAX_STEPS {
+    // At most ~25 passes, each linear in the events: at MAX_QUANTUM only contexts and
+    // markers are left (at most MAX_DEVICES + 2 * MAX_MARKER_STEPS steps).
+    while steps.len() + 2 > MAX_STEPS && quantum < MAX_QUANTUM {
         quantum = quantum.saturating_mul(2);
-        (steps, held, marker_ids) = steps_at(src, &pic, quantum, t_end, hostname);
+        (steps, held, marker_ids, times) = steps_at(&ev, &pic, quantum, t_end, hostname);
     }
+    if steps.len() + 2 > MAX_STEPS {
+        return Err(ReproError::TooManySteps { steps: steps.len() });
+    }
+    drop(ev);
     let mut expect = Vec::new();
     let phys: Vec<u32> = pic.devs.iter().map(|d| d.phys).collect();
     if let Some(e) = oom {
@@ -538,6 +376,8 @@ pub fn convert(
             next_tag: 100_000,
             phase: "before the failure".into(),
             context: pic.context,
+            times: std::mem::take(&mut times),
+            now: e.t_ms,
         };
         if target > b.held[dev] {
             b.level_step(dev, total, target, MIB);
@@ -559,6 +399,7 @@ pub fn convert(
         );
         steps = b.steps;
         held = b.held;
+        times = b.times;
         expect.push(Expectation::Oom {
             at_or_after: phase,
             before: None,
@@ -571,6 +412,7 @@ pub fn convert(
         {
             steps.pop();
         }
+        times.truncate(steps.len());
         expect.push(Expectation::Completes);
     }
     let _ = held;
@@ -623,7 +465,7 @@ pub fn convert(
         fingerprint,
         recorded_on,
         env: BTreeMap::new(),
-        neighbours: pic.neighbours,
+        neighbours: neighbours(&pic, &steps, &times),
         steps,
         variants: vec![Variant {
             name: "bug".into(),
@@ -647,6 +489,45 @@ pub fn convert(
         physical: phys,
     };
     Ok((scenario, summary))
+}
+
+/// The other processes as the scenario's neighbours, numbered in order (PIDs are the
+/// recording machine's); each makes a context of its own in the replay. Each holds memory
+/// while the recording showed it: started before the first step at or after it appeared
+/// (`from`), stopped after the last step before it was gone (`until`); one that held
+/// nothing while the job's steps ran is left out.
+fn neighbours(pic: &Picture, steps: &[Step], times: &[f64]) -> Vec<Neighbour> {
+    let mut k = 0;
+    let mut out = Vec::new();
+    for o in &pic.others {
+        let first = times.partition_point(|t| *t < o.presence.start);
+        let last = match o.presence.gone {
+            Some(g) => times.partition_point(|t| *t < g),
+            None => times.len(),
+        };
+        if first >= last {
+            continue;
+        }
+        let label = match o.processes {
+            None => format!(
+                "memory in use on GPU {} before the job, no process listed",
+                o.device
+            ),
+            Some(1) => {
+                k += 1;
+                format!("another process on GPU {} ({k})", o.device)
+            }
+            Some(n) => format!("{n} other processes on GPU {} together", o.device),
+        };
+        out.push(Neighbour {
+            label,
+            device: o.device,
+            size: size_text(o.peak.saturating_sub(pic.context).max(MIB)),
+            from: (first > 0).then(|| steps[first].id.clone()),
+            until: (last < steps.len()).then(|| steps[last - 1].id.clone()),
+        });
+    }
+    out
 }
 
 /// The scenario device the OOM happened on: the one the error names, else the job's device

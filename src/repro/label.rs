@@ -40,12 +40,34 @@ fn looks_like_host(word: &str, hostname: Option<&str>) -> bool {
     ipv4 || dotted_name || (w.chars().filter(|c| *c == ':').count() >= 2)
 }
 
+/// Words that, in prose, are followed by the secret they name.
+fn names_secret(word: &str) -> bool {
+    let w = word
+        .trim_matches(|c: char| !c.is_alphanumeric())
+        .to_ascii_lowercase()
+        .replace('-', "_");
+    matches!(
+        w.as_str(),
+        "password" | "passwd" | "passphrase" | "pwd" | "token" | "secret" | "apikey" | "api_key"
+    )
+}
+
 /// A label safe to publish, from marker text recorded on `hostname`.
 pub fn safe_label(text: &str, hostname: Option<&str>) -> String {
     let redacted = redact_text(text);
     let mut words = Vec::new();
+    let mut secret_next = false;
     for word in redacted.split_whitespace() {
-        let w: String = word.chars().filter(|c| !c.is_control()).collect();
+        // Prose names a secret without `=` or `:` (`password hunter2`): the next word is it.
+        if std::mem::take(&mut secret_next) && word != REDACTED {
+            words.push(REDACTED.to_string());
+            continue;
+        }
+        secret_next = names_secret(word);
+        let w: String = word
+            .chars()
+            .filter(|c| !c.is_control() && !crate::term::is_hidden(*c))
+            .collect();
         let out = if w.contains('/') || w.contains('\\') || w.starts_with('~') {
             PATH.to_string()
         } else if w.contains('@') || w.contains("://") {
@@ -95,6 +117,9 @@ mod tests {
             assert!(!l.contains(gone), "{text:?} -> {l:?}");
         }
         assert_eq!(safe_label("size 1024x1152", host), "size 1024x1152");
+        // Issue 29 item 15: a secret named in prose, no `=` or `:`.
+        let l = safe_label("password hunter2 then Token: abc123", None);
+        assert!(!l.contains("hunter2") && !l.contains("abc123"), "{l}");
         assert_eq!(safe_label("release model", None), "release model");
         assert_eq!(safe_label("epoch 1.5 done", None), "epoch 1.5 done");
     }

@@ -9,6 +9,7 @@
 pub mod convert;
 pub mod engine_claim;
 pub mod label;
+mod picture;
 pub mod schedule;
 pub mod source;
 pub mod toml_out;
@@ -24,6 +25,8 @@ pub use source::Source;
 pub enum ReproError {
     #[error("{file}: a {kind} report, not a run report: pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]
     NotRun { file: String, kind: String },
+    #[error("{file}: a run report without its `run` section (a hand-edited or cut file?): pass the JSON report as `vramdoc run --out FILE.json` wrote it, or its `--samples FILE.jsonl`")]
+    NoRunSection { file: String },
     #[error("{file}: not a `vramdoc run --samples` stream (its first line is not a header); pass the JSONL file `run --samples` wrote, or the run's JSON report")]
     NotSamples { file: String },
     #[error("{file}: neither a vramdoc run report nor a `run --samples` stream; pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]
@@ -40,6 +43,10 @@ pub enum ReproError {
     NoSamples,
     #[error("the job never held GPU memory in this recording: there is nothing to reproduce")]
     NoJobMemory,
+    #[error("the recording has {gpus} GPUs with samples; a scenario holds at most {max} (convert a recording of fewer GPUs, e.g. `run` with CUDA_VISIBLE_DEVICES)", max = convert::MAX_DEVICES)]
+    TooManyDevices { gpus: usize },
+    #[error("the recording still needs {steps} steps at the largest quantum (at most {max}): it has too many markers or GPUs to reproduce", max = convert::MAX_STEPS)]
+    TooManySteps { steps: usize },
     #[error("internal error: the converted scenario does not parse ({0}); please report this")]
     Invalid(String),
 }
@@ -85,15 +92,16 @@ pub fn convert_source(
             .push("The recording was cut short (no end line): converted as far as it went.".into());
     }
     let toml = toml_out::to_toml(&scenario, &header);
-    // What was written must read back as what was meant.
-    let parsed = crate::scenario::parse_scenario("converted scenario", &toml)
-        .map_err(|e| ReproError::Invalid(e.to_string()))?;
+    // The size first (steps, neighbours and labels are bounded, so this holds by
+    // construction), then what was written must read back as what was meant.
     if toml.len() as u64 > crate::input::MAX_SCENARIO_BYTES {
         return Err(ReproError::Invalid(format!(
             "{} bytes, over the 1 MiB scenario limit",
             toml.len()
         )));
     }
+    let parsed = crate::scenario::parse_scenario("converted scenario", &toml)
+        .map_err(|e| ReproError::Invalid(e.to_string()))?;
     Ok(Converted {
         toml,
         scenario: parsed,

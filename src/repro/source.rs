@@ -6,11 +6,9 @@
 
 use super::ReproError;
 use crate::diagnose::{self, ErrorEvent, ErrorKind, RecordedDevice, RecordedProcess, Recording};
-use crate::model::{
-    DeviceSeries, Marker, MarkerKind, ProcessSample, Report, ReportKind, RunErrorKind, Timeline,
-};
-use serde::Deserialize;
-use std::collections::BTreeSet;
+use crate::model::{DeviceSeries, Marker, MarkerKind, ProcessSample, Report, ReportKind, Timeline};
+use crate::record::stream::{StreamLine, STREAM_VERSION};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One GPU of the recording (NVML index, product name, total bytes).
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +59,11 @@ pub struct Source {
 pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
     let run = match (report.kind(), report.run()) {
         (ReportKind::Run, Some(run)) => run,
+        (ReportKind::Run, None) => {
+            return Err(ReproError::NoRunSection {
+                file: file.to_string(),
+            })
+        }
         (kind, _) => {
             return Err(ReproError::NotRun {
                 file: file.to_string(),
@@ -130,74 +133,12 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
 /// Whether `text` is a `--samples` stream (its first line is a `header`).
 pub fn looks_like_samples(text: &str) -> bool {
     let first = text.lines().next().unwrap_or("");
-    serde_json::from_str::<Line>(first).is_ok_and(|l| matches!(l, Line::Header { .. }))
-}
-
-#[derive(Deserialize)]
-struct StreamDev {
-    index: u32,
-    #[serde(default)]
-    name: String,
-    total: u64,
-}
-
-/// The lines of the stream the converter reads (record::stream writes them); the command
-/// line, process command lines and names are read only by `engine_claim::detect`.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-enum Line {
-    Header {
-        version: u32,
-        devices: Vec<StreamDev>,
-        #[serde(default)]
-        command: Vec<String>,
-        #[serde(default)]
-        process_period_us: u64,
-        #[serde(default)]
-        period_us: u64,
-    },
-    Memory {
-        t_ms: f64,
-        used: Vec<u64>,
-    },
-    Process {
-        t_ms: f64,
-        device: u32,
-        pid: u32,
-        used: Option<u64>,
-        tree: bool,
-    },
-    Start {
-        pid: u32,
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        cmdline: Option<String>,
-    },
-    Marker {
-        t_ms: f64,
-        kind: MarkerKind,
-        label: String,
-    },
-    Error {
-        t_ms: f64,
-        kind: RunErrorKind,
-        device: Option<u32>,
-        requested: Option<u64>,
-    },
-    End {
-        t_ms: f64,
-    },
-    #[serde(other)]
-    Other,
+    serde_json::from_str::<StreamLine>(first).is_ok_and(|l| matches!(l, StreamLine::Header { .. }))
 }
 
 /// Most bytes a reading may say (1 PiB): a stream is untrusted input, and sums of many
 /// readings must not overflow.
 const MAX_READING: u64 = 1 << 50;
-
-/// The highest stream version this reader knows (record::stream::STREAM_VERSION).
-const STREAM_VERSION: u32 = 1;
 
 /// A `--samples` JSONL stream; a last line cut in the middle (a crash) is left out, any
 /// other bad line is an error naming it. Findings are decided here on what was recorded.
@@ -211,34 +152,38 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
         truncated: true,
         ..Source::default()
     };
-    let lines: Vec<&str> = text.split('\n').collect();
-    let last = lines.len().saturating_sub(1);
-    for (i, raw) in lines.iter().enumerate() {
+    // One pass over the lines, none of them kept.
+    let mut lines = text.split('\n').enumerate().peekable();
+    while let Some((i, raw)) = lines.next() {
+        let last = lines.peek().is_none();
         if raw.trim().is_empty() {
             continue;
         }
-        let line = match serde_json::from_str::<Line>(raw) {
+        let line = match serde_json::from_str::<StreamLine>(raw) {
             Ok(l) => l,
             // The file of a crashed run may end inside a line: that line is lost, no more.
-            Err(_) if i == last => break,
+            Err(_) if last => break,
             Err(e) => return Err(bad_line(i + 1, e.to_string())),
         };
-        if i == 0 && !matches!(line, Line::Header { .. }) {
+        if i == 0 && !matches!(line, StreamLine::Header { .. }) {
             return Err(ReproError::NotSamples {
                 file: file.to_string(),
             });
         }
         match line {
-            Line::Header {
+            StreamLine::Header {
                 version,
                 devices,
                 command,
                 process_period_us,
                 period_us,
+                hostname,
+                ..
             } => {
                 if src.engine.is_none() {
                     src.engine = super::engine_claim::detect(command.iter().map(String::as_str));
                 }
+                src.hostname = hostname.filter(|h| !h.is_empty());
                 src.process_period_ms = process_period_us as f64 / 1000.0;
                 src.period_ms = period_us as f64 / 1000.0;
                 if i != 0 {
@@ -264,12 +209,15 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     });
                 }
             }
-            Line::Memory { t_ms, used } => {
+            StreamLine::Memory { t_ms, used } => {
+                // `null`: that GPU gave no reading this time (a gap of it alone).
                 for (s, u) in src.series.iter_mut().zip(used) {
-                    s.samples.push((t_ms, u.min(MAX_READING)));
+                    if let Some(u) = u {
+                        s.samples.push((t_ms, u.min(MAX_READING)));
+                    }
                 }
             }
-            Line::Process {
+            StreamLine::Process {
                 t_ms,
                 device,
                 pid,
@@ -286,7 +234,9 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     used: used.map(|u| u.min(MAX_READING)),
                 });
             }
-            Line::Start { pid, name, cmdline } => {
+            StreamLine::Start {
+                pid, name, cmdline, ..
+            } => {
                 src.tree.insert(pid);
                 if src.engine.is_none() {
                     src.engine = super::engine_claim::detect(
@@ -294,28 +244,29 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     );
                 }
             }
-            Line::Marker { t_ms, kind, label } => src.markers.push(Marker {
+            StreamLine::Marker { t_ms, kind, label } => src.markers.push(Marker {
                 t_ms,
                 kind,
                 label,
                 device: None,
             }),
-            Line::Error {
+            StreamLine::Error {
                 t_ms,
                 kind,
                 device,
                 requested,
+                ..
             } => src.errors.push(SourceError {
                 t_ms,
                 out_of_memory: kind.is_out_of_memory(),
                 device,
                 requested: requested.map(|r| r.min(MAX_READING)),
             }),
-            Line::End { t_ms } => {
+            StreamLine::End { t_ms, .. } => {
                 src.truncated = false;
                 src.exit_ms = Some(t_ms);
             }
-            Line::Other => {}
+            StreamLine::Exit { .. } | StreamLine::Unknown => {}
         }
     }
     if src.devices.is_empty() && src.series.is_empty() {
@@ -332,14 +283,59 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
     Ok(src)
 }
 
+/// The process samples the timeline rules read: the job's tree as recorded, and every
+/// other process of a device merged into one under a PID no process has (`u32::MAX - device`):
+/// their sum at each of that device's list rounds (0 where none was listed). The rules count
+/// other processes in device totals only; one series per device keeps them linear however
+/// many PIDs came and went (a stream of 100k neighbour PIDs).
+fn merged_processes(src: &Source) -> Vec<ProcessSample> {
+    let mut out: Vec<ProcessSample> = Vec::new();
+    // Every round of every device, the others' sum in it (non-negative times: bits order).
+    let mut others: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+    for p in &src.processes {
+        let key = (p.device, p.t_ms.max(0.0).to_bits());
+        let sum = others.entry(key).or_insert(0);
+        if src.tree.contains(&p.pid) {
+            out.push(p.clone());
+        } else if let Some(u) = p.used {
+            *sum = sum.saturating_add(u);
+        }
+    }
+    let any_others: BTreeSet<u32> = src
+        .processes
+        .iter()
+        .filter(|p| !src.tree.contains(&p.pid))
+        .map(|p| p.device)
+        .collect();
+    for ((device, t), used) in others {
+        if any_others.contains(&device) {
+            out.push(ProcessSample {
+                t_ms: f64::from_bits(t),
+                device,
+                pid: u32::MAX - device,
+                used: Some(used),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+    out
+}
+
 /// The typed recording the timeline rules judge, rebuilt from a source.
 pub fn recording(src: &Source) -> Recording {
+    let processes = merged_processes(src);
     let end_ms = src
         .series
         .iter()
         .flat_map(|s| s.samples.last().map(|p| p.0))
         .fold(0.0, f64::max);
-    let mut pids: BTreeSet<u32> = src.processes.iter().map(|p| p.pid).collect();
+    // Each PID's first sighting, in one pass (not a search per PID).
+    let mut first: BTreeMap<u32, f64> = BTreeMap::new();
+    for p in &processes {
+        let e = first.entry(p.pid).or_insert(p.t_ms);
+        *e = e.min(p.t_ms);
+    }
+    let mut pids: BTreeSet<u32> = first.keys().copied().collect();
     pids.extend(src.tree.iter().copied());
     Recording {
         devices: src
@@ -355,7 +351,7 @@ pub fn recording(src: &Source) -> Recording {
         timeline: Timeline {
             devices: src.series.clone(),
             markers: src.markers.clone(),
-            processes: src.processes.clone(),
+            processes,
             gaps: Vec::new(),
         },
         processes: pids
@@ -363,10 +359,7 @@ pub fn recording(src: &Source) -> Recording {
             .map(|pid| {
                 RecordedProcess::seen(
                     pid,
-                    src.processes
-                        .iter()
-                        .find(|p| p.pid == pid)
-                        .map_or(0.0, |p| p.t_ms),
+                    first.get(&pid).copied().unwrap_or(0.0),
                     src.tree.contains(&pid),
                 )
             })

@@ -407,3 +407,263 @@ mod never_panics {
         }
     }
 }
+
+// Issue 29: hostile or unusual recordings (items 1, 2, 3, 6, 7, 8) and issue 24's one
+// stream schema.
+
+/// `n` GPUs of 16 GiB, the job holding a context on each from the first reading.
+fn many_gpus(n: u32) -> Source {
+    let total = 16 * GIB;
+    let mut src = Source {
+        tree: [JOB].into_iter().collect(),
+        ..Source::default()
+    };
+    for d in 0..n {
+        src.devices.push(SourceDevice {
+            index: d,
+            name: "x".into(),
+            total,
+        });
+        src.series.push(DeviceSeries {
+            device: d,
+            total,
+            samples: vec![(0.0, 0), (100.0, CTX), (200.0, CTX + GIB)],
+        });
+        for (t, u) in [(100.0, CTX), (200.0, CTX + GIB)] {
+            src.processes.push(ProcessSample {
+                t_ms: t,
+                device: d,
+                pid: JOB,
+                used: Some(u),
+            });
+        }
+    }
+    src
+}
+
+/// Item 1: a recording of ~1,000 GPU series is refused before the step loop (which used
+/// to double its quantum forever: one context per GPU never shrinks).
+#[test]
+fn a_thousand_gpu_series_are_refused_before_any_work() {
+    let e = convert_source(&many_gpus(1000), spec_of).unwrap_err();
+    assert!(e.to_string().contains("at most 64"), "{e}");
+    // 64 is a scenario's limit and converts.
+    let c = convert_source(&many_gpus(64), spec_of).unwrap();
+    assert_eq!(c.scenario.devices, 64);
+}
+
+/// Items 2 and 8: 12,000 other PIDs on the job's GPU become at most
+/// `MAX_NEIGHBOURS_PER_GPU` neighbours (the largest alone, the rest merged at their
+/// combined peak), so the file stays small and device totals are kept.
+#[test]
+fn many_neighbour_pids_are_merged_into_a_bounded_few() {
+    let total = 80 * GIB;
+    let n = 12_000u32;
+    let mut samples = Vec::new();
+    let mut procs = Vec::new();
+    for k in 0..n {
+        // Each a 1 MiB process in one round of its own; 4 big ones.
+        let t = 100.0 + f64::from(k);
+        let used = if k < 4 { 2 * GIB } else { MIB };
+        procs.push(ProcessSample {
+            t_ms: t,
+            device: 0,
+            pid: 10_000 + k,
+            used: Some(used),
+        });
+    }
+    samples.push((0.0, 0));
+    for k in 0..20u64 {
+        let t = 100.0 + k as f64 * 600.0;
+        samples.push((t, 8 * GIB + CTX + k * 256 * MIB));
+        procs.push(ProcessSample {
+            t_ms: t,
+            device: 0,
+            pid: JOB,
+            used: Some(CTX + k * 256 * MIB),
+        });
+    }
+    let c = convert_source(&job_on_one_gpu(total, samples, procs), spec_of).unwrap();
+    let ns = &c.scenario.neighbours;
+    assert!(!ns.is_empty() && ns.len() <= 8, "{} neighbours", ns.len());
+    assert!(c.toml.len() < 100_000, "{} bytes", c.toml.len());
+}
+
+/// Item 7: a job attached to with `run --pid` already holds its memory at the first
+/// reading; that memory is the job's, not memory in use before it.
+#[test]
+fn a_steady_attached_job_converts_to_its_level() {
+    let total = 16 * GIB;
+    let held = CTX + 6 * GIB;
+    let samples: Vec<(f64, u64)> = (0..10).map(|k| (f64::from(k) * 100.0, held)).collect();
+    let procs: Vec<ProcessSample> = (0..10)
+        .map(|k| ProcessSample {
+            t_ms: f64::from(k) * 100.0 + 5.0,
+            device: 0,
+            pid: JOB,
+            used: Some(held),
+        })
+        .collect();
+    let c = convert_source(&job_on_one_gpu(total, samples, procs), spec_of).unwrap();
+    let s = &c.scenario;
+    assert!(s.neighbours.is_empty(), "{:?}", s.neighbours);
+    let allocated: u64 = s
+        .steps
+        .iter()
+        .filter_map(|st| match &st.op {
+            Op::Alloc {
+                size: SizeSpec::Bytes(b),
+                ..
+            } => Some(*b),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(allocated + CTX, held, "{}", c.toml);
+}
+
+/// Issue 24: a `--samples` stream recorded while one GPU was lost (`null` readings of that
+/// GPU) converts; the lost GPU's gap is no reading, not an error.
+#[test]
+fn a_stream_with_a_lost_gpu_converts() {
+    let mut text = String::from(
+        r#"{"type":"header","version":1,"created_unix_ms":0,"devices":[{"index":0,"uuid":"GPU-a","name":"NVIDIA L4","total":24152899584},{"index":1,"uuid":"GPU-b","name":"NVIDIA L4","total":24152899584}],"command":["python"],"period_us":100000,"process_period_us":100000}"#,
+    );
+    text.push('\n');
+    for (i, used) in [0u64, 448, 4544, 8640].iter().enumerate() {
+        let t = i as f64 * 100.0;
+        let other = if i >= 2 {
+            "null".to_string()
+        } else {
+            "0".into()
+        };
+        text.push_str(&format!(
+            "{{\"type\":\"memory\",\"t_ms\":{t},\"used\":[{},{other}]}}\n",
+            used * MIB
+        ));
+        if *used > 0 {
+            text.push_str(&format!(
+                "{{\"type\":\"process\",\"t_ms\":{t},\"device\":0,\"pid\":9,\"used\":{},\"tree\":true}}\n",
+                used * MIB
+            ));
+        }
+    }
+    text.push_str("{\"type\":\"end\",\"t_ms\":400.0,\"status\":0}\n");
+    let src = from_samples(&text, "run.jsonl").unwrap();
+    let c = convert_source(&src, spec_of).unwrap();
+    assert_eq!(c.scenario.devices, 1);
+    assert!(c.scenario.steps.iter().any(|s| s.op.name() == "alloc"));
+}
+
+/// Item 6: the host name recorded in a stream's header is scrubbed from marker labels,
+/// as it is from a report's.
+#[test]
+fn a_streams_host_name_is_scrubbed_from_labels() {
+    let mut text = String::from(
+        r#"{"type":"header","version":1,"devices":[{"index":0,"uuid":"GPU-a","name":"NVIDIA L4","total":24152899584}],"hostname":"gpunode17","period_us":100000,"process_period_us":100000}"#,
+    );
+    text.push('\n');
+    text.push_str(
+        "{\"type\":\"marker\",\"t_ms\":150.0,\"kind\":\"marker\",\"label\":\"rank 0 up on gpunode17\"}\n",
+    );
+    for (i, used) in [0u64, 448, 4544, 8640].iter().enumerate() {
+        let t = i as f64 * 100.0;
+        text.push_str(&format!(
+            "{{\"type\":\"memory\",\"t_ms\":{t},\"used\":[{}]}}\n",
+            used * MIB
+        ));
+        if *used > 0 {
+            text.push_str(&format!(
+                "{{\"type\":\"process\",\"t_ms\":{t},\"device\":0,\"pid\":9,\"used\":{},\"tree\":true}}\n",
+                used * MIB
+            ));
+        }
+    }
+    let c = convert_source(&from_samples(&text, "run.jsonl").unwrap(), spec_of).unwrap();
+    assert!(!c.toml.contains("gpunode17"), "{}", c.toml);
+    assert!(c.toml.contains("rank 0 up on"), "{}", c.toml);
+}
+
+/// Item 3: a neighbour that left before the job's big allocation is stopped after the last
+/// step before it left; one that came later starts at the first step after it came.
+#[test]
+fn neighbours_hold_memory_only_while_they_were_listed() {
+    let total = 16 * GIB;
+    let mut samples = Vec::new();
+    let mut procs = Vec::new();
+    for k in 0..=30u32 {
+        let t = f64::from(k) * 100.0;
+        let early = if t <= 1000.0 { 8 * GIB } else { 0 };
+        let late = if t >= 2500.0 { GIB } else { 0 };
+        let job = match k {
+            0..=1 => 0,
+            2..=14 => CTX,
+            15..=26 => CTX + 10 * GIB,
+            _ => CTX + 11 * GIB,
+        };
+        samples.push((t, early + late + job));
+        for (pid, used) in [(OTHER, early), (OTHER + 1, late), (JOB, job)] {
+            if used > 0 {
+                procs.push(ProcessSample {
+                    t_ms: t,
+                    device: 0,
+                    pid,
+                    used: Some(used),
+                });
+            }
+        }
+    }
+    let c = convert_source(&job_on_one_gpu(total, samples, procs), spec_of).unwrap();
+    let s = &c.scenario;
+    assert_eq!(s.neighbours.len(), 2, "{}", c.toml);
+    let pos = |id: &Option<String>| {
+        id.as_ref()
+            .and_then(|id| s.steps.iter().position(|st| &st.id == id))
+    };
+    let alloc = s
+        .steps
+        .iter()
+        .position(|st| matches!(st.op, Op::Alloc { .. }))
+        .expect("the 10 GiB allocation");
+    // The early one is there from the start and gone before the allocation.
+    assert_eq!(s.neighbours[0].from, None, "{}", c.toml);
+    assert!(
+        pos(&s.neighbours[0].until).is_some_and(|u| u < alloc),
+        "{}",
+        c.toml
+    );
+    // The late one came after it: it is started after the allocation, and never stopped.
+    assert!(
+        pos(&s.neighbours[1].from).is_some_and(|f| f > alloc),
+        "{}",
+        c.toml
+    );
+    assert_eq!(s.neighbours[1].until, None, "{}", c.toml);
+}
+
+/// Item 9: bidi overrides and zero-width characters of a marker never reach the file raw.
+#[test]
+fn hidden_characters_of_labels_never_reach_the_file() {
+    let mut src = staircase();
+    src.markers[0].label = "size\u{202e}1 \u{200b}x\u{2060}y\u{feff}".into();
+    let c = convert_source(&src, spec_of).unwrap();
+    for bad in ['\u{202e}', '\u{200b}', '\u{2060}', '\u{feff}'] {
+        assert!(!c.toml.contains(bad), "{bad:?} in\n{}", c.toml);
+    }
+    assert!(c.toml.contains("size1"), "{}", c.toml);
+}
+
+/// Item 15: a run report without its run section is not "a run report, not a run report".
+#[test]
+fn a_run_report_without_its_section_says_so() {
+    let report: crate::model::Report = serde_json::from_str(
+        r#"{"schema_version":1,"kind":"run","environment":{"hostname":"h","kernel":"k",
+        "vramdoc_version":"0","backend":"sim","versions":{"driver":"","cuda":"","nvml":""},
+        "devices":[]},"command":[],"created_unix_ms":0}"#,
+    )
+    .unwrap();
+    let e = super::source::from_report(&report, "r.json")
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("a run report, not a run report"), "{e}");
+    assert!(e.starts_with("r.json: "), "{e}");
+}

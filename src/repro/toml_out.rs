@@ -6,8 +6,10 @@ use crate::scenario::{Expectation, Op, Scenario, SizeSpec};
 use crate::units::{GIB, MIB};
 use std::fmt::Write;
 
+/// A TOML string; characters that hide or reorder text made visible first
+/// ([`crate::term::is_hidden`]).
 fn q(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
+    toml::Value::String(crate::term::reveal_hidden(s)).to_string()
 }
 
 /// Bytes as the file writes them: `4GiB`, `448MiB`, or the exact number.
@@ -48,6 +50,12 @@ pub fn to_toml(s: &Scenario, header: &[String]) -> String {
             n.device,
             size(&n.size)
         );
+        if let Some(f) = &n.from {
+            let _ = writeln!(o, "from = {}", q(f));
+        }
+        if let Some(u) = &n.until {
+            let _ = writeln!(o, "until = {}", q(u));
+        }
     }
     for st in &s.steps {
         let _ = write!(

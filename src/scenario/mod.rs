@@ -122,13 +122,20 @@ pub struct Step {
     pub only: Vec<String>,
 }
 
-/// A process started next to the worker, holding memory for the whole variant.
+/// A process started next to the worker, holding memory for the whole variant, or from
+/// one step to another (`from`, `until`: a recorded neighbour that came and went).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Neighbour {
     pub label: String,
     /// Physical device.
     pub device: u32,
     pub size: SizeSpec,
+    /// Started just before this step runs (`None`: before the worker starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Stopped (its memory freed) just after this step ran (`None`: at the variant's end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 /// What a variant must show, checked on the timeline.

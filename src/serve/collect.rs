@@ -274,7 +274,9 @@ impl Collector {
                     let mut open_error = None;
                     if monitor.is_none() {
                         match open() {
-                            Ok(m) => monitor = Some(m),
+                            // Every call under the per-GPU deadline: a hung GPU is a
+                            // gap and a finding, never a stuck collection.
+                            Ok(m) => monitor = Some(crate::record::lanes::Deadlined::boxed(m)),
                             Err(e) => open_error = Some(e),
                         }
                     }

@@ -305,7 +305,10 @@ async fn serve_connection(
         // keep-alives at the head deadline.
         .header_read_timeout(None)
         .max_buf_size(cfg.max_head_bytes.max(8192))
-        .max_headers(MAX_HEADERS);
+        .max_headers(MAX_HEADERS)
+        // A client that shuts down its write half after sending its request (`nc -N`,
+        // probes) still gets its answer: hyper's default closes on that EOF (issue 29).
+        .half_close(true);
     let served = builder.serve_connection(io, service);
     tokio::pin!(served);
     loop {

@@ -12,6 +12,8 @@ use prometheus::{Encoder, GaugeVec, Opts, TextEncoder};
 /// serve does not have.
 pub const KINDS: &[&str] = &[
     "foreign-process",
+    "unknown-usage",
+    "process-lists-unreadable",
     "dead-process-memory",
     "device-unavailable",
 ];

@@ -904,3 +904,177 @@ fn a_hostile_report_file_cannot_drive_the_terminal() {
         }
     }
 }
+
+// Issue 29, third round.
+
+fn preflight_on(dir: &Path, gpus: &str) -> (Option<i32>, String) {
+    let mut c = on_box(dir);
+    c.args(["preflight", "--gpus", gpus]);
+    for k in ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL"] {
+        c.env_remove(k);
+    }
+    let o = run(c);
+    (o.status.code(), text(&o.stdout).trim().to_string())
+}
+
+/// Item 4: a GPU where a listed process's usage is "not available" (containers), or whose
+/// process lists cannot be read (an unprivileged MIG GPU), is not "clean": nothing says
+/// the process does not hold the whole GPU.
+#[test]
+fn preflight_refuses_a_gpu_it_cannot_see_into() {
+    let b = fresh_box("2x16GiB");
+    let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
+    common::sim_fault(b.path(), &["--usage-unavailable"]);
+    let (code, line) = preflight_on(b.path(), "1");
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.starts_with("problem: GPU 1: PID ") && line.contains("unknown amount"),
+        "{line}"
+    );
+    assert!(line.contains(&h.pid().to_string()), "{line}");
+    // The GPU nobody uses is still clean.
+    let (code, line) = preflight_on(b.path(), "0");
+    assert_eq!(code, Some(0), "{line}");
+
+    common::sim_fault(b.path(), &["--clear"]);
+    common::sim_fault(b.path(), &["--mig-unprivileged", "1"]);
+    let (code, line) = preflight_on(b.path(), "1");
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.starts_with("problem: GPU 1: "), "{line}");
+    assert!(!line.contains("GPU 1: GPU 1"), "{line}");
+    drop(h);
+}
+
+/// Item 15: a dead process's memory is named once per GPU ("GPU 1: GPU 1: ..." before).
+#[test]
+fn preflight_names_each_gpu_once() {
+    let b = fresh_box("2x16GiB");
+    common::sim_fault(b.path(), &["--keep-dead"]);
+    let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
+    h.kill();
+    let (code, line) = preflight_on(b.path(), "1");
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.starts_with("problem: GPU 1: "), "{line}");
+    assert!(!line.contains("GPU 1: GPU 1"), "{line}");
+}
+
+/// Items 9 and 10: bidi overrides and zero-width characters from the machine never reach an
+/// HTML or Markdown report raw, and Markdown leaves no live `@mention` or autolink (pasted
+/// into a GitHub issue they would ping users and make links).
+#[test]
+fn documents_show_hidden_characters_and_neutralise_mentions_and_autolinks() {
+    let hostile_json = serde_json::to_string(common::reports::HOSTILE).unwrap();
+    let inner = &hostile_json[1..hostile_json.len() - 1];
+    let payload =
+        r"a\u202eb c\u200bd\u2060e\ufefff @octocat www.evil.example https://evil.example/x";
+    for report in common::reports::hostile_reports() {
+        let body = String::from_utf8(vramdoc::report::json::render(&report)).unwrap();
+        let body = body.replace(inner, payload);
+        let report = vramdoc::report::read::parse_report(&body, Path::new("r.json")).unwrap();
+        let md = vramdoc::report::markdown::render(&report);
+        let html = vramdoc::report::html::render(&report).unwrap();
+        for (name, doc) in [("md", &md), ("html", &html)] {
+            for bad in ['\u{202e}', '\u{200b}', '\u{2060}', '\u{feff}'] {
+                assert!(!doc.contains(bad), "{name}: raw {bad:?}");
+            }
+        }
+        assert!(md.contains("\\u{202e}"), "the override is shown escaped");
+        for live in ["@octocat", "www.evil", "https://evil"] {
+            let mut fenced = false;
+            for line in md.lines() {
+                // Code blocks and spans are never linked: only text outside them counts.
+                if line.trim_start().starts_with("```") {
+                    fenced = !fenced;
+                    continue;
+                }
+                if fenced {
+                    continue;
+                }
+                for (at, _) in line.match_indices(live) {
+                    let ticks = line[..at].matches('`').count();
+                    assert!(ticks % 2 == 1, "md: {live} left live in {line}");
+                }
+            }
+        }
+    }
+}
+
+/// Item 13: a client that shuts down its write half right after its request (`nc -N`,
+/// probes) gets its answer every time (hyper closed on that EOF without one, 1-3 %).
+#[test]
+fn serve_answers_clients_that_half_close_after_sending() {
+    use std::io::Write;
+    use std::net::{Shutdown, TcpStream};
+    let (_dir, serve) = common::exporter::serve_fresh("1x16GiB");
+    for i in 0..300 {
+        let mut s = TcpStream::connect(serve.addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .expect("send");
+        s.shutdown(Shutdown::Write).expect("half-close");
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut got);
+        let got = text(&got);
+        assert!(
+            got.starts_with("HTTP/1.1 "),
+            "request {i}: no response: {got:?}"
+        );
+    }
+}
+
+/// Item 5: a GPU whose NVML calls hang costs `preflight` and `scan` one per-GPU deadline
+/// (the one `run` uses), not the hang: preflight answers for the healthy GPU it was given,
+/// refuses the hung one (exit 1), and scan reports the hung GPU's lists as unreadable.
+#[test]
+fn a_hung_gpu_is_a_problem_for_preflight_and_a_finding_for_scan() {
+    let b = fresh_box("2x16GiB");
+    common::sim_fault(
+        b.path(),
+        &["--nvml-hang", "--device", "1", "--hang-limit", "10m"],
+    );
+    // Far beyond the 1 s deadline, far below the 10 min hang.
+    let bounded = |mut c: Command| -> Output {
+        c.env_remove("SLURM_STEP_GPUS")
+            .env_remove("SLURM_JOB_GPUS")
+            .env_remove("GPU_DEVICE_ORDINAL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn vramdoc");
+        let start = std::time::Instant::now();
+        while child.try_wait().expect("wait").is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(90) {
+                let _ = child.kill();
+                let _ = child.wait();
+                common::sim_fault(b.path(), &["--clear"]);
+                panic!("still waiting on the hung GPU after 90 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        child.wait_with_output().expect("output")
+    };
+    let mut c = on_box(b.path());
+    c.args(["preflight", "--gpus", "0"]);
+    let o = bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let mut c = on_box(b.path());
+    c.args(["preflight", "--gpus", "1"]);
+    let o = bounded(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).starts_with("problem: GPU 1: "),
+        "{}",
+        text(&o.stdout)
+    );
+    let mut c = on_box(b.path());
+    c.args(["scan", "--json"]);
+    let o = bounded(c);
+    common::sim_fault(b.path(), &["--clear"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("scan JSON");
+    let hung = v["scan"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["id"] == "device-unavailable" && f["devices"] == serde_json::json!([1]));
+    assert!(hung, "{:#}", v["scan"]["findings"]);
+}

@@ -26,6 +26,80 @@ use vramdoc::host::podresources::{
 const UID_A: &str = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
 const UID_B: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 
+/// The cgroups a test of this file made (its box's runtime daemon makes them for the
+/// containers): every directory of this file's pod UIDs, in every hierarchy, and the
+/// `kubepods` parents that were not there before, removed when the guard goes — also when
+/// the test fails (issue 29 item 17: a later run, of the tests or of vramdoc, must not meet
+/// a fake pod hierarchy). Declared before the box, so it goes after the box's daemons.
+struct CgroupSweep {
+    before: Vec<PathBuf>,
+}
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+impl CgroupSweep {
+    fn new() -> CgroupSweep {
+        CgroupSweep {
+            before: kubepods_dirs(Path::new(CGROUP_ROOT), 0),
+        }
+    }
+
+    /// What this file's tests made that is still there.
+    fn left(&self) -> Vec<PathBuf> {
+        kubepods_dirs(Path::new(CGROUP_ROOT), 0)
+            .into_iter()
+            .filter(|d| ours(d) || !self.before.contains(d))
+            .collect()
+    }
+}
+
+impl Drop for CgroupSweep {
+    fn drop(&mut self) {
+        let mut left = self.left();
+        // Deepest first: a cgroup goes once its children have (rmdir of an empty cgroup).
+        left.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in left {
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+}
+
+/// Whether a cgroup directory is one of this file's pods' (or below one).
+fn ours(d: &Path) -> bool {
+    let s = d.to_string_lossy();
+    [UID_A, UID_B]
+        .iter()
+        .any(|u| s.contains(u) || s.contains(&u.replace('-', "_")))
+}
+
+/// Every `kubepods*` directory under `dir` and everything below them (a few levels deep).
+fn kubepods_dirs(dir: &Path, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().into_owned();
+        let inside = dir.to_string_lossy().contains("kubepods");
+        if depth == 0 && !name.starts_with("kubepods") {
+            // A hierarchy (`pids`, `memory`, ...) on cgroup v1: look inside it.
+            out.extend(kubepods_dirs(&path, 1));
+            continue;
+        }
+        if inside || name.starts_with("kubepods") {
+            out.push(path.clone());
+            if depth < 8 {
+                out.extend(kubepods_dirs(&path, depth + 1));
+            }
+        }
+    }
+    out
+}
+
 /// A pod-resources server on a unix socket, answering `List` with `pods` over tonic's gRPC
 /// server; counts the calls it answered.
 struct PodResourcesServer {
@@ -156,6 +230,7 @@ fn process(scan: &Value, pid: u64) -> &Value {
 /// (systemd driver). Only the first is `unallocated-gpu-use`.
 #[test]
 fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
+    let cgroups = CgroupSweep::new();
     let b = CliBox::new("2x16GiB", &[]);
     let a = in_cgroup(&b, "1", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let us = UID_B.replace('-', "_");
@@ -291,6 +366,14 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
         finding_value(&metrics, "unallocated-gpu-use", "warn") == Some(1),
         "{metrics}"
     );
+    // Nothing of the pods stays on the host once the test is done (issue 29 item 17).
+    drop(b);
+    drop(cgroups);
+    let left: Vec<PathBuf> = kubepods_dirs(Path::new(CGROUP_ROOT), 0)
+        .into_iter()
+        .filter(|d| ours(d))
+        .collect();
+    assert!(left.is_empty(), "cgroups left on the host: {left:?}");
     // promtool lints the exposition (skipped only where VRAMDOC_ALLOW_SKIP allows `prometheus`).
     common::skip::require!("prometheus", common::skip::tool("promtool", "prometheus"));
     let (ok, out) = common::exporter::promtool_check_metrics(&metrics);
@@ -301,6 +384,7 @@ fn pods_are_named_from_cgroups_and_the_kubelet_and_unallocated_use_is_found() {
 /// are unknown: one note, no allocation finding, exit 0.
 #[test]
 fn a_missing_socket_is_one_note_and_no_allocation_finding() {
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("2x16GiB", &[]);
     let a = in_cgroup(&b, "1", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
@@ -363,6 +447,7 @@ fn process_series(metrics: &str, pid: u64) -> Option<String> {
 /// fires for it.
 #[test]
 fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("1x16GiB", &[]);
     b.fault(&["--keep-dead"]);
     let a = in_cgroup(&b, "0", &format!("kubepods/besteffort/pod{UID_A}/{{id}}"));
@@ -419,6 +504,7 @@ fn the_memory_of_a_dead_process_stays_attributed_to_its_pod() {
 /// the pod, namespace and container.
 #[test]
 fn run_names_the_pod_of_the_job_s_processes() {
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("1x16GiB", &[]);
     let us = UID_A.replace('-', "_");
     let a = in_cgroup(
@@ -458,6 +544,7 @@ fn run_names_the_pod_of_the_job_s_processes() {
 /// reports the other (`allocated-gpu-idle`, info); the one in use never.
 #[test]
 fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("2x16GiB", &[]);
     let a = in_cgroup(&b, "0", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
@@ -501,6 +588,7 @@ fn an_allocated_gpu_its_pod_does_not_use_is_reported_after_the_idle_time() {
 /// reach the terminal, and label values keep only DNS characters.
 #[test]
 fn hostile_pod_names_never_reach_the_terminal_raw() {
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("1x16GiB", &[]);
     let a = in_cgroup(&b, "0", &format!("kubepods/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
@@ -562,6 +650,7 @@ fn hostile_pod_names_never_reach_the_terminal_raw() {
 #[test]
 fn pods_are_found_from_inside_a_cgroup_namespace() {
     common::skip::require!("unshare", common::skip::unshare());
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("1x16GiB", &[]);
     let a = in_cgroup(&b, "0", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let pid = a["pid"].as_u64().unwrap();

@@ -707,3 +707,61 @@ fn whatif_of_a_plain_recorded_job_keeps_its_bytes_on_a_larger_card() {
         "peak {peak} on an H100: {v:#}\n{text}"
     );
 }
+
+/// Issue 29 item 3: a neighbour that held 8 GiB of a 16 GiB GPU and exited before the job
+/// took 10 GiB is replayed only while it was there (started and stopped at the matching
+/// steps): the job, which exited 0 on its own recorded box, completes there when replayed
+/// (it used to replay as "OOM, UNEXPECTED": every neighbour held its peak all along).
+#[test]
+fn a_neighbour_that_came_and_went_is_replayed_only_while_it_was_there() {
+    const MIB: u64 = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let total = 16 * GIB;
+    let ctx = 448 * MIB;
+    let mut s = format!(
+        "{{\"type\":\"header\",\"version\":1,\"devices\":[{{\"index\":0,\"uuid\":\"GPU-a\",\"name\":\"Simulated GPU 16GiB\",\"total\":{total}}}],\"period_us\":100000,\"process_period_us\":100000}}\n"
+    );
+    for k in 0..=20u64 {
+        let t = k * 100;
+        let neighbour = if t <= 1000 { 8 * GIB } else { 0 };
+        let job = match t {
+            0..=100 => 0,
+            200..=1400 => ctx,
+            _ => ctx + 10 * GIB,
+        };
+        s.push_str(&format!(
+            "{{\"type\":\"memory\",\"t_ms\":{t}.0,\"used\":[{}]}}\n",
+            neighbour + job
+        ));
+        if neighbour > 0 {
+            s.push_str(&format!("{{\"type\":\"process\",\"t_ms\":{t}.0,\"device\":0,\"pid\":500,\"used\":{neighbour},\"tree\":false}}\n"));
+        }
+        if job > 0 {
+            s.push_str(&format!("{{\"type\":\"process\",\"t_ms\":{t}.0,\"device\":0,\"pid\":600,\"used\":{job},\"tree\":true}}\n"));
+        }
+    }
+    s.push_str("{\"type\":\"end\",\"t_ms\":2050.0,\"status\":0}\n");
+    let stream = tmp.path().join("s.jsonl");
+    std::fs::write(&stream, s).unwrap();
+    let repro = tmp.path().join("repro.toml");
+    let o = vramdoc()
+        .args(["scenario", "from"])
+        .arg(&stream)
+        .arg("--out")
+        .arg(&repro)
+        .output()
+        .expect("scenario from");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&repro).unwrap();
+    assert!(
+        text.contains("[[neighbours]]") && text.contains("until = "),
+        "{text}"
+    );
+    let (o, run) = replay(&repro, "recorded");
+    assert!(run.is_object(), "{}", stderr(&o));
+    assert!(
+        check_passed(&run, "the workload completes"),
+        "{run:#}\n{text}"
+    );
+    assert_eq!(run["verdict"], "reproduced", "{run:#}\n{text}");
+}

@@ -76,6 +76,8 @@ struct RawNeighbour {
     label: Option<String>,
     device: Spanned<u32>,
     size: Spanned<String>,
+    from: Option<Spanned<String>>,
+    until: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone, Default)]
@@ -230,6 +232,8 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
             label: n_ref.label.clone().unwrap_or_else(|| "neighbour".into()),
             device: check_device(&n_ref.device)?,
             size: size_spec(cx, &n_ref.size, &sizes, false, false)?,
+            from: n_ref.from.as_ref().map(|s| s.get_ref().clone()),
+            until: n_ref.until.as_ref().map(|s| s.get_ref().clone()),
         });
     }
 
@@ -399,6 +403,34 @@ fn build(cx: &Ctx, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         Some(r) => Some(recorded_on(cx, r)?),
         None => None,
     };
+    // A neighbour's `from` and `until` name steps of this scenario, in that order.
+    let position = |s: &Spanned<String>| -> Result<usize, ScenarioError> {
+        steps
+            .iter()
+            .position(|st: &Step| st.id == *s.get_ref())
+            .ok_or_else(|| {
+                cx.err(
+                    s.span(),
+                    format!(
+                        "unknown step {:?} (name the id of one of the scenario's steps)",
+                        s.get_ref()
+                    ),
+                )
+            })
+    };
+    for n in &raw.neighbours {
+        let n = n.get_ref();
+        let from = n.from.as_ref().map(&position).transpose()?;
+        let until = n.until.as_ref().map(&position).transpose()?;
+        if let (Some(f), Some(u), Some(span)) = (from, until, n.until.as_ref()) {
+            if u < f {
+                return Err(cx.err(
+                    span.span(),
+                    "`until` names a step before `from` (the neighbour stops after it starts)",
+                ));
+            }
+        }
+    }
     let scenario = Scenario {
         id,
         title: raw.title,
