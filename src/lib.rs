@@ -12,6 +12,7 @@ pub mod cli;
 pub mod commands;
 pub mod diagnose;
 pub mod exit;
+pub mod explain;
 pub mod gpu;
 pub mod host;
 pub mod input;

@@ -1,6 +1,7 @@
 //! Subcommands, one file each. This is the command edge: errors are `anyhow` here and are
 //! mapped to exit codes in `crate::exit`. [`Session`] resolves which GPU backend to use.
 
+pub mod explain;
 pub mod list;
 pub mod packaging;
 pub mod preflight;
@@ -219,6 +220,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Scenario(cmd) => scenario::run(&cmd),
         Command::Whatif(args) => whatif::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Explain(args) => explain::run(&args),
         Command::Serve(args) => {
             let session = Session::new(&cli.global)?;
             serve::run(&session, &args)

@@ -84,6 +84,13 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if let Some(s) = &args.scenario_out {
         crate::report::write::check_output_file(s, args.force)?; // issue 16
     }
+    if let Some(k) = args
+        .torch_memory
+        .then(|| super::explain::kept_path(&args.out))
+        .flatten()
+    {
+        crate::report::write::check_output_file(&k, args.force)?; // issue 27
+    }
     // No two outputs are one file (a report would be lost, issue 19).
     let mut outputs = super::outputs("--out", &args.out);
     outputs.extend(args.samples.as_deref().map(|p| ("--samples", p)));
@@ -114,6 +121,10 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
         None => crate::redact::redact_args(&crate::term::escape_args(&args.command)),
     };
+    let torch = args
+        .torch_memory
+        .then(|| crate::explain::inject::Injection::prepare(args.torch_memory_entries))
+        .transpose()?;
     let spec = JobSpec {
         argv: args.command.clone(),
         shown: command.clone(),
@@ -127,6 +138,9 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         duration: args.duration,
         live: args.live,
         pty: !args.no_pty,
+        env: torch
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.env(std::env::var_os("PYTHONPATH"))),
     };
     let mut ran =
         job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
@@ -141,6 +155,9 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         findings,
         args.samples.as_ref().map(|p| p.display().to_string()),
     );
+    if let Some(t) = &torch {
+        super::explain::join_run(t, &mut result, &args.out, args.force)?;
+    }
     crate::pods::name_pods(
         result.processes.iter_mut().filter_map(|p| p.pod.as_mut()),
         &args.pod_log_dir,

@@ -120,6 +120,8 @@ pub struct JobSpec {
     /// The job's stdout (stderr) is a pseudo-terminal when vramdoc's is a terminal (off
     /// with `--no-pty`: pipes).
     pub pty: bool,
+    /// Extra environment for the command (`run --torch-memory`: its `PYTHONPATH`).
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 }
 
 /// A finished job.
@@ -192,7 +194,8 @@ pub fn run(
         .stdin(Stdio::inherit())
         .stdout(Stdio::from(pump.stdout))
         .stderr(Stdio::from(pump.stderr))
-        .env(MARKERS_ENV, &marker_path);
+        .env(MARKERS_ENV, &marker_path)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
