@@ -32,7 +32,7 @@ pub fn oom_of(s: &Snapshot, device: u32) -> Option<(u64, u64, Option<u64>)> {
         .iter()
         .rev()
         .find(|e| e.action == Action::Oom)
-        .map(|e| (e.size, e.stream, e.device_free))
+        .map(|e| (e.size, e.stream, e.device_free()))
 }
 
 /// The numbers for `device`; `total` and `process_used` (NVML's view of the process on that

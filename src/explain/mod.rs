@@ -97,13 +97,14 @@ pub fn read_snapshot(path: &Path, max_bytes: u64) -> Result<(Snapshot, u64), Exp
         });
     }
     let reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let doc = pickle::decode(reader, size, pickle::Limits::for_len(size)).map_err(|source| {
-        ExplainError::Pickle {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
-    let snap = snapshot::from_doc(&doc).map_err(|source| ExplainError::Format {
+    let mut doc =
+        pickle::decode(reader, size, pickle::Limits::for_len(size)).map_err(|source| {
+            ExplainError::Pickle {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    let snap = snapshot::from_doc(&mut doc).map_err(|source| ExplainError::Format {
         path: path.to_path_buf(),
         source,
     })?;

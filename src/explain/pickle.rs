@@ -159,6 +159,31 @@ impl Doc {
             .map(|(_, v)| self.unpack(*v))
     }
 
+    /// Move a list's items out of the arena (it is left empty).
+    pub fn take_seq(&mut self, v: Value) -> Option<Vec<Packed>> {
+        match v {
+            Value::List(i) | Value::Tuple(i) => self.seqs.get_mut(i as usize).map(std::mem::take),
+            _ => None,
+        }
+    }
+
+    /// Release a container's items (it reads as empty afterwards).
+    pub fn free(&mut self, v: Value) {
+        match v {
+            Value::List(i) | Value::Tuple(i) => {
+                if let Some(s) = self.seqs.get_mut(i as usize) {
+                    *s = Vec::new();
+                }
+            }
+            Value::Dict(i) => {
+                if let Some(m) = self.maps.get_mut(i as usize) {
+                    *m = Vec::new();
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Containers and strings held (for the memory report of the bench).
     pub fn counts(&self) -> (usize, usize, usize) {
         (self.seqs.len(), self.maps.len(), self.strs.len())
@@ -421,7 +446,12 @@ impl<R: Read> Parser<R> {
         match self.doc.unpack(target) {
             Value::List(i) => {
                 let seq = &mut self.doc.seqs[i as usize];
-                seq.reserve_exact(items.len());
+                // Exact for a list filled in one batch (most); amortized for long ones.
+                if seq.is_empty() {
+                    seq.reserve_exact(items.len());
+                } else {
+                    seq.reserve(items.len());
+                }
                 seq.extend(items);
                 Ok(())
             }
@@ -436,7 +466,11 @@ impl<R: Read> Parser<R> {
         match self.doc.unpack(target) {
             Value::Dict(i) => {
                 let map = &mut self.doc.maps[i as usize];
-                map.reserve_exact(items.len() / 2);
+                if map.is_empty() {
+                    map.reserve_exact(items.len() / 2);
+                } else {
+                    map.reserve(items.len() / 2);
+                }
                 map.extend(items.chunks_exact(2).map(|c| (c[0], c[1])));
                 Ok(())
             }

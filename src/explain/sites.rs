@@ -134,7 +134,7 @@ impl Replay<'_> {
     fn step(&mut self, e: &TraceEntry) {
         match e.action {
             Action::Alloc => {
-                let site = self.sites.of(e.stack);
+                let site = self.sites.of(e.stack());
                 if let Some((old, old_site)) = self.live.insert(e.addr, (e.size, site)) {
                     self.per_site[old_site as usize] =
                         self.per_site[old_site as usize].saturating_sub(old);
@@ -170,8 +170,8 @@ pub fn history(
         ..History::default()
     };
     if let (Some(a), Some(b)) = (
-        trace.first().and_then(|e| e.time_us),
-        trace.last().and_then(|e| e.time_us),
+        trace.first().and_then(|e| e.time_us()),
+        trace.last().and_then(|e| e.time_us()),
     ) {
         h.span_us = Some((a, b));
     }

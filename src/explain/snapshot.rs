@@ -80,15 +80,31 @@ pub enum Action {
     Other,
 }
 
+/// One history entry (48 bytes: a 1 GB snapshot holds millions; absent fields are kept as
+/// sentinels behind the accessors).
 #[derive(Debug, Clone)]
 pub struct TraceEntry {
     pub action: Action,
     pub addr: u64,
     pub size: u64,
     pub stream: u64,
-    pub device_free: Option<u64>,
-    pub time_us: Option<i64>,
-    pub stack: Option<u32>,
+    device_free: u64,
+    time_us: i64,
+    stack: u32,
+}
+
+impl TraceEntry {
+    /// Free memory CUDA reported (`oom` entries).
+    pub fn device_free(&self) -> Option<u64> {
+        (self.device_free != u64::MAX).then_some(self.device_free)
+    }
+    pub fn time_us(&self) -> Option<i64> {
+        (self.time_us != i64::MIN).then_some(self.time_us)
+    }
+    /// Index into [`Snapshot::stacks`].
+    pub fn stack(&self) -> Option<u32> {
+        (self.stack != u32::MAX).then_some(self.stack)
+    }
 }
 
 /// Which generation of the format the file is (for the report and the fix's wording).
@@ -113,13 +129,24 @@ pub struct Snapshot {
     pub field_set: Option<FieldSet>,
 }
 
-struct Builder<'a> {
-    doc: &'a Doc,
+/// What outlives one [`Builder`]: the interning tables and the snapshot being built.
+#[derive(Default)]
+struct State {
     frame_by_dict: HashMap<u32, u32>,
     frame_by_text: HashMap<(Box<str>, i64, Box<str>), u32>,
+    /// Frames lists already seen, by arena index (bounded: PyTorch gives every traceback a
+    /// list of its own, so this only helps files that share them).
     stack_by_list: HashMap<u32, u32>,
     stack_by_frames: HashMap<Box<[u32]>, u32>,
     out: Snapshot,
+}
+
+/// Lists remembered by index at most.
+const MAX_LIST_CACHE: usize = 1 << 16;
+
+struct Builder<'a> {
+    doc: &'a Doc,
+    st: &'a mut State,
 }
 
 fn int(v: Value) -> Option<i64> {
@@ -155,7 +182,7 @@ impl<'a> Builder<'a> {
         let Value::Dict(di) = d else {
             return None;
         };
-        if let Some(id) = self.frame_by_dict.get(&di) {
+        if let Some(id) = self.st.frame_by_dict.get(&di) {
             return Some(*id);
         }
         let filename = self.field(d, "filename").and_then(|v| self.doc.str_of(v))?;
@@ -165,20 +192,20 @@ impl<'a> Builder<'a> {
             .unwrap_or("??");
         let line = self.field(d, "line").and_then(int).unwrap_or(0);
         let key = (Box::from(filename), line, Box::from(name));
-        let id = match self.frame_by_text.get(&key) {
+        let id = match self.st.frame_by_text.get(&key) {
             Some(id) => *id,
             None => {
-                let id = self.out.frames.len() as u32;
-                self.out.frames.push(Frame {
+                let id = self.st.out.frames.len() as u32;
+                self.st.out.frames.push(Frame {
                     filename: filename.to_string(),
                     line,
                     name: name.to_string(),
                 });
-                self.frame_by_text.insert(key, id);
+                self.st.frame_by_text.insert(key, id);
                 id
             }
         };
-        self.frame_by_dict.insert(di, id);
+        self.st.frame_by_dict.insert(di, id);
         Some(id)
     }
 
@@ -188,7 +215,7 @@ impl<'a> Builder<'a> {
         let Value::List(li) = list else {
             return None;
         };
-        if let Some(id) = self.stack_by_list.get(&li) {
+        if let Some(id) = self.st.stack_by_list.get(&li) {
             return Some(*id);
         }
         let doc = self.doc;
@@ -200,16 +227,18 @@ impl<'a> Builder<'a> {
             .filter_map(|f| self.frame(f))
             .collect::<Vec<_>>()
             .into();
-        let id = match self.stack_by_frames.get(&ids) {
+        let id = match self.st.stack_by_frames.get(&ids) {
             Some(id) => *id,
             None => {
-                let id = self.out.stacks.len() as u32;
-                self.out.stacks.push(ids.clone());
-                self.stack_by_frames.insert(ids, id);
+                let id = self.st.out.stacks.len() as u32;
+                self.st.out.stacks.push(ids.clone());
+                self.st.stack_by_frames.insert(ids, id);
                 id
             }
         };
-        self.stack_by_list.insert(li, id);
+        if self.st.stack_by_list.len() < MAX_LIST_CACHE {
+            self.st.stack_by_list.insert(li, id);
+        }
         Some(id)
     }
 
@@ -234,7 +263,7 @@ impl<'a> Builder<'a> {
         };
         let (requested, stack) = if let Some(frames) = self.field(b, "frames") {
             let requested = self.opt_u64(b, "requested_size").unwrap_or(size);
-            self.out.field_set.get_or_insert(FieldSet::Current);
+            self.st.out.field_set.get_or_insert(FieldSet::Current);
             (requested, self.stack(Some(frames)))
         } else if let Some(h) = self
             .field(b, "history")
@@ -242,7 +271,7 @@ impl<'a> Builder<'a> {
         {
             // torch/cuda/_memory_viz.py `_block_extra_legacy`: history[0] holds the stack and
             // the size asked for.
-            self.out.field_set.get_or_insert(FieldSet::Legacy);
+            self.st.out.field_set.get_or_insert(FieldSet::Legacy);
             let requested = self.opt_u64(h, "real_size").unwrap_or(size);
             let frames = self.field(h, "frames");
             (requested, self.stack(frames))
@@ -323,15 +352,16 @@ impl<'a> Builder<'a> {
             addr: self.opt_u64(e, "addr").unwrap_or(0),
             size: self.opt_u64(e, "size").unwrap_or(0),
             stream: self.opt_u64(e, "stream").unwrap_or(0),
-            device_free: self.opt_u64(e, "device_free"),
-            time_us: self.field(e, "time_us").and_then(int),
-            stack: self.stack(frames),
+            device_free: self.opt_u64(e, "device_free").unwrap_or(u64::MAX),
+            time_us: self.field(e, "time_us").and_then(int).unwrap_or(i64::MIN),
+            stack: self.stack(frames).unwrap_or(u32::MAX),
         })
     }
 }
 
-/// The snapshot in a decoded pickle.
-pub fn from_doc(doc: &Doc) -> Result<Snapshot, FormatError> {
+/// The snapshot in a decoded pickle. The history's entries are released from `doc` as they
+/// are converted, so the two are not both whole in memory at once.
+pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
     let root = doc
         .root
         .ok_or_else(|| FormatError("the pickle is empty".into()))?;
@@ -345,45 +375,57 @@ pub fn from_doc(doc: &Doc) -> Result<Snapshot, FormatError> {
         Value::List(_) => (root, None),
         _ => return Err(FormatError("the pickle is not a dict of segments".into())),
     };
-    let mut b = Builder {
-        doc,
-        frame_by_dict: HashMap::new(),
-        frame_by_text: HashMap::new(),
-        stack_by_list: HashMap::new(),
-        stack_by_frames: HashMap::new(),
-        out: Snapshot::default(),
-    };
-    let segs = doc
-        .seq_of(segments_v)
-        .ok_or_else(|| FormatError("`segments` is not a list".into()))?;
-    b.out.segments.reserve_exact(segs.len());
-    for (n, s) in segs.enumerate() {
-        let seg = b.segment(s, n)?;
-        b.out.segments.push(seg);
+    let mut st = State::default();
+    {
+        let mut b = Builder {
+            doc: &*doc,
+            st: &mut st,
+        };
+        let segs: Vec<Value> = doc
+            .seq_of(segments_v)
+            .ok_or_else(|| FormatError("`segments` is not a list".into()))?
+            .collect();
+        b.st.out.segments.reserve_exact(segs.len());
+        for (n, s) in segs.into_iter().enumerate() {
+            let seg = b.segment(s, n)?;
+            b.st.out.segments.push(seg);
+        }
     }
     if let Some(t) = traces_v {
-        let devices = doc
+        let devices: Vec<Value> = doc
             .seq_of(t)
-            .ok_or_else(|| FormatError("`device_traces` is not a list".into()))?;
-        for (d, entries) in devices.enumerate() {
-            let entries = doc
-                .seq_of(entries)
+            .ok_or_else(|| FormatError("`device_traces` is not a list".into()))?
+            .collect();
+        for (d, entries) in devices.into_iter().enumerate() {
+            let list = doc
+                .take_seq(entries)
                 .ok_or_else(|| FormatError(format!("`device_traces[{d}]` is not a list")))?;
-            let mut out = Vec::with_capacity(entries.len());
-            for (i, e) in entries.enumerate() {
+            let mut out = Vec::with_capacity(list.len());
+            for (i, p) in list.into_iter().enumerate() {
+                let e = doc.unpack(p);
+                let mut b = Builder {
+                    doc: &*doc,
+                    st: &mut st,
+                };
+                let frames = b.field(e, "frames");
                 out.push(b.entry(e, d, i)?);
+                // Converted: its dict and frames list are not needed again.
+                doc.free(e);
+                if let Some(f) = frames {
+                    doc.free(f);
+                }
             }
-            b.out.traces.push(out);
+            st.out.traces.push(out);
         }
     }
     if let Some(settings) = doc.get(root, "allocator_settings") {
-        b.out.expandable_setting = doc
-            .get(settings, "expandable_segments")
-            .and_then(|v| match v {
-                Value::Bool(x) => Some(x),
-                Value::Int(i) => Some(i != 0),
-                _ => None,
-            });
+        st.out.expandable_setting =
+            doc.get(settings, "expandable_segments")
+                .and_then(|v| match v {
+                    Value::Bool(x) => Some(x),
+                    Value::Int(i) => Some(i != 0),
+                    _ => None,
+                });
     }
-    Ok(b.out)
+    Ok(st.out)
 }

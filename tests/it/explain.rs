@@ -398,8 +398,8 @@ mod untrusted {
                 }
                 use vramdoc::explain::{explain, pickle, snapshot};
                 match pickle::decode_slice(&data) {
-                    Ok(doc) => {
-                        if let Ok(s) = snapshot::from_doc(&doc) {
+                    Ok(mut doc) => {
+                        if let Ok(s) = snapshot::from_doc(&mut doc) {
                             let x =
                                 explain(&s, "fuzz".into(), data.len() as u64, &Default::default());
                             let _ = vramdoc::report::explain::json(&x);
