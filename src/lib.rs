@@ -4,7 +4,8 @@
 //! foundations [`units`], [`term`], [`redact`], [`input`], [`host`] (every /proc read) and
 //! [`gpu`] (the only boundary with CUDA and NVML); the report [`model`], [`exit`] codes and
 //! [`backend`] (real, or the simulated machine of `vramdoc-sim` in-process); the stages
-//! [`inventory`] and [`record`], then [`diagnose`] and [`job`], then [`scenario`], [`scan`] and
+//! [`inventory`] and [`record`], then [`diagnose`], [`job`] and [`explain`] (PyTorch allocator
+//! snapshots), then [`scenario`], [`scan`] and
 //! the [`report`] renderers, then [`replay`] and [`serve`]; on top, `cli` and [`commands`].
 
 pub mod backend;

@@ -25,7 +25,10 @@ fn frame_label(s: &Snapshot, f: u32) -> String {
     match s.frames.get(f as usize) {
         Some(fr) => {
             let text = format!("{} ({}:{})", fr.name, fr.filename, fr.line);
-            crate::term::one_line(&text).chars().take(300).collect()
+            crate::redact::redact_text(&crate::term::one_line(&text))
+                .chars()
+                .take(300)
+                .collect()
         }
         None => NO_STACK.to_string(),
     }

@@ -543,3 +543,38 @@ mod torch_memory {
         assert!(!tmp.path().join("run.torch-memory.pickle").exists());
     }
 }
+
+/// `explain | head` is quiet (exit 0) and a full disk is one line and exit 3, as for every
+/// command that writes to standard output.
+#[test]
+fn broken_and_full_stdout_never_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = snapshot(tmp.path(), "live", "2.1", 4);
+    for json in [false, true] {
+        let mut c = vramdoc();
+        c.arg("explain").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "json {json}: {}", stderr(&o));
+        assert!(stderr(&o).is_empty(), "json {json}: {}", stderr(&o));
+        let mut c = vramdoc();
+        c.arg("explain").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let o = c
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3), "json {json}: {}", stderr(&o));
+        assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    }
+}
