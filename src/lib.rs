@@ -5,8 +5,8 @@
 //! [`gpu`] (the only boundary with CUDA and NVML); the report [`model`], [`exit`] codes and
 //! [`backend`] (real, or the simulated machine of `vramdoc-sim` in-process); the stages
 //! [`inventory`] and [`record`], then [`diagnose`], [`job`] and [`explain`] (PyTorch allocator
-//! snapshots), then [`scenario`], [`scan`] and
-//! the [`report`] renderers, then [`replay`] and [`serve`]; on top, `cli` and [`commands`].
+//! snapshots), then [`scenario`], [`scan`] and the [`report`] renderers, then [`replay`] and
+//! [`serve`]; on top, `cli` and [`commands`].
 
 pub mod backend;
 pub mod cli;
