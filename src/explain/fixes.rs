@@ -1,7 +1,8 @@
 //! The fix, chosen from the cause and its numbers.
 //!
 //! Names of settings as the PyTorch release honours them: `expandable_segments` is read from
-//! `PYTORCH_CUDA_ALLOC_CONF` since PyTorch 2.1 (the snapshot format with per-block `frames`
+//! `PYTORCH_CUDA_ALLOC_CONF` since PyTorch 2.1 (recent releases deprecate that variable for
+//! `PYTORCH_ALLOC_CONF`, so the fix names both) (the snapshot format with per-block `frames`
 //! appeared in the same release; a legacy snapshot is older and gets `max_split_size_mb`,
 //! which 2.0 honours); when the snapshot says expandable segments are already on (its
 //! `allocator_settings`, or segments marked `is_expandable`) it is not advised again
@@ -51,7 +52,7 @@ pub fn choose(cause: Cause, n: &Numbers, cx: &Context) -> Vec<Fix> {
             } else {
                 out.push(Fix {
                     id: "expandable-segments",
-                    text: "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the process starts (PyTorch 2.1+): segments grow in place instead of splitting, so the free memory becomes one block".into(),
+                    text: "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the process starts (PyTorch 2.1+; releases that deprecate that variable read PYTORCH_ALLOC_CONF): segments grow in place instead of splitting, so the free memory becomes one block".into(),
                 });
             }
             out.push(Fix {
