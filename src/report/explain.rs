@@ -117,12 +117,7 @@ pub fn markdown(x: &Explanation) -> String {
     for d in &x.devices {
         let n = &d.numbers;
         let _ = writeln!(o, "## GPU cuda:{} {}\n", d.device, moment(d));
-        let _ = writeln!(
-            o,
-            "**Cause: {}.** {}\n",
-            d.cause.id(),
-            md_text(&d.because, false)
-        );
+        let _ = writeln!(o, "**Cause:** {}\n", md_text(&d.because, false));
         let _ = writeln!(o, "| | bytes |\n| --- | ---: |");
         let mut row = |label: &str, v: Option<u64>| {
             if let Some(v) = v {

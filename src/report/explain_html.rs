@@ -36,7 +36,13 @@ fn state_color(state: &str) -> &'static str {
     }
 }
 
-/// The segment map of one device: rows of segments, blocks coloured by state.
+/// Left margin of the segment map (the segment's size is written there).
+const LABEL: f64 = 80.0;
+
+/// The segment map of one device: rows of segments, blocks coloured by state, at one scale
+/// with the failed request. The scale is the widest segment, or eight times the request when
+/// that is smaller (a 6 GiB segment must not hide 20 MiB ones split into 8 MiB holes); a
+/// longer segment is cut at the edge and says so.
 fn segment_map(o: &mut String, d: &DeviceExplanation) {
     if d.segment_map.is_empty() {
         return;
@@ -46,19 +52,25 @@ fn segment_map(o: &mut String, d: &DeviceExplanation) {
         .segment_map
         .iter()
         .map(|s| s.total_size)
-        .chain(std::iter::once(req))
         .max()
         .unwrap_or(1)
-        .max(1) as f64;
-    let scale = (WIDTH - 20.0) / widest;
+        .max(1);
+    let reference = if req > 0 {
+        widest.min(req.saturating_mul(8)).max(req)
+    } else {
+        widest
+    } as f64;
+    let span = WIDTH - LABEL - 10.0;
+    let scale = span / reference;
     let row = 14.0;
     let top = if req > 0 { 34.0 } else { 8.0 };
     let height = top + row * d.segment_map.len() as f64 + 8.0;
     let _ = writeln!(
         o,
         "<h3>Segment map</h3>\n<p class=\"muted\">Each bar is a segment PyTorch reserved \
-         (cudaMalloc), at one scale: blue allocated, orange freed but pending on a stream, \
-         grey cached free. {}</p>",
+         (cudaMalloc), all at one scale with the failed request (red): blue allocated, orange \
+         freed but pending on a stream, grey cached free; a segment longer than the width is \
+         cut (&#8230;). {}</p>",
         if d.segments_not_mapped > 0 {
             format!(
                 "The {} smallest segments are left out.",
@@ -74,20 +86,31 @@ fn segment_map(o: &mut String, d: &DeviceExplanation) {
         d.device
     );
     if req > 0 {
-        let w = (req as f64 * scale).max(1.0);
+        let w = (req as f64 * scale).clamp(1.0, span);
         let _ = writeln!(
             o,
-            "<rect x=\"10\" y=\"6\" width=\"{w:.1}\" height=\"12\" fill=\"#c81e1e\"><title>failed request {}</title></rect>\
-             <text x=\"10\" y=\"30\" font-size=\"11\" fill=\"#c81e1e\">failed request: {}</text>",
+            "<rect x=\"{LABEL}\" y=\"6\" width=\"{w:.1}\" height=\"12\" fill=\"#c81e1e\"><title>failed request {}</title></rect>\
+             <text x=\"{LABEL}\" y=\"30\" font-size=\"11\" fill=\"#c81e1e\">failed request: {}</text>",
             esc(&b(req)),
             esc(&b(req))
         );
     }
     for (i, s) in d.segment_map.iter().enumerate() {
         let y = top + row * i as f64;
-        let mut x = 10.0;
+        let _ = writeln!(
+            o,
+            "<text x=\"{}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\" fill=\"#5b6470\">{}</text>",
+            LABEL - 4.0,
+            y + row - 5.0,
+            esc(&b(s.total_size))
+        );
+        let mut x = LABEL;
+        let end = LABEL + span;
         for (size, state) in &s.blocks {
-            let w = *size as f64 * scale;
+            if x >= end {
+                break;
+            }
+            let w = (*size as f64 * scale).min(end - x);
             let _ = writeln!(
                 o,
                 "<rect x=\"{x:.2}\" y=\"{y:.1}\" width=\"{:.2}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\" stroke-width=\"0.3\"><title>{} {} (segment {:#x}, stream {:#x}{})</title></rect>",
@@ -101,6 +124,14 @@ fn segment_map(o: &mut String, d: &DeviceExplanation) {
                 if s.private_pool { ", private pool" } else { "" }
             );
             x += w;
+        }
+        if s.total_size as f64 > reference {
+            let _ = writeln!(
+                o,
+                "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" fill=\"#1d2430\">&#8230;</text>",
+                end - 12.0,
+                y + row - 4.0
+            );
         }
     }
     let _ = writeln!(o, "</svg>");
@@ -172,7 +203,7 @@ fn device(o: &mut String, d: &DeviceExplanation) {
     let n = &d.numbers;
     let _ = writeln!(
         o,
-        "<h2>GPU cuda:{} {}</h2>\n<p class=\"cause\"><b>{}</b>: {}</p>",
+        "<h2>GPU cuda:{} {}</h2>\n<p class=\"cause\" data-cause=\"{}\"><b>Cause</b>: {}</p>",
         d.device,
         match d.at {
             Moment::Oom => "at the out-of-memory error",

@@ -233,11 +233,15 @@ fn out_files_carry_what_json_prints() {
     assert_eq!(printed, written);
     assert_eq!(written["schema"], "vramdoc-explain/1");
     let md = std::fs::read_to_string(&md).unwrap();
-    assert!(md.contains("**Cause: fragmentation.**"), "{md}");
+    assert!(
+        md.contains("**Cause:** fragmentation: 32 MiB was requested"),
+        "{md}"
+    );
     assert!(md.contains("forward (train.py:88)"), "{md}");
     let html = std::fs::read_to_string(&html).unwrap();
     assert!(html.contains("aria-label=\"segment map of cuda:0\""));
     assert!(html.contains("failed request: 32 MiB"));
+    assert!(html.contains("data-cause=\"fragmentation\""));
     assert!(html.contains("aria-label=\"live memory timeline of cuda:0\""));
     assert!(!html.contains("<script"), "self-contained, no script");
     assert!(html.contains("default-src 'none'"));
