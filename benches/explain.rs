@@ -238,13 +238,17 @@ fn main() {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
     let peak = ru.ru_maxrss as u64 * 1024;
+    let cpu = ru.ru_utime.tv_sec as f64
+        + ru.ru_utime.tv_usec as f64 / 1e6
+        + ru.ru_stime.tv_sec as f64
+        + ru.ru_stime.tv_usec as f64 / 1e6;
     let ok = o.status.success();
     let cause = serde_json::from_slice::<serde_json::Value>(&o.stdout)
         .ok()
         .and_then(|x| x["devices"][0]["cause"].as_str().map(String::from))
         .unwrap_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned());
     println!(
-        "explain: {bytes} bytes in {secs:.2} s (goal < 15 s), peak RSS {:.0} MiB = {:.2}x the file (goal < 3x); exit ok: {ok}; cause: {cause}",
+        "explain: {bytes} bytes in {secs:.2} s wall, {cpu:.2} s CPU (goal < 15 s), peak RSS {:.0} MiB = {:.2}x the file (goal < 3x); exit ok: {ok}; cause: {cause}",
         peak as f64 / (1u64 << 20) as f64,
         peak as f64 / bytes as f64
     );
