@@ -131,6 +131,18 @@ From Python:\n  open(os.environ[\"VRAMDOC_MARKERS\"], \"a\").write(\"release mod
     Mark(MarkArgs),
     /// Re-render a saved JSON report as Markdown or HTML
     Report(ReportArgs),
+    /// Explain a PyTorch out-of-memory from the allocator's own snapshot
+    ///
+    /// SNAPSHOT is the pickle `torch.cuda.memory._dump_snapshot` writes (or `run
+    /// --torch-memory` keeps). Read by a restricted reader that runs nothing from it. Says per
+    /// device what was requested, reserved, allocated and cached free, the cause those numbers
+    /// decide, the Python sites holding the memory and the fix (docs/explain.md).
+    #[command(
+        after_help = "Exit codes: 0 explained, 2 the file is not a snapshot, is too large, or names a global (refused: nothing runs).\n\n\
+Examples:\n  vramdoc explain oom_snapshot.pickle\n  vramdoc explain snap.pickle --json\n  \
+vramdoc explain snap.pickle --out oom.html --device-total 24GiB"
+    )]
+    Explain(ExplainArgs),
     /// Create and inspect simulated GPU boxes
     ///
     /// A box is a simulated GPU machine in a directory, shared by every process that sets
@@ -470,6 +482,38 @@ pub struct RunArgs {
     /// The kubelet's pod log directory, which names the pods the job's processes run in
     #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_POD_LOG_DIR)]
     pub pod_log_dir: PathBuf,
+    /// Inject code into the job's Python processes (a sitecustomize on PYTHONPATH; inert
+    /// without torch and CUDA) that records PyTorch's allocator history and dumps a snapshot
+    /// at an out-of-memory error; the out-of-memory finding then carries its explanation and
+    /// the snapshot is kept next to the first --out report (docs/explain.md)
+    #[arg(long, conflicts_with = "attach")]
+    pub torch_memory: bool,
+    /// History entries the allocator keeps with --torch-memory (its `max_entries`)
+    #[arg(long, value_name = "N", default_value_t = crate::explain::inject::DEFAULT_MAX_ENTRIES, requires = "torch_memory")]
+    pub torch_memory_entries: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The snapshot pickle
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    /// Print the explanation as JSON on standard output
+    #[arg(long)]
+    pub json: bool,
+    /// Write the explanation; the format follows the extension (.json, .md, .html); repeat
+    /// for several
+    #[arg(long, value_name = "FILE")]
+    pub out: Vec<PathBuf>,
+    /// Overwrite --out files that exist
+    #[arg(long)]
+    pub force: bool,
+    /// Largest snapshot read (default 1GiB)
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub max_size: Option<u64>,
+    /// The GPU's total memory (e.g. 24GiB): tells how much was outside PyTorch at the OOM
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub device_total: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

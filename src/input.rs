@@ -61,6 +61,30 @@ pub fn read_text(path: &Path, limit: u64, kind: &'static str) -> Result<String, 
         path: path.to_path_buf(),
         source,
     };
+    let (file, meta) = open_regular(path)?;
+    let too_large = || InputError::TooLarge {
+        path: path.to_path_buf(),
+        limit,
+        kind,
+    };
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    text_of(path, bytes)
+}
+
+/// Open `path` for reading if it is a regular file (a FIFO, device or directory is refused
+/// before a blocking open), with its metadata as opened.
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), InputError> {
+    let io = |source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     // Refuse what is not a regular file before opening it: opening a FIFO blocks.
     let meta = std::fs::metadata(path).map_err(io)?;
     if let Some(what) = kind_of(meta.file_type()) {
@@ -83,20 +107,7 @@ pub fn read_text(path: &Path, limit: u64, kind: &'static str) -> Result<String, 
             what,
         });
     }
-    let too_large = || InputError::TooLarge {
-        path: path.to_path_buf(),
-        limit,
-        kind,
-    };
-    if meta.len() > limit {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large());
-    }
-    text_of(path, bytes)
+    Ok((file, meta))
 }
 
 /// Bytes as UTF-8, or an error naming the line and column of the first bad byte.

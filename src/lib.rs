@@ -4,14 +4,16 @@
 //! foundations [`units`], [`term`], [`redact`], [`input`], [`host`] (every /proc read) and
 //! [`gpu`] (the only boundary with CUDA and NVML); the report [`model`], [`exit`] codes and
 //! [`backend`] (real, or the simulated machine of `vramdoc-sim` in-process); the stages
-//! [`inventory`] and [`record`], then [`diagnose`] and [`job`], then [`scenario`], [`scan`] and
-//! the [`report`] renderers, then [`replay`] and [`serve`]; on top, `cli` and [`commands`].
+//! [`inventory`] and [`record`], then [`diagnose`], [`job`] and [`explain`] (PyTorch allocator
+//! snapshots), then [`scenario`], [`scan`] and the [`report`] renderers, then [`replay`] and
+//! [`serve`]; on top, `cli` and [`commands`].
 
 pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod diagnose;
 pub mod exit;
+pub mod explain;
 pub mod gpu;
 pub mod host;
 pub mod input;

@@ -2,6 +2,7 @@
 //! mapped to exit codes in `crate::exit`. [`Session`] resolves which GPU backend to use, as
 //! a value engines are given.
 
+pub mod explain;
 pub mod list;
 pub mod packaging;
 pub mod preflight;
@@ -99,6 +100,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Scenario(cmd) => scenario::run(&cmd),
         Command::Whatif(args) => whatif::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Explain(args) => explain::run(&args),
         Command::Serve(args) => {
             let session = Session::new(&cli.global)?;
             serve::run(&session, &args)

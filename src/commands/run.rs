@@ -47,16 +47,17 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let (period, process_period) = (args.period, args.process_period);
     // No two outputs are one file (a report would be lost, issue 19).
     let (out, force) = (&args.output.out, args.output.force);
-    let mut files: Vec<_> = args
-        .junit
-        .iter()
-        .map(|p| ("--junit", p.as_path()))
-        .collect();
-    files.extend(
-        args.scenario_out
-            .iter()
-            .map(|p| ("--scenario-out", p.as_path())),
-    );
+    // The kept allocator snapshot beside the report (issue 27).
+    let kept = args.torch_memory.then(|| super::explain::kept_path(out));
+    let kept = kept.flatten();
+    let files: Vec<_> = [
+        ("--junit", &args.junit),
+        ("--scenario-out", &args.scenario_out),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| Some((flag, p.as_deref()?)))
+    .chain(kept.as_deref().map(|p| ("--torch-memory", p)))
+    .collect();
     let samples: Vec<_> = args
         .samples
         .iter()
@@ -78,15 +79,18 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let monitor = session.monitor()?;
     let devices = monitor.devices()?;
     let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
-    let samples = match &args.samples {
-        Some(p) => Some(job::open_samples(p, force).map_err(anyhow::Error::msg)?),
-        None => None,
-    };
+    let samples = (args.samples.as_ref().map(|p| job::open_samples(p, force)))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let command = match &attach {
         Some(t) => job::attach::command_of(t),
         // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
         None => crate::redact::redact_args(&crate::term::escape_args(&args.command)),
     };
+    let torch = args
+        .torch_memory
+        .then(|| crate::explain::inject::Injection::prepare(args.torch_memory_entries))
+        .transpose()?;
     let spec = JobSpec {
         argv: args.command.clone(),
         shown: command.clone(),
@@ -101,7 +105,13 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         live: args.live,
         pty: !args.no_pty,
         stdout_to_stderr: args.output.json,
-        env: session.backend.child_env(),
+        env: (session.backend.child_env().into_iter())
+            .chain(
+                torch
+                    .iter()
+                    .flat_map(|t| t.env(std::env::var_os("PYTHONPATH"))),
+            )
+            .collect(),
     };
     let mut ran =
         job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
@@ -116,6 +126,9 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         findings,
         args.samples.as_ref().map(|p| p.display().to_string()),
     );
+    if let Some(t) = &torch {
+        super::explain::join_run(t, &mut result, &args.output.out, args.output.force)?;
+    }
     crate::pods::name_pods(
         result.processes.iter_mut().filter_map(|p| p.pod.as_mut()),
         &args.pod_log_dir,

@@ -123,7 +123,8 @@ pub struct JobSpec {
     /// The job's stdout goes to vramdoc's stderr (`run --json`: vramdoc's stdout carries the
     /// JSON report only; docs/run.md "Output").
     pub stdout_to_stderr: bool,
-    /// Set in the job's own environment (the session's simulated box), over vramdoc's.
+    /// Set in the job's own environment, over vramdoc's (the session's simulated box;
+    /// `run --torch-memory`: its `PYTHONPATH`).
     pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 }
 

@@ -8,6 +8,8 @@
 //! this module: they build the model, and `commands/` and `serve/` render it.
 
 pub mod chart;
+pub mod explain;
+pub mod explain_html;
 pub mod html;
 pub mod json;
 pub mod junit;

@@ -16,6 +16,9 @@ mod ci;
 mod corpus;
 /// The shipped Kubernetes manifests: kustomize overlays, API schemas, each platform's mounts.
 mod deploy;
+/// `vramdoc explain` (PyTorch allocator snapshots, the restricted pickle reader) and
+/// `run --torch-memory` (issue 27).
+mod explain;
 /// Every built-in scenario's bug fires its fingerprint; no fix does.
 mod fingerprints;
 /// Bounded fuzzing of the scenario parser and the report reader.

@@ -1,0 +1,84 @@
+//! `vramdoc explain SNAPSHOT` (issue 27): a PyTorch memory snapshot → the explanation
+//! (`explain`) → terminal text, `--json`, `--out` files (through the one writer) → exit code.
+//! 0 explained; 2 a file that is not a snapshot, too large, or that names a global.
+
+use crate::cli::ExplainArgs;
+use crate::exit::UsageError;
+use crate::explain::{self, Explanation, Options};
+use crate::report::write::{self, Format};
+use anyhow::Result;
+
+fn render(x: &Explanation, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => crate::report::explain::json(x),
+        Format::Markdown => crate::report::explain::markdown(x).into_bytes(),
+        Format::Html => crate::report::explain_html::render(x).into_bytes(),
+    }
+}
+
+pub fn run(args: &ExplainArgs) -> Result<i32> {
+    // Outputs are checked before the (possibly long) read.
+    let formats = args
+        .out
+        .iter()
+        .map(|p| write::format_for_path(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| UsageError(e.to_string()))?;
+    write::check_outputs(&args.out, args.force).map_err(|e| UsageError(e.to_string()))?;
+    let mut opts = Options {
+        max_bytes: args.max_size.unwrap_or(0),
+        ..Options::default()
+    };
+    if let Some(t) = args.device_total {
+        // One total for every device of the snapshot (they are alike in a job).
+        opts.totals = (0..64).map(|d| (d, t)).collect();
+    }
+    let x = explain::explain_file(&args.snapshot, &opts).map_err(|e| UsageError(e.to_string()))?;
+    for (path, format) in args.out.iter().zip(formats) {
+        write::write_atomic(path, &render(&x, format), args.force)
+            .map_err(|e| UsageError(e.to_string()))?;
+        crate::term::eprint_line(&format!("wrote {}", path.display()));
+    }
+    if args.json {
+        crate::term::print_json(&String::from_utf8_lossy(&crate::report::explain::json(&x)))?;
+    } else {
+        crate::term::print(&crate::report::explain::text(&x))?;
+    }
+    Ok(crate::exit::OK)
+}
+
+/// Where `run --torch-memory` keeps the job's snapshot: next to the first `--out` report
+/// (`job.json` → `job.torch-memory.pickle`); without `--out` it is not kept.
+pub fn kept_path(out: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
+    let first = out.first()?;
+    let stem = first.file_stem()?.to_string_lossy().into_owned();
+    Some(first.with_file_name(format!("{stem}.torch-memory.pickle")))
+}
+
+/// `run --torch-memory`'s glue: keep the newest snapshot the job dumped next to the report
+/// (through the one writer) and join its explanation with the run's findings.
+pub fn join_run(
+    injection: &explain::inject::Injection,
+    run: &mut crate::model::RunResult,
+    out: &[std::path::PathBuf],
+    force: bool,
+) -> Result<()> {
+    let Some(snapshot) = injection.snapshot() else {
+        return Ok(());
+    };
+    let kept = match kept_path(out) {
+        Some(path) => {
+            use std::io::Read;
+            let (file, meta) = crate::input::open_regular(&snapshot)?;
+            let mut bytes = Vec::with_capacity(meta.len() as usize);
+            file.take(explain::DEFAULT_MAX_BYTES)
+                .read_to_end(&mut bytes)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", snapshot.display()))?;
+            write::write_atomic(&path, &bytes, force)?;
+            Some(path)
+        }
+        None => None,
+    };
+    explain::inject::join(run, &snapshot, kept.as_deref());
+    Ok(())
+}

@@ -1,0 +1,730 @@
+//! The restricted pickle reader: plain data only (dicts, lists, tuples, sets, strings, bytes,
+//! integers, floats, booleans, `None`), protocols 2 to 5, executing nothing. Every opcode
+//! that names a global or calls a constructor (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`,
+//! `INST`, `OBJ`, `NEWOBJ`, `NEWOBJ_EX`, `EXT1/2/4`, `PERSID`, `BINPERSID`, out-of-band
+//! buffers) is refused with an error naming it and its byte offset.
+//!
+//! Bounded: the input's length is known up front and no length prefix may exceed what is
+//! left of it; the MARK stack and the value stack have fixed depths; memo indexes must be
+//! sequential (as Python's `Pickler` writes them); a budget caps the values built
+//! ([`Limits::max_values`]). Values live in arenas ([`Doc`]) addressed by index, so a memo
+//! reference is a copy of an index (no deep copy: the "billion laughs" shape costs what the
+//! file costs), a cycle is harmless, and dropping a document never recurses.
+//! Opcode numbers and meanings: CPython `Lib/pickletools.py` and `Lib/pickle.py`.
+
+use std::io::Read;
+use thiserror::Error;
+
+/// One decoded value. Containers and strings are indexes into the [`Doc`]'s arenas.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(u32),
+    Bytes(u32),
+    /// A list or a set (`seqs`).
+    List(u32),
+    /// A tuple (`seqs`).
+    Tuple(u32),
+    Dict(u32),
+}
+
+/// A [`Value`] packed in 8 bytes as the arenas store it: a 3-bit tag and a 61-bit payload
+/// (integers that do not fit, and floats, go to a side table). Snapshots are mostly
+/// containers of small integers and references, so this halves the reader's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Packed(u64);
+
+const T_ATOM: u64 = 0;
+const T_INT: u64 = 1;
+const T_STR: u64 = 2;
+const T_BYTES: u64 = 3;
+const T_LIST: u64 = 4;
+const T_TUPLE: u64 = 5;
+const T_DICT: u64 = 6;
+const T_WIDE: u64 = 7;
+
+/// A number that does not fit a [`Packed`] payload.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Wide {
+    Int(i64),
+    Float(f64),
+}
+
+/// A decoded pickle: the root value and the arenas its containers and strings live in.
+#[derive(Debug, Default)]
+pub struct Doc {
+    pub root: Option<Value>,
+    strs: Vec<Box<str>>,
+    bytes: Vec<Box<[u8]>>,
+    seqs: Vec<Vec<Packed>>,
+    maps: Vec<Vec<(Packed, Packed)>>,
+    wide: Vec<Wide>,
+}
+
+impl Doc {
+    fn pack(&mut self, v: Value) -> Packed {
+        let tagged = |tag: u64, i: u32| Packed(((i as u64) << 3) | tag);
+        match v {
+            Value::None => Packed(T_ATOM),
+            Value::Bool(b) => Packed(((1 + b as u64) << 3) | T_ATOM),
+            Value::Int(i) if (i << 3) >> 3 == i => Packed(((i << 3) as u64) | T_INT),
+            Value::Int(i) => {
+                self.wide.push(Wide::Int(i));
+                tagged(T_WIDE, (self.wide.len() - 1) as u32)
+            }
+            Value::Float(f) => {
+                self.wide.push(Wide::Float(f));
+                tagged(T_WIDE, (self.wide.len() - 1) as u32)
+            }
+            Value::Str(i) => tagged(T_STR, i),
+            Value::Bytes(i) => tagged(T_BYTES, i),
+            Value::List(i) => tagged(T_LIST, i),
+            Value::Tuple(i) => tagged(T_TUPLE, i),
+            Value::Dict(i) => tagged(T_DICT, i),
+        }
+    }
+
+    /// The value a packed one stands for.
+    pub fn unpack(&self, p: Packed) -> Value {
+        let idx = (p.0 >> 3) as u32;
+        match p.0 & 7 {
+            T_ATOM => match p.0 >> 3 {
+                1 => Value::Bool(false),
+                2 => Value::Bool(true),
+                _ => Value::None,
+            },
+            T_INT => Value::Int((p.0 as i64) >> 3),
+            T_STR => Value::Str(idx),
+            T_BYTES => Value::Bytes(idx),
+            T_LIST => Value::List(idx),
+            T_TUPLE => Value::Tuple(idx),
+            T_DICT => Value::Dict(idx),
+            _ => match self.wide.get(idx as usize) {
+                Some(Wide::Int(i)) => Value::Int(*i),
+                Some(Wide::Float(f)) => Value::Float(*f),
+                None => Value::None,
+            },
+        }
+    }
+
+    pub fn str_of(&self, v: Value) -> Option<&str> {
+        match v {
+            Value::Str(i) => self.strs.get(i as usize).map(|s| &**s),
+            _ => None,
+        }
+    }
+
+    pub fn bytes_of(&self, v: Value) -> Option<&[u8]> {
+        match v {
+            Value::Bytes(i) => self.bytes.get(i as usize).map(|s| &**s),
+            _ => None,
+        }
+    }
+
+    /// The items of a list, set or tuple.
+    pub fn seq_of(&self, v: Value) -> Option<impl ExactSizeIterator<Item = Value> + '_> {
+        match v {
+            Value::List(i) | Value::Tuple(i) => self
+                .seqs
+                .get(i as usize)
+                .map(|s| s.iter().map(|p| self.unpack(*p))),
+            _ => None,
+        }
+    }
+
+    /// The entries of a dict, in pickle order.
+    pub fn map_of(&self, v: Value) -> Option<impl ExactSizeIterator<Item = (Value, Value)> + '_> {
+        match v {
+            Value::Dict(i) => self
+                .maps
+                .get(i as usize)
+                .map(|m| m.iter().map(|(k, v)| (self.unpack(*k), self.unpack(*v)))),
+            _ => None,
+        }
+    }
+
+    /// The value under a string key of a dict (the last one, as Python keeps it).
+    pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
+        let Value::Dict(i) = dict else {
+            return None;
+        };
+        self.maps
+            .get(i as usize)?
+            .iter()
+            .rev()
+            .find(|(k, _)| self.str_of(self.unpack(*k)) == Some(key))
+            .map(|(_, v)| self.unpack(*v))
+    }
+
+    /// Move a list's items out of the arena (it is left empty).
+    pub fn take_seq(&mut self, v: Value) -> Option<Vec<Packed>> {
+        match v {
+            Value::List(i) | Value::Tuple(i) => self.seqs.get_mut(i as usize).map(std::mem::take),
+            _ => None,
+        }
+    }
+
+    /// Release a container's items (it reads as empty afterwards).
+    pub fn free(&mut self, v: Value) {
+        match v {
+            Value::List(i) | Value::Tuple(i) => {
+                if let Some(s) = self.seqs.get_mut(i as usize) {
+                    *s = Vec::new();
+                }
+            }
+            Value::Dict(i) => {
+                if let Some(m) = self.maps.get_mut(i as usize) {
+                    *m = Vec::new();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Containers and strings held (for the memory report of the bench).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.seqs.len(), self.maps.len(), self.strs.len())
+    }
+}
+
+/// Bounds on what one pickle may make the reader do.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Containers open at once (the MARK stack) and values on the stack.
+    pub max_marks: usize,
+    pub max_stack: usize,
+    /// Values built in all (list items, dict entries, strings, numbers): each costs 16 to 32
+    /// bytes, so this caps the memory a crafted file can make the reader take.
+    pub max_values: u64,
+}
+
+impl Limits {
+    /// The limits for an input of `len` bytes: at most one value per two bytes of input
+    /// (a real snapshot builds about one per five), and 16 containers open at once (a
+    /// snapshot nests 7 deep).
+    pub fn for_len(len: u64) -> Limits {
+        Limits {
+            max_marks: 64,
+            max_stack: 4096,
+            max_values: len / 2 + 1024,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PickleError {
+    #[error("byte {at}: the pickle {what} (`{name}`); vramdoc reads only plain data (dicts, lists, strings, numbers) and runs nothing from a pickle, so it refused the file: a PyTorch memory snapshot never contains one")]
+    Forbidden {
+        at: u64,
+        what: &'static str,
+        name: String,
+    },
+    #[error("byte {at}: unknown pickle opcode 0x{op:02x} (not a pickle of protocol 2 to 5, or a damaged one)")]
+    UnknownOpcode { at: u64, op: u8 },
+    #[error("byte {at}: the pickle ends in the middle of {what} (a truncated file?)")]
+    Truncated { at: u64, what: &'static str },
+    #[error("byte {at}: {what}")]
+    Malformed { at: u64, what: String },
+    #[error(
+        "byte {at}: {what}; the file is refused as a precaution (see docs/explain.md \"Safety\")"
+    )]
+    Limit { at: u64, what: String },
+    #[error("reading the pickle: {0}")]
+    Io(String),
+}
+
+/// A reader that counts the bytes it has handed out.
+struct Input<R> {
+    inner: R,
+    pos: u64,
+    len: u64,
+}
+
+impl<R: Read> Input<R> {
+    fn fill(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), PickleError> {
+        let at = self.pos;
+        match self.inner.read_exact(buf) {
+            Ok(()) => {
+                self.pos += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(PickleError::Truncated { at, what })
+            }
+            Err(e) => Err(PickleError::Io(e.to_string())),
+        }
+    }
+    fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        let mut b = [0u8; 1];
+        self.fill(&mut b, what)?;
+        Ok(b[0])
+    }
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
+        let mut b = [0u8; N];
+        self.fill(&mut b, what)?;
+        Ok(b)
+    }
+    /// `n` bytes, refused before any allocation when more than the input has left.
+    fn take(&mut self, n: u64, what: &'static str) -> Result<Vec<u8>, PickleError> {
+        if n > self.len.saturating_sub(self.pos) {
+            return Err(PickleError::Truncated { at: self.pos, what });
+        }
+        let mut v = vec![0u8; n as usize];
+        self.fill(&mut v, what)?;
+        Ok(v)
+    }
+    /// A text line (the arguments of `GLOBAL`/`INST`), at most 256 bytes, for the error.
+    fn line(&mut self) -> String {
+        let mut out = Vec::new();
+        while out.len() < 256 {
+            match self.byte("a line") {
+                Ok(b'\n') | Err(_) => break,
+                Ok(b) => out.push(b),
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+struct Parser<R> {
+    input: Input<R>,
+    limits: Limits,
+    doc: Doc,
+    stack: Vec<Packed>,
+    marks: Vec<usize>,
+    memo: Vec<Packed>,
+    values: u64,
+    op_at: u64,
+}
+
+/// Decode one pickle of `len` bytes from `reader`.
+pub fn decode<R: Read>(reader: R, len: u64, limits: Limits) -> Result<Doc, PickleError> {
+    let mut p = Parser {
+        input: Input {
+            inner: reader,
+            pos: 0,
+            len,
+        },
+        limits,
+        doc: Doc::default(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+        values: 0,
+        op_at: 0,
+    };
+    let root = p.run()?;
+    p.doc.root = Some(p.doc.unpack(root));
+    Ok(p.doc)
+}
+
+/// Decode a pickle held in memory.
+pub fn decode_slice(data: &[u8]) -> Result<Doc, PickleError> {
+    decode(data, data.len() as u64, Limits::for_len(data.len() as u64))
+}
+
+fn forbidden(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "names a global",
+        0x93 => "names a global",
+        b'R' => "calls a callable (REDUCE)",
+        b'b' => "sets an object's state (BUILD)",
+        b'i' => "builds an instance of a class (INST)",
+        b'o' => "builds an instance of a class (OBJ)",
+        0x81 => "builds an instance of a class (NEWOBJ)",
+        0x92 => "builds an instance of a class (NEWOBJ_EX)",
+        0x82..=0x84 => "names a global through the extension registry (EXT)",
+        b'P' | b'Q' => "refers to a persistent object (PERSID)",
+        0x97 | 0x98 => "refers to an out-of-band buffer",
+        _ => return None,
+    })
+}
+
+impl<R: Read> Parser<R> {
+    fn err(&self, what: impl Into<String>) -> PickleError {
+        PickleError::Malformed {
+            at: self.op_at,
+            what: what.into(),
+        }
+    }
+
+    fn count(&mut self, n: u64) -> Result<(), PickleError> {
+        self.values += n;
+        if self.values > self.limits.max_values {
+            return Err(PickleError::Limit {
+                at: self.op_at,
+                what: format!(
+                    "more than {} values for a file of this size",
+                    self.limits.max_values
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, v: Value) -> Result<(), PickleError> {
+        let p = self.doc.pack(v);
+        self.push_p(p)
+    }
+
+    fn push_p(&mut self, v: Packed) -> Result<(), PickleError> {
+        if self.stack.len() >= self.limits.max_stack {
+            return Err(PickleError::Limit {
+                at: self.op_at,
+                what: format!("more than {} values on the stack", self.limits.max_stack),
+            });
+        }
+        self.count(1)?;
+        self.stack.push(v);
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Result<Packed, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.err("stack underflow"));
+        }
+        self.stack.pop().ok_or_else(|| self.err("stack underflow"))
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<Packed>, PickleError> {
+        let m = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.err("no MARK to pop to"))?;
+        Ok(self.stack.split_off(m))
+    }
+
+    fn new_str(&mut self, bytes: Vec<u8>) -> Result<Value, PickleError> {
+        let s = String::from_utf8(bytes).map_err(|_| self.err("a string is not UTF-8"))?;
+        let i = self.doc.strs.len() as u32;
+        self.doc.strs.push(s.into_boxed_str());
+        Ok(Value::Str(i))
+    }
+
+    fn new_bytes(&mut self, bytes: Vec<u8>) -> Value {
+        let i = self.doc.bytes.len() as u32;
+        self.doc.bytes.push(bytes.into_boxed_slice());
+        Value::Bytes(i)
+    }
+
+    fn new_seq(&mut self, items: Vec<Packed>, tuple: bool) -> Value {
+        let i = self.doc.seqs.len() as u32;
+        self.doc.seqs.push(items);
+        if tuple {
+            Value::Tuple(i)
+        } else {
+            Value::List(i)
+        }
+    }
+
+    fn new_map(&mut self, items: Vec<Packed>) -> Result<Value, PickleError> {
+        if !items.len().is_multiple_of(2) {
+            return Err(self.err("a dict with an odd number of items"));
+        }
+        let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+        let i = self.doc.maps.len() as u32;
+        self.doc.maps.push(pairs);
+        Ok(Value::Dict(i))
+    }
+
+    fn top(&self) -> Result<Packed, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.err("stack underflow"));
+        }
+        self.stack
+            .last()
+            .copied()
+            .ok_or_else(|| self.err("stack underflow"))
+    }
+
+    fn extend_seq(&mut self, target: Packed, items: Vec<Packed>) -> Result<(), PickleError> {
+        match self.doc.unpack(target) {
+            Value::List(i) => {
+                let seq = &mut self.doc.seqs[i as usize];
+                // Exact for a list filled in one batch (most); amortized for long ones.
+                if seq.is_empty() {
+                    seq.reserve_exact(items.len());
+                } else {
+                    seq.reserve(items.len());
+                }
+                seq.extend(items);
+                Ok(())
+            }
+            _ => Err(self.err("APPEND to something that is not a list or set")),
+        }
+    }
+
+    fn extend_map(&mut self, target: Packed, items: Vec<Packed>) -> Result<(), PickleError> {
+        if !items.len().is_multiple_of(2) {
+            return Err(self.err("SETITEMS with an odd number of items"));
+        }
+        match self.doc.unpack(target) {
+            Value::Dict(i) => {
+                let map = &mut self.doc.maps[i as usize];
+                if map.is_empty() {
+                    map.reserve_exact(items.len() / 2);
+                } else {
+                    map.reserve(items.len() / 2);
+                }
+                map.extend(items.chunks_exact(2).map(|c| (c[0], c[1])));
+                Ok(())
+            }
+            _ => Err(self.err("SETITEM on something that is not a dict")),
+        }
+    }
+
+    fn memo_put(&mut self, id: u64) -> Result<(), PickleError> {
+        let v = self.top()?;
+        let len = self.memo.len() as u64;
+        if id == len {
+            self.count(1)?;
+            self.memo.push(v);
+        } else if id < len {
+            self.memo[id as usize] = v;
+        } else {
+            return Err(self.err(format!(
+                "memo index {id} out of order (next is {len}; Python writes them in order)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn memo_get(&mut self, id: u64) -> Result<(), PickleError> {
+        let v = *self
+            .memo
+            .get(id as usize)
+            .ok_or_else(|| self.err(format!("memo index {id} was never stored")))?;
+        self.push_p(v)
+    }
+
+    fn long(&mut self, n: u64) -> Result<Value, PickleError> {
+        let b = self.input.take(n, "an integer")?;
+        if b.len() > 8 {
+            // Python writes the shortest two's-complement form: more than 8 bytes is > 64 bits.
+            return Err(self.err("an integer wider than 64 bits"));
+        }
+        let neg = b.last().is_some_and(|x| x & 0x80 != 0);
+        let mut buf = if neg { [0xffu8; 8] } else { [0u8; 8] };
+        buf[..b.len()].copy_from_slice(&b);
+        Ok(Value::Int(i64::from_le_bytes(buf)))
+    }
+
+    fn run(&mut self) -> Result<Packed, PickleError> {
+        loop {
+            self.op_at = self.input.pos;
+            let op = self.input.byte("an opcode")?;
+            if let Some(what) = forbidden(op) {
+                let name = match op {
+                    b'c' | b'i' => {
+                        let module = self.input.line();
+                        let name = self.input.line();
+                        format!("{}.{}", module.trim(), name.trim())
+                    }
+                    0x93 => {
+                        let n = self.stack.len();
+                        let s = |v: Option<&Packed>| {
+                            v.and_then(|v| self.doc.str_of(self.doc.unpack(*v)))
+                                .unwrap_or("?")
+                                .to_string()
+                        };
+                        let module = s(n.checked_sub(2).and_then(|i| self.stack.get(i)));
+                        let name = s(n.checked_sub(1).and_then(|i| self.stack.get(i)));
+                        format!("{module}.{name}")
+                    }
+                    _ => format!("opcode 0x{op:02x}"),
+                };
+                let name: String = crate::term::one_line(&name).chars().take(120).collect();
+                return Err(PickleError::Forbidden {
+                    at: self.op_at,
+                    what,
+                    name,
+                });
+            }
+            match op {
+                0x80 => {
+                    let v = self.input.byte("the protocol")?;
+                    if !(2..=5).contains(&v) {
+                        return Err(self.err(format!(
+                            "pickle protocol {v} (vramdoc reads protocols 2 to 5)"
+                        )));
+                    }
+                }
+                0x95 => {
+                    self.input.array::<8>("a frame length")?;
+                }
+                b'.' => {
+                    let v = self.pop()?;
+                    if !self.marks.is_empty() {
+                        return Err(self.err("STOP inside an open MARK"));
+                    }
+                    return Ok(v);
+                }
+                b'(' => {
+                    if self.marks.len() >= self.limits.max_marks {
+                        return Err(PickleError::Limit {
+                            at: self.op_at,
+                            what: format!("more than {} nested MARKs", self.limits.max_marks),
+                        });
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let v = self.top()?;
+                    self.push_p(v)?;
+                }
+                b'N' => self.push(Value::None)?,
+                0x88 => self.push(Value::Bool(true))?,
+                0x89 => self.push(Value::Bool(false))?,
+                b'J' => {
+                    let b = self.input.array::<4>("an integer")?;
+                    self.push(Value::Int(i32::from_le_bytes(b) as i64))?;
+                }
+                b'K' => {
+                    let b = self.input.byte("an integer")?;
+                    self.push(Value::Int(b as i64))?;
+                }
+                b'M' => {
+                    let b = self.input.array::<2>("an integer")?;
+                    self.push(Value::Int(u16::from_le_bytes(b) as i64))?;
+                }
+                0x8a => {
+                    let n = self.input.byte("an integer's length")? as u64;
+                    let v = self.long(n)?;
+                    self.push(v)?;
+                }
+                0x8b => {
+                    let n = i32::from_le_bytes(self.input.array::<4>("an integer's length")?);
+                    if n < 0 {
+                        return Err(self.err("a negative length"));
+                    }
+                    let v = self.long(n as u64)?;
+                    self.push(v)?;
+                }
+                b'G' => {
+                    let b = self.input.array::<8>("a float")?;
+                    self.push(Value::Float(f64::from_be_bytes(b)))?;
+                }
+                0x8c | b'X' | 0x8d | b'U' | b'T' => {
+                    let n = match op {
+                        0x8c | b'U' => self.input.byte("a string's length")? as u64,
+                        b'X' => {
+                            u32::from_le_bytes(self.input.array::<4>("a string's length")?) as u64
+                        }
+                        b'T' => {
+                            let n = i32::from_le_bytes(self.input.array::<4>("a string's length")?);
+                            u64::try_from(n).map_err(|_| self.err("a negative length"))?
+                        }
+                        _ => u64::from_le_bytes(self.input.array::<8>("a string's length")?),
+                    };
+                    let b = self.input.take(n, "a string")?;
+                    let v = self.new_str(b)?;
+                    self.push(v)?;
+                }
+                b'C' | b'B' | 0x8e | 0x96 => {
+                    let n = match op {
+                        b'C' => self.input.byte("a bytes length")? as u64,
+                        b'B' => u32::from_le_bytes(self.input.array::<4>("a bytes length")?) as u64,
+                        _ => u64::from_le_bytes(self.input.array::<8>("a bytes length")?),
+                    };
+                    let b = self.input.take(n, "bytes")?;
+                    let v = self.new_bytes(b);
+                    self.push(v)?;
+                }
+                b']' | 0x8f => {
+                    let v = self.new_seq(Vec::new(), false);
+                    self.push(v)?;
+                }
+                b')' => {
+                    let v = self.new_seq(Vec::new(), true);
+                    self.push(v)?;
+                }
+                b'}' => {
+                    let v = self.new_map(Vec::new())?;
+                    self.push(v)?;
+                }
+                b'l' | b't' | 0x91 => {
+                    let items = self.pop_mark()?;
+                    let v = self.new_seq(items, op == b't');
+                    self.push(v)?;
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.err("stack underflow"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    let v = self.new_seq(items, true);
+                    self.push(v)?;
+                }
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    let v = self.new_map(items)?;
+                    self.push(v)?;
+                }
+                b'a' => {
+                    let item = self.pop()?;
+                    let target = self.top()?;
+                    self.extend_seq(target, vec![item])?;
+                }
+                b'e' | 0x90 => {
+                    let items = self.pop_mark()?;
+                    let target = self.top()?;
+                    self.extend_seq(target, items)?;
+                }
+                b's' => {
+                    let value = self.pop()?;
+                    let key = self.pop()?;
+                    let target = self.top()?;
+                    self.extend_map(target, vec![key, value])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    let target = self.top()?;
+                    self.extend_map(target, items)?;
+                }
+                b'q' => {
+                    let id = self.input.byte("a memo index")? as u64;
+                    self.memo_put(id)?;
+                }
+                b'r' => {
+                    let id = u32::from_le_bytes(self.input.array::<4>("a memo index")?) as u64;
+                    self.memo_put(id)?;
+                }
+                0x94 => {
+                    let id = self.memo.len() as u64;
+                    self.memo_put(id)?;
+                }
+                b'h' => {
+                    let id = self.input.byte("a memo index")? as u64;
+                    self.memo_get(id)?;
+                }
+                b'j' => {
+                    let id = u32::from_le_bytes(self.input.array::<4>("a memo index")?) as u64;
+                    self.memo_get(id)?;
+                }
+                other => {
+                    return Err(PickleError::UnknownOpcode {
+                        at: self.op_at,
+                        op: other,
+                    })
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pickle_tests.rs"]
+mod tests;

@@ -1,0 +1,95 @@
+//! Tests of the restricted pickle reader: refusals, plain data, bounds.
+
+use super::*;
+
+#[test]
+fn global_is_refused_with_its_name() {
+    // pickle.dumps of a REDUCE on os.system, protocol 2 (`cos\nsystem\n` ...).
+    let p = b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03.";
+    let e = decode_slice(p).unwrap_err();
+    assert!(
+        matches!(&e, PickleError::Forbidden { at: 2, name, .. } if name == "os.system"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("os.system"), "{e}");
+}
+
+#[test]
+fn stack_global_is_refused_with_its_name() {
+    let p = b"\x80\x04\x8c\x05posix\x94\x8c\x06system\x94\x93\x94.";
+    let e = decode_slice(p).unwrap_err();
+    assert!(e.to_string().contains("posix.system"), "{e}");
+}
+
+#[test]
+fn plain_data_round_trips() {
+    // pickle.dumps({'a': [1, -2, 300, 2**40, 1.5, None, True], 'b': (b'x', 'y')}, 4)
+    let p = b"\x80\x04\x95;\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xffM,\x01\x8a\x06\x00\x00\x00\x00\x00\x01G?\xf8\x00\x00\x00\x00\x00\x00N\x88e\x8c\x01b\x94C\x01x\x94\x8c\x01y\x94\x86\x94u.";
+    let d = decode_slice(p).unwrap();
+    let root = d.root.unwrap();
+    let a: Vec<Value> = d.seq_of(d.get(root, "a").unwrap()).unwrap().collect();
+    assert_eq!(
+        a,
+        [
+            Value::Int(1),
+            Value::Int(-2),
+            Value::Int(300),
+            Value::Int(1 << 40),
+            Value::Float(1.5),
+            Value::None,
+            Value::Bool(true)
+        ]
+    );
+    let b: Vec<Value> = d.seq_of(d.get(root, "b").unwrap()).unwrap().collect();
+    assert_eq!(d.str_of(b[1]), Some("y"));
+    assert_eq!(d.bytes_of(b[0]), Some(&b"x"[..]));
+}
+
+#[test]
+fn huge_length_prefix_is_refused_before_allocating() {
+    let p = b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7f";
+    let e = decode_slice(p).unwrap_err();
+    assert!(matches!(e, PickleError::Truncated { at: 11, .. }), "{e}");
+}
+
+#[test]
+fn memo_references_share_instead_of_copying() {
+    // [L, L, L, ...] where L is one memoized list: 16 bytes per reference, no deep copy.
+    let mut p = b"\x80\x04]\x94(K\x01K\x02e]\x94(".to_vec();
+    for _ in 0..1000 {
+        p.extend_from_slice(b"h\x00");
+    }
+    p.extend_from_slice(b"e.");
+    let d = decode_slice(&p).unwrap();
+    assert_eq!(d.counts().0, 2);
+    assert_eq!(d.seq_of(d.root.unwrap()).unwrap().len(), 1000);
+}
+
+#[test]
+fn deep_nesting_and_cycles_are_harmless() {
+    // A list appended to itself, then a chain of 100k lists through the memo.
+    let mut p = b"\x80\x04]\x94h\x00a".to_vec();
+    for i in 1..100_000u32 {
+        p.extend_from_slice(b"]\x940j");
+        p.extend_from_slice(&(i - 1).to_le_bytes());
+        p.extend_from_slice(b"j");
+        p.extend_from_slice(&i.to_le_bytes());
+        p.extend_from_slice(b"a0");
+    }
+    p.extend_from_slice(b".");
+    let d = decode_slice(&p).unwrap();
+    drop(d);
+}
+
+#[test]
+fn value_budget_caps_memory() {
+    let mut p = b"\x80\x04]\x94(".to_vec();
+    p.extend(std::iter::repeat_n(b'N', 10_000));
+    p.extend_from_slice(b"e.");
+    let limits = Limits {
+        max_values: 1000,
+        ..Limits::for_len(p.len() as u64)
+    };
+    let e = decode(&p[..], p.len() as u64, limits).unwrap_err();
+    assert!(matches!(e, PickleError::Limit { .. }), "{e}");
+}

@@ -1,0 +1,261 @@
+//! Allocation sites: which Python frame a block or history entry belongs to, the sites
+//! holding the most live memory at the moment, and live memory per site over the recorded
+//! history (its growth, and the series the HTML timeline draws).
+//!
+//! A site is the innermost frame outside torch itself (as pytorch.org/memory_viz's
+//! `_frame_filter` hides the allocator's own frames): user code, not `torch/nn/functional.py`.
+
+use super::explanation::{History, Series, Site, SiteGrowth};
+use super::snapshot::{Action, BlockState, Snapshot, TraceEntry};
+use std::collections::HashMap;
+
+/// Label of blocks with no Python stack (recording off, or C++-only allocations).
+pub const NO_STACK: &str = "<no Python stack recorded>";
+/// Points of each timeline series.
+const POINTS: usize = 200;
+
+fn is_torch_internal(filename: &str) -> bool {
+    filename.contains("/torch/")
+        || filename.starts_with("torch/")
+        || filename.starts_with('<')
+        || filename == "??"
+}
+
+fn frame_label(s: &Snapshot, f: u32) -> String {
+    match s.frames.get(f as usize) {
+        Some(fr) => {
+            let text = format!("{} ({}:{})", fr.name, fr.filename, fr.line);
+            crate::redact::redact_text(&crate::term::one_line(&text))
+                .chars()
+                .take(300)
+                .collect()
+        }
+        None => NO_STACK.to_string(),
+    }
+}
+
+/// Site labels of every interned stack: `site_of[stack]` indexes `labels`.
+pub struct Sites {
+    pub labels: Vec<String>,
+    site_of: Vec<u32>,
+    callers: Vec<Vec<String>>,
+}
+
+impl Sites {
+    pub fn new(s: &Snapshot) -> Sites {
+        let mut labels = vec![NO_STACK.to_string()];
+        let mut callers = vec![Vec::new()];
+        let mut by_label: HashMap<String, u32> = HashMap::new();
+        by_label.insert(NO_STACK.to_string(), 0);
+        let mut site_of = Vec::with_capacity(s.stacks.len());
+        for stack in &s.stacks {
+            let pick = stack
+                .iter()
+                .position(|f| {
+                    s.frames
+                        .get(*f as usize)
+                        .is_some_and(|fr| !is_torch_internal(&fr.filename))
+                })
+                .unwrap_or(0);
+            let label = match stack.get(pick) {
+                Some(f) => frame_label(s, *f),
+                None => NO_STACK.to_string(),
+            };
+            let id = *by_label.entry(label.clone()).or_insert_with(|| {
+                labels.push(label);
+                callers.push(
+                    stack
+                        .iter()
+                        .skip(pick + 1)
+                        .take(4)
+                        .map(|f| frame_label(s, *f))
+                        .collect(),
+                );
+                (labels.len() - 1) as u32
+            });
+            site_of.push(id);
+        }
+        Sites {
+            labels,
+            site_of,
+            callers,
+        }
+    }
+
+    pub fn of(&self, stack: Option<u32>) -> u32 {
+        stack
+            .and_then(|st| self.site_of.get(st as usize).copied())
+            .unwrap_or(0)
+    }
+}
+
+/// The sites holding the most allocated bytes on `device`, largest first (at most `n`).
+pub fn top_sites(s: &Snapshot, sites: &Sites, device: u32, n: usize) -> Vec<Site> {
+    let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
+    let mut total = 0u64;
+    for seg in s.segments.iter().filter(|g| g.device == device) {
+        for b in seg
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Allocated)
+        {
+            let e = by.entry(sites.of(b.stack)).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+            total += b.size;
+        }
+    }
+    let mut v: Vec<(u32, (u64, u64))> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    v.into_iter()
+        .take(n)
+        .map(|(id, (bytes, blocks))| Site {
+            site: sites.labels[id as usize].clone(),
+            bytes,
+            blocks,
+            share: if total == 0 {
+                0.0
+            } else {
+                bytes as f64 / total as f64
+            },
+            callers: sites.callers[id as usize].clone(),
+        })
+        .collect()
+}
+
+/// Live bytes per site through a device's history: allocations add, completed frees of
+/// allocations seen in the window subtract (frees of older ones are not known and are
+/// skipped: the ring buffer may have dropped their `alloc`).
+struct Replay<'a> {
+    sites: &'a Sites,
+    live: HashMap<u64, (u64, u32)>,
+    per_site: Vec<u64>,
+    total: u64,
+}
+
+impl Replay<'_> {
+    fn step(&mut self, e: &TraceEntry) {
+        match e.action {
+            Action::Alloc => {
+                let site = self.sites.of(e.stack());
+                if let Some((old, old_site)) = self.live.insert(e.addr, (e.size, site)) {
+                    self.per_site[old_site as usize] =
+                        self.per_site[old_site as usize].saturating_sub(old);
+                    self.total = self.total.saturating_sub(old);
+                }
+                self.per_site[site as usize] += e.size;
+                self.total += e.size;
+            }
+            Action::FreeCompleted => {
+                if let Some((size, site)) = self.live.remove(&e.addr) {
+                    self.per_site[site as usize] =
+                        self.per_site[site as usize].saturating_sub(size);
+                    self.total = self.total.saturating_sub(size);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Fewest allocations in a history for its growth to be judged.
+const MIN_ALLOCS: usize = 40;
+
+/// The history of one device: troughs in four parts, whether it grew, the sites that grew,
+/// and the timeline of `all` and of `watch` (site labels).
+pub fn history(
+    trace: &[TraceEntry],
+    sites: &Sites,
+    watch: &[String],
+) -> (History, Vec<SiteGrowth>) {
+    let mut h = History {
+        entries: trace.len(),
+        ..History::default()
+    };
+    if let (Some(a), Some(b)) = (
+        trace.first().and_then(|e| e.time_us()),
+        trace.last().and_then(|e| e.time_us()),
+    ) {
+        h.span_us = Some((a, b));
+    }
+    let new_replay = || Replay {
+        sites,
+        live: HashMap::new(),
+        per_site: vec![0; sites.labels.len()],
+        total: 0,
+    };
+    // Pass 1: the four troughs and where the first one is.
+    let mut r = new_replay();
+    let quarter = trace.len().div_ceil(4).max(1);
+    let mut troughs = [u64::MAX; 4];
+    let mut first_trough_at = 0usize;
+    for (i, e) in trace.iter().enumerate() {
+        r.step(e);
+        let q = (i / quarter).min(3);
+        if r.total < troughs[q] {
+            troughs[q] = r.total;
+            if q == 0 {
+                first_trough_at = i;
+            }
+        }
+    }
+    let peak_end = r.total;
+    let allocs = trace.iter().filter(|e| e.action == Action::Alloc).count();
+    let troughs: Vec<u64> = troughs.iter().copied().filter(|t| *t != u64::MAX).collect();
+    let rise = match (troughs.first(), troughs.last()) {
+        (Some(a), Some(b)) => b.saturating_sub(*a),
+        _ => 0,
+    };
+    h.growing = allocs >= MIN_ALLOCS
+        && troughs.len() == 4
+        && troughs.windows(2).all(|w| w[1] > w[0])
+        && rise >= (1 << 20)
+        && rise * 10 >= peak_end.max(1);
+    h.troughs = troughs;
+
+    // Pass 2: per-site live at the first trough and at the end; the timeline samples.
+    let watch_ids: Vec<Option<usize>> = watch
+        .iter()
+        .map(|w| sites.labels.iter().position(|l| l == w))
+        .collect();
+    let mut series: Vec<Vec<u64>> = vec![Vec::new(); 1 + watch.len()];
+    let step = trace.len().div_ceil(POINTS).max(1);
+    let mut r = new_replay();
+    let mut at_trough = vec![0u64; sites.labels.len()];
+    for (i, e) in trace.iter().enumerate() {
+        r.step(e);
+        if i == first_trough_at {
+            at_trough.clone_from(&r.per_site);
+        }
+        if i % step == step - 1 || i + 1 == trace.len() {
+            h.x.push(i as u64);
+            series[0].push(r.total);
+            for (k, id) in watch_ids.iter().enumerate() {
+                series[k + 1].push(id.map_or(0, |id| r.per_site[id]));
+            }
+        }
+    }
+    h.series = std::iter::once("all".to_string())
+        .chain(watch.iter().cloned())
+        .zip(series)
+        .map(|(name, bytes)| Series { name, bytes })
+        .collect();
+    let mut grew: Vec<SiteGrowth> = r
+        .per_site
+        .iter()
+        .enumerate()
+        .filter(|(id, end)| **end > at_trough[*id])
+        .map(|(id, end)| SiteGrowth {
+            site: sites.labels[id].clone(),
+            from: at_trough[id],
+            to: *end,
+        })
+        .collect();
+    grew.sort_by(|a, b| {
+        (b.to.saturating_sub(b.from))
+            .cmp(&(a.to.saturating_sub(a.from)))
+            .then(a.site.cmp(&b.site))
+    });
+    grew.truncate(5);
+    (h, grew)
+}

@@ -1,0 +1,431 @@
+//! The typed PyTorch memory snapshot, read from a decoded pickle ([`super::pickle::Doc`]).
+//!
+//! The format is PyTorch's `torch.cuda.memory._snapshot()` dictionary, which
+//! `torch.cuda.memory._dump_snapshot` pickles (torch/cuda/memory.py, the `Snapshot`,
+//! `Segment`, `Block`, `Frame` and `TraceEntry` TypedDicts in `_snapshot`'s docstring,
+//! pytorch/pytorch@00b65a04; the keys are the `py::str` names of
+//! torch/csrc/cuda/memory_snapshot.cpp and Module.cpp). Fields read, and where they come from:
+//! - snapshot: `segments`, `device_traces` (one list per device), `allocator_settings`
+//!   (newer releases; `expandable_segments` in it).
+//! - segment: `device`, `address`, `total_size`, `stream`, `segment_type` (`large`/`small`),
+//!   `segment_pool_id` (a private pool such as a CUDA graph's when not `(0, 0)`),
+//!   `is_expandable`, `blocks`.
+//! - block: `address`, `size`, `requested_size`, `state` (`active_allocated`,
+//!   `active_pending_free` / `active_awaiting_free`, `inactive`), `frames`; legacy snapshots
+//!   (PyTorch 2.0) carry `history: [{addr, real_size, frames}]` instead of
+//!   `frames`/`requested_size`/`address`, read as torch/cuda/_memory_viz.py's
+//!   `_block_extra_legacy` reads them (block addresses then follow from the segment's).
+//! - frame: `filename`, `line`, `name`.
+//! - trace entry: `action` (`alloc`, `free_requested`, `free_completed`, `segment_alloc`,
+//!   `segment_free`, `segment_map`, `segment_unmap`, `oom`, `snapshot`), `addr`, `size`,
+//!   `stream`, `frames`, `device_free` (only on `oom`), `time_us` (newer releases).
+//!
+//! Missing optional fields take PyTorch's defaults; a missing required one is an error
+//! naming the segment or entry. Frames are interned (PyTorch shares frame dicts between
+//! tracebacks, so the pickle memoizes them; so does this table).
+
+use super::pickle::{Doc, Value};
+use std::collections::HashMap;
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq)]
+#[error("{0} (is this a file written by torch.cuda.memory._dump_snapshot?)")]
+pub struct FormatError(pub String);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub filename: String,
+    pub line: i64,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    Allocated,
+    PendingFree,
+    Inactive,
+}
+
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub address: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub state: BlockState,
+    /// Index into [`Snapshot::stacks`].
+    pub stack: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub device: u32,
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: u64,
+    pub large: bool,
+    /// `(0, 0)`: the default pool; anything else a private pool (CUDA graphs, `MemPool`).
+    pub pool: (i64, i64),
+    pub expandable: bool,
+    pub blocks: Vec<Block>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    Oom,
+    Other,
+}
+
+/// One history entry (48 bytes: a 1 GB snapshot holds millions; absent fields are kept as
+/// sentinels behind the accessors).
+#[derive(Debug, Clone)]
+pub struct TraceEntry {
+    pub action: Action,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    device_free: u64,
+    time_us: i64,
+    stack: u32,
+}
+
+impl TraceEntry {
+    /// Free memory CUDA reported (`oom` entries).
+    pub fn device_free(&self) -> Option<u64> {
+        (self.device_free != u64::MAX).then_some(self.device_free)
+    }
+    pub fn time_us(&self) -> Option<i64> {
+        (self.time_us != i64::MIN).then_some(self.time_us)
+    }
+    /// Index into [`Snapshot::stacks`].
+    pub fn stack(&self) -> Option<u32> {
+        (self.stack != u32::MAX).then_some(self.stack)
+    }
+}
+
+/// Which generation of the format the file is (for the report and the fix's wording).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FieldSet {
+    /// Blocks with `history` (PyTorch 2.0).
+    Legacy,
+    /// Blocks with `frames`, `requested_size`, `address` (PyTorch 2.1 and later).
+    Current,
+}
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub segments: Vec<Segment>,
+    /// `device_traces[d]`: the recorded history of device `d`, oldest first.
+    pub traces: Vec<Vec<TraceEntry>>,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Box<[u32]>>,
+    /// `allocator_settings["expandable_segments"]`, when the file says.
+    pub expandable_setting: Option<bool>,
+    pub field_set: Option<FieldSet>,
+}
+
+/// What outlives one [`Builder`]: the interning tables and the snapshot being built.
+#[derive(Default)]
+struct State {
+    frame_by_dict: HashMap<u32, u32>,
+    frame_by_text: HashMap<(Box<str>, i64, Box<str>), u32>,
+    /// Frames lists already seen, by arena index (bounded: PyTorch gives every traceback a
+    /// list of its own, so this only helps files that share them).
+    stack_by_list: HashMap<u32, u32>,
+    stack_by_frames: HashMap<Box<[u32]>, u32>,
+    out: Snapshot,
+}
+
+/// Lists remembered by index at most.
+const MAX_LIST_CACHE: usize = 1 << 16;
+
+struct Builder<'a> {
+    doc: &'a Doc,
+    st: &'a mut State,
+}
+
+fn int(v: Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(i),
+        Value::Bool(b) => Some(b as i64),
+        _ => None,
+    }
+}
+
+fn uint(v: Value) -> Option<u64> {
+    // Addresses and stream handles are unsigned in C++ but fit i64 in practice; a negative
+    // one (a stream pointer with the top bit set) keeps its bit pattern.
+    int(v).map(|i| i as u64)
+}
+
+impl<'a> Builder<'a> {
+    fn field(&self, d: Value, key: &str) -> Option<Value> {
+        self.doc.get(d, key)
+    }
+
+    fn req_u64(&self, d: Value, key: &str, what: &str) -> Result<u64, FormatError> {
+        self.field(d, key)
+            .and_then(uint)
+            .ok_or_else(|| FormatError(format!("{what} has no integer `{key}`")))
+    }
+
+    fn opt_u64(&self, d: Value, key: &str) -> Option<u64> {
+        self.field(d, key).and_then(uint)
+    }
+
+    fn frame(&mut self, d: Value) -> Option<u32> {
+        let Value::Dict(di) = d else {
+            return None;
+        };
+        if let Some(id) = self.st.frame_by_dict.get(&di) {
+            return Some(*id);
+        }
+        let filename = self.field(d, "filename").and_then(|v| self.doc.str_of(v))?;
+        let name = self
+            .field(d, "name")
+            .and_then(|v| self.doc.str_of(v))
+            .unwrap_or("??");
+        let line = self.field(d, "line").and_then(int).unwrap_or(0);
+        let key = (Box::from(filename), line, Box::from(name));
+        let id = match self.st.frame_by_text.get(&key) {
+            Some(id) => *id,
+            None => {
+                let id = self.st.out.frames.len() as u32;
+                self.st.out.frames.push(Frame {
+                    filename: filename.to_string(),
+                    line,
+                    name: name.to_string(),
+                });
+                self.st.frame_by_text.insert(key, id);
+                id
+            }
+        };
+        self.st.frame_by_dict.insert(di, id);
+        Some(id)
+    }
+
+    /// The interned stack of a `frames` list (innermost first, as PyTorch lists them).
+    fn stack(&mut self, frames: Option<Value>) -> Option<u32> {
+        let list = frames?;
+        let Value::List(li) = list else {
+            return None;
+        };
+        if let Some(id) = self.st.stack_by_list.get(&li) {
+            return Some(*id);
+        }
+        let doc = self.doc;
+        let items = doc.seq_of(list)?;
+        if items.len() == 0 {
+            return None;
+        }
+        let ids: Box<[u32]> = items
+            .filter_map(|f| self.frame(f))
+            .collect::<Vec<_>>()
+            .into();
+        let id = match self.st.stack_by_frames.get(&ids) {
+            Some(id) => *id,
+            None => {
+                let id = self.st.out.stacks.len() as u32;
+                self.st.out.stacks.push(ids.clone());
+                self.st.stack_by_frames.insert(ids, id);
+                id
+            }
+        };
+        if self.st.stack_by_list.len() < MAX_LIST_CACHE {
+            self.st.stack_by_list.insert(li, id);
+        }
+        Some(id)
+    }
+
+    fn block(&mut self, b: Value, at: u64, seg: usize, i: usize) -> Result<Block, FormatError> {
+        let what = || format!("segment {seg} block {i}");
+        let size = self
+            .field(b, "size")
+            .and_then(uint)
+            .ok_or_else(|| FormatError(format!("{} has no integer `size`", what())))?;
+        let state = match self.field(b, "state").and_then(|v| self.doc.str_of(v)) {
+            Some("active_allocated") => BlockState::Allocated,
+            Some("active_pending_free") | Some("active_awaiting_free") => BlockState::PendingFree,
+            Some("inactive") => BlockState::Inactive,
+            Some(other) => {
+                return Err(FormatError(format!(
+                    "{} has an unknown state `{}`",
+                    what(),
+                    crate::term::one_line(other)
+                )))
+            }
+            None => return Err(FormatError(format!("{} has no `state`", what()))),
+        };
+        let (requested, stack) = if let Some(frames) = self.field(b, "frames") {
+            let requested = self.opt_u64(b, "requested_size").unwrap_or(size);
+            self.st.out.field_set.get_or_insert(FieldSet::Current);
+            (requested, self.stack(Some(frames)))
+        } else if let Some(h) = self
+            .field(b, "history")
+            .and_then(|h| self.doc.seq_of(h)?.next())
+        {
+            // torch/cuda/_memory_viz.py `_block_extra_legacy`: history[0] holds the stack and
+            // the size asked for.
+            self.st.out.field_set.get_or_insert(FieldSet::Legacy);
+            let requested = self.opt_u64(h, "real_size").unwrap_or(size);
+            let frames = self.field(h, "frames");
+            (requested, self.stack(frames))
+        } else {
+            (self.opt_u64(b, "requested_size").unwrap_or(size), None)
+        };
+        Ok(Block {
+            address: self.opt_u64(b, "address").unwrap_or(at),
+            size,
+            requested,
+            state: if state == BlockState::Allocated && size == 0 {
+                BlockState::Inactive
+            } else {
+                state
+            },
+            stack,
+        })
+    }
+
+    fn segment(&mut self, s: Value, n: usize) -> Result<Segment, FormatError> {
+        let what = format!("segment {n}");
+        let address = self.req_u64(s, "address", &what)?;
+        let total_size = self.req_u64(s, "total_size", &what)?;
+        let pool = self
+            .field(s, "segment_pool_id")
+            .and_then(|p| self.doc.seq_of(p).map(|x| x.collect::<Vec<_>>()))
+            .and_then(|p| match p[..] {
+                [a, b] => Some((int(a)?, int(b)?)),
+                _ => None,
+            })
+            .unwrap_or((0, 0));
+        let blocks_v = self
+            .field(s, "blocks")
+            .and_then(|b| self.doc.seq_of(b).map(|x| x.collect::<Vec<_>>()))
+            .ok_or_else(|| FormatError(format!("{what} has no `blocks` list")))?;
+        let mut blocks = Vec::with_capacity(blocks_v.len());
+        let mut at = address;
+        for (i, b) in blocks_v.into_iter().enumerate() {
+            let block = self.block(b, at, n, i)?;
+            at = block.address.saturating_add(block.size);
+            blocks.push(block);
+        }
+        Ok(Segment {
+            device: self.opt_u64(s, "device").unwrap_or(0) as u32,
+            address,
+            total_size,
+            stream: self.opt_u64(s, "stream").unwrap_or(0),
+            large: self
+                .field(s, "segment_type")
+                .and_then(|v| self.doc.str_of(v))
+                .is_none_or(|t| t != "small"),
+            pool,
+            expandable: self
+                .field(s, "is_expandable")
+                .is_some_and(|v| v == Value::Bool(true)),
+            blocks,
+        })
+    }
+
+    fn entry(&mut self, e: Value, d: usize, i: usize) -> Result<TraceEntry, FormatError> {
+        let action = match self.field(e, "action").and_then(|v| self.doc.str_of(v)) {
+            Some("alloc") => Action::Alloc,
+            Some("free_requested") => Action::FreeRequested,
+            Some("free_completed") => Action::FreeCompleted,
+            Some("segment_alloc") | Some("segment_map") => Action::SegmentAlloc,
+            Some("segment_free") | Some("segment_unmap") => Action::SegmentFree,
+            Some("oom") => Action::Oom,
+            Some(_) => Action::Other,
+            None => {
+                return Err(FormatError(format!(
+                    "device_traces[{d}][{i}] has no `action`"
+                )))
+            }
+        };
+        let frames = self.field(e, "frames");
+        Ok(TraceEntry {
+            action,
+            addr: self.opt_u64(e, "addr").unwrap_or(0),
+            size: self.opt_u64(e, "size").unwrap_or(0),
+            stream: self.opt_u64(e, "stream").unwrap_or(0),
+            device_free: self.opt_u64(e, "device_free").unwrap_or(u64::MAX),
+            time_us: self.field(e, "time_us").and_then(int).unwrap_or(i64::MIN),
+            stack: self.stack(frames).unwrap_or(u32::MAX),
+        })
+    }
+}
+
+/// The snapshot in a decoded pickle. The history's entries are released from `doc` as they
+/// are converted, so the two are not both whole in memory at once.
+pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
+    let root = doc
+        .root
+        .ok_or_else(|| FormatError("the pickle is empty".into()))?;
+    // Very old releases dumped the bare list of segments.
+    let (segments_v, traces_v) = match root {
+        Value::Dict(_) => (
+            doc.get(root, "segments")
+                .ok_or_else(|| FormatError("the pickle has no `segments`".into()))?,
+            doc.get(root, "device_traces"),
+        ),
+        Value::List(_) => (root, None),
+        _ => return Err(FormatError("the pickle is not a dict of segments".into())),
+    };
+    let mut st = State::default();
+    {
+        let mut b = Builder {
+            doc: &*doc,
+            st: &mut st,
+        };
+        let segs: Vec<Value> = doc
+            .seq_of(segments_v)
+            .ok_or_else(|| FormatError("`segments` is not a list".into()))?
+            .collect();
+        b.st.out.segments.reserve_exact(segs.len());
+        for (n, s) in segs.into_iter().enumerate() {
+            let seg = b.segment(s, n)?;
+            b.st.out.segments.push(seg);
+        }
+    }
+    if let Some(t) = traces_v {
+        let devices: Vec<Value> = doc
+            .seq_of(t)
+            .ok_or_else(|| FormatError("`device_traces` is not a list".into()))?
+            .collect();
+        for (d, entries) in devices.into_iter().enumerate() {
+            let list = doc
+                .take_seq(entries)
+                .ok_or_else(|| FormatError(format!("`device_traces[{d}]` is not a list")))?;
+            let mut out = Vec::with_capacity(list.len());
+            for (i, p) in list.into_iter().enumerate() {
+                let e = doc.unpack(p);
+                let mut b = Builder {
+                    doc: &*doc,
+                    st: &mut st,
+                };
+                let frames = b.field(e, "frames");
+                out.push(b.entry(e, d, i)?);
+                // Converted: its dict and frames list are not needed again.
+                doc.free(e);
+                if let Some(f) = frames {
+                    doc.free(f);
+                }
+            }
+            st.out.traces.push(out);
+        }
+    }
+    if let Some(settings) = doc.get(root, "allocator_settings") {
+        st.out.expandable_setting =
+            doc.get(settings, "expandable_segments")
+                .and_then(|v| match v {
+                    Value::Bool(x) => Some(x),
+                    Value::Int(i) => Some(i != 0),
+                    _ => None,
+                });
+    }
+    Ok(st.out)
+}

@@ -1,0 +1,584 @@
+//! `vramdoc explain SNAPSHOT` on snapshots written by tests/explain/gen_snapshot.py (PyTorch's
+//! format, three generations of its fields, pickle protocols 2 to 5): each cause with its
+//! numbers, top site and fix, `--json` carrying the same, the Markdown and HTML; pickles that
+//! name a global refused with nothing run; bounds; a bounded fuzz of the reader. And
+//! `run --torch-memory` with the stand-in `torch` package (tests/explain/fake_torch): the
+//! snapshot dumped at the OOM, kept next to the report and joined with the finding; nothing
+//! injected without the flag.
+
+use crate::common;
+
+use common::{simgpu_lib_dir, stderr, vramdoc};
+use proptest::prelude::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/explain");
+
+/// A snapshot of `case` in field set `format`, pickled with `protocol`.
+fn snapshot(dir: &Path, case: &str, format: &str, protocol: u8) -> PathBuf {
+    let out = dir.join(format!("{case}-{format}-p{protocol}.pickle"));
+    let o = std::process::Command::new("python3")
+        .arg(format!("{DIR}/gen_snapshot.py"))
+        .args([case, out.to_str().unwrap(), "--format", format])
+        .args(["--protocol", &protocol.to_string()])
+        .output()
+        .expect("python3 runs (the tests need it)");
+    assert!(o.status.success(), "gen_snapshot {case}: {}", stderr(&o));
+    out
+}
+
+fn explain_json(path: &Path, extra: &[&str]) -> Value {
+    let o = vramdoc()
+        .arg("explain")
+        .arg(path)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("--json prints JSON")
+}
+
+fn explain_text(path: &Path) -> String {
+    let o = vramdoc().arg("explain").arg(path).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn dev0(x: &Value) -> &Value {
+    &x["devices"][0]
+}
+
+fn fix_ids(d: &Value) -> Vec<String> {
+    d["fixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+mod causes {
+    use super::*;
+
+    #[test]
+    fn fragmentation_is_enough_free_but_no_block_large_enough() {
+        let tmp = tempfile::tempdir().unwrap();
+        for format in ["2.1", "2.6"] {
+            let x = explain_json(&snapshot(tmp.path(), "fragmentation", format, 4), &[]);
+            let d = dev0(&x);
+            assert_eq!(d["at"], "oom", "{format}");
+            assert_eq!(d["cause"], "fragmentation", "{format}: {d}");
+            let n = &d["numbers"];
+            assert_eq!(n["requested"], 32 * MIB, "{format}");
+            assert_eq!(n["pool_free"], 64 * MIB, "{format}");
+            assert_eq!(n["pool_largest_free"], 8 * MIB, "{format}");
+            assert_eq!(n["device_free"], 10 * MIB, "{format}");
+            assert_eq!(n["allocated"], 6 * GIB + 8 * 12 * MIB, "{format}");
+            assert_eq!(n["reserved"], 6 * GIB + 8 * 20 * MIB, "{format}");
+            assert_eq!(
+                d["top_sites"][0]["site"], "forward (train.py:88)",
+                "{format}: the innermost frame outside torch"
+            );
+            assert_eq!(fix_ids(d)[0], "expandable-segments", "{format}");
+        }
+        // The terminal says the same.
+        let text = explain_text(&snapshot(tmp.path(), "fragmentation", "2.1", 4));
+        assert!(text.contains("cause: fragmentation"), "{text}");
+        assert!(text.contains("largest free block was 8 MiB"), "{text}");
+        assert!(text.contains("expandable_segments:True"), "{text}");
+        assert!(text.contains("forward (train.py:88)"), "{text}");
+    }
+
+    #[test]
+    fn a_pytorch_2_0_snapshot_gets_the_split_limit_not_expandable_segments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let x = explain_json(&snapshot(tmp.path(), "fragmentation", "2.0", 2), &[]);
+        assert_eq!(x["field_set"], "legacy");
+        let d = dev0(&x);
+        assert_eq!(d["cause"], "fragmentation");
+        assert_eq!(d["numbers"]["pool_largest_free"], 8 * MIB);
+        assert_eq!(d["top_sites"][0]["site"], "forward (train.py:88)");
+        assert_eq!(fix_ids(d)[0], "max-split-size");
+        assert!(d["fixes"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("max_split_size_mb:32"));
+    }
+
+    #[test]
+    fn exhaustion_by_live_tensors_names_the_dominant_site() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (format, protocol) in [("2.0", 2), ("2.1", 4), ("2.6", 5)] {
+            let x = explain_json(&snapshot(tmp.path(), "live", format, protocol), &[]);
+            let d = dev0(&x);
+            assert_eq!(d["cause"], "live-tensors", "{format}: {d}");
+            let n = &d["numbers"];
+            assert_eq!(n["requested"], 2 * GIB);
+            assert_eq!(n["allocated"], 6 * GIB + 768 * MIB, "{format}");
+            assert_eq!(n["cached_free"], 64 * MIB, "{format}");
+            let top = &d["top_sites"][0];
+            assert_eq!(top["site"], "forward (train.py:88)", "{format}");
+            assert_eq!(top["bytes"], 6 * GIB, "{format}");
+            assert!(top["share"].as_f64().unwrap() > 0.85, "{format}");
+            assert_eq!(top["callers"][0], "train_step (train.py:140)", "{format}");
+            let ids = fix_ids(d);
+            assert_eq!(ids[0], "free-references", "{format}");
+            assert!(ids.contains(&"activation-checkpointing".into()), "{format}");
+            assert!(d["fixes"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("forward (train.py:88)"));
+        }
+    }
+
+    #[test]
+    fn a_cache_held_by_another_stream_is_told_from_fragmentation() {
+        let tmp = tempfile::tempdir().unwrap();
+        for format in ["2.0", "2.1", "2.6"] {
+            let x = explain_json(&snapshot(tmp.path(), "other-stream", format, 4), &[]);
+            let d = dev0(&x);
+            assert_eq!(d["cause"], "cache-on-other-stream", "{format}: {d}");
+            let n = &d["numbers"];
+            assert_eq!(n["requested"], GIB);
+            assert_eq!(n["stream"], 0);
+            assert_eq!(n["other_streams_free"], 3 * GIB, "{format}");
+            assert_eq!(n["pool_free"], 0, "{format}");
+            assert_eq!(d["top_sites"][0]["site"], "forward (train.py:88)");
+            assert_eq!(fix_ids(d), vec!["empty-cache"], "{format}");
+        }
+    }
+
+    #[test]
+    fn a_cuda_graph_pool_holding_the_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let x = explain_json(&snapshot(tmp.path(), "private-pool", "2.6", 4), &[]);
+        let d = dev0(&x);
+        assert_eq!(d["cause"], "cache-in-private-pool", "{d}");
+        assert_eq!(d["numbers"]["private_pools_free"], 2 * GIB);
+        assert_eq!(fix_ids(d), vec!["release-graph-pool"]);
+    }
+
+    #[test]
+    fn memory_growing_across_iterations_names_the_growing_site() {
+        let tmp = tempfile::tempdir().unwrap();
+        let x = explain_json(&snapshot(tmp.path(), "growth", "2.6", 4), &[]);
+        let d = dev0(&x);
+        assert_eq!(d["cause"], "growth", "{d}");
+        assert_eq!(d["history"]["growing"], true);
+        let g = &d["growing_sites"][0];
+        assert_eq!(g["site"], "remember (train.py:61)");
+        assert!(g["to"].as_u64().unwrap() >= g["from"].as_u64().unwrap() + 30 * 64 * MIB);
+        assert_eq!(fix_ids(d), vec!["free-references"]);
+        assert!(
+            d["history"]["span_us"].is_array(),
+            "2.6 entries carry time_us"
+        );
+    }
+
+    #[test]
+    fn memory_outside_pytorch_needs_the_device_total() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = snapshot(tmp.path(), "live", "2.1", 4);
+        // 16 GiB card, 200 MiB free, PyTorch reserved 6.8 GiB: ~9 GiB is someone else's.
+        let x = explain_json(&p, &["--device-total", "16GiB"]);
+        let d = dev0(&x);
+        assert_eq!(d["cause"], "outside-pytorch", "{d}");
+        assert_eq!(
+            d["numbers"]["outside_pytorch"],
+            16 * GIB - 200 * MIB - (6 * GIB + 832 * MIB)
+        );
+        assert_eq!(fix_ids(d), vec!["outside-memory"]);
+        // On a card it fills, the same snapshot is live tensors again.
+        let x = explain_json(&p, &["--device-total", "7GiB"]);
+        assert_eq!(dev0(&x)["cause"], "live-tensors");
+    }
+
+    #[test]
+    fn a_snapshot_without_an_oom_is_described_at_the_snapshot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let x = explain_json(&snapshot(tmp.path(), "clean", "2.1", 4), &[]);
+        let d = dev0(&x);
+        assert_eq!(d["at"], "snapshot");
+        assert_eq!(d["cause"], "none");
+        assert_eq!(d["numbers"]["cached_free"], GIB);
+        assert!(d["fixes"].as_array().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn out_files_carry_what_json_prints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = snapshot(tmp.path(), "fragmentation", "2.6", 4);
+    let (json, md, html) = (
+        tmp.path().join("x.json"),
+        tmp.path().join("x.md"),
+        tmp.path().join("x.html"),
+    );
+    let o = vramdoc()
+        .arg("explain")
+        .arg(&p)
+        .arg("--json")
+        .args(["--out", json.to_str().unwrap()])
+        .args(["--out", md.to_str().unwrap()])
+        .args(["--out", html.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let printed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let written: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(printed, written);
+    assert_eq!(written["schema"], "vramdoc-explain/1");
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains("**Cause:** fragmentation: 32 MiB was requested"),
+        "{md}"
+    );
+    assert!(md.contains("forward (train.py:88)"), "{md}");
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(html.contains("aria-label=\"segment map of cuda:0\""));
+    assert!(html.contains("failed request: 32 MiB"));
+    assert!(html.contains("data-cause=\"fragmentation\""));
+    assert!(html.contains("aria-label=\"live memory timeline of cuda:0\""));
+    assert!(!html.contains("<script"), "self-contained, no script");
+    assert!(html.contains("default-src 'none'"));
+    // The map draws every segment: 9 of them, blocks in three colours at most.
+    let d = dev0(&written);
+    assert_eq!(d["segment_map"].as_array().unwrap().len(), 9);
+    // An existing --out is refused before reading, unless --force.
+    let o = vramdoc()
+        .arg("explain")
+        .arg(&p)
+        .args(["--out", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+}
+
+mod untrusted {
+    use super::*;
+
+    /// A pickle whose loading would run `touch MARKER` (through `os.system`).
+    fn hostile(dir: &Path, protocol: u8) -> (PathBuf, PathBuf) {
+        let marker = dir.join(format!("ran-{protocol}"));
+        let out = dir.join(format!("hostile-{protocol}.pickle"));
+        let script = format!(
+            "import os, pickle\n\
+             class P:\n    def __reduce__(self):\n        return (os.system, ('touch {m}',))\n\
+             pickle.dump({{'segments': [P()]}}, open('{o}', 'wb'), protocol={protocol})\n",
+            m = marker.display(),
+            o = out.display()
+        );
+        let s = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .status()
+            .unwrap();
+        assert!(s.success());
+        assert!(!marker.exists());
+        (out, marker)
+    }
+
+    #[test]
+    fn a_pickle_naming_os_system_is_refused_and_nothing_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        for protocol in [2u8, 4, 5] {
+            let (p, marker) = hostile(tmp.path(), protocol);
+            let html = tmp.path().join(format!("h{protocol}.html"));
+            let o = vramdoc()
+                .arg("explain")
+                .arg(&p)
+                .args(["--out", html.to_str().unwrap()])
+                .output()
+                .unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "protocol {protocol}: {}",
+                stderr(&o)
+            );
+            let e = stderr(&o);
+            // Protocol 2 names it with GLOBAL, 4 and 5 with STACK_GLOBAL: `posix.system`.
+            assert!(e.contains("posix.system"), "protocol {protocol}: {e}");
+            assert!(e.contains("names a global"), "{e}");
+            assert!(e.contains("byte "), "the offset: {e}");
+            assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+            assert!(!marker.exists(), "nothing ran");
+            assert!(!html.exists(), "nothing half-written");
+        }
+    }
+
+    #[test]
+    fn over_the_size_limit_names_the_flag() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = snapshot(tmp.path(), "live", "2.1", 4);
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .args(["--max-size", "1KiB"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr(&o).contains("--max-size"), "{}", stderr(&o));
+        let x = explain_json(&p, &["--max-size", "1MiB"]);
+        assert_eq!(dev0(&x)["cause"], "live-tensors");
+    }
+
+    #[test]
+    fn truncated_and_foreign_files_are_one_line_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = snapshot(tmp.path(), "live", "2.1", 4);
+        let bytes = std::fs::read(&p).unwrap();
+        let cut = tmp.path().join("cut.pickle");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let json = tmp.path().join("r.json");
+        std::fs::write(&json, b"{\"schema_version\": 1}").unwrap();
+        for (f, says) in [(&cut, "truncated"), (&json, "opcode")] {
+            let o = vramdoc().arg("explain").arg(f).output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            let e = stderr(&o);
+            assert!(e.contains(says) && e.contains(f.to_str().unwrap()), "{e}");
+        }
+        // A plain pickle that is not a snapshot says what is missing.
+        let other = tmp.path().join("other.pickle");
+        std::fs::write(&other, b"\x80\x04}\x94\x8c\x01a\x94K\x01s.").unwrap();
+        let o = vramdoc().arg("explain").arg(&other).output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr(&o).contains("no `segments`"), "{}", stderr(&o));
+    }
+
+    fn cases() -> u32 {
+        std::env::var("VRAMDOC_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(400)
+    }
+
+    fn seeds() -> Vec<Vec<u8>> {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut v = Vec::new();
+        for (case, format, protocol) in [
+            ("fragmentation", "2.6", 4),
+            ("live", "2.0", 2),
+            ("growth", "2.1", 5),
+        ] {
+            v.push(std::fs::read(snapshot(tmp.path(), case, format, protocol)).unwrap());
+        }
+        v
+    }
+
+    /// Mutated snapshots: the reader never panics, never takes more than its value budget,
+    /// and whatever it accepts is explained and rendered in every format.
+    #[test]
+    fn bounded_fuzz_of_the_reader() {
+        let seeds = seeds();
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: cases(),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let strategy = (
+            0..seeds.len(),
+            proptest::collection::vec((0u8..3, any::<u32>(), any::<u8>()), 1..8),
+        );
+        runner
+            .run(&strategy, |(which, edits)| {
+                let mut data = seeds[which].clone();
+                for (kind, at, byte) in edits {
+                    let i = at as usize % data.len().max(1);
+                    match kind {
+                        0 => data[i] = byte,
+                        1 => data.insert(i, byte),
+                        _ => {
+                            data.remove(i);
+                        }
+                    }
+                    if data.is_empty() {
+                        data.push(b'.');
+                    }
+                }
+                use vramdoc::explain::{explain, pickle, snapshot};
+                match pickle::decode_slice(&data) {
+                    Ok(mut doc) => {
+                        if let Ok(s) = snapshot::from_doc(&mut doc) {
+                            let x =
+                                explain(&s, "fuzz".into(), data.len() as u64, &Default::default());
+                            let _ = vramdoc::report::explain::json(&x);
+                            let _ = vramdoc::report::explain::markdown(&x);
+                            let _ = vramdoc::report::explain::text(&x);
+                            let _ = vramdoc::report::explain_html::render(&x);
+                        }
+                    }
+                    Err(e) => {
+                        let m = e.to_string();
+                        prop_assert!(m.starts_with("byte ") || m.starts_with("reading"), "{}", m);
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+mod torch_memory {
+    use super::*;
+
+    /// `vramdoc run [--torch-memory] -- python3 torch_job.py 7168 oom` on a 2x16GiB box, the
+    /// stand-in torch on the job's PYTHONPATH (with a sitecustomize of the job's own).
+    fn run(dir: &Path, flag: bool) -> (std::process::Output, Value) {
+        let out = dir.join("run.json");
+        let mut c = vramdoc();
+        c.env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            .env("PYTHONPATH", format!("{DIR}/chain:{DIR}/fake_torch"))
+            .args(["--sim", "2x16GiB", "run", "--process-period", "100ms"])
+            .args(["--period", "20ms", "--out"])
+            .arg(&out);
+        if flag {
+            c.args(["--torch-memory", "--torch-memory-entries", "1000"]);
+        }
+        let o = c
+            .args([
+                "--",
+                "python3",
+                &format!("{DIR}/torch_job.py"),
+                "7168",
+                "oom",
+            ])
+            .output()
+            .unwrap();
+        let report = std::fs::read(&out)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        (o, report)
+    }
+
+    fn oom_evidence(r: &Value) -> Vec<(String, String)> {
+        r["run"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["id"] == "out-of-memory")
+            .flat_map(|f| f["evidence"].as_array().unwrap().iter())
+            .map(|e| {
+                (
+                    e["label"].as_str().unwrap().to_string(),
+                    e["value"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_snapshot_is_dumped_at_the_oom_kept_and_joined_with_the_finding() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, r) = run(tmp.path(), true);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        // The injected code asked for Python stacks and the bounded history.
+        assert!(
+            out.contains("'stacks': 'python', 'max_entries': 1000"),
+            "{out}"
+        );
+        assert!(out.contains("dump dir set: True"), "{out}");
+        // The job's own sitecustomize still ran.
+        assert!(out.contains("chained: yes"), "{out}");
+        let ev = oom_evidence(&r);
+        let get = |label: &str| {
+            ev.iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {label:?} in {ev:?}"))
+        };
+        assert!(get("PyTorch (cuda:0) cause").contains("exhaustion by live tensors"));
+        assert_eq!(get("PyTorch (cuda:0) requested"), "2.00 GiB");
+        assert!(
+            get("PyTorch (cuda:0) top site").starts_with("forward (train.py:88) holds 6.00 GiB")
+        );
+        // The job holds 7 GiB through the driver plus its context; the stand-in's snapshot
+        // says PyTorch reserved 6.81 GiB of it: the rest (192 MiB + the context) is outside.
+        let outside = r["run"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f["evidence"].as_array().unwrap().iter())
+            .find(|e| {
+                e["label"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("PyTorch (cuda:0) outside PyTorch")
+            })
+            .and_then(|e| e["bytes"].as_u64())
+            .expect("outside PyTorch, in bytes");
+        assert!(outside > 192 * MIB && outside < GIB, "{outside}");
+        let kept = tmp.path().join("run.torch-memory.pickle");
+        assert!(kept.is_file(), "kept next to the report");
+        assert_eq!(get("PyTorch snapshot file"), kept.display().to_string());
+        // The kept file is the snapshot: explain reads it as such.
+        let x = explain_json(&kept, &[]);
+        assert_eq!(dev0(&x)["cause"], "live-tensors");
+        let fix = r["run"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "out-of-memory")
+            .unwrap()["fix"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(fix.contains("forward (train.py:88)"), "{fix}");
+    }
+
+    #[test]
+    fn without_the_flag_nothing_is_injected() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (o, r) = run(tmp.path(), false);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(out.contains("recording: None"), "{out}");
+        assert!(out.contains("dump dir set: False"), "{out}");
+        assert!(out.contains("chained: yes"), "{out}");
+        assert!(oom_evidence(&r)
+            .iter()
+            .all(|(l, _)| !l.starts_with("PyTorch")));
+        assert!(!tmp.path().join("run.torch-memory.pickle").exists());
+    }
+}
+
+/// `explain | head` is quiet (exit 0) and a full disk is one line and exit 3, as for every
+/// command that writes to standard output.
+#[test]
+fn broken_and_full_stdout_never_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = snapshot(tmp.path(), "live", "2.1", 4);
+    for json in [false, true] {
+        let mut c = vramdoc();
+        c.arg("explain").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "json {json}: {}", stderr(&o));
+        assert!(stderr(&o).is_empty(), "json {json}: {}", stderr(&o));
+        let mut c = vramdoc();
+        c.arg("explain").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let o = c
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3), "json {json}: {}", stderr(&o));
+        assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    }
+}
