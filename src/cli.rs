@@ -3,8 +3,10 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod incidents;
 mod pods;
 mod sim;
+pub use incidents::*;
 pub use pods::PodArgs;
 pub use sim::*;
 use std::net::SocketAddr;
@@ -184,6 +186,18 @@ vramdoc scenario from job.jsonl --out repro.toml   (the --samples stream, also a
 vramdoc replay repro.toml --sim recorded\n  vramdoc whatif repro.toml --on t4,l4,a100-80gb,h100,2xh100"
     )]
     Scenario(ScenarioCommand),
+    /// Read the incidents `vramdoc serve --incidents DIR` recorded (list, show ID)
+    ///
+    /// Each incident is one GPU failure on the node with the pod, the recognised line, the
+    /// findings, the memory timeline before it and a replayable scenario. See docs/fleet.md.
+    #[command(
+        subcommand,
+        after_help = "Exit codes: 0 ok, 2 bad id or not an incident file.\n\nExamples:\n  \
+vramdoc incidents list --dir /var/lib/vramdoc/incidents\n  \
+vramdoc incidents show 20261127T215700Z-out-of-memory-1 --markdown\n  \
+vramdoc incidents show ID --scenario > repro.toml && vramdoc replay repro.toml --sim recorded"
+    )]
+    Incidents(IncidentsCommand),
     /// Replay a scenario's bug on several simulated boxes: would it fit on ...?
     ///
     /// Runs the `bug` variant of the scenario (e.g. one made by `vramdoc scenario from`) on a
@@ -300,6 +314,8 @@ pub struct ServeArgs {
     /// upgrades and `nvidia-smi --gpu-reset` need it closed)
     #[arg(long)]
     pub release_between: bool,
+    #[command(flatten)]
+    pub incidents: IncidentFlags,
 }
 
 /// A node name: 1 to 253 printable ASCII characters, as Kubernetes node names are.

@@ -14,6 +14,7 @@ pub mod diagnose;
 pub mod exit;
 pub mod gpu;
 pub mod host;
+pub mod incidents;
 pub mod input;
 pub mod inventory;
 pub mod job;

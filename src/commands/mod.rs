@@ -1,6 +1,7 @@
 //! Subcommands, one file each. This is the command edge: errors are `anyhow` here and are
 //! mapped to exit codes in `crate::exit`. [`Session`] resolves which GPU backend to use.
 
+pub mod incidents;
 pub mod list;
 pub mod packaging;
 pub mod preflight;
@@ -218,6 +219,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Scenario(cmd) => scenario::run(&cmd),
         Command::Whatif(args) => whatif::run(&args),
+        Command::Incidents(cmd) => incidents::run(&cmd),
         Command::Report(args) => report::run(&args),
         Command::Serve(args) => {
             let session = Session::new(&cli.global)?;
