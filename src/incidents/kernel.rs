@@ -1,5 +1,7 @@
 //! The kernel log as failure evidence: NVIDIA's `NVRM: Xid` lines (the driver's error
-//! reports; the meanings below are NVIDIA's Xid catalogue,
+//! reports, printed by NVIDIA/open-gpu-kernel-modules `src/nvidia/src/kernel/gpu/rc/kernel_rc.c`
+//! as `NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u GPU-CI:%02u]): %d, [pid=%s, name=%s, ]<message>`;
+//! the meanings below are NVIDIA's Xid catalogue,
 //! <https://docs.nvidia.com/deploy/xid-errors/index.html>) and the OOM killer's `Killed
 //! process PID (NAME)` lines (linux `mm/oom_kill.c` `__oom_kill_process`). Read from
 //! `/dev/kmsg` (a character device: one record per `read`, non-blocking, from the end at
@@ -45,7 +47,7 @@ pub enum KernelEvent {
 fn xid_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\): (\d+),")
+        Regex::new(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?(?: GPU-I:\d+)?(?: GPU-CI:\d+)?\): (\d+),")
             .unwrap_or_else(|_| unreachable_regex())
     })
 }
@@ -218,6 +220,8 @@ mod tests {
             panic!("{syslog}")
         };
         assert_eq!((x.code, x.pid), (31, None));
+        let mig = "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 43, pid=9, name=python, Ch 00000008";
+        assert!(matches!(parse(mig), Some(KernelEvent::Xid(Xid { code: 43, .. }))), "{mig}");
         let oom = "Out of memory: Killed process 777 (python3) total-vm:1kB, anon-rss:1kB";
         assert_eq!(
             parse(oom),

@@ -20,6 +20,7 @@ pub mod broker;
 pub mod calls;
 pub mod container;
 mod faults;
+pub mod kernlog;
 pub mod libs;
 pub mod process;
 pub mod procinfo;
