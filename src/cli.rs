@@ -76,7 +76,9 @@ pub enum Command {
     /// with less free memory than that. The GPUs are --gpus, else the first of
     /// SLURM_STEP_GPUS, SLURM_JOB_GPUS, GPU_DEVICE_ORDINAL, CUDA_VISIBLE_DEVICES,
     /// NVIDIA_VISIBLE_DEVICES that is set (physical indices or GPU UUIDs), else every GPU.
-    /// Prints one line. See docs/fleet.md.
+    /// With no GPU named (a node check) another live process is no problem; for a job it is,
+    /// after --grace, unless the scheduler shares the GPU (SLURM_SHARDS_ON_NODE, MPS,
+    /// time-slicing `::N` ids). Prints one line. See docs/fleet.md.
     #[command(
         after_help = "Exit codes: 0 ok, 1 problem (the line says which GPU and why), 2 unknown (the GPU list cannot be resolved, bad flags), 3 environment (no driver). Node Problem Detector reads 0/1/other the same way; a Slurm prolog that exits non-zero drains the node.\n\nExamples:\n  vramdoc preflight\n  vramdoc preflight --gpus 0,1 --need 20GiB\n  SLURM_JOB_GPUS=2,3 vramdoc preflight --json"
     )]
@@ -237,6 +239,15 @@ pub struct PreflightArgs {
     /// Print the verdict as JSON (selection, need, problems)
     #[arg(long)]
     pub json: bool,
+    /// How long other processes on the job's GPUs may take to go away (a previous job
+    /// tearing down) before they are a problem, 0s to 60s
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2s",
+        value_parser = duration_within(Duration::ZERO, Duration::from_secs(60), " (default 2s)")
+    )]
+    pub grace: Duration,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {

@@ -35,11 +35,29 @@ pub fn open_driver(kind: BackendKind) -> Result<Box<dyn Driver>> {
     }
 }
 
-/// NVML by name. When `VRAMDOC_SIM_DIR` names a box, the library found may be the simulated
+/// Absolute paths of NVML to load instead of searching the loader's path, colon-separated;
+/// the first that exists is loaded. A DaemonSet whose driver lives in another root file system
+/// (the GPU operator's driver container at /run/nvidia/driver) names its library this way
+/// rather than putting that root's `/usr/lib…` (a foreign glibc) on `LD_LIBRARY_PATH`.
+pub const NVML_LIBRARY_ENV: &str = "VRAMDOC_NVML_LIBRARY";
+
+/// The first existing absolute path of a [`NVML_LIBRARY_ENV`] value.
+pub fn nvml_library(value: Option<&std::ffi::OsStr>) -> Option<std::path::PathBuf> {
+    let v = value?.to_str()?;
+    v.split(':')
+        .map(std::path::Path::new)
+        .find(|p| p.is_absolute() && p.is_file())
+        .map(std::path::Path::to_path_buf)
+}
+
+/// NVML by name (or [`NVML_LIBRARY_ENV`]'s path). When `VRAMDOC_SIM_DIR` names a box, the library found may be the simulated
 /// one serving it, whose "device files" are the box's `dev/` files: they are reported beside
 /// the real `/dev` ones, so a process holding them open is found on this path too.
 fn real_monitor() -> Result<NvmlMonitor> {
-    let monitor = NvmlMonitor::open()?;
+    let monitor = match nvml_library(std::env::var_os(NVML_LIBRARY_ENV).as_deref()) {
+        Some(path) => NvmlMonitor::open_path(&path)?,
+        None => NvmlMonitor::open()?,
+    };
     Ok(match vramdoc_sim::SimBox::from_env() {
         Ok(sim) => monitor.with_device_nodes(sim.device_nodes()),
         Err(_) => monitor,

@@ -235,9 +235,7 @@ fn fault(a: &SimFaultArgs) -> Result<i32> {
         }
     }
     if a.device.is_some() && !a.nvml_hang && a.xid.is_none() {
-        anyhow::bail!(UsageError(
-            "--device goes with --nvml-hang or --xid".into()
-        ));
+        anyhow::bail!(UsageError("--device goes with --nvml-hang or --xid".into()));
     }
     if let Some(d) = a.device {
         if d as usize >= n {

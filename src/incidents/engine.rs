@@ -297,6 +297,16 @@ impl Incidents {
                 return Ok(false);
             }
             inc.events.push(p.event);
+            // Findings the failure raised since (a lost GPU seen after its Xid line).
+            for f in concerning(scan, &p.devices) {
+                if !inc
+                    .findings
+                    .iter()
+                    .any(|g| g.id == f.id && g.devices == f.devices)
+                {
+                    inc.findings.push(f);
+                }
+            }
             for d in p.devices {
                 if !inc.devices.contains(&d) {
                     inc.devices.push(d);
@@ -326,19 +336,7 @@ impl Incidents {
             .collect();
         let id = format!("{stamp}-{}-{}", p.rule, self.seq);
         let (timeline, start) = self.history.timeline();
-        let findings = scan
-            .map(|s| {
-                s.findings
-                    .iter()
-                    .filter(|f| {
-                        p.devices.is_empty()
-                            || f.devices.is_empty()
-                            || f.devices.iter().any(|d| p.devices.contains(d))
-                    })
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let findings = concerning(scan, &p.devices);
         let (scenario, scenario_note) = match self.scenario(&p, start) {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e)),
@@ -478,6 +476,22 @@ impl Incidents {
     pub fn followed(&self) -> usize {
         self.pod_logs.len()
     }
+}
+
+/// The scan's findings about `devices` (all of them when no device is known).
+fn concerning(scan: Option<&ScanResult>, devices: &[u32]) -> Vec<crate::model::Finding> {
+    scan.map(|s| {
+        s.findings
+            .iter()
+            .filter(|f| {
+                devices.is_empty()
+                    || f.devices.is_empty()
+                    || f.devices.iter().any(|d| devices.contains(d))
+            })
+            .cloned()
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 fn scan_event(d: u32, rule: &'static str, title: String, t: f64) -> Pending {

@@ -154,6 +154,11 @@ impl KernelLog {
     /// Open `path`: a character device is read as `/dev/kmsg`, a file is followed from its
     /// end. An error says why it cannot be read (the watcher is off then).
     pub fn open(path: &Path) -> Result<KernelLog, String> {
+        if !path.exists() && !path.starts_with("/dev") {
+            // A log file not written yet (a fresh node, a box's kern.log): read from its
+            // start once it appears.
+            return Ok(KernelLog::File(LogTail::at_end(path)));
+        }
         let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         if m.file_type().is_char_device() {
             let f = std::fs::OpenOptions::new()
@@ -220,8 +225,12 @@ mod tests {
             panic!("{syslog}")
         };
         assert_eq!((x.code, x.pid), (31, None));
-        let mig = "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 43, pid=9, name=python, Ch 00000008";
-        assert!(matches!(parse(mig), Some(KernelEvent::Xid(Xid { code: 43, .. }))), "{mig}");
+        let mig =
+            "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 43, pid=9, name=python, Ch 00000008";
+        assert!(
+            matches!(parse(mig), Some(KernelEvent::Xid(Xid { code: 43, .. }))),
+            "{mig}"
+        );
         let oom = "Out of memory: Killed process 777 (python3) total-vm:1kB, anon-rss:1kB";
         assert_eq!(
             parse(oom),
