@@ -52,6 +52,9 @@ pub struct Incidents {
     suppressed: u64,
     lost: BTreeSet<u32>,
     ownerless: BTreeSet<u32>,
+    /// GPU index by PCI address (`dddd:bb:dd`), as earlier scans read it (a lost GPU's
+    /// address may no longer be readable when its Xid line arrives).
+    pci: BTreeMap<String, u32>,
     listing: Vec<u8>,
     seq: u64,
 }
@@ -78,6 +81,7 @@ impl Incidents {
             suppressed: 0,
             lost: BTreeSet::new(),
             ownerless: BTreeSet::new(),
+            pci: BTreeMap::new(),
             listing: Vec::new(),
             seq: 0,
             cfg,
@@ -109,6 +113,11 @@ impl Incidents {
         let mut pending = Vec::new();
         if let Some(scan) = scan {
             self.history.push(scan, t_unix);
+            for d in &scan.devices {
+                if let Some(pci) = kernel::normalise_pci(&d.pci_bus_id) {
+                    self.pci.insert(pci, d.index);
+                }
+            }
             let holding: Vec<&PodRef> = scan
                 .processes
                 .iter()
@@ -120,7 +129,7 @@ impl Incidents {
             self.pod_logs.hold(&[], t_unix);
         }
         self.pod_lines(&mut pending, t_unix);
-        self.kernel_lines(scan, &mut pending, t_unix);
+        self.kernel_lines(&mut pending, t_unix);
         if let Some(scan) = scan {
             self.scan_changes(scan, &mut pending, t_unix);
         }
@@ -173,22 +182,14 @@ impl Incidents {
         }
     }
 
-    fn kernel_lines(&mut self, scan: Option<&ScanResult>, pending: &mut Vec<Pending>, t: f64) {
+    fn kernel_lines(&mut self, pending: &mut Vec<Pending>, t: f64) {
         let Some(k) = self.kernel.as_mut() else {
             return;
         };
         for ev in k.poll() {
             match ev {
                 KernelEvent::Xid(x) if kernel::xid_is_critical(x.code) => {
-                    let device = scan.and_then(|s| {
-                        s.devices
-                            .iter()
-                            .find(|d| {
-                                kernel::normalise_pci(&d.pci_bus_id).as_deref()
-                                    == Some(x.pci.as_str())
-                            })
-                            .map(|d| d.index)
-                    });
+                    let device = self.pci.get(&x.pci).copied();
                     let pod = x.pid.and_then(|p| self.history.pod_of(p).cloned());
                     let lost = x.code == 79;
                     let gpu = device.map_or(format!("PCI {}", x.pci), |d| format!("GPU {d}"));
@@ -392,8 +393,9 @@ impl Incidents {
                 .map(|q| q.pid)
                 .collect();
         }
-        let t_ms = ((p.event.t_unix - start) * 1000.0).max(0.0);
         let period_ms = self.cfg.period.as_secs_f64() * 1000.0;
+        let timeline = before_the_job(timeline, &tree, period_ms.max(1.0));
+        let t_ms = ((p.event.t_unix - start) * 1000.0).max(0.0) + period_ms.max(1.0);
         let src = Source {
             devices: timeline
                 .devices
@@ -476,6 +478,42 @@ impl Incidents {
     pub fn followed(&self) -> usize {
         self.pod_logs.len()
     }
+}
+
+/// The history with one point put before it where the job (`tree`) holds nothing: each
+/// GPU's used bytes are the other processes' there. The converter reads a recording's
+/// first sample as what was there before the job (a `run` starts with it); in the history
+/// the job already holds its memory, which would otherwise be replayed as a neighbour.
+fn before_the_job(
+    mut timeline: crate::model::Timeline,
+    tree: &BTreeSet<u32>,
+    shift_ms: f64,
+) -> crate::model::Timeline {
+    let first: Vec<crate::model::ProcessSample> = timeline
+        .processes
+        .iter()
+        .filter(|q| q.t_ms == 0.0 && !tree.contains(&q.pid))
+        .cloned()
+        .collect();
+    for s in &mut timeline.devices {
+        let Some(&(_, used)) = s.samples.first() else {
+            continue;
+        };
+        let others: u64 = first
+            .iter()
+            .filter(|q| q.device == s.device)
+            .map(|q| q.used.unwrap_or(0))
+            .fold(0, u64::saturating_add);
+        for x in &mut s.samples {
+            x.0 += shift_ms;
+        }
+        s.samples.insert(0, (0.0, others.min(used)));
+    }
+    for q in &mut timeline.processes {
+        q.t_ms += shift_ms;
+    }
+    timeline.processes.splice(0..0, first);
+    timeline
 }
 
 /// The scan's findings about `devices` (all of them when no device is known).
