@@ -452,7 +452,7 @@ mod tests {
                 name: "t4".into(),
                 uuid: format!("GPU-{i}"),
                 pci_bus_id: String::new(),
-                memory: Default::default(),
+                memory: crate::gpu::MemoryInfo::zeroed(),
                 utilization_gpu: None,
                 temperature_c: None,
                 numa_node: None,
