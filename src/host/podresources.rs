@@ -271,7 +271,8 @@ mod tests {
     #[test]
     fn dra_claims_decode_and_name_gpus() {
         fn field(tag: u8, body: &[u8]) -> Vec<u8> {
-            let mut v = vec![tag << 3 | 2, body.len() as u8];
+            let mut v = vec![tag << 3 | 2];
+            prost::encoding::encode_varint(body.len() as u64, &mut v);
             v.extend_from_slice(body);
             v
         }
