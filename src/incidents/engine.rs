@@ -567,3 +567,109 @@ fn pod_of(p: PodRef) -> IncidentPod {
 pub fn now() -> f64 {
     now_unix()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimMonitor;
+    use crate::inventory::PidNamespace;
+    use crate::scan::ScanConfig;
+    use std::io::Write;
+    use vramdoc_sim::{InitOptions, SimBox};
+
+    fn append(p: &std::path::Path, s: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .unwrap();
+        f.write_all(s.as_bytes()).unwrap();
+    }
+
+    /// Xid lines of one GPU make one incident; a burst on many GPUs is cut at the
+    /// per-minute limit and counted; the retention bound removes the oldest files.
+    #[test]
+    fn one_incident_per_failure_rate_limited_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim =
+            SimBox::create(&dir.path().join("box"), "2x16GiB", &InitOptions::default()).unwrap();
+        let monitor = SimMonitor::new(sim);
+        let cfg = ScanConfig {
+            sim_spec: None,
+            pid_namespace: PidNamespace {
+                host: true,
+                reason: "test".into(),
+            },
+            thresholds: Default::default(),
+            pods: Default::default(),
+        };
+        let kern = dir.path().join("kern.log");
+        let mut rec = Incidents::new(IncidentsConfig {
+            dir: dir.path().join("incidents"),
+            max_count: 4,
+            max_bytes: 1 << 30,
+            history: Duration::from_secs(600),
+            pod_log_dir: dir.path().join("pods"),
+            kernel_log: Some(kern.clone()),
+            period: Duration::from_secs(15),
+            node: Some("n1".into()),
+            per_minute: 6,
+        })
+        .unwrap();
+        let scan = crate::scan::scan(&monitor, &cfg).unwrap().scan.unwrap();
+        let pci: Vec<String> = scan
+            .devices
+            .iter()
+            .map(|d| kernel::normalise_pci(&d.pci_bus_id).unwrap())
+            .collect();
+        let t0 = 1_800_000_000.0;
+        assert!(rec.observe(Some(&scan), t0).is_empty());
+        // Two lines of one failure on GPU 1 (48 then 63, as a DBE is followed by a
+        // retirement): one incident.
+        append(
+            &kern,
+            &format!("NVRM: Xid (PCI:{}): 48, pid=1, name=x, DBE\n", pci[1]),
+        );
+        append(
+            &kern,
+            &format!("NVRM: Xid (PCI:{}): 63, pid=1, name=x, Row\n", pci[1]),
+        );
+        rec.observe(Some(&scan), t0 + 15.0);
+        let list = rec.store.list();
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!(list[0].devices, vec![1]);
+        let inc = rec.store.read(&list[0].id).unwrap();
+        assert_eq!((inc.events.len(), inc.repeats), (2, 1));
+        assert!(inc.timeline.devices[0].samples.len() >= 2);
+        // Ten failures on GPUs this node does not have, in one minute: 5 more written (6
+        // per minute), 5 suppressed; at most 4 files kept.
+        for i in 0..10 {
+            append(
+                &kern,
+                &format!(
+                    "NVRM: Xid (PCI:0000:{:02x}:00): 79, GPU has fallen off the bus.\n",
+                    0x80 + i
+                ),
+            );
+        }
+        rec.observe(Some(&scan), t0 + 30.0);
+        assert_eq!(rec.suppressed, 5);
+        assert_eq!(rec.store.list().len(), 4, "the retention bound");
+        let m = rec.exposition(Some("n1"));
+        assert!(
+            m.contains("vramdoc_incidents_total{hostname=\"n1\",namespace=\"\",pod=\"\",rule=\"gpu-lost\"} 5"),
+            "{m}"
+        );
+        assert!(
+            m.contains("vramdoc_incidents_suppressed_total{hostname=\"n1\"} 5"),
+            "{m}"
+        );
+        // An Xid that is not critical makes none.
+        append(
+            &kern,
+            &format!("NVRM: Xid (PCI:{}): 999, whatever\n", pci[0]),
+        );
+        rec.observe(Some(&scan), t0 + 200.0);
+        assert_eq!(rec.suppressed, 5);
+    }
+}
