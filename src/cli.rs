@@ -161,6 +161,7 @@ vramdoc sim status --calls                      # what nvitop cost the driver"
 (address in use). Without a driver or a GPU it keeps serving `vramdoc_collect_success 0` and \
 reads the GPUs once NVML works.\n\nExamples:\n  vramdoc serve\n  \
 vramdoc serve --listen 0.0.0.0:10042 --interval 30s\n  vramdoc serve --per-process\n  \
+vramdoc serve --incidents /var/lib/vramdoc/incidents   (GPU failures become incidents: docs/fleet.md)\n  \
 curl -s http://127.0.0.1:10042/metrics | grep vramdoc_findings"
     )]
     Serve(ServeArgs),
