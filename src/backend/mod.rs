@@ -137,3 +137,29 @@ pub fn resolve_recorded(
     spec.map(str::to_string)
         .ok_or_else(|| RecordedBoxError::NotRecorded("no scenario file".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nvml_library_takes_the_first_existing_absolute_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libnvidia-ml.so.1");
+        std::fs::write(&lib, b"").unwrap();
+        let value = format!(
+            "/nonexistent/libnvidia-ml.so.1:libnvidia-ml.so.1:{}",
+            lib.display()
+        );
+        assert_eq!(
+            super::nvml_library(Some(std::ffi::OsStr::new(&value))),
+            Some(lib.clone())
+        );
+        // Relative names are the loader's business, not this variable's.
+        assert_eq!(
+            super::nvml_library(Some(std::ffi::OsStr::new("libnvidia-ml.so.1"))),
+            None
+        );
+        assert_eq!(super::nvml_library(None), None);
+        // A directory is not a library.
+        assert_eq!(super::nvml_library(Some(dir.path().as_os_str())), None);
+    }
+}
