@@ -136,7 +136,7 @@ fn incidents_cost(c: &CollectConfig, sim: &vramdoc_sim::SimBox) {
         cpus.sort();
         let bytes = rec.history_bytes();
         println!(
-            "  incidents ({label}, {} processes): record CPU per collection median {:.3} ms              (max {:.3}); history after 1 h of 15 s collections {} bytes = {:.1} KiB per GPU              ({:.1} KiB per GPU-hour kept)",
+            "  incidents ({label}, {} processes): record CPU per collection median {:.3} ms (max {:.3}); history after 1 h of 15 s collections {} bytes = {:.1} KiB per GPU ({:.1} KiB per GPU-hour kept)",
             scan.processes.len(),
             ms(cpus[cpus.len() / 2]),
             ms(cpus[cpus.len() - 1]),
