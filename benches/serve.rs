@@ -6,7 +6,8 @@
 //! connections (goal: p99 <= 5 ms), and again for fresh connections while 300 slow clients
 //! are connected: 100 silent, 100 trickling a request head a byte at a time (slowloris), 100
 //! kept-alive and idle, every one reconnecting when the server closes it (goal: p99 <= 50 ms).
-//! Run: `cargo bench --bench serve`.
+//! Then the flight recorder's cost (`serve --incidents`): CPU per collection and history
+//! memory per GPU-hour. Run: `cargo bench --bench serve`.
 
 mod common;
 
@@ -103,6 +104,49 @@ fn scrape_latencies(addr: SocketAddr, keep_alive: bool, n: usize) -> (Vec<Durati
     (out, size)
 }
 
+/// The flight recorder's cost (`serve --incidents`): CPU per collection of recording one
+/// scan (history, followed logs, comparisons) and the history's memory after an hour of
+/// 15 s collections, per GPU. The scan is made once and fed an hour of times.
+fn incidents_cost(c: &CollectConfig, sim: &vramdoc_sim::SimBox) {
+    use vramdoc::incidents::{Incidents, IncidentsConfig};
+    let monitor = SimMonitor::new(sim.clone());
+    let scan = serve::collect(&monitor, c).scan.expect("a scan");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (label, history) in [("1 h history", 3600u64), ("default 10 min history", 600)] {
+        let mut rec = Incidents::new(IncidentsConfig {
+            dir: dir.path().join(label.replace(' ', "-")),
+            max_count: 200,
+            max_bytes: 64 << 20,
+            history: Duration::from_secs(history),
+            pod_log_dir: dir.path().join("pods"),
+            kernel_log: None,
+            period: Duration::from_secs(15),
+            node: Some("bench-node".into()),
+            per_minute: 6,
+        })
+        .expect("recorder");
+        let collections = 240; // one hour at 15 s
+        let mut cpus = Vec::with_capacity(collections);
+        for i in 0..collections {
+            let c0 = thread_cpu();
+            let errors = rec.observe(Some(&scan), 1_800_000_000.0 + 15.0 * i as f64);
+            cpus.push(thread_cpu() - c0);
+            assert!(errors.is_empty(), "{errors:?}");
+        }
+        cpus.sort();
+        let bytes = rec.history_bytes();
+        println!(
+            "  incidents ({label}, {} processes): record CPU per collection median {:.3} ms (max {:.3}); history after 1 h of 15 s collections {} bytes = {:.1} KiB per GPU ({:.1} KiB per GPU-hour kept)",
+            scan.processes.len(),
+            ms(cpus[cpus.len() / 2]),
+            ms(cpus[cpus.len() - 1]),
+            bytes,
+            bytes as f64 / 1024.0 / DEVICES as f64,
+            bytes as f64 / 1024.0 / DEVICES as f64 * 3600.0 / history as f64
+        );
+    }
+}
+
 fn main() {
     let staged = common::stage_box(DEVICES, PROCESSES);
     let (spec, sim) = (&staged.spec, &staged.sim);
@@ -167,6 +211,8 @@ fn main() {
             DEVICES as f64 * 4.5
         );
     }
+
+    incidents_cost(&cfg(true), sim);
 
     // Scrapes, while the collector runs back to back (100 ms interval: ~40 ms collections).
     let c = cfg(true);

@@ -16,7 +16,7 @@ const MAX_LINES: usize = 800;
 
 /// The only modules that may import `report` (the renderers and writer): the ones that
 /// render or write a report. Every stage below depends on `model` instead.
-const REPORT_IMPORTERS: &[&str] = &["commands", "serve", "cli"];
+const REPORT_IMPORTERS: &[&str] = &["commands", "serve", "cli", "incidents"];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,8 +3,10 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod incidents;
 mod pods;
 mod sim;
+pub use incidents::*;
 pub use pods::PodArgs;
 pub use sim::*;
 use std::net::SocketAddr;
@@ -74,7 +76,9 @@ pub enum Command {
     /// with less free memory than that. The GPUs are --gpus, else the first of
     /// SLURM_STEP_GPUS, SLURM_JOB_GPUS, GPU_DEVICE_ORDINAL, CUDA_VISIBLE_DEVICES,
     /// NVIDIA_VISIBLE_DEVICES that is set (physical indices or GPU UUIDs), else every GPU.
-    /// Prints one line. See docs/fleet.md.
+    /// With no GPU named (a node check) another live process is no problem; for a job it is,
+    /// after --grace, unless the scheduler shares the GPU (SLURM_SHARDS_ON_NODE, MPS,
+    /// time-slicing `::N` ids). Prints one line. See docs/fleet.md.
     #[command(
         after_help = "Exit codes: 0 ok, 1 problem (the line says which GPU and why), 2 unknown (the GPU list cannot be resolved, bad flags), 3 environment (no driver). Node Problem Detector reads 0/1/other the same way; a Slurm prolog that exits non-zero drains the node.\n\nExamples:\n  vramdoc preflight\n  vramdoc preflight --gpus 0,1 --need 20GiB\n  SLURM_JOB_GPUS=2,3 vramdoc preflight --json"
     )]
@@ -169,6 +173,7 @@ vramdoc sim status --calls                      # what nvitop cost the driver"
 (address in use). Without a driver or a GPU it keeps serving `vramdoc_collect_success 0` and \
 reads the GPUs once NVML works.\n\nExamples:\n  vramdoc serve\n  \
 vramdoc serve --listen 0.0.0.0:10042 --interval 30s\n  vramdoc serve --per-process\n  \
+vramdoc serve --incidents /var/lib/vramdoc/incidents   (GPU failures become incidents: docs/fleet.md)\n  \
 curl -s http://127.0.0.1:10042/metrics | grep vramdoc_findings"
     )]
     Serve(ServeArgs),
@@ -196,6 +201,18 @@ vramdoc scenario from job.jsonl --out repro.toml   (the --samples stream, also a
 vramdoc replay repro.toml --sim recorded\n  vramdoc whatif repro.toml --on t4,l4,a100-80gb,h100,2xh100"
     )]
     Scenario(ScenarioCommand),
+    /// Read the incidents `vramdoc serve --incidents DIR` recorded (list, show ID)
+    ///
+    /// Each incident is one GPU failure on the node with the pod, the recognised line, the
+    /// findings, the memory timeline before it and a replayable scenario. See docs/fleet.md.
+    #[command(
+        subcommand,
+        after_help = "Exit codes: 0 ok, 2 bad id or not an incident file.\n\nExamples:\n  \
+vramdoc incidents list --dir /var/lib/vramdoc/incidents\n  \
+vramdoc incidents show 20261127T215700Z-out-of-memory-1 --markdown\n  \
+vramdoc incidents show ID --scenario > repro.toml && vramdoc replay repro.toml --sim recorded"
+    )]
+    Incidents(IncidentsCommand),
     /// Replay a scenario's bug on several simulated boxes: would it fit on ...?
     ///
     /// Runs the `bug` variant of the scenario (e.g. one made by `vramdoc scenario from`) on a
@@ -235,6 +252,15 @@ pub struct PreflightArgs {
     /// Print the verdict as JSON (selection, need, problems)
     #[arg(long)]
     pub json: bool,
+    /// How long other processes on the job's GPUs may take to go away (a previous job
+    /// tearing down) before they are a problem, 0s to 60s
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2s",
+        value_parser = duration_within(Duration::ZERO, Duration::from_secs(60), " (default 2s)")
+    )]
+    pub grace: Duration,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -328,6 +354,8 @@ pub struct ServeArgs {
     /// upgrades and `nvidia-smi --gpu-reset` need it closed)
     #[arg(long)]
     pub release_between: bool,
+    #[command(flatten)]
+    pub incidents: IncidentFlags,
 }
 
 /// A node name: 1 to 253 printable ASCII characters, as Kubernetes node names are.

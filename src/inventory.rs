@@ -315,7 +315,8 @@ pub fn collect(
         }
         processes.push(info);
     }
-    details.node_holders = node_holders(&monitor.device_nodes());
+    // `details.node_holders` (every process's open files) is left to the scan engine, which
+    // walks them only when a finding needs them as evidence (`crate::scan::scan`).
     details.per_process_unavailable = host::kernel_release().ok().and_then(|r| wsl_reason(&r));
     Ok(Inventory {
         environment,

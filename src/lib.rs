@@ -16,6 +16,7 @@ pub mod exit;
 pub mod explain;
 pub mod gpu;
 pub mod host;
+pub mod incidents;
 pub mod input;
 pub mod inventory;
 pub mod job;

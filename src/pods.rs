@@ -172,7 +172,8 @@ pub struct Attribution {
 /// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
 /// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
 /// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
-/// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`.
+/// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`. GKE's sharing ids
+/// (`nvidia0/vgpu0`, `nvidia0/gi0`) name GPU 0.
 pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     let id = id.split_once("::").map_or(id, |(base, _)| base);
     let uuid = match id.strip_prefix("MIG-") {
@@ -186,8 +187,39 @@ pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
             .find(|d| d.uuid.eq_ignore_ascii_case(uuid))
             .map(|d| d.index);
     }
-    let n: u32 = id.strip_prefix("nvidia")?.parse().ok()?;
+    // GKE's ids: `nvidia0`, and for its sharing `nvidia0/vgpu0` (time-sharing) and
+    // `nvidia0/gi0` (MIG instances): the GPU is the part before the slash.
+    let n: u32 = id.split('/').next()?.strip_prefix("nvidia")?.parse().ok()?;
     devices.iter().find(|d| d.index == n).map(|d| d.index)
+}
+
+/// Pods of the GPU stack itself that hold or map GPU memory without requesting a GPU, named
+/// by the pod-name prefix their DaemonSets give them: the device plugin's MPS control daemon
+/// (NVIDIA/k8s-device-plugin `deployments/static/daemonset-mps-control-daemon.yml`, run with
+/// `NVIDIA_VISIBLE_DEVICES=all` and no GPU request), the device plugin and GPU feature
+/// discovery, dcgm-exporter and the gpu-operator's driver DaemonSet.
+pub const SYSTEM_POD_PREFIXES: &[&str] = &[
+    "nvidia-device-plugin-mps-control-daemon",
+    "nvidia-device-plugin",
+    "gpu-feature-discovery",
+    "nvidia-dcgm-exporter",
+    "dcgm-exporter",
+    "nvidia-driver-daemonset",
+];
+
+/// The MPS daemons' process names (CUDA MPS documentation: `nvidia-cuda-mps-control`
+/// starts `nvidia-cuda-mps-server`, which holds the clients' contexts).
+pub const MPS_PROCESSES: &[&str] = &["nvidia-cuda-mps-control", "nvidia-cuda-mps-server"];
+
+/// Whether a pod's process is the GPU stack's own (not a workload the allocation audit
+/// judges): an MPS daemon process, or a pod named like [`SYSTEM_POD_PREFIXES`].
+pub fn is_system_process(pod: &PodRef, process_name: Option<&str>) -> bool {
+    if process_name.is_some_and(|n| MPS_PROCESSES.contains(&n)) {
+        return true;
+    }
+    pod.name
+        .as_deref()
+        .is_some_and(|n| SYSTEM_POD_PREFIXES.iter().any(|p| n.starts_with(p)))
 }
 
 /// A resource whose devices are GPUs: the NVIDIA device plugin's (`nvidia.com/gpu`, renamed
@@ -271,12 +303,7 @@ pub fn attribute(
         .flatten()
         .flat_map(|r| {
             r.containers.iter().filter_map(|c| {
-                let mut device_ids: Vec<String> = c
-                    .devices
-                    .iter()
-                    .filter(|d| is_gpu_resource(&d.resource_name))
-                    .flat_map(|d| d.device_ids.iter().cloned())
-                    .collect();
+                let mut device_ids: Vec<String> = c.gpu_ids(is_gpu_resource);
                 device_ids.sort();
                 (!device_ids.is_empty()).then(|| PodAllocation {
                     namespace: r.namespace.clone(),
@@ -323,9 +350,7 @@ fn join_allocations<'a>(
             let mut ids: Vec<String> = r
                 .containers
                 .iter()
-                .flat_map(|c| &c.devices)
-                .filter(|d| is_gpu_resource(&d.resource_name))
-                .flat_map(|d| d.device_ids.iter().cloned())
+                .flat_map(|c| c.gpu_ids(is_gpu_resource))
                 .collect();
             ids.sort();
             ids.dedup();
@@ -404,6 +429,7 @@ mod tests {
                         device_ids: vec!["nic0".into()],
                     },
                 ],
+                dynamic_resources: vec![],
             }],
         };
         let dirs = [dir("a", "1"), dir("b", "2"), dir("b", "3"), dir("c", "4")];
@@ -416,6 +442,32 @@ mod tests {
         );
         assert_eq!(pods[1].allocated_gpus, None, "two instances of ml/b");
         assert_eq!(pods[2].allocated_gpus, None, "not listed");
+    }
+
+    #[test]
+    fn gke_sharing_ids_name_their_gpu() {
+        let devices: Vec<DeviceInfo> = (0..2)
+            .map(|i| DeviceInfo {
+                index: i,
+                name: "t4".into(),
+                uuid: format!("GPU-{i}"),
+                pci_bus_id: String::new(),
+                memory: crate::gpu::MemoryInfo::zeroed(),
+                utilization_gpu: None,
+                temperature_c: None,
+                numa_node: None,
+                status: Default::default(),
+            })
+            .collect();
+        for (id, want) in [
+            ("nvidia1", Some(1)),
+            ("nvidia1/vgpu3", Some(1)),
+            ("nvidia0/gi2", Some(0)),
+            ("nvidia9/vgpu0", None),
+            ("nvidiaX/vgpu0", None),
+        ] {
+            assert_eq!(device_of_id(id, &devices), want, "{id}");
+        }
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! at error), when it is lost or unreadable, or when its free memory is below `--need`.
 //! The exit semantics follow Slurm's prolog (non-zero drains the node) and Node Problem
 //! Detector's custom-plugin protocol (0 ok, 1 problem, anything else unknown; one line).
+//! Without a job context (nothing named the GPUs: a node check) a live process is no
+//! problem; with one, it is unless the scheduler shares the GPU ([`job_context`]).
 
 use serde::Serialize;
 
@@ -253,9 +255,110 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
     }
 }
 
+/// Whether preflight runs for a job, and whether the scheduler shares its GPUs (issue 28):
+/// without a job (a Node Problem Detector check of the whole node) only memory without a live
+/// owner and unusable GPUs are problems; for a job, other processes are too, unless the
+/// scheduler shares the GPU with them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobContext {
+    /// A job's GPUs are checked (`--gpus` or a job's variable named them).
+    pub job: bool,
+    /// Why other processes are expected on these GPUs (`None`: they are not).
+    pub shared: Option<String>,
+}
+
+/// The variables that say a scheduler shares the GPUs: Slurm's `gres/shard`
+/// (`SLURM_SHARDS_ON_NODE`, slurm `src/plugins/gres/shard/gres_shard.c`), CUDA MPS
+/// (`CUDA_MPS_PIPE_DIRECTORY`, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: Slurm's `gres/mps` and
+/// NVIDIA's MPS documentation).
+pub const SHARING_VARIABLES: &[&str] = &[
+    "SLURM_SHARDS_ON_NODE",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+];
+
+/// The job context from where the GPU list came from (`selection.source`, the list's text)
+/// and a variable lookup. A Kubernetes time-slicing replica id (`GPU-…::N`) in the list
+/// means the device plugin shares the GPU.
+pub fn job_context(
+    selection: &Selection,
+    list: Option<&str>,
+    var: impl Fn(&str) -> Option<String>,
+) -> JobContext {
+    let job = selection.source != ALL_GPUS;
+    let shared = SHARING_VARIABLES
+        .iter()
+        .find(|k| var(k).is_some_and(|v| !v.trim().is_empty()))
+        .map(|k| format!("{k} is set"))
+        .or_else(|| {
+            list.filter(|l| l.contains("::"))
+                .map(|_| "time-slicing replicas (`::N` ids)".to_string())
+        });
+    JobContext { job, shared }
+}
+
+/// The selection's source when nothing named the GPUs.
+pub const ALL_GPUS: &str = "all GPUs";
+
+/// Drop the problems the context allows: other processes' memory, without a job or on a
+/// shared GPU.
+pub fn apply_context(mut verdict: Verdict, ctx: &JobContext) -> Verdict {
+    if !ctx.job || ctx.shared.is_some() {
+        verdict.problems.retain(|p| p.kind != "foreign-process");
+    }
+    verdict
+}
+
+/// Whether a verdict's problems may be a previous job still tearing down (only other
+/// processes' memory): worth waiting the grace for.
+pub fn may_clear(verdict: &Verdict) -> bool {
+    !verdict.ok() && verdict.problems.iter().all(|p| p.kind == "foreign-process")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_context_allows_other_processes_only_without_a_job_or_when_shared() {
+        let sel = |source: &str| Selection {
+            devices: vec![0],
+            source: source.into(),
+        };
+        let foreign = |source: &str| Verdict {
+            selection: sel(source),
+            need: None,
+            problems: vec![Problem {
+                device: 0,
+                kind: "foreign-process",
+                detail: "PID 1 holds 1 GiB".into(),
+            }],
+        };
+        let none = |_: &str| None;
+        let node = job_context(&sel(ALL_GPUS), None, none);
+        assert!(!node.job);
+        assert!(apply_context(foreign(ALL_GPUS), &node).ok());
+        let job = job_context(&sel("SLURM_JOB_GPUS"), Some("0"), none);
+        assert!(job.job && job.shared.is_none());
+        assert!(!apply_context(foreign("SLURM_JOB_GPUS"), &job).ok());
+        let shard = job_context(&sel("SLURM_JOB_GPUS"), Some("0"), |k| {
+            (k == "SLURM_SHARDS_ON_NODE").then(|| "4".to_string())
+        });
+        assert!(apply_context(foreign("SLURM_JOB_GPUS"), &shard).ok());
+        let replica = job_context(&sel("--gpus"), Some("GPU-0000::2"), none);
+        assert!(replica.shared.is_some());
+        let dead = Verdict {
+            problems: vec![Problem {
+                device: 0,
+                kind: "dead-process-memory",
+                detail: "held with no live owner".into(),
+            }],
+            ..foreign(ALL_GPUS)
+        };
+        assert!(!apply_context(dead.clone(), &node).ok());
+        assert!(!may_clear(&dead));
+        assert!(may_clear(&foreign("--gpus")));
+    }
 
     fn uuids(n: u32) -> Vec<String> {
         (0..n)

@@ -36,6 +36,18 @@ pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError>
     inv.details.pods_note = pods.note;
     inv.details.pod_allocations = pods.allocations;
     inv.details.idle_allocations = pods.idle;
+    let report = build_report(&inv, &cfg.thresholds);
+    // The open-file walk (every process's /proc/PID/fd, what `fuser -v` does) is evidence
+    // for `no-live-owner` only: done when that finding is raised, then decided again with it.
+    let needs_holders = report.scan().is_some_and(|s| {
+        s.findings
+            .iter()
+            .any(|f| f.id == crate::diagnose::ids::NO_LIVE_OWNER)
+    });
+    if !needs_holders {
+        return Ok(report);
+    }
+    inv.details.node_holders = inventory::node_holders(&monitor.device_nodes());
     Ok(build_report(&inv, &cfg.thresholds))
 }
 

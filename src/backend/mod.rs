@@ -125,12 +125,32 @@ pub fn open_driver(backend: &Backend) -> Result<Box<dyn Driver>> {
     }
 }
 
-/// NVML by name. When a box is named, the library found may be the simulated one serving it,
-/// whose "device files" are the box's `dev/` files ([`sim::box_device_nodes`]): they are
-/// reported beside the real `/dev` ones, so a process holding them open is found on this
-/// path too. The real monitor itself knows nothing of the simulator.
+/// Absolute paths of NVML to load instead of searching the loader's path, colon-separated;
+/// the first that exists is loaded. A DaemonSet whose driver lives in another root file system
+/// (the GPU operator's driver container at /run/nvidia/driver) names its library this way
+/// rather than putting that root's `/usr/lib…` (a foreign glibc) on `LD_LIBRARY_PATH`.
+pub const NVML_LIBRARY_ENV: &str = "VRAMDOC_NVML_LIBRARY";
+
+/// The first existing absolute path of a [`NVML_LIBRARY_ENV`] value.
+pub fn nvml_library(value: Option<&std::ffi::OsStr>) -> Option<std::path::PathBuf> {
+    let v = value?.to_str()?;
+    v.split(':')
+        .map(std::path::Path::new)
+        .find(|p| p.is_absolute() && p.is_file())
+        .map(std::path::Path::to_path_buf)
+}
+
+/// NVML by name (or [`NVML_LIBRARY_ENV`]'s path). When a box is named, the library found may
+/// be the simulated one serving it, whose "device files" are the box's `dev/` files
+/// ([`sim::box_device_nodes`]): they are reported beside the real `/dev` ones, so a process
+/// holding them open is found on this path too. The real monitor itself knows nothing of the
+/// simulator.
 fn real_monitor(backend: &Backend) -> Result<NvmlMonitor> {
-    Ok(NvmlMonitor::open()?.with_device_nodes(sim::box_device_nodes(backend.sim_dir.as_deref())))
+    let monitor = match nvml_library(std::env::var_os(NVML_LIBRARY_ENV).as_deref()) {
+        Some(path) => NvmlMonitor::open_path(&path)?,
+        None => NvmlMonitor::open()?,
+    };
+    Ok(monitor.with_device_nodes(sim::box_device_nodes(backend.sim_dir.as_deref())))
 }
 
 /// What kind of failure an error that reached the command edge is, where a backend knows
@@ -268,5 +288,28 @@ mod tests {
         ));
         assert_eq!(b.sim_spec(), None);
         assert!(open_monitor(&b).is_err());
+    }
+
+    #[test]
+    fn nvml_library_takes_the_first_existing_absolute_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libnvidia-ml.so.1");
+        std::fs::write(&lib, b"").unwrap();
+        let value = format!(
+            "/nonexistent/libnvidia-ml.so.1:libnvidia-ml.so.1:{}",
+            lib.display()
+        );
+        assert_eq!(
+            super::nvml_library(Some(std::ffi::OsStr::new(&value))),
+            Some(lib.clone())
+        );
+        // Relative names are the loader's business, not this variable's.
+        assert_eq!(
+            super::nvml_library(Some(std::ffi::OsStr::new("libnvidia-ml.so.1"))),
+            None
+        );
+        assert_eq!(super::nvml_library(None), None);
+        // A directory is not a library.
+        assert_eq!(super::nvml_library(Some(dir.path().as_os_str())), None);
     }
 }

@@ -268,9 +268,15 @@ pub struct SimFaultArgs {
     /// is cleared, at most --hang-limit, then fail with NVML_ERROR_UNKNOWN
     #[arg(long)]
     pub nvml_hang: bool,
-    /// Physical GPU whose NVML queries hang (with --nvml-hang)
-    #[arg(long, value_name = "INDEX", requires = "nvml_hang")]
+    /// Physical GPU whose NVML queries hang (with --nvml-hang), or that reports the Xid (with
+    /// --xid; default 0)
+    #[arg(long, value_name = "INDEX")]
     pub device: Option<u32>,
+    /// The driver reports Xid N on --device's GPU: an `NVRM: Xid` line is appended to the
+    /// box's kernel log (`BOX/kern.log`, as the real driver prints it); Xid 79 ("GPU has
+    /// fallen off the bus") also loses the GPU, as --lose-device
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub xid: Option<u32>,
     /// Longest one hung call blocks (with --nvml-hang; default 2m, at most 10m)
     #[arg(long, value_name = "DURATION", value_parser = hang_limit(), requires = "nvml_hang")]
     pub hang_limit: Option<Duration>,

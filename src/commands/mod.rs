@@ -3,6 +3,7 @@
 //! a value engines are given.
 
 pub mod explain;
+pub mod incidents;
 pub mod list;
 pub mod packaging;
 pub mod preflight;
@@ -99,6 +100,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Scenario(cmd) => scenario::run(&cmd),
         Command::Whatif(args) => whatif::run(&args),
+        Command::Incidents(cmd) => incidents::run(&cmd),
         Command::Report(args) => report::run(&args),
         Command::Explain(args) => explain::run(&args),
         Command::Serve(args) => {

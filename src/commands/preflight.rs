@@ -29,8 +29,20 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
         .iter()
         .map(|d| d.uuid.clone())
         .collect();
-    let selection = select(args, &uuids)?;
-    let verdict = preflight::judge(&report, selection, args.need);
+    let (selection, list) = select(args, &uuids)?;
+    let ctx = preflight::job_context(&selection, list.as_deref(), |k| std::env::var(k).ok());
+    let mut verdict = preflight::apply_context(
+        preflight::judge(&report, selection.clone(), args.need),
+        &ctx,
+    );
+    // A previous job's processes may still be tearing down: look again within the grace.
+    let until = std::time::Instant::now() + args.grace;
+    while preflight::may_clear(&verdict) && std::time::Instant::now() < until {
+        std::thread::sleep(GRACE_STEP.min(until - std::time::Instant::now()));
+        let again = crate::scan::scan(monitor.as_ref(), &cfg)?;
+        verdict =
+            preflight::apply_context(preflight::judge(&again, selection.clone(), args.need), &ctx);
+    }
     if args.json {
         crate::term::print_json(&serde_json::to_string_pretty(&verdict)?)?;
     } else {
@@ -43,8 +55,15 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
     })
 }
 
-/// `--gpus`, else the first of [`GPU_SOURCES`] set in the environment, else every GPU.
-fn select(args: &PreflightArgs, uuids: &[String]) -> Result<Selection, UsageError> {
+/// How often the grace looks again.
+const GRACE_STEP: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `--gpus`, else the first of [`GPU_SOURCES`] set in the environment, else every GPU; and
+/// the list's text.
+fn select(
+    args: &PreflightArgs,
+    uuids: &[String],
+) -> Result<(Selection, Option<String>), UsageError> {
     let given = match &args.gpus {
         Some(v) => Some(("--gpus".to_string(), v.clone())),
         None => GPU_SOURCES.iter().find_map(|k| {
@@ -56,10 +75,14 @@ fn select(args: &PreflightArgs, uuids: &[String]) -> Result<Selection, UsageErro
     };
     match given {
         Some((source, value)) => preflight::resolve(&source, &value, uuids)
+            .map(|s| (s, Some(value)))
             .map_err(|e| UsageError(format!("preflight: {e}"))),
-        None => Ok(Selection {
-            devices: (0..uuids.len() as u32).collect(),
-            source: "all GPUs".into(),
-        }),
+        None => Ok((
+            Selection {
+                devices: (0..uuids.len() as u32).collect(),
+                source: preflight::ALL_GPUS.into(),
+            },
+            None,
+        )),
     }
 }

@@ -64,7 +64,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let first = serve::failed_exposition(opts.backend, "no collection yet".into(), &cfg);
     let latest = Arc::new(Latest::with_health(first, policy));
     let opening = Arc::new(AtomicBool::new(false));
-    let collector = Collector::start(
+    let observer = incident_observer(args, &cfg, interval, &latest)?;
+    let collector = Collector::start_observed(
         Box::new(move || super::open_monitor(&backend, &opening).map_err(|e| format!("{e:#}"))),
         cfg,
         opts,
@@ -75,6 +76,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
             )),
             None => crate::term::eprint_line("vramdoc serve: collection succeeds"),
         },
+        observer,
     )
     .map_err(|e| EnvironmentError(format!("starting the collector: {e}")))?;
 
@@ -105,6 +107,48 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     server.shutdown();
     collector.stop(STOP_WAIT);
     Ok(crate::exit::OK)
+}
+
+/// The flight recorder (`--incidents DIR`) as the collector's observer: records every
+/// collection, publishes the incident list for `GET /incidents`, returns its series.
+fn incident_observer(
+    args: &ServeArgs,
+    cfg: &CollectConfig,
+    interval: Duration,
+    latest: &Arc<Latest>,
+) -> Result<Option<serve::collect::Observer>> {
+    let f = &args.incidents;
+    let Some(dir) = &f.incidents else {
+        return Ok(None);
+    };
+    let kernel_log = (f.kernel_log.as_os_str() != "none").then(|| f.kernel_log.clone());
+    let mut rec = crate::incidents::Incidents::new(crate::incidents::IncidentsConfig {
+        dir: dir.clone(),
+        max_count: f.incidents_max_count as usize,
+        max_bytes: f.incidents_max_bytes,
+        history: f.incidents_history,
+        pod_log_dir: args.pods.pod_log_dir.clone(),
+        kernel_log,
+        period: interval,
+        node: cfg.hostname.clone(),
+        per_minute: crate::incidents::DEFAULT_PER_MINUTE,
+    })
+    .map_err(|e| EnvironmentError(format!("--incidents: {e}")))?;
+    if let Some(why) = &rec.kernel_note {
+        crate::term::eprint_line(&format!(
+            "vramdoc serve: note: the kernel log is not read ({why}): Xid and OOM-killer lines make no incident"
+        ));
+    }
+    latest.set_incidents(rec.listing());
+    let latest = latest.clone();
+    let hostname = cfg.hostname.clone();
+    Ok(Some(Box::new(move |scan| {
+        for e in rec.observe(scan, crate::incidents::now_unix()) {
+            crate::term::eprint_line(&format!("vramdoc serve: writing an incident: {e}"));
+        }
+        latest.set_incidents(rec.listing());
+        rec.exposition(hostname.as_deref()).into_bytes()
+    })))
 }
 
 /// Wait for the first collection (at most [`FIRST_COLLECTION_WAIT`]); `false` when a

@@ -18,6 +18,9 @@ pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in inv.processes.iter().filter(|p| p.visible) {
         let Some(pod) = &p.pod else { continue };
+        if crate::pods::is_system_process(pod, p.name.as_deref()) {
+            continue;
+        }
         let Some(ids) = &pod.allocated_gpus else {
             continue;
         };
@@ -180,6 +183,21 @@ mod tests {
         assert_eq!(
             device_of_id("GPU-ffffffff-0000-0000-0000-000000000000", d),
             None
+        );
+    }
+
+    #[test]
+    fn the_mps_control_daemon_and_system_pods_are_not_flagged() {
+        let mut mps = pod(Some(&[]));
+        mps.name = Some("nvidia-device-plugin-mps-control-daemon-x7k2p".into());
+        assert!(unallocated_gpu_use(&inv_with(Some(mps), &[(0, GIB)])).is_empty());
+        let mut inv = inv_with(Some(pod(Some(&[]))), &[(0, GIB)]);
+        inv.processes[0].name = Some("nvidia-cuda-mps-server".into());
+        assert!(unallocated_gpu_use(&inv).is_empty());
+        // The same pod shape under a workload's name is flagged.
+        assert_eq!(
+            unallocated_gpu_use(&inv_with(Some(pod(Some(&[]))), &[(0, GIB)])).len(),
+            1
         );
     }
 

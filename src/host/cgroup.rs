@@ -163,8 +163,13 @@ fn is_qos(s: &str) -> bool {
 }
 
 /// A pod UID as the cgroup spells it (dashes, or underscores under systemd), with dashes;
-/// `None` unless it is 32 hex digits in the 8-4-4-4-12 shape of a UUID.
+/// `None` unless it is 32 hex digits in the 8-4-4-4-12 shape of a UUID, or 32 hex digits
+/// without dashes: a static pod's UID, the hash of its manifest (kubernetes
+/// `pkg/kubelet/config/common.go` `applyDefaults`).
 fn pod_uid(s: &str) -> Option<String> {
+    if s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Some(s.to_ascii_lowercase());
+    }
     let uid = s.replace('_', "-");
     let groups: Vec<&str> = uid.split('-').collect();
     let shape = groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12];
@@ -286,6 +291,11 @@ mod tests {
                 )],
                 place(Some(uid), Some("burstable"), Some("containerd")),
             ),
+            // A static pod: its UID is a 32-hex hash without dashes.
+            (
+                vec![format!("/kubepods/besteffort/pod{}/{id}", "0a".repeat(16))],
+                place(Some(&"0a".repeat(16)), Some("besteffort"), None),
+            ),
             // Plain Docker: a container, no pod.
             (vec![format!("/docker/{id}")], place(None, None, None)),
             (
@@ -333,7 +343,7 @@ mod tests {
         #[test]
         fn any_cgroup_text_is_placed_without_panic(paths in proptest::collection::vec(".{0,200}", 0..4)) {
             if let Some(p) = place_of(&paths) {
-                proptest::prop_assert!(p.pod_uid.as_deref().is_none_or(|u| u.len() == 36));
+                proptest::prop_assert!(p.pod_uid.as_deref().is_none_or(|u| u.len() == 36 || u.len() == 32));
                 proptest::prop_assert!(p.container_id.as_deref().is_none_or(|c| c.len() == 64));
             }
         }

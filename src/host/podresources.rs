@@ -4,9 +4,10 @@
 //! socket is a node-local file (mounted into the DaemonSet; docs/fleet.md "Pod attribution").
 //!
 //! The messages are written by hand after `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`
-//! (only the fields vramdoc reads; prost skips the others — CPU ids, memory, topology, dynamic
-//! resources), so no `protoc` is needed at build time. The client is tonic's, on a
-//! current-thread tokio runtime made for the call, with one deadline for connecting and
+//! (only the fields vramdoc reads, DRA claims' devices — `dynamic_resources`, field 5 —
+//! included; prost skips the others: CPU ids, memory, topology), so no `protoc` is needed at
+//! build time. The client is tonic's, on a current-thread tokio runtime made for the call,
+//! with one deadline for connecting and
 //! answering: a blocking function for the synchronous callers (scan, serve's collector).
 
 use std::path::{Path, PathBuf};
@@ -41,13 +42,87 @@ pub struct PodResources {
     pub containers: Vec<ContainerResources>,
 }
 
-/// `ContainerResources { string name = 1; repeated ContainerDevices devices = 2; ... }`.
+/// `ContainerResources { string name = 1; repeated ContainerDevices devices = 2; ...;
+/// repeated DynamicResource dynamic_resources = 5; }`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerResources {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
+    /// Devices of the container's DRA ResourceClaims (Kubernetes 1.27+).
+    #[prost(message, repeated, tag = "5")]
+    pub dynamic_resources: Vec<DynamicResource>,
+}
+
+/// `DynamicResource { string claim_name = 2; string claim_namespace = 3; repeated
+/// ClaimResource claim_resources = 4; }` (field 1, `class_name`, was removed).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DynamicResource {
+    #[prost(string, tag = "2")]
+    pub claim_name: String,
+    #[prost(string, tag = "3")]
+    pub claim_namespace: String,
+    #[prost(message, repeated, tag = "4")]
+    pub claim_resources: Vec<ClaimResource>,
+}
+
+/// `ClaimResource { repeated CDIDevice cdi_devices = 1; string driver_name = 2; string
+/// pool_name = 3; string device_name = 4; }`: one allocated device of a claim.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ClaimResource {
+    #[prost(message, repeated, tag = "1")]
+    pub cdi_devices: Vec<CdiDevice>,
+    #[prost(string, tag = "2")]
+    pub driver_name: String,
+    #[prost(string, tag = "3")]
+    pub pool_name: String,
+    #[prost(string, tag = "4")]
+    pub device_name: String,
+}
+
+/// `CDIDevice { string name = 1; }` (a fully qualified CDI name, `vendor.com/class=dev`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CdiDevice {
+    #[prost(string, tag = "1")]
+    pub name: String,
+}
+
+/// The DRA driver of NVIDIA GPUs (NVIDIA/k8s-dra-driver-gpu: `gpu.nvidia.com`); its devices
+/// are named `gpu-<index>` (MIG devices `gpu-<index>-mig-…`).
+pub const NVIDIA_DRA_DRIVER: &str = "gpu.nvidia.com";
+
+impl ContainerResources {
+    /// The GPU device ids allocated to this container: the device plugin's for resources
+    /// `is_gpu` accepts, and those of its DRA claims from NVIDIA's driver, as `nvidia<index>`
+    /// (`gpu-3` → `nvidia3`) or the GPU UUID a driver names its device by.
+    pub fn gpu_ids(&self, is_gpu: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .devices
+            .iter()
+            .filter(|d| is_gpu(&d.resource_name))
+            .flat_map(|d| d.device_ids.iter().cloned())
+            .collect();
+        for c in self
+            .dynamic_resources
+            .iter()
+            .flat_map(|d| &d.claim_resources)
+        {
+            if c.driver_name != NVIDIA_DRA_DRIVER {
+                continue;
+            }
+            let name = c.device_name.as_str();
+            if name.starts_with("GPU-") {
+                ids.push(name.to_string());
+            } else if let Some(rest) = name.strip_prefix("gpu-") {
+                let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                if !n.is_empty() {
+                    ids.push(format!("nvidia{n}"));
+                }
+            }
+        }
+        ids
+    }
 }
 
 /// `ContainerDevices { string resource_name = 1; repeated string device_ids = 2; ... }`:
@@ -189,6 +264,50 @@ mod tests {
                 .concat()
             )
         );
+    }
+
+    /// A container's DRA claim (`dynamic_resources = 5`) decoded, and its NVIDIA devices
+    /// given as GPU ids; another driver's devices are not GPUs.
+    #[test]
+    fn dra_claims_decode_and_name_gpus() {
+        fn field(tag: u8, body: &[u8]) -> Vec<u8> {
+            let mut v = vec![tag << 3 | 2];
+            prost::encoding::encode_varint(body.len() as u64, &mut v);
+            v.extend_from_slice(body);
+            v
+        }
+        let claim = |driver: &[u8], device: &[u8]| {
+            field(
+                4,
+                &[
+                    field(1, &field(1, b"k8s.gpu.nvidia.com/device=gpu-1")),
+                    field(2, driver),
+                    field(3, b"node-1"),
+                    field(4, device),
+                ]
+                .concat(),
+            )
+        };
+        let dynamic = [
+            field(2, b"llm-gpu"),
+            field(3, b"ml"),
+            claim(b"gpu.nvidia.com", b"gpu-1"),
+            claim(b"gpu.nvidia.com", b"gpu-2-mig-1g.10gb-0"),
+            claim(b"nic.example.com", b"gpu-3"),
+        ]
+        .concat();
+        let container = [field(1, b"vllm"), field(5, &dynamic)].concat();
+        let c = ContainerResources::decode(container.as_slice()).expect("decodes");
+        let d = &c.dynamic_resources[0];
+        assert_eq!(
+            (d.claim_name.as_str(), d.claim_namespace.as_str()),
+            ("llm-gpu", "ml")
+        );
+        assert_eq!(
+            d.claim_resources[0].cdi_devices[0].name,
+            "k8s.gpu.nvidia.com/device=gpu-1"
+        );
+        assert_eq!(c.gpu_ids(|_| true), ["nvidia1", "nvidia2"]);
     }
 
     #[test]

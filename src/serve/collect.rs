@@ -51,6 +51,8 @@ struct HealthState {
 pub struct Latest {
     body: Mutex<Arc<Vec<u8>>>,
     health: Mutex<HealthState>,
+    /// The incident list `GET /incidents` answers (`None`: incidents are off).
+    incidents: Mutex<Option<Arc<Vec<u8>>>>,
 }
 
 impl Default for Latest {
@@ -77,7 +79,15 @@ impl Latest {
                 last_error: None,
                 last_finished: Instant::now(),
             }),
+            incidents: Mutex::new(None),
         }
+    }
+    /// The incident list (JSON), when the flight recorder is on.
+    pub fn incidents(&self) -> Option<Arc<Vec<u8>>> {
+        lock(&self.incidents).clone()
+    }
+    pub fn set_incidents(&self, list: Vec<u8>) {
+        *lock(&self.incidents) = Some(Arc::new(list));
     }
     /// The current exposition (a cheap shared copy).
     pub fn get(&self) -> Arc<Vec<u8>> {
@@ -227,6 +237,10 @@ pub fn failed_exposition(backend: &str, error: String, cfg: &CollectConfig) -> V
     exposition(c, backend, Instant::now(), cfg).0
 }
 
+/// Told of every collection's scan (`None`: the collection failed) after it is made; returns
+/// series to append to the exposition (the flight recorder, `crate::incidents`).
+pub type Observer = Box<dyn FnMut(Option<&ScanResult>) -> Vec<u8> + Send>;
+
 /// Opens the GPU monitor (NVML) for the collector, again after a loss.
 pub type OpenMonitor = Box<dyn FnMut() -> Result<Box<dyn Monitor>, String> + Send>;
 
@@ -257,11 +271,23 @@ impl Collector {
     /// `on_change` is told when the collection error changes: the new error, or `None`
     /// when collections succeed again.
     pub fn start(
+        open: OpenMonitor,
+        cfg: CollectConfig,
+        opts: CollectorOptions,
+        latest: Arc<Latest>,
+        on_change: impl Fn(Option<&str>) + Send + 'static,
+    ) -> std::io::Result<Collector> {
+        Collector::start_observed(open, cfg, opts, latest, on_change, None)
+    }
+
+    /// [`Collector::start`], telling `observer` of every collection's scan.
+    pub fn start_observed(
         mut open: OpenMonitor,
         cfg: CollectConfig,
         opts: CollectorOptions,
         latest: Arc<Latest>,
         on_change: impl Fn(Option<&str>) + Send + 'static,
+        mut observer: Option<Observer>,
     ) -> std::io::Result<Collector> {
         let (stop, rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
@@ -281,14 +307,25 @@ impl Collector {
                         }
                     }
                     let (body, err) = match &monitor {
-                        Some(m) => collect_exposition(m.as_ref(), &cfg),
+                        Some(m) => {
+                            let start = Instant::now();
+                            let c = collect(m.as_ref(), &cfg);
+                            let extra = observer.as_mut().map(|o| o(c.scan.as_ref()));
+                            let (mut body, err) = exposition(c, m.backend(), start, &cfg);
+                            body.extend(extra.unwrap_or_default());
+                            (body, err)
+                        }
                         None => {
                             let e = format!(
                                 "opening {}: {}",
                                 opts.backend,
                                 open_error.unwrap_or_else(|| "unknown error".into())
                             );
-                            (failed_exposition(opts.backend, e.clone(), &cfg), Some(e))
+                            let mut body = failed_exposition(opts.backend, e.clone(), &cfg);
+                            if let Some(o) = observer.as_mut() {
+                                body.extend(o(None));
+                            }
+                            (body, Some(e))
                         }
                     };
                     failures = if err.is_some() {

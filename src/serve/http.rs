@@ -434,7 +434,7 @@ pub fn route(method: &Method, target: &str, latest: &Latest) -> Response {
     };
     let readable = method == Method::GET || method == Method::HEAD;
     match path {
-        "/metrics" | "/healthz" if !readable => Response {
+        "/metrics" | "/healthz" | "/incidents" if !readable => Response {
             allow: true,
             ..text(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -450,6 +450,18 @@ pub fn route(method: &Method, target: &str, latest: &Latest) -> Response {
         "/healthz" => match latest.health() {
             Ok(()) => text(StatusCode::OK, "ok\n".into()),
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
+        "/incidents" => match latest.incidents() {
+            Some(body) => Response {
+                status: StatusCode::OK,
+                content_type: "application/json",
+                body,
+                allow: false,
+            },
+            None => text(
+                StatusCode::NOT_FOUND,
+                "incidents are off: start vramdoc serve with --incidents DIR\n".into(),
+            ),
         },
         _ => text(
             StatusCode::NOT_FOUND,

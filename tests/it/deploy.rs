@@ -355,8 +355,8 @@ fn common_shape(platform: &str) -> Value {
             .iter()
             .any(|t| t["key"] == "nvidia.com/gpu"
                 && t["operator"] == "Exists"
-                && t.get("effect").is_none())),
-        "{platform}: tolerates every nvidia.com/gpu taint"
+                && t["effect"] == "NoSchedule")),
+        "{platform}: tolerates the nvidia.com/gpu NoSchedule taint"
     );
 
     // The node's name (the `hostname` label) and the pod IP from the downward API.
@@ -494,10 +494,18 @@ mod platform_manifests {
         let (host, mount) = host_mount(&spec, "/run/nvidia/driver").expect("driver root");
         assert_eq!(host, "/run/nvidia/driver");
         assert_eq!(mount["mountPropagation"], "HostToContainer");
-        let paths = ld_library_path(&spec);
-        assert!(!paths.is_empty());
-        for p in paths {
-            assert!(p.starts_with("/run/nvidia/driver/"), "{p}");
+        assert!(
+            ld_library_path(&spec).is_empty(),
+            "the driver root's /usr/lib holds a foreign glibc"
+        );
+        let nvml = env_value(&spec["containers"][0], "VRAMDOC_NVML_LIBRARY")
+            .and_then(|e| e["value"].as_str())
+            .expect("NVML by absolute path");
+        for p in nvml.split(':') {
+            assert!(
+                p.starts_with("/run/nvidia/driver/") && p.ends_with("/libnvidia-ml.so.1"),
+                "{p}"
+            );
         }
         assert!(!privileged(&spec));
     }
@@ -604,5 +612,67 @@ fn daemonset_arguments_parse_with_vramdocs_own_cli() {
             PORT,
             "serve's default port and the manifests' agree"
         );
+    }
+}
+
+/// A library directory of an operating system (which holds a libc): never on the exporter's
+/// `LD_LIBRARY_PATH`, where the loader would take that root's glibc over the image's.
+fn is_os_library_dir(dir: &str) -> bool {
+    let d = dir.trim_end_matches('/');
+    d.contains("/usr/lib")
+        || d.ends_with("-linux-gnu")
+        || ["/lib", "/lib64", "/lib32"].iter().any(|l| {
+            d == *l || d.ends_with(&format!("/driver{l}")) || d.ends_with(&format!("/root{l}"))
+        })
+}
+
+/// Issue 28: each rendered overlay keeps OS library directories off `LD_LIBRARY_PATH`,
+/// tolerates only the GPU nodes' NoSchedule taint (a NoExecute taint of a driver upgrade
+/// or a remediation evicts it), closes NVML between collections where the driver is upgraded
+/// in place (the GPU operator), and records incidents into a bounded host directory.
+#[test]
+fn every_overlay_is_safe_for_the_node() {
+    common::skip::require!("kubernetes", kubernetes_validate());
+    assert!(is_os_library_dir(
+        "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    ));
+    assert!(is_os_library_dir("/run/nvidia/driver/lib64"));
+    assert!(!is_os_library_dir("/usr/local/nvidia/lib64"));
+    for platform in PLATFORMS {
+        let spec = daemonset(platform)["spec"]["template"]["spec"].clone();
+        for dir in ld_library_path(&spec) {
+            assert!(
+                !is_os_library_dir(dir),
+                "{platform}: {dir} on LD_LIBRARY_PATH"
+            );
+        }
+        for t in spec["tolerations"].as_array().expect("tolerations") {
+            assert!(
+                t["key"].is_string(),
+                "{platform}: a toleration of every taint: {t}"
+            );
+            assert_eq!(t["effect"], "NoSchedule", "{platform}: {t}");
+        }
+        let args: Vec<&str> = spec["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(
+            args.contains(&"--release-between"),
+            platform == "gpu-operator",
+            "{platform}: --release-between where the operator upgrades the driver in place: {args:?}"
+        );
+        assert!(
+            args.contains(&"--incidents=/var/lib/vramdoc/incidents")
+                && args.iter().any(|a| a.starts_with("--incidents-max-count="))
+                && args.iter().any(|a| a.starts_with("--incidents-max-bytes=")),
+            "{platform}: bounded incidents: {args:?}"
+        );
+        let (host, mount) = host_mount(&spec, "/var/lib/vramdoc/incidents")
+            .unwrap_or_else(|| panic!("{platform}: no incidents directory"));
+        assert_eq!(host, "/var/lib/vramdoc/incidents", "{platform}");
+        assert_ne!(mount["readOnly"], true, "{platform}: incidents are written");
     }
 }

@@ -104,6 +104,7 @@ fn grafana_dashboard_is_valid_with_a_datasource_variable() {
             "vramdoc_vllm_max_safe_gpu_memory_utilization_ratio",
         ),
         ("headroom", "vramdoc_gpu_memory_free_bytes"),
+        ("incidents", "vramdoc_incidents_total"),
     ] {
         assert!(all.contains(needle), "{what}: {needle}");
     }
@@ -239,6 +240,32 @@ fn exported_metrics() -> BTreeSet<String> {
         .collect()
 }
 
+/// The metric families the flight recorder (`serve --incidents`) adds to the exposition.
+fn incident_metrics() -> BTreeSet<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = vramdoc::incidents::Incidents::new(vramdoc::incidents::IncidentsConfig {
+        dir: dir.path().join("incidents"),
+        max_count: 10,
+        max_bytes: 1 << 20,
+        history: std::time::Duration::from_secs(60),
+        pod_log_dir: dir.path().join("pods"),
+        kernel_log: None,
+        period: std::time::Duration::from_secs(15),
+        node: Some("n1".into()),
+        per_minute: 6,
+    })
+    .expect("a recorder");
+    let names: BTreeSet<String> = rec
+        .exposition(Some("n1"))
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    assert!(names.contains("vramdoc_incidents_total"), "{names:?}");
+    names
+}
+
 #[test]
 fn grafana_queries_read_only_metrics_that_vramdoc_exports() {
     let d = dashboard();
@@ -250,6 +277,8 @@ fn grafana_queries_read_only_metrics_that_vramdoc_exports() {
     // `up` is Prometheus' own series for every target.
     let mut known = exported.clone();
     known.insert("up".into());
+    // The flight recorder's families, which only `serve --incidents` exports.
+    known.extend(incident_metrics());
     let mut used = BTreeSet::new();
     for expr in exprs(&d) {
         let names = metric_names(&expr);

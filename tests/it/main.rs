@@ -27,6 +27,8 @@ mod fuzz_inputs;
 mod grafana;
 /// Untrusted input, secrets, escapes, signals, exit codes, the box under misuse.
 mod hardening;
+/// The flight recorder: `serve --incidents`, `vramdoc incidents`, `sim fault --xid`.
+mod incidents;
 /// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.

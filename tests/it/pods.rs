@@ -23,7 +23,7 @@ use vramdoc::host::podresources::{
     PodResources, LIST_PATH,
 };
 
-const UID_A: &str = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
+pub(crate) const UID_A: &str = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
 const UID_B: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 
 /// The cgroups a test of this file made (its box's runtime daemon makes them for the
@@ -102,12 +102,12 @@ fn kubepods_dirs(dir: &Path, depth: usize) -> Vec<PathBuf> {
 
 /// A pod-resources server on a unix socket, answering `List` with `pods` over tonic's gRPC
 /// server; counts the calls it answered.
-struct PodResourcesServer {
+pub(crate) struct PodResourcesServer {
     calls: Arc<AtomicUsize>,
 }
 
 impl PodResourcesServer {
-    fn start(socket: &Path, pods: Vec<PodResources>) -> PodResourcesServer {
+    pub(crate) fn start(socket: &Path, pods: Vec<PodResources>) -> PodResourcesServer {
         use tonic::codegen::http;
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = calls.clone();
@@ -171,7 +171,7 @@ impl PodResourcesServer {
     }
 }
 
-fn pod(namespace: &str, name: &str, container: &str, gpus: &[&str]) -> PodResources {
+pub(crate) fn pod(namespace: &str, name: &str, container: &str, gpus: &[&str]) -> PodResources {
     PodResources {
         name: name.into(),
         namespace: namespace.into(),
@@ -185,13 +185,14 @@ fn pod(namespace: &str, name: &str, container: &str, gpus: &[&str]) -> PodResour
                     device_ids: gpus.iter().map(|s| s.to_string()).collect(),
                 }]
             },
+            dynamic_resources: vec![],
         }],
     }
 }
 
 /// The kubelet's log layout: `pods/NAMESPACE_NAME_UID/CONTAINER/` and
 /// `containers/POD_NAMESPACE_CONTAINER-ID.log`.
-fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> PathBuf {
+pub(crate) fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> PathBuf {
     let pods = root.join("pods");
     std::fs::create_dir_all(root.join("containers")).unwrap();
     for (ns, name, uid, container, id) in entries {
@@ -207,7 +208,7 @@ fn kubelet_logs(root: &Path, entries: &[(&str, &str, &str, &str, &str)]) -> Path
 
 /// A container started by the box's runtime daemon on GPU `gpu` in the cgroup `cgroup`
 /// (`{id}` stands for its id): `sim run --detach`'s JSON.
-fn in_cgroup(b: &CliBox, gpu: &str, cgroup: &str) -> Value {
+pub(crate) fn in_cgroup(b: &CliBox, gpu: &str, cgroup: &str) -> Value {
     detached(b, &["--gpus", gpu, "--cgroup", cgroup])
 }
 
@@ -690,4 +691,57 @@ fn finding_value(metrics: &str, rule: &str, severity: &str) -> Option<u64> {
         &[("rule", rule), ("severity", severity)],
     )
     .map(|v| v as u64)
+}
+
+/// Issue 28: a pod given its GPU through a DRA ResourceClaim (pod-resources
+/// `dynamic_resources`, NVIDIA's DRA driver naming the device `gpu-1`) is not
+/// `unallocated-gpu-use` on that GPU, and the claim's GPU is its allocation; the same pod
+/// with a claim on GPU 0 only is.
+#[test]
+fn a_gpu_from_a_dra_claim_is_an_allocation() {
+    use vramdoc::host::podresources::{ClaimResource, DynamicResource, NVIDIA_DRA_DRIVER};
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = in_cgroup(&b, "1", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = llm_pod_logs(tmp.path(), &a);
+    let claimed = |device: &str| {
+        let mut p = pod("ml", "llm-0", "vllm", &[]);
+        p.containers[0].dynamic_resources = vec![DynamicResource {
+            claim_name: "llm-0-gpu".into(),
+            claim_namespace: "ml".into(),
+            claim_resources: vec![ClaimResource {
+                cdi_devices: vec![],
+                driver_name: NVIDIA_DRA_DRIVER.into(),
+                pool_name: "node-1".into(),
+                device_name: device.into(),
+            }],
+        }];
+        p
+    };
+    let flagged = |device: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("kubelet.sock");
+        let _server = PodResourcesServer::start(&socket, vec![claimed(device)]);
+        let out = b
+            .vramdoc()
+            .args(["scan", "--json", "--pod-resources-socket"])
+            .arg(&socket)
+            .arg("--pod-log-dir")
+            .arg(&log_dir)
+            .output()
+            .unwrap();
+        let scan = json_ok(&out, "scan --json");
+        let p = process(&scan, a["pid"].as_u64().unwrap())["pod"].clone();
+        let f = scan["scan"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "unallocated-gpu-use");
+        (f, p)
+    };
+    let (f, p) = flagged("gpu-1");
+    assert!(!f, "a DRA-claimed GPU is allocated: {p}");
+    assert_eq!(p["allocated_gpus"], serde_json::json!(["nvidia1"]), "{p}");
+    let (f, p) = flagged("gpu-0");
+    assert!(f, "the claim names GPU 0, the process runs on GPU 1: {p}");
 }

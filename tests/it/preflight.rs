@@ -114,3 +114,27 @@ fn the_gpus_come_from_slurm_or_cuda_variables_and_bad_lists_are_unknown() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// Issue 28: with no job context (no GPU named: Node Problem Detector's node check) a live
+/// process is no problem, a dead process's memory is; for a job on a GPU the scheduler
+/// shares (`SLURM_SHARDS_ON_NODE`), another job's process is no problem either.
+#[test]
+fn without_a_job_only_memory_without_a_live_owner_is_refused() {
+    let b = fresh_box("1x16GiB");
+    let h = Holder::start(b.path(), &[], &["--device", "0", "--size", "2GiB"]);
+    let o = preflight(b.path(), &[], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", line(&o));
+    let o = preflight(
+        b.path(),
+        &["--grace", "0s"],
+        &[("SLURM_JOB_GPUS", "0"), ("SLURM_SHARDS_ON_NODE", "4")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", line(&o));
+    let o = preflight(b.path(), &["--grace", "0s"], &[("SLURM_JOB_GPUS", "0")]);
+    assert_eq!(o.status.code(), Some(1), "{}", line(&o));
+    sim_fault(b.path(), &["--keep-dead"]);
+    h.kill();
+    let o = preflight(b.path(), &[], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", line(&o));
+    assert!(line(&o).starts_with("problem: GPU 0:"), "{}", line(&o));
+}

@@ -23,6 +23,7 @@ pub mod container;
 pub mod cuda;
 mod faults;
 pub mod hold;
+pub mod kernlog;
 pub mod libs;
 pub mod nvml;
 pub mod process;

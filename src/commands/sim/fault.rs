@@ -30,6 +30,9 @@ pub fn fault(sim: &SimBox, a: &SimFaultArgs) -> Result<i32> {
             )));
         }
     }
+    if a.device.is_some() && !a.nvml_hang && a.xid.is_none() {
+        anyhow::bail!(UsageError("--device goes with --nvml-hang or --xid".into()));
+    }
     if let Some(d) = a.device {
         if d as usize >= n {
             anyhow::bail!(UsageError(format!(
@@ -63,6 +66,13 @@ pub fn fault(sim: &SimBox, a: &SimFaultArgs) -> Result<i32> {
         for d in &a.lose_device {
             if !f.lost_devices.contains(d) {
                 f.lost_devices.push(*d);
+            }
+        }
+        // Xid 79: the GPU has fallen off the bus (docs/simulator.md).
+        if a.xid == Some(79) {
+            let d = a.device.unwrap_or(0);
+            if !f.lost_devices.contains(&d) {
+                f.lost_devices.push(d);
             }
         }
         if let Some(n) = a.alloc_fail_after {
@@ -101,6 +111,10 @@ pub fn fault(sim: &SimBox, a: &SimFaultArgs) -> Result<i32> {
         f.driver_version_mismatch |= a.version_mismatch;
         Ok(())
     })?;
+    if let Some(code) = a.xid {
+        let line = vramdoc_sim::kernlog::append_xid(sim, a.device.unwrap_or(0), code)?;
+        crate::term::print(&format!("kernel log: {line}"))?;
+    }
     crate::term::print(&format!("faults: {}", serde_json::to_string(&f)?))?;
     Ok(0)
 }
