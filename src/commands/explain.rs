@@ -18,13 +18,12 @@ fn render(x: &Explanation, format: Format) -> Vec<u8> {
 
 pub fn run(args: &ExplainArgs) -> Result<i32> {
     // Outputs are checked before the (possibly long) read.
-    let formats = args
-        .out
-        .iter()
+    let formats = (args.output.out.iter())
         .map(|p| write::format_for_path(p))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| UsageError(e.to_string()))?;
-    write::check_outputs(&args.out, args.force).map_err(|e| UsageError(e.to_string()))?;
+    write::check_outputs(&args.output.out, args.output.force)
+        .map_err(|e| UsageError(e.to_string()))?;
     let mut opts = Options {
         max_bytes: args.max_size.unwrap_or(0),
         ..Options::default()
@@ -34,12 +33,12 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
         opts.totals = (0..64).map(|d| (d, t)).collect();
     }
     let x = explain::explain_file(&args.snapshot, &opts).map_err(|e| UsageError(e.to_string()))?;
-    for (path, format) in args.out.iter().zip(formats) {
-        write::write_atomic(path, &render(&x, format), args.force)
+    for (path, format) in args.output.out.iter().zip(formats) {
+        write::write_atomic(path, &render(&x, format), args.output.force)
             .map_err(|e| UsageError(e.to_string()))?;
         crate::term::eprint_line(&format!("wrote {}", path.display()));
     }
-    if args.json {
+    if args.output.json {
         crate::term::print_json(&String::from_utf8_lossy(&crate::report::explain::json(&x)))?;
     } else {
         crate::term::print(&crate::report::explain::text(&x))?;

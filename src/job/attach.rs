@@ -81,23 +81,52 @@ fn marker_dir(create: bool) -> Result<PathBuf, AttachError> {
     Ok(dir)
 }
 
-/// The marker file of `vramdoc run --pid PID`.
-pub fn marker_file(pid: u32) -> Result<PathBuf, AttachError> {
-    Ok(marker_dir(false)
-        .map_err(|_| AttachError::NotAttached(pid))?
-        .join(format!("attach-{pid}.markers")))
+/// The name of the marker file of one `vramdoc run --pid` (`key`: the attached PID, by
+/// vramdoc's own for a cgroup or container), owned by the recording vramdoc `own`: two
+/// recordings attached to one PID each have their own file (issue 29 item 12: the first to
+/// end removed the other's).
+fn marker_name(key: u32, own: u32) -> String {
+    format!("attach-{key}-{own}.markers")
 }
 
-/// `vramdoc mark --pid PID TEXT`: append one line to the marker file of the recording
+/// The marker files of every `vramdoc run --pid PID` recording now attached to `pid`.
+pub fn marker_files(pid: u32) -> Result<Vec<PathBuf>, AttachError> {
+    let dir = marker_dir(false).map_err(|_| AttachError::NotAttached(pid))?;
+    let prefix = format!("attach-{pid}-");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|_| AttachError::NotAttached(pid))?
+        .flatten()
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n.strip_prefix(&prefix)
+                    .and_then(|r| r.strip_suffix(".markers"))
+                    .is_some_and(|own| !own.is_empty() && own.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// `vramdoc mark --pid PID TEXT`: append one line to the marker file of every recording
 /// attached to `pid`.
 pub fn mark(pid: u32, text: &str) -> Result<(), AttachError> {
-    let path = marker_file(pid)?;
-    // A missing file, or anything but a regular file put in its place (a FIFO would hang
-    // the marking job): no recording is attached.
-    super::markers::append_line(&path, text).map_err(|e| match e {
-        MarkError::Write { source, .. } => io(&path)(source),
-        _ => AttachError::NotAttached(pid),
-    })
+    let mut marked = false;
+    for path in marker_files(pid)? {
+        // Anything but a regular file put in its place (a FIFO would hang the marking job):
+        // not a recording's; a recording that ended meanwhile: gone.
+        match super::markers::append_line(&path, text) {
+            Ok(()) => marked = true,
+            Err(MarkError::Write { source, .. }) => return Err(io(&path)(source)),
+            Err(_) => {}
+        }
+    }
+    if marked {
+        Ok(())
+    } else {
+        Err(AttachError::NotAttached(pid))
+    }
 }
 
 /// The marker file while attached; removed on drop.
@@ -183,7 +212,7 @@ pub fn run(
     // Signals stop the recording; they are queued, never passed on. Handled before the marker
     // file exists: whoever sees the file (`vramdoc mark --pid`) may signal vramdoc at once.
     signals::handle(signals::Mode::Forward);
-    let path = marker_dir(true)?.join(format!("attach-{key}.markers"));
+    let path = marker_dir(true)?.join(marker_name(key, std::process::id()));
     std::fs::write(&path, b"").map_err(io(&path))?;
     let mut tail = MarkerTail::open(&path).map_err(io(&path))?;
     let _markers = AttachMarkers { path: Some(path) };

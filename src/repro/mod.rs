@@ -25,8 +25,6 @@ pub use source::Source;
 pub enum ReproError {
     #[error("{file}: a {kind} report, not a run report: pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]
     NotRun { file: String, kind: String },
-    #[error("{file}: a run report without its `run` section (a hand-edited or cut file?): pass the JSON report as `vramdoc run --out FILE.json` wrote it, or its `--samples FILE.jsonl`")]
-    NoRunSection { file: String },
     #[error("{file}: not a `vramdoc run --samples` stream (its first line is not a header); pass the JSONL file `run --samples` wrote, or the run's JSON report")]
     NotSamples { file: String },
     #[error("{file}: neither a vramdoc run report nor a `run --samples` stream; pass the JSON report of `vramdoc run --out FILE.json` or its `--samples FILE.jsonl`")]

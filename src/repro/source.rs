@@ -6,7 +6,7 @@
 
 use super::ReproError;
 use crate::diagnose::{self, ErrorEvent, ErrorKind, RecordedDevice, RecordedProcess, Recording};
-use crate::model::{DeviceSeries, Marker, MarkerKind, ProcessSample, Report, ReportKind, Timeline};
+use crate::model::{DeviceSeries, Marker, MarkerKind, ProcessSample, Report, Timeline};
 use crate::record::stream::{StreamLine, STREAM_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,19 +57,13 @@ pub struct Source {
 
 /// The `run` section of a report. `file` names it in errors.
 pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
-    let run = match (report.kind(), report.run()) {
-        (ReportKind::Run, Some(run)) => run,
-        (ReportKind::Run, None) => {
-            return Err(ReproError::NoRunSection {
-                file: file.to_string(),
-            })
-        }
-        (kind, _) => {
-            return Err(ReproError::NotRun {
-                file: file.to_string(),
-                kind: format!("{kind:?}").to_ascii_lowercase(),
-            })
-        }
+    // The body is typed by kind (model::Body): a run report always has its run section, and
+    // a file that says `run` without one is refused when read, saying so.
+    let Some(run) = report.run() else {
+        return Err(ReproError::NotRun {
+            file: file.to_string(),
+            kind: format!("{:?}", report.kind()).to_ascii_lowercase(),
+        });
     };
     let devices = run
         .timeline

@@ -451,6 +451,74 @@ fn attach_records_a_running_holder_and_its_children() {
     assert!(!marker(h.pid), "no recording is attached any more");
 }
 
+/// Issue 29 item 12: two `run --pid` on one PID each have their own marker file; the first
+/// to end leaves the second's in place, and `mark --pid` still reaches the second.
+#[test]
+fn two_recordings_attached_to_one_pid_keep_their_own_markers() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    // Marker files in a directory of this test's own.
+    let rt = tempfile::tempdir().unwrap();
+    let h = Holder::start(&b.dir, &[], &["--size", "512MiB"]);
+    let files = || {
+        std::fs::read_dir(rt.path().join("vramdoc")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(&format!("attach-{}-", h.pid)) && n.ends_with(".markers")
+                })
+                .count()
+        })
+    };
+    let attach = |out: &Path| {
+        common::KillOnDrop(
+            b.vramdoc()
+                .env("XDG_RUNTIME_DIR", rt.path())
+                .args(["run", "--process-period", "50ms", "--pid"])
+                .arg(h.pid.to_string())
+                .arg("--out")
+                .arg(out)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mark = |label: &str| {
+        b.vramdoc()
+            .env("XDG_RUNTIME_DIR", rt.path())
+            .args(["mark", "--pid", &h.pid.to_string(), label])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let (first, second) = (
+        tmp.path().join("first.json"),
+        tmp.path().join("second.json"),
+    );
+    let mut one = attach(&first);
+    eventually(SECS_10, "the first attached", || mark("one"));
+    let mut two = attach(&second);
+    eventually(SECS_10, "the second attached (its own marker file)", || {
+        files() == 2
+    });
+    // SAFETY: signalling the vramdoc this test started.
+    unsafe { libc::kill(one.id() as i32, libc::SIGTERM) };
+    assert_eq!(one.wait().unwrap().code(), Some(0));
+    assert_eq!(files(), 1, "the first removed only its own marker file");
+    assert!(
+        mark("after the first ended"),
+        "the second's marker file is gone"
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(two.id() as i32, libc::SIGTERM) };
+    assert_eq!(two.wait().unwrap().code(), Some(0));
+    let m = markers(&report(&second));
+    assert!(m.iter().any(|l| l == "after the first ended"), "{m:?}");
+    let m1 = markers(&report(&first));
+    assert!(!m1.iter().any(|l| l == "after the first ended"), "{m1:?}");
+}
+
 /// `--container ID` (a 12-digit prefix, as `docker ps` shows it) and `--cgroup PATH` record
 /// every process of a running container, found through its cgroup, for `--duration`.
 #[test]

@@ -267,7 +267,8 @@ fn mark_pid_refuses_a_fifo_without_hanging() {
     let dir = tmp.path().join("vramdoc");
     std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
     let pid = std::process::id();
-    let fifo = dir.join(format!("attach-{pid}.markers"));
+    // Named as a recording's own marker file (`attach-PID-VRAMDOCPID.markers`).
+    let fifo = dir.join(format!("attach-{pid}-1.markers"));
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo(3) on a NUL-terminated path inside this test's temporary directory.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);

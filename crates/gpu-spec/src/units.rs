@@ -46,7 +46,9 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
         _ => return Err(err("unknown unit")),
     };
     let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+    // `u64::MAX as f64` is 2^64 itself: a size of 2^64 or more does not fit (it used to
+    // saturate to u64::MAX, issue 29 item 15).
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
         return Err(err("out of range"));
     }
     Ok(bytes.round() as u64)
@@ -82,6 +84,21 @@ pub fn round_up(bytes: u64, granularity: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29 item 15: 2^64 bytes and more are out of range, never u64::MAX.
+    #[test]
+    fn sizes_of_two_to_the_64_or_more_are_refused_not_saturated() {
+        for s in [
+            "18446744073709551616",
+            "16777216TiB",
+            "16777216t",
+            "1e30",
+            "99999999TiB",
+        ] {
+            assert!(parse_size(s).is_err(), "{s}: {:?}", parse_size(s));
+        }
+        assert_eq!(parse_size("16777215TiB").unwrap(), 16_777_215 * 1024 * GIB);
+    }
 
     #[test]
     fn parses_binary_and_decimal_units() {

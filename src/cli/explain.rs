@@ -1,0 +1,20 @@
+//! `vramdoc explain`'s flags (a PyTorch allocator snapshot explained: docs/explain.md).
+
+use super::{size_arg, OutputArgs};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The snapshot pickle
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Largest snapshot read (default 1GiB)
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub max_size: Option<u64>,
+    /// The GPU's total memory (e.g. 24GiB): tells how much was outside PyTorch at the OOM
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub device_total: Option<u64>,
+}
