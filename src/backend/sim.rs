@@ -455,46 +455,56 @@ impl Monitor for SimMonitor {
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
+        let count = self.device_count()?;
+        (0..count).map(|i| self.inventory_entry(i)).collect()
+    }
+
+    fn device_count(&self) -> Result<u32> {
         self.calls.inventory();
         self.nvml
             .session()
             .map_err(|e| nvml_err("nvmlDeviceGetCount_v2", None, e))?;
-        let mut out = Vec::new();
-        for (index, host) in self.nvml.mounted().iter().enumerate() {
-            // As over NVML: a device that does not answer has no name, UUID or bus id either
-            // (every per-device query fails the same way); one whose memory query fails keeps
-            // them. Either way its memory is zeroed and the status says why.
-            let (facts, answer) = match self.nvml.device(*host) {
-                Ok((d, _)) => (Some(d.clone()), self.memory_of(*host)),
-                Err(e) => (None, Err(e)),
-            };
-            let text = |f: fn(&vramdoc_sim::SimDevice) -> &String| {
-                facts.as_ref().map(f).cloned().unwrap_or_default()
-            };
-            let mut info = DeviceInfo {
-                index: index as u32,
-                name: text(|d| &d.name),
-                uuid: text(|d| &d.uuid),
-                pci_bus_id: text(|d| &d.pci_bus_id),
-                memory: MemoryInfo::zeroed(),
-                utilization_gpu: None,
-                temperature_c: None,
-                numa_node: None,
-                status: crate::gpu::DeviceStatus::Ok,
-            };
-            match answer {
-                Ok(memory) => {
-                    info.memory = memory;
-                    info.utilization_gpu = Some(0);
-                    info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
-                    info.numa_node = facts.and_then(|d| d.numa_node);
-                }
-                Err(e) if is_box_error(&e) => return Err(box_error(e)),
-                Err(e) => info.status = nvml::status_of_code(e.nvml_code()),
+        Ok(self.nvml.mounted().len() as u32)
+    }
+
+    fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {
+        let host = *self
+            .nvml
+            .mounted()
+            .get(index as usize)
+            .ok_or(GpuError::InvalidDevice(index))?;
+        // As over NVML: a device that does not answer has no name, UUID or bus id either
+        // (every per-device query fails the same way); one whose memory query fails keeps
+        // them. Either way its memory is zeroed and the status says why.
+        let (facts, answer) = match self.nvml.device(host) {
+            Ok((d, _)) => (Some(d.clone()), self.memory_of(host)),
+            Err(e) => (None, Err(e)),
+        };
+        let text = |f: fn(&vramdoc_sim::SimDevice) -> &String| {
+            facts.as_ref().map(f).cloned().unwrap_or_default()
+        };
+        let mut info = DeviceInfo {
+            index,
+            name: text(|d| &d.name),
+            uuid: text(|d| &d.uuid),
+            pci_bus_id: text(|d| &d.pci_bus_id),
+            memory: MemoryInfo::zeroed(),
+            utilization_gpu: None,
+            temperature_c: None,
+            numa_node: None,
+            status: crate::gpu::DeviceStatus::Ok,
+        };
+        match answer {
+            Ok(memory) => {
+                info.memory = memory;
+                info.utilization_gpu = Some(0);
+                info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+                info.numa_node = facts.and_then(|d| d.numa_node);
             }
-            out.push(info);
+            Err(e) if is_box_error(&e) => return Err(box_error(e)),
+            Err(e) => info.status = nvml::status_of_code(e.nvml_code()),
         }
-        Ok(out)
+        Ok(info)
     }
 
     fn memory(&self, index: u32) -> Result<MemoryInfo> {

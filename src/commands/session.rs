@@ -100,9 +100,11 @@ pub fn open_monitor(
     let spawned = std::thread::Builder::new()
         .name("vramdoc-nvml-open".into())
         .spawn(move || {
+            // The count only: a GPU that hangs is found (and bounded) by the caller's
+            // per-GPU deadline, never here.
             let opened = backend::open_monitor(&backend).and_then(|m| {
-                let devices = m.devices()?;
-                Ok((m, devices))
+                let count = m.device_count()?;
+                Ok((m, count))
             });
             done.store(false, Ordering::SeqCst);
             let _ = tx.send(opened);
@@ -120,8 +122,8 @@ pub fn open_monitor(
         ))
         .into());
     };
-    let (m, devices) = opened?;
-    if devices.is_empty() {
+    let (m, count) = opened?;
+    if count == 0 {
         return Err(gpu::GpuError::NoDevice(
             "the driver reports 0 GPUs (check the container's GPU access, e.g. NVIDIA_VISIBLE_DEVICES)".into(),
         )

@@ -77,8 +77,10 @@ pub fn numbers(
         }
     }
     n.outside_pytorch = match (process_used, total, n.device_free) {
-        // NVML's usage of the process: its context, NCCL and cuBLAS workspaces on top.
-        (Some(used), _, _) => Some(used.saturating_sub(n.reserved)),
+        // NVML's usage of the process: its context, NCCL and cuBLAS workspaces on top. Below
+        // PyTorch's own reserve, NVML's samples missed the process at its peak (it exited
+        // between two process lists): that says nothing of what was outside.
+        (Some(used), _, _) if used >= n.reserved => Some(used - n.reserved),
         // The device's: everything not PyTorch's, other processes included.
         (None, Some(t), Some(free)) => Some(t.saturating_sub(free).saturating_sub(n.reserved)),
         _ => None,

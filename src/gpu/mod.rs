@@ -381,6 +381,19 @@ pub trait Monitor: Send + Sync {
     fn versions(&self) -> Result<Versions>;
     /// Every device with its static facts and current memory, utilization, temperature.
     fn devices(&self) -> Result<Vec<DeviceInfo>>;
+    /// How many devices there are (`nvmlDeviceGetCount`), without asking any of them.
+    fn device_count(&self) -> Result<u32> {
+        Ok(self.devices()?.len() as u32)
+    }
+    /// One entry of [`Monitor::devices`], asking that device only (a device that does not
+    /// answer gets a status, as in the inventory): a caller with a per-GPU deadline asks each
+    /// device on its own, so one hung GPU never holds up the others.
+    fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {
+        self.devices()?
+            .into_iter()
+            .find(|d| d.index == index)
+            .ok_or(GpuError::InvalidDevice(index))
+    }
     /// Memory of one device (fast: ~12 µs on real drivers).
     fn memory(&self, index: u32) -> Result<MemoryInfo>;
     /// Compute, graphics and MPS processes on one device, one entry per (pid, kind)

@@ -620,6 +620,33 @@ fn optional<T>(r: std::result::Result<T, NvmlError>) -> std::result::Result<Opti
     }
 }
 
+impl NvmlMonitor {
+    fn count(&self) -> Result<u32> {
+        self.nvml
+            .device_count()
+            .map_err(|e| self.err("nvmlDeviceGetCount_v2", None, e))
+    }
+
+    /// One device of the inventory. One bad device never ends the inventory: it gets a
+    /// status and zeroed memory.
+    fn entry(&self, index: u32) -> DeviceInfo {
+        match self.device_info(index) {
+            Ok(info) => info,
+            Err((partial, e)) => DeviceInfo {
+                index,
+                name: partial.0,
+                uuid: partial.1,
+                pci_bus_id: partial.2,
+                memory: MemoryInfo::zeroed(),
+                utilization_gpu: None,
+                temperature_c: None,
+                numa_node: None,
+                status: status_of(e),
+            },
+        }
+    }
+}
+
 impl Monitor for NvmlMonitor {
     fn backend(&self) -> &'static str {
         "nvml"
@@ -647,32 +674,17 @@ impl Monitor for NvmlMonitor {
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
         self.calls.inventory();
-        let count = self
-            .nvml
-            .device_count()
-            .map_err(|e| self.err("nvmlDeviceGetCount_v2", None, e))?;
-        let mut out = Vec::with_capacity(count as usize);
-        for index in 0..count {
-            // One bad device never ends the inventory: it gets a status and zeroed memory.
-            match self.device_info(index) {
-                Ok(info) => out.push(info),
-                Err((partial, e)) => {
-                    let status = status_of(e);
-                    out.push(DeviceInfo {
-                        index,
-                        name: partial.0,
-                        uuid: partial.1,
-                        pci_bus_id: partial.2,
-                        memory: MemoryInfo::zeroed(),
-                        utilization_gpu: None,
-                        temperature_c: None,
-                        numa_node: None,
-                        status,
-                    });
-                }
-            }
-        }
-        Ok(out)
+        let count = self.count()?;
+        Ok((0..count).map(|index| self.entry(index)).collect())
+    }
+
+    fn device_count(&self) -> Result<u32> {
+        self.calls.inventory();
+        self.count()
+    }
+
+    fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {
+        Ok(self.entry(index))
     }
 
     fn memory(&self, index: u32) -> Result<MemoryInfo> {

@@ -285,9 +285,50 @@ impl Monitor for Deadlined {
             .wait()
             .map_err(as_gpu)
     }
+    /// Each device asked in its own lane under the deadline: a GPU whose calls hang is an
+    /// entry whose status says so (zeroed memory), and the others answer (issue 29 item 5).
     fn devices(&self) -> crate::gpu::Result<Vec<crate::gpu::DeviceInfo>> {
+        let count = self.device_count()?;
+        let pending: Vec<_> = (0..count)
+            .map(|i| {
+                (
+                    i,
+                    self.lanes
+                        .send(i, Kind::Memory, move |m| m.inventory_entry(i)),
+                )
+            })
+            .collect();
+        let mut out = Vec::with_capacity(pending.len());
+        for (index, p) in pending {
+            out.push(match p.wait() {
+                Ok(info) => info,
+                Err(CallError::Gpu(e)) => return Err(e),
+                Err(hung) => crate::gpu::DeviceInfo {
+                    index,
+                    name: String::new(),
+                    uuid: String::new(),
+                    pci_bus_id: String::new(),
+                    memory: MemoryInfo::zeroed(),
+                    utilization_gpu: None,
+                    temperature_c: None,
+                    numa_node: None,
+                    status: crate::gpu::DeviceStatus::Error {
+                        message: as_gpu(hung).to_string(),
+                    },
+                },
+            });
+        }
+        Ok(out)
+    }
+    fn device_count(&self) -> crate::gpu::Result<u32> {
         self.lanes
-            .send(NO_DEVICE, Kind::Memory, |m| m.devices())
+            .send(NO_DEVICE, Kind::Memory, |m| m.device_count())
+            .wait()
+            .map_err(as_gpu)
+    }
+    fn inventory_entry(&self, index: u32) -> crate::gpu::Result<crate::gpu::DeviceInfo> {
+        (self.lanes)
+            .send(index, Kind::Memory, move |m| m.inventory_entry(index))
             .wait()
             .map_err(as_gpu)
     }

@@ -17,6 +17,33 @@ assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
 ptr = ctypes.c_uint64()
 assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(int(sys.argv[1]) << 20)) == 0
 
+
+def wait_until_seen(path, need, limit_s=60.0):
+    """Wait until vramdoc's `--samples` stream shows this process holding `need` bytes."""
+    import json
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                for line in f:
+                    try:
+                        v = json.loads(line)
+                    except ValueError:
+                        continue
+                    if v.get("type") == "process" and v.get("pid") == os.getpid() \
+                            and (v.get("used") or 0) >= need:
+                        return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    sys.exit("vramdoc never listed this process holding its memory")
+
+
+if os.environ.get("TORCH_JOB_WAIT_SAMPLES"):
+    wait_until_seen(os.environ["TORCH_JOB_WAIT_SAMPLES"], int(sys.argv[1]) << 20)
+
 import torch  # noqa: E402
 
 print("recording:", torch.cuda.memory.recording, flush=True)

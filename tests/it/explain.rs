@@ -430,11 +430,17 @@ mod torch_memory {
     /// stand-in torch on the job's PYTHONPATH (with a sitecustomize of the job's own).
     fn run(dir: &Path, flag: bool) -> (std::process::Output, Value) {
         let out = dir.join("run.json");
+        // The job waits until vramdoc's process lists have seen it hold its memory (the
+        // `--samples` stream says so) before it runs out: never a race with the sampler.
+        let samples = dir.join("run.jsonl");
         let mut c = vramdoc();
         c.env("LD_LIBRARY_PATH", simgpu_lib_dir())
             .env("PYTHONPATH", format!("{DIR}/chain:{DIR}/fake_torch"))
+            .env("TORCH_JOB_WAIT_SAMPLES", &samples)
             .args(["--sim", "2x16GiB", "run", "--process-period", "100ms"])
-            .args(["--period", "20ms", "--out"])
+            .args(["--period", "20ms", "--samples"])
+            .arg(&samples)
+            .arg("--out")
             .arg(&out);
         if flag {
             c.args(["--torch-memory", "--torch-memory-entries", "1000"]);
