@@ -31,16 +31,24 @@ const UID_B: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 /// `kubepods` parents that were not there before, removed when the guard goes — also when
 /// the test fails (issue 29 item 17: a later run, of the tests or of vramdoc, must not meet
 /// a fake pod hierarchy). Declared before the box, so it goes after the box's daemons.
-struct CgroupSweep {
+/// Tests that make pod cgroups share the pod UIDs: each holds the sweep's lock for its whole
+/// run, so one test's check of what is left never sees another's cgroups.
+pub(crate) struct CgroupSweep {
     before: Vec<PathBuf>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static POD_CGROUPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 impl CgroupSweep {
-    fn new() -> CgroupSweep {
+    pub(crate) fn new() -> CgroupSweep {
+        // A test that failed while holding it leaves it poisoned: the next still runs.
+        let lock = POD_CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
         CgroupSweep {
             before: kubepods_dirs(Path::new(CGROUP_ROOT), 0),
+            _one_at_a_time: lock,
         }
     }
 
