@@ -34,7 +34,8 @@ pub mod ids {
     pub const LOW_HEADROOM: &str = "low-headroom";
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
     pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
-    pub const DEVICE_LOST: &str = "device-lost";
+    /// A GPU the driver reports lost (NVML_ERROR_GPU_IS_LOST, Xid 79): scan, serve and run.
+    pub const GPU_LOST: &str = "gpu-lost";
     /// Allocation audit (issue 18): a pod's process on a GPU the pod was not allocated.
     pub const UNALLOCATED_GPU_USE: &str = "unallocated-gpu-use";
     /// Allocation audit: a GPU allocated to a pod that none of its processes uses.

@@ -419,7 +419,7 @@ mod tests {
         assert_eq!(scan.devices[1].status, crate::gpu::DeviceStatus::Lost);
         let headroom: Vec<u32> = scan.headroom.iter().map(|h| h.device).collect();
         assert_eq!(headroom, vec![0, 2]);
-        assert_eq!(scan.findings[0].id, "device-lost");
+        assert_eq!(scan.findings[0].id, "gpu-lost");
         assert_eq!(scan.findings[0].devices, vec![1]);
     }
 
