@@ -5,6 +5,7 @@
 
 mod evidence;
 pub mod fixes;
+mod last_reading;
 mod pods;
 mod rules;
 pub mod timeline;
@@ -19,6 +20,7 @@ pub use timeline::{
     TimelineThresholds,
 };
 
+pub use last_reading::{add_last_readings, LastReading};
 pub use pods::{allocated_gpu_idle, device_of_id, unallocated_gpu_use};
 pub use rules::{
     device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,

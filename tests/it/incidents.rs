@@ -239,4 +239,20 @@ fn sim_fault_xid_79_becomes_a_gpu_lost_incident() {
     assert_eq!(list.len(), 1, "one incident per failure: {list:?}");
     assert_eq!(inc["rule"], "gpu-lost");
     assert_eq!(inc["devices"], serde_json::json!([1]));
+    // The finding is an error and carries GPU 1's last reading from before it was lost.
+    let f = inc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "gpu-lost")
+        .unwrap();
+    assert_eq!(f["severity"], "error", "{f}");
+    let labels: Vec<&str> = f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["label"].as_str())
+        .collect();
+    assert!(labels.contains(&"last reading at"), "{f}");
+    assert!(labels.contains(&"last reading: used"), "{f}");
 }
