@@ -5,6 +5,7 @@
 //! before it, instead of a silent gap and the GPU's last reading shown as if current.
 
 use super::prelude::*;
+use crate::model::GapKind;
 
 /// One error finding per GPU with a lost gap: when, the last reading, how many queries failed.
 pub(super) fn gpu_lost(cx: &Prepared) -> Vec<Finding> {
@@ -13,8 +14,12 @@ pub(super) fn gpu_lost(cx: &Prepared) -> Vec<Finding> {
     for g in cx.rec.timeline.gaps.iter().filter(|g| g.reason.is_lost()) {
         let Some(d) = g.device else { continue };
         *failed.entry(d).or_default() += g.count;
+        // The memory loop's gap opens at the last memory reading; the process lists are
+        // read less often, so their gap opens earlier: prefer the memory gap, then the
+        // earliest.
         let e = first.entry(d).or_insert(g);
-        if g.start_ms < e.start_ms {
+        let key = |g: &crate::model::SamplingGap| (g.kind != GapKind::Memory, g.start_ms);
+        if key(g) < key(e) {
             *e = g;
         }
     }
@@ -23,13 +28,14 @@ pub(super) fn gpu_lost(cx: &Prepared) -> Vec<Finding> {
         .map(|(d, gap)| {
             let rec_dev = cx.rec.devices.iter().find(|x| x.index == d);
             let series = cx.rec.timeline.devices.iter().find(|s| s.device == d);
-            // The last reading at or before the gap opened (the gap starts at it).
+            // The gap starts at the last good reading; the series keeps only changes of
+            // level (envelopes), so its value then is the last stored sample at or before it.
             let last = series.and_then(|s| {
                 s.samples
                     .iter()
                     .take_while(|(t, _)| *t <= gap.start_ms)
                     .last()
-                    .map(|&(t, used)| (t, used, s.total))
+                    .map(|&(_, used)| (gap.start_ms, used, s.total))
             });
             let mut evidence = Vec::new();
             if let Some(r) = rec_dev.filter(|r| !r.uuid.is_empty()) {
@@ -141,6 +147,39 @@ mod tests {
         // It is the first finding (errors first) and nothing blames GPU 0.
         assert_eq!(f[0].id, ids::GPU_LOST);
         assert!(f.iter().all(|f| !f.devices.contains(&0)), "{f:?}");
+    }
+
+    #[test]
+    fn the_last_reading_is_when_the_gap_opened_even_on_a_sparse_series() {
+        let mut rec = recording(4_000.0, &GpuError::DeviceLost(1).to_string());
+        // Only changes of level are stored: one sample at 0 ms for GPU 1.
+        rec.timeline.devices[1].samples.truncate(1);
+        let f = fingerprints(&rec, &TimelineThresholds::default());
+        let g = f.iter().find(|f| f.id == ids::GPU_LOST).expect("gpu-lost");
+        assert!(g.title.contains("after 4.00 s"), "{}", g.title);
+        assert!(g.title.contains("3.00 GiB"), "{}", g.title);
+    }
+
+    #[test]
+    fn the_memory_gap_dates_the_loss_not_the_slower_process_lists() {
+        let lost = GpuError::DeviceLost(1).to_string();
+        let mut rec = recording(4_000.0, &lost);
+        rec.timeline.gaps.insert(
+            0,
+            SamplingGap {
+                kind: GapKind::Processes,
+                device: Some(1),
+                start_ms: 1_000.0,
+                end_ms: 10_000.0,
+                count: 9,
+                reason: GapReason::from(lost.as_str()),
+            },
+        );
+        let f = fingerprints(&rec, &TimelineThresholds::default());
+        let g = f.iter().find(|f| f.id == ids::GPU_LOST).expect("gpu-lost");
+        assert!(g.title.contains("after 4.00 s"), "{}", g.title);
+        let failed = g.evidence.iter().find(|e| e.label == "failed queries");
+        assert_eq!(failed.map(|e| e.value.as_str()), Some("69"));
     }
 
     #[test]
