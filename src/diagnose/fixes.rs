@@ -48,10 +48,14 @@ device_map=\"auto\" or one full copy per GPU that can hold it, not both; or load
 precision, or use a larger single card. (Tensor-parallel or data-parallel workers hold \
 near-equal shards by design: then nothing is wrong.)";
 
-/// A device that fell off the bus (NVML_ERROR_GPU_IS_LOST; Xid 79 in the kernel log).
-pub const DEVICE_LOST: &str = "The GPU stopped answering the driver (fallen off the bus). \
-Check the kernel log for Xid errors (`dmesg | grep -i xid`), stop the processes using it, then \
-reset it (`nvidia-smi --gpu-reset -i N`) or reboot the node; drain the node if it recurs.";
+/// A GPU that fell off the bus (NVML_ERROR_GPU_IS_LOST; Xid 79 in the kernel log: "GPU has
+/// fallen off the bus", NVIDIA's Xid catalogue, docs.nvidia.com/deploy/xid-errors).
+pub const GPU_LOST: &str = "The GPU fell off the bus (Xid 79: check `dmesg | grep -i xid` for \
+the NVRM line): its memory and every context on it are gone, and nothing on it can be trusted \
+until it is reset. Drain the node (`kubectl drain NODE` / `scontrol update nodename=NODE \
+state=drain`), stop the processes using the GPU, then reset it (`nvidia-smi --gpu-reset -i N`) \
+or reboot the node; if it recurs, check power, cooling and the PCIe slot, and have the board \
+replaced.";
 /// An allocation failed (any of the five failures can end here; the other fingerprints say
 /// which).
 pub const OUT_OF_MEMORY: &str = "Read the other findings of this report first: they name the \

@@ -5,6 +5,7 @@
 
 mod evidence;
 pub mod fixes;
+mod last_reading;
 mod pods;
 mod rules;
 pub mod timeline;
@@ -19,6 +20,7 @@ pub use timeline::{
     TimelineThresholds,
 };
 
+pub use last_reading::{add_last_readings, LastReading};
 pub use pods::{allocated_gpu_idle, device_of_id, unallocated_gpu_use};
 pub use rules::{
     device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
@@ -34,7 +36,8 @@ pub mod ids {
     pub const LOW_HEADROOM: &str = "low-headroom";
     pub const DUPLICATE_COPY: &str = "duplicate-copy";
     pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
-    pub const DEVICE_LOST: &str = "device-lost";
+    /// A GPU the driver reports lost (NVML_ERROR_GPU_IS_LOST, Xid 79): scan, serve and run.
+    pub const GPU_LOST: &str = "gpu-lost";
     /// Allocation audit (issue 18): a pod's process on a GPU the pod was not allocated.
     pub const UNALLOCATED_GPU_USE: &str = "unallocated-gpu-use";
     /// Allocation audit: a GPU allocated to a pod that none of its processes uses.

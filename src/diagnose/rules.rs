@@ -721,15 +721,26 @@ pub fn device_unavailable(inv: &Inventory) -> Vec<Finding> {
         evidence.push(ev("status", what.clone()));
         // A lost GPU has its own id (the exporter's alert rules key on it); every other
         // unusable state is `device-unavailable`.
-        let (id, fix) = if d.status == DeviceStatus::Lost {
-            (ids::DEVICE_LOST, fixes::DEVICE_LOST)
+        let (id, fix, title) = if d.status == DeviceStatus::Lost {
+            (
+                ids::GPU_LOST,
+                fixes::GPU_LOST,
+                format!(
+                    "GPU {}{name} is lost: fallen off the bus (NVML_ERROR_GPU_IS_LOST, Xid 79)",
+                    d.index
+                ),
+            )
         } else {
-            (ids::DEVICE_UNAVAILABLE, fixes::DEVICE_UNAVAILABLE)
+            (
+                ids::DEVICE_UNAVAILABLE,
+                fixes::DEVICE_UNAVAILABLE,
+                format!("GPU {}{name} is unavailable: {what}", d.index),
+            )
         };
         out.push(Finding {
             id: id.into(),
             severity,
-            title: format!("GPU {}{name} is unavailable: {what}", d.index),
+            title,
             devices: vec![d.index],
             pid: None,
             evidence,

@@ -479,10 +479,10 @@ fn bad_device_gets_a_finding_and_the_others_are_still_diagnosed() {
     let (f, h) = diagnose(&i, &Thresholds::default());
     let bad: Vec<&Finding> = f
         .iter()
-        .filter(|f| f.id == ids::DEVICE_UNAVAILABLE || f.id == ids::DEVICE_LOST)
+        .filter(|f| f.id == ids::DEVICE_UNAVAILABLE || f.id == ids::GPU_LOST)
         .collect();
     assert_eq!(bad.len(), 2);
-    assert_eq!(bad[0].id, ids::DEVICE_LOST);
+    assert_eq!(bad[0].id, ids::GPU_LOST);
     assert_eq!(bad[1].id, ids::DEVICE_UNAVAILABLE);
     assert_eq!(bad[0].devices, vec![0]);
     assert_eq!(bad[0].severity, Severity::Error);

@@ -308,10 +308,21 @@ pub enum GapReason {
 /// How the reason of a gap left by a hung NVML call starts (`hung: no answer ...`).
 pub const HUNG_GAP_PREFIX: &str = "hung:";
 
+/// What the error of a query on a lost GPU says (`GpuError::DeviceLost`'s text).
+pub const LOST_GAP_MARK: &str = "is lost (fallen off the bus)";
+
 impl GapReason {
     /// Whether the gap was left by an NVML call that did not return in time.
     pub fn is_hung(&self) -> bool {
         matches!(self, GapReason::Failed(e) if e.starts_with(HUNG_GAP_PREFIX))
+    }
+
+    /// Whether the gap was left by a GPU the driver reports lost (fallen off the bus:
+    /// `NVML_ERROR_GPU_IS_LOST`, written as `device N is lost (fallen off the bus)...`).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, GapReason::Failed(e)
+            if !e.starts_with(HUNG_GAP_PREFIX)
+                && (e.contains(LOST_GAP_MARK) || e.contains("GPU_IS_LOST")))
     }
 
     /// The string the report uses.
@@ -387,6 +398,16 @@ mod tests {
         assert_eq!(k, GapKind::Other("tree".into()));
         let r: GapReason = serde_json::from_str("\"late\"").unwrap();
         assert_eq!(r, GapReason::Late);
+        // A lost GPU's query error, as the backends write it, is recognised as lost; a hung
+        // call, a late round and another driver error are not.
+        let lost = crate::gpu::GpuError::DeviceLost(1).to_string();
+        assert!(GapReason::from(lost.as_str()).is_lost(), "{lost}");
+        assert!(
+            GapReason::from("nvmlDeviceGetMemoryInfo failed: NVML_ERROR_GPU_IS_LOST: x").is_lost()
+        );
+        assert!(!GapReason::from("hung: no answer from NVML within 1000 ms").is_lost());
+        assert!(!GapReason::Late.is_lost());
+        assert!(!GapReason::from("nvmlDeviceGetMemoryInfo failed: NVML_ERROR_UNKNOWN").is_lost());
         let r: GapReason = serde_json::from_str("\"device 1 is lost\"").unwrap();
         assert_eq!(r, GapReason::Failed("device 1 is lost".into()));
         assert_eq!(serde_json::to_string(&r).unwrap(), "\"device 1 is lost\"");

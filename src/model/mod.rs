@@ -18,6 +18,7 @@ pub mod whatif;
 pub use header::{command_line, command_line_from, now_unix_ms};
 pub use kinds::{
     GapKind, GapReason, MarkerKind, RunErrorKind, StepErrorKind, StepStatus, HUNG_GAP_PREFIX,
+    LOST_GAP_MARK,
 };
 pub use replay::*;
 pub use run::*;

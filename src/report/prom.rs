@@ -25,7 +25,7 @@ pub const KNOWN_RULES: &[&str] = &[
     crate::diagnose::ids::USAGE_UNAVAILABLE,
     crate::diagnose::ids::LOW_HEADROOM,
     crate::diagnose::ids::DUPLICATE_COPY,
-    crate::diagnose::ids::DEVICE_LOST,
+    crate::diagnose::ids::GPU_LOST,
     crate::diagnose::ids::DEVICE_UNAVAILABLE,
     crate::diagnose::ids::UNALLOCATED_GPU_USE,
     crate::diagnose::ids::ALLOCATED_GPU_IDLE,

@@ -2,10 +2,12 @@
 //! Prometheus exposition ([`crate::report::prom`]), kept in [`Latest`] for the HTTP side; and
 //! the [`Collector`] thread that repeats it every interval.
 
+use crate::diagnose::LastReading;
 use crate::gpu::Monitor;
 use crate::model::ScanResult;
 use crate::report::prom::{self, Collection, PromOptions};
 use crate::scan::ScanConfig;
+use std::collections::BTreeMap;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -184,6 +186,28 @@ pub fn collect(monitor: &dyn Monitor, cfg: &CollectConfig) -> Collected {
     }
 }
 
+/// Add each lost GPU's last reading from earlier collections to its `gpu-lost` finding
+/// (`diagnose::add_last_readings`), then remember this collection's good readings, at `now`
+/// (Unix seconds).
+pub fn carry_last_readings(c: &mut Collected, readings: &mut BTreeMap<u32, LastReading>, now: f64) {
+    let Some(scan) = c.scan.as_mut() else {
+        return;
+    };
+    crate::diagnose::add_last_readings(&mut scan.findings, readings);
+    for d in scan
+        .devices
+        .iter()
+        .filter(|d| d.status == crate::gpu::DeviceStatus::Ok)
+    {
+        let r = LastReading {
+            t_unix: now,
+            used: d.memory.used,
+            total: d.memory.total,
+        };
+        readings.insert(d.index, r);
+    }
+}
+
 fn now_unix() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -296,6 +320,7 @@ impl Collector {
                 let mut monitor: Option<Box<dyn Monitor>> = None;
                 let mut failures = 0u32;
                 let mut last: Option<String> = None;
+                let mut readings: BTreeMap<u32, LastReading> = BTreeMap::new();
                 loop {
                     let mut open_error = None;
                     if monitor.is_none() {
@@ -309,7 +334,8 @@ impl Collector {
                     let (body, err) = match &monitor {
                         Some(m) => {
                             let start = Instant::now();
-                            let c = collect(m.as_ref(), &cfg);
+                            let mut c = collect(m.as_ref(), &cfg);
+                            carry_last_readings(&mut c, &mut readings, now_unix());
                             let extra = observer.as_mut().map(|o| o(c.scan.as_ref()));
                             let (mut body, err) = exposition(c, m.backend(), start, &cfg);
                             body.extend(extra.unwrap_or_default());
@@ -401,7 +427,9 @@ mod tests {
         let sim = SimBox::create(dir.path(), "3x16GiB", &InitOptions::default()).unwrap();
         let monitor = SimMonitor::new(sim.clone());
         let cfg = host_config(None);
-        let ok = collect(&monitor, &cfg);
+        let mut readings = BTreeMap::new();
+        let mut ok = collect(&monitor, &cfg);
+        carry_last_readings(&mut ok, &mut readings, 1_800_000_000.0);
         assert!(ok.error.is_none(), "{:?}", ok.error);
         assert_eq!(ok.scan.map(|s| s.devices.len()), Some(3));
         sim.set_faults(&Faults {
@@ -411,7 +439,8 @@ mod tests {
         .unwrap();
         // The monitor answers for every device; the lost one carries its status. The
         // collection itself succeeds: the lost GPU is a finding, the others keep their data.
-        let later = collect(&monitor, &cfg);
+        let mut later = collect(&monitor, &cfg);
+        carry_last_readings(&mut later, &mut readings, 1_800_000_010.0);
         assert!(later.error.is_none(), "{:?}", later.error);
         let scan = later.scan.unwrap();
         let idx: Vec<u32> = scan.devices.iter().map(|d| d.index).collect();
@@ -419,8 +448,18 @@ mod tests {
         assert_eq!(scan.devices[1].status, crate::gpu::DeviceStatus::Lost);
         let headroom: Vec<u32> = scan.headroom.iter().map(|h| h.device).collect();
         assert_eq!(headroom, vec![0, 2]);
-        assert_eq!(scan.findings[0].id, "device-lost");
+        assert_eq!(scan.findings[0].id, "gpu-lost");
         assert_eq!(scan.findings[0].devices, vec![1]);
+        // Serve remembers the lost GPU's reading from the collection before: its time.
+        let at: Vec<&str> = scan.findings[0]
+            .evidence
+            .iter()
+            .filter(|e| e.label == "last reading at")
+            .map(|e| e.value.as_str())
+            .collect();
+        assert_eq!(at, ["2027-01-15T08:00:00Z"]);
+        assert_eq!(readings[&1].t_unix, 1_800_000_000.0);
+        assert_eq!(readings[&0].t_unix, 1_800_000_010.0);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! pod-resources server (the `pods` module's) — turns an out-of-memory line appended to the
 //! GPU pod's container log into one incident naming the pod, with the memory timeline before
 //! it and a scenario that `replay --sim recorded` reproduces; `sim fault --xid 79` becomes a
-//! `gpu-lost` incident with the `device-lost` finding; `vramdoc incidents list|show` read them.
+//! `gpu-lost` incident with the `gpu-lost` finding; `vramdoc incidents list|show` read them.
 
 use crate::common;
 use crate::pods::{in_cgroup, kubelet_logs, pod, PodResourcesServer, UID_A};
@@ -231,7 +231,7 @@ fn sim_fault_xid_79_becomes_a_gpu_lost_incident() {
             let has_finding = inc["findings"]
                 .as_array()?
                 .iter()
-                .any(|f| f["id"] == "device-lost");
+                .any(|f| f["id"] == "gpu-lost");
             (has_xid && has_finding).then_some((list, inc))
         },
     );
@@ -239,4 +239,20 @@ fn sim_fault_xid_79_becomes_a_gpu_lost_incident() {
     assert_eq!(list.len(), 1, "one incident per failure: {list:?}");
     assert_eq!(inc["rule"], "gpu-lost");
     assert_eq!(inc["devices"], serde_json::json!([1]));
+    // The finding is an error and carries GPU 1's last reading from before it was lost.
+    let f = inc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "gpu-lost")
+        .unwrap();
+    assert_eq!(f["severity"], "error", "{f}");
+    let labels: Vec<&str> = f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["label"].as_str())
+        .collect();
+    assert!(labels.contains(&"last reading at"), "{f}");
+    assert!(labels.contains(&"last reading: used"), "{f}");
 }

@@ -157,7 +157,9 @@ fn an_nvml_hang_gives_a_report_with_a_gap_over_nvml() {
 mod one_bad_gpu_leaves_the_others_intact {
     use super::*;
 
-    fn case(fault: &[&str]) {
+    /// `lost`: the fault is a lost GPU, which is a `gpu-lost` error finding on GPU 1 with
+    /// its last reading; any other fault is a gap and no such finding.
+    fn case(fault: &[&str], lost: bool) {
         let boxdir = fresh_box("2x16GiB");
         let tmp = tempfile::tempdir().unwrap();
         let (samples, report) = (tmp.path().join("s.jsonl"), tmp.path().join("r.json"));
@@ -178,7 +180,14 @@ mod one_bad_gpu_leaves_the_others_intact {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         wait_at_most(&mut child, Duration::from_secs(20));
         drop(holder);
+        let mut stderr = String::new();
+        if let Some(mut e) = child.0.stderr.take() {
+            std::io::Read::read_to_string(&mut e, &mut stderr).unwrap();
+        }
         let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        // The summary's line for GPU 1 says lost only when it was.
+        assert_eq!(stderr.contains("GPU 1: LOST"), lost, "{stderr}");
+        assert!(!stderr.contains("GPU 0: LOST"), "{stderr}");
         let gaps = r["run"]["timeline"]["gaps"]
             .as_array()
             .cloned()
@@ -192,16 +201,32 @@ mod one_bad_gpu_leaves_the_others_intact {
             .filter_map(|s| s[1].as_u64())
             .max();
         assert!(peak0 >= Some(GIB), "GPU 0's holder: {peak0:?}");
+        let findings = r["run"]["findings"].as_array().cloned().unwrap_or_default();
+        let gone: Vec<&Value> = findings.iter().filter(|f| f["id"] == "gpu-lost").collect();
+        if lost {
+            assert_eq!(gone.len(), 1, "{findings:?}");
+            assert_eq!(gone[0]["severity"], "error");
+            assert_eq!(gone[0]["devices"], serde_json::json!([1]));
+            let labels: Vec<&str> = gone[0]["evidence"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|e| e["label"].as_str())
+                .collect();
+            assert!(labels.contains(&"last reading at"), "{labels:?}");
+        } else {
+            assert!(gone.is_empty(), "{findings:?}");
+        }
     }
 
     #[test]
     fn lost() {
-        case(&["--lose-device", "1"]);
+        case(&["--lose-device", "1"], true);
     }
 
     #[test]
     fn no_permission() {
-        case(&["--no-permission", "1"]);
+        case(&["--no-permission", "1"], false);
     }
 }
 

@@ -648,7 +648,7 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
         assert_eq!(devices[0]["status"], "lost", "{backend}");
         assert_eq!(devices[1]["status"], "no-permission", "{backend}");
         assert_eq!(devices[2]["status"], "ok", "{backend}");
-        let lost = findings(&v, "device-lost");
+        let lost = findings(&v, "gpu-lost");
         assert_eq!(lost.len(), 1, "{backend}: {v}");
         assert_eq!(lost[0]["severity"], "error");
         assert_eq!(lost[0]["devices"], serde_json::json!([0]));

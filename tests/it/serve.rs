@@ -234,7 +234,7 @@ fn shipped_alert_rules_pass_promtool_check_and_unit_tests() {
 }
 
 /// Per-process series appear and disappear with the processes; a lost GPU turns into a
-/// `device-lost` finding while the exporter keeps answering; SIGTERM exits 0.
+/// `gpu-lost` finding while the exporter keeps answering; SIGTERM exits 0.
 #[test]
 fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     common::skip::require!("prometheus", prometheus_tools());
@@ -271,12 +271,12 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
 
     // Lose GPU 1.
     common::sim_fault(dir.path(), &["--lose-device", "1"]);
-    let lost = eventually(SECS_10, "the device-lost finding to be exported", || {
+    let lost = eventually(SECS_10, "the gpu-lost finding to be exported", || {
         let t = serve.metrics();
         sample(
             &t,
             "vramdoc_findings",
-            &[("rule", "device-lost"), ("severity", "error")],
+            &[("rule", "gpu-lost"), ("severity", "error")],
         )
         .filter(|v| *v == 1.0)
         .map(|_| t)
@@ -300,18 +300,18 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
     assert!(ok, "{out}");
     // Back: collections succeed again and the finding clears.
     common::sim_fault(dir.path(), &["--clear"]);
-    eventually(SECS_10, "the device-lost finding clears", || {
+    eventually(SECS_10, "the gpu-lost finding clears", || {
         sample(
             &serve.metrics(),
             "vramdoc_findings",
-            &[("rule", "device-lost"), ("severity", "error")],
+            &[("rule", "gpu-lost"), ("severity", "error")],
         ) == Some(0.0)
     });
     assert_eq!(
         sample(
             &serve.metrics(),
             "vramdoc_findings",
-            &[("rule", "device-lost"), ("severity", "error")]
+            &[("rule", "gpu-lost"), ("severity", "error")]
         ),
         Some(0.0)
     );

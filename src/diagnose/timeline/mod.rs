@@ -7,6 +7,7 @@
 
 mod double_load;
 mod fragmentation;
+mod gpu_lost;
 mod growth_without_release;
 mod held_after_exit;
 mod levels;
@@ -142,6 +143,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(not_gpu_memory::host_oom_kill(&cx));
     out.extend(not_gpu_memory::cuda_error(&cx));
     out.extend(monitor_hang::monitor_hang(&cx));
+    out.extend(gpu_lost::gpu_lost(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }

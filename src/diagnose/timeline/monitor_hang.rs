@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(f.len(), 1, "{hung:?}");
         assert_eq!(f[0].devices, vec![1]);
         assert!(f[0].title.contains("7.00 s"), "{}", f[0].title);
-        let lost = fingerprints(&recording("device 1 is lost"), &th);
+        let lost = fingerprints(&recording("device 1 is lost (fallen off the bus)"), &th);
         assert!(lost.iter().all(|f| f.id != MONITOR_HANG), "{lost:?}");
     }
 }

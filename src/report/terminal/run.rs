@@ -35,9 +35,19 @@ pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
             .iter()
             .find(|f| f.device == p.device)
             .map_or(0, |f| f.min_free);
+        // A GPU lost during the run: its numbers are the last readings before it fell off.
+        let lost = run
+            .findings
+            .iter()
+            .any(|f| f.id == crate::diagnose::ids::GPU_LOST && f.devices.contains(&p.device));
         s.push_str(&format!(
-            "  GPU {}: peak {} of {} ({}); the job's processes {}; lowest free {}\n",
+            "  GPU {}: {}peak {} of {} ({}); the job's processes {}; lowest free {}\n",
             p.device,
+            if lost {
+                "LOST (fallen off the bus); before it: "
+            } else {
+                ""
+            },
             format_bytes(p.peak_used),
             format_bytes(p.total),
             percent(p.peak_used, p.total),
