@@ -46,6 +46,8 @@ fn history_bytes(serve: &Serve) -> f64 {
 
 #[test]
 fn an_oom_line_in_a_gpu_pod_s_log_becomes_one_incident_that_replays() {
+    // Pod cgroups of UID_A: removed at the end, one such test at a time.
+    let _cgroups = crate::pods::CgroupSweep::new();
     let b = CliBox::new("1x16GiB", &[]);
     let a = in_cgroup(&b, "0", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let cid = a["id"].as_str().expect("container id").to_string();
