@@ -138,13 +138,6 @@ pub enum SimError {
 }
 
 /// No box.
-pub fn open_box(
-    _: Option<&std::path::Path>,
-) -> std::result::Result<std::convert::Infallible, SimError> {
-    Err(SimError::NoBox(NoSimulator))
-}
-
-/// No box.
 pub fn box_spec(_: Option<&std::path::Path>) -> Option<String> {
     None
 }

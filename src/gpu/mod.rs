@@ -292,6 +292,29 @@ pub struct DeviceInfo {
     pub status: DeviceStatus,
 }
 
+impl DeviceInfo {
+    /// An inventory entry for a device that did not answer: the facts that could be read
+    /// (empty where none), zeroed memory, no utilization or temperature, and `status` saying
+    /// why. One bad device never ends an inventory.
+    pub fn unanswered(
+        index: u32,
+        (name, uuid, pci_bus_id): (String, String, String),
+        status: DeviceStatus,
+    ) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            name,
+            uuid,
+            pci_bus_id,
+            memory: MemoryInfo::zeroed(),
+            utilization_gpu: None,
+            temperature_c: None,
+            numa_node: None,
+            status,
+        }
+    }
+}
+
 /// What the driver said when this device was queried.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]

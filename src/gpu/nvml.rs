@@ -632,17 +632,7 @@ impl NvmlMonitor {
     fn entry(&self, index: u32) -> DeviceInfo {
         match self.device_info(index) {
             Ok(info) => info,
-            Err((partial, e)) => DeviceInfo {
-                index,
-                name: partial.0,
-                uuid: partial.1,
-                pci_bus_id: partial.2,
-                memory: MemoryInfo::zeroed(),
-                utilization_gpu: None,
-                temperature_c: None,
-                numa_node: None,
-                status: status_of(e),
-            },
+            Err((partial, e)) => DeviceInfo::unanswered(index, partial, status_of(e)),
         }
     }
 }

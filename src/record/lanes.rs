@@ -303,19 +303,13 @@ impl Monitor for Deadlined {
             out.push(match p.wait() {
                 Ok(info) => info,
                 Err(CallError::Gpu(e)) => return Err(e),
-                Err(hung) => crate::gpu::DeviceInfo {
+                Err(hung) => crate::gpu::DeviceInfo::unanswered(
                     index,
-                    name: String::new(),
-                    uuid: String::new(),
-                    pci_bus_id: String::new(),
-                    memory: MemoryInfo::zeroed(),
-                    utilization_gpu: None,
-                    temperature_c: None,
-                    numa_node: None,
-                    status: crate::gpu::DeviceStatus::Error {
+                    Default::default(),
+                    crate::gpu::DeviceStatus::Error {
                         message: as_gpu(hung).to_string(),
                     },
-                },
+                ),
             });
         }
         Ok(out)
