@@ -28,6 +28,7 @@ fn big_report() -> Report {
         utilization_gpu: None,
         temperature_c: None,
         numa_node: None,
+        mig: None,
         status: Default::default(),
     };
     let series = |d: u32| DeviceSeries {

@@ -456,6 +456,7 @@ mod tests {
                 utilization_gpu: None,
                 temperature_c: None,
                 numa_node: None,
+                mig: None,
                 status: Default::default(),
             })
             .collect();

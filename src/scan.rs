@@ -90,6 +90,7 @@ pub(crate) fn sample_inventory() -> Inventory {
         utilization_gpu: Some(97),
         temperature_c: Some(71),
         numa_node: None,
+        mig: None,
         status: Default::default(),
     };
     let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];

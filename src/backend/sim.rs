@@ -110,6 +110,7 @@ fn is_box_error(e: &SimError) -> bool {
             | SimError::Io { .. }
             | SimError::Spec(_)
             | SimError::Profile(_)
+            | SimError::Mig(_)
     )
 }
 
@@ -392,11 +393,56 @@ impl SimMonitor {
         }
     }
 
-    /// Host index behind an NVML index of this monitor.
+    /// Host index behind an NVML index of this monitor: a mounted GPU, or past them a MIG
+    /// instance's key ([`SimMonitor::instances`]).
     fn host(&self, index: u32) -> Result<u32> {
+        let mounted = self.nvml.mounted().len() as u32;
+        if index >= mounted {
+            return self
+                .instances()
+                .get((index - mounted) as usize)
+                .map(|(_, m)| m.device.index)
+                .ok_or(GpuError::InvalidDevice(index));
+        }
         self.nvml
             .host(index)
             .map_err(|_| GpuError::InvalidDevice(index))
+    }
+
+    /// The MIG instances this caller can open, with their parent's NVML index, parents in
+    /// NVML order: they follow the GPUs in this monitor's numbering (as `NvmlMonitor`
+    /// numbers the instances it opens through MIG device handles).
+    fn instances(&self) -> Vec<(u32, vramdoc_sim::mig::MigInstance)> {
+        self.nvml
+            .mounted()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, host)| {
+                let list = self.nvml.mig_instances(*host).unwrap_or_default();
+                list.into_iter().map(move |m| (i as u32, m))
+            })
+            .collect()
+    }
+
+    /// The MIG facts of NVML index `index` (host device `host`).
+    fn mig_of(&self, index: u32, host: u32) -> Option<crate::gpu::MigInfo> {
+        use crate::gpu::{MigInfo, MigInstanceInfo};
+        if !vramdoc_sim::mig::is_key(host) {
+            return matches!(self.nvml.mig_mode(host), Ok(true)).then_some(MigInfo::Parent);
+        }
+        let mounted = self.nvml.mounted().len() as u32;
+        let (parent, m) = self
+            .instances()
+            .into_iter()
+            .nth(index.checked_sub(mounted)? as usize)?;
+        let parent_uuid = self.nvml.sim().device(m.parent).ok()?.uuid.clone();
+        Some(MigInfo::Instance(MigInstanceInfo {
+            parent,
+            parent_uuid,
+            gi: Some(m.gi),
+            ci: Some(m.ci),
+            profile: m.profile,
+        }))
     }
 
     /// Memory of host device `host` (NVML index `index`): v2, or v1 (reported with
@@ -464,15 +510,11 @@ impl Monitor for SimMonitor {
         self.nvml
             .session()
             .map_err(|e| nvml_err("nvmlDeviceGetCount_v2", None, e))?;
-        Ok(self.nvml.mounted().len() as u32)
+        Ok((self.nvml.mounted().len() + self.instances().len()) as u32)
     }
 
     fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {
-        let host = *self
-            .nvml
-            .mounted()
-            .get(index as usize)
-            .ok_or(GpuError::InvalidDevice(index))?;
+        let host = self.host(index)?;
         // As over NVML: a device that does not answer has no name, UUID or bus id either
         // (every per-device query fails the same way); one whose memory query fails keeps
         // them. Either way its memory is zeroed and the status says why.
@@ -492,6 +534,7 @@ impl Monitor for SimMonitor {
             utilization_gpu: None,
             temperature_c: None,
             numa_node: None,
+            mig: self.mig_of(index, host),
             status: crate::gpu::DeviceStatus::Ok,
         };
         match answer {

@@ -27,6 +27,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         utilization_gpu: Some(0),
         temperature_c: Some(34),
         numa_node: None,
+        mig: None,
         status: Default::default(),
     }
 }

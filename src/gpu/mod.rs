@@ -286,6 +286,10 @@ pub struct DeviceInfo {
     /// `nvmlDeviceGetMemoryInfo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<u32>,
+    /// MIG (Multi-Instance GPU): a GPU in MIG mode, or one MIG instance of one, read through
+    /// its MIG device handle (`nvmlDeviceGetMigDeviceHandleByIndex`); `None`: a whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigInfo>,
     /// Whether the driver answered for this device. Anything but `ok`: memory is zeroed and
     /// utilization / temperature are absent, the other devices are still reported.
     #[serde(default)]
@@ -310,9 +314,71 @@ impl DeviceInfo {
             utilization_gpu: None,
             temperature_c: None,
             numa_node: None,
+            mig: None,
             status,
         }
     }
+
+    /// Whether this is a GPU in MIG mode: its memory is the sum of its instances', whose
+    /// processes and headroom are read per instance (never on the parent).
+    pub fn is_mig_parent(&self) -> bool {
+        matches!(self.mig, Some(MigInfo::Parent))
+    }
+
+    /// The MIG instance facts of this entry, if it is one.
+    pub fn mig_instance(&self) -> Option<&MigInstanceInfo> {
+        match &self.mig {
+            Some(MigInfo::Instance(i)) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// How the device is named to people: `2` for a GPU, `0/1` (parent / GPU instance) for a
+    /// MIG instance.
+    pub fn label(&self) -> String {
+        match self.mig_instance() {
+            Some(m) => match m.gi {
+                Some(gi) => format!("{}/{gi}", m.parent),
+                None => format!("{}/?", m.parent),
+            },
+            None => self.index.to_string(),
+        }
+    }
+}
+
+/// A device's part in MIG (Multi-Instance GPU).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "role", rename_all = "kebab-case")]
+pub enum MigInfo {
+    /// A GPU in MIG mode (`nvmlDeviceGetMigMode` current = enabled). Its process lists answer
+    /// only privileged callers (nvml.h: "per-instance information can be queried by using
+    /// specific MIG device handles"); its instances are inventory entries of their own.
+    Parent,
+    /// One MIG instance (a GPU instance with its compute instance).
+    Instance(MigInstanceInfo),
+}
+
+/// One MIG instance: where it lives and what it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MigInstanceInfo {
+    /// NVML index of the parent GPU.
+    pub parent: u32,
+    /// UUID of the parent GPU.
+    pub parent_uuid: String,
+    /// GPU instance id (`nvmlDeviceGetGpuInstanceId`), when the driver says.
+    pub gi: Option<u32>,
+    /// Compute instance id (`nvmlDeviceGetComputeInstanceId`), when the driver says.
+    pub ci: Option<u32>,
+    /// Profile as nvidia-smi names it (`3g.40gb`), from the instance's name
+    /// (`NVIDIA A100-SXM4-80GB MIG 3g.40gb`); empty when the name does not say.
+    pub profile: String,
+}
+
+/// The profile in a MIG device's NVML name (`NVIDIA A100-SXM4-80GB MIG 3g.40gb` → `3g.40gb`).
+pub fn mig_profile_of_name(name: &str) -> String {
+    name.rsplit_once(" MIG ")
+        .map(|(_, p)| p.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// What the driver said when this device was queried.

@@ -242,6 +242,7 @@ impl NvmlMonitor {
             utilization_gpu: util.map(|u| u.gpu),
             temperature_c: temp,
             numa_node,
+            mig: None,
             status: DeviceStatus::Ok,
         })
     }

@@ -197,6 +197,7 @@ impl SimError {
             | S::Io { .. }
             | S::Spec(_)
             | S::Profile(_)
+            | S::Mig(_)
             | S::Hung { .. }
             | S::SessionLost
             | S::Unknown(_) => CUDA_ERROR_UNKNOWN,

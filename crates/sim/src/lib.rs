@@ -25,6 +25,7 @@ mod faults;
 pub mod hold;
 pub mod kernlog;
 pub mod libs;
+pub mod mig;
 pub mod nvml;
 pub mod process;
 pub mod procinfo;
@@ -74,6 +75,8 @@ pub enum SimError {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Profile(#[from] profile::ProfileError),
+    #[error(transparent)]
+    Mig(#[from] mig::MigError),
     #[error("invalid device ordinal {0}")]
     InvalidDevice(u32),
     #[error("device {0} is lost (fallen off the bus)")]
@@ -171,6 +174,9 @@ pub struct BoxConfig {
     /// generation; `sim init --driver VERSION`). Boxes without it: host PIDs.
     #[serde(default, skip_serializing_if = "profile::PidView::is_host_pids")]
     pub pid_view: profile::PidView,
+    /// MIG instances (`sim init --mig`), parents in physical order; none: MIG off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<mig::MigInstance>,
 }
 
 /// Where the simulated driver runs.
@@ -292,6 +298,8 @@ pub struct InitOptions {
     /// The driver generation's PID view ([`profile::DriverProfile::pid_view`]); host PIDs
     /// unless a driver version is chosen.
     pub pid_view: profile::PidView,
+    /// MIG profiles created on every device (`sim init --mig`); empty: MIG off.
+    pub mig: Vec<String>,
 }
 
 impl Default for InitOptions {
@@ -302,6 +310,7 @@ impl Default for InitOptions {
             cuda_driver_version: 12040,
             platform: Platform::Linux,
             pid_view: profile::PidView::HostPids,
+            mig: Vec::new(),
         }
     }
 }
@@ -369,7 +378,12 @@ impl SimBox {
                 }),
                 no_memory_info: m.no_memory_info,
             })
-            .collect();
+            .collect::<Vec<SimDevice>>();
+        let mig = if opts.mig.is_empty() {
+            Vec::new()
+        } else {
+            mig::plan(&devices, &opts.mig)?
+        };
         let major = opts.cuda_driver_version / 1000;
         let config = BoxConfig {
             spec: spec.to_string(),
@@ -379,6 +393,7 @@ impl SimBox {
             devices,
             platform: opts.platform,
             pid_view: opts.pid_view,
+            mig,
         };
         let sim = SimBox {
             dir: dir.to_path_buf(),
@@ -405,6 +420,9 @@ impl SimBox {
         let clients = sim.dir.join(DEV_DIR).join(CLIENTS_DIR);
         fs::create_dir_all(&clients).map_err(io_err(&clients))?;
         for node in sim.device_nodes() {
+            open_node(&node)?;
+        }
+        for node in sim.mig_cap_files() {
             open_node(&node)?;
         }
         // box.json last: its presence marks a complete box.
@@ -452,7 +470,14 @@ impl SimBox {
         &self.config.devices
     }
 
+    /// A physical device, or a MIG instance by its key ([`mig::key`]).
     pub fn device(&self, index: u32) -> Result<&SimDevice, SimError> {
+        if mig::is_key(index) {
+            return self
+                .mig_instance(index)
+                .map(|m| &m.device)
+                .ok_or(SimError::InvalidDevice(index));
+        }
         self.config
             .devices
             .get(index as usize)
@@ -494,7 +519,8 @@ impl SimBox {
     /// Fail with `DeviceLost` if the device has fallen off the bus.
     pub fn check_device(&self, index: u32, faults: &Faults) -> Result<&SimDevice, SimError> {
         let dev = self.device(index)?;
-        if faults.lost_devices.contains(&index) {
+        let parent = self.mig_instance(index).map_or(index, |m| m.parent);
+        if faults.lost_devices.contains(&index) || faults.lost_devices.contains(&parent) {
             return Err(SimError::DeviceLost(index));
         }
         Ok(dev)
@@ -521,6 +547,53 @@ impl SimBox {
             .iter()
             .map(|d| d.index)
             .filter(|i| dev.join(format!("nvidia{i}")).exists())
+            .collect()
+    }
+
+    /// Every MIG instance of the box (`sim init --mig`).
+    pub fn mig_instances(&self) -> &[mig::MigInstance] {
+        &self.config.mig
+    }
+
+    /// The MIG instance of `key`.
+    pub fn mig_instance(&self, key: u32) -> Option<&mig::MigInstance> {
+        self.config.mig.iter().find(|m| m.device.index == key)
+    }
+
+    /// Whether physical device `index` is in MIG mode (has instances).
+    pub fn is_mig_parent(&self, index: u32) -> bool {
+        !mig::is_key(index) && self.config.mig.iter().any(|m| m.parent == index)
+    }
+
+    /// Whether this process can open MIG instance `m`: its capability file
+    /// ([`mig::cap_file`]) and its parent's device file exist in this process's view of the
+    /// box (a container of the box's runtime gets only its instances' files).
+    pub fn mig_openable(&self, m: &mig::MigInstance) -> bool {
+        let dev = self.dir.join(DEV_DIR);
+        dev.join(format!("nvidia{}", m.parent)).exists()
+            && dev.join(mig::cap_file(m.device.index)).exists()
+    }
+
+    /// Whether this process holds the `mig/monitor` capability ([`mig::MONITOR_CAP`] in its
+    /// view of the box, readable by it): it may read MIG parents' aggregate process lists.
+    pub fn mig_monitor(&self) -> bool {
+        fs::File::open(self.dir.join(DEV_DIR).join(mig::MONITOR_CAP)).is_ok()
+    }
+
+    /// The box's MIG capability files: the monitor capability and one per instance (none
+    /// without MIG).
+    pub fn mig_cap_files(&self) -> Vec<PathBuf> {
+        if self.config.mig.is_empty() {
+            return Vec::new();
+        }
+        let dev = self.dir.join(DEV_DIR);
+        std::iter::once(dev.join(mig::MONITOR_CAP))
+            .chain(
+                self.config
+                    .mig
+                    .iter()
+                    .map(|m| dev.join(mig::cap_file(m.device.index))),
+            )
             .collect()
     }
 
@@ -652,7 +725,11 @@ impl SimBox {
     /// faults.json per query on the sampling hot path).
     pub fn memory_with(&self, index: u32, faults: &Faults) -> Result<SimMemory, SimError> {
         let dev = self.check_device(index, faults)?;
-        Ok(memory_of(dev, &self.state_with(faults)?))
+        let st = self.state_with(faults)?;
+        if self.is_mig_parent(index) {
+            return Ok(mig::parent_memory(dev, &self.config.mig, &st));
+        }
+        Ok(memory_of(dev, &st))
     }
 
     /// Processes with memory on one physical device, by PID.

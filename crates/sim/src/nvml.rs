@@ -177,7 +177,12 @@ impl SimNvml {
     /// the device lost or hidden from this caller.
     pub fn device(&self, host: u32) -> Result<(&SimDevice, Faults), SimError> {
         let faults = self.session()?;
-        if !self.mounted.contains(&host) {
+        // A MIG instance (by its key): its parent mounted here and its capability openable.
+        let visible = match self.sim.mig_instance(host) {
+            Some(m) => self.mounted.contains(&m.parent) && self.sim.mig_openable(m),
+            None => self.mounted.contains(&host),
+        };
+        if !visible {
             return Err(SimError::InvalidDevice(host));
         }
         let faults = hang(&self.sim, Some(host), faults)?;
@@ -241,6 +246,33 @@ impl SimNvml {
         })
     }
 
+    /// Whether this caller may read MIG parents' aggregate process lists: in the host PID
+    /// namespace and holding the `mig/monitor` capability ([`SimBox::mig_monitor`]); a
+    /// container (another PID namespace, no capability file) may not.
+    pub fn mig_privileged(&self) -> bool {
+        self.caller == Caller::Host && self.sim.mig_monitor()
+    }
+
+    /// `nvmlDeviceGetMigMode` (current mode) of physical `host`: whether it has instances.
+    pub fn mig_mode(&self, host: u32) -> Result<bool, SimError> {
+        let (dev, _) = self.device(host)?;
+        Ok(self.sim.is_mig_parent(dev.index))
+    }
+
+    /// The MIG instances of physical `host` this caller can open, in GPU-instance order
+    /// (`nvmlDeviceGetMigDeviceHandleByIndex` numbers them 0..): a container sees only those
+    /// its runtime gave it.
+    pub fn mig_instances(&self, host: u32) -> Result<Vec<crate::mig::MigInstance>, SimError> {
+        let (dev, _) = self.device(host)?;
+        Ok(self
+            .sim
+            .mig_instances()
+            .iter()
+            .filter(|m| m.parent == dev.index && self.sim.mig_openable(m))
+            .cloned()
+            .collect())
+    }
+
     /// One process list (`kind`: compute, graphics or MPS) of physical `host`, after the
     /// injected process-list latency (~4.5 ms on real drivers, per list). A MIG parent read
     /// by an unprivileged caller has no aggregate data ([`SimError::NoPermission`]);
@@ -255,6 +287,20 @@ impl SimNvml {
         if faults.mig_unprivileged_devices.contains(&dev.index) {
             return Err(SimError::NoPermission(dev.index));
         }
+        // A parent in MIG mode: the aggregate of its instances, for privileged callers only.
+        let keys: Vec<u32> = if self.sim.is_mig_parent(dev.index) {
+            if !self.mig_privileged() {
+                return Err(crate::mig::no_aggregate(dev.index));
+            }
+            self.sim
+                .mig_instances()
+                .iter()
+                .filter(|m| m.parent == dev.index)
+                .map(|m| m.device.index)
+                .collect()
+        } else {
+            vec![dev.index]
+        };
         let hidden =
             faults.nvml_used_memory_unavailable || self.sim.config().platform == Platform::Wsl;
         let view = match self.caller {
@@ -262,8 +308,9 @@ impl SimNvml {
             Caller::Namespace(_) => self.sim.config().pid_view,
         };
         let st = self.sim.state_with(&faults)?;
-        Ok(crate::processes_on(dev.index, &st)
-            .into_iter()
+        Ok(keys
+            .iter()
+            .flat_map(|k| crate::processes_on(*k, &st))
             .filter(|p| p.kind == kind)
             .filter_map(|p| {
                 let entry = st.processes.get(&p.pid);

@@ -27,6 +27,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         utilization_gpu: Some(37 + index * 50),
         temperature_c: Some(54 + index * 9),
         numa_node: None,
+        mig: None,
         status: Default::default(),
     }
 }

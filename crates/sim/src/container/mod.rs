@@ -118,7 +118,8 @@ pub enum ContainerError {
 }
 
 /// Parse `--gpus` like `docker run --gpus`: `all`, `none`, `device=0,2`, `0,2`, GPU UUIDs (or
-/// unique prefixes), `"device=GPU-…"`. Result: physical indices, PCI order.
+/// unique prefixes), `"device=GPU-…"`, MIG instances' `MIG-<uuid>`. Result: physical
+/// indices, PCI order, then MIG instance keys ([`crate::mig::key`]).
 pub fn parse_gpus(sim: &SimBox, given: &str) -> Result<Vec<u32>, ContainerError> {
     let bad = |reason: String| ContainerError::BadGpus {
         given: given.to_string(),
@@ -146,6 +147,21 @@ pub fn parse_gpus(sim: &SimBox, given: &str) -> Result<Vec<u32>, ContainerError>
                 )));
             }
             i
+        } else if tok.to_ascii_lowercase().starts_with("mig-") {
+            // A MIG instance (`sim init --mig`): its key; the container gets its parent's
+            // device file and the instance's capability.
+            let lower = tok.to_ascii_lowercase();
+            let hits: Vec<u32> = sim
+                .mig_instances()
+                .iter()
+                .filter(|m| m.device.uuid.to_ascii_lowercase().starts_with(&lower))
+                .map(|m| m.device.index)
+                .collect();
+            match hits.as_slice() {
+                [one] => *one,
+                [] => return Err(bad(format!("no MIG instance of the box has UUID {tok:?}"))),
+                _ => return Err(bad(format!("{tok:?} matches several MIG instances"))),
+            }
         } else {
             let lower = tok.to_ascii_lowercase();
             let hits: Vec<u32> = sim
@@ -188,6 +204,8 @@ impl ContainerSpec {
             .iter()
             .filter_map(|i| sim.device(*i).ok())
             .map(|d| match (self.strategy, self.ids) {
+                // A MIG instance of the box is named by its own `MIG-<uuid>`.
+                _ if crate::mig::is_key(d.index) => d.uuid.clone(),
                 (Strategy::Mig, _) => mig_uuid(&d.uuid),
                 (_, IdKind::Uuid) => d.uuid.clone(),
                 (_, IdKind::Index) => d.index.to_string(),

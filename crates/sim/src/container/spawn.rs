@@ -191,11 +191,19 @@ pub fn spawn(
         .map_err(|e| ContainerError::Sim(crate::io_err(&dev)(e)))?;
     let via = PathBuf::from(format!("/proc/self/fd/{}", dev_fd.as_raw_fd()));
     let mut binds = Vec::new();
-    let mut names: Vec<(String, bool)> = spec
-        .gpus
-        .iter()
-        .map(|i| (format!("nvidia{i}"), false))
-        .collect();
+    let mut names: Vec<(String, bool)> = Vec::new();
+    for i in &spec.gpus {
+        // A MIG instance: its parent's device file and its capability file.
+        let (node, cap) = match sim.mig_instance(*i) {
+            Some(m) => (m.parent, Some(crate::mig::cap_file(*i))),
+            None => (*i, None),
+        };
+        let node = (format!("nvidia{node}"), false);
+        if !names.contains(&node) {
+            names.push(node);
+        }
+        names.extend(cap.map(|c| (c, false)));
+    }
     names.push(("nvidiactl".into(), false));
     names.push((crate::CLIENTS_DIR.into(), true));
     for (name, dir) in names {

@@ -121,10 +121,20 @@ impl SimProcess {
             .filter_map(|i| sim.device(*i).ok())
             .map(|d| d.uuid.clone())
             .collect();
-        let ordinals = visible::visible_devices(env.cuda_visible.as_deref(), &uuids)
-            .into_iter()
-            .filter_map(|pos| order.get(pos as usize).copied())
-            .collect();
+        // MIG: instances instead of their parents (crate::mig::cuda_devices).
+        let mig = crate::mig::cuda_devices(
+            sim.mig_instances(),
+            &|m| sim.mig_openable(m),
+            &order,
+            env.cuda_visible.as_deref(),
+            &|k| sim.device(k).ok().map(|d| d.uuid.clone()),
+        );
+        let ordinals = mig.unwrap_or_else(|| {
+            visible::visible_devices(env.cuda_visible.as_deref(), &uuids)
+                .into_iter()
+                .filter_map(|pos| order.get(pos as usize).copied())
+                .collect()
+        });
         let own_pid = std::process::id();
         // The host PID, as the box's broker (its "kernel driver") sees us.
         let pid = crate::broker::host_pid(sim.dir()).unwrap_or(own_pid);
@@ -190,9 +200,11 @@ impl SimProcess {
             });
         }
         let dev = self.sim.dir().join(crate::DEV_DIR);
+        // A MIG instance is reached through its parent's device file.
+        let node = self.sim.mig_instance(phys).map_or(phys, |m| m.parent);
         if let Some(f) = self.files.as_mut() {
             if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
-                e.insert(crate::open_node(&dev.join(format!("nvidia{phys}")))?);
+                e.insert(crate::open_node(&dev.join(format!("nvidia{node}")))?);
             }
         }
         Ok(token)
