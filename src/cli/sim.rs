@@ -16,7 +16,7 @@ pub enum SimCommand {
     /// listed under host PIDs, and the runtime daemon that starts `sim run` containers; both
     /// exit when the box directory is removed.
     #[command(
-        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records\n  vramdoc sim init a100 --driver 470         # before R510: no nvmlDeviceGetMemoryInfo_v2\n  vramdoc sim init rtx4090 --driver 516.59 --platform wsl\n  vramdoc sim init 4xgh200                   # coherent memory: GPU memory as NUMA nodes"
+        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records\n  vramdoc sim init a100 --driver 470         # before R510: no nvmlDeviceGetMemoryInfo_v2\n  vramdoc sim init rtx4090 --driver 516.59 --platform wsl\n  vramdoc sim init 4xgh200                   # coherent memory: GPU memory as NUMA nodes\n  vramdoc sim init a100-80gb --mig 3g.40gb,3g.40gb   # MIG: two instances"
     )]
     Init(SimInitArgs),
     /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
@@ -188,6 +188,11 @@ pub struct SimInitArgs {
     /// per-process memory as not available and nvmlDeviceGetMemoryInfo_v2 fails)
     #[arg(long, value_enum, default_value_t = PlatformArg::Linux)]
     pub platform: PlatformArg,
+    /// MIG: put every GPU in MIG mode with these instances, profiles as nvidia-smi names
+    /// them (`3g.40gb,3g.40gb`; A100, H100, H200 boards). Each instance gets its own memory,
+    /// processes and `MIG-<uuid>`; the parent's process lists answer only privileged callers
+    #[arg(long, value_name = "PROFILE,...")]
+    pub mig: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

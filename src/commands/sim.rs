@@ -62,6 +62,11 @@ fn init(a: &SimInitArgs) -> Result<i32> {
         opts.driver_version = p.driver_version;
         opts.cuda_driver_version = p.cuda_driver_version;
     }
+    if let Some(m) = &a.mig {
+        opts.mig = vramdoc_sim::mig::parse_layout(m).map_err(|e| UsageError(e.to_string()))?;
+        vramdoc_sim::mig::check_layout(&a.spec, &opts.mig)
+            .map_err(|e| UsageError(e.to_string()))?;
+    }
     // The spec first: a bad one leaves nothing behind in TMPDIR.
     crate::backend::BoxSpec::parse(&a.spec)?;
     let (dir, temp) = match &a.dir {

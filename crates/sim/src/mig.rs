@@ -64,7 +64,13 @@ pub struct Profile {
     pub max: u32,
 }
 
-const fn p(name: &'static str, compute: u32, memory_slices: u32, gib_x100: u64, max: u32) -> Profile {
+const fn p(
+    name: &'static str,
+    compute: u32,
+    memory_slices: u32,
+    gib_x100: u64,
+    max: u32,
+) -> Profile {
     Profile {
         name,
         compute,
@@ -138,7 +144,9 @@ pub fn profiles_of(name: &str, total: u64) -> Option<&'static [Profile]> {
 pub enum MigError {
     #[error("--mig: empty profile list; write e.g. `--mig 3g.40gb,3g.40gb`")]
     Empty,
-    #[error("--mig: GPU {index} ({name}) has no MIG profiles in the simulator (MIG: A100, H100, H200)")]
+    #[error(
+        "--mig: GPU {index} ({name}) has no MIG profiles in the simulator (MIG: A100, H100, H200)"
+    )]
     NotCapable { index: u32, name: String },
     #[error("--mig: GPU {index} ({name}) has no profile {profile:?}; its profiles: {offered}")]
     UnknownProfile {
@@ -217,15 +225,18 @@ pub fn plan(devices: &[SimDevice], layout: &[String]) -> Result<Vec<MigInstance>
         })?;
         let mut chosen: Vec<&Profile> = Vec::new();
         for name in layout {
-            let prof = profiles
-                .iter()
-                .find(|p| p.name == name)
-                .ok_or_else(|| MigError::UnknownProfile {
+            let prof = profiles.iter().find(|p| p.name == name).ok_or_else(|| {
+                MigError::UnknownProfile {
                     index: d.index,
                     name: d.name.clone(),
                     profile: name.clone(),
-                    offered: profiles.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
-                })?;
+                    offered: profiles
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            })?;
             chosen.push(prof);
             let count = chosen.iter().filter(|c| c.name == prof.name).count() as u32;
             if count > prof.max {
@@ -270,6 +281,30 @@ pub fn plan(devices: &[SimDevice], layout: &[String]) -> Result<Vec<MigInstance>
         }
     }
     Ok(out)
+}
+
+/// Check a `--mig` layout against the devices of box spec `spec` before a box is made (a bad
+/// spec is the spec check's to report: nothing to say here then).
+pub fn check_layout(spec: &str, layout: &[String]) -> Result<(), MigError> {
+    let Ok(models) = crate::parse_spec(spec) else {
+        return Ok(());
+    };
+    let devices: Vec<SimDevice> = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| SimDevice {
+            index: i as u32,
+            name: m.name.clone(),
+            uuid: String::new(),
+            pci_bus_id: String::new(),
+            total: m.total,
+            reserved: m.reserved,
+            context_overhead: 0,
+            numa_node: None,
+            no_memory_info: m.no_memory_info,
+        })
+        .collect();
+    plan(&devices, layout).map(|_| ())
 }
 
 /// The parent's memory in MIG mode: its own total and reservation; `used` the sum of its
