@@ -66,6 +66,8 @@ pub struct NvmlMonitor {
     calls: CallCounters,
     /// v2 memory info is missing or failing on this driver: read v1 directly.
     memory_v1_only: AtomicBool,
+    /// MIG instances enumerated, numbered after the GPUs (`nvml_mig`).
+    mig: Mutex<mig::MigSlots>,
 }
 
 impl std::fmt::Debug for NvmlMonitor {
@@ -78,6 +80,8 @@ impl std::fmt::Debug for NvmlMonitor {
 
 #[path = "nvml_codes.rs"]
 mod codes;
+#[path = "nvml_mig.rs"]
+mod mig;
 pub use codes::{error_of_code, init_error_of_code, status_of_code};
 use codes::{init_failed, map_err, status_of};
 
@@ -142,6 +146,7 @@ impl NvmlMonitor {
             proc_buf: Mutex::new(Vec::new()),
             calls: CallCounters::default(),
             memory_v1_only: AtomicBool::new(false),
+            mig: Mutex::new(mig::MigSlots::default()),
         })
     }
 
@@ -198,7 +203,7 @@ impl NvmlMonitor {
     /// Everything `devices()` reports of one device, or what was read before the first error.
     fn device_info(&self, index: u32) -> std::result::Result<DeviceInfo, (Partial, NvmlError)> {
         let mut partial: Partial = (String::new(), String::new(), String::new());
-        let d = match self.nvml.device_by_index(index) {
+        let d = match self.info_handle(index) {
             Ok(d) => d,
             Err(e) => return Err((partial, e)),
         };
@@ -242,7 +247,7 @@ impl NvmlMonitor {
             utilization_gpu: util.map(|u| u.gpu),
             temperature_c: temp,
             numa_node,
-            mig: None,
+            mig: self.mig_role(index, &d),
             status: DeviceStatus::Ok,
         })
     }
@@ -666,12 +671,14 @@ impl Monitor for NvmlMonitor {
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
         self.calls.inventory();
         let count = self.count()?;
+        let count = count + self.enumerate_mig(count);
         Ok((0..count).map(|index| self.entry(index)).collect())
     }
 
     fn device_count(&self) -> Result<u32> {
         self.calls.inventory();
-        self.count()
+        let count = self.count()?;
+        Ok(count + self.enumerate_mig(count))
     }
 
     fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {

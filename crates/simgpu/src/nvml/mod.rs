@@ -26,7 +26,7 @@
 //! Here: the C types and codes of nvml.h, the library's state and the helpers every entry
 //! point uses. The entry points, by group: `init` (init, shutdown, errors), `system`
 //! (versions, process names), `device` (enumeration, handles, static facts, memory,
-//! utilization, temperature), `process` (the process lists).
+//! utilization, temperature), `process` (the process lists), `mig` (MIG device handles).
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -39,6 +39,7 @@ use vramdoc_sim::{Faults, SimBox, SimDevice, SimError};
 
 mod device;
 mod init;
+mod mig;
 mod monitor;
 mod process;
 mod system;
@@ -47,6 +48,7 @@ mod tests;
 
 pub use device::*;
 pub use init::*;
+pub use mig::*;
 pub use monitor::*;
 pub use process::*;
 pub use system::*;
@@ -278,10 +280,40 @@ fn handle_for(index: u32) -> nvmlDevice_t {
     hs[index as usize] as nvmlDevice_t
 }
 
-/// Physical index behind a handle we minted; anything else is `INVALID_ARGUMENT`.
+/// MIG device handles minted so far: (instance key, address of a leaked `nvmlDevice_st`
+/// whose magic is [`MIG_HANDLE_MAGIC`]). Kept apart from [`HANDLES`] (indexed by physical
+/// index): the two kinds of handle never alias, and [`index_of`] tells them apart.
+static MIG_HANDLES: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
+
+const MIG_HANDLE_MAGIC: u64 = 0x564d_4c53_494d_4d49; // "VMLSIMMI"
+
+/// The handle of MIG instance `key` (`vramdoc_sim::mig::key`), minted once.
+fn mig_handle_for(key: u32) -> nvmlDevice_t {
+    let mut hs = lock(&MIG_HANDLES);
+    if let Some((_, a)) = hs.iter().find(|(k, _)| *k == key) {
+        return *a as nvmlDevice_t;
+    }
+    let h = Box::into_raw(Box::new(nvmlDevice_st {
+        magic: MIG_HANDLE_MAGIC,
+        index: key,
+    })) as usize;
+    hs.push((key, h));
+    h as nvmlDevice_t
+}
+
+/// Physical index behind a handle we minted, or a MIG instance's key behind a MIG device
+/// handle; anything else is `INVALID_ARGUMENT`.
 fn index_of(h: nvmlDevice_t) -> R<u32> {
     if h.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if let Some((key, _)) = lock(&MIG_HANDLES).iter().find(|(_, a)| *a == h as usize) {
+        // SAFETY: `h` is one of our leaked, never-freed MIG handles.
+        let st = unsafe { &*h };
+        if st.magic != MIG_HANDLE_MAGIC || st.index != *key {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        return Ok(*key);
     }
     let hs = lock(&HANDLES);
     let pos = hs

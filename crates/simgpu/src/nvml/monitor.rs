@@ -420,47 +420,6 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     )
 }
 
-/// MIG is off on every simulated GPU; boards before Ampere (and GeForce) have none.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: nvmlDevice_t,
-    current: *mut c_uint,
-    pending: *mut c_uint,
-) -> nvmlReturn_t {
-    board_query("nvmlDeviceGetMigMode", device, |_, _, _, b| {
-        if !b.mig {
-            return Err(NVML_ERROR_NOT_SUPPORTED);
-        }
-        // SAFETY: checked for NULL by `out`.
-        unsafe {
-            out(current, DISABLED)?;
-            out(pending, DISABLED)
-        }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
-    device: nvmlDevice_t,
-    count: *mut c_uint,
-) -> nvmlReturn_t {
-    board_query("nvmlDeviceGetMaxMigDeviceCount", device, |_, _, _, b| {
-        // SAFETY: checked for NULL by `out`.
-        unsafe { out(count, if b.mig { 7 } else { 0 }) }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
-    device: nvmlDevice_t,
-    is_mig: *mut c_uint,
-) -> nvmlReturn_t {
-    board_query("nvmlDeviceIsMigDeviceHandle", device, |_, _, _, _| {
-        // SAFETY: checked for NULL by `out`.
-        unsafe { out(is_mig, 0) }
-    })
-}
-
 /// Datacenter boards have a serial number (derived from the UUID); GeForce boards do not.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetSerial(

@@ -1,0 +1,127 @@
+//! MIG through NVML for [`NvmlMonitor`]: the instances of every GPU in MIG mode, opened
+//! through nvml-wrapper's MIG API (`Device::mig_mode`, `mig_device_count`,
+//! `mig_device_by_index`) and numbered after the GPUs (index `count + k`), so the monitor's
+//! memory and process queries read them through their MIG device handles like any device.
+//! nvml.h: in MIG mode the parent's process lists are aggregate data for privileged callers
+//! only; "per-instance information can be queried by using specific MIG device handles".
+//! An instance this caller cannot open (`NVML_ERROR_NO_PERMISSION`, `NOT_FOUND` in a
+//! container given other instances) is skipped: it is not this caller's, never an error.
+
+use super::NvmlMonitor;
+use crate::gpu::{mig_profile_of_name, MigInfo, MigInstanceInfo};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Device;
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_enum_NVML_SUCCESS};
+use std::os::raw::c_uint;
+
+/// `NVML_DEVICE_MIG_ENABLE`.
+const MIG_ENABLE: u32 = 1;
+
+/// The MIG instances a monitor enumerated: the first instance's index (the GPU count then)
+/// and each instance's facts, in index order.
+#[derive(Debug, Default)]
+pub(super) struct MigSlots {
+    base: u32,
+    instances: Vec<MigInstanceInfo>,
+}
+
+impl NvmlMonitor {
+    /// Enumerate the MIG instances of the first `count` GPUs, caching their handles at
+    /// indices `count..`: how many there are.
+    pub(super) fn enumerate_mig(&self, count: u32) -> u32 {
+        let mut found: Vec<(usize, MigInstanceInfo)> = Vec::new();
+        for p in 0..count {
+            let Ok(d) = self.device(p) else { continue };
+            if !in_mig_mode(&d) {
+                continue;
+            }
+            let parent_uuid = d.uuid().unwrap_or_default();
+            let max = d.mig_device_count().unwrap_or(7).min(8);
+            for i in 0..max {
+                // NOT_FOUND: no instance there; NO_PERMISSION: not this caller's.
+                let Ok(m) = d.mig_device_by_index(i) else {
+                    continue;
+                };
+                // SAFETY: reading the raw handle out of a live Device has no side effect.
+                let raw = unsafe { m.handle() };
+                found.push((
+                    raw as usize,
+                    MigInstanceInfo {
+                        parent: p,
+                        parent_uuid: parent_uuid.clone(),
+                        gi: self.instance_id(raw, false),
+                        ci: self.instance_id(raw, true),
+                        profile: m
+                            .name()
+                            .map(|n| mig_profile_of_name(&n))
+                            .unwrap_or_default(),
+                    },
+                ));
+            }
+        }
+        let mut hs = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        hs.resize(count as usize, 0);
+        hs.extend(found.iter().map(|(raw, _)| *raw));
+        drop(hs);
+        let n = found.len() as u32;
+        *self.mig.lock().unwrap_or_else(|e| e.into_inner()) = MigSlots {
+            base: count,
+            instances: found.into_iter().map(|(_, i)| i).collect(),
+        };
+        n
+    }
+
+    /// The handle to read inventory entry `index` through: a MIG instance's cached handle,
+    /// else the GPU's (one lookup).
+    pub(super) fn info_handle(&self, index: u32) -> Result<Device<'_>, NvmlError> {
+        if self.mig_slot(index).is_some() {
+            let raw = self
+                .handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(index as usize)
+                .copied()
+                .unwrap_or(0);
+            if raw != 0 {
+                // SAFETY: the handle came from this NVML session, which lives as long as
+                // `self`.
+                return Ok(unsafe { Device::new(raw as nvmlDevice_t, &self.nvml) });
+            }
+        }
+        self.nvml.device_by_index(index)
+    }
+
+    /// The MIG part of inventory entry `index` read through `d`.
+    pub(super) fn mig_role(&self, index: u32, d: &Device<'_>) -> Option<MigInfo> {
+        if let Some(i) = self.mig_slot(index) {
+            return Some(MigInfo::Instance(i));
+        }
+        in_mig_mode(d).then_some(MigInfo::Parent)
+    }
+
+    fn mig_slot(&self, index: u32) -> Option<MigInstanceInfo> {
+        let s = self.mig.lock().unwrap_or_else(|e| e.into_inner());
+        let k = index.checked_sub(s.base)?;
+        s.instances.get(k as usize).cloned()
+    }
+
+    /// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId` of a MIG handle (not
+    /// wrapped by nvml-wrapper 0.13; read from its loaded library), `None` where missing.
+    fn instance_id(&self, raw: nvmlDevice_t, ci: bool) -> Option<u32> {
+        let lib = self.nvml.lib();
+        let f = if ci {
+            lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?
+        } else {
+            lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?
+        };
+        let mut id: c_uint = 0;
+        // SAFETY: a live handle of this session and a valid out pointer.
+        let rc = unsafe { f(raw, &mut id) };
+        (rc == nvmlReturn_enum_NVML_SUCCESS).then_some(id)
+    }
+}
+
+/// Whether `d` is a GPU in MIG mode (any error: not).
+fn in_mig_mode(d: &Device<'_>) -> bool {
+    d.mig_mode().is_ok_and(|m| m.current == MIG_ENABLE)
+}
