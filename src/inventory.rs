@@ -278,7 +278,9 @@ pub fn collect(
     let environment = environment(monitor, sim_spec)?;
     let mut details = Details::default();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
-    for d in environment.devices.iter().filter(|d| d.status.is_ok()) {
+    // A MIG parent's processes are its instances', listed per instance (its own lists are
+    // aggregate data that unprivileged callers may not read): not read twice.
+    for d in environment.devices.iter().filter(|d| d.is_counted()) {
         let list = match read_lists(monitor, d, lists) {
             Ok(l) => l,
             // One device failing never ends the scan: its lists are missing, and said so.

@@ -6,6 +6,7 @@
 mod evidence;
 pub mod fixes;
 mod last_reading;
+mod mig;
 mod pods;
 mod rules;
 pub mod timeline;

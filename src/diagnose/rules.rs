@@ -166,7 +166,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     let host = inv.pid_namespace.host;
     let details = &inv.details;
     let mut out = Vec::new();
-    for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
+    for d in inv.devices().iter().filter(|d| d.is_counted()) {
         // Without this device's process lists there is nothing to compare with.
         if details.list_errors.contains_key(&d.index) {
             continue;
@@ -193,7 +193,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         }
         let mut evidence = vec![
             ev_bytes(
-                format!("used on GPU {} (NVML v2, without reserved)", d.index),
+                format!("used on GPU {} (NVML v2, without reserved)", d.label()),
                 d.memory.used,
             ),
             ev_bytes("held by live processes", live_sum),
@@ -277,7 +277,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
                 title: format!(
                     "GPU {}: {} counted as used with no live owner: a coherent-memory GPU \
                      (NUMA node {}) keeps freed pages counted until they are reclaimed",
-                    d.index,
+                    d.label(),
                     format_bytes(orphaned),
                     d.numa_node.unwrap_or_default()
                 ),
@@ -303,7 +303,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         let title = if live_known {
             format!(
                 "GPU {}: {} used with no live owner{}{held_by}",
-                d.index,
+                d.label(),
                 format_bytes(orphaned),
                 if dead.is_empty() {
                     String::new()
@@ -314,7 +314,7 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         } else {
             format!(
                 "GPU {}: {} exited PID(s) still listed by NVML",
-                d.index,
+                d.label(),
                 dead.len()
             )
         };
@@ -425,7 +425,7 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
         }
     }
     if let Some(why) = &inv.details.per_process_unavailable {
-        for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
+        for d in inv.devices().iter().filter(|d| d.is_counted()) {
             let listed = inv.processes.iter().any(|p| p.usage_on(d.index).is_some());
             if !listed && d.memory.used > 0 {
                 pairs.push(format!(
@@ -464,7 +464,7 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
 pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
     inv.devices()
         .iter()
-        .filter(|d| d.status.is_ok())
+        .filter(|d| d.is_counted())
         .map(|d| device_headroom(d, th))
         .collect()
 }
@@ -522,7 +522,7 @@ pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
 /// arithmetic and the largest holder.
 pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
-    for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
+    for d in inv.devices().iter().filter(|d| d.is_counted()) {
         let Some(h) = headroom.iter().find(|h| h.device == d.index) else {
             continue;
         };
@@ -548,7 +548,7 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
                 format!(
                     "GPU {}: {} processes share it with {} free ({:.1}%) of {}: the next \
                      allocation of any of them can fail",
-                    d.index,
+                    d.label(),
                     claimants.len(),
                     format_bytes(m.free),
                     pct(m.free),
@@ -562,7 +562,7 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
                     "GPU {} is at a steady fill: {} free ({:.1}%) of {}{} (normal for an \
                      engine or a caching allocator at its configured fill; no room for \
                      another process)",
-                    d.index,
+                    d.label(),
                     format_bytes(m.free),
                     pct(m.free),
                     format_bytes(m.total),
@@ -578,7 +578,9 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
                 format!(
                     "GPU {}: a new vLLM engine needs gpu_memory_utilization <= {:.2} \
                      (default {:.2} does not fit)",
-                    d.index, h.max_gpu_memory_utilization, th.vllm_default_utilization
+                    d.label(),
+                    h.max_gpu_memory_utilization,
+                    th.vllm_default_utilization
                 ),
             )
         } else {
@@ -687,6 +689,9 @@ pub fn device_unavailable(inv: &Inventory) -> Vec<Finding> {
     use crate::gpu::DeviceStatus;
     let mut out = Vec::new();
     for d in inv.devices() {
+        if super::mig::refused_parent_with_instances(inv, d) {
+            continue;
+        }
         let (severity, what) = match &d.status {
             DeviceStatus::Ok => {
                 let Some(err) = inv.details.list_errors.get(&d.index) else {
@@ -770,6 +775,10 @@ fn live_sum(d: &DeviceInfo, processes: &[ProcessInfo], host: bool) -> (u64, bool
 /// [`no_live_owner`] (`used` minus what live processes hold; in a container every listed
 /// process counts as live). `None` when a live process's usage is not available.
 pub fn unattributed_bytes(d: &DeviceInfo, processes: &[ProcessInfo], host: bool) -> Option<u64> {
+    // A MIG parent's memory is its instances': counted there, never here.
+    if d.is_mig_parent() {
+        return None;
+    }
     let (sum, known) = live_sum(d, processes, host);
     known.then(|| d.memory.used.saturating_sub(sum))
 }

@@ -325,6 +325,12 @@ impl DeviceInfo {
         matches!(self.mig, Some(MigInfo::Parent))
     }
 
+    /// Whether this entry's own memory and processes count: it answered, and it is not a MIG
+    /// parent (whose memory and processes are its instances', counted on them).
+    pub fn is_counted(&self) -> bool {
+        self.status.is_ok() && !self.is_mig_parent()
+    }
+
     /// The MIG instance facts of this entry, if it is one.
     pub fn mig_instance(&self) -> Option<&MigInstanceInfo> {
         match &self.mig {

@@ -638,7 +638,11 @@ impl NvmlMonitor {
     fn entry(&self, index: u32) -> DeviceInfo {
         match self.device_info(index) {
             Ok(info) => info,
-            Err((partial, e)) => DeviceInfo::unanswered(index, partial, status_of(e)),
+            Err((partial, e)) => DeviceInfo {
+                // A MIG parent that will not answer this caller is still one.
+                mig: self.parent_role(index),
+                ..DeviceInfo::unanswered(index, partial, status_of(e))
+            },
         }
     }
 }

@@ -99,6 +99,15 @@ impl NvmlMonitor {
         in_mig_mode(d).then_some(MigInfo::Parent)
     }
 
+    /// `Parent` for a GPU in MIG mode whose own queries failed (its mode still answers).
+    pub(super) fn parent_role(&self, index: u32) -> Option<MigInfo> {
+        if self.mig_slot(index).is_some() {
+            return None;
+        }
+        let d = self.device(index).ok()?;
+        in_mig_mode(&d).then_some(MigInfo::Parent)
+    }
+
     fn mig_slot(&self, index: u32) -> Option<MigInstanceInfo> {
         let s = self.mig.lock().unwrap_or_else(|e| e.into_inner());
         let k = index.checked_sub(s.base)?;

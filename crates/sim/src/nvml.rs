@@ -215,6 +215,7 @@ impl SimNvml {
     pub fn memory(&self, host: u32) -> Result<SimMemory, SimError> {
         const CALL: &str = "nvmlDeviceGetMemoryInfo_v2";
         let (dev, faults) = self.device(host)?;
+        self.parent_readable(dev)?;
         if !self.sim.config().nvml_api().memory_v2 {
             return Err(SimError::FunctionNotFound(CALL));
         }
@@ -230,6 +231,7 @@ impl SimNvml {
     /// of Reserved and Allocated"); before R510 the reservation is outside `total` and `used`.
     pub fn memory_v1(&self, host: u32) -> Result<MemoryV1, SimError> {
         let (dev, faults) = self.device(host)?;
+        self.parent_readable(dev)?;
         let m = self.framebuffer(dev, &faults, "nvmlDeviceGetMemoryInfo")?;
         Ok(if self.sim.config().nvml_api().v1_counts_reserved {
             MemoryV1 {
@@ -251,6 +253,16 @@ impl SimNvml {
     /// container (another PID namespace, no capability file) may not.
     pub fn mig_privileged(&self) -> bool {
         self.caller == Caller::Host && self.sim.mig_monitor()
+    }
+
+    /// A MIG parent's aggregate data (memory, process lists) answers privileged callers only
+    /// ([`SimNvml::mig_privileged`]); others get [`SimError::NoPermission`] and read their
+    /// instances through MIG device handles.
+    fn parent_readable(&self, dev: &SimDevice) -> Result<(), SimError> {
+        if self.sim.is_mig_parent(dev.index) && !self.mig_privileged() {
+            return Err(crate::mig::no_aggregate(dev.index));
+        }
+        Ok(())
     }
 
     /// `nvmlDeviceGetMigMode` (current mode) of physical `host`: whether it has instances.
@@ -288,10 +300,8 @@ impl SimNvml {
             return Err(SimError::NoPermission(dev.index));
         }
         // A parent in MIG mode: the aggregate of its instances, for privileged callers only.
+        self.parent_readable(dev)?;
         let keys: Vec<u32> = if self.sim.is_mig_parent(dev.index) {
-            if !self.mig_privileged() {
-                return Err(crate::mig::no_aggregate(dev.index));
-            }
             self.sim
                 .mig_instances()
                 .iter()

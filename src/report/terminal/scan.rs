@@ -64,14 +64,14 @@ pub fn render(report: &Report, opts: Options) -> String {
                 crate::gpu::DeviceStatus::Error { .. } => "error".to_string(),
                 crate::gpu::DeviceStatus::Ok => String::new(),
             };
-            let mut row = vec![d.index.to_string(), d.name.clone(), status];
+            let mut row = vec![d.label(), c(&d.name), status];
             row.extend(std::iter::repeat_n("-".to_string(), 6));
             t.add_row(row);
             continue;
         }
         t.add_row(vec![
-            d.index.to_string(),
-            c(&d.name),
+            d.label(),
+            c(&mig_name(d)),
             format_bytes(m.used),
             format_bytes(m.free),
             format_bytes(m.reserved),
@@ -107,8 +107,12 @@ pub fn render(report: &Report, opts: Options) -> String {
                 .devices
                 .iter()
                 .map(|u| match u.used {
-                    Some(b) => format!("gpu {}: {}", u.device, format_bytes(b)),
-                    None => format!("gpu {}: n/a", u.device),
+                    Some(b) => format!(
+                        "gpu {}: {}",
+                        label_of(&scan.devices, u.device),
+                        format_bytes(b)
+                    ),
+                    None => format!("gpu {}: n/a", label_of(&scan.devices, u.device)),
                 })
                 .collect();
             let mut name = p.name.as_deref().map(c).unwrap_or_else(|| "-".into());
@@ -216,4 +220,25 @@ mod tests {
         assert!(text.contains("No findings."), "{text}");
         assert!(text.contains("No GPU processes."));
     }
+}
+
+/// The name column of a device: a MIG instance as `MIG 3g.40gb MIG-<uuid prefix>`, a GPU in
+/// MIG mode with `(MIG mode)` after its name, any other GPU by its name.
+fn mig_name(d: &crate::gpu::DeviceInfo) -> String {
+    if let Some(m) = d.mig_instance() {
+        let short: String = d.uuid.chars().take(12).collect();
+        return format!("MIG {} {short}", m.profile);
+    }
+    if d.is_mig_parent() {
+        return format!("{} (MIG mode)", d.name);
+    }
+    d.name.clone()
+}
+
+/// How device `index` is named in the process table (`0/1` for a MIG instance).
+fn label_of(devices: &[crate::gpu::DeviceInfo], index: u32) -> String {
+    devices
+        .iter()
+        .find(|d| d.index == index)
+        .map_or_else(|| index.to_string(), |d| d.label())
 }
