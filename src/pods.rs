@@ -172,13 +172,27 @@ pub struct Attribution {
 /// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
 /// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
 /// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
-/// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`. GKE's sharing ids
-/// (`nvidia0/vgpu0`, `nvidia0/gi0`) name GPU 0.
+/// (`MIG-<uuid>`, R470 and later) names its instance where the inventory holds it (read
+/// through MIG handles), else `None`; so do `MIG-GPU-<uuid>/<gi>/<ci>` and GKE's
+/// `nvidia0/gi1` (else their parent GPU). GKE's time-sharing ids (`nvidia0/vgpu0`) name GPU 0.
 pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     let id = id.split_once("::").map_or(id, |(base, _)| base);
+    // MIG instances read through MIG handles are entries of their own: a MIG id names one.
+    let mig = |uuid: Option<&str>, parent_gi| crate::gpu::mig_device_of(devices, uuid, parent_gi);
+    let gi_of = |s: &str| s.trim_start_matches("gi").parse::<u32>().ok();
     let uuid = match id.strip_prefix("MIG-") {
-        Some(rest) if rest.starts_with("GPU-") => rest.split('/').next()?,
-        Some(_) => return None,
+        Some(rest) if rest.starts_with("GPU-") => {
+            let mut parts = rest.split('/');
+            let parent = parts.next()?;
+            let p = devices
+                .iter()
+                .find(|d| d.uuid.eq_ignore_ascii_case(parent))?;
+            let gi = parts.next().and_then(gi_of);
+            return gi
+                .and_then(|gi| mig(None, Some((p.index, gi))))
+                .or(Some(p.index));
+        }
+        Some(_) => return mig(Some(id), None),
         None => id,
     };
     if uuid.starts_with("GPU-") {
@@ -188,9 +202,13 @@ pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
             .map(|d| d.index);
     }
     // GKE's ids: `nvidia0`, and for its sharing `nvidia0/vgpu0` (time-sharing) and
-    // `nvidia0/gi0` (MIG instances): the GPU is the part before the slash.
-    let n: u32 = id.split('/').next()?.strip_prefix("nvidia")?.parse().ok()?;
-    devices.iter().find(|d| d.index == n).map(|d| d.index)
+    // `nvidia0/gi0` (MIG instances, by GPU instance id: that instance where this inventory
+    // holds it): the GPU is the part before the slash.
+    let mut parts = id.split('/');
+    let n: u32 = parts.next()?.strip_prefix("nvidia")?.parse().ok()?;
+    let gpu = devices.iter().find(|d| d.index == n).map(|d| d.index)?;
+    let gi = parts.next().filter(|s| s.starts_with("gi")).and_then(gi_of);
+    Some(gi.and_then(|gi| mig(None, Some((gpu, gi)))).unwrap_or(gpu))
 }
 
 /// Pods of the GPU stack itself that hold or map GPU memory without requesting a GPU, named

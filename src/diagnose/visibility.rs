@@ -110,11 +110,18 @@ fn mounted_ids<'a>(
             Some(rest) if rest.to_ascii_uppercase().starts_with("GPU-") => {
                 rest.split('/').next().unwrap_or(rest)
             }
-            Some(_) => {
-                return Err(format!(
-                    "{id} is a MIG device; vramdoc does not map MIG devices to their GPU here"
-                ))
-            }
+            // A MIG device UUID: its instance, where the inventory holds it (MIG handles).
+            Some(_) => match uuids.iter().position(|u| u.eq_ignore_ascii_case(id)) {
+                Some(i) => {
+                    out.push(i as u32);
+                    continue;
+                }
+                None => {
+                    return Err(format!(
+                        "{id} is a MIG device this vantage cannot open; vramdoc does not map it to its GPU"
+                    ))
+                }
+            },
             None => id,
         };
         match crate::gpu::visible::resolve(id, uuids) {

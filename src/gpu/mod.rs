@@ -380,6 +380,26 @@ pub struct MigInstanceInfo {
     pub profile: String,
 }
 
+/// The inventory index of a MIG instance among `devices`: by its `MIG-<uuid>`, or by its
+/// parent's index and GPU instance id (the `MIG-GPU-<uuid>/<gi>/<ci>` and GKE `nvidiaN/giM`
+/// forms). `None`: not an instance this inventory holds.
+pub fn mig_device_of(
+    devices: &[DeviceInfo],
+    uuid: Option<&str>,
+    parent_gi: Option<(u32, u32)>,
+) -> Option<u32> {
+    devices
+        .iter()
+        .find(|d| {
+            let Some(m) = d.mig_instance() else {
+                return false;
+            };
+            uuid.is_some_and(|u| d.uuid.eq_ignore_ascii_case(u))
+                || parent_gi.is_some_and(|(p, gi)| m.parent == p && m.gi == Some(gi))
+        })
+        .map(|d| d.index)
+}
+
 /// The profile in a MIG device's NVML name (`NVIDIA A100-SXM4-80GB MIG 3g.40gb` → `3g.40gb`).
 pub fn mig_profile_of_name(name: &str) -> String {
     name.rsplit_once(" MIG ")

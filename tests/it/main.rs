@@ -29,6 +29,8 @@ mod grafana;
 mod hardening;
 /// The flight recorder: `serve --incidents`, `vramdoc incidents`, `sim fault --xid`.
 mod incidents;
+/// MIG: `sim init --mig`, per-instance scan rows and headroom, a container given an instance.
+mod mig;
 /// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.

@@ -1,0 +1,191 @@
+//! MIG end to end (issue 25, item 5): a box made with `vramdoc sim init SPEC --mig …`, read
+//! by `vramdoc scan` over the in-process simulator and over the simulated libnvidia-ml.so.1
+//! (nvml-wrapper's MIG API), on the host and from a container given one instance.
+
+use crate::common;
+
+use common::clients::CliBox;
+use common::hold::Holder;
+use common::scans::{all_ids, run, scan_cmd};
+use common::{assert_ok, json_ok};
+use serde_json::Value;
+
+const GIB: u64 = 1024 * 1024 * 1024;
+
+fn devices(v: &Value) -> &Vec<Value> {
+    v["scan"]["devices"].as_array().expect("devices")
+}
+
+fn severities(v: &Value) -> Vec<(String, String, Value)> {
+    v["scan"]["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| {
+                    (
+                        f["id"].as_str().unwrap_or("").to_string(),
+                        f["severity"].as_str().unwrap_or("").to_string(),
+                        f["devices"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Must-show #4: a MIG box (`--mig 3g.40gb,3g.40gb` on an A100-80GB), one instance nearly
+/// full and the other empty: per-instance rows, headroom per instance, no low-headroom on
+/// the parent or across instances — over the in-process backend and over libnvidia-ml.so.1.
+#[test]
+fn a_mig_box_scans_per_instance() {
+    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
+    let sim = b.sim();
+    let inst = sim.mig_instances().to_vec();
+    assert_eq!(inst.len(), 2);
+    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
+    // 37 GiB of the first instance's 39.25 GiB.
+    let h = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
+        &["--size", "37GiB"],
+    );
+    for backend in ["sim", "real"] {
+        let mut c = scan_cmd(&b.dir, &["--json"]);
+        c.args(["--backend", backend]);
+        if backend == "real" {
+            c.env("LD_LIBRARY_PATH", common::simgpu_lib_dir());
+        }
+        let v = json_ok(&run(c), backend);
+        let d = devices(&v);
+        assert_eq!(d.len(), 3, "{backend}: parent + 2 instances: {v}");
+        assert_eq!(d[0]["mig"]["role"], "parent", "{backend}");
+        for (i, uuid, gi) in [(1, &u1, 1), (2, &u2, 2)] {
+            assert_eq!(d[i]["mig"]["role"], "instance", "{backend}");
+            assert_eq!(d[i]["mig"]["parent"], 0);
+            assert_eq!(d[i]["mig"]["gi"], gi);
+            assert_eq!(d[i]["mig"]["ci"], 0);
+            assert_eq!(d[i]["mig"]["profile"], "3g.40gb");
+            assert_eq!(d[i]["uuid"], uuid.as_str());
+            assert_eq!(d[i]["memory"]["total"], 40192u64 * 1024 * 1024);
+        }
+        let used1 = d[1]["memory"]["used"].as_u64().unwrap();
+        assert!(used1 >= 37 * GIB, "{backend}: {used1}");
+        assert_eq!(d[2]["memory"]["used"], 0, "{backend}");
+        // The parent is the sum of its instances.
+        assert_eq!(d[0]["memory"]["used"], used1, "{backend}");
+        // The holder's memory is on its instance only.
+        let p = v["scan"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == h.pid())
+            .unwrap_or_else(|| panic!("{backend}: holder listed: {v}"));
+        assert_eq!(p["devices"].as_array().unwrap().len(), 1, "{backend}: {p}");
+        assert_eq!(p["devices"][0]["device"], 1, "{backend}");
+        // Headroom per instance, none for the parent.
+        let hr: Vec<u64> = v["scan"]["headroom"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["device"].as_u64().unwrap())
+            .collect();
+        assert_eq!(hr, vec![1, 2], "{backend}");
+        // No warning or error; a low-headroom note at most, and only for the full instance.
+        for (id, sev, devs) in severities(&v) {
+            assert_eq!(sev, "info", "{backend}: {id} {sev} {devs}");
+            if id == "low-headroom" {
+                assert_eq!(devs, serde_json::json!([1]), "{backend}");
+            }
+        }
+        assert!(
+            !all_ids(&v).contains(&"no-live-owner".to_string()),
+            "{backend}: {:?}",
+            all_ids(&v)
+        );
+    }
+    // The table: one row per instance, named parent/GI with its profile and MIG UUID.
+    let out = run(scan_cmd(&b.dir, &["--fail-on", "warn"]));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("0/1") && text.contains("0/2"), "{text}");
+    assert!(text.contains("MIG 3g.40gb"), "{text}");
+    assert!(text.contains(&u1[..12]), "{text}");
+    assert!(text.contains("gpu 0/1:"), "{text}");
+}
+
+/// `--mig` layouts the board cannot hold are refused before a box exists, naming the fix.
+#[test]
+fn bad_mig_layouts_are_usage_errors() {
+    for (spec, mig, says) in [
+        ("a100", "3g.40gb", "3g.20gb"),
+        ("t4", "1g.5gb", "no MIG profiles"),
+        ("h100", "4g.40gb,4g.40gb", "at most 1"),
+        ("h100", "4g.40gb,3g.40gb,1g.10gb", "do not fit"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("box");
+        let out = common::vramdoc()
+            .args(["sim", "init", spec, "--mig", mig, "--dir"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{spec} --mig {mig}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{spec} --mig {mig}: {err}");
+        assert!(!dir.join("box.json").exists());
+    }
+}
+
+/// A container given one MIG instance (`sim run --gpus MIG-…`, as the device plugin's MIG
+/// strategies do) scans as an unprivileged caller: it sees its instance with its own memory
+/// and process, the parent refuses it (NO_PERMISSION) and that is no finding.
+#[test]
+fn a_container_with_one_instance_sees_it() {
+    let b = CliBox::new("h100", &["--mig", "3g.40gb,3g.40gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    let mine = inst[1].device.uuid.clone();
+    // A neighbour on the other instance, on the host.
+    let _n = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", inst[0].device.uuid.as_str())],
+        &["--size", "10GiB"],
+    );
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let script = format!(
+        "{exe} sim hold --size 2GiB --duration 60s > /dev/null & \
+         for i in $(seq 100); do {exe} scan --json > scan.json && grep -q '\"pid\"' scan.json && break; sleep 0.1; done; \
+         cat scan.json; kill %1"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = b
+        .vramdoc()
+        .current_dir(tmp.path())
+        .env("VRAMDOC_PIDNS", "host")
+        .args(["sim", "run", "--gpus", &mine, "--cgroup", "none", "--"])
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_ok(&out, "sim run");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "scan JSON from the container: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let d = devices(&v);
+    assert_eq!(d.len(), 2, "the parent and this container's instance: {v}");
+    assert_eq!(d[0]["mig"]["role"], "parent");
+    assert_eq!(d[0]["status"], "no-permission");
+    assert_eq!(d[1]["uuid"], mine.as_str());
+    assert_eq!(d[1]["mig"]["gi"], 2);
+    let used = d[1]["memory"]["used"].as_u64().unwrap();
+    assert!((2 * GIB..3 * GIB).contains(&used), "its own 2 GiB: {used}");
+    let procs = v["scan"]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "only its own process: {v}");
+    assert_eq!(procs[0]["devices"][0]["device"], 1);
+    assert_eq!(
+        all_ids(&v),
+        Vec::<String>::new(),
+        "no device-unavailable for the parent"
+    );
+}
