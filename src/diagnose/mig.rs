@@ -73,6 +73,24 @@ mod tests {
     }
 
     #[test]
+    fn pod_mig_ids_name_their_instance() {
+        let mut gpu = parent(DeviceStatus::Ok);
+        gpu.uuid = "GPU-aaaa".into();
+        let mut i1 = instance(true);
+        i1.uuid = "MIG-bbbb".into();
+        let devs = vec![gpu, i1];
+        let of = |id: &str| crate::pods::device_of_id(id, &devs);
+        assert_eq!(of("MIG-bbbb"), Some(1));
+        assert_eq!(of("MIG-cccc"), None, "an instance this inventory lacks");
+        assert_eq!(of("MIG-GPU-aaaa/1/0"), Some(1));
+        assert_eq!(of("MIG-GPU-aaaa/5/0"), Some(0), "else its parent");
+        assert_eq!(of("nvidia0/gi1"), Some(1));
+        assert_eq!(of("nvidia0/gi3"), Some(0));
+        assert_eq!(of("nvidia0/vgpu1"), Some(0));
+        assert_eq!(of("nvidia0"), Some(0));
+    }
+
+    #[test]
     fn a_refused_parent_is_no_finding_only_while_an_instance_answers() {
         let refused = parent(DeviceStatus::NoPermission);
         let i = inv(vec![refused.clone(), instance(true)]);
