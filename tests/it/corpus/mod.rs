@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 mod logs;
+mod mig;
 mod run;
 mod scan;
 
