@@ -169,6 +169,27 @@ pub fn render(report: &Report, opts: Options) -> String {
     s
 }
 
+/// The name column of a device: a MIG instance as `MIG 3g.40gb MIG-<uuid prefix>`, a GPU in
+/// MIG mode with `(MIG mode)` after its name, any other GPU by its name.
+fn mig_name(d: &crate::gpu::DeviceInfo) -> String {
+    if let Some(m) = d.mig_instance() {
+        let short: String = d.uuid.chars().take(12).collect();
+        return format!("MIG {} {short}", m.profile);
+    }
+    if d.is_mig_parent() {
+        return format!("{} (MIG mode)", d.name);
+    }
+    d.name.clone()
+}
+
+/// How device `index` is named in the process table (`0/1` for a MIG instance).
+fn label_of(devices: &[crate::gpu::DeviceInfo], index: u32) -> String {
+    devices
+        .iter()
+        .find(|d| d.index == index)
+        .map_or_else(|| index.to_string(), |d| d.label())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,25 +241,4 @@ mod tests {
         assert!(text.contains("No findings."), "{text}");
         assert!(text.contains("No GPU processes."));
     }
-}
-
-/// The name column of a device: a MIG instance as `MIG 3g.40gb MIG-<uuid prefix>`, a GPU in
-/// MIG mode with `(MIG mode)` after its name, any other GPU by its name.
-fn mig_name(d: &crate::gpu::DeviceInfo) -> String {
-    if let Some(m) = d.mig_instance() {
-        let short: String = d.uuid.chars().take(12).collect();
-        return format!("MIG {} {short}", m.profile);
-    }
-    if d.is_mig_parent() {
-        return format!("{} (MIG mode)", d.name);
-    }
-    d.name.clone()
-}
-
-/// How device `index` is named in the process table (`0/1` for a MIG instance).
-fn label_of(devices: &[crate::gpu::DeviceInfo], index: u32) -> String {
-    devices
-        .iter()
-        .find(|d| d.index == index)
-        .map_or_else(|| index.to_string(), |d| d.label())
 }
