@@ -189,3 +189,111 @@ fn a_container_with_one_instance_sees_it() {
         "no device-unavailable for the parent"
     );
 }
+
+/// The MIG entry points of the simulated libnvidia-ml.so.1 at the C ABI: MIG handles are
+/// distinct from device handles, answer for their instance and lead back to their parent.
+#[test]
+fn c_abi_mig_handles() {
+    use libloading::Library;
+    use std::ffi::{c_char, c_uint, c_void};
+    type Device = *mut c_void;
+    const SUCCESS: c_uint = 0;
+    const NOT_SUPPORTED: c_uint = 3;
+    const NOT_FOUND: c_uint = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = vramdoc_sim::InitOptions {
+        mig: vec!["3g.40gb".into(), "1g.10gb".into()],
+        ..Default::default()
+    };
+    let sim = vramdoc_sim::SimBox::create(dir.path(), "h100", &opts).unwrap();
+    let inst = sim.mig_instances().to_vec();
+    let _g = common::nvml::session(Some(dir.path()));
+    // SAFETY: our own simulated library; each symbol is called with its nvml.h signature.
+    unsafe {
+        let lib = Library::new(common::nvml::lib_path()).expect("dlopen simgpu");
+        let call0 = lib
+            .get::<unsafe extern "C" fn() -> c_uint>(b"nvmlInit_v2")
+            .unwrap();
+        assert_eq!(call0(), SUCCESS);
+        let by_index = lib
+            .get::<unsafe extern "C" fn(c_uint, *mut Device) -> c_uint>(
+                b"nvmlDeviceGetHandleByIndex_v2",
+            )
+            .unwrap();
+        let mut d: Device = std::ptr::null_mut();
+        assert_eq!(by_index(0, &mut d), SUCCESS);
+        let two = |name: &[u8], h: Device| {
+            let f = lib
+                .get::<unsafe extern "C" fn(Device, *mut c_uint, *mut c_uint) -> c_uint>(name)
+                .unwrap();
+            let (mut a, mut b) = (9, 9);
+            (f(h, &mut a, &mut b), a, b)
+        };
+        let one = |name: &[u8], h: Device| {
+            let f = lib
+                .get::<unsafe extern "C" fn(Device, *mut c_uint) -> c_uint>(name)
+                .unwrap();
+            let mut a = 9;
+            (f(h, &mut a), a)
+        };
+        assert_eq!(two(b"nvmlDeviceGetMigMode", d), (SUCCESS, 1, 1));
+        assert_eq!(one(b"nvmlDeviceGetMaxMigDeviceCount", d), (SUCCESS, 7));
+        let mig_by_index = lib
+            .get::<unsafe extern "C" fn(Device, c_uint, *mut Device) -> c_uint>(
+                b"nvmlDeviceGetMigDeviceHandleByIndex",
+            )
+            .unwrap();
+        let (mut m0, mut m1, mut m2): (Device, Device, Device) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        assert_eq!(mig_by_index(d, 0, &mut m0), SUCCESS);
+        assert_eq!(mig_by_index(d, 1, &mut m1), SUCCESS);
+        assert_eq!(mig_by_index(d, 2, &mut m2), NOT_FOUND);
+        assert!(m0 != d && m1 != d && m0 != m1);
+        assert_eq!(one(b"nvmlDeviceIsMigDeviceHandle", m0), (SUCCESS, 1));
+        assert_eq!(one(b"nvmlDeviceIsMigDeviceHandle", d), (SUCCESS, 0));
+        assert_eq!(one(b"nvmlDeviceGetGpuInstanceId", m1), (SUCCESS, 2));
+        assert_eq!(one(b"nvmlDeviceGetComputeInstanceId", m1), (SUCCESS, 0));
+        assert_eq!(one(b"nvmlDeviceGetGpuInstanceId", d).0, NOT_SUPPORTED);
+        assert_eq!(two(b"nvmlDeviceGetMigMode", m0).0, NOT_SUPPORTED);
+        let parent = lib
+            .get::<unsafe extern "C" fn(Device, *mut Device) -> c_uint>(
+                b"nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+            )
+            .unwrap();
+        let mut p: Device = std::ptr::null_mut();
+        assert_eq!(parent(m1, &mut p), SUCCESS);
+        assert_eq!(p, d);
+        assert_ne!(parent(d, &mut p), SUCCESS, "a device handle has no parent");
+        // Name, UUID and memory answer for the instance.
+        let text = |name: &[u8], h: Device| {
+            let f = lib
+                .get::<unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_uint>(name)
+                .unwrap();
+            let mut buf = [0 as c_char; 96];
+            assert_eq!(f(h, buf.as_mut_ptr(), 96), SUCCESS);
+            std::ffi::CStr::from_ptr(buf.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        };
+        assert_eq!(text(b"nvmlDeviceGetUUID", m1), inst[1].device.uuid);
+        assert_eq!(
+            text(b"nvmlDeviceGetName", m1),
+            "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+        );
+        let mem = lib
+            .get::<unsafe extern "C" fn(Device, *mut [u64; 3]) -> c_uint>(
+                b"nvmlDeviceGetMemoryInfo",
+            )
+            .unwrap();
+        let mut m = [0u64; 3];
+        assert_eq!(mem(m1, &mut m), SUCCESS);
+        assert_eq!(m[0], inst[1].device.total);
+        let shutdown = lib
+            .get::<unsafe extern "C" fn() -> c_uint>(b"nvmlShutdown")
+            .unwrap();
+        assert_eq!(shutdown(), SUCCESS);
+    }
+}
