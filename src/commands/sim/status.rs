@@ -13,12 +13,26 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
     }
     let st = sim.state()?;
     let faults = sim.faults()?;
-    if a.json {
-        let devices: Vec<_> = sim
-            .devices()
+    // A MIG parent's memory is the sum of its instances' (listed after the GPUs, `0/1`).
+    let memory = |d: &vramdoc_sim::SimDevice| match sim.mig_instance(d.index) {
+        None if sim.is_mig_parent(d.index) => {
+            vramdoc_sim::mig::parent_memory(d, sim.mig_instances(), &st)
+        }
+        _ => vramdoc_sim::memory_of(d, &st),
+    };
+    let label = |i: u32| match sim.mig_instance(i) {
+        Some(m) => format!("{}/{}", m.parent, m.gi),
+        None => i.to_string(),
+    };
+    let all = || {
+        sim.devices()
             .iter()
+            .chain(sim.mig_instances().iter().map(|m| &m.device))
+    };
+    if a.json {
+        let devices: Vec<_> = all()
             .map(|d| {
-                let m = vramdoc_sim::memory_of(d, &st);
+                let m = memory(d);
                 serde_json::json!({"device": d, "memory": m, "lost": faults.lost_devices.contains(&d.index)})
             })
             .collect();
@@ -40,11 +54,11 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
     let mut t = super::table(vec![
         "gpu", "name", "used", "reserved", "free", "total", "ctx cost",
     ]);
-    for d in sim.devices() {
-        let m = vramdoc_sim::memory_of(d, &st);
+    for d in all() {
+        let m = memory(d);
         let lost = faults.lost_devices.contains(&d.index);
         t.add_row(vec![
-            format!("{}{}", d.index, if lost { " LOST" } else { "" }),
+            format!("{}{}", label(d.index), if lost { " LOST" } else { "" }),
             d.name.clone(),
             format_bytes(m.used),
             format_bytes(m.reserved),
@@ -83,7 +97,7 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
                         .collect::<Vec<_>>()
                         .join("+"),
                     if alive { "yes" } else { "NO" }.to_string(),
-                    dev.to_string(),
+                    label(*dev),
                     u.contexts.to_string(),
                     u.allocations.to_string(),
                     u.peer_mappings.to_string(),
