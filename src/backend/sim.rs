@@ -413,6 +413,9 @@ impl SimMonitor {
     /// NVML order: they follow the GPUs in this monitor's numbering (as `NvmlMonitor`
     /// numbers the instances it opens through MIG device handles).
     fn instances(&self) -> Vec<(u32, vramdoc_sim::mig::MigInstance)> {
+        if self.nvml.sim().mig_instances().is_empty() {
+            return Vec::new();
+        }
         self.nvml
             .mounted()
             .iter()
@@ -428,7 +431,12 @@ impl SimMonitor {
     fn mig_of(&self, index: u32, host: u32) -> Option<crate::gpu::MigInfo> {
         use crate::gpu::{MigInfo, MigInstanceInfo};
         if !vramdoc_sim::mig::is_key(host) {
-            return matches!(self.nvml.mig_mode(host), Ok(true)).then_some(MigInfo::Parent);
+            // A box fact: no second wait on a GPU that did not answer.
+            return self
+                .nvml
+                .sim()
+                .is_mig_parent(host)
+                .then_some(MigInfo::Parent);
         }
         let mounted = self.nvml.mounted().len() as u32;
         let (parent, m) = self

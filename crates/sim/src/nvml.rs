@@ -274,13 +274,18 @@ impl SimNvml {
     /// The MIG instances of physical `host` this caller can open, in GPU-instance order
     /// (`nvmlDeviceGetMigDeviceHandleByIndex` numbers them 0..): a container sees only those
     /// its runtime gave it.
+    /// Box facts only (the session checked, no per-device hang or loss): counting devices
+    /// never waits on one GPU; the instances' own queries meet those.
     pub fn mig_instances(&self, host: u32) -> Result<Vec<crate::mig::MigInstance>, SimError> {
-        let (dev, _) = self.device(host)?;
+        self.session()?;
+        if !self.mounted.contains(&host) {
+            return Err(SimError::InvalidDevice(host));
+        }
         Ok(self
             .sim
             .mig_instances()
             .iter()
-            .filter(|m| m.parent == dev.index && self.sim.mig_openable(m))
+            .filter(|m| m.parent == host && self.sim.mig_openable(m))
             .cloned()
             .collect())
     }
