@@ -6,7 +6,8 @@
 //! handle lookup + name, UUID, PCI info, memory (v2), utilization, temperature;
 //! [`Monitor::memory`] = one `nvmlDeviceGetMemoryInfo_v2`; [`Monitor::processes`] = one
 //! `nvmlDeviceGetComputeRunningProcesses_v3` into a buffer kept between calls (a second one
-//! only when the buffer is too small). Device handles are cached: NVML handles stay valid
+//! only when the buffer is too small). MIG instances follow the GPUs (`nvml_mig.rs`).
+//! Device handles are cached: NVML handles stay valid
 //! until `nvmlShutdown`, which only runs when the monitor is dropped.
 //!
 //! Older and odd drivers: where `nvmlDeviceGetMemoryInfo_v2` is missing (before R510),
@@ -682,7 +683,7 @@ impl Monitor for NvmlMonitor {
     fn device_count(&self) -> Result<u32> {
         self.calls.inventory();
         let count = self.count()?;
-        Ok(count + self.enumerate_mig(count))
+        Ok(count + self.mig_count(count))
     }
 
     fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {

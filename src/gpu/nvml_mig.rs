@@ -4,8 +4,11 @@
 //! memory and process queries read them through their MIG device handles like any device.
 //! nvml.h: in MIG mode the parent's process lists are aggregate data for privileged callers
 //! only; "per-instance information can be queried by using specific MIG device handles".
-//! An instance this caller cannot open (`NVML_ERROR_NO_PERMISSION`, `NOT_FOUND` in a
-//! container given other instances) is skipped: it is not this caller's, never an error.
+//! The count reuses the last enumeration (`mig_count`); the full inventory (`devices`)
+//! enumerates again (per GPU: `nvmlDeviceGetMigMode`, and in MIG mode the maximum count and
+//! a handle, name and instance ids per instance). An instance this caller cannot open
+//! (`NVML_ERROR_NO_PERMISSION`, `NOT_FOUND` in a container given other instances) is
+//! skipped: it is not this caller's, never an error.
 
 use super::NvmlMonitor;
 use crate::gpu::{mig_profile_of_name, MigInfo, MigInstanceInfo};
@@ -21,11 +24,27 @@ const MIG_ENABLE: u32 = 1;
 /// and each instance's facts, in index order.
 #[derive(Debug, Default)]
 pub(super) struct MigSlots {
+    /// Whether an enumeration ran (MIG layouts change only by an administrator's
+    /// reconfiguration, which resets the GPUs).
+    known: bool,
     base: u32,
     instances: Vec<MigInstanceInfo>,
 }
 
 impl NvmlMonitor {
+    /// How many MIG instances follow `count` GPUs: those of the last enumeration when one
+    /// ran for that many GPUs (a count asks no GPU, so one that hangs later never holds it
+    /// up), else a first enumeration.
+    pub(super) fn mig_count(&self, count: u32) -> u32 {
+        {
+            let s = self.mig.lock().unwrap_or_else(|e| e.into_inner());
+            if s.known && s.base == count {
+                return s.instances.len() as u32;
+            }
+        }
+        self.enumerate_mig(count)
+    }
+
     /// Enumerate the MIG instances of the first `count` GPUs, caching their handles at
     /// indices `count..`: how many there are.
     pub(super) fn enumerate_mig(&self, count: u32) -> u32 {
@@ -65,6 +84,7 @@ impl NvmlMonitor {
         drop(hs);
         let n = found.len() as u32;
         *self.mig.lock().unwrap_or_else(|e| e.into_inner()) = MigSlots {
+            known: true,
             base: count,
             instances: found.into_iter().map(|(_, i)| i).collect(),
         };
