@@ -187,6 +187,19 @@ impl SimDriver {
         }
     }
 
+    /// `cuMemAllocManaged` of `bytes` in `ctx` (the core's managed memory: resident on the
+    /// device, in its `used`, in no process's usage; `vramdoc sim hold --managed`).
+    pub fn alloc_managed(&mut self, ctx: ContextId, bytes: u64) -> Result<AllocId> {
+        let ordinal = self.ordinal(ctx)?;
+        let ptr = self
+            .proc
+            .alloc_managed(ordinal, bytes)
+            .map_err(|e| cuda_err("cuMemAllocManaged", Some(ordinal), e))?;
+        let id = AllocId(ptr);
+        self.allocs.insert(id, (ctx, ptr, bytes));
+        Ok(id)
+    }
+
     fn ordinal(&self, ctx: ContextId) -> Result<u32> {
         self.contexts.get(&ctx).copied().ok_or(GpuError::Driver {
             call: "context".into(),
