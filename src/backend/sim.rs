@@ -505,6 +505,7 @@ impl Monitor for SimMonitor {
             utilization_gpu: None,
             temperature_c: None,
             numa_node: None,
+            memory_unknown: None,
             status: crate::gpu::DeviceStatus::Ok,
         };
         match answer {
@@ -515,6 +516,12 @@ impl Monitor for SimMonitor {
                 info.numa_node = facts.and_then(|d| d.numa_node);
             }
             Err(e) if is_box_error(&e) => return Err(box_error(e)),
+            // GB10: no framebuffer memory to report; the device answers everything else.
+            Err(SimError::NotSupported { .. }) if facts.is_some() => {
+                info.memory_unknown = Some(crate::gpu::MEMORY_NOT_SUPPORTED.into());
+                info.utilization_gpu = Some(0);
+                info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+            }
             Err(e) => info.status = nvml::status_of_code(e.nvml_code()),
         }
         Ok(info)

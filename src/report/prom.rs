@@ -241,9 +241,18 @@ pub fn render(
         let unattributed = gauge(
             &reg,
             "vramdoc_gpu_memory_unattributed_bytes",
-            "Used memory no live listed process accounts for (absent when per-process \
-             usage is not available)",
+            "Used memory no live listed process accounts for and nothing explains: what \
+             the no-live-owner finding calls lost (absent when per-process usage is not \
+             available)",
             dev_labels,
+        )?;
+        let explained = gauge(
+            &reg,
+            "vramdoc_gpu_memory_explained_unattributed_bytes",
+            "Used memory no live listed process accounts for that is explained: reason \
+             managed (unified memory of a live process holding /dev/nvidia-uvm) or coherent \
+             (a coherent-memory GPU's unreclaimed pages)",
+            &["gpu", "uuid", "reason"],
         )?;
         let ratio = gauge(
             &reg,
@@ -262,12 +271,37 @@ pub fn render(
             let l = [gpu.as_str(), d.uuid.as_str()];
             info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id, &d.uuid])
                 .set(1.0);
+            // Memory query not supported (GB10): no memory series rather than zeros.
+            if d.memory_unknown.is_some() {
+                continue;
+            }
             used.with_label_values(&l).set(d.memory.used as f64);
             free.with_label_values(&l).set(d.memory.free as f64);
             total.with_label_values(&l).set(d.memory.total as f64);
             reserved.with_label_values(&l).set(d.memory.reserved as f64);
-            if let Some(b) = crate::diagnose::unattributed_bytes(d, &scan.processes, host) {
-                unattributed.with_label_values(&l).set(b as f64);
+            // The split the finding used (`diagnose::unattributed`); a report without one
+            // (written before it) counts every unattributed byte as lost.
+            let split = if scan.unattributed.is_empty() {
+                crate::diagnose::unattributed_bytes(d, &scan.processes, host).map(|b| {
+                    crate::model::Unattributed {
+                        device: d.index,
+                        lost: b,
+                        ..Default::default()
+                    }
+                })
+            } else {
+                scan.unattributed
+                    .iter()
+                    .find(|u| u.device == d.index)
+                    .cloned()
+            };
+            if let Some(u) = split {
+                unattributed.with_label_values(&l).set(u.lost as f64);
+                for (reason, b) in [("managed", u.managed), ("coherent", u.coherent)] {
+                    explained
+                        .with_label_values(&[&gpu, &d.uuid, reason])
+                        .set(b as f64);
+                }
             }
             if let Some(h) = scan.headroom.iter().find(|h| h.device == d.index) {
                 ratio

@@ -543,6 +543,15 @@ pub fn gap_lines(run: &VariantRun) -> Vec<String> {
     out
 }
 
+/// What the processes listed on `device` hold there, summing the usages that are known: the
+/// memory shown for a device whose own memory query is not supported (GB10).
+pub fn process_sum(processes: &[crate::model::ProcessInfo], device: u32) -> u64 {
+    processes
+        .iter()
+        .filter_map(|p| p.usage_on(device).and_then(|u| u.used))
+        .fold(0u64, |a, b| a.saturating_add(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
