@@ -17,9 +17,10 @@
 //!   `nvmlDeviceGetMemoryInfo`) (`coherent`);
 //! - otherwise `lost`.
 //!
-//! Caveat on real drivers: every CUDA process on Linux opens `/dev/nvidia-uvm`, so "holds
-//! nvidia-uvm" says "may have managed memory", not "has". The dead-PID and foreign-holder
-//! checks above run first so the shapes of real leaks stay errors.
+//! Caveat on real drivers: CUDA processes on Linux commonly hold `/dev/nvidia-uvm` without
+//! managed memory, so "holds nvidia-uvm" says "may have managed memory", not "has". The
+//! dead-PID and foreign-holder checks above run first so the shapes of real leaks stay
+//! errors.
 
 use super::evidence::{ev, ev_bytes};
 use super::rules::{is_system_monitor, unattributed_bytes};
