@@ -552,7 +552,7 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
                 format!(
                     "GPU {}: {} processes share it with {} free ({:.1}%) of {}: steady \
                      fixed budgets are normal (e.g. two engines at gpu_memory_utilization \
-                     0.45); no room for another process",
+                     0.45); little room for another process",
                     d.index,
                     claimants.len(),
                     format_bytes(m.free),
