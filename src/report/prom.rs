@@ -420,4 +420,38 @@ mod tests {
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 0"));
         assert!(!text.contains("vramdoc_gpu_memory_used_bytes"));
     }
+
+    #[test]
+    fn the_unattributed_metric_is_the_lost_part_of_the_recorded_split() {
+        use crate::units::GIB;
+        let inv = crate::scan::sample_inventory();
+        let th = crate::diagnose::Thresholds::default();
+        let mut scan = crate::scan::build_report(&inv, &th)
+            .into_scan()
+            .expect("a scan");
+        let find = |text: &str, prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let lost = "vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\"";
+        let managed =
+            "vramdoc_gpu_memory_explained_unattributed_bytes{gpu=\"0\",reason=\"managed\"";
+        // As decided: 70 GiB of an exited PID, all lost.
+        let text = render(Some(&scan), &coll(true), PromOptions::default()).unwrap();
+        assert_eq!(find(&text, lost), Some((70 * GIB) as f64), "{text}");
+        assert_eq!(find(&text, managed), Some(0.0), "{text}");
+        // A split saying managed moves the bytes out of the alert's metric.
+        scan.unattributed[0].managed = scan.unattributed[0].lost;
+        scan.unattributed[0].lost = 0;
+        let text = render(Some(&scan), &coll(true), PromOptions::default()).unwrap();
+        assert_eq!(find(&text, lost), Some(0.0), "{text}");
+        assert_eq!(find(&text, managed), Some((70 * GIB) as f64), "{text}");
+        // A report without a split (written before it): every unattributed byte is lost.
+        scan.unattributed.clear();
+        let text = render(Some(&scan), &coll(true), PromOptions::default()).unwrap();
+        assert_eq!(find(&text, lost), Some((70 * GIB) as f64), "{text}");
+        assert_eq!(find(&text, managed), Some(0.0), "{text}");
+    }
 }
