@@ -28,6 +28,7 @@ fn big_report() -> Report {
         utilization_gpu: None,
         temperature_c: None,
         numa_node: None,
+        memory_unknown: None,
         status: Default::default(),
     };
     let series = |d: u32| DeviceSeries {

@@ -456,6 +456,7 @@ mod tests {
                 utilization_gpu: None,
                 temperature_c: None,
                 numa_node: None,
+                memory_unknown: None,
                 status: Default::default(),
             })
             .collect();

@@ -304,6 +304,10 @@ pub struct SimHoldArgs {
     /// Exit after this long (default: hold until killed)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub duration: Option<Duration>,
+    /// Also allocate this much managed (unified) memory with cuMemAllocManaged: counted in
+    /// the GPU's used memory but in no process's usage; the process holds nvidia-uvm
+    #[arg(long, value_name = "SIZE")]
+    pub managed: Option<String>,
     /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list
     #[arg(long, conflicts_with = "mps")]
     pub graphics: bool,

@@ -244,3 +244,10 @@ with large weights nothing is left. Raise --mem-fraction-static a little (the er
 advice) if the GPU is otherwise empty, or shrink the need: a smaller --context-length, \
 quantised weights or KV cache (--kv-cache-dtype fp8_e5m2), or more GPUs (--tp). An OOM while \
 serving is the opposite case: lower --mem-fraction-static then.";
+
+/// `no-live-owner` at info: the bytes are managed (unified) memory of a live process.
+pub const MANAGED_MEMORY: &str = "Managed (unified) memory (cudaMallocManaged, RMM's \
+managed_memory_resource, CUDA unified memory) resident on a GPU is counted in its used memory \
+but in no process's usage (nvtop#213, pynvml#63, rmm#2259): it belongs to the process named, \
+and is freed when that process frees it or exits. Nothing to stop. If the bytes stay after \
+that process has exited, scan again: then they have no owner.";

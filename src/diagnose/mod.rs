@@ -5,10 +5,12 @@
 
 mod evidence;
 pub mod fixes;
+pub mod headroom_trend;
 mod last_reading;
 mod pods;
 mod rules;
 pub mod timeline;
+pub mod unattributed;
 mod visibility;
 
 use crate::inventory::Inventory;

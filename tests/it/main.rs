@@ -29,6 +29,8 @@ mod grafana;
 mod hardening;
 /// The flight recorder: `serve --incidents`, `vramdoc incidents`, `sim fault --xid`.
 mod incidents;
+/// Memory that is not lost: managed memory, GB10, coherent pages, low headroom on change.
+mod memacct;
 /// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.

@@ -216,6 +216,9 @@ const FAULTS_FILE: &str = "faults.json";
 const LOCK_FILE: &str = "lock";
 /// Directory of the box's device files (see [`SimBox::device_nodes`]).
 pub const DEV_DIR: &str = "dev";
+/// The box's `/dev/nvidia-uvm` (under [`DEV_DIR`]): held open by processes with managed
+/// memory (`cuMemAllocManaged`).
+pub const UVM_NODE: &str = "nvidia-uvm";
 /// Directory of the per-process token files under [`DEV_DIR`].
 pub const CLIENTS_DIR: &str = "clients";
 
@@ -567,8 +570,9 @@ impl SimBox {
         entry_alive(&self.dir, pid, entry)
     }
 
-    /// The box's equivalents of `/dev/nvidiaN` and `/dev/nvidiactl`: a process holding one
-    /// of them open keeps the memory of the process that opened it alive.
+    /// The box's equivalents of `/dev/nvidiaN`, `/dev/nvidiactl` and `/dev/nvidia-uvm`: a
+    /// process holding one of them open keeps the memory of the process that opened it
+    /// alive; `nvidia-uvm` is held by processes with managed memory ([`UVM_NODE`]).
     pub fn device_nodes(&self) -> Vec<PathBuf> {
         let dev = self.dir.join(DEV_DIR);
         let mut out: Vec<PathBuf> = self
@@ -577,6 +581,7 @@ impl SimBox {
             .map(|d| dev.join(format!("nvidia{}", d.index)))
             .collect();
         out.push(dev.join("nvidiactl"));
+        out.push(dev.join(UVM_NODE));
         out
     }
 
