@@ -50,6 +50,9 @@ pub mod ids {
     pub const OVERCOMMIT: &str = "overcommit";
     pub const HELD_AFTER_EXIT: &str = "held-after-exit";
     pub const OUTLIVED_COMMAND: &str = "outlived-command";
+    /// Memory kept after the command by a job process NVML does not list, holding the
+    /// driver's device files it inherited (issue 25, item 9).
+    pub const HELD_BY_DESCRIPTOR: &str = "held-by-descriptor";
     pub const FRAGMENTATION: &str = "fragmentation";
     pub const COLLECTIVE_TIMEOUT: &str = "collective-timeout";
     pub const HOST_OOM_KILL: &str = "host-oom-kill";
@@ -64,6 +67,7 @@ pub mod ids {
         OVERCOMMIT,
         HELD_AFTER_EXIT,
         OUTLIVED_COMMAND,
+        HELD_BY_DESCRIPTOR,
         FRAGMENTATION,
         COLLECTIVE_TIMEOUT,
         HOST_OOM_KILL,

@@ -251,6 +251,7 @@ pub fn run(
     // Keep recording a moment: is the memory returned?
     feed.settle(SETTLE, &mut live);
     // What still holds memory: ended with --kill-after, else a finding.
+    recorder.note_device_file_holders();
     recorder.round();
     if let Some(grace) = spec.kill_after {
         if outlived::end_holders(&recorder, grace, &mut feed, &mut live) {
@@ -263,6 +264,7 @@ pub fn run(
     output.wait_complete(OUTPUT_QUIET);
     feed.drain();
     let mut errors = std::mem::take(&mut feed.errors);
+    recorder.note_device_file_holders();
     recorder.round();
     recorder.stream(&StreamLine::End {
         t_ms: recorder.t_ms(),

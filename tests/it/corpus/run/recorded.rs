@@ -162,6 +162,7 @@ impl Shape {
             errors: self.errors.clone(),
             end_ms: self.end,
             exit: self.exit,
+            device_file_holders: Vec::new(),
         }
     }
 
