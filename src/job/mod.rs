@@ -238,6 +238,7 @@ pub fn run(
         std::thread::sleep(TICK);
     };
     let end_ms = recorder.t_ms();
+    recorder.reaped(pid, end_ms);
     // What is left in the pipes is read at once, whatever the terminal's speed.
     output.command_ended();
     let (kind, label) = match exit {

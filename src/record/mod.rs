@@ -457,6 +457,15 @@ impl Recorder {
             .collect()
     }
 
+    /// The job's process `pid` was reaped at `t_ms` (the command, by vramdoc): its exit is
+    /// recorded at that time, not at the next process round.
+    pub fn reaped(&self, pid: u32, t_ms: f64) {
+        let mut s = lock(&self.shared);
+        if let Some(change) = s.tree.as_mut().and_then(|t| t.ended(pid, t_ms)) {
+            s.tree_changes(vec![change]);
+        }
+    }
+
     /// Note which of the job's live processes hold the driver's device files open now
     /// ([`holders`]): called after the command ended, it names whoever keeps memory alive
     /// through an inherited descriptor. Reads /proc only, no driver call.

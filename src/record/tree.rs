@@ -525,6 +525,14 @@ impl ProcessTree {
             .collect()
     }
 
+    /// Mark the live member `pid` ended at `t_ms`, when its parent reaped it then (vramdoc
+    /// reaping the command: its exit is known to the millisecond, not at the next refresh).
+    pub fn ended(&mut self, pid: u32, t_ms: f64) -> Option<TreeChange> {
+        let tp = self.live.get_mut(&pid).filter(|tp| tp.end_ms.is_none())?;
+        tp.end_ms = Some(t_ms);
+        Some(TreeChange::Exited { pid, t_ms })
+    }
+
     /// Mark every live member ended at `t_ms` (the recording stops).
     pub fn end_all(&mut self, t_ms: f64) {
         for tp in self.live.values_mut() {
