@@ -82,10 +82,15 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
     // Rows per set of holders.
     let mut groups: BTreeMap<Vec<u32>, Vec<Row>> = BTreeMap::new();
     for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {
-        // Holders of this GPU's file (or, holding no GPU's file, of the control files).
+        // Holders of this GPU's file; or of files that name none of the job's GPUs (only the
+        // control files, or `nvidiaN` whose minor N is not an NVML index of the job's GPUs:
+        // minors need not follow NVML order).
         let here: Vec<&Sighting> = sightings
             .values()
-            .filter(|s| s.devices.contains(&d.index) || s.devices.is_empty())
+            .filter(|s| {
+                s.devices.contains(&d.index)
+                    || !s.devices.iter().any(|x| cx.job_devices.contains(x))
+            })
             .collect();
         if here.is_empty() || cx.tree.iter().any(|pid| listed_live(*pid, d.index)) {
             continue;

@@ -250,3 +250,28 @@ fn nothing_when_attached() {
     )
     .is_empty());
 }
+
+#[test]
+fn a_holder_of_files_naming_no_gpu_of_the_job_counts_and_one_seen_before_the_end_does_not() {
+    // `nvidia3`: a minor number that is no NVML index of this one-GPU recording.
+    let mut r = recording(&Shape::default());
+    for h in &mut r.device_file_holders {
+        h.nodes = vec!["/dev/nvidia3".into()];
+        h.devices = vec![3];
+    }
+    let found = fingerprints(&r, &TimelineThresholds::default());
+    assert_eq!(of(&found, "held-by-descriptor").len(), 1, "{found:?}");
+    // Only the control files: still the holder.
+    for h in &mut r.device_file_holders {
+        h.nodes = vec!["/dev/nvidiactl".into()];
+        h.devices = vec![];
+    }
+    let found = fingerprints(&r, &TimelineThresholds::default());
+    assert_eq!(of(&found, "held-by-descriptor").len(), 1, "{found:?}");
+    // Sightings count after the command ended only.
+    for h in &mut r.device_file_holders {
+        h.t_ms = 500.0;
+    }
+    let found = fingerprints(&r, &TimelineThresholds::default());
+    assert!(of(&found, "held-by-descriptor").is_empty(), "{found:?}");
+}
