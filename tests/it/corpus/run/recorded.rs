@@ -110,8 +110,7 @@ impl Shape {
                 let unlisted = self
                     .unlisted
                     .iter()
-                    .filter(|(at, dv, _)| *at <= t && *dv as usize == d)
-                    .last()
+                    .rfind(|(at, dv, _)| *at <= t && *dv as usize == d)
                     .map_or(0, |u| u.2);
                 let held: u64 = usage
                     .iter()
