@@ -254,12 +254,17 @@ fn a_forked_child_keeping_the_exited_command_s_memory_is_named() {
         used_now(&b) == [0]
     });
     assert_eq!(f[0]["severity"], "warn");
-    let procs = processes(&r);
-    let parent = procs
+    // The command, which made the context and exited (the child may be first seen after it
+    // was re-parented to vramdoc: its recorded parent is not always the command).
+    let parent = markers(&r)
         .iter()
-        .find(|p| p.0 == child)
-        .and_then(|p| p.2)
-        .unwrap_or_else(|| panic!("the child's parent: {procs:?}"));
+        .find_map(|m| {
+            m.strip_prefix("command started (pid ")?
+                .strip_suffix(')')?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("the command's start marker: {:?}", markers(&r)));
     let title = f[0]["title"].as_str().unwrap();
     // 2 GiB and the context.
     assert!(title.starts_with("GPU 0: 2."), "{title}");

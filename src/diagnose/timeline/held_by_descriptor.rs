@@ -209,7 +209,9 @@ fn finding(cx: &Prepared, who: &[&Sighting], rows: &[Row], kill_markers: &[&Mark
             format!("PID {} holds open, at {}", s.pid, fmt_t(s.last_ms)),
             files.join(", "),
         ));
-        if let Some(pp) = p.and_then(|p| p.ppid) {
+        // Its parent when first seen, if that was a process of the job (one seen only after
+        // the command exited was re-parented to vramdoc, the subreaper).
+        if let Some(pp) = p.and_then(|p| p.ppid).filter(|pp| cx.tree.contains(pp)) {
             evidence.push(ev(format!("PID {}: parent", s.pid), cx.who(pp)));
         }
         if let Some(c) = p.and_then(|p| p.cmdline.as_deref()) {
