@@ -593,6 +593,26 @@ mod tests {
             .all(|t| t.end_ms == Some(3.0)));
     }
 
+    /// A member reaped by its parent is ended at that time, once (a later refresh or a
+    /// second call changes nothing); a PID that is no member is left alone.
+    #[test]
+    fn a_reaped_member_ends_when_it_was_reaped() {
+        let me = std::process::id();
+        let mut tree = ProcessTree::new(me, true);
+        tree.refresh(1.0);
+        assert!(tree.live_pids().contains(&me), "the root, included");
+        assert_eq!(
+            tree.ended(me, 5.0),
+            Some(TreeChange::Exited { pid: me, t_ms: 5.0 })
+        );
+        assert_eq!(tree.ended(me, 6.0), None, "ended once");
+        assert!(tree
+            .all()
+            .iter()
+            .any(|t| t.pid == me && t.end_ms == Some(5.0)));
+        assert_eq!(tree.ended(u32::MAX, 7.0), None);
+    }
+
     /// A process outside the root's tree that carries the job's variable is the job's, with
     /// why; its child is the job's as a descendant; a process without it is not.
     #[test]
