@@ -314,6 +314,47 @@ fn a_forked_child_keeping_the_exited_command_s_memory_is_named() {
     eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
 }
 
+/// Contexts on two GPUs, then the fork: one finding names the child once, with both GPUs.
+#[test]
+fn a_forked_child_keeping_contexts_on_two_gpus_is_one_finding() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("two.json");
+    let o = b
+        .vramdoc()
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .args(["run", "--process-period", "100ms", "--out"])
+        .arg(&out)
+        .args(["--", "python3", JOB])
+        .args([
+            "ctx:0",
+            "alloc:1024",
+            "ctx:1",
+            "alloc:1024",
+            "fork:60000",
+            "exit:0",
+        ])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = report(&out);
+    let f = findings(&r, "held-by-descriptor");
+    let child = f.first().and_then(|f| f["pid"].as_u64());
+    if let Some(pid) = child {
+        // SAFETY: killing the child this test's job left behind.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert_eq!(f.len(), 1, "{r}");
+    assert_eq!(f[0]["devices"], serde_json::json!([0, 1]), "{r}");
+    let title = f[0]["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("GPU 0: 1.") && title.contains(", GPU 1: 1."),
+        "{title}"
+    );
+    eventually(SECS_10, "the memory returned", || used_now(&b) == [0, 0]);
+}
+
 /// The same job whose child exits with it (forked, done before the command ends), and one
 /// whose worker was forked before CUDA was initialised (it holds no device file) and
 /// outlives the command: the memory returns at the command's exit, no finding at warn.
