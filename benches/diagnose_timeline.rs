@@ -124,6 +124,7 @@ fn recording() -> Recording {
         }],
         end_ms: HOUR_MS as f64,
         exit: Some(JobExit::Code(1)),
+        device_file_holders: Vec::new(),
     }
 }
 

@@ -167,6 +167,7 @@ fn one_hour_recording() -> Recording {
         errors: Vec::new(),
         end_ms: hour_ms as f64,
         exit: Some(diagnose::JobExit::Code(0)),
+        device_file_holders: Vec::new(),
     }
 }
 

@@ -353,29 +353,20 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
         return Vec::new();
     }
     // Descriptor links name the canonical path.
-    let nodes: Vec<std::path::PathBuf> = nodes
-        .iter()
-        .map(|n| std::fs::canonicalize(n).unwrap_or_else(|_| n.clone()))
-        .collect();
+    let nodes = host::canonical_nodes(nodes);
     let me = std::process::id();
     let mut out = Vec::new();
     for pid in host::pids().unwrap_or_default() {
         if pid == me {
             continue;
         }
-        let Ok(targets) = host::fd_targets(pid) else {
+        let Ok(held) = host::held_nodes(pid, &nodes) else {
             continue;
         };
-        let mut held: Vec<String> = targets
-            .into_iter()
-            .filter(|target| nodes.iter().any(|n| n == target))
-            .map(|t| t.display().to_string())
-            .collect();
         if held.is_empty() {
             continue;
         }
-        held.sort();
-        held.dedup();
+        let held: Vec<String> = held.iter().map(|t| t.display().to_string()).collect();
         let (name, user) = name_and_user(pid).unzip();
         out.push(NodeHolder {
             pid,

@@ -1,7 +1,8 @@
 //! The one door to the host: every `/proc` read vramdoc does, over the `procfs` crate where
 //! it has the API, with typed errors ([`HostError`]). [`process`] reads one process (its
 //! stat and liveness with start time, status and `NSpid`, comm, command line, environment,
-//! cgroup, open descriptors) and lists PIDs; [`system`] reads the machine (hostname, kernel
+//! cgroup, open descriptors) and lists PIDs; [`devfiles`] which of the driver's device files a
+//! process holds open; [`system`] reads the machine (hostname, kernel
 //! release, the /proc mount's `hidepid`, user names); [`cgroup`] reads what job membership
 //! needs beyond one process (cgroup mounts, the boot clock in start-time
 //! ticks) and where a process's cgroup places it (container, Kubernetes pod); [`kubelet`]
@@ -14,12 +15,14 @@
 
 pub mod cgroup;
 pub mod container;
+pub mod devfiles;
 pub mod kubelet;
 pub mod podresources;
 pub mod process;
 pub mod system;
 
 pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, CgroupPlace};
+pub use devfiles::{canonical_nodes, held_nodes, node_index};
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, pids, start_time,
     stat, status, Environ, Stat, Status,

@@ -129,6 +129,23 @@ pub enum JobExit {
     Signal(i32),
 }
 
+/// A process of the job seen holding the driver's device files open after the command ended
+/// (its `/proc/PID/fd`, read through `host::held_nodes`): what keeps a CUDA context's memory
+/// alive through an inherited descriptor while NVML lists the exited creator, or nobody.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFileHolder {
+    pub pid: u32,
+    /// When it was seen holding them (ms since the recording started).
+    pub t_ms: f64,
+    /// The files as its descriptors name them (`/dev/nvidia0`, `/dev/nvidiactl`, or a
+    /// simulated box's `dev/nvidia0`), sorted.
+    pub nodes: Vec<String>,
+    /// The device indices those files name (`nvidiaN` → `N`), sorted; empty when it holds
+    /// only the control files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<u32>,
+}
+
 /// Everything a recorded job (or a replayed variant) gives the engine.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Recording {
@@ -142,4 +159,8 @@ pub struct Recording {
     pub end_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<JobExit>,
+    /// The job's processes seen holding the driver's device files after the command ended
+    /// (`run -- CMD` only), each sighting once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_file_holders: Vec<DeviceFileHolder>,
 }

@@ -376,5 +376,6 @@ pub fn recording(src: &Source) -> Recording {
             .collect(),
         end_ms,
         exit: None,
+        device_file_holders: Vec::new(),
     }
 }

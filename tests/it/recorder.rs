@@ -372,6 +372,7 @@ mod long_staircase {
             errors: vec![oom],
             end_ms: end,
             exit: Some(JobExit::Code(1)),
+            device_file_holders: Vec::new(),
         }
     }
 

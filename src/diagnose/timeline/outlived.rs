@@ -175,6 +175,7 @@ mod tests {
             errors: Vec::new(),
             end_ms: 1000.0,
             exit,
+            device_file_holders: Vec::new(),
         }
     }
 

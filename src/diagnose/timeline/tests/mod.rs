@@ -199,6 +199,7 @@ impl Job {
             } else {
                 JobExit::Code(1)
             })),
+            device_file_holders: Vec::new(),
         }
     }
 
