@@ -29,6 +29,7 @@ fn big_report() -> Report {
         temperature_c: None,
         numa_node: None,
         status: Default::default(),
+        minor: None,
     };
     let series = |d: u32| DeviceSeries {
         device: d,

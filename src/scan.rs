@@ -91,6 +91,7 @@ pub(crate) fn sample_inventory() -> Inventory {
         temperature_c: Some(71),
         numa_node: None,
         status: Default::default(),
+        minor: Some(i),
     };
     let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];
     let versions = Versions {

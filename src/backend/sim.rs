@@ -493,6 +493,7 @@ impl Monitor for SimMonitor {
             temperature_c: None,
             numa_node: None,
             status: crate::gpu::DeviceStatus::Ok,
+            minor: facts.as_ref().map(|d| d.minor()),
         };
         match answer {
             Ok(memory) => {

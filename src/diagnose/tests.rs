@@ -28,6 +28,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         temperature_c: Some(34),
         numa_node: None,
         status: Default::default(),
+        minor: None,
     }
 }
 
@@ -460,6 +461,7 @@ fn env_of(order: Option<&str>, nvd: Option<&str>) -> crate::inventory::GpuEnv {
         cuda_device_order: order.map(String::from),
         nvidia_visible_devices: nvd.map(String::from),
         mounted_device_ids: None,
+        ..Default::default()
     }
 }
 

@@ -28,6 +28,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         temperature_c: Some(54 + index * 9),
         numa_node: None,
         status: Default::default(),
+        minor: None,
     }
 }
 

@@ -175,6 +175,7 @@ impl Job {
                     uuid: uuid(i),
                     name: "Test GPU".into(),
                     total: self.totals[i as usize],
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {
@@ -381,7 +382,11 @@ fn stray_context_is_scans_rule_on_one_sample() {
     let scan = super::super::rules::stray_context_of(
         &snapshot,
         None,
-        &[(uuid(0), "Test GPU".into()), (uuid(1), "Test GPU".into())],
+        &[0, 1].map(|i| crate::diagnose::devset::GpuRef {
+            uuid: uuid(i),
+            name: "Test GPU".into(),
+            minor: None,
+        }),
         G,
         G,
     );
