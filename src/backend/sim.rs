@@ -493,13 +493,15 @@ impl Monitor for SimMonitor {
             temperature_c: None,
             numa_node: None,
             status: crate::gpu::DeviceStatus::Ok,
-            minor: facts.as_ref().map(|d| d.minor()),
+            minor: None,
         };
         match answer {
             Ok(memory) => {
                 info.memory = memory;
                 info.utilization_gpu = Some(0);
                 info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+                // As over NVML: a device whose memory query fails is an unanswered entry.
+                info.minor = facts.as_ref().map(|d| d.minor());
                 info.numa_node = facts.and_then(|d| d.numa_node);
             }
             Err(e) if is_box_error(&e) => return Err(box_error(e)),

@@ -1,7 +1,9 @@
 //! Which physical GPUs a process may use, as the diagnosis reads it from the process's
 //! environment: `NVIDIA_VISIBLE_DEVICES` in every form the NVIDIA device plugin and container
 //! toolkit set it, then `CUDA_VISIBLE_DEVICES` over those, with the cases where that cannot
-//! be known said as such (never "sees none" from a form vramdoc cannot read).
+//! be known said as such (never "sees none" from a form vramdoc cannot read). Where the GPUs
+//! a process can open are known from its files ([`super::devset`]), `CUDA_VISIBLE_DEVICES`
+//! counts those instead.
 
 use crate::gpu::visible::visible_devices;
 use crate::inventory::{GpuEnv, CVD_UNSET};

@@ -32,9 +32,10 @@ pub fn node_minors(pid: u32, dev_dir: &Path) -> Result<Vec<u32>> {
 
 /// The directory holding the GPU device files among `nodes` (a backend's
 /// `Monitor::device_nodes`: `/dev`, or a simulated box's `dev/`), canonical, as a process in
-/// another mount namespace sees it at the same path.
+/// another mount namespace sees it at the same path. A backend lists the files it adds to
+/// `/dev`'s last (a simulated box's, under the real NVML backend): those win.
 pub fn dev_dir_of(nodes: &[PathBuf]) -> Option<PathBuf> {
-    let node = nodes.iter().find(|n| {
+    let node = nodes.iter().rev().find(|n| {
         n.file_name()
             .is_some_and(|f| minor_of_name(&f.to_string_lossy()).is_some() || f == "nvidiactl")
     })?;
