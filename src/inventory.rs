@@ -353,7 +353,10 @@ pub fn gpu_env_from_environ(env: &Environ) -> GpuEnv {
         mounted_device_ids: None,
         slurm_gpus: ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
             .into_iter()
-            .find_map(|k| get(k).filter(|v| !v.is_empty()).map(|v| (k.to_string(), v))),
+            .find_map(|k| {
+                let v = get(k).filter(|v| !v.is_empty())?;
+                Some((k.to_string(), crate::redact::redact_env(k, &v)?))
+            }),
         node_minors: None,
         cgroup_minors: None,
     }
@@ -561,6 +564,17 @@ mod tests {
         assert_eq!(e.cuda_device_order.as_deref(), Some("PCI_BUS_ID"));
         assert_eq!(e.nvidia_visible_devices.as_deref(), Some("GPU-ab,1"));
         assert_eq!(gpu_env_from_environ(&env(b"HOME=/\0")), GpuEnv::default());
+        // Slurm's GPUs: the step's before the job's; empty means unset.
+        let s = gpu_env_from_environ(&env(b"SLURM_JOB_GPUS=1,3\0SLURM_STEP_GPUS=3\0"));
+        assert_eq!(
+            s.slurm_gpus,
+            Some(("SLURM_STEP_GPUS".to_string(), "3".to_string()))
+        );
+        let s = gpu_env_from_environ(&env(b"SLURM_STEP_GPUS=\0SLURM_JOB_GPUS=2\0"));
+        assert_eq!(
+            s.slurm_gpus,
+            Some(("SLURM_JOB_GPUS".to_string(), "2".to_string()))
+        );
         assert!(wsl_reason("5.15.153.1-microsoft-standard-WSL2\n").is_some());
         assert!(wsl_reason("6.1.0-18-amd64").is_none());
     }

@@ -183,3 +183,52 @@ fn a_real_stray_context_in_a_slurm_job_is_still_found() {
         .unwrap_or_else(|| panic!("no stray-context: {:?}", ids(&report)));
     assert_eq!(f["devices"], serde_json::json!([1]), "{f}");
 }
+
+/// Must-show 2 for `run`: the same Slurm job recorded by `vramdoc run` (the container's
+/// process carries the job's marker in its environment, so it is the job's); the timeline
+/// rule reads `SLURM_JOB_GPUS` through the recorded GPUs' minors (a recording reads no
+/// device files: Slurm's variable decides).
+#[test]
+fn run_of_a_slurm_job_on_gpu_1_with_local_cvd_0_is_not_a_stray_context() {
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let b = permuted_box();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = |name: &str, slurm: &[&str]| -> Value {
+        // The job's own environment, set by `env`: vramdoc itself runs without it.
+        let out = tmp.path().join(format!("{name}.json"));
+        let o = b
+            .vramdoc()
+            .args(["run", "--process-period", "100ms", "--out"])
+            .arg(&out)
+            .args(["--", "env", "CUDA_VISIBLE_DEVICES=0"])
+            .args(slurm)
+            .args([exe, "sim", "run", "--gpus", "1", "--strategy", "cdi"])
+            .args(["--cgroup", "none", "--", exe, "sim", "hold"])
+            .args(["--size", "6GiB", "--duration", "2s"])
+            .stdout(std::process::Stdio::null())
+            .output()
+            .expect("vramdoc run");
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let text = std::fs::read_to_string(&out).expect("report");
+        serde_json::from_str(&text).expect("report JSON")
+    };
+    let on_gpu_1 = |r: &Value| {
+        r["run"]["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p["devices"].as_array().cloned().unwrap_or_default())
+            .any(|d| d["device"] == 1 && d["peak"].as_u64().unwrap_or(0) >= 6 * GIB)
+    };
+    let slurm = run("slurm", &["SLURM_JOB_GPUS=1"]);
+    assert!(on_gpu_1(&slurm), "the job's memory on GPU 1: {slurm}");
+    let ids_slurm = ids(&slurm);
+    assert!(
+        !ids_slurm.iter().any(|i| i == "stray-context"),
+        "{ids_slurm:?}"
+    );
+}
