@@ -83,7 +83,8 @@ pub fn device_cgroup(pid: u32) -> Result<DeviceCgroup> {
     let path = PathBuf::from(format!("/proc/{pid}/cgroup"));
     let text =
         std::fs::read_to_string(&path).map_err(|e| HostError::from_io(Some(pid), path, e))?;
-    let Some(rel) = devices_path(&text) else {
+    // A path outside this cgroup namespace (`/../…`) names no directory of our mount.
+    let Some(rel) = devices_path(&text).filter(|r| !r.split('/').any(|c| c == "..")) else {
         return Ok(DeviceCgroup::Unknown);
     };
     let info = PathBuf::from("/proc/self/mountinfo");
