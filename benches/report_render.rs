@@ -30,6 +30,7 @@ fn big_report() -> Report {
         numa_node: None,
         memory_unknown: None,
         status: Default::default(),
+        minor: None,
     };
     let series = |d: u32| DeviceSeries {
         device: d,

@@ -93,6 +93,7 @@ pub(crate) fn sample_inventory() -> Inventory {
         numa_node: None,
         memory_unknown: None,
         status: Default::default(),
+        minor: Some(i),
     };
     let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];
     let versions = Versions {

@@ -507,12 +507,15 @@ impl Monitor for SimMonitor {
             numa_node: None,
             memory_unknown: None,
             status: crate::gpu::DeviceStatus::Ok,
+            minor: None,
         };
         match answer {
             Ok(memory) => {
                 info.memory = memory;
                 info.utilization_gpu = Some(0);
                 info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+                // As over NVML: a device whose memory query fails is an unanswered entry.
+                info.minor = facts.as_ref().map(|d| d.minor());
                 info.numa_node = facts.and_then(|d| d.numa_node);
             }
             Err(e) if is_box_error(&e) => return Err(box_error(e)),

@@ -3,6 +3,7 @@
 //! so every rule is unit-tested on hand-built inventories. Fix texts come from
 //! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
 
+pub mod devset;
 mod evidence;
 pub mod fixes;
 pub mod headroom_trend;

@@ -1,6 +1,6 @@
 //! The scan rules, one function each. Every rule is pure: inventory in, findings out.
 
-pub use super::visibility::allowed_devices;
+use super::devset::{device_set, DeviceSet, GpuRef};
 pub(crate) use super::visibility::index_order_ambiguous;
 
 use super::evidence::{ev, ev_bytes, gpus, owner_pods_evidence, who};
@@ -29,11 +29,7 @@ fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
 /// context-sized footprint on one device while its main work is on another (OneDiff).
 /// At most one finding per process.
 pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    let gpus_info: Vec<(String, String)> = inv
-        .devices()
-        .iter()
-        .map(|d| (d.uuid.clone(), d.name.clone()))
-        .collect();
+    let gpus_info: Vec<GpuRef> = inv.devices().iter().map(GpuRef::of).collect();
     inv.processes
         .iter()
         .filter_map(|p| {
@@ -50,12 +46,14 @@ pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
 
 /// The stray-context rule for one process and one view of its usage per device: scan's
 /// snapshot, or the per-device peaks of a recorded timeline ([`super::timeline`]), which
-/// then adds its own evidence (UUIDs, times). `gpus`: `(uuid, name)` by physical index;
-/// `env`: the process's `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`, when known.
+/// then adds its own evidence (UUIDs, times). `gpus`: UUID, name and minor by physical
+/// index; `env`: what else decides its GPUs (its device files and cgroup, Slurm's GPUs,
+/// `NVIDIA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`), when known: its device set
+/// ([`super::devset`]).
 pub(crate) fn stray_context_of(
     p: &ProcessInfo,
     env: Option<&GpuEnv>,
-    gpus_info: &[(String, String)],
+    gpus_info: &[GpuRef],
     context_sized_max: u64,
     main_work_min: u64,
 ) -> Option<Finding> {
@@ -65,12 +63,13 @@ pub(crate) fn stray_context_of(
     let nvd = env.and_then(|e| e.nvidia_visible_devices.as_deref());
     let cvd_known = cvd != CVD_UNKNOWN && !mig && (cvd != CVD_UNSET || nvd.is_some());
     // (a) outside CUDA_VISIBLE_DEVICES (within the GPUs mounted into its container).
-    let allowed = if cvd_known {
-        allowed_devices(cvd, env, gpus_info, p.container.is_some()).ok()
+    let on: Vec<u32> = p.devices.iter().map(|u| u.device).collect();
+    let set = if cvd_known {
+        device_set(cvd, env, gpus_info, p.container.is_some(), &on).ok()
     } else {
         None
     };
-    if let Some(allowed) = allowed {
+    if let Some(DeviceSet { allowed, basis }) = set {
         let outside: Vec<&crate::model::ProcessDeviceUsage> = p
             .devices
             .iter()
@@ -85,6 +84,7 @@ pub(crate) fn stray_context_of(
             if let Some(o) = env.and_then(|e| e.cuda_device_order.as_deref()) {
                 evidence.push(ev("CUDA_DEVICE_ORDER", o));
             }
+            evidence.extend(basis.into_iter().map(|(l, v)| ev(l, v)));
             evidence.push(ev(
                 "physical GPUs it can see",
                 if allowed.is_empty() {
@@ -229,7 +229,8 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             .filter(|(p, _)| is_live(p))
             .map(|(p, _)| p.pid)
             .collect();
-        let node_name = format!("nvidia{}", d.index);
+        // Device files are named by minor number, not NVML index.
+        let node_name = format!("nvidia{}", d.minor.unwrap_or(d.index));
         // System daemons and monitors hold every GPU's device files open by design: never
         // named as holders (stopping them frees nothing).
         let (monitors, others): (Vec<&crate::inventory::NodeHolder>, Vec<_>) = details

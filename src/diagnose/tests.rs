@@ -29,6 +29,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         numa_node: None,
         memory_unknown: None,
         status: Default::default(),
+        minor: None,
     }
 }
 
@@ -482,6 +483,7 @@ fn env_of(order: Option<&str>, nvd: Option<&str>) -> crate::inventory::GpuEnv {
         cuda_device_order: order.map(String::from),
         nvidia_visible_devices: nvd.map(String::from),
         mounted_device_ids: None,
+        ..Default::default()
     }
 }
 

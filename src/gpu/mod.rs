@@ -296,6 +296,12 @@ pub struct DeviceInfo {
     /// utilization / temperature are absent, the other devices are still reported.
     #[serde(default)]
     pub status: DeviceStatus,
+    /// The device's minor number (`nvmlDeviceGetMinorNumber`): the `N` of its device file
+    /// `/dev/nvidiaN`, which Slurm's `SLURM_JOB_GPUS`, GKE's `nvidiaN` ids and a container's
+    /// mounted device files name. Assigned in the kernel module's probe order, it need not be
+    /// the NVML index (NVIDIA/nvidia-docker#1432, #376). `None`: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -318,6 +324,7 @@ impl DeviceInfo {
             numa_node: None,
             memory_unknown: None,
             status,
+            minor: None,
         }
     }
 }

@@ -237,6 +237,8 @@ impl NvmlMonitor {
         // Any error (NOT_SUPPORTED off coherent platforms, a driver without the symbol) means
         // the GPU is not a NUMA node: never a reason to fail the device.
         let numa_node = d.numa_node_id().ok();
+        // The device file's number; NOT_SUPPORTED on some platforms: unknown, never a failure.
+        let minor = d.minor_number().ok();
         Ok(DeviceInfo {
             index,
             name: partial.0,
@@ -253,6 +255,7 @@ impl NvmlMonitor {
             numa_node,
             memory_unknown,
             status: DeviceStatus::Ok,
+            minor,
         })
     }
 }

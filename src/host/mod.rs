@@ -8,7 +8,8 @@
 //! ticks) and where a process's cgroup places it (container, Kubernetes pod); [`kubelet`]
 //! reads the kubelet's pod and container log directories (pod names without API-server
 //! credentials) and [`podresources`] asks the kubelet's pod-resources gRPC socket which devices
-//! each pod was allocated. Callers decide what a fact means (a
+//! each pod was allocated; [`devices`] which GPU device files a process can open (its view of
+//! `/dev`, its v1 device cgroup). Callers decide what a fact means (a
 //! finding, a tree member); nothing here interprets it beyond parsing. Read by hand, each
 //! saying why: `stat` and `fd` (fewer syscalls for scans of every process), `comm`,
 //! `environ` (the first of a repeated key, as `getenv`), hostname and kernel release.
@@ -16,6 +17,7 @@
 pub mod cgroup;
 pub mod container;
 pub mod devfiles;
+pub mod devices;
 pub mod kubelet;
 pub mod podresources;
 pub mod process;

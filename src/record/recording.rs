@@ -11,6 +11,9 @@ pub struct RecordedDevice {
     pub uuid: String,
     pub name: String,
     pub total: u64,
+    /// Its minor number (`/dev/nvidia<minor>`), when the driver said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
 }
 
 impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
@@ -20,6 +23,7 @@ impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
             uuid: d.uuid.clone(),
             name: d.name.clone(),
             total: d.memory.total,
+            minor: d.minor,
         }
     }
 }
@@ -43,6 +47,9 @@ pub struct RecordedProcess {
     pub cuda_device_order: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_visible_devices: Option<String>,
+    /// `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS` (name, value), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_gpus: Option<(String, String)>,
     /// Its `PYTORCH_CUDA_ALLOC_CONF` (`None`: unset or unknown), read before suggesting
     /// `expandable_segments:True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +80,7 @@ impl RecordedProcess {
             cuda_visible_devices: None,
             cuda_device_order: None,
             nvidia_visible_devices: None,
+            slurm_gpus: None,
             pytorch_cuda_alloc_conf: None,
             pytorch_alloc_conf: None,
             in_tree,

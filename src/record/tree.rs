@@ -39,10 +39,12 @@ pub struct TreeProcess {
 }
 
 /// The environment variables that decide which GPUs a process sees.
-pub const GPU_ENV: [&str; 5] = [
+pub const GPU_ENV: [&str; 7] = [
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
+    "SLURM_STEP_GPUS",
+    "SLURM_JOB_GPUS",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
 ];

@@ -340,6 +340,7 @@ pub fn recording(src: &Source) -> Recording {
                 uuid: String::new(),
                 name: d.name.clone(),
                 total: d.total,
+                minor: None,
             })
             .collect(),
         timeline: Timeline {

@@ -16,6 +16,9 @@ mod ci;
 mod corpus;
 /// The shipped Kubernetes manifests: kustomize overlays, API schemas, each platform's mounts.
 mod deploy;
+/// A process's device set: minor numbers permuted against PCI order, Slurm's GPUs,
+/// containers' device files, and `stray-context` on them (issue 25).
+mod devsets;
 /// `vramdoc explain` (PyTorch allocator snapshots, the restricted pickle reader) and
 /// `run --torch-memory` (issue 27).
 mod explain;

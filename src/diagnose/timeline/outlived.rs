@@ -157,6 +157,7 @@ mod tests {
                 uuid: "GPU-0".into(),
                 name: "sim".into(),
                 total: 16 * GIB,
+                minor: None,
             }],
             timeline: Timeline {
                 devices: vec![DeviceSeries {

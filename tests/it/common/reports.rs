@@ -29,6 +29,7 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         numa_node: None,
         memory_unknown: None,
         status: Default::default(),
+        minor: None,
     }
 }
 

@@ -250,6 +250,46 @@ fn gb10_job() -> Outcome {
         "vllm-project/vllm#55828; unslothai/unsloth#10283; Syllo/nvtop#511",
         &[],
         scan(&b, &libs),
+/// SchedMD/slurm `src/plugins/gres/common/gres_common.c` (`common_gres_set_env`): with
+/// `ConstrainDevices=yes` a job gets local `CUDA_VISIBLE_DEVICES=0..n-1` and the global ids in
+/// `SLURM_JOB_GPUS` (the device files' numbers; minors need not follow NVML order,
+/// NVIDIA/nvidia-docker#1432). A job on physical GPU 1, whose device file is `nvidia0` here,
+/// can open only that file.
+fn slurm_constrained_job(slurm_gpus: &str) -> Outcome {
+    let b = CliBox::new("4x16GiB", &["--minors", "2,0,3,1"]);
+    container(
+        &b,
+        &["--gpus", "1", "--strategy", "cdi", "--cgroup", "none"],
+        &[
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("SLURM_JOB_GPUS", slurm_gpus),
+        ],
+        "6GiB",
+    );
+    case(
+        &format!("slurm-job-on-gpu1-cvd0-slurm-job-gpus-{slurm_gpus}-permuted-minors"),
+        "SchedMD/slurm src/plugins/gres/common/gres_common.c; NVIDIA/nvidia-docker#1432, #376",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
+/// `docker run --gpus device=3` (NVIDIA/nvidia-container-toolkit: only GPU 3's device file
+/// is mounted; CDI keeps the image's `NVIDIA_VISIBLE_DEVICES=all`) of an image that sets
+/// `CUDA_VISIBLE_DEVICES=0` (e.g. a serving image's Dockerfile `ENV`), minors permuted.
+fn docker_device_with_image_cvd(strategy: &str) -> Outcome {
+    let b = CliBox::new("4x16GiB", &["--minors", "2,0,3,1"]);
+    container(
+        &b,
+        &["--gpus", "device=3", "--strategy", strategy],
+        &[("CUDA_VISIBLE_DEVICES", "0")],
+        "6GiB",
+    );
+    case(
+        &format!("docker-gpus-device-3-image-cvd0-{strategy}-permuted-minors"),
+        "NVIDIA/nvidia-container-toolkit docs (docker --gpus device=N, CDI); NVIDIA/nvidia-docker#1432",
+        &[],
+        scan(&b, &libs()),
     )
 }
 
@@ -332,6 +372,10 @@ fn node_shapes() {
         rmm_managed(),
         two_engines_at_045(),
         gb10_job(),
+        slurm_constrained_job("1"),
+        slurm_constrained_job("0"),
+        docker_device_with_image_cvd("cdi"),
+        docker_device_with_image_cvd("envvar"),
         stray_cuda0(),
         dead_parent_memory(),
         two_claimants(),

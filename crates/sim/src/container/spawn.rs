@@ -194,7 +194,8 @@ pub fn spawn(
     let mut names: Vec<(String, bool)> = spec
         .gpus
         .iter()
-        .map(|i| (format!("nvidia{i}"), false))
+        .filter_map(|i| sim.device(*i).ok())
+        .map(|d| (d.node_name(), false))
         .collect();
     names.push(("nvidiactl".into(), false));
     // The runtime mounts /dev/nvidia-uvm too (managed memory); boxes made before it have none.

@@ -194,10 +194,10 @@ impl SimProcess {
                 uvm: None,
             });
         }
-        let dev = self.sim.dir().join(crate::DEV_DIR);
+        let node = self.sim.node_path(phys)?;
         if let Some(f) = self.files.as_mut() {
             if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
-                e.insert(crate::open_node(&dev.join(format!("nvidia{phys}")))?);
+                e.insert(crate::open_node(&node)?);
             }
         }
         Ok(token)

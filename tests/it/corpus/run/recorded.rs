@@ -152,6 +152,7 @@ impl Shape {
                     uuid: format!("GPU-{i:08x}-corp-0000-0000-000000000000"),
                     name: "Recorded GPU".into(),
                     total: self.totals[i as usize],
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {
