@@ -250,6 +250,9 @@ fn gb10_job() -> Outcome {
         "vllm-project/vllm#55828; unslothai/unsloth#10283; Syllo/nvtop#511",
         &[],
         scan(&b, &libs),
+    )
+}
+
 /// SchedMD/slurm `src/plugins/gres/common/gres_common.c` (`common_gres_set_env`): with
 /// `ConstrainDevices=yes` a job gets local `CUDA_VISIBLE_DEVICES=0..n-1` and the global ids in
 /// `SLURM_JOB_GPUS` (the device files' numbers; minors need not follow NVML order,
