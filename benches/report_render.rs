@@ -29,7 +29,9 @@ fn big_report() -> Report {
         temperature_c: None,
         numa_node: None,
         mig: None,
+        memory_unknown: None,
         status: Default::default(),
+        minor: None,
     };
     let series = |d: u32| DeviceSeries {
         device: d,

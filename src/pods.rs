@@ -170,11 +170,14 @@ pub struct Attribution {
 /// The GPU (NVML index) a pod-resources device id names, if it can be told: a GPU UUID
 /// (`GPU-…`), a time-slicing replica of one (`GPU-…::N`, NVIDIA device plugin
 /// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
-/// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
-/// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
+/// parent GPU), or `nvidiaN` (GKE's device plugin, and NVIDIA's DRA driver's `gpu-N`: the
+/// device file `/dev/nvidiaN`, N its *minor number*, mapped to its GPU through each device's
+/// `nvmlDeviceGetMinorNumber` — minors follow the kernel module's probe order, not NVML's
+/// (NVIDIA/nvidia-docker#1432, #376); `None` when the minors are not known). A MIG UUID
 /// (`MIG-<uuid>`, R470 and later) names its instance where the inventory holds it (read
 /// through MIG handles), else `None`; so do `MIG-GPU-<uuid>/<gi>/<ci>` and GKE's
-/// `nvidia0/gi1` (else their parent GPU). GKE's time-sharing ids (`nvidia0/vgpu0`) name GPU 0.
+/// `nvidiaN/giM` (else their parent GPU). GKE's time-sharing ids (`nvidiaN/vgpuM`) name the
+/// GPU of minor N.
 pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     let id = id.split_once("::").map_or(id, |(base, _)| base);
     // MIG instances read through MIG handles are entries of their own: a MIG id names one.
@@ -203,10 +206,15 @@ pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     }
     // GKE's ids: `nvidia0`, and for its sharing `nvidia0/vgpu0` (time-sharing) and
     // `nvidia0/gi0` (MIG instances, by GPU instance id: that instance where this inventory
-    // holds it): the GPU is the part before the slash.
+    // holds it, else its parent): the GPU is the part before the slash. MIG instances
+    // carry no minor of their own.
     let mut parts = id.split('/');
     let n: u32 = parts.next()?.strip_prefix("nvidia")?.parse().ok()?;
-    let gpu = devices.iter().find(|d| d.index == n).map(|d| d.index)?;
+    let gpus = || devices.iter().filter(|d| d.mig_instance().is_none());
+    if gpus().any(|d| d.minor.is_none()) {
+        return None;
+    }
+    let gpu = gpus().find(|d| d.minor == Some(n)).map(|d| d.index)?;
     let gi = parts.next().filter(|s| s.starts_with("gi")).and_then(gi_of);
     Some(gi.and_then(|gi| mig(None, Some((gpu, gi)))).unwrap_or(gpu))
 }
@@ -464,7 +472,7 @@ mod tests {
 
     #[test]
     fn gke_sharing_ids_name_their_gpu() {
-        let devices: Vec<DeviceInfo> = (0..2)
+        let devices: Vec<DeviceInfo> = (0..3)
             .map(|i| DeviceInfo {
                 index: i,
                 name: "t4".into(),
@@ -475,18 +483,27 @@ mod tests {
                 temperature_c: None,
                 numa_node: None,
                 mig: None,
+                memory_unknown: None,
                 status: Default::default(),
+                // Minors permuted against NVML order: /dev/nvidia0 is GPU 2.
+                minor: Some([2, 0, 1][i as usize]),
             })
             .collect();
         for (id, want) in [
-            ("nvidia1", Some(1)),
-            ("nvidia1/vgpu3", Some(1)),
-            ("nvidia0/gi2", Some(0)),
+            ("nvidia1", Some(2)),
+            ("nvidia1/vgpu3", Some(2)),
+            ("nvidia0/gi2", Some(1)),
+            ("nvidia2", Some(0)),
             ("nvidia9/vgpu0", None),
             ("nvidiaX/vgpu0", None),
         ] {
             assert_eq!(device_of_id(id, &devices), want, "{id}");
         }
+        // Minors not known: a GKE id cannot be told (UUIDs still can).
+        let mut unknown = devices.clone();
+        unknown[1].minor = None;
+        assert_eq!(device_of_id("nvidia1", &unknown), None);
+        assert_eq!(device_of_id("GPU-1", &unknown), Some(1));
     }
 
     #[test]

@@ -156,6 +156,23 @@ pub struct SimDevice {
     /// and CUDA's `cuMemGetInfo` work.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_memory_info: bool,
+    /// The device's minor number (`/dev/nvidia<minor>`, `nvmlDeviceGetMinorNumber`) when it
+    /// differs from its NVML index: the kernel module numbers devices in its probe order,
+    /// which need not be NVML's PCI order (`sim init --minors`). `None`: the index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
+}
+
+impl SimDevice {
+    /// The minor number of the device file (`dev/nvidia<minor>`).
+    pub fn minor(&self) -> u32 {
+        self.minor.unwrap_or(self.index)
+    }
+
+    /// The name of its device file in the box's `dev/` (`nvidia<minor>`), as `/dev/nvidiaN`.
+    pub fn node_name(&self) -> String {
+        format!("nvidia{}", self.minor())
+    }
 }
 
 /// The immutable description of a box.
@@ -222,6 +239,9 @@ const FAULTS_FILE: &str = "faults.json";
 const LOCK_FILE: &str = "lock";
 /// Directory of the box's device files (see [`SimBox::device_nodes`]).
 pub const DEV_DIR: &str = "dev";
+/// The box's `/dev/nvidia-uvm` (under [`DEV_DIR`]): held open by processes with managed
+/// memory (`cuMemAllocManaged`).
+pub const UVM_NODE: &str = "nvidia-uvm";
 /// Directory of the per-process token files under [`DEV_DIR`].
 pub const CLIENTS_DIR: &str = "clients";
 
@@ -300,6 +320,35 @@ pub struct InitOptions {
     pub pid_view: profile::PidView,
     /// MIG profiles created on every device (`sim init --mig`); empty: MIG off.
     pub mig: Vec<String>,
+    /// Minor numbers by NVML index (`sim init --minors 2,0,3,1`): the device files' numbers,
+    /// in the kernel module's probe order rather than PCI order. `None`: minor = index.
+    pub minors: Option<Vec<u32>>,
+}
+
+/// The highest minor number a GPU can have: 255 is `/dev/nvidiactl`'s (NVIDIA's
+/// open-gpu-kernel-modules `NV_CONTROL_DEVICE_MINOR`).
+pub const MAX_GPU_MINOR: u32 = 254;
+
+/// Check `--minors` against a box of `n` devices: one distinct number per device, each at
+/// most [`MAX_GPU_MINOR`]. `Err`: what to change, in one line.
+pub fn check_minors(minors: &[u32], n: usize) -> Result<(), String> {
+    if minors.len() != n {
+        return Err(format!(
+            "{} number(s) for {n} device(s): give one minor per device, in NVML (PCI) order",
+            minors.len()
+        ));
+    }
+    if let Some(m) = minors.iter().find(|m| **m > MAX_GPU_MINOR) {
+        return Err(format!(
+            "minor {m} is out of range (0..={MAX_GPU_MINOR}; 255 is nvidiactl's)"
+        ));
+    }
+    let mut sorted = minors.to_vec();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("minor {} is given twice", w[0]));
+    }
+    Ok(())
 }
 
 impl Default for InitOptions {
@@ -311,6 +360,7 @@ impl Default for InitOptions {
             platform: Platform::Linux,
             pid_view: profile::PidView::HostPids,
             mig: Vec::new(),
+            minors: None,
         }
     }
 }
@@ -348,6 +398,12 @@ impl SimBox {
     /// Create a new box for `spec` in `dir` (created if missing; must not already hold a box).
     pub fn create(dir: &Path, spec: &str, opts: &InitOptions) -> Result<SimBox, SimError> {
         let models = parse_spec(spec)?;
+        if let Some(m) = &opts.minors {
+            check_minors(m, models.len()).map_err(|reason| SimError::BadBox {
+                dir: dir.to_path_buf(),
+                reason: format!("--minors: {reason}"),
+            })?;
+        }
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let box_path = dir.join(BOX_FILE);
         if box_path.exists() {
@@ -377,13 +433,14 @@ impl SimBox {
                     next_node - 1
                 }),
                 no_memory_info: m.no_memory_info,
+                minor: opts
+                    .minors
+                    .as_ref()
+                    .and_then(|v| v.get(i).copied())
+                    .filter(|m| *m != i as u32),
             })
             .collect::<Vec<SimDevice>>();
-        let mig = if opts.mig.is_empty() {
-            Vec::new()
-        } else {
-            mig::plan(&devices, &opts.mig)?
-        };
+        let mig = mig::plan(&devices, &opts.mig)?;
         let major = opts.cuda_driver_version / 1000;
         let config = BoxConfig {
             spec: spec.to_string(),
@@ -545,56 +602,23 @@ impl SimBox {
         let dev = self.dir.join(DEV_DIR);
         self.devices()
             .iter()
+            .filter(|d| dev.join(d.node_name()).exists())
             .map(|d| d.index)
-            .filter(|i| dev.join(format!("nvidia{i}")).exists())
             .collect()
     }
 
-    /// Every MIG instance of the box (`sim init --mig`).
-    pub fn mig_instances(&self) -> &[mig::MigInstance] {
-        &self.config.mig
+    /// The device file of physical device `index` (`dev/nvidia<minor>`: named by its minor
+    /// number, as `/dev/nvidiaN` is, not by its NVML index).
+    pub fn node_path(&self, index: u32) -> Result<PathBuf, SimError> {
+        Ok(self.dir.join(DEV_DIR).join(self.device(index)?.node_name()))
     }
 
-    /// The MIG instance of `key`.
-    pub fn mig_instance(&self, key: u32) -> Option<&mig::MigInstance> {
-        self.config.mig.iter().find(|m| m.device.index == key)
-    }
-
-    /// Whether physical device `index` is in MIG mode (has instances).
-    pub fn is_mig_parent(&self, index: u32) -> bool {
-        !mig::is_key(index) && self.config.mig.iter().any(|m| m.parent == index)
-    }
-
-    /// Whether this process can open MIG instance `m`: its capability file
-    /// ([`mig::cap_file`]) and its parent's device file exist in this process's view of the
-    /// box (a container of the box's runtime gets only its instances' files).
-    pub fn mig_openable(&self, m: &mig::MigInstance) -> bool {
-        let dev = self.dir.join(DEV_DIR);
-        dev.join(format!("nvidia{}", m.parent)).exists()
-            && dev.join(mig::cap_file(m.device.index)).exists()
-    }
-
-    /// Whether this process holds the `mig/monitor` capability ([`mig::MONITOR_CAP`] in its
-    /// view of the box, readable by it): it may read MIG parents' aggregate process lists.
-    pub fn mig_monitor(&self) -> bool {
-        fs::File::open(self.dir.join(DEV_DIR).join(mig::MONITOR_CAP)).is_ok()
-    }
-
-    /// The box's MIG capability files: the monitor capability and one per instance (none
-    /// without MIG).
-    pub fn mig_cap_files(&self) -> Vec<PathBuf> {
-        if self.config.mig.is_empty() {
-            return Vec::new();
-        }
-        let dev = self.dir.join(DEV_DIR);
-        std::iter::once(dev.join(mig::MONITOR_CAP))
-            .chain(
-                self.config
-                    .mig
-                    .iter()
-                    .map(|m| dev.join(mig::cap_file(m.device.index))),
-            )
-            .collect()
+    /// The physical (NVML) index of the device with minor number `minor`.
+    pub fn index_of_minor(&self, minor: u32) -> Option<u32> {
+        self.devices()
+            .iter()
+            .find(|d| d.minor() == minor)
+            .map(|d| d.index)
     }
 
     /// Physical indices of the devices whose memory is a NUMA node of the host (coherent
@@ -640,16 +664,18 @@ impl SimBox {
         entry_alive(&self.dir, pid, entry)
     }
 
-    /// The box's equivalents of `/dev/nvidiaN` and `/dev/nvidiactl`: a process holding one
-    /// of them open keeps the memory of the process that opened it alive.
+    /// The box's equivalents of `/dev/nvidiaN`, `/dev/nvidiactl` and `/dev/nvidia-uvm`: a
+    /// process holding one of them open keeps the memory of the process that opened it
+    /// alive; `nvidia-uvm` is held by processes with managed memory ([`UVM_NODE`]).
     pub fn device_nodes(&self) -> Vec<PathBuf> {
         let dev = self.dir.join(DEV_DIR);
         let mut out: Vec<PathBuf> = self
             .devices()
             .iter()
-            .map(|d| dev.join(format!("nvidia{}", d.index)))
+            .map(|d| dev.join(d.node_name()))
             .collect();
         out.push(dev.join("nvidiactl"));
+        out.push(dev.join(UVM_NODE));
         out
     }
 

@@ -212,10 +212,11 @@ pub fn parse_layout(list: &str) -> Result<Vec<String>, MigError> {
 
 /// The instances `layout` (profile names) creates on each of `devices`, validated against
 /// each board's profiles and slices. GPU instance ids are 1, 2, … in the order given (real
-/// drivers number them by placement); each has one compute instance, id 0.
+/// drivers number them by placement); each has one compute instance, id 0. An empty layout:
+/// MIG off, no instances.
 pub fn plan(devices: &[SimDevice], layout: &[String]) -> Result<Vec<MigInstance>, MigError> {
     if layout.is_empty() {
-        return Err(MigError::Empty);
+        return Ok(Vec::new());
     }
     let mut out = Vec::new();
     for d in devices {
@@ -276,6 +277,7 @@ pub fn plan(devices: &[SimDevice], layout: &[String]) -> Result<Vec<MigInstance>
                     context_overhead: d.context_overhead,
                     numa_node: None,
                     no_memory_info: false,
+                    minor: None,
                 },
             });
         }
@@ -302,6 +304,7 @@ pub fn check_layout(spec: &str, layout: &[String]) -> Result<(), MigError> {
             context_overhead: 0,
             numa_node: None,
             no_memory_info: m.no_memory_info,
+            minor: None,
         })
         .collect();
     plan(&devices, layout).map(|_| ())
@@ -401,6 +404,56 @@ pub fn cuda_devices(
         }
     });
     Some(out)
+}
+
+impl crate::SimBox {
+    /// Every MIG instance of the box (`sim init --mig`).
+    pub fn mig_instances(&self) -> &[MigInstance] {
+        &self.config.mig
+    }
+
+    /// The MIG instance of `key`.
+    pub fn mig_instance(&self, key: u32) -> Option<&MigInstance> {
+        self.config.mig.iter().find(|m| m.device.index == key)
+    }
+
+    /// Whether physical device `index` is in MIG mode (has instances).
+    pub fn is_mig_parent(&self, index: u32) -> bool {
+        !is_key(index) && self.config.mig.iter().any(|m| m.parent == index)
+    }
+
+    /// Whether this process can open MIG instance `m`: its capability file
+    /// ([`cap_file`]) and its parent's device file exist in this process's view of the
+    /// box (a container of the box's runtime gets only its instances' files).
+    pub fn mig_openable(&self, m: &MigInstance) -> bool {
+        let dev = self.dir.join(crate::DEV_DIR);
+        self.device(m.parent)
+            .is_ok_and(|p| dev.join(p.node_name()).exists())
+            && dev.join(cap_file(m.device.index)).exists()
+    }
+
+    /// Whether this process holds the `mig/monitor` capability ([`MONITOR_CAP`] in its
+    /// view of the box, readable by it): it may read MIG parents' aggregate process lists.
+    pub fn mig_monitor(&self) -> bool {
+        std::fs::File::open(self.dir.join(crate::DEV_DIR).join(MONITOR_CAP)).is_ok()
+    }
+
+    /// The box's MIG capability files: the monitor capability and one per instance (none
+    /// without MIG).
+    pub fn mig_cap_files(&self) -> Vec<std::path::PathBuf> {
+        if self.config.mig.is_empty() {
+            return Vec::new();
+        }
+        let dev = self.dir.join(crate::DEV_DIR);
+        std::iter::once(dev.join(MONITOR_CAP))
+            .chain(
+                self.config
+                    .mig
+                    .iter()
+                    .map(|m| dev.join(cap_file(m.device.index))),
+            )
+            .collect()
+    }
 }
 
 /// The error of a query on a MIG parent's process lists that the caller may not make.

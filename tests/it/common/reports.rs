@@ -28,7 +28,9 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         temperature_c: Some(54 + index * 9),
         numa_node: None,
         mig: None,
+        memory_unknown: None,
         status: Default::default(),
+        minor: None,
     }
 }
 
@@ -70,6 +72,7 @@ pub fn scan_report() -> Report {
         body: Body::Scan(ScanResult {
             pid_namespace: "host".into(),
             pods_note: None,
+            unattributed: Vec::new(),
             pod_allocations: vec![vramdoc::model::PodAllocation {
                 namespace: "ml".into(),
                 pod: "trainer-0".into(),

@@ -198,13 +198,18 @@ pub fn spawn(
             Some(m) => (m.parent, Some(crate::mig::cap_file(*i))),
             None => (*i, None),
         };
-        let node = (format!("nvidia{node}"), false);
+        let Ok(d) = sim.device(node) else { continue };
+        let node = (d.node_name(), false);
         if !names.contains(&node) {
             names.push(node);
         }
         names.extend(cap.map(|c| (c, false)));
     }
     names.push(("nvidiactl".into(), false));
+    // The runtime mounts /dev/nvidia-uvm too (managed memory); boxes made before it have none.
+    if dev.join(crate::UVM_NODE).exists() {
+        names.push((crate::UVM_NODE.into(), false));
+    }
     names.push((crate::CLIENTS_DIR.into(), true));
     for (name, dir) in names {
         binds.push((cstr(&via.join(&name))?, cstr(&dev.join(&name))?, dir));

@@ -449,8 +449,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     minor: *mut c_uint,
 ) -> nvmlReturn_t {
     board_query("nvmlDeviceGetMinorNumber", device, |_, d, _, _| {
+        // A MIG device has no /dev/nvidiaN of its own (its parent's).
+        if vramdoc_sim::mig::is_key(d.index) {
+            return Err(NVML_ERROR_NOT_SUPPORTED);
+        }
         // SAFETY: checked for NULL by `out`.
-        unsafe { out(minor, d.index) }
+        unsafe { out(minor, d.minor()) }
     })
 }
 
