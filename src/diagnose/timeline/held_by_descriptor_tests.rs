@@ -89,6 +89,7 @@ fn recording(s: &Shape) -> Recording {
             uuid: "GPU-0".into(),
             name: "sim".into(),
             total: 16 * GIB,
+            minor: None,
         }],
         timeline: Timeline {
             devices: vec![DeviceSeries {
