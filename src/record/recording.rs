@@ -148,8 +148,9 @@ pub struct DeviceFileHolder {
     /// The files as its descriptors name them (`/dev/nvidia0`, `/dev/nvidiactl`, or a
     /// simulated box's `dev/nvidia0`), sorted.
     pub nodes: Vec<String>,
-    /// The device indices those files name (`nvidiaN` → `N`), sorted; empty when it holds
-    /// only the control files.
+    /// The minor numbers those files name (`nvidiaN` → `N`; the rule maps them to NVML
+    /// indices through [`RecordedDevice::minor`]), sorted; empty when it holds only the
+    /// control files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<u32>,
 }

@@ -49,6 +49,18 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
                 })
             })
     };
+    // `nvidiaN` names a minor number, not an NVML index (minors need not follow NVML
+    // order): mapped through the recorded minors; N itself where the driver gave none. A
+    // minor of no recorded GPU names none of the job's GPUs.
+    let index_of_minor = |n: u32| -> Option<u32> {
+        if rec.devices.iter().all(|d| d.minor.is_none()) {
+            return Some(n);
+        }
+        rec.devices
+            .iter()
+            .find(|d| d.minor == Some(n))
+            .map(|d| d.index)
+    };
     let mut sightings: BTreeMap<u32, Sighting> = BTreeMap::new();
     for h in rec.device_file_holders.iter().filter(|h| h.t_ms >= end) {
         if !cx.tree.contains(&h.pid) {
@@ -61,7 +73,8 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
             nodes: BTreeSet::new(),
         });
         s.last_ms = s.last_ms.max(h.t_ms);
-        s.devices.extend(h.devices.iter().copied());
+        s.devices
+            .extend(h.devices.iter().filter_map(|n| index_of_minor(*n)));
         s.nodes.extend(h.nodes.iter().map(String::as_str));
     }
     // A holder NVML lists with memory itself is `outlived-command`'s.
