@@ -81,12 +81,13 @@ fn seven_small_instances() -> Outcome {
     )
 }
 
-/// Two independent claimants in one instance leave it nearly full: the over-commit of
-/// shared/FAILURES.md §5, inside a MIG slice (the rule still holds per instance).
+/// Two independent claimants in one instance leave it too full for another context (0.375
+/// of its 39.25 GiB free): the over-commit of shared/FAILURES.md §5, inside a MIG slice (the
+/// rule still holds per instance).
 fn two_claimants_in_one_instance() -> Outcome {
     let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
-    let _a = hold_on(&b, 1, "18GiB");
-    let _b = hold_on(&b, 1, "18GiB");
+    let _a = hold_on(&b, 1, "19GiB");
+    let _b = hold_on(&b, 1, "19GiB");
     Outcome::new(
         "mig-two-claimants-share-one-instance",
         "shared/FAILURES.md §5 (over-committed utilisation), inside one MIG instance",
