@@ -76,6 +76,8 @@ mod tests {
     fn pod_mig_ids_name_their_instance() {
         let mut gpu = parent(DeviceStatus::Ok);
         gpu.uuid = "GPU-aaaa".into();
+        // GKE's `nvidiaN` is a minor number (devsets); the instance has none of its own.
+        gpu.minor = Some(0);
         let mut i1 = instance(true);
         i1.uuid = "MIG-bbbb".into();
         let devs = vec![gpu, i1];
