@@ -9,6 +9,7 @@ mod last_reading;
 mod pods;
 mod rules;
 pub mod timeline;
+mod vantage;
 mod visibility;
 
 use crate::inventory::Inventory;
@@ -128,7 +129,7 @@ pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom
     findings.extend(device_unavailable(inv));
     findings.extend(stray_context(inv, th));
     findings.extend(no_live_owner(inv, th));
-    findings.extend(invisible_processes(inv));
+    findings.extend(invisible_processes(inv, th));
     findings.extend(usage_unavailable(inv));
     findings.extend(low_headroom(inv, &headroom, th));
     findings.extend(duplicate_copy(inv, th));

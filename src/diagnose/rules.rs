@@ -163,7 +163,7 @@ pub(crate) fn stray_context_of(
 /// PID namespace, NVML-listed PIDs that do not exist. In a container, invisible PIDs are not
 /// taken for dead (see [`invisible_processes`]).
 pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    let host = inv.pid_namespace.host;
+    let host = inv.host();
     let details = &inv.details;
     let mut out = Vec::new();
     for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
@@ -189,6 +189,13 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         let no_data = on_dev.is_empty() && details.per_process_unavailable.is_some();
         let bytes_rule = live_known && !no_data && orphaned > unattributed_allowance(d, th);
         if !bytes_rule && dead.is_empty() {
+            continue;
+        }
+        // Outside the host namespace, a driver that lists only this namespace's processes.
+        if let Some(f) = super::vantage::unlisted_here(inv, d, live_sum, orphaned, th)
+            .filter(|_| bytes_rule && dead.is_empty())
+        {
+            out.push(f);
             continue;
         }
         let mut evidence = vec![
@@ -374,14 +381,15 @@ pub(crate) fn is_system_monitor(name: &str) -> bool {
 }
 
 /// Processes NVML lists that are not visible from our (container) PID namespace: attribution
-/// is incomplete, and we say so instead of guessing.
-pub fn invisible_processes(inv: &Inventory) -> Vec<Finding> {
-    if inv.pid_namespace.host {
+/// is incomplete, and we say so instead of guessing. Under a driver that drops them from the
+/// lists instead, the memory nobody listed here accounts for ([`super::vantage`]).
+pub fn invisible_processes(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
+    if inv.host() {
         return Vec::new();
     }
     let hidden: Vec<&ProcessInfo> = inv.processes.iter().filter(|p| !p.visible).collect();
     if hidden.is_empty() {
-        return Vec::new();
+        return super::vantage::unlisted_tenants(inv, th);
     }
     let mut devs: Vec<u32> = hidden
         .iter()
@@ -405,7 +413,7 @@ pub fn invisible_processes(inv: &Inventory) -> Vec<Finding> {
         evidence: vec![
             ev(
                 "PID namespace",
-                format!("container ({})", inv.pid_namespace.reason),
+                format!("container ({})", inv.vantage.pid_namespace.reason),
             ),
             ev("PIDs listed by NVML, not found here", pids.join(", ")),
             ev_bytes("memory they hold", held),
@@ -423,6 +431,11 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
             pairs.push(format!("PID {} on GPU {}", p.pid, u.device));
             devs.push(u.device);
         }
+    }
+    if let Some((zero, on, why)) = super::vantage::zero_usage_entries(inv) {
+        pairs.extend(zero);
+        devs.extend(on);
+        pairs.push(why);
     }
     if let Some(why) = &inv.details.per_process_unavailable {
         for d in inv.devices().iter().filter(|d| d.status.is_ok()) {

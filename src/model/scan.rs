@@ -114,6 +114,10 @@ pub struct ScanResult {
     /// to local processes).
     #[serde(default)]
     pub pid_namespace: String,
+    /// Where scan stood (issue 25): PID namespace, driver generation, device nodes; what the
+    /// findings could conclude from there. Absent in reports made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vantage: Option<super::Vantage>,
     /// Room for a new vLLM-style engine on every device (decided in `diagnose/`).
     #[serde(default)]
     pub headroom: Vec<Headroom>,
