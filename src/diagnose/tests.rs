@@ -652,3 +652,6 @@ fn unattributed_bytes_is_the_no_live_owner_arithmetic() {
 /// Issue 15: node shapes that must not raise false alarms (peer listings, device-plugin
 /// forms, engines at their fill, coherent memory, system monitors, drivers before R510).
 mod node_shapes;
+
+/// Issue 25: what each rule concludes from each vantage × driver generation.
+mod vantages;
