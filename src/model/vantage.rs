@@ -112,20 +112,17 @@ impl Vantage {
         }
     }
 
-    /// One line for the terminal header: `container (why) · driver 550.54.15: translated …`.
+    /// One line for the terminal header (the reasons are in the JSON):
+    /// `container PID namespace; driver 550.54.15: translated, own entries 0 bytes; nodes …`.
     pub fn line(&self) -> String {
-        let mut s = format!(
-            "{} PID namespace ({})",
-            self.pid_namespace.label(),
-            self.pid_namespace.reason
-        );
+        let mut s = format!("{} PID namespace", self.pid_namespace.label());
         match &self.driver_version {
-            Some(v) => s.push_str(&format!("; driver {v}: {}", self.generation.describe())),
+            Some(v) => s.push_str(&format!("; driver {v}: {}", self.generation.short())),
             None => s.push_str("; driver version unknown"),
         }
         if let Some(nodes) = &self.device_nodes {
             s.push_str(&format!(
-                "; device nodes: {}",
+                "; nodes {}",
                 if nodes.is_empty() {
                     "none".to_string()
                 } else {
@@ -168,9 +165,9 @@ mod tests {
         assert_eq!(v(false, "570.86.10", true), ListView::HostPidsInContainer);
         assert_eq!(Vantage::new(ns(false), None).view(false), ListView::Unknown);
         let line = Vantage::new(ns(false), Some("550.54.15".into())).line();
-        assert!(
-            line.starts_with("container PID namespace (test); driver 550.54.15"),
-            "{line}"
+        assert_eq!(
+            line,
+            "container PID namespace; driver 550.54.15: translated, own entries 0 bytes"
         );
     }
 }

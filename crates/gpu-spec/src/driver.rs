@@ -43,7 +43,17 @@ impl DriverGeneration {
         )
     }
 
-    /// A short phrase for people (`host PIDs`, `translated, 0-byte own entries`, ...).
+    /// A few words for a one-line header.
+    pub fn short(self) -> &'static str {
+        match self {
+            DriverGeneration::HostPids => "host PIDs",
+            DriverGeneration::TranslatedZeroUsage => "translated, own entries 0 bytes",
+            DriverGeneration::Translated => "translated, with usage",
+            DriverGeneration::Unknown => "generation unknown",
+        }
+    }
+
+    /// A phrase for people, with the driver series it holds for.
     pub fn describe(self) -> &'static str {
         match self {
             DriverGeneration::HostPids => "host PIDs to every caller (before 535.113)",
