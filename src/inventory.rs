@@ -34,6 +34,15 @@ pub fn establish_vantage() -> Result<Vantage, crate::exit::UsageError> {
     Ok(Vantage::new(detect_pid_namespace()?, None))
 }
 
+/// The vantage of a command that reads the driver once, at its start (`run`): established
+/// and completed with `environment` (read through `monitor`).
+pub fn vantage_here(
+    environment: &Environment,
+    monitor: &dyn Monitor,
+) -> Result<Vantage, crate::exit::UsageError> {
+    Ok(complete_vantage(establish_vantage()?, environment, monitor))
+}
+
 /// `vantage` with the driver's facts read through `monitor` where it lacks them: the
 /// version from `environment`, and which GPU device nodes (`nvidiaN`) exist.
 pub fn complete_vantage(
