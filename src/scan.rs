@@ -204,6 +204,12 @@ mod tests {
             )
         );
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
+        assert!(
+            text.contains(
+                "vramdoc_vantage_info{driver=\"550.54.15\",generation=\"translated-zero-usage\",pid_namespace=\"host\"} 1"
+            ),
+            "{text}"
+        );
         assert!(text
             .lines()
             .any(|l| l.starts_with("vramdoc_gpu_info{UUID=\"GPU-")

@@ -205,6 +205,27 @@ pub fn render(
         }
     }
 
+    // Where the collection stood (issue 25): what its findings could conclude from there.
+    if let Some(v) = scan.and_then(|s| s.vantage.as_ref()) {
+        let vantage = gauge(
+            &reg,
+            "vramdoc_vantage_info",
+            "Where vramdoc reads the driver from (docs/scan.md, Where vramdoc stands); always 1",
+            &["pid_namespace", "driver", "generation"],
+        )?;
+        let generation = serde_json::to_value(v.generation)
+            .ok()
+            .and_then(|g| g.as_str().map(str::to_string))
+            .unwrap_or_default();
+        vantage
+            .with_label_values(&[
+                v.pid_namespace.label(),
+                v.driver_version.as_deref().unwrap_or(""),
+                &generation,
+            ])
+            .set(1.0);
+    }
+
     if let Some(scan) = scan {
         let dev_labels = &["gpu", "uuid"];
         let info = gauge(
