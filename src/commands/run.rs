@@ -7,7 +7,7 @@
 
 use super::Session;
 use crate::cli::{GlobalArgs, RunArgs};
-use crate::diagnose::{self, TimelineThresholds};
+use crate::diagnose;
 use crate::exit::{CodedError, RUN_FAILED};
 use crate::job::{self, JobSpec};
 use crate::model::{Body, Report, RunResult};
@@ -116,7 +116,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let mut ran =
         job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
     let (output, status) = (ran.output.take(), ran.exit.status());
-    let findings = diagnose::fingerprints(&ran.recorded.recording, &TimelineThresholds::default());
+    let findings = diagnose::fingerprints_seen_from(&ran.recorded.recording, &vantage);
     let mut result = job::summary::run_result(
         command,
         (period.as_micros() as u64, process_period.as_micros() as u64),

@@ -17,8 +17,8 @@ use crate::model::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use timeline::{
-    fingerprints, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
-    TimelineThresholds,
+    fingerprints, fingerprints_seen_from, ErrorEvent, ErrorKind, JobExit, RecordedDevice,
+    RecordedProcess, Recording, TimelineThresholds,
 };
 
 pub use last_reading::{add_last_readings, LastReading};

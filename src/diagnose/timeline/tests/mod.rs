@@ -680,3 +680,4 @@ fn held_after_exit_discounts_other_processes() {
 mod benign;
 mod families;
 mod run_failures;
+mod vantages;
