@@ -136,3 +136,57 @@ fn a_scan_inside_a_container_does_not_blame_the_neighbour_and_the_host_attribute
         assert!(findings(&host, "no-live-owner").is_empty(), "{host:#}");
     }
 }
+
+/// `vramdoc run` inside a PID namespace records its vantage, and a neighbour outside the
+/// namespace that starts during the job and keeps its memory is not taken for memory the
+/// job held after it exited (the driver lists only the namespace's processes).
+#[test]
+fn a_run_inside_a_container_does_not_take_the_neighbours_memory_for_the_jobs() {
+    use crate::common::poll::{eventually, SECS_10};
+    require!("unshare", common::skip::unshare());
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    for (driver, generation) in [
+        ("570.86.10", "translated"),
+        ("550.54.15", "translated-zero-usage"),
+    ] {
+        let b = CliBox::new("16GiB", &["--driver", driver]);
+        let d = b.dir.display();
+        let script = format!(
+            "{exe} run --period 20ms --process-period 100ms --fail-on warn --out {d}/run.json \
+             -- sh -c 'touch {d}/started; exec {exe} sim hold --size 1GiB --duration 3s' \
+             > {d}/run.log 2>&1; echo $? > {d}/run.rc"
+        );
+        let mut ns = common::KillOnDrop(
+            std::process::Command::new("unshare")
+                .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+                .env("VRAMDOC_SIM_DIR", &b.dir)
+                .env_remove("VRAMDOC_PIDNS")
+                .env_remove("CUDA_VISIBLE_DEVICES")
+                .env_remove("LD_LIBRARY_PATH")
+                .spawn()
+                .unwrap(),
+        );
+        eventually(SECS_10, "the job to start", || {
+            b.dir.join("started").exists()
+        });
+        let _neighbour = Holder::start(&b.dir, &[], &["--size", "3GiB"]);
+        let status = eventually(std::time::Duration::from_secs(60), "the run to end", || {
+            ns.try_wait().ok().flatten()
+        });
+        assert!(status.success(), "{driver}");
+        let read = |f: &str| std::fs::read_to_string(b.dir.join(f)).unwrap_or_default();
+        let report: Value = serde_json::from_str(&read("run.json"))
+            .unwrap_or_else(|e| panic!("{driver}: {e}: {}", read("run.log")));
+        let run = &report["run"];
+        assert_eq!(run["vantage"]["pid_namespace"]["host"], false, "{driver}");
+        assert_eq!(run["vantage"]["generation"], generation, "{driver}");
+        let alarms: Vec<&Value> = run["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["severity"] != "info")
+            .collect();
+        assert!(alarms.is_empty(), "{driver}: {alarms:#?}");
+        assert_eq!(read("run.rc").trim(), "0", "{driver}: {}", read("run.log"));
+    }
+}
