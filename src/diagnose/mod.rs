@@ -24,9 +24,10 @@ pub use timeline::{
 pub use last_reading::{add_last_readings, LastReading};
 pub use pods::{allocated_gpu_idle, device_of_id, unallocated_gpu_use};
 pub use rules::{
-    device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
-    low_headroom, no_live_owner, stray_context, unattributed_bytes, usage_unavailable,
+    device_headroom, device_unavailable, duplicate_copy, headroom, low_headroom, no_live_owner,
+    stray_context, unattributed_bytes, usage_unavailable,
 };
+pub use vantage::invisible_processes;
 
 /// Stable finding ids (JSON `findings[].id`).
 pub mod ids {

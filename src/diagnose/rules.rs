@@ -18,7 +18,7 @@ pub(crate) fn is_peer_listing(u: &crate::model::ProcessDeviceUsage) -> bool {
 }
 
 /// `(device, bytes)` for every device where the process's usage is known.
-fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
+pub(super) fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
     p.devices
         .iter()
         .filter_map(|u| u.used.map(|b| (u.device, b)))
@@ -378,48 +378,6 @@ pub(crate) fn is_system_monitor(name: &str) -> bool {
         let comm = &k[..k.len().min(15)];
         n == *k || n == comm
     })
-}
-
-/// Processes NVML lists that are not visible from our (container) PID namespace: attribution
-/// is incomplete, and we say so instead of guessing. Under a driver that drops them from the
-/// lists instead, the memory nobody listed here accounts for ([`super::vantage`]).
-pub fn invisible_processes(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    if inv.host() {
-        return Vec::new();
-    }
-    let hidden: Vec<&ProcessInfo> = inv.processes.iter().filter(|p| !p.visible).collect();
-    if hidden.is_empty() {
-        return super::vantage::unlisted_tenants(inv, th);
-    }
-    let mut devs: Vec<u32> = hidden
-        .iter()
-        .flat_map(|p| p.devices.iter().map(|u| u.device))
-        .collect();
-    devs.sort_unstable();
-    devs.dedup();
-    let held: u64 = hidden.iter().flat_map(|p| known(p)).map(|(_, b)| b).sum();
-    let pids: Vec<String> = hidden.iter().map(|p| p.pid.to_string()).collect();
-    vec![Finding {
-        id: ids::INVISIBLE_PROCESSES.into(),
-        severity: Severity::Info,
-        title: format!(
-            "Attribution incomplete: {} of {} GPU processes are not visible from this PID \
-             namespace",
-            hidden.len(),
-            inv.processes.len()
-        ),
-        devices: devs,
-        pid: None,
-        evidence: vec![
-            ev(
-                "PID namespace",
-                format!("container ({})", inv.vantage.pid_namespace.reason),
-            ),
-            ev("PIDs listed by NVML, not found here", pids.join(", ")),
-            ev_bytes("memory they hold", held),
-        ],
-        fix: fixes::INVISIBLE_PROCESSES.into(),
-    }]
 }
 
 /// Processes whose per-device usage NVML reports as "not available".

@@ -3,14 +3,15 @@
 //! for is lost (host PIDs: `no-live-owner` at error) or only not visible from here (a
 //! translating driver outside the host PID namespace: other tenants' memory, info), and
 //! whether the listed processes' bytes mean anything (0-byte own entries from 535.113 to 560
-//! are unknown, not 0). The rules in `rules.rs` call these hooks; docs/findings.md ("needs")
-//! says which vantage each rule needs.
+//! are unknown, not 0). It owns `invisible-processes`; the rules in `rules.rs` call its hooks;
+//! docs/findings.md ("What each rule needs") says which vantage each rule needs.
 
 use super::evidence::{ev, ev_bytes, gpus};
 use super::{fixes, ids, Thresholds};
 use crate::gpu::DeviceInfo;
 use crate::inventory::Inventory;
 use crate::model::vantage::ListView;
+use crate::model::ProcessInfo;
 use crate::model::{Evidence, Finding, Severity};
 use crate::units::format_bytes;
 
@@ -108,6 +109,52 @@ pub(super) fn unlisted_here(
         evidence,
         fix: fixes::OUTSIDE_NAMESPACE.into(),
     })
+}
+
+/// Processes NVML lists that are not visible from our (container) PID namespace: attribution
+/// is incomplete, and we say so instead of guessing. Under a driver that drops them from the
+/// lists instead, the memory nobody listed here accounts for ([`unlisted_tenants`]).
+pub fn invisible_processes(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
+    if inv.host() {
+        return Vec::new();
+    }
+    let hidden: Vec<&ProcessInfo> = inv.processes.iter().filter(|p| !p.visible).collect();
+    if hidden.is_empty() {
+        return unlisted_tenants(inv, th);
+    }
+    let mut devs: Vec<u32> = hidden
+        .iter()
+        .flat_map(|p| p.devices.iter().map(|u| u.device))
+        .collect();
+    devs.sort_unstable();
+    devs.dedup();
+    let held: u64 = hidden
+        .iter()
+        .flat_map(|p| super::rules::known(p))
+        .map(|(_, b)| b)
+        .sum();
+    let pids: Vec<String> = hidden.iter().map(|p| p.pid.to_string()).collect();
+    vec![Finding {
+        id: ids::INVISIBLE_PROCESSES.into(),
+        severity: Severity::Info,
+        title: format!(
+            "Attribution incomplete: {} of {} GPU processes are not visible from this PID \
+             namespace",
+            hidden.len(),
+            inv.processes.len()
+        ),
+        devices: devs,
+        pid: None,
+        evidence: vec![
+            ev(
+                "PID namespace",
+                format!("container ({})", inv.vantage.pid_namespace.reason),
+            ),
+            ev("PIDs listed by NVML, not found here", pids.join(", ")),
+            ev_bytes("memory they hold", held),
+        ],
+        fix: fixes::INVISIBLE_PROCESSES.into(),
+    }]
 }
 
 /// `invisible-processes` where the driver drops what this namespace cannot see: no PID is
