@@ -114,11 +114,13 @@ impl Vantage {
 
     /// One line for the terminal header (the reasons are in the JSON):
     /// `container PID namespace; driver 550.54.15: translated, own entries 0 bytes; nodes …`.
+    /// In the host namespace every generation lists host PIDs: the version alone is shown.
     pub fn line(&self) -> String {
         let mut s = format!("{} PID namespace", self.pid_namespace.label());
-        match &self.driver_version {
-            Some(v) => s.push_str(&format!("; driver {v}: {}", self.generation.short())),
-            None => s.push_str("; driver version unknown"),
+        match (&self.driver_version, self.host()) {
+            (Some(v), true) => s.push_str(&format!("; driver {v}: host PIDs here")),
+            (Some(v), false) => s.push_str(&format!("; driver {v}: {}", self.generation.short())),
+            (None, _) => s.push_str("; driver version unknown"),
         }
         if let Some(nodes) = &self.device_nodes {
             s.push_str(&format!(
@@ -168,6 +170,12 @@ mod tests {
         assert_eq!(
             line,
             "container PID namespace; driver 550.54.15: translated, own entries 0 bytes"
+        );
+        let mut host = Vantage::new(ns(true), Some("550.54.15".into()));
+        host.device_nodes = Some(vec!["nvidia0".into(), "nvidia1".into()]);
+        assert_eq!(
+            host.line(),
+            "host PID namespace; driver 550.54.15: host PIDs here; nodes nvidia0 nvidia1"
         );
     }
 }
