@@ -136,6 +136,7 @@ pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom
     findings.extend(duplicate_copy(inv, th));
     findings.extend(unallocated_gpu_use(inv));
     findings.extend(allocated_gpu_idle(inv, th));
+    vantage::about_invisible(inv, &mut findings);
     // Most severe first; stable within a severity (rule order, then device / PID).
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (findings, headroom)

@@ -207,6 +207,27 @@ pub(super) fn unlisted_tenants(inv: &Inventory, th: &Thresholds) -> Vec<Finding>
     }]
 }
 
+/// Findings about one process that is not visible from this (container) PID namespace — a
+/// host PID a driver before 535.113 lists — are kept at info: its environment (which GPUs it
+/// may use, its container) cannot be read from here, so nothing about it is decided.
+pub(super) fn about_invisible(inv: &Inventory, findings: &mut [Finding]) {
+    if inv.host() {
+        return;
+    }
+    for f in findings.iter_mut().filter(|f| f.severity > Severity::Info) {
+        let Some(pid) = f.pid else { continue };
+        if !inv.processes.iter().any(|p| p.pid == pid && !p.visible) {
+            continue;
+        }
+        f.severity = Severity::Info;
+        f.evidence.push(ev(
+            format!("PID {pid}"),
+            "not visible from this PID namespace (a host PID): its environment and container \
+             cannot be read here; run on the host to decide",
+        ));
+    }
+}
+
 /// `usage-unavailable`'s hook: the 0-byte entries a 535.113–560 driver gives this namespace's
 /// own processes, as `PID N on GPU D` (their usage is unknown, not 0), and why.
 pub(super) fn zero_usage_entries(inv: &Inventory) -> Option<(Vec<String>, Vec<u32>, String)> {

@@ -179,6 +179,42 @@ fn host_pid_drivers_in_a_container_keep_the_old_reading() {
 }
 
 #[test]
+fn nothing_about_a_host_pid_not_visible_here_is_more_than_info() {
+    // Before 535.113: a neighbour listed under its host PID with a context-sized footprint
+    // beside its main work (the stray-context pattern). From the container: info; from the
+    // host (where it is visible): the warning.
+    let mut n = proc_(
+        4242,
+        CVD_UNKNOWN,
+        &[(0, Some(8 * GIB)), (1, Some(500 * MIB))],
+    );
+    n.visible = false;
+    let inv = seen_from(
+        inv_with(2, vec![n.clone()], &[], false),
+        false,
+        Some("535.54.03"),
+    );
+    let (f, _) = diagnose(&inv, &Thresholds::default());
+    let stray = finding(&f, ids::STRAY_CONTEXT).expect("stray-context at info");
+    assert_eq!(stray.severity, Severity::Info);
+    assert!(
+        stray
+            .evidence
+            .iter()
+            .any(|e| e.value.contains("not visible")),
+        "{stray:#?}"
+    );
+    assert!(worst(&inv) <= Some(Severity::Info), "{f:#?}");
+    n.visible = true;
+    let host = seen_from(inv_with(2, vec![n], &[], true), true, Some("535.54.03"));
+    let (f, _) = diagnose(&host, &Thresholds::default());
+    assert_eq!(
+        finding(&f, ids::STRAY_CONTEXT).map(|f| f.severity),
+        Some(Severity::Warn)
+    );
+}
+
+#[test]
 fn the_host_namespace_decides_as_before_under_every_generation() {
     for driver in [
         Some("535.54.03"),
