@@ -99,6 +99,7 @@ fn recording() -> Recording {
                 uuid: format!("GPU-{i:08x}-0000-0000-0000-000000000000"),
                 name: "NVIDIA H100 80GB HBM3".into(),
                 total: TOTAL,
+                minor: None,
             })
             .collect(),
         timeline: Timeline {
@@ -124,6 +125,7 @@ fn recording() -> Recording {
         }],
         end_ms: HOUR_MS as f64,
         exit: Some(JobExit::Code(1)),
+        device_file_holders: Vec::new(),
     }
 }
 

@@ -28,7 +28,9 @@ fn big_report() -> Report {
         utilization_gpu: None,
         temperature_c: None,
         numa_node: None,
+        memory_unknown: None,
         status: Default::default(),
+        minor: None,
     };
     let series = |d: u32| DeviceSeries {
         device: d,

@@ -111,6 +111,7 @@ fn one_hour_recording() -> Recording {
             uuid: format!("GPU-{i}"),
             name: "bench".into(),
             total: 80 * GIB,
+            minor: None,
         })
         .collect();
     // Steady training: a load, then a sawtooth of activations, every 100 ms.
@@ -167,6 +168,7 @@ fn one_hour_recording() -> Recording {
         errors: Vec::new(),
         end_ms: hour_ms as f64,
         exit: Some(diagnose::JobExit::Code(0)),
+        device_file_holders: Vec::new(),
     }
 }
 

@@ -253,6 +253,18 @@ pub struct GpuEnv {
     /// IDs mounted there, as the container sees them; `None` when it could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mounted_device_ids: Option<Vec<String>>,
+    /// `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS` (name, value): the GPUs Slurm gave the job
+    /// (`diagnose::devset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_gpus: Option<(String, String)>,
+    /// Minors of the `nvidia<N>` files in its own view of the device directory
+    /// (`host::devices::node_minors`); `None`: not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_minors: Option<Vec<u32>>,
+    /// Minors of the GPU files its v1 device cgroup allows; `None`: all, or not known
+    /// (cgroup v2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_minors: Option<Vec<u32>>,
 }
 
 /// A process holding GPU device files open.
@@ -356,6 +368,7 @@ pub fn collect(
 ) -> Result<Inventory, GpuError> {
     let environment = environment(monitor, sim_spec)?;
     let vantage = complete_vantage(vantage, &environment, monitor);
+    let dev_dir = host::devices::dev_dir_of(&monitor.device_nodes());
     let mut details = Details::default();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
     for d in environment.devices.iter().filter(|d| d.status.is_ok()) {
@@ -389,7 +402,11 @@ pub fn collect(
     let mut processes: Vec<ProcessInfo> = Vec::with_capacity(by_pid.len());
     for (pid, mut usage) in by_pid {
         usage.sort_by_key(|u| u.device);
-        let (info, gpu_env) = process_info_and_env(pid, usage);
+        let (info, mut gpu_env) = process_info_and_env(pid, usage);
+        if let Some(env) = gpu_env.as_mut() {
+            // What it can open (issue 25): its device files, its device cgroup.
+            (env.node_minors, env.cgroup_minors) = host::devices::access(pid, dev_dir.as_deref());
+        }
         if let Some(env) = gpu_env {
             details.gpu_env.insert(pid, env);
         }
@@ -406,13 +423,22 @@ pub fn collect(
     })
 }
 
-/// `CUDA_DEVICE_ORDER` and `NVIDIA_VISIBLE_DEVICES` of a process's environment.
+/// `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES` and Slurm's GPU list of a process's
+/// environment.
 pub fn gpu_env_from_environ(env: &Environ) -> GpuEnv {
     let get = |k: &str| env.get(k).map(|v| v.trim().to_string());
     GpuEnv {
         cuda_device_order: get("CUDA_DEVICE_ORDER"),
         nvidia_visible_devices: get("NVIDIA_VISIBLE_DEVICES"),
         mounted_device_ids: None,
+        slurm_gpus: ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
+            .into_iter()
+            .find_map(|k| {
+                let v = get(k).filter(|v| !v.is_empty())?;
+                Some((k.to_string(), crate::redact::redact_env(k, &v)?))
+            }),
+        node_minors: None,
+        cgroup_minors: None,
     }
 }
 
@@ -433,29 +459,20 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
         return Vec::new();
     }
     // Descriptor links name the canonical path.
-    let nodes: Vec<std::path::PathBuf> = nodes
-        .iter()
-        .map(|n| std::fs::canonicalize(n).unwrap_or_else(|_| n.clone()))
-        .collect();
+    let nodes = host::canonical_nodes(nodes);
     let me = std::process::id();
     let mut out = Vec::new();
     for pid in host::pids().unwrap_or_default() {
         if pid == me {
             continue;
         }
-        let Ok(targets) = host::fd_targets(pid) else {
+        let Ok(held) = host::held_nodes(pid, &nodes) else {
             continue;
         };
-        let mut held: Vec<String> = targets
-            .into_iter()
-            .filter(|target| nodes.iter().any(|n| n == target))
-            .map(|t| t.display().to_string())
-            .collect();
         if held.is_empty() {
             continue;
         }
-        held.sort();
-        held.dedup();
+        let held: Vec<String> = held.iter().map(|t| t.display().to_string()).collect();
         let (name, user) = name_and_user(pid).unzip();
         out.push(NodeHolder {
             pid,
@@ -630,6 +647,17 @@ mod tests {
         assert_eq!(e.cuda_device_order.as_deref(), Some("PCI_BUS_ID"));
         assert_eq!(e.nvidia_visible_devices.as_deref(), Some("GPU-ab,1"));
         assert_eq!(gpu_env_from_environ(&env(b"HOME=/\0")), GpuEnv::default());
+        // Slurm's GPUs: the step's before the job's; empty means unset.
+        let s = gpu_env_from_environ(&env(b"SLURM_JOB_GPUS=1,3\0SLURM_STEP_GPUS=3\0"));
+        assert_eq!(
+            s.slurm_gpus,
+            Some(("SLURM_STEP_GPUS".to_string(), "3".to_string()))
+        );
+        let s = gpu_env_from_environ(&env(b"SLURM_STEP_GPUS=\0SLURM_JOB_GPUS=2\0"));
+        assert_eq!(
+            s.slurm_gpus,
+            Some(("SLURM_JOB_GPUS".to_string(), "2".to_string()))
+        );
         assert!(wsl_reason("5.15.153.1-microsoft-standard-WSL2\n").is_some());
         assert!(wsl_reason("6.1.0-18-amd64").is_none());
     }

@@ -170,10 +170,12 @@ pub struct Attribution {
 /// The GPU (NVML index) a pod-resources device id names, if it can be told: a GPU UUID
 /// (`GPU-…`), a time-slicing replica of one (`GPU-…::N`, NVIDIA device plugin
 /// `api/config/v1/replicas.go`), a MIG device in the old `MIG-GPU-<uuid>/<gi>/<ci>` form (its
-/// parent GPU), or `nvidiaN` (GKE's device plugin: the device file `/dev/nvidiaN`, taken as
-/// NVML index N, the minor-number order NVML enumerates in on one PCI root). A MIG UUID
+/// parent GPU), or `nvidiaN` (GKE's device plugin, and NVIDIA's DRA driver's `gpu-N`: the
+/// device file `/dev/nvidiaN`, N its *minor number*, mapped to its GPU through each device's
+/// `nvmlDeviceGetMinorNumber` — minors follow the kernel module's probe order, not NVML's
+/// (NVIDIA/nvidia-docker#1432, #376); `None` when the minors are not known). A MIG UUID
 /// (`MIG-<uuid>`, R470 and later) does not name its parent: `None`. GKE's sharing ids
-/// (`nvidia0/vgpu0`, `nvidia0/gi0`) name GPU 0.
+/// (`nvidiaN/vgpuM`, `nvidiaN/giM`) name the GPU of minor N (a MIG instance's parent).
 pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     let id = id.split_once("::").map_or(id, |(base, _)| base);
     let uuid = match id.strip_prefix("MIG-") {
@@ -190,7 +192,10 @@ pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     // GKE's ids: `nvidia0`, and for its sharing `nvidia0/vgpu0` (time-sharing) and
     // `nvidia0/gi0` (MIG instances): the GPU is the part before the slash.
     let n: u32 = id.split('/').next()?.strip_prefix("nvidia")?.parse().ok()?;
-    devices.iter().find(|d| d.index == n).map(|d| d.index)
+    if devices.iter().any(|d| d.minor.is_none()) {
+        return None;
+    }
+    devices.iter().find(|d| d.minor == Some(n)).map(|d| d.index)
 }
 
 /// Pods of the GPU stack itself that hold or map GPU memory without requesting a GPU, named
@@ -446,7 +451,7 @@ mod tests {
 
     #[test]
     fn gke_sharing_ids_name_their_gpu() {
-        let devices: Vec<DeviceInfo> = (0..2)
+        let devices: Vec<DeviceInfo> = (0..3)
             .map(|i| DeviceInfo {
                 index: i,
                 name: "t4".into(),
@@ -456,18 +461,27 @@ mod tests {
                 utilization_gpu: None,
                 temperature_c: None,
                 numa_node: None,
+                memory_unknown: None,
                 status: Default::default(),
+                // Minors permuted against NVML order: /dev/nvidia0 is GPU 2.
+                minor: Some([2, 0, 1][i as usize]),
             })
             .collect();
         for (id, want) in [
-            ("nvidia1", Some(1)),
-            ("nvidia1/vgpu3", Some(1)),
-            ("nvidia0/gi2", Some(0)),
+            ("nvidia1", Some(2)),
+            ("nvidia1/vgpu3", Some(2)),
+            ("nvidia0/gi2", Some(1)),
+            ("nvidia2", Some(0)),
             ("nvidia9/vgpu0", None),
             ("nvidiaX/vgpu0", None),
         ] {
             assert_eq!(device_of_id(id, &devices), want, "{id}");
         }
+        // Minors not known: a GKE id cannot be told (UUIDs still can).
+        let mut unknown = devices.clone();
+        unknown[1].minor = None;
+        assert_eq!(device_of_id("nvidia1", &unknown), None);
+        assert_eq!(device_of_id("GPU-1", &unknown), Some(1));
     }
 
     #[test]

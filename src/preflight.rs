@@ -234,7 +234,8 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
                 detail: crate::term::clean_text(without_gpu(&f.title, d)),
             });
         }
-        if let Some(n) = need {
+        // A GPU whose memory query is not supported (GB10) has no free figure to compare.
+        if let Some(n) = need.filter(|_| dev.memory_unknown.is_none()) {
             if dev.memory.free < n {
                 problems.push(Problem {
                     device: d,

@@ -67,6 +67,7 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
             headroom,
             pods_note: inv.details.pods_note.clone(),
             pod_allocations: inv.details.pod_allocations.clone(),
+            unattributed: diagnose::unattributed::split_all(inv),
         }),
     )
 }
@@ -93,7 +94,9 @@ pub(crate) fn sample_inventory() -> Inventory {
         utilization_gpu: Some(97),
         temperature_c: Some(71),
         numa_node: None,
+        memory_unknown: None,
         status: Default::default(),
+        minor: Some(i),
     };
     let devices = vec![dev(0, 448 * MIB + 70 * GIB), dev(1, 30 * GIB)];
     let versions = Versions {

@@ -187,6 +187,19 @@ impl SimDriver {
         }
     }
 
+    /// `cuMemAllocManaged` of `bytes` in `ctx` (the core's managed memory: resident on the
+    /// device, in its `used`, in no process's usage; `vramdoc sim hold --managed`).
+    pub fn alloc_managed(&mut self, ctx: ContextId, bytes: u64) -> Result<AllocId> {
+        let ordinal = self.ordinal(ctx)?;
+        let ptr = self
+            .proc
+            .alloc_managed(ordinal, bytes)
+            .map_err(|e| cuda_err("cuMemAllocManaged", Some(ordinal), e))?;
+        let id = AllocId(ptr);
+        self.allocs.insert(id, (ctx, ptr, bytes));
+        Ok(id)
+    }
+
     fn ordinal(&self, ctx: ContextId) -> Result<u32> {
         self.contexts.get(&ctx).copied().ok_or(GpuError::Driver {
             call: "context".into(),
@@ -492,16 +505,26 @@ impl Monitor for SimMonitor {
             utilization_gpu: None,
             temperature_c: None,
             numa_node: None,
+            memory_unknown: None,
             status: crate::gpu::DeviceStatus::Ok,
+            minor: None,
         };
         match answer {
             Ok(memory) => {
                 info.memory = memory;
                 info.utilization_gpu = Some(0);
                 info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+                // As over NVML: a device whose memory query fails is an unanswered entry.
+                info.minor = facts.as_ref().map(|d| d.minor());
                 info.numa_node = facts.and_then(|d| d.numa_node);
             }
             Err(e) if is_box_error(&e) => return Err(box_error(e)),
+            // GB10: no framebuffer memory to report; the device answers everything else.
+            Err(SimError::NotSupported { .. }) if facts.is_some() => {
+                info.memory_unknown = Some(crate::gpu::MEMORY_NOT_SUPPORTED.into());
+                info.utilization_gpu = Some(0);
+                info.temperature_c = Some(vramdoc_sim::TEMPERATURE_C);
+            }
             Err(e) => info.status = nvml::status_of_code(e.nvml_code()),
         }
         Ok(info)

@@ -16,7 +16,7 @@ pub enum SimCommand {
     /// listed under host PIDs, and the runtime daemon that starts `sim run` containers; both
     /// exit when the box directory is removed.
     #[command(
-        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records\n  vramdoc sim init a100 --driver 470         # before R510: no nvmlDeviceGetMemoryInfo_v2\n  vramdoc sim init rtx4090 --driver 516.59 --platform wsl\n  vramdoc sim init 4xgh200                   # coherent memory: GPU memory as NUMA nodes"
+        after_help = "Examples:\n  vramdoc sim init 2x24GiB\n  vramdoc sim init t4,h100 --dir /tmp/box\n  vramdoc sim init h100 --driver 535.54.03   # R535: 32-byte NVML process records\n  vramdoc sim init a100 --driver 470         # before R510: no nvmlDeviceGetMemoryInfo_v2\n  vramdoc sim init rtx4090 --driver 516.59 --platform wsl\n  vramdoc sim init 4xgh200                   # coherent memory: GPU memory as NUMA nodes\n  vramdoc sim init 4xa100 --minors 2,0,3,1    # /dev/nvidiaN minors not in NVML order"
     )]
     Init(SimInitArgs),
     /// Show the box in VRAMDOC_SIM_DIR: devices, memory, processes, faults
@@ -188,6 +188,12 @@ pub struct SimInitArgs {
     /// per-process memory as not available and nvmlDeviceGetMemoryInfo_v2 fails)
     #[arg(long, value_enum, default_value_t = PlatformArg::Linux)]
     pub platform: PlatformArg,
+    /// Minor numbers of the devices, one per device in NVML (PCI) order, e.g. `2,0,3,1`: the
+    /// device files become `dev/nvidia<minor>` and nvmlDeviceGetMinorNumber answers them, as
+    /// when the kernel module probed the GPUs in another order than PCI's (default: minor =
+    /// index)
+    #[arg(long, value_name = "M,M,...", value_delimiter = ',')]
+    pub minors: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -304,6 +310,10 @@ pub struct SimHoldArgs {
     /// Exit after this long (default: hold until killed)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub duration: Option<Duration>,
+    /// Also allocate this much managed (unified) memory with cuMemAllocManaged: counted in
+    /// the GPU's used memory but in no process's usage; the process holds nvidia-uvm
+    #[arg(long, value_name = "SIZE")]
+    pub managed: Option<String>,
     /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list
     #[arg(long, conflicts_with = "mps")]
     pub graphics: bool,

@@ -64,6 +64,11 @@ fn init(a: &SimInitArgs) -> Result<i32> {
     }
     // The spec first: a bad one leaves nothing behind in TMPDIR.
     crate::backend::BoxSpec::parse(&a.spec)?;
+    if let Some(m) = &a.minors {
+        let n = vramdoc_sim::parse_spec(&a.spec).map_or(0, |d| d.len());
+        vramdoc_sim::check_minors(m, n).map_err(|e| UsageError(format!("--minors: {e}")))?;
+        opts.minors = Some(m.clone());
+    }
     let (dir, temp) = match &a.dir {
         Some(d) => (d.clone(), None),
         None => {

@@ -113,6 +113,15 @@ joined, a process started in the background (`&`, `nohup`, `setsid`), or a conta
 was not removed. Its memory returns when it exits: end it (`kill PID`, `docker stop`), wait \
 for your children before exiting (join worker pools, `wait` in shell scripts), or let \
 `vramdoc run --kill-after DURATION` end it (SIGTERM, then SIGKILL after DURATION).";
+/// A job process NVML does not list keeps memory allocated through device files it inherited
+/// (issue 25, item 9: a worker forked after CUDA was initialised outliving its parent).
+pub const HELD_BY_DESCRIPTOR: &str = "A process forked after CUDA was initialised inherits \
+the CUDA context's open device files (/dev/nvidia*); while any process holds them the driver \
+keeps the context's memory allocated, though NVML lists only the process that created it \
+(now exited) or nobody. End the holder (`kill PID`, or `vramdoc run --kill-after DURATION`), \
+join or stop worker processes before the main process exits, and fork workers before CUDA \
+is initialised or start them with the `spawn` or `forkserver` start method \
+(torch.multiprocessing).";
 /// Fragmentation at an out-of-memory error: PyTorch held at least the request reserved but
 /// unallocated (pytorch/pytorch#29554). `expandable_segments` is suggested only where the
 /// job's `PYTORCH_CUDA_ALLOC_CONF` does not already set it (pytorch/pytorch#173049).
@@ -251,3 +260,10 @@ with large weights nothing is left. Raise --mem-fraction-static a little (the er
 advice) if the GPU is otherwise empty, or shrink the need: a smaller --context-length, \
 quantised weights or KV cache (--kv-cache-dtype fp8_e5m2), or more GPUs (--tp). An OOM while \
 serving is the opposite case: lower --mem-fraction-static then.";
+
+/// `no-live-owner` at info: the bytes are managed (unified) memory of a live process.
+pub const MANAGED_MEMORY: &str = "Managed (unified) memory (cudaMallocManaged, RMM's \
+managed_memory_resource, CUDA unified memory) resident on a GPU is counted in its used memory \
+but in no process's usage (nvtop#213, pynvml#63, rmm#2259): it belongs to the process named, \
+and is freed when that process frees it or exits. Nothing to stop. If the bytes stay after \
+that process has exited, scan again: then they have no owner.";

@@ -3,12 +3,15 @@
 //! so every rule is unit-tested on hand-built inventories. Fix texts come from
 //! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
 
+pub mod devset;
 mod evidence;
 pub mod fixes;
+pub mod headroom_trend;
 mod last_reading;
 mod pods;
 mod rules;
 pub mod timeline;
+pub mod unattributed;
 mod vantage;
 mod visibility;
 
@@ -17,8 +20,8 @@ use crate::model::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use timeline::{
-    fingerprints, fingerprints_seen_from, ErrorEvent, ErrorKind, JobExit, RecordedDevice,
-    RecordedProcess, Recording, TimelineThresholds,
+    fingerprints, fingerprints_seen_from, DeviceFileHolder, ErrorEvent, ErrorKind, JobExit,
+    RecordedDevice, RecordedProcess, Recording, TimelineThresholds,
 };
 
 pub use last_reading::{add_last_readings, LastReading};
@@ -52,6 +55,9 @@ pub mod ids {
     pub const OVERCOMMIT: &str = "overcommit";
     pub const HELD_AFTER_EXIT: &str = "held-after-exit";
     pub const OUTLIVED_COMMAND: &str = "outlived-command";
+    /// Memory kept after the command by a job process NVML does not list, holding the
+    /// driver's device files it inherited (issue 25, item 9).
+    pub const HELD_BY_DESCRIPTOR: &str = "held-by-descriptor";
     pub const FRAGMENTATION: &str = "fragmentation";
     pub const COLLECTIVE_TIMEOUT: &str = "collective-timeout";
     pub const HOST_OOM_KILL: &str = "host-oom-kill";
@@ -66,6 +72,7 @@ pub mod ids {
         OVERCOMMIT,
         HELD_AFTER_EXIT,
         OUTLIVED_COMMAND,
+        HELD_BY_DESCRIPTOR,
         FRAGMENTATION,
         COLLECTIVE_TIMEOUT,
         HOST_OOM_KILL,

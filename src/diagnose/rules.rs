@@ -1,6 +1,6 @@
 //! The scan rules, one function each. Every rule is pure: inventory in, findings out.
 
-pub use super::visibility::allowed_devices;
+use super::devset::{device_set, DeviceSet, GpuRef};
 pub(crate) use super::visibility::index_order_ambiguous;
 
 use super::evidence::{ev, ev_bytes, gpus, owner_pods_evidence, who};
@@ -29,11 +29,7 @@ pub(super) fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
 /// context-sized footprint on one device while its main work is on another (OneDiff).
 /// At most one finding per process.
 pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    let gpus_info: Vec<(String, String)> = inv
-        .devices()
-        .iter()
-        .map(|d| (d.uuid.clone(), d.name.clone()))
-        .collect();
+    let gpus_info: Vec<GpuRef> = inv.devices().iter().map(GpuRef::of).collect();
     inv.processes
         .iter()
         .filter_map(|p| {
@@ -50,12 +46,14 @@ pub fn stray_context(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
 
 /// The stray-context rule for one process and one view of its usage per device: scan's
 /// snapshot, or the per-device peaks of a recorded timeline ([`super::timeline`]), which
-/// then adds its own evidence (UUIDs, times). `gpus`: `(uuid, name)` by physical index;
-/// `env`: the process's `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`, when known.
+/// then adds its own evidence (UUIDs, times). `gpus`: UUID, name and minor by physical
+/// index; `env`: what else decides its GPUs (its device files and cgroup, Slurm's GPUs,
+/// `NVIDIA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`), when known: its device set
+/// ([`super::devset`]).
 pub(crate) fn stray_context_of(
     p: &ProcessInfo,
     env: Option<&GpuEnv>,
-    gpus_info: &[(String, String)],
+    gpus_info: &[GpuRef],
     context_sized_max: u64,
     main_work_min: u64,
 ) -> Option<Finding> {
@@ -65,12 +63,13 @@ pub(crate) fn stray_context_of(
     let nvd = env.and_then(|e| e.nvidia_visible_devices.as_deref());
     let cvd_known = cvd != CVD_UNKNOWN && !mig && (cvd != CVD_UNSET || nvd.is_some());
     // (a) outside CUDA_VISIBLE_DEVICES (within the GPUs mounted into its container).
-    let allowed = if cvd_known {
-        allowed_devices(cvd, env, gpus_info, p.container.is_some()).ok()
+    let on: Vec<u32> = p.devices.iter().map(|u| u.device).collect();
+    let set = if cvd_known {
+        device_set(cvd, env, gpus_info, p.container.is_some(), &on).ok()
     } else {
         None
     };
-    if let Some(allowed) = allowed {
+    if let Some(DeviceSet { allowed, basis }) = set {
         let outside: Vec<&crate::model::ProcessDeviceUsage> = p
             .devices
             .iter()
@@ -85,6 +84,7 @@ pub(crate) fn stray_context_of(
             if let Some(o) = env.and_then(|e| e.cuda_device_order.as_deref()) {
                 evidence.push(ev("CUDA_DEVICE_ORDER", o));
             }
+            evidence.extend(basis.into_iter().map(|(l, v)| ev(l, v)));
             evidence.push(ev(
                 "physical GPUs it can see",
                 if allowed.is_empty() {
@@ -187,7 +187,11 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         let orphaned = d.memory.used.saturating_sub(live_sum);
         // WSL / WDDM: no process is ever listed; an empty list says nothing about owners.
         let no_data = on_dev.is_empty() && details.per_process_unavailable.is_some();
-        let bytes_rule = live_known && !no_data && orphaned > unattributed_allowance(d, th);
+        // A device whose memory query is not supported (GB10) reports no `used` to compare.
+        let bytes_rule = live_known
+            && !no_data
+            && d.memory_unknown.is_none()
+            && orphaned > unattributed_allowance(d, th);
         if !bytes_rule && dead.is_empty() {
             continue;
         }
@@ -232,7 +236,8 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             .filter(|(p, _)| is_live(p))
             .map(|(p, _)| p.pid)
             .collect();
-        let node_name = format!("nvidia{}", d.index);
+        // Device files are named by minor number, not NVML index.
+        let node_name = format!("nvidia{}", d.minor.unwrap_or(d.index));
         // System daemons and monitors hold every GPU's device files open by design: never
         // named as holders (stopping them frees nothing).
         let (monitors, others): (Vec<&crate::inventory::NodeHolder>, Vec<_>) = details
@@ -273,26 +278,11 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
                 names.join(", "),
             ));
         }
-        // Coherent memory (GH200/GB200): NVML counts pages freed by exited processes as used
-        // until the kernel reclaims them. With no exited PID listed and no process holding the
-        // device files, that is what the bytes are: information, not lost memory.
-        let coherent = d.numa_node.is_some() && dead.is_empty() && holders.is_empty();
-        if coherent {
-            out.push(Finding {
-                id: ids::NO_LIVE_OWNER.into(),
-                severity: Severity::Info,
-                title: format!(
-                    "GPU {}: {} counted as used with no live owner: a coherent-memory GPU \
-                     (NUMA node {}) keeps freed pages counted until they are reclaimed",
-                    d.index,
-                    format_bytes(orphaned),
-                    d.numa_node.unwrap_or_default()
-                ),
-                devices: vec![d.index],
-                pid: None,
-                evidence,
-                fix: fixes::COHERENT_UNRECLAIMED.into(),
-            });
+        // Managed memory of a live listed process, or a coherent-memory GPU's unreclaimed
+        // pages (with no exited PID listed and no other holder): information, not lost
+        // memory (`unattributed::split`, which the metric uses too).
+        if let Some(f) = super::unattributed::explained_finding(inv, d, &evidence) {
+            out.push(f);
             continue;
         }
         let held_by = match holders.as_slice() {
@@ -435,7 +425,7 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
 pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
     inv.devices()
         .iter()
-        .filter(|d| d.status.is_ok())
+        .filter(|d| d.status.is_ok() && d.memory_unknown.is_none())
         .map(|d| device_headroom(d, th))
         .collect()
 }
@@ -481,16 +471,18 @@ pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
     }
 }
 
-/// Low headroom per device. A GPU kept nearly full by **one** claimant is the normal steady
-/// state of an engine or a caching allocator at its configured fill (vLLM claims
-/// `gpu_memory_utilization` × total at start, 0.9 by default and 0.95 in many deployments;
-/// PyTorch keeps freed blocks reserved): info, with the arithmetic for whoever wants to add a
-/// process. Warn only when a cause will bite: two or more independent claimants, each
-/// holding more than a context ([`Thresholds::context_sized_max`]), share a GPU whose free
-/// memory is below [`Thresholds::low_free_fraction`] — the next growth of either fails.
-/// Never error: nothing has failed yet. Info also when the largest safe
-/// `gpu_memory_utilization` is below vLLM's default. Evidence carries the headroom
-/// arithmetic and the largest holder.
+/// Low headroom per device, from one snapshot. A GPU kept nearly full is usually a steady
+/// state: one engine or caching allocator at its configured fill (vLLM claims
+/// `gpu_memory_utilization` × total at start, 0.9 by default), or several at fixed budgets
+/// (two engines at 0.45 each, time-sliced pods): info, with the arithmetic for whoever wants
+/// to add a process. One snapshot cannot tell growth from a steady state, so it warns only
+/// when the GPU is out of room: two or more independent claimants, each holding more than a
+/// context ([`Thresholds::context_sized_max`]), and less free than a new context needs
+/// ([`Thresholds::context_reserve`]) — the over-committed shape (FAILURES.md §5). A change
+/// over time (free memory falling, a new claimant) is warned about where there is a time
+/// axis: `serve` ([`super::headroom_trend`]). Never error: nothing has failed yet. Info
+/// also when the largest safe `gpu_memory_utilization` is below vLLM's default. Evidence
+/// carries the headroom arithmetic and the largest holder.
 pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
     for d in inv.devices().iter().filter(|d| d.status.is_ok()) {
@@ -513,12 +505,26 @@ pub fn low_headroom(inv: &Inventory, headroom: &[Headroom], th: &Thresholds) -> 
             .collect();
         let low =
             m.free < th.context_reserve || (m.free as f64) < th.low_free_fraction * m.total as f64;
-        let (severity, title) = if low && claimants.len() >= 2 {
+        let (severity, title) = if low && claimants.len() >= 2 && m.free < th.context_reserve {
             (
                 Severity::Warn,
                 format!(
                     "GPU {}: {} processes share it with {} free ({:.1}%) of {}: the next \
                      allocation of any of them can fail",
+                    d.index,
+                    claimants.len(),
+                    format_bytes(m.free),
+                    pct(m.free),
+                    format_bytes(m.total)
+                ),
+            )
+        } else if low && claimants.len() >= 2 {
+            (
+                Severity::Info,
+                format!(
+                    "GPU {}: {} processes share it with {} free ({:.1}%) of {}: steady \
+                     fixed budgets are normal (e.g. two engines at gpu_memory_utilization \
+                     0.45); little room for another process",
                     d.index,
                     claimants.len(),
                     format_bytes(m.free),

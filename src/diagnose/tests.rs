@@ -27,11 +27,13 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         utilization_gpu: Some(0),
         temperature_c: Some(34),
         numa_node: None,
+        memory_unknown: None,
         status: Default::default(),
+        minor: None,
     }
 }
 
-fn proc_(pid: u32, cvd: &str, usage: &[(u32, Option<u64>)]) -> ProcessInfo {
+pub(super) fn proc_(pid: u32, cvd: &str, usage: &[(u32, Option<u64>)]) -> ProcessInfo {
     ProcessInfo {
         pid,
         visible: true,
@@ -52,7 +54,7 @@ fn proc_(pid: u32, cvd: &str, usage: &[(u32, Option<u64>)]) -> ProcessInfo {
 }
 
 /// An inventory whose device `used` is the sum of its processes' known usage plus `extra`.
-fn inv_with(
+pub(super) fn inv_with(
     n_devices: u32,
     procs: Vec<ProcessInfo>,
     extra: &[(u32, u64)],
@@ -350,8 +352,29 @@ fn low_headroom_levels_and_arithmetic() {
     assert_eq!(h[0].available, 0);
     assert_eq!(h[0].max_gpu_memory_utilization, 0.0);
 
-    // Two independent claimants sharing a nearly full GPU: a cause that will bite, warn.
+    // Two independent claimants at fixed budgets with 1 GiB free: one snapshot cannot tell
+    // this steady state from growth (serve's trend can), info with the numbers.
     let half = (TOTAL - RESERVED - GIB) / 2;
+    let inv = inv_with(
+        1,
+        vec![
+            proc_(13, CVD_UNSET, &[(0, Some(half))]),
+            proc_(14, CVD_UNSET, &[(0, Some(half))]),
+        ],
+        &[],
+        true,
+    );
+    let h = headroom(&inv, &th);
+    let f = low_headroom(&inv, &h, &th);
+    assert_eq!(f[0].severity, Severity::Info, "{}", f[0].title);
+    assert!(
+        f[0].title.contains("steady fixed budgets"),
+        "{}",
+        f[0].title
+    );
+
+    // Two independent claimants leaving less than a context free: out of room, warn.
+    let half = (TOTAL - RESERVED - 300 * MIB) / 2;
     let inv = inv_with(
         1,
         vec![
@@ -463,6 +486,7 @@ fn env_of(order: Option<&str>, nvd: Option<&str>) -> crate::inventory::GpuEnv {
         cuda_device_order: order.map(String::from),
         nvidia_visible_devices: nvd.map(String::from),
         mounted_device_ids: None,
+        ..Default::default()
     }
 }
 

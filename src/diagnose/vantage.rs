@@ -55,6 +55,10 @@ pub(super) fn unlisted_here(
     unlisted: u64,
     th: &Thresholds,
 ) -> Option<Finding> {
+    // Dead PIDs and unlisted holders of the device files are lost memory wherever seen.
+    if !super::unattributed::split(inv, d).is_some_and(|s| s.outside_namespace > 0) {
+        return None;
+    }
     let (title, why) = match inv.list_view() {
         ListView::Host | ListView::HostPidsInContainer => return None,
         ListView::OwnNamespaceOnly { zero_usage: false } => (

@@ -1,12 +1,15 @@
 //! Which physical GPUs a process may use, as the diagnosis reads it from the process's
 //! environment: `NVIDIA_VISIBLE_DEVICES` in every form the NVIDIA device plugin and container
 //! toolkit set it, then `CUDA_VISIBLE_DEVICES` over those, with the cases where that cannot
-//! be known said as such (never "sees none" from a form vramdoc cannot read).
+//! be known said as such (never "sees none" from a form vramdoc cannot read). Where the GPUs
+//! a process can open are known from its files ([`super::devset`]), `CUDA_VISIBLE_DEVICES`
+//! counts those instead.
 
 use crate::gpu::visible::visible_devices;
 use crate::inventory::{GpuEnv, CVD_UNSET};
 
-/// The physical (NVML) devices a process may use: the GPUs its container runtime mounted
+/// The physical (NVML) devices a process may use: the GPUs it can open (`base`) or those its
+/// container runtime mounted
 /// (`NVIDIA_VISIBLE_DEVICES`, in every form the NVIDIA device plugin and container toolkit
 /// set it), then its `CUDA_VISIBLE_DEVICES` over those. `Err` (why) when that cannot be
 /// known — vramdoc then raises no finding that depends on it, never "sees none" from a form
@@ -20,25 +23,33 @@ use crate::inventory::{GpuEnv, CVD_UNSET};
 /// (volume-mounts strategy: the IDs are the entries mounted there, read into
 /// [`GpuEnv::mounted_device_ids`]); `MIG-GPU-<uuid>/<gi>/<ci>` (names its parent GPU) and
 /// `MIG-<uuid>` (a MIG device UUID, which names a slice, not a GPU vramdoc can map here).
-pub fn allowed_devices(
+///
+/// `base`: the GPUs the process can open when known from its files (NVML indices,
+/// ascending; `crate::diagnose::devset`): `CUDA_VISIBLE_DEVICES` then counts those, and
+/// `NVIDIA_VISIBLE_DEVICES` is not read. `None`: from `NVIDIA_VISIBLE_DEVICES`.
+pub fn allowed_devices_over(
+    base: Option<Vec<u32>>,
     cvd: &str,
     env: Option<&GpuEnv>,
     devices: &[(String, String)],
     in_container: bool,
 ) -> Result<Vec<u32>, String> {
     let uuids: Vec<String> = devices.iter().map(|(uuid, _)| uuid.clone()).collect();
+    let from_files = base.is_some();
     let nvd = env
         .and_then(|e| e.nvidia_visible_devices.as_deref())
-        .map(str::trim);
+        .map(str::trim)
+        .filter(|_| !from_files);
     // The container's GPUs (NVML indices), in NVML order.
-    let mounted: Vec<u32> = match nvd {
-        None | Some("all") => (0..uuids.len() as u32).collect(),
-        Some(v @ ("none" | "void" | "")) => {
+    let mounted: Vec<u32> = match (base, nvd) {
+        (Some(b), _) => b,
+        (None, None | Some("all")) => (0..uuids.len() as u32).collect(),
+        (None, Some(v @ ("none" | "void" | ""))) => {
             return Err(format!(
                 "NVIDIA_VISIBLE_DEVICES={v}: GPUs are not managed by the runtime"
             ))
         }
-        Some(dir) if dir.starts_with('/') => {
+        (None, Some(dir)) if dir.starts_with('/') => {
             let Some(ids) = env.and_then(|e| e.mounted_device_ids.as_ref()) else {
                 return Err(format!(
                     "NVIDIA_VISIBLE_DEVICES={dir}: the device list mounted there could not be read"
@@ -52,7 +63,7 @@ pub fn allowed_devices(
             mounted_ids(ids.iter().map(String::as_str), &uuids)
                 .map_err(|e| format!("NVIDIA_VISIBLE_DEVICES={dir}: {e}"))?
         }
-        Some(v) => mounted_ids(v.split(','), &uuids)
+        (None, Some(v)) => mounted_ids(v.split(','), &uuids)
             .map_err(|e| format!("NVIDIA_VISIBLE_DEVICES={v}: {e}"))?,
     };
     if cvd == CVD_UNSET {
@@ -79,7 +90,10 @@ pub fn allowed_devices(
                 .into(),
         );
     }
-    let mounted_uuids: Vec<String> = mounted.iter().map(|i| uuids[*i as usize].clone()).collect();
+    let mounted_uuids: Vec<String> = mounted
+        .iter()
+        .map(|i| uuids.get(*i as usize).cloned().unwrap_or_default())
+        .collect();
     Ok(visible_devices(Some(cvd), &mounted_uuids)
         .into_iter()
         .map(|k| mounted[k as usize])

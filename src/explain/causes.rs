@@ -53,24 +53,24 @@ pub fn numbers(
     };
     let large = n.requested.is_none_or(|r| r > SMALL_SIZE);
     for seg in s.segments.iter().filter(|g| g.device == device) {
-        n.segments += 1;
-        n.reserved += seg.total_size;
+        n.segments = n.segments.saturating_add(1);
+        n.reserved = n.reserved.saturating_add(seg.total_size);
         let same_pool = seg.pool == (0, 0) && seg.large == large;
         for blk in &seg.blocks {
             match blk.state {
-                BlockState::Allocated => n.allocated += blk.size,
-                BlockState::PendingFree => n.pending_free += blk.size,
+                BlockState::Allocated => n.allocated = n.allocated.saturating_add(blk.size),
+                BlockState::PendingFree => n.pending_free = n.pending_free.saturating_add(blk.size),
                 BlockState::Inactive => {
-                    n.cached_free += blk.size;
+                    n.cached_free = n.cached_free.saturating_add(blk.size);
                     if seg.pool != (0, 0) {
-                        n.private_pools_free += blk.size;
+                        n.private_pools_free = n.private_pools_free.saturating_add(blk.size);
                     } else if n.stream.is_none_or(|st| st == seg.stream) {
                         if same_pool {
-                            n.pool_free += blk.size;
+                            n.pool_free = n.pool_free.saturating_add(blk.size);
                             n.pool_largest_free = n.pool_largest_free.max(blk.size);
                         }
                     } else {
-                        n.other_streams_free += blk.size;
+                        n.other_streams_free = n.other_streams_free.saturating_add(blk.size);
                     }
                 }
             }
@@ -186,4 +186,47 @@ pub fn decide(n: &Numbers, growing: bool) -> (Cause, String) {
                 .unwrap_or_default()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::snapshot::{Block, BlockState, Segment};
+
+    /// Sizes are untrusted (a snapshot arrives with a ticket): sums that pass 2^64 saturate
+    /// instead of overflowing (found by the bounded fuzz of the reader).
+    #[test]
+    fn sizes_past_u64_saturate() {
+        let block = |state| Block {
+            address: 0,
+            size: u64::MAX / 2 + 1,
+            requested: 0,
+            state,
+            stack: None,
+        };
+        let seg = Segment {
+            device: 0,
+            address: 0,
+            total_size: u64::MAX,
+            stream: 0,
+            large: true,
+            pool: (0, 0),
+            expandable: false,
+            blocks: vec![
+                block(BlockState::Allocated),
+                block(BlockState::Allocated),
+                block(BlockState::Inactive),
+                block(BlockState::Inactive),
+            ],
+        };
+        let s = Snapshot {
+            segments: vec![seg.clone(), seg],
+            ..Snapshot::default()
+        };
+        let n = numbers(&s, 0, None, None);
+        assert_eq!(n.reserved, u64::MAX);
+        assert_eq!(n.allocated, u64::MAX);
+        assert_eq!(n.cached_free, u64::MAX);
+        assert_eq!(n.segments, 2);
+    }
 }

@@ -157,7 +157,9 @@ fn segment_map(s: &Snapshot, device: u32) -> (Vec<SegmentMap>, usize) {
                 let st = state(blk.state);
                 match blocks.last_mut() {
                     // Neighbours in one state merge; past the cap everything merges.
-                    Some(last) if last.1 == st || i >= MAX_MAP_BLOCKS => last.0 += blk.size,
+                    Some(last) if last.1 == st || i >= MAX_MAP_BLOCKS => {
+                        last.0 = last.0.saturating_add(blk.size)
+                    }
                     _ => blocks.push((blk.size, st)),
                 }
             }

@@ -100,9 +100,9 @@ pub fn top_sites(s: &Snapshot, sites: &Sites, device: u32, n: usize) -> Vec<Site
             .filter(|b| b.state == BlockState::Allocated)
         {
             let e = by.entry(sites.of(b.stack)).or_default();
-            e.0 += b.size;
-            e.1 += 1;
-            total += b.size;
+            e.0 = e.0.saturating_add(b.size);
+            e.1 = e.1.saturating_add(1);
+            total = total.saturating_add(b.size);
         }
     }
     let mut v: Vec<(u32, (u64, u64))> = by.into_iter().collect();
@@ -143,8 +143,8 @@ impl Replay<'_> {
                         self.per_site[old_site as usize].saturating_sub(old);
                     self.total = self.total.saturating_sub(old);
                 }
-                self.per_site[site as usize] += e.size;
-                self.total += e.size;
+                self.per_site[site as usize] = self.per_site[site as usize].saturating_add(e.size);
+                self.total = self.total.saturating_add(e.size);
             }
             Action::FreeCompleted => {
                 if let Some((size, site)) = self.live.remove(&e.addr) {

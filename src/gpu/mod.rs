@@ -286,10 +286,22 @@ pub struct DeviceInfo {
     /// `nvmlDeviceGetMemoryInfo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<u32>,
+    /// Why the device's memory is unknown while the device answers (`None`: known): the
+    /// memory query is `NVML_ERROR_NOT_SUPPORTED` on unified-memory parts such as GB10
+    /// (DGX Spark), whose per-process usage still works. `memory` is then zeroed, not
+    /// measured: rules that need it do not decide (docs/scan.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_unknown: Option<String>,
     /// Whether the driver answered for this device. Anything but `ok`: memory is zeroed and
     /// utilization / temperature are absent, the other devices are still reported.
     #[serde(default)]
     pub status: DeviceStatus,
+    /// The device's minor number (`nvmlDeviceGetMinorNumber`): the `N` of its device file
+    /// `/dev/nvidiaN`, which Slurm's `SLURM_JOB_GPUS`, GKE's `nvidiaN` ids and a container's
+    /// mounted device files name. Assigned in the kernel module's probe order, it need not be
+    /// the NVML index (NVIDIA/nvidia-docker#1432, #376). `None`: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -310,10 +322,18 @@ impl DeviceInfo {
             utilization_gpu: None,
             temperature_c: None,
             numa_node: None,
+            memory_unknown: None,
             status,
+            minor: None,
         }
     }
 }
+
+/// [`DeviceInfo::memory_unknown`] of a device whose memory query answers
+/// `NVML_ERROR_NOT_SUPPORTED` (both backends say it the same way).
+pub const MEMORY_NOT_SUPPORTED: &str = "nvmlDeviceGetMemoryInfo: NVML_ERROR_NOT_SUPPORTED \
+     (a unified-memory GPU such as GB10 has no framebuffer memory to report; per-process \
+     usage is shown)";
 
 /// What the driver said when this device was queried.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

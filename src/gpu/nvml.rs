@@ -222,12 +222,23 @@ impl NvmlMonitor {
         partial.0 = get!(d.name());
         partial.1 = get!(d.uuid());
         partial.2 = get!(d.pci_info()).bus_id;
-        let m = get!(self.memory_info(&d));
+        // NOT_SUPPORTED (GB10: no framebuffer to report) leaves the device in the inventory
+        // with its memory unknown; per-process usage still works.
+        let (m, memory_unknown) = match self.memory_info(&d) {
+            Ok(m) => (m, None),
+            Err(NvmlError::NotSupported) => (
+                MemoryInfo::zeroed(),
+                Some(super::MEMORY_NOT_SUPPORTED.into()),
+            ),
+            Err(e) => return Err((partial, e)),
+        };
         let util = get!(optional(d.utilization_rates()));
         let temp = get!(optional(d.temperature(TemperatureSensor::Gpu)));
         // Any error (NOT_SUPPORTED off coherent platforms, a driver without the symbol) means
         // the GPU is not a NUMA node: never a reason to fail the device.
         let numa_node = d.numa_node_id().ok();
+        // The device file's number; NOT_SUPPORTED on some platforms: unknown, never a failure.
+        let minor = d.minor_number().ok();
         Ok(DeviceInfo {
             index,
             name: partial.0,
@@ -242,7 +253,9 @@ impl NvmlMonitor {
             utilization_gpu: util.map(|u| u.gpu),
             temperature_c: temp,
             numa_node,
+            memory_unknown,
             status: DeviceStatus::Ok,
+            minor,
         })
     }
 }

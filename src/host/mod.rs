@@ -1,25 +1,30 @@
 //! The one door to the host: every `/proc` read vramdoc does, over the `procfs` crate where
 //! it has the API, with typed errors ([`HostError`]). [`process`] reads one process (its
 //! stat and liveness with start time, status and `NSpid`, comm, command line, environment,
-//! cgroup, open descriptors) and lists PIDs; [`system`] reads the machine (hostname, kernel
+//! cgroup, open descriptors) and lists PIDs; [`devfiles`] which of the driver's device files a
+//! process holds open; [`system`] reads the machine (hostname, kernel
 //! release, the /proc mount's `hidepid`, user names); [`cgroup`] reads what job membership
 //! needs beyond one process (cgroup mounts, the boot clock in start-time
 //! ticks) and where a process's cgroup places it (container, Kubernetes pod); [`kubelet`]
 //! reads the kubelet's pod and container log directories (pod names without API-server
 //! credentials) and [`podresources`] asks the kubelet's pod-resources gRPC socket which devices
-//! each pod was allocated. Callers decide what a fact means (a
+//! each pod was allocated; [`devices`] which GPU device files a process can open (its view of
+//! `/dev`, its v1 device cgroup). Callers decide what a fact means (a
 //! finding, a tree member); nothing here interprets it beyond parsing. Read by hand, each
 //! saying why: `stat` and `fd` (fewer syscalls for scans of every process), `comm`,
 //! `environ` (the first of a repeated key, as `getenv`), hostname and kernel release.
 
 pub mod cgroup;
 pub mod container;
+pub mod devfiles;
+pub mod devices;
 pub mod kubelet;
 pub mod podresources;
 pub mod process;
 pub mod system;
 
 pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, CgroupPlace};
+pub use devfiles::{canonical_nodes, held_nodes, node_index};
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, own_pidns_link,
     pids, start_time, stat, status, Environ, Stat, Status,

@@ -238,6 +238,7 @@ pub fn run(
         std::thread::sleep(TICK);
     };
     let end_ms = recorder.t_ms();
+    recorder.reaped(pid, end_ms);
     // What is left in the pipes is read at once, whatever the terminal's speed.
     output.command_ended();
     let (kind, label) = match exit {
@@ -251,6 +252,7 @@ pub fn run(
     // Keep recording a moment: is the memory returned?
     feed.settle(SETTLE, &mut live);
     // What still holds memory: ended with --kill-after, else a finding.
+    recorder.note_device_file_holders();
     recorder.round();
     if let Some(grace) = spec.kill_after {
         if outlived::end_holders(&recorder, grace, &mut feed, &mut live) {
@@ -263,6 +265,7 @@ pub fn run(
     output.wait_complete(OUTPUT_QUIET);
     feed.drain();
     let mut errors = std::mem::take(&mut feed.errors);
+    recorder.note_device_file_holders();
     recorder.round();
     recorder.stream(&StreamLine::End {
         t_ms: recorder.t_ms(),

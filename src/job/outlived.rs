@@ -1,6 +1,7 @@
 //! `--kill-after DURATION`: after the command ends, the job's processes that still hold GPU
 //! memory (a forked DataLoader worker, a detached child, a container that carries the job's
-//! marker file; see `super::ours_to_signal`) are ended as GNU `timeout -k` ends a command:
+//! marker file; see `super::ours_to_signal`), or the driver's device files that keep it
+//! allocated (`record::holders`), are ended as GNU `timeout -k` ends a command:
 //! SIGTERM, then SIGKILL to those still running `DURATION` later (at once when vramdoc itself
 //! gets a signal meanwhile). Each step is a marker on the timeline (`kill-after: …`), which
 //! the `outlived-command` finding reads. Without the flag nothing is ended and the finding
@@ -28,9 +29,13 @@ pub fn end_holders(
     for (pid, _, used) in recorder.job_holders() {
         *holders.entry(pid).or_default() += used;
     }
+    // And those holding the driver's device files (a forked worker keeping an exited
+    // parent's context alive through inherited descriptors: NVML does not list it).
+    let file_holders = recorder.device_file_holder_pids();
     let targets: Vec<(u32, u64)> = members
         .iter()
-        .filter(|m| holders.contains_key(&m.pid) && super::ours_to_signal(m))
+        .filter(|m| holders.contains_key(&m.pid) || file_holders.contains(&m.pid))
+        .filter(|m| super::ours_to_signal(m))
         .filter(|m| crate::host::is_alive(m.pid, m.start_time))
         .map(|m| (m.pid, m.start_time))
         .collect();

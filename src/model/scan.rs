@@ -129,6 +129,35 @@ pub struct ScanResult {
     /// answered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_allocations: Vec<PodAllocation>,
+    /// Per device, used memory no live listed process accounts for, split by what explains
+    /// it (decided in `diagnose::unattributed`); absent in reports written before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unattributed: Vec<Unattributed>,
+}
+
+/// Used memory of one device that no live listed process accounts for (`used` minus what
+/// live listed processes hold), split by what explains it: `lost` is what `no-live-owner`
+/// reports as memory with no owner; `managed` and `coherent` are explained (info at most).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Unattributed {
+    pub device: u32,
+    /// No explanation: a leaked or orphaned allocation.
+    pub lost: u64,
+    /// Managed (unified) memory of a live listed process holding `/dev/nvidia-uvm` on this
+    /// device: counted in `used`, in no process's usage.
+    #[serde(default)]
+    pub managed: u64,
+    /// A coherent-memory GPU (a NUMA node of the host) keeping pages of exited processes
+    /// counted as used until the kernel reclaims them.
+    #[serde(default)]
+    pub coherent: u64,
+    /// Seen from a container on a driver that lists only its own PID namespace's processes
+    /// (535.113 on): other tenants' memory, not attributable from there (issue 25).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outside_namespace: u64,
+    /// The processes whose managed memory explains `managed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_by: Vec<u32>,
 }
 
 /// Room for a new vLLM-style engine on one device. vLLM claims
@@ -149,4 +178,8 @@ pub struct Headroom {
     pub max_gpu_memory_utilization: f64,
     /// The arithmetic above with the numbers, for people.
     pub arithmetic: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -12,6 +12,7 @@
 
 pub mod devmap;
 pub mod envelope;
+pub mod holders;
 pub mod lanes;
 pub mod membership;
 pub mod policy;
@@ -24,7 +25,9 @@ pub mod stderr;
 pub mod stream;
 pub mod tree;
 
-pub use recording::{ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording};
+pub use recording::{
+    DeviceFileHolder, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
+};
 pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
 use crate::gpu::{DeviceInfo, Monitor};
@@ -454,6 +457,38 @@ impl Recorder {
             .collect()
     }
 
+    /// The job's process `pid` was reaped at `t_ms` (the command, by vramdoc): its exit is
+    /// recorded at that time, not at the next process round.
+    pub fn reaped(&self, pid: u32, t_ms: f64) {
+        let mut s = lock(&self.shared);
+        if let Some(change) = s.tree.as_mut().and_then(|t| t.ended(pid, t_ms)) {
+            s.tree_changes(vec![change]);
+        }
+    }
+
+    /// Note which of the job's live processes hold the driver's device files open now
+    /// ([`holders`]): called after the command ended, it names whoever keeps memory alive
+    /// through an inherited descriptor. Reads /proc only, no driver call.
+    pub fn note_device_file_holders(&self) {
+        let nodes = crate::host::canonical_nodes(&self.monitor.device_nodes());
+        let live = self.live_members();
+        let found = holders::device_file_holders(&live, &nodes, self.t_ms());
+        lock(&self.shared).device_file_holders.extend(found);
+    }
+
+    /// PIDs of the job's processes noted holding the driver's device files
+    /// ([`Recorder::note_device_file_holders`]).
+    pub fn device_file_holder_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = lock(&self.shared)
+            .device_file_holders
+            .iter()
+            .map(|h| h.pid)
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
     /// Peak used bytes per device (device order) over the readings kept since the
     /// `from`-th (process rounds and markers), and how many there are now: a live status
     /// keeps the running peak and asks only for what is new. Only the last
@@ -539,6 +574,7 @@ impl Recorder {
             errors: std::mem::take(&mut s.errors),
             end_ms: end.end_ms,
             exit: end.exit,
+            device_file_holders: std::mem::take(&mut s.device_file_holders),
         };
         Recorded {
             recording,
@@ -643,6 +679,9 @@ fn job_processes(
             cuda_visible_devices: t.env("CUDA_VISIBLE_DEVICES"),
             cuda_device_order: t.env("CUDA_DEVICE_ORDER"),
             nvidia_visible_devices: t.env("NVIDIA_VISIBLE_DEVICES"),
+            slurm_gpus: ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
+                .into_iter()
+                .find_map(|k| t.env(k).map(|v| (k.to_string(), v))),
             pytorch_cuda_alloc_conf: t.env("PYTORCH_CUDA_ALLOC_CONF"),
             pytorch_alloc_conf: t.env("PYTORCH_ALLOC_CONF"),
             in_tree: true,

@@ -11,6 +11,9 @@ pub struct RecordedDevice {
     pub uuid: String,
     pub name: String,
     pub total: u64,
+    /// Its minor number (`/dev/nvidia<minor>`), when the driver said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
 }
 
 impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
@@ -20,6 +23,7 @@ impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
             uuid: d.uuid.clone(),
             name: d.name.clone(),
             total: d.memory.total,
+            minor: d.minor,
         }
     }
 }
@@ -43,6 +47,9 @@ pub struct RecordedProcess {
     pub cuda_device_order: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_visible_devices: Option<String>,
+    /// `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS` (name, value), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_gpus: Option<(String, String)>,
     /// Its `PYTORCH_CUDA_ALLOC_CONF` (`None`: unset or unknown), read before suggesting
     /// `expandable_segments:True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +80,7 @@ impl RecordedProcess {
             cuda_visible_devices: None,
             cuda_device_order: None,
             nvidia_visible_devices: None,
+            slurm_gpus: None,
             pytorch_cuda_alloc_conf: None,
             pytorch_alloc_conf: None,
             in_tree,
@@ -129,6 +137,24 @@ pub enum JobExit {
     Signal(i32),
 }
 
+/// A process of the job seen holding the driver's device files open after the command ended
+/// (its `/proc/PID/fd`, read through `host::held_nodes`): what keeps a CUDA context's memory
+/// alive through an inherited descriptor while NVML lists the exited creator, or nobody.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFileHolder {
+    pub pid: u32,
+    /// When it was seen holding them (ms since the recording started).
+    pub t_ms: f64,
+    /// The files as its descriptors name them (`/dev/nvidia0`, `/dev/nvidiactl`, or a
+    /// simulated box's `dev/nvidia0`), sorted.
+    pub nodes: Vec<String>,
+    /// The minor numbers those files name (`nvidiaN` → `N`; the rule maps them to NVML
+    /// indices through [`RecordedDevice::minor`]), sorted; empty when it holds only the
+    /// control files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<u32>,
+}
+
 /// Everything a recorded job (or a replayed variant) gives the engine.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Recording {
@@ -142,4 +168,8 @@ pub struct Recording {
     pub end_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<JobExit>,
+    /// The job's processes seen holding the driver's device files after the command ended
+    /// (`run -- CMD` only), each sighting once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_file_holders: Vec<DeviceFileHolder>,
 }

@@ -32,6 +32,8 @@ pub(super) struct Shared {
     /// Processes of the job fed by the caller (replay's worker).
     pub(super) job: Vec<RecordedProcess>,
     pub(super) errors: Vec<ErrorEvent>,
+    /// The job's processes seen holding the driver's device files (after the command).
+    pub(super) device_file_holders: Vec<super::DeviceFileHolder>,
     pub(super) sink: Option<Arc<Mutex<Sink>>>,
     pub(super) failed_queries: u64,
 }

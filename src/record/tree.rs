@@ -39,10 +39,12 @@ pub struct TreeProcess {
 }
 
 /// The environment variables that decide which GPUs a process sees.
-pub const GPU_ENV: [&str; 5] = [
+pub const GPU_ENV: [&str; 7] = [
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
+    "SLURM_STEP_GPUS",
+    "SLURM_JOB_GPUS",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
 ];
@@ -525,6 +527,14 @@ impl ProcessTree {
             .collect()
     }
 
+    /// Mark the live member `pid` ended at `t_ms`, when its parent reaped it then (vramdoc
+    /// reaping the command: its exit is known to the millisecond, not at the next refresh).
+    pub fn ended(&mut self, pid: u32, t_ms: f64) -> Option<TreeChange> {
+        let tp = self.live.get_mut(&pid).filter(|tp| tp.end_ms.is_none())?;
+        tp.end_ms = Some(t_ms);
+        Some(TreeChange::Exited { pid, t_ms })
+    }
+
     /// Mark every live member ended at `t_ms` (the recording stops).
     pub fn end_all(&mut self, t_ms: f64) {
         for tp in self.live.values_mut() {
@@ -583,6 +593,26 @@ mod tests {
             .iter()
             .filter(|t| t.pid == sh || t.pid == sleep_pid)
             .all(|t| t.end_ms == Some(3.0)));
+    }
+
+    /// A member reaped by its parent is ended at that time, once (a later refresh or a
+    /// second call changes nothing); a PID that is no member is left alone.
+    #[test]
+    fn a_reaped_member_ends_when_it_was_reaped() {
+        let me = std::process::id();
+        let mut tree = ProcessTree::new(me, true);
+        tree.refresh(1.0);
+        assert!(tree.live_pids().contains(&me), "the root, included");
+        assert_eq!(
+            tree.ended(me, 5.0),
+            Some(TreeChange::Exited { pid: me, t_ms: 5.0 })
+        );
+        assert_eq!(tree.ended(me, 6.0), None, "ended once");
+        assert!(tree
+            .all()
+            .iter()
+            .any(|t| t.pid == me && t.end_ms == Some(5.0)));
+        assert_eq!(tree.ended(u32::MAX, 7.0), None);
     }
 
     /// A process outside the root's tree that carries the job's variable is the job's, with

@@ -28,6 +28,9 @@ pub const ENV_ALLOW_PREFIXES: &[&str] = &[
     "RANK",
     "LOCAL_RANK",
     "MASTER_PORT",
+    // The GPUs Slurm gave a job (device numbers), read by `diagnose::devset`.
+    "SLURM_JOB_GPUS",
+    "SLURM_STEP_GPUS",
 ];
 
 /// Whether a name (environment variable, flag, header, JSON key, query parameter) names a

@@ -145,7 +145,8 @@ pub fn write_document<M: Markup>(m: &mut M, report: &Report) -> Result<(), M::Er
     m.heading(1, &[plain(format!("vramdoc {kind} report"))]);
     m.paragraph(Para::Summary, &[text(text::summary(report))]);
     environment(m, report);
-    devices(m, report.devices());
+    let listed = report.scan().map(|s| s.processes.as_slice()).unwrap_or(&[]);
+    devices(m, report.devices(), listed);
     if let Some(scan) = report.scan() {
         scan_sections(m, scan);
     }
@@ -200,7 +201,8 @@ fn environment<M: Markup>(m: &mut M, r: &Report) {
     );
 }
 
-fn devices<M: Markup>(m: &mut M, devices: &[DeviceInfo]) {
+/// `processes`: scan's processes, whose sum is shown for a device whose memory is unknown.
+fn devices<M: Markup>(m: &mut M, devices: &[DeviceInfo], processes: &[crate::model::ProcessInfo]) {
     m.heading(2, &[plain("Devices")]);
     if devices.is_empty() {
         m.paragraph(Para::Normal, &[plain("No GPUs were found.")]);
@@ -221,6 +223,21 @@ fn devices<M: Markup>(m: &mut M, devices: &[DeviceInfo]) {
         .iter()
         .map(|d| {
             let mem = &d.memory;
+            if d.memory_unknown.is_some() {
+                let held = text::process_sum(processes, d.index);
+                let na = || vec![plain("n/a")];
+                return vec![
+                    vec![plain(d.index.to_string())],
+                    vec![text(d.name.as_str())],
+                    vec![code(d.pci_bus_id.as_str())],
+                    na(),
+                    vec![plain(format!("{} by processes", format_bytes(held)))],
+                    na(),
+                    na(),
+                    vec![plain(text::utilization(d))],
+                    vec![plain(text::temperature(d))],
+                ];
+            }
             vec![
                 vec![plain(d.index.to_string())],
                 vec![text(d.name.as_str())],

@@ -262,9 +262,19 @@ pub fn render(
         let unattributed = gauge(
             &reg,
             "vramdoc_gpu_memory_unattributed_bytes",
-            "Used memory no live listed process accounts for (absent when per-process \
-             usage is not available)",
+            "Used memory no live listed process accounts for and nothing explains: what \
+             the no-live-owner finding calls lost (absent when per-process usage is not \
+             available)",
             dev_labels,
+        )?;
+        let explained = gauge(
+            &reg,
+            "vramdoc_gpu_memory_explained_unattributed_bytes",
+            "Used memory no live listed process accounts for that is explained: reason \
+             managed (unified memory of a live process holding /dev/nvidia-uvm), coherent \
+             (a coherent-memory GPU's unreclaimed pages) or outside-namespace (other tenants' \
+             memory, seen from a container on a driver from 535.113 on)",
+            &["gpu", "uuid", "reason"],
         )?;
         let ratio = gauge(
             &reg,
@@ -283,12 +293,41 @@ pub fn render(
             let l = [gpu.as_str(), d.uuid.as_str()];
             info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id, &d.uuid])
                 .set(1.0);
+            // Memory query not supported (GB10): no memory series rather than zeros.
+            if d.memory_unknown.is_some() {
+                continue;
+            }
             used.with_label_values(&l).set(d.memory.used as f64);
             free.with_label_values(&l).set(d.memory.free as f64);
             total.with_label_values(&l).set(d.memory.total as f64);
             reserved.with_label_values(&l).set(d.memory.reserved as f64);
-            if let Some(b) = crate::diagnose::unattributed_bytes(d, &scan.processes, host) {
-                unattributed.with_label_values(&l).set(b as f64);
+            // The split the finding used (`diagnose::unattributed`); a report without one
+            // (written before it) counts every unattributed byte as lost.
+            let split = if scan.unattributed.is_empty() {
+                crate::diagnose::unattributed_bytes(d, &scan.processes, host).map(|b| {
+                    crate::model::Unattributed {
+                        device: d.index,
+                        lost: b,
+                        ..Default::default()
+                    }
+                })
+            } else {
+                scan.unattributed
+                    .iter()
+                    .find(|u| u.device == d.index)
+                    .cloned()
+            };
+            if let Some(u) = split {
+                unattributed.with_label_values(&l).set(u.lost as f64);
+                for (reason, b) in [
+                    ("managed", u.managed),
+                    ("coherent", u.coherent),
+                    ("outside-namespace", u.outside_namespace),
+                ] {
+                    explained
+                        .with_label_values(&[&gpu, &d.uuid, reason])
+                        .set(b as f64);
+                }
             }
             if let Some(h) = scan.headroom.iter().find(|h| h.device == d.index) {
                 ratio
@@ -406,5 +445,39 @@ mod tests {
         assert!(text.contains("vramdoc_build_info{backend=\"sim\",version="));
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 0"));
         assert!(!text.contains("vramdoc_gpu_memory_used_bytes"));
+    }
+
+    #[test]
+    fn the_unattributed_metric_is_the_lost_part_of_the_recorded_split() {
+        use crate::units::GIB;
+        let inv = crate::scan::sample_inventory();
+        let th = crate::diagnose::Thresholds::default();
+        let mut scan = crate::scan::build_report(&inv, &th)
+            .into_scan()
+            .expect("a scan");
+        let find = |text: &str, prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let lost = "vramdoc_gpu_memory_unattributed_bytes{gpu=\"0\"";
+        let managed =
+            "vramdoc_gpu_memory_explained_unattributed_bytes{gpu=\"0\",reason=\"managed\"";
+        // As decided: 70 GiB of an exited PID, all lost.
+        let text = render(Some(&scan), &coll(true), PromOptions::default()).unwrap();
+        assert_eq!(find(&text, lost), Some((70 * GIB) as f64), "{text}");
+        assert_eq!(find(&text, managed), Some(0.0), "{text}");
+        // A split saying managed moves the bytes out of the alert's metric.
+        scan.unattributed[0].managed = scan.unattributed[0].lost;
+        scan.unattributed[0].lost = 0;
+        let text = render(Some(&scan), &coll(true), PromOptions::default()).unwrap();
+        assert_eq!(find(&text, lost), Some(0.0), "{text}");
+        assert_eq!(find(&text, managed), Some((70 * GIB) as f64), "{text}");
+        // A report without a split (written before it): every unattributed byte is lost.
+        scan.unattributed.clear();
+        let text = render(Some(&scan), &coll(true), PromOptions::default()).unwrap();
+        assert_eq!(find(&text, lost), Some((70 * GIB) as f64), "{text}");
+        assert_eq!(find(&text, managed), Some(0.0), "{text}");
     }
 }

@@ -257,22 +257,22 @@ pub fn devices_phrase(report: &Report) -> String {
         return "no GPUs".into();
     }
     let first = &devs[0];
+    // A GPU whose memory query is not supported (GB10) has no total to show.
+    let total = |d: &crate::gpu::DeviceInfo| match d.memory_unknown {
+        Some(_) => "memory not reported".to_string(),
+        None => format_bytes(d.memory.total),
+    };
     if devs
         .iter()
         .all(|d| d.name == first.name && d.memory.total == first.memory.total)
     {
         if devs.len() == 1 {
-            return format!("1 × {}, {}", first.name, format_bytes(first.memory.total));
+            return format!("1 × {}, {}", first.name, total(first));
         }
-        return format!(
-            "{} × {}, {} each",
-            devs.len(),
-            first.name,
-            format_bytes(first.memory.total)
-        );
+        return format!("{} × {}, {} each", devs.len(), first.name, total(first));
     }
     devs.iter()
-        .map(|d| format!("{} ({})", d.name, format_bytes(d.memory.total)))
+        .map(|d| format!("{} ({})", d.name, total(d)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -541,6 +541,15 @@ pub fn gap_lines(run: &VariantRun) -> Vec<String> {
         out.push(format!("… and {} more gap(s)", gaps.len() - GAPS_LISTED));
     }
     out
+}
+
+/// What the processes listed on `device` hold there, summing the usages that are known: the
+/// memory shown for a device whose own memory query is not supported (GB10).
+pub fn process_sum(processes: &[crate::model::ProcessInfo], device: u32) -> u64 {
+    processes
+        .iter()
+        .filter_map(|p| p.usage_on(device).and_then(|u| u.used))
+        .fold(0u64, |a, b| a.saturating_add(b))
 }
 
 #[cfg(test)]

@@ -340,6 +340,7 @@ pub fn recording(src: &Source) -> Recording {
                 uuid: String::new(),
                 name: d.name.clone(),
                 total: d.total,
+                minor: None,
             })
             .collect(),
         timeline: Timeline {
@@ -376,5 +377,6 @@ pub fn recording(src: &Source) -> Recording {
             .collect(),
         end_ms,
         exit: None,
+        device_file_holders: Vec::new(),
     }
 }

@@ -208,6 +208,20 @@ pub fn carry_last_readings(c: &mut Collected, readings: &mut BTreeMap<u32, LastR
     }
 }
 
+/// Raise each `low-headroom` finding of a GPU whose free memory fell, or that gained a
+/// claimant, within the trend's window to warn (`diagnose::headroom_trend`), then remember
+/// this collection, taken at `now` (Unix seconds).
+pub fn carry_headroom_trend(
+    c: &mut Collected,
+    trend: &mut crate::diagnose::headroom_trend::HeadroomTrend,
+    now: f64,
+    th: &crate::diagnose::Thresholds,
+) {
+    if let Some(scan) = c.scan.as_mut() {
+        trend.apply(scan, now, th);
+    }
+}
+
 fn now_unix() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -321,6 +335,7 @@ impl Collector {
                 let mut failures = 0u32;
                 let mut last: Option<String> = None;
                 let mut readings: BTreeMap<u32, LastReading> = BTreeMap::new();
+                let mut trend = crate::diagnose::headroom_trend::HeadroomTrend::default();
                 loop {
                     let mut open_error = None;
                     if monitor.is_none() {
@@ -336,6 +351,8 @@ impl Collector {
                             let start = Instant::now();
                             let mut c = collect(m.as_ref(), &cfg);
                             carry_last_readings(&mut c, &mut readings, now_unix());
+                            let th = &cfg.scan.thresholds;
+                            carry_headroom_trend(&mut c, &mut trend, now_unix(), th);
                             let extra = observer.as_mut().map(|o| o(c.scan.as_ref()));
                             let (mut body, err) = exposition(c, m.backend(), start, &cfg);
                             body.extend(extra.unwrap_or_default());

@@ -13,6 +13,9 @@ its state is in place, then holds it until its stdin closes.
                          gpu_memory_utilization: the budget includes what is already used)
   monitor NAME           a daemon holding every GPU device file open without a context
                          (nvidia-persistenced, DCGM's nv-hostengine, a device plugin)
+  managed DEV SIZE       a RAPIDS/RMM job on managed memory (rmm managed_memory_resource:
+                         cudaMallocManaged): SIZE bytes from cuMemAllocManaged on DEV, resident
+                         there, counted in the GPU's used but in no process's usage
 """
 import ctypes
 import json
@@ -116,6 +119,19 @@ def engine(dev, fraction):
     hold()
 
 
+def managed(dev, size):
+    cu = driver()
+    context(cu, dev)
+    p = ctypes.c_uint64()
+    # CU_MEM_ATTACH_GLOBAL = 1
+    rc = cu.cuMemAllocManaged(ctypes.byref(p), ctypes.c_size_t(size), ctypes.c_uint(1))
+    if rc != 0:
+        sys.exit(f"cuMemAllocManaged({size}) failed: {rc}")
+    ready({"pid": os.getpid(), "managed": size})
+    hold()
+    assert cu.cuMemFree_v2(p) == 0
+
+
 def monitor(name):
     libc = ctypes.CDLL(None)
     # PR_SET_NAME: the kernel's 15-byte comm, as the real daemon's.
@@ -138,6 +154,8 @@ def main():
         engine(int(args[0]), float(args[1]))
     elif cmd == "monitor":
         monitor(args[0])
+    elif cmd == "managed":
+        managed(int(args[0]), int(args[1]))
     else:
         sys.exit(f"unknown workload {cmd}")
 

@@ -16,6 +16,9 @@ mod ci;
 mod corpus;
 /// The shipped Kubernetes manifests: kustomize overlays, API schemas, each platform's mounts.
 mod deploy;
+/// A process's device set: minor numbers permuted against PCI order, Slurm's GPUs,
+/// containers' device files, and `stray-context` on them (issue 25).
+mod devsets;
 /// `vramdoc explain` (PyTorch allocator snapshots, the restricted pickle reader) and
 /// `run --torch-memory` (issue 27).
 mod explain;
@@ -29,6 +32,8 @@ mod grafana;
 mod hardening;
 /// The flight recorder: `serve --incidents`, `vramdoc incidents`, `sim fault --xid`.
 mod incidents;
+/// Memory that is not lost: managed memory, GB10, coherent pages, low headroom on change.
+mod memacct;
 /// `NvmlMonitor` over the simulated libnvidia-ml.so.1, and that library's C ABI.
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.

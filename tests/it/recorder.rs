@@ -350,6 +350,7 @@ mod long_staircase {
                     uuid: format!("GPU-0000000{i}-0000-0000-0000-000000000000"),
                     name: "NVIDIA H100 80GB HBM3".into(),
                     total: TOTAL,
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {
@@ -372,6 +373,7 @@ mod long_staircase {
             errors: vec![oom],
             end_ms: end,
             exit: Some(JobExit::Code(1)),
+            device_file_holders: Vec::new(),
         }
     }
 

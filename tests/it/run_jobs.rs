@@ -1,6 +1,7 @@
 //! End-to-end tests of `vramdoc run` where jobs really run (issue 17): signals reach the
 //! job's whole process group, processes that outlive the command are reported and ended
-//! with `--kill-after`, a container started through the box's runtime daemon (outside
+//! with `--kill-after` (also a forked child keeping the exited command's memory through
+//! inherited descriptors, issue 25), a container started through the box's runtime daemon (outside
 //! vramdoc's tree, in its own cgroup) is recorded as the job's, attach (`--pid`, `mark
 //! --pid`), and the `--live` line on a terminal.
 
@@ -206,6 +207,194 @@ fn a_child_outliving_the_command_is_reported_and_kill_after_ends_it() {
         .iter()
         .any(|m| m.starts_with("kill-after: SIGTERM to") && m.contains(&pid.to_string())));
     eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
+}
+
+/// `vramdoc run -- python3 job.py ctx:0 alloc:2048 fork:… exit:0`: the command makes a context
+/// and 2 GiB, forks a child that keeps the inherited descriptors, and exits.
+fn run_forking(b: &CliBox, out: &Path, extra: &[&str]) -> Output {
+    b.vramdoc()
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .args(["run", "--process-period", "100ms", "--out"])
+        .arg(out)
+        .args(extra)
+        .args([
+            "--",
+            "python3",
+            JOB,
+            "ctx:0",
+            "alloc:2048",
+            "fork:60000",
+            "exit:0",
+        ])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Issue 25, Must-show: the command exits while its forked child keeps the memory through
+/// the CUDA context's inherited descriptors; NVML lists the exited command, not the child.
+/// One finding explains it, naming the child's PID with `kill PID` (warn, left running);
+/// with `--kill-after` the child is ended and the finding is info.
+#[test]
+fn a_forked_child_keeping_the_exited_command_s_memory_is_named() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("held.json");
+    let o = run_forking(&b, &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = report(&out);
+    let f = findings(&r, "held-by-descriptor");
+    assert_eq!(f.len(), 1, "{r}");
+    let child = f[0]["pid"].as_u64().unwrap() as u32;
+    let alive_after = alive(child);
+    // SAFETY: killing the child this test's job left behind.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    assert!(alive_after, "left running without --kill-after");
+    eventually(SECS_10, "the memory returned once the child ended", || {
+        used_now(&b) == [0]
+    });
+    assert_eq!(f[0]["severity"], "warn");
+    // The command, which made the context and exited (the child may be first seen after it
+    // was re-parented to vramdoc: its recorded parent is not always the command).
+    let parent = markers(&r)
+        .iter()
+        .find_map(|m| {
+            m.strip_prefix("command started (pid ")?
+                .strip_suffix(')')?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("the command's start marker: {:?}", markers(&r)));
+    let title = f[0]["title"].as_str().unwrap();
+    // 2 GiB and the context.
+    assert!(title.starts_with("GPU 0: 2."), "{title}");
+    for want in [
+        format!("GiB held by PID {child} (python3)"),
+        format!("NVML lists PID {parent} (python3) (exited)"),
+        format!("`kill {child}`"),
+    ] {
+        assert!(title.contains(&want), "{want:?} in {title}");
+    }
+    let ev = f[0]["evidence"].to_string();
+    assert!(
+        ev.contains("dev/nvidia0") && ev.contains(&format!("kill {child}")),
+        "{ev}"
+    );
+    // The one finding at warn or error: not outlived-command, not held-after-exit.
+    let alarms: Vec<&Value> = r["run"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] != "info")
+        .collect();
+    assert_eq!(alarms.len(), 1, "{alarms:?}");
+    assert!(
+        stderr(&o).contains("WARN held-by-descriptor"),
+        "{}",
+        stderr(&o)
+    );
+
+    let out = tmp.path().join("ended.json");
+    let o = run_forking(&b, &out, &["--kill-after", "2s"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = report(&out);
+    let f = findings(&r, "held-by-descriptor");
+    assert_eq!(f.len(), 1, "{r}");
+    let child = f[0]["pid"].as_u64().unwrap() as u32;
+    assert!(!alive(child), "ended by --kill-after");
+    assert_eq!(f[0]["severity"], "info");
+    assert!(
+        f[0]["title"].as_str().unwrap().contains("--kill-after"),
+        "{}",
+        f[0]["title"]
+    );
+    assert!(markers(&r)
+        .iter()
+        .any(|m| m.starts_with("kill-after: SIGTERM to") && m.contains(&child.to_string())));
+    eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
+}
+
+/// Contexts on two GPUs, then the fork: one finding names the child once, with both GPUs.
+#[test]
+fn a_forked_child_keeping_contexts_on_two_gpus_is_one_finding() {
+    let b = CliBox::new("2x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("two.json");
+    let o = b
+        .vramdoc()
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .args(["run", "--process-period", "100ms", "--out"])
+        .arg(&out)
+        .args(["--", "python3", JOB])
+        .args([
+            "ctx:0",
+            "alloc:1024",
+            "ctx:1",
+            "alloc:1024",
+            "fork:60000",
+            "exit:0",
+        ])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = report(&out);
+    let f = findings(&r, "held-by-descriptor");
+    let child = f.first().and_then(|f| f["pid"].as_u64());
+    if let Some(pid) = child {
+        // SAFETY: killing the child this test's job left behind.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert_eq!(f.len(), 1, "{r}");
+    assert_eq!(f[0]["devices"], serde_json::json!([0, 1]), "{r}");
+    let title = f[0]["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("GPU 0: 1.") && title.contains(", GPU 1: 1."),
+        "{title}"
+    );
+    eventually(SECS_10, "the memory returned", || used_now(&b) == [0, 0]);
+}
+
+/// The same job whose child exits with it (forked, done before the command ends), and one
+/// whose worker was forked before CUDA was initialised (it holds no device file) and
+/// outlives the command: the memory returns at the command's exit, no finding at warn.
+#[test]
+fn forked_workers_that_do_not_keep_memory_raise_nothing() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        (
+            "child done first",
+            &["ctx:0", "alloc:2048", "fork:200", "sleep:600", "exit:0"][..],
+        ),
+        (
+            "forked before CUDA",
+            &["fork:4000", "ctx:0", "alloc:2048", "sleep:300", "exit:0"][..],
+        ),
+    ] {
+        let out = tmp.path().join(format!("{}.json", name.replace(' ', "_")));
+        let o = b
+            .vramdoc()
+            .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+            .args(["run", "--process-period", "100ms", "--out"])
+            .arg(&out)
+            .args(["--", "python3", JOB])
+            .args(args)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let r = report(&out);
+        let alarms: Vec<&Value> = r["run"]["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["severity"] != "info")
+            .collect();
+        assert!(alarms.is_empty(), "{name}: {alarms:?}");
+        assert!(findings(&r, "held-by-descriptor").is_empty(), "{name}: {r}");
+        eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
+    }
 }
 
 /// `vramdoc run -- vramdoc sim run … python3 job.py`: the box's runtime daemon (started by

@@ -153,6 +153,23 @@ pub struct SimDevice {
     /// and CUDA's `cuMemGetInfo` work.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_memory_info: bool,
+    /// The device's minor number (`/dev/nvidia<minor>`, `nvmlDeviceGetMinorNumber`) when it
+    /// differs from its NVML index: the kernel module numbers devices in its probe order,
+    /// which need not be NVML's PCI order (`sim init --minors`). `None`: the index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
+}
+
+impl SimDevice {
+    /// The minor number of the device file (`dev/nvidia<minor>`).
+    pub fn minor(&self) -> u32 {
+        self.minor.unwrap_or(self.index)
+    }
+
+    /// The name of its device file in the box's `dev/` (`nvidia<minor>`), as `/dev/nvidiaN`.
+    pub fn node_name(&self) -> String {
+        format!("nvidia{}", self.minor())
+    }
 }
 
 /// The immutable description of a box.
@@ -216,6 +233,9 @@ const FAULTS_FILE: &str = "faults.json";
 const LOCK_FILE: &str = "lock";
 /// Directory of the box's device files (see [`SimBox::device_nodes`]).
 pub const DEV_DIR: &str = "dev";
+/// The box's `/dev/nvidia-uvm` (under [`DEV_DIR`]): held open by processes with managed
+/// memory (`cuMemAllocManaged`).
+pub const UVM_NODE: &str = "nvidia-uvm";
 /// Directory of the per-process token files under [`DEV_DIR`].
 pub const CLIENTS_DIR: &str = "clients";
 
@@ -292,6 +312,35 @@ pub struct InitOptions {
     /// The driver generation's PID view ([`profile::DriverProfile::pid_view`]); host PIDs
     /// unless a driver version is chosen.
     pub pid_view: profile::PidView,
+    /// Minor numbers by NVML index (`sim init --minors 2,0,3,1`): the device files' numbers,
+    /// in the kernel module's probe order rather than PCI order. `None`: minor = index.
+    pub minors: Option<Vec<u32>>,
+}
+
+/// The highest minor number a GPU can have: 255 is `/dev/nvidiactl`'s (NVIDIA's
+/// open-gpu-kernel-modules `NV_CONTROL_DEVICE_MINOR`).
+pub const MAX_GPU_MINOR: u32 = 254;
+
+/// Check `--minors` against a box of `n` devices: one distinct number per device, each at
+/// most [`MAX_GPU_MINOR`]. `Err`: what to change, in one line.
+pub fn check_minors(minors: &[u32], n: usize) -> Result<(), String> {
+    if minors.len() != n {
+        return Err(format!(
+            "{} number(s) for {n} device(s): give one minor per device, in NVML (PCI) order",
+            minors.len()
+        ));
+    }
+    if let Some(m) = minors.iter().find(|m| **m > MAX_GPU_MINOR) {
+        return Err(format!(
+            "minor {m} is out of range (0..={MAX_GPU_MINOR}; 255 is nvidiactl's)"
+        ));
+    }
+    let mut sorted = minors.to_vec();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("minor {} is given twice", w[0]));
+    }
+    Ok(())
 }
 
 impl Default for InitOptions {
@@ -302,6 +351,7 @@ impl Default for InitOptions {
             cuda_driver_version: 12040,
             platform: Platform::Linux,
             pid_view: profile::PidView::HostPids,
+            minors: None,
         }
     }
 }
@@ -339,6 +389,12 @@ impl SimBox {
     /// Create a new box for `spec` in `dir` (created if missing; must not already hold a box).
     pub fn create(dir: &Path, spec: &str, opts: &InitOptions) -> Result<SimBox, SimError> {
         let models = parse_spec(spec)?;
+        if let Some(m) = &opts.minors {
+            check_minors(m, models.len()).map_err(|reason| SimError::BadBox {
+                dir: dir.to_path_buf(),
+                reason: format!("--minors: {reason}"),
+            })?;
+        }
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let box_path = dir.join(BOX_FILE);
         if box_path.exists() {
@@ -368,6 +424,11 @@ impl SimBox {
                     next_node - 1
                 }),
                 no_memory_info: m.no_memory_info,
+                minor: opts
+                    .minors
+                    .as_ref()
+                    .and_then(|v| v.get(i).copied())
+                    .filter(|m| *m != i as u32),
             })
             .collect();
         let major = opts.cuda_driver_version / 1000;
@@ -519,9 +580,23 @@ impl SimBox {
         let dev = self.dir.join(DEV_DIR);
         self.devices()
             .iter()
+            .filter(|d| dev.join(d.node_name()).exists())
             .map(|d| d.index)
-            .filter(|i| dev.join(format!("nvidia{i}")).exists())
             .collect()
+    }
+
+    /// The device file of physical device `index` (`dev/nvidia<minor>`: named by its minor
+    /// number, as `/dev/nvidiaN` is, not by its NVML index).
+    pub fn node_path(&self, index: u32) -> Result<PathBuf, SimError> {
+        Ok(self.dir.join(DEV_DIR).join(self.device(index)?.node_name()))
+    }
+
+    /// The physical (NVML) index of the device with minor number `minor`.
+    pub fn index_of_minor(&self, minor: u32) -> Option<u32> {
+        self.devices()
+            .iter()
+            .find(|d| d.minor() == minor)
+            .map(|d| d.index)
     }
 
     /// Physical indices of the devices whose memory is a NUMA node of the host (coherent
@@ -567,16 +642,18 @@ impl SimBox {
         entry_alive(&self.dir, pid, entry)
     }
 
-    /// The box's equivalents of `/dev/nvidiaN` and `/dev/nvidiactl`: a process holding one
-    /// of them open keeps the memory of the process that opened it alive.
+    /// The box's equivalents of `/dev/nvidiaN`, `/dev/nvidiactl` and `/dev/nvidia-uvm`: a
+    /// process holding one of them open keeps the memory of the process that opened it
+    /// alive; `nvidia-uvm` is held by processes with managed memory ([`UVM_NODE`]).
     pub fn device_nodes(&self) -> Vec<PathBuf> {
         let dev = self.dir.join(DEV_DIR);
         let mut out: Vec<PathBuf> = self
             .devices()
             .iter()
-            .map(|d| dev.join(format!("nvidia{}", d.index)))
+            .map(|d| dev.join(d.node_name()))
             .collect();
         out.push(dev.join("nvidiactl"));
+        out.push(dev.join(UVM_NODE));
         out
     }
 

@@ -18,15 +18,32 @@ pub struct DeviceUsage {
     /// handles opened from a peer, peer access): it is listed on the device, charged nothing.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub peer_mappings: u32,
+    /// Managed (unified) memory of the process resident on this device
+    /// (`cuMemAllocManaged`): counted in the device's `used`, in no process's
+    /// `usedGpuMemory` (docs/simulator.md, "Managed memory").
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub managed_bytes: u64,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 impl DeviceUsage {
+    /// What NVML lists as the process's `usedGpuMemory` on the device: its contexts and
+    /// device allocations, not its managed memory.
     pub fn total(&self) -> u64 {
         self.context_bytes + self.alloc_bytes
+    }
+
+    /// What the process's usage adds to the device's `used`: [`DeviceUsage::total`] plus
+    /// its resident managed memory.
+    pub fn resident(&self) -> u64 {
+        self.total().saturating_add(self.managed_bytes)
     }
 
     /// Whether the process appears in the device's NVML process list.
@@ -120,7 +137,7 @@ pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
         .processes
         .values()
         .filter_map(|p| p.devices.get(&dev.index))
-        .map(DeviceUsage::total)
+        .map(DeviceUsage::resident)
         .sum::<u64>()
         .saturating_add(st.retained.get(&dev.index).copied().unwrap_or(0));
     let avail = dev.total.saturating_sub(dev.reserved);
@@ -180,7 +197,7 @@ pub(crate) fn reap(dir: &Path, st: &mut State, coherent: &[u32]) -> Vec<String> 
             dead.push(*pid);
             for (d, u) in &p.devices {
                 if coherent.contains(d) {
-                    *kept.entry(*d).or_insert(0) += u.total();
+                    *kept.entry(*d).or_insert(0) += u.resident();
                 }
             }
         }

@@ -107,3 +107,53 @@ fn lost_device_faults() {
     assert!(matches!(b.memory(1), Err(SimError::DeviceLost(1))));
     assert!(matches!(b.memory(5), Err(SimError::InvalidDevice(5))));
 }
+
+#[test]
+fn minors_name_the_device_files_and_need_not_follow_nvml_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = InitOptions {
+        minors: Some(vec![2, 0, 3, 1]),
+        ..InitOptions::default()
+    };
+    let b = SimBox::create(dir.path(), "4x16GiB", &opts).unwrap();
+    let minors: Vec<u32> = b.devices().iter().map(SimDevice::minor).collect();
+    assert_eq!(minors, vec![2, 0, 3, 1]);
+    // Device files are named by minor: NVML index 0 is dev/nvidia2.
+    assert!(b.node_path(0).unwrap().ends_with("dev/nvidia2"));
+    assert_eq!(b.index_of_minor(2), Some(0));
+    assert_eq!(b.index_of_minor(1), Some(3));
+    assert_eq!(b.index_of_minor(9), None);
+    // Every device is mounted in its own view, in NVML order, whatever the minors.
+    assert_eq!(b.mounted(), vec![0, 1, 2, 3]);
+    // A view without minor 3's file (a container given the others) lacks NVML index 2.
+    std::fs::remove_file(dir.path().join(DEV_DIR).join("nvidia3")).unwrap();
+    assert_eq!(b.mounted(), vec![0, 1, 3]);
+    // Kept in box.json; a box without minors numbers them by index.
+    let again = SimBox::open(dir.path()).unwrap();
+    assert_eq!(again.devices()[0].minor(), 2);
+    let plain = tempfile::tempdir().unwrap();
+    let p = SimBox::create(plain.path(), "2x16GiB", &InitOptions::default()).unwrap();
+    assert_eq!(p.devices()[1].minor(), 1);
+    assert!(p.device_nodes().iter().any(|n| n.ends_with("dev/nvidia1")));
+}
+
+#[test]
+fn bad_minors_are_refused_with_what_to_change() {
+    assert!(check_minors(&[0, 1], 2).is_ok());
+    for (m, n, says) in [
+        (vec![0], 2, "1 number(s) for 2 device(s)"),
+        (vec![0, 0], 2, "given twice"),
+        (vec![0, 255], 2, "out of range"),
+    ] {
+        let e = check_minors(&m, n).unwrap_err();
+        assert!(e.contains(says), "{m:?}: {e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = InitOptions {
+        minors: Some(vec![1]),
+        ..InitOptions::default()
+    };
+    let e = SimBox::create(dir.path(), "2x16GiB", &opts).unwrap_err();
+    assert!(e.to_string().contains("--minors"), "{e}");
+    assert!(!dir.path().join("box.json").exists());
+}

@@ -12,6 +12,7 @@ use vramdoc_sim::{hold, ProcessEnv, SimBox, SimProcess};
 
 pub fn hold(sim: SimBox, a: &SimHoldArgs) -> Result<i32> {
     let size = parse_size(&a.size)?;
+    let managed = a.managed.as_deref().map(parse_size).transpose()?;
     let mut process = SimProcess::with_env(sim.clone(), &ProcessEnv::from_env());
     // Device numbers are the user's to fix (exit 2), checked before anything is held.
     let visible = process.device_count();
@@ -51,6 +52,15 @@ pub fn hold(sim: SimBox, a: &SimHoldArgs) -> Result<i32> {
             .with_context(|| format!("allocating {} on device {}", format_bytes(size), a.device))?;
         // Touch small allocations so they are real; large ones are uniform in the simulator.
         driver.fill(alloc, 0x5EED)?;
+    }
+    if let Some(m) = managed.filter(|m| *m > 0) {
+        driver.alloc_managed(ctx, m).with_context(|| {
+            format!(
+                "allocating {} of managed memory on device {}",
+                format_bytes(m),
+                a.device
+            )
+        })?;
     }
     for o in &a.context_on {
         driver

@@ -85,6 +85,12 @@ fn translated_with_usage_other_tenants_memory_is_info_never_lost() {
     );
     // The own process's bytes are real: nothing says they are unknown.
     assert!(finding(&f, ids::USAGE_UNAVAILABLE).is_none(), "{f:#?}");
+    // The metric's split: other tenants' memory, not lost (the alert reads `lost`).
+    let split = crate::diagnose::unattributed::split(&inv, &inv.devices()[0]).unwrap();
+    assert_eq!((split.lost, split.outside_namespace), (0, NEIGHBOUR));
+    let host = seen_from(inv.clone(), true, Some("570.86.10"));
+    let split = crate::diagnose::unattributed::split(&host, &host.devices()[0]).unwrap();
+    assert_eq!((split.lost, split.outside_namespace), (NEIGHBOUR, 0));
 }
 
 #[test]

@@ -105,6 +105,7 @@ mod tests {
                     uuid: format!("GPU-{i}"),
                     name: "test".into(),
                     total: 16 * GIB,
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {

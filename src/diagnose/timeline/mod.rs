@@ -10,6 +10,7 @@ mod fragmentation;
 mod gpu_lost;
 mod growth_without_release;
 mod held_after_exit;
+mod held_by_descriptor;
 mod levels;
 mod monitor_hang;
 mod not_gpu_memory;
@@ -49,7 +50,7 @@ mod prelude {
 }
 
 pub use crate::record::recording::{
-    ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
+    DeviceFileHolder, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
 };
 
 /// Every threshold the timeline rules use; defaults documented per field and in
@@ -140,6 +141,7 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(over);
     out.extend(held_after_exit::held_after_exit(&cx));
     out.extend(outlived::outlived_command(&cx));
+    out.extend(held_by_descriptor::held_by_descriptor(&cx));
     out.extend(not_gpu_memory::collective_timeout(&cx));
     out.extend(not_gpu_memory::host_oom_kill(&cx));
     out.extend(not_gpu_memory::cuda_error(&cx));

@@ -77,6 +77,7 @@ mod tests {
                     uuid: format!("GPU-{i}"),
                     name: "test".into(),
                     total: 16 << 30,
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {

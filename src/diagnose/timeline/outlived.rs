@@ -157,6 +157,7 @@ mod tests {
                 uuid: "GPU-0".into(),
                 name: "sim".into(),
                 total: 16 * GIB,
+                minor: None,
             }],
             timeline: Timeline {
                 devices: vec![DeviceSeries {
@@ -175,6 +176,7 @@ mod tests {
             errors: Vec::new(),
             end_ms: 1000.0,
             exit,
+            device_file_holders: Vec::new(),
         }
     }
 

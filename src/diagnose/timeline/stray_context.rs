@@ -1,13 +1,15 @@
 //! `stray-context` over time: scan's rule on the most each process of the job held.
 
 use super::prelude::*;
+use crate::diagnose::devset::GpuRef;
 use crate::inventory::{CVD_UNKNOWN, CVD_UNSET};
 use crate::model::{ProcessDeviceUsage, ProcessInfo};
 
 /// `stray-context`, over time: scan's rule ([`crate::diagnose::rules::stray_context_of`]) applied to
 /// the most each process of the job held on each device during the recording.
 pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
-    // UUIDs by physical index (CUDA_VISIBLE_DEVICES maps onto positions in this list).
+    // UUIDs, names and minors by physical index (CUDA_VISIBLE_DEVICES maps onto positions
+    // in this list).
     let n = cx
         .rec
         .devices
@@ -17,10 +19,14 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
         .max()
         .map_or(0, |m| m as usize + 1)
         .min(1024);
-    let mut gpus_info = vec![(String::new(), String::new()); n];
+    let mut gpus_info = vec![GpuRef::default(); n];
     for d in &cx.rec.devices {
         if let Some(u) = gpus_info.get_mut(d.index as usize) {
-            *u = (d.uuid.clone(), d.name.clone());
+            *u = GpuRef {
+                uuid: d.uuid.clone(),
+                name: d.name.clone(),
+                minor: d.minor,
+            };
         }
     }
     let mut out = Vec::new();
@@ -73,6 +79,8 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             cuda_device_order: rp.cuda_device_order.clone(),
             nvidia_visible_devices: rp.nvidia_visible_devices.clone(),
             mounted_device_ids: None,
+            slurm_gpus: rp.slurm_gpus.clone(),
+            ..Default::default()
         };
         let Some(mut f) = super::rules::stray_context_of(
             &view,

@@ -71,6 +71,31 @@ pub fn render(report: &Report, opts: Options) -> String {
             t.add_row(row);
             continue;
         }
+        if d.memory_unknown.is_some() {
+            // Memory query NOT_SUPPORTED (GB10): what its processes hold, nothing invented.
+            let mut row = vec![
+                d.index.to_string(),
+                c(&d.name),
+                format!(
+                    "{} by processes",
+                    format_bytes(crate::report::text::process_sum(&scan.processes, d.index))
+                ),
+            ];
+            row.extend(std::iter::repeat_n("n/a".to_string(), 3));
+            row.push(
+                d.utilization_gpu
+                    .map(|u| format!("{u}%"))
+                    .unwrap_or_else(|| "-".into()),
+            );
+            row.push(
+                d.temperature_c
+                    .map(|c| format!("{c} C"))
+                    .unwrap_or_else(|| "-".into()),
+            );
+            row.push("-".into());
+            t.add_row(row);
+            continue;
+        }
         t.add_row(vec![
             d.index.to_string(),
             c(&d.name),

@@ -27,7 +27,9 @@ fn device(index: u32, used: u64) -> DeviceInfo {
         utilization_gpu: Some(37 + index * 50),
         temperature_c: Some(54 + index * 9),
         numa_node: None,
+        memory_unknown: None,
         status: Default::default(),
+        minor: None,
     }
 }
 
@@ -70,6 +72,7 @@ pub fn scan_report() -> Report {
             pid_namespace: "host".into(),
             vantage: None,
             pods_note: None,
+            unattributed: Vec::new(),
             pod_allocations: vec![vramdoc::model::PodAllocation {
                 namespace: "ml".into(),
                 pod: "trainer-0".into(),

@@ -43,6 +43,7 @@ const GROWTH: &str = "growth-without-release";
 const FRAG: &str = "fragmentation";
 const WATCHDOG: &str = "collective-timeout";
 const HOST_OOM: &str = "host-oom-kill";
+const HELD_BY_DESCRIPTOR: &str = "held-by-descriptor";
 
 // ----------------------------------------------------------------------------------------
 // Live: workloads under `vramdoc run`.
@@ -482,6 +483,55 @@ const LIVE: &[Live] = &[
         actions: &["ctx:0", "alloc:60%@w", "sleep:600", "say:vllm-kv", "exit:1"],
         env: &[],
         expected: &[OOM],
+    },
+    Live {
+        case: "DataLoader worker forked after CUDA init keeps the exited main process's memory",
+        source: "pytorch/pytorch#5736 (memory not released after killing the main process; \
+                 `lsof /dev/nvidia0` finds the DataLoader worker); NVIDIA/Megatron-LM#3684 \
+                 (workers keep /dev/nvidia* descriptors after fork; `fuser -v /dev/nvidia*`); \
+                 apache/mxnet#4242 (nvidia-smi lists the dead parent)",
+        spec: "24GiB",
+        actions: &[
+            "ctx:0",
+            "torch",
+            "alloc:40%@w",
+            "fork:8000",
+            "sleep:300",
+            "exit:0",
+        ],
+        env: &[],
+        expected: &[HELD_BY_DESCRIPTOR],
+    },
+    Live {
+        case: "DataLoader worker forked after CUDA init, joined before exit",
+        source: "pytorch/pytorch#5736 (benign form: workers that end with the main process)",
+        spec: "24GiB",
+        actions: &[
+            "ctx:0",
+            "torch",
+            "alloc:40%@w",
+            "fork:200",
+            "sleep:800",
+            "exit:0",
+        ],
+        env: &[],
+        expected: &[],
+    },
+    Live {
+        case: "worker forked before CUDA init outlives the main process",
+        source: "NVIDIA/Megatron-LM#3684 (a worker without /dev/nvidia* descriptors does not \
+                 keep the memory: it returns when the rank exits)",
+        spec: "24GiB",
+        actions: &[
+            "fork:6000",
+            "ctx:0",
+            "torch",
+            "alloc:40%@w",
+            "sleep:500",
+            "exit:0",
+        ],
+        env: &[],
+        expected: &[],
     },
     Live {
         case: "Java OutOfMemoryError beside a GPU job",

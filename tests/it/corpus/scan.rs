@@ -204,6 +204,98 @@ fn pre_r510_driver() -> Outcome {
     )
 }
 
+/// RAPIDS/RMM on managed memory (rmm `managed_memory_resource`, cudaMallocManaged): resident
+/// pages count in the GPU's used memory but in no process's usedGpuMemory
+/// (rapidsai/rmm#2259, Syllo/nvtop#213, gpuopenanalytics/pynvml#63). The job holds
+/// /dev/nvidia-uvm: no-live-owner at info at most.
+fn rmm_managed() -> Outcome {
+    let b = CliBox::new("16GiB", &[]);
+    let libs = libs();
+    let _job = workload(&b, &libs, &["managed", "0", &(2 * GIB).to_string()], &[]);
+    case(
+        "rapids-rmm-managed-memory",
+        "rapidsai/rmm#2259; Syllo/nvtop#213; gpuopenanalytics/pynvml#63 (managed memory in used, not per process)",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+/// Two vLLM engines at gpu_memory_utilization 0.45 on one GPU, a documented way to share it
+/// (vLLM docs, "gpu_memory_utilization": the fraction of GPU memory this instance may use,
+/// "e.g. you can use 0.5 for two instances"): a steady fixed-budget state, info at most.
+/// The workload's budget counts what is already used (older vLLM), so the second engine
+/// asks 0.9 to claim its own 0.45.
+fn two_engines_at_045() -> Outcome {
+    let b = CliBox::new("h100", &[]);
+    let libs = libs();
+    let _a = workload(&b, &libs, &["engine", "0", "0.45"], &[]);
+    let _b = workload(&b, &libs, &["engine", "0", "0.9"], &[]);
+    case(
+        "two-vllm-engines-at-0.45-share-a-gpu",
+        "vLLM docs: gpu_memory_utilization (per-instance fraction; two instances share a GPU)",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+/// DGX Spark (GB10): nvmlDeviceGetMemoryInfo is NOT_SUPPORTED while per-process usage works
+/// (vllm-project/vllm#55828, unslothai/unsloth#10283, Syllo/nvtop#511): the GPU is
+/// reported with its processes, no warning.
+fn gb10_job() -> Outcome {
+    let b = CliBox::new("gb10", &[]);
+    let libs = libs();
+    let _e = workload(&b, &libs, &["managed", "0", &(2 * GIB).to_string()], &[]);
+    case(
+        "gb10-memory-query-not-supported",
+        "vllm-project/vllm#55828; unslothai/unsloth#10283; Syllo/nvtop#511",
+        &[],
+        scan(&b, &libs),
+    )
+}
+
+/// SchedMD/slurm `src/plugins/gres/common/gres_common.c` (`common_gres_set_env`): with
+/// `ConstrainDevices=yes` a job gets local `CUDA_VISIBLE_DEVICES=0..n-1` and the global ids in
+/// `SLURM_JOB_GPUS` (the device files' numbers; minors need not follow NVML order,
+/// NVIDIA/nvidia-docker#1432). A job on physical GPU 1, whose device file is `nvidia0` here,
+/// can open only that file.
+fn slurm_constrained_job(slurm_gpus: &str) -> Outcome {
+    let b = CliBox::new("4x16GiB", &["--minors", "2,0,3,1"]);
+    container(
+        &b,
+        &["--gpus", "1", "--strategy", "cdi", "--cgroup", "none"],
+        &[
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("SLURM_JOB_GPUS", slurm_gpus),
+        ],
+        "6GiB",
+    );
+    case(
+        &format!("slurm-job-on-gpu1-cvd0-slurm-job-gpus-{slurm_gpus}-permuted-minors"),
+        "SchedMD/slurm src/plugins/gres/common/gres_common.c; NVIDIA/nvidia-docker#1432, #376",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
+/// `docker run --gpus device=3` (NVIDIA/nvidia-container-toolkit: only GPU 3's device file
+/// is mounted; CDI keeps the image's `NVIDIA_VISIBLE_DEVICES=all`) of an image that sets
+/// `CUDA_VISIBLE_DEVICES=0` (e.g. a serving image's Dockerfile `ENV`), minors permuted.
+fn docker_device_with_image_cvd(strategy: &str) -> Outcome {
+    let b = CliBox::new("4x16GiB", &["--minors", "2,0,3,1"]);
+    container(
+        &b,
+        &["--gpus", "device=3", "--strategy", strategy],
+        &[("CUDA_VISIBLE_DEVICES", "0")],
+        "6GiB",
+    );
+    case(
+        &format!("docker-gpus-device-3-image-cvd0-{strategy}-permuted-minors"),
+        "NVIDIA/nvidia-container-toolkit docs (docker --gpus device=N, CDI); NVIDIA/nvidia-docker#1432",
+        &[],
+        scan(&b, &libs()),
+    )
+}
+
 // ---- failures --------------------------------------------------------------------------
 
 /// FAILURES.md §1 (OneDiff): a context-sized allocation on cuda:0 beside the main work.
@@ -389,6 +481,13 @@ fn node_shapes() {
         monitors_beside_a_job(),
         compute_and_graphics(),
         pre_r510_driver(),
+        rmm_managed(),
+        two_engines_at_045(),
+        gb10_job(),
+        slurm_constrained_job("1"),
+        slurm_constrained_job("0"),
+        docker_device_with_image_cvd("cdi"),
+        docker_device_with_image_cvd("envvar"),
         stray_cuda0(),
         dead_parent_memory(),
         two_claimants(),

@@ -16,6 +16,10 @@ usage: workload.py ACTION...   where ACTION is one of
                    maps every other rank's buffer over CUDA IPC (0-byte peer listings,
                    pytorch/pytorch#64130), runs steps of A activations (cached) for MS ms
   say:KEY          print a canned line on stderr (see LINES)
+  fork:MS          fork a worker that sleeps MS ms holding every descriptor it inherited (the
+                   CUDA context's device files too, when forked after the context was made: a
+                   DataLoader worker forked after CUDA init), its output sent to /dev/null,
+                   then exits; the parent goes on
   mark:TEXT        write a marker line to $VRAMDOC_MARKERS (`_` stands for a space)
   sleep:MS         sleep
   abort            abort() (SIGABRT), as PyTorch's NCCL watchdog does
@@ -230,6 +234,13 @@ def main(argv):
         elif verb == "say":
             sys.stderr.write(LINES[arg] + "\n")
             sys.stderr.flush()
+        elif verb == "fork":
+            if os.fork() == 0:
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                time.sleep(int(arg) / 1000)
+                os._exit(0)
         elif verb == "mark":
             with open(os.environ["VRAMDOC_MARKERS"], "a") as f:
                 f.write(arg.replace("_", " ") + "\n")

@@ -194,9 +194,14 @@ pub fn spawn(
     let mut names: Vec<(String, bool)> = spec
         .gpus
         .iter()
-        .map(|i| (format!("nvidia{i}"), false))
+        .filter_map(|i| sim.device(*i).ok())
+        .map(|d| (d.node_name(), false))
         .collect();
     names.push(("nvidiactl".into(), false));
+    // The runtime mounts /dev/nvidia-uvm too (managed memory); boxes made before it have none.
+    if dev.join(crate::UVM_NODE).exists() {
+        names.push((crate::UVM_NODE.into(), false));
+    }
     names.push((crate::CLIENTS_DIR.into(), true));
     for (name, dir) in names {
         binds.push((cstr(&via.join(&name))?, cstr(&dev.join(&name))?, dir));

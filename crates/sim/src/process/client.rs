@@ -50,6 +50,9 @@ pub(super) struct ClientFiles {
     pub(super) token: std::sync::Arc<File>,
     /// `dev/nvidiactl`.
     pub(super) _ctl: File,
-    /// `dev/nvidia<N>` per physical device this process made a context on.
+    /// `dev/nvidia<minor>` per physical device (by NVML index) this process made a context on.
     pub(super) nodes: HashMap<u32, File>,
+    /// `dev/nvidia-uvm`, opened at the first managed allocation, as a real UVM client holds
+    /// `/dev/nvidia-uvm` (docs/simulator.md, "Managed memory").
+    pub(super) uvm: Option<File>,
 }

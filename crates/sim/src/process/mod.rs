@@ -17,6 +17,7 @@ use vramdoc_gpu_spec::{visible, ProcessKind};
 mod client;
 mod contents;
 mod ipc;
+mod managed;
 
 pub use ipc::{Import, IPC_HANDLE_SIZE};
 #[cfg(test)]
@@ -76,6 +77,9 @@ struct Allocation {
     size: u64,
     charged: u64,
     contents: Contents,
+    /// Managed (`cuMemAllocManaged`): charged to the process's `managed_bytes`, not to its
+    /// listed usage.
+    managed: bool,
 }
 
 /// The simulated driver as one process sees it.
@@ -187,12 +191,13 @@ impl SimProcess {
                 token: tok,
                 _ctl: ctl,
                 nodes: HashMap::new(),
+                uvm: None,
             });
         }
-        let dev = self.sim.dir().join(crate::DEV_DIR);
+        let node = self.sim.node_path(phys)?;
         if let Some(f) = self.files.as_mut() {
             if let std::collections::hash_map::Entry::Vacant(e) = f.nodes.entry(phys) {
-                e.insert(crate::open_node(&dev.join(format!("nvidia{phys}")))?);
+                e.insert(crate::open_node(&node)?);
             }
         }
         Ok(token)
@@ -291,12 +296,15 @@ impl SimProcess {
         } else {
             Vec::new()
         };
-        let freed_bytes: u64 = freed
-            .iter()
-            .filter_map(|va| self.allocations.get(va))
-            .map(|a| a.charged)
-            .sum();
-        let n_freed = freed.len() as u32;
+        let freed_of = |managed: bool| -> (u64, u32) {
+            freed
+                .iter()
+                .filter_map(|va| self.allocations.get(va))
+                .filter(|a| a.managed == managed)
+                .fold((0, 0), |(b, n), a| (b + a.charged, n + 1))
+        };
+        let (freed_bytes, n_freed) = freed_of(false);
+        let (freed_managed, _) = freed_of(true);
         let pid = self.pid;
         let sim = self.sim.clone();
         sim.update(|st, _| {
@@ -307,6 +315,7 @@ impl SimProcess {
                     u.context_bytes = u.context_bytes.saturating_sub(overhead);
                     u.alloc_bytes = u.alloc_bytes.saturating_sub(freed_bytes);
                     u.allocations = u.allocations.saturating_sub(n_freed);
+                    u.managed_bytes = u.managed_bytes.saturating_sub(freed_managed);
                     if !u.listed() {
                         entry.devices.remove(&phys);
                     }
@@ -331,6 +340,11 @@ impl SimProcess {
     /// Allocate `bytes` on `ordinal` (a context must exist there). Charged rounded up to the
     /// 2 MiB granularity. Returns the device pointer.
     pub fn alloc(&mut self, ordinal: u32, bytes: u64) -> Result<u64, SimError> {
+        self.alloc_as(ordinal, bytes, false)
+    }
+
+    /// [`SimProcess::alloc`], or a managed allocation ([`SimProcess::alloc_managed`]).
+    fn alloc_as(&mut self, ordinal: u32, bytes: u64, managed: bool) -> Result<u64, SimError> {
         if !self.has_context(ordinal) {
             return Err(SimError::NoContext(ordinal));
         }
@@ -362,8 +376,12 @@ impl SimProcess {
                 .devices
                 .entry(phys)
                 .or_default();
-            u.allocations = u.allocations.saturating_add(1);
-            u.alloc_bytes = u.alloc_bytes.saturating_add(charged);
+            if managed {
+                u.managed_bytes = u.managed_bytes.saturating_add(charged);
+            } else {
+                u.allocations = u.allocations.saturating_add(1);
+                u.alloc_bytes = u.alloc_bytes.saturating_add(charged);
+            }
             Ok(())
         })
         .map_err(|e| {
@@ -396,6 +414,7 @@ impl SimProcess {
                 size: bytes,
                 charged,
                 contents,
+                managed,
             },
         );
         Ok(va)
@@ -408,7 +427,7 @@ impl SimProcess {
             .get(&ptr)
             .ok_or(SimError::InvalidPointer(ptr))?;
         let phys = self.physical(alloc.ordinal)?;
-        let charged = alloc.charged;
+        let (charged, managed) = (alloc.charged, alloc.managed);
         let pid = self.pid;
         self.sim.update(|st, _| {
             // Its IPC handles die with it.
@@ -418,8 +437,12 @@ impl SimProcess {
                 .get_mut(&pid)
                 .and_then(|e| e.devices.get_mut(&phys))
             {
-                u.alloc_bytes = u.alloc_bytes.saturating_sub(charged);
-                u.allocations = u.allocations.saturating_sub(1);
+                if managed {
+                    u.managed_bytes = u.managed_bytes.saturating_sub(charged);
+                } else {
+                    u.alloc_bytes = u.alloc_bytes.saturating_sub(charged);
+                    u.allocations = u.allocations.saturating_sub(1);
+                }
             }
             Ok(())
         })?;

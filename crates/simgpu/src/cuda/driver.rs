@@ -161,6 +161,21 @@ impl Driver {
         Ok(ptr)
     }
 
+    /// `cuMemAllocManaged` in context `h`: the core's managed allocation (resident on the
+    /// device, in its `used`, in no process's usage; the process holds `nvidia-uvm`).
+    pub(super) fn alloc_managed(&mut self, h: usize, bytes: usize) -> Result<u64, CUresult> {
+        if bytes == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ordinal = self.ctx(h)?.ordinal;
+        let ptr = self
+            .proc
+            .alloc_managed(ordinal, bytes as u64)
+            .map_err(code)?;
+        self.allocations.insert(ptr, h);
+        Ok(ptr)
+    }
+
     pub(super) fn free(&mut self, ptr: u64) -> Result<(), CUresult> {
         let Some(h) = self.allocations.get(&ptr).copied() else {
             return Err(CUDA_ERROR_INVALID_VALUE);

@@ -27,6 +27,32 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     })
 }
 
+/// `CU_MEM_ATTACH_GLOBAL`: the memory is accessible from any stream on any device.
+const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
+/// `CU_MEM_ATTACH_HOST`: not accessible from the device until attached to a stream.
+const CU_MEM_ATTACH_HOST: c_uint = 0x2;
+
+/// `cuMemAllocManaged`: `flags` must be `CU_MEM_ATTACH_GLOBAL` or `CU_MEM_ATTACH_HOST` and
+/// `bytes` non-zero (`CUDA_ERROR_INVALID_VALUE` otherwise; CUDA driver API, "Memory
+/// Management"). The simulator keeps the whole allocation resident on the current
+/// context's device (docs/simulator.md, "Managed memory"); `cuMemFree` releases it.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    flags: c_uint,
+) -> CUresult {
+    with_driver(|d| {
+        nonnull(dptr)?;
+        if flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = d.current()?;
+        let p = d.alloc_managed(ctx, bytes)?;
+        out(dptr, p)
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     with_driver(|d| d.free(dptr))

@@ -104,6 +104,7 @@ fn table() -> &'static [Entry] {
         v!("cuEventDestroy", 4000, cuEventDestroy_v2);
         v!("cuMemAlloc", 3020, cuMemAlloc_v2);
         v!("cuMemFree", 3020, cuMemFree_v2);
+        v!("cuMemAllocManaged", 6000, cuMemAllocManaged);
         s!("cuMemAllocAsync", 11020, cuMemAllocAsync);
         s!("cuMemFreeAsync", 11020, cuMemFreeAsync);
         v!("cuMemGetInfo", 3020, cuMemGetInfo_v2);

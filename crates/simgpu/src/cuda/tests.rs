@@ -118,6 +118,19 @@ fn driver_api_sequence_over_a_box() {
             overhead + (4 << 20),
             "rounded to 2 MiB"
         );
+        // Managed memory: in the device's used, not in the process's listed usage.
+        let mut mp: CUdeviceptr = 0;
+        assert_eq!(
+            cuMemAllocManaged(&mut mp, 1 << 20, 0),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemAllocManaged(&mut mp, 0, 1), CUDA_ERROR_INVALID_VALUE);
+        let (used0, listed0) = (b.memory(1).unwrap().used, b.processes(1).unwrap()[0].used);
+        assert_eq!(cuMemAllocManaged(&mut mp, 1 << 20, 1), CUDA_SUCCESS);
+        assert_eq!(b.memory(1).unwrap().used, used0 + (2 << 20));
+        assert_eq!(b.processes(1).unwrap()[0].used, listed0);
+        assert_eq!(cuMemFree_v2(mp), CUDA_SUCCESS);
+        assert_eq!(b.memory(1).unwrap().used, used0);
         let words: Vec<u32> = (0..256).collect();
         assert_eq!(
             cuMemcpyHtoDAsync_v2(p, words.as_ptr() as _, 1024, s),

@@ -491,7 +491,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
 ) -> nvmlReturn_t {
     board_query("nvmlDeviceGetMinorNumber", device, |_, d, _, _| {
         // SAFETY: checked for NULL by `out`.
-        unsafe { out(minor, d.index) }
+        unsafe { out(minor, d.minor()) }
     })
 }
 

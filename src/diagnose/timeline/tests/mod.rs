@@ -175,6 +175,7 @@ impl Job {
                     uuid: uuid(i),
                     name: "Test GPU".into(),
                     total: self.totals[i as usize],
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {
@@ -199,6 +200,7 @@ impl Job {
             } else {
                 JobExit::Code(1)
             })),
+            device_file_holders: Vec::new(),
         }
     }
 
@@ -381,7 +383,11 @@ fn stray_context_is_scans_rule_on_one_sample() {
     let scan = super::super::rules::stray_context_of(
         &snapshot,
         None,
-        &[(uuid(0), "Test GPU".into()), (uuid(1), "Test GPU".into())],
+        &[0, 1].map(|i| crate::diagnose::devset::GpuRef {
+            uuid: uuid(i),
+            name: "Test GPU".into(),
+            minor: None,
+        }),
         G,
         G,
     );
@@ -681,3 +687,29 @@ mod benign;
 mod families;
 mod run_failures;
 mod vantages;
+
+#[test]
+fn stray_context_over_time_reads_slurms_gpus_through_minors() {
+    // A Slurm job (ConstrainDevices) on physical GPU 1: local CUDA_VISIBLE_DEVICES=0, and
+    // SLURM_JOB_GPUS names GPU 1's device file. Minors permuted: GPU 1 is /dev/nvidia0.
+    let job = |slurm: Option<&str>| {
+        let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
+        j.proc_(10, Some("0"), None);
+        j.set(100.0, 10, 1, gib(8.0));
+        let mut rec = j.build();
+        for (d, m) in rec.devices.iter_mut().zip([1, 0]) {
+            d.minor = Some(m);
+        }
+        rec.processes[0].slurm_gpus = slurm.map(|v| ("SLURM_JOB_GPUS".into(), v.into()));
+        rec
+    };
+    // Without Slurm's variable the job looks stray (the case this fixes).
+    assert!(ids_of(&job(None)).contains(&ids::STRAY_CONTEXT.to_string()));
+    for v in ["0", "1"] {
+        let ids = ids_of(&job(Some(v)));
+        assert!(
+            !ids.contains(&ids::STRAY_CONTEXT.to_string()),
+            "SLURM_JOB_GPUS={v}: {ids:?}"
+        );
+    }
+}

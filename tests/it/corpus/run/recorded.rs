@@ -3,12 +3,12 @@
 //! lists every `proc_period`, 0-byte peer entries included) and fed to
 //! `vramdoc::diagnose::fingerprints`.
 
-use super::{GIB, GROWTH, HOST_OOM, MIB, OOM, WATCHDOG};
+use super::{GIB, GROWTH, HELD_BY_DESCRIPTOR, HOST_OOM, MIB, OOM, WATCHDOG};
 use crate::corpus::Outcome;
 use std::collections::BTreeMap;
 use vramdoc::diagnose::{
-    fingerprints, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
-    TimelineThresholds,
+    fingerprints, DeviceFileHolder, ErrorEvent, ErrorKind, JobExit, RecordedDevice,
+    RecordedProcess, Recording, TimelineThresholds,
 };
 use vramdoc::model::{DeviceSeries, Marker, ProcessSample, Timeline};
 
@@ -28,6 +28,13 @@ struct Shape {
     exit: Option<JobExit>,
     /// Allocator and driver noise: readings wobble by up to this many bytes.
     jitter: u64,
+    /// When the command ended, when before the recording's end (`run` records on after it).
+    command_end: Option<f64>,
+    /// (t, device, bytes): from `t` on, memory counted in the device's used but listed for no
+    /// process (an exited creator's context kept by a worker, where NVML lists nobody).
+    unlisted: Vec<(f64, u32, u64)>,
+    /// The job's processes seen holding the driver's device files after the command.
+    holders: Vec<DeviceFileHolder>,
 }
 
 impl Shape {
@@ -43,6 +50,9 @@ impl Shape {
             errors: Vec::new(),
             exit: Some(JobExit::Code(0)),
             jitter: 0,
+            command_end: None,
+            unlisted: Vec::new(),
+            holders: Vec::new(),
         }
     }
 
@@ -97,11 +107,17 @@ impl Shape {
                 k += 1;
             }
             for (d, s) in series.iter_mut().enumerate() {
+                let unlisted = self
+                    .unlisted
+                    .iter()
+                    .rfind(|(at, dv, _)| *at <= t && *dv as usize == d)
+                    .map_or(0, |u| u.2);
                 let held: u64 = usage
                     .iter()
                     .filter(|((_, dv), _)| *dv as usize == d)
                     .filter_map(|(_, u)| *u)
-                    .sum();
+                    .sum::<u64>()
+                    + unlisted;
                 let wobble = if self.jitter > 0 {
                     (t as u64).wrapping_mul(2_654_435_761) % self.jitter
                 } else {
@@ -126,6 +142,7 @@ impl Shape {
         }
         let tree: Vec<u32> = self.tree.iter().map(|(p, _)| *p).collect();
         let mut pids: Vec<u32> = self.changes.iter().map(|c| c.1).collect();
+        pids.extend(self.holders.iter().map(|h| h.pid));
         pids.sort_unstable();
         pids.dedup();
         Recording {
@@ -135,6 +152,7 @@ impl Shape {
                     uuid: format!("GPU-{i:08x}-corp-0000-0000-000000000000"),
                     name: "Recorded GPU".into(),
                     total: self.totals[i as usize],
+                    minor: None,
                 })
                 .collect(),
             timeline: Timeline {
@@ -160,8 +178,9 @@ impl Shape {
                 })
                 .collect(),
             errors: self.errors.clone(),
-            end_ms: self.end,
+            end_ms: self.command_end.unwrap_or(self.end),
             exit: self.exit,
+            device_file_holders: self.holders.clone(),
         }
     }
 
@@ -216,8 +235,44 @@ fn training(total: u64, fill: f64, ms: f64, period: f64) -> Shape {
     s
 }
 
+/// The command (PID 10) holds 40 % of an H100 and is stopped at 60 s; its DataLoader worker
+/// (PID 11, forked after CUDA init) runs on. `kept`: the worker holds the device files and
+/// the memory stays, listed for nobody (NVML in a container on a translating driver);
+/// otherwise the worker never touched CUDA and the memory returns.
+fn worker_after_the_main_process(kept: bool) -> Shape {
+    let total = 80 * GIB;
+    let mut s = Shape::new(&[total], 62_000.0, 100.0);
+    let held = load(&mut s, 10, 0, frac(total, 0.4), 3000.0);
+    s.tree = vec![(10, Some(60_000.0)), (11, None)];
+    s.command_end = Some(60_000.0);
+    s.exit = Some(JobExit::Signal(15));
+    if kept {
+        s.unlisted.push((60_000.0, 0, held));
+        for t in [60_750.0, 61_900.0] {
+            s.holders.push(DeviceFileHolder {
+                pid: 11,
+                t_ms: t,
+                nodes: vec!["/dev/nvidia0".into(), "/dev/nvidiactl".into()],
+                devices: vec![0],
+            });
+        }
+    }
+    s
+}
+
 pub(super) fn recorded_outcomes() -> Vec<Outcome> {
     let mut out = Vec::new();
+    out.push(worker_after_the_main_process(true).outcome(
+        "worker keeps the stopped main process's memory, NVML lists nobody",
+        "PaddlePaddle/PaddleOCR#2074 (main process killed: memory used, no process shown; \
+         `fuser -v /dev/nvidia*` finds the workers); NVIDIA/Megatron-LM#3684",
+        &[HELD_BY_DESCRIPTOR],
+    ));
+    out.push(worker_after_the_main_process(false).outcome(
+        "worker without CUDA outlives the stopped main process, memory returned",
+        "NVIDIA/Megatron-LM#3684 (a worker without /dev/nvidia* descriptors keeps nothing)",
+        &[],
+    ));
     let h100 = 80 * GIB;
     let g24 = 24 * GIB;
     // Multi-size staircases of many step sizes and tempos ending in OOM.
