@@ -56,7 +56,7 @@ pub(super) fn unlisted_here(
     th: &Thresholds,
 ) -> Option<Finding> {
     // Dead PIDs and unlisted holders of the device files are lost memory wherever seen.
-    if !super::unattributed::split(inv, d).is_some_and(|s| s.outside_namespace > 0) {
+    if super::unattributed::split(inv, d).is_none_or(|s| s.outside_namespace == 0) {
         return None;
     }
     let (title, why) = match inv.list_view() {
