@@ -289,9 +289,15 @@ impl Inventory {
     }
 
     /// What the process lists mean from this vantage: the driver generation, corrected by
-    /// what was listed (a PID that does not exist here means host PIDs).
+    /// what was listed (a PID that does not exist here means host PIDs; a process of this
+    /// namespace listed with bytes means the lists carry usage).
     pub fn list_view(&self) -> crate::model::vantage::ListView {
-        self.vantage.view(self.processes.iter().any(|p| !p.visible))
+        let own_usage = self
+            .processes
+            .iter()
+            .any(|p| p.visible && p.devices.iter().any(|u| u.used.is_some_and(|b| b > 0)));
+        self.vantage
+            .view_seen(self.processes.iter().any(|p| !p.visible), own_usage)
     }
 }
 

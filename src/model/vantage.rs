@@ -96,6 +96,23 @@ impl Vantage {
     /// exist in this namespace; a translating driver never does, so the lists are host PIDs
     /// whatever the version says.
     pub fn view(&self, lists_invisible_pid: bool) -> ListView {
+        self.view_seen(lists_invisible_pid, false)
+    }
+
+    /// [`Vantage::view`], corrected also by `lists_own_usage`: NVML gave a process visible
+    /// here more than 0 bytes, which the 535.113–560 drivers never do from a container (a
+    /// box whose driver fixed it, or a simulated box read from its own namespace): the lists
+    /// carry usage, whatever the version says.
+    pub fn view_seen(&self, lists_invisible_pid: bool, lists_own_usage: bool) -> ListView {
+        match self.view_by_version(lists_invisible_pid) {
+            ListView::OwnNamespaceOnly { zero_usage: true } if lists_own_usage => {
+                ListView::OwnNamespaceOnly { zero_usage: false }
+            }
+            v => v,
+        }
+    }
+
+    fn view_by_version(&self, lists_invisible_pid: bool) -> ListView {
         if self.host() {
             return ListView::Host;
         }
@@ -165,6 +182,9 @@ mod tests {
         );
         // A listed PID that does not exist here: the driver reports host PIDs.
         assert_eq!(v(false, "570.86.10", true), ListView::HostPidsInContainer);
+        // Usage listed for a process of this namespace: not the 0-byte generation.
+        let seen = Vantage::new(ns(false), Some("550.54.15".into())).view_seen(false, true);
+        assert_eq!(seen, ListView::OwnNamespaceOnly { zero_usage: false });
         assert_eq!(Vantage::new(ns(false), None).view(false), ListView::Unknown);
         let line = Vantage::new(ns(false), Some("550.54.15".into())).line();
         assert_eq!(

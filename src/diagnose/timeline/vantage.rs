@@ -33,7 +33,13 @@ pub fn within_vantage(
     vantage: &Vantage,
     mut findings: Vec<Finding>,
 ) -> Vec<Finding> {
-    let zero_usage = match vantage.view(false) {
+    // A job process listed with bytes: the lists carry usage, whatever the version says.
+    let own_usage = rec
+        .timeline
+        .processes
+        .iter()
+        .any(|s| s.used.is_some_and(|b| b > 0));
+    let zero_usage = match vantage.view_seen(false, own_usage) {
         ListView::OwnNamespaceOnly { zero_usage } => zero_usage,
         _ => return findings,
     };
