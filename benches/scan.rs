@@ -37,11 +37,14 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn pidns() -> PidNamespace {
-    PidNamespace {
-        host: true,
-        reason: "bench".into(),
-    }
+fn pidns() -> vramdoc::model::Vantage {
+    vramdoc::model::Vantage::new(
+        PidNamespace {
+            host: true,
+            reason: "bench".into(),
+        },
+        None,
+    )
 }
 
 fn main() {

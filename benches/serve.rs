@@ -154,10 +154,13 @@ fn main() {
     let cfg = |per_process| CollectConfig {
         scan: ScanConfig {
             sim_spec: Some(spec.clone()),
-            pid_namespace: PidNamespace {
-                host: true,
-                reason: "bench".into(),
-            },
+            vantage: vramdoc::model::Vantage::new(
+                PidNamespace {
+                    host: true,
+                    reason: "bench".into(),
+                },
+                None,
+            ),
             thresholds: Default::default(),
             pods: Default::default(),
             lists: Default::default(),

@@ -13,7 +13,7 @@
 
 use crate::gpu::{DeviceInfo, GpuError, GpuProcess, Monitor, ProcessKind};
 use crate::host::{self, Environ};
-use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo};
+use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo, Vantage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -25,28 +25,60 @@ pub const CVD_UNSET: &str = "unset";
 /// `CUDA_VISIBLE_DEVICES` value shown when /proc/PID/environ cannot be read.
 pub const CVD_UNKNOWN: &str = "unknown";
 
-/// Which PID namespace vramdoc runs in, and how that was decided.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PidNamespace {
-    /// True in the host (initial) PID namespace, where NVML's PIDs are our PIDs.
-    pub host: bool,
-    /// One line: why we think so.
-    pub reason: String,
+pub use crate::model::PidNamespace;
+
+/// The vantage, established once at the start of a command (scan, run, serve, preflight):
+/// the PID namespace now ([`detect_pid_namespace`]); the driver's facts are added by the
+/// first read of the driver ([`collect`], [`complete_vantage`]).
+pub fn establish_vantage() -> Result<Vantage, crate::exit::UsageError> {
+    Ok(Vantage::new(detect_pid_namespace()?, None))
 }
 
-impl PidNamespace {
-    pub fn label(&self) -> &'static str {
-        if self.host {
-            "host"
-        } else {
-            "container"
-        }
-    }
+/// The vantage of a command that reads the driver once, at its start (`run`): established
+/// and completed with `environment` (read through `monitor`).
+pub fn vantage_here(
+    environment: &Environment,
+    monitor: &dyn Monitor,
+) -> Result<Vantage, crate::exit::UsageError> {
+    Ok(complete_vantage(establish_vantage()?, environment, monitor))
 }
 
-/// Decide the PID namespace: `VRAMDOC_PIDNS=host|container` overrides; otherwise an `NSpid`
-/// line in /proc/self/status with more than one entry means a child namespace; otherwise the
-/// kernel thread `kthreadd` (PID 2) is visible only from the host namespace.
+/// `vantage` with the driver's facts read through `monitor` where it lacks them: the
+/// version from `environment`, and which GPU device nodes (`nvidiaN`) exist.
+pub fn complete_vantage(
+    vantage: Vantage,
+    environment: &Environment,
+    monitor: &dyn Monitor,
+) -> Vantage {
+    let nodes = if vantage.device_nodes.is_some() {
+        Vec::new()
+    } else {
+        gpu_node_names(&monitor.device_nodes())
+    };
+    vantage.with_driver(&environment.versions.driver, nodes)
+}
+
+/// The names of the GPU device nodes (`nvidiaN`) among `nodes` that exist, sorted by N.
+fn gpu_node_names(nodes: &[std::path::PathBuf]) -> Vec<String> {
+    let mut out: Vec<(u32, String)> = nodes
+        .iter()
+        .filter(|p| p.exists())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?;
+            let n: u32 = name.strip_prefix("nvidia")?.parse().ok()?;
+            Some((n, name.to_string()))
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Decide the PID namespace: `VRAMDOC_PIDNS=host|container` overrides; otherwise the
+/// definitive check, the namespace's inode from `readlink /proc/self/ns/pid`
+/// ([`decide_from_ns_link`]); where that cannot be read, the heuristics of
+/// [`decide_pid_namespace`] (an `NSpid` line in /proc/self/status with more than one entry
+/// means a child namespace; the kernel thread `kthreadd`, PID 2, is visible only from the
+/// host namespace).
 pub fn detect_pid_namespace() -> Result<PidNamespace, crate::exit::UsageError> {
     if let Ok(v) = std::env::var(PIDNS_ENV) {
         return match v.trim() {
@@ -68,6 +100,9 @@ pub fn detect_pid_namespace() -> Result<PidNamespace, crate::exit::UsageError> {
 }
 
 fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
+    if let Some(ns) = host::own_pidns_link().and_then(|l| decide_from_ns_link(&l)) {
+        return Ok(ns);
+    }
     // No NSpid line (kernels before 4.1): one namespace as far as we can tell.
     let nspid = host::own_nspid().len().max(1);
     let kthreadd = host::comm(2).is_ok_and(|c| c == b"kthreadd");
@@ -79,6 +114,37 @@ fn detect_from_proc() -> Result<PidNamespace, crate::exit::UsageError> {
         hidepid.as_deref(),
         sign.as_deref(),
     ))
+}
+
+/// The inode of the initial PID namespace, `PROC_PID_INIT_INO` (0xEFFFFFFC) in the kernel's
+/// `include/linux/proc_ns.h`: `readlink /proc/self/ns/pid` is `pid:[4026531836]` there and
+/// nowhere else.
+pub const INIT_PIDNS_INODE: u64 = 0xEFFF_FFFC;
+
+/// The PID namespace from the text of `readlink /proc/self/ns/pid` (`pid:[INODE]`): the
+/// initial namespace's inode is fixed ([`INIT_PIDNS_INODE`]), any other is a child
+/// namespace. `None` for text of another shape.
+pub fn decide_from_ns_link(link: &str) -> Option<PidNamespace> {
+    let inode: u64 = link
+        .trim()
+        .strip_prefix("pid:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()?;
+    Some(if inode == INIT_PIDNS_INODE {
+        PidNamespace {
+            host: true,
+            reason: format!("/proc/self/ns/pid is pid:[{inode}], the initial PID namespace"),
+        }
+    } else {
+        PidNamespace {
+            host: false,
+            reason: format!(
+                "/proc/self/ns/pid is pid:[{inode}], not the initial namespace's \
+                 pid:[{INIT_PIDNS_INODE}]: a container"
+            ),
+        }
+    })
 }
 
 /// A sign of a container runtime other than hidden kernel threads: `/.dockerenv`,
@@ -141,7 +207,9 @@ pub struct Inventory {
     /// Processes NVML lists on any device (compute, graphics and MPS lists), merged by PID,
     /// sorted by PID.
     pub processes: Vec<ProcessInfo>,
-    pub pid_namespace: PidNamespace,
+    /// Where vramdoc stood when it read all this (its PID namespace, the driver generation,
+    /// the device nodes it can open): established once per command ([`crate::vantage`]).
+    pub vantage: Vantage,
     /// What else the scan read (all optional facts; default: none known).
     #[serde(default)]
     pub details: Details,
@@ -214,6 +282,23 @@ impl Inventory {
     pub fn devices(&self) -> &[DeviceInfo] {
         &self.environment.devices
     }
+
+    /// Whether vramdoc runs in the host PID namespace (the vantage's).
+    pub fn host(&self) -> bool {
+        self.vantage.host()
+    }
+
+    /// What the process lists mean from this vantage: the driver generation, corrected by
+    /// what was listed (a PID that does not exist here means host PIDs; a process of this
+    /// namespace listed with bytes means the lists carry usage).
+    pub fn list_view(&self) -> crate::model::vantage::ListView {
+        let own_usage = self
+            .processes
+            .iter()
+            .any(|p| p.visible && p.devices.iter().any(|u| u.used.is_some_and(|b| b > 0)));
+        self.vantage
+            .view_seen(self.processes.iter().any(|p| !p.visible), own_usage)
+    }
 }
 
 /// The [`Environment`] section of a report: host, kernel, versions, devices, read through
@@ -284,10 +369,11 @@ fn compute_explains(d: &DeviceInfo, compute: &[GpuProcess]) -> bool {
 pub fn collect(
     monitor: &dyn Monitor,
     sim_spec: Option<String>,
-    pid_namespace: PidNamespace,
+    vantage: Vantage,
     lists: ProcessLists,
 ) -> Result<Inventory, GpuError> {
     let environment = environment(monitor, sim_spec)?;
+    let vantage = complete_vantage(vantage, &environment, monitor);
     let dev_dir = host::devices::dev_dir_of(&monitor.device_nodes());
     let mut details = Details::default();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
@@ -340,7 +426,7 @@ pub fn collect(
     Ok(Inventory {
         environment,
         processes,
-        pid_namespace,
+        vantage,
         details,
     })
 }
@@ -547,6 +633,18 @@ mod tests {
         assert!(!decide_pid_namespace(1, false, None, None).host);
         assert!(decide_pid_namespace(1, true, None, None).host);
         assert!(!decide_pid_namespace(2, true, None, None).host);
+    }
+
+    #[test]
+    fn the_namespace_inode_decides_first() {
+        let host = decide_from_ns_link("pid:[4026531836]").unwrap();
+        assert!(host.host, "{}", host.reason);
+        let c = decide_from_ns_link("pid:[4026532301]\n").unwrap();
+        assert!(!c.host);
+        assert!(c.reason.contains("4026532301"), "{}", c.reason);
+        for odd in ["", "pid:[]", "mnt:[4026531836]", "pid:[x]", "4026531836"] {
+            assert!(decide_from_ns_link(odd).is_none(), "{odd:?}");
+        }
     }
 
     #[test]

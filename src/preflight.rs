@@ -361,6 +361,37 @@ mod tests {
         assert!(may_clear(&foreign("--gpus")));
     }
 
+    /// Issue 25: from a container on a translating driver, memory of other tenants is not
+    /// a reason to refuse a GPU; from the host, memory with no live owner is.
+    #[test]
+    fn memory_not_attributable_from_here_is_no_refusal() {
+        use crate::units::GIB;
+        let mut inv = crate::scan::sample_inventory();
+        // The invisible PID 77 is dropped by a translating driver: its 70 GiB are unlisted.
+        inv.processes.retain(|p| p.visible);
+        let sel = || Selection {
+            devices: vec![0],
+            source: "--gpus".into(),
+        };
+        for (host, driver, refused) in [
+            (false, "570.86.10", false),
+            (false, "550.54.15", false),
+            (true, "570.86.10", true),
+        ] {
+            inv.vantage = crate::model::Vantage::new(
+                crate::model::PidNamespace {
+                    host,
+                    reason: "test".into(),
+                },
+                Some(driver.into()),
+            );
+            let report = crate::scan::build_report(&inv, &crate::diagnose::Thresholds::default());
+            let v = judge(&report, sel(), Some(GIB));
+            let dead = v.problems.iter().any(|p| p.kind == "dead-process-memory");
+            assert_eq!(dead, refused, "host={host} {driver}: {v:?}");
+        }
+    }
+
     fn uuids(n: u32) -> Vec<String> {
         (0..n)
             .map(|i| format!("GPU-{i:08x}-1111-2222-3333-444444444444"))

@@ -5,7 +5,8 @@
 
 use crate::diagnose::{self, Thresholds};
 use crate::gpu::{GpuError, Monitor};
-use crate::inventory::{self, Inventory, PidNamespace};
+use crate::inventory::{self, Inventory};
+use crate::model::Vantage;
 use crate::model::{Body, Report, ScanResult};
 
 /// What one scan needs besides the monitor.
@@ -13,8 +14,9 @@ use crate::model::{Body, Report, ScanResult};
 pub struct ScanConfig {
     /// The simulated box's spec, for the report header (`None` on the real backends).
     pub sim_spec: Option<String>,
-    /// The PID namespace vramdoc runs in (decided once: [`inventory::detect_pid_namespace`]).
-    pub pid_namespace: PidNamespace,
+    /// Where vramdoc stands, established once per command
+    /// ([`inventory::establish_vantage`]); each scan adds the driver's facts.
+    pub vantage: Vantage,
     pub thresholds: Thresholds,
     /// Where the kubelet's files are, for pod attribution ([`crate::pods`]).
     pub pods: crate::pods::PodConfig,
@@ -29,7 +31,7 @@ pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError>
     let mut inv = inventory::collect(
         monitor,
         cfg.sim_spec.clone(),
-        cfg.pid_namespace.clone(),
+        cfg.vantage.clone(),
         cfg.lists,
     )?;
     let pods = crate::pods::attribute(&mut inv.processes, &inv.environment.devices, &cfg.pods);
@@ -60,7 +62,8 @@ pub fn build_report(inv: &Inventory, th: &Thresholds) -> Report {
             devices: inv.devices().to_vec(),
             processes: inv.processes.clone(),
             findings,
-            pid_namespace: inv.pid_namespace.label().to_string(),
+            pid_namespace: inv.vantage.pid_namespace.label().to_string(),
+            vantage: Some(inv.vantage.clone()),
             headroom,
             pods_note: inv.details.pods_note.clone(),
             pod_allocations: inv.details.pod_allocations.clone(),
@@ -151,10 +154,13 @@ pub(crate) fn sample_inventory() -> Inventory {
                 }],
             },
         ],
-        pid_namespace: PidNamespace {
-            host: true,
-            reason: "test".into(),
-        },
+        vantage: Vantage::new(
+            crate::model::PidNamespace {
+                host: true,
+                reason: "test".into(),
+            },
+            Some("550.54.15".into()),
+        ),
         details: Default::default(),
     }
 }
@@ -202,6 +208,12 @@ mod tests {
             )
         );
         assert!(text.contains("vramdoc_findings{rule=\"no-live-owner\",severity=\"error\"} 1"));
+        assert!(
+            text.contains(
+                "vramdoc_vantage_info{driver=\"550.54.15\",generation=\"translated-zero-usage\",pid_namespace=\"host\"} 1"
+            ),
+            "{text}"
+        );
         assert!(text
             .lines()
             .any(|l| l.starts_with("vramdoc_gpu_info{UUID=\"GPU-")

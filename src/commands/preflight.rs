@@ -17,7 +17,7 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
     let monitor = crate::record::lanes::Deadlined::boxed(session.monitor()?);
     let cfg = ScanConfig {
         sim_spec: session.sim_spec(),
-        pid_namespace: inventory::detect_pid_namespace()?,
+        vantage: inventory::establish_vantage()?,
         thresholds: Thresholds::default(),
         pods: Default::default(),
         lists: Default::default(),

@@ -135,6 +135,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         exe: std::env::current_exe().context("locating the vramdoc binary for the worker")?,
         interrupted: super::handle_interrupts_gracefully(),
         step_timeout: args.step_timeout,
+        pid_namespace: crate::inventory::establish_vantage()?.pid_namespace,
     };
     let mut progress = Progress {
         bar: None,

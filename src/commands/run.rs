@@ -7,7 +7,7 @@
 
 use super::Session;
 use crate::cli::{GlobalArgs, RunArgs};
-use crate::diagnose::{self, TimelineThresholds};
+use crate::diagnose;
 use crate::exit::{CodedError, RUN_FAILED};
 use crate::job::{self, JobSpec};
 use crate::model::{Body, Report, RunResult};
@@ -48,8 +48,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // No two outputs are one file (a report would be lost, issue 19).
     let (out, force) = (&args.output.out, args.output.force);
     // The kept allocator snapshot beside the report (issue 27).
-    let kept = args.torch_memory.then(|| super::explain::kept_path(out));
-    let kept = kept.flatten();
+    let kept = (args.torch_memory.then(|| super::explain::kept_path(out))).flatten();
     let files: Vec<_> = [
         ("--junit", &args.junit),
         ("--scenario-out", &args.scenario_out),
@@ -79,6 +78,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     let monitor = session.monitor()?;
     let devices = monitor.devices()?;
     let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
+    let vantage = crate::inventory::vantage_here(&environment, monitor.as_ref())?;
     let samples = (args.samples.as_ref().map(|p| job::open_samples(p, force)))
         .transpose()
         .map_err(anyhow::Error::msg)?;
@@ -115,9 +115,8 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     };
     let mut ran =
         job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
-    let output = ran.output.take();
-    let status = ran.exit.status();
-    let findings = diagnose::fingerprints(&ran.recorded.recording, &TimelineThresholds::default());
+    let (output, status) = (ran.output.take(), ran.exit.status());
+    let findings = diagnose::fingerprints_seen_from(&ran.recorded.recording, &vantage);
     let mut result = job::summary::run_result(
         command,
         (period.as_micros() as u64, process_period.as_micros() as u64),
@@ -126,6 +125,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         findings,
         args.samples.as_ref().map(|p| p.display().to_string()),
     );
+    result.vantage = Some(vantage);
     if let Some(t) = &torch {
         super::explain::join_run(t, &mut result, &args.output.out, args.output.force)?;
     }

@@ -18,14 +18,14 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         check_prom_path(p)?;
     }
     let started = std::time::Instant::now();
-    let pid_namespace = inventory::detect_pid_namespace()?;
+    let vantage = inventory::establish_vantage()?;
     let read = session
         .monitor()
         .map(crate::record::lanes::Deadlined::boxed)
         .and_then(|monitor| {
             let cfg = ScanConfig {
                 sim_spec: session.sim_spec(),
-                pid_namespace,
+                vantage,
                 thresholds: args.pods.thresholds(),
                 pods: args.pods.config(),
                 lists: if args.all_lists {

@@ -36,7 +36,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let cfg = CollectConfig {
         scan: ScanConfig {
             sim_spec: session.sim_spec(),
-            pid_namespace: inventory::detect_pid_namespace()?,
+            vantage: inventory::establish_vantage()?,
             thresholds: args.pods.thresholds(),
             pods: args.pods.config(),
             lists: Default::default(),

@@ -30,6 +30,13 @@ pub const INVISIBLE_PROCESSES: &str = "NVML reports host PIDs, which do not map 
 in this container. Run vramdoc on the host or in the host PID namespace \
 (`docker run --pid=host ...`) to attribute memory to processes.";
 
+/// Memory of processes outside this container's PID namespace (issue 25).
+pub const OUTSIDE_NAMESPACE: &str = "From driver 535.113 on, NVML shows a caller outside the \
+host PID namespace only its own namespace's processes (and from 535.113 to 560 with 0 bytes): \
+memory of every other container on this GPU is counted as used but listed nowhere here. Run \
+vramdoc on the host, or in a container with the host PID namespace (`docker run --pid=host`, \
+Kubernetes `hostPID: true`), to attribute it; from here it is not a sign of lost memory.";
+
 /// Per-process memory not reported by NVML.
 pub const USAGE_UNAVAILABLE: &str = "NVML reports per-process memory as not available (typical \
 in containers without the host PID namespace, or under Windows WDDM). Run vramdoc on the \

@@ -39,10 +39,13 @@ mod tests {
                 devices,
             },
             processes: Vec::new(),
-            pid_namespace: crate::inventory::PidNamespace {
-                host: true,
-                reason: "test".into(),
-            },
+            vantage: crate::model::Vantage::new(
+                crate::inventory::PidNamespace {
+                    host: true,
+                    reason: "test".into(),
+                },
+                Some("550.54.15".into()),
+            ),
             details: Default::default(),
         }
     }

@@ -13,6 +13,7 @@ mod pods;
 mod rules;
 pub mod timeline;
 pub mod unattributed;
+mod vantage;
 mod visibility;
 
 use crate::inventory::Inventory;
@@ -20,16 +21,17 @@ use crate::model::{Finding, Headroom};
 use crate::units::{GIB, MIB};
 
 pub use timeline::{
-    fingerprints, DeviceFileHolder, ErrorEvent, ErrorKind, JobExit, RecordedDevice,
-    RecordedProcess, Recording, TimelineThresholds,
+    fingerprints, fingerprints_seen_from, DeviceFileHolder, ErrorEvent, ErrorKind, JobExit,
+    RecordedDevice, RecordedProcess, Recording, TimelineThresholds,
 };
 
 pub use last_reading::{add_last_readings, LastReading};
 pub use pods::{allocated_gpu_idle, device_of_id, unallocated_gpu_use};
 pub use rules::{
-    device_headroom, device_unavailable, duplicate_copy, headroom, invisible_processes,
-    low_headroom, no_live_owner, stray_context, unattributed_bytes, usage_unavailable,
+    device_headroom, device_unavailable, duplicate_copy, headroom, low_headroom, no_live_owner,
+    stray_context, unattributed_bytes, usage_unavailable,
 };
+pub use vantage::invisible_processes;
 
 /// Stable finding ids (JSON `findings[].id`).
 pub mod ids {
@@ -136,12 +138,13 @@ pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom
     findings.extend(device_unavailable(inv));
     findings.extend(stray_context(inv, th));
     findings.extend(no_live_owner(inv, th));
-    findings.extend(invisible_processes(inv));
+    findings.extend(invisible_processes(inv, th));
     findings.extend(usage_unavailable(inv));
     findings.extend(low_headroom(inv, &headroom, th));
     findings.extend(duplicate_copy(inv, th));
     findings.extend(unallocated_gpu_use(inv));
     findings.extend(allocated_gpu_idle(inv, th));
+    vantage::about_invisible(inv, &mut findings);
     // Most severe first; stable within a severity (rule order, then device / PID).
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (findings, headroom)

@@ -83,7 +83,7 @@ pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
 /// allocation for the first time: never there.
 pub fn allocated_gpu_idle(inv: &Inventory, th: &super::Thresholds) -> Vec<Finding> {
     let d = &inv.details;
-    if !inv.pid_namespace.host || d.per_process_unavailable.is_some() {
+    if !inv.host() || d.per_process_unavailable.is_some() {
         return Vec::new();
     }
     let min = th.allocation_idle_min.as_secs_f64();
@@ -282,7 +282,7 @@ mod tests {
         assert!(allocated_gpu_idle(&inv, &th).is_empty());
         // In a container namespace the pod's processes may be invisible: nothing.
         inv.details.idle_allocations = later;
-        inv.pid_namespace.host = false;
+        inv.vantage.pid_namespace.host = false;
         assert!(allocated_gpu_idle(&inv, &th).is_empty());
         // Once a process of the pod uses GPU 1, the clock starts again.
         let busy = inv_with(Some(pod(Some(&[U0, U1]))), &[(0, GIB), (1, GIB)]);

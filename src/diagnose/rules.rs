@@ -18,7 +18,7 @@ pub(crate) fn is_peer_listing(u: &crate::model::ProcessDeviceUsage) -> bool {
 }
 
 /// `(device, bytes)` for every device where the process's usage is known.
-fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
+pub(super) fn known(p: &ProcessInfo) -> Vec<(u32, u64)> {
     p.devices
         .iter()
         .filter_map(|u| u.used.map(|b| (u.device, b)))
@@ -163,7 +163,7 @@ pub(crate) fn stray_context_of(
 /// PID namespace, NVML-listed PIDs that do not exist. In a container, invisible PIDs are not
 /// taken for dead (see [`invisible_processes`]).
 pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    let host = inv.pid_namespace.host;
+    let host = inv.host();
     let details = &inv.details;
     let mut out = Vec::new();
     for d in inv.devices().iter().filter(|d| d.is_counted()) {
@@ -193,6 +193,13 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             && d.memory_unknown.is_none()
             && orphaned > unattributed_allowance(d, th);
         if !bytes_rule && dead.is_empty() {
+            continue;
+        }
+        // Outside the host namespace, a driver that lists only this namespace's processes.
+        if let Some(f) = super::vantage::unlisted_here(inv, d, live_sum, orphaned, th)
+            .filter(|_| bytes_rule && dead.is_empty())
+        {
+            out.push(f);
             continue;
         }
         let mut evidence = vec![
@@ -363,47 +370,6 @@ pub(crate) fn is_system_monitor(name: &str) -> bool {
     })
 }
 
-/// Processes NVML lists that are not visible from our (container) PID namespace: attribution
-/// is incomplete, and we say so instead of guessing.
-pub fn invisible_processes(inv: &Inventory) -> Vec<Finding> {
-    if inv.pid_namespace.host {
-        return Vec::new();
-    }
-    let hidden: Vec<&ProcessInfo> = inv.processes.iter().filter(|p| !p.visible).collect();
-    if hidden.is_empty() {
-        return Vec::new();
-    }
-    let mut devs: Vec<u32> = hidden
-        .iter()
-        .flat_map(|p| p.devices.iter().map(|u| u.device))
-        .collect();
-    devs.sort_unstable();
-    devs.dedup();
-    let held: u64 = hidden.iter().flat_map(|p| known(p)).map(|(_, b)| b).sum();
-    let pids: Vec<String> = hidden.iter().map(|p| p.pid.to_string()).collect();
-    vec![Finding {
-        id: ids::INVISIBLE_PROCESSES.into(),
-        severity: Severity::Info,
-        title: format!(
-            "Attribution incomplete: {} of {} GPU processes are not visible from this PID \
-             namespace",
-            hidden.len(),
-            inv.processes.len()
-        ),
-        devices: devs,
-        pid: None,
-        evidence: vec![
-            ev(
-                "PID namespace",
-                format!("container ({})", inv.pid_namespace.reason),
-            ),
-            ev("PIDs listed by NVML, not found here", pids.join(", ")),
-            ev_bytes("memory they hold", held),
-        ],
-        fix: fixes::INVISIBLE_PROCESSES.into(),
-    }]
-}
-
 /// Processes whose per-device usage NVML reports as "not available".
 pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
     let mut pairs: Vec<String> = Vec::new();
@@ -413,6 +379,11 @@ pub fn usage_unavailable(inv: &Inventory) -> Vec<Finding> {
             pairs.push(format!("PID {} on GPU {}", p.pid, u.device));
             devs.push(u.device);
         }
+    }
+    if let Some((zero, on, why)) = super::vantage::zero_usage_entries(inv) {
+        pairs.extend(zero);
+        devs.extend(on);
+        pairs.push(why);
     }
     if let Some(why) = &inv.details.per_process_unavailable {
         for d in inv.devices().iter().filter(|d| d.is_counted()) {

@@ -89,10 +89,13 @@ pub(super) fn inv_with(
             devices,
         },
         processes: procs,
-        pid_namespace: PidNamespace {
-            host,
-            reason: "test".into(),
-        },
+        vantage: crate::model::Vantage::new(
+            PidNamespace {
+                host,
+                reason: "test".into(),
+            },
+            Some("550.54.15".into()),
+        ),
         details: Default::default(),
     }
 }
@@ -270,7 +273,7 @@ fn no_live_owner_from_dead_pid_in_host_namespace_only() {
     // In a container the same PID is invisible, not dead.
     let inv = inv_with(2, vec![dead], &[], false);
     assert!(no_live_owner(&inv, &Thresholds::default()).is_empty());
-    let f = invisible_processes(&inv);
+    let f = invisible_processes(&inv, &Thresholds::default());
     assert_eq!(ids_of(&f), vec!["invisible-processes"]);
     assert_eq!(evidence_bytes(&f[0], "memory they hold"), Some(8 * GIB));
     assert!(f[0].title.contains("1 of 1"), "{}", f[0].title);
@@ -280,7 +283,7 @@ fn no_live_owner_from_dead_pid_in_host_namespace_only() {
 fn invisible_processes_only_in_a_container() {
     let inv = inv_with(1, vec![proc_(10, CVD_UNSET, &[(0, Some(GIB))])], &[], false);
     assert!(
-        invisible_processes(&inv).is_empty(),
+        invisible_processes(&inv, &Thresholds::default()).is_empty(),
         "all visible: attribution complete"
     );
 }
@@ -674,3 +677,6 @@ fn unattributed_bytes_is_the_no_live_owner_arithmetic() {
 /// Issue 15: node shapes that must not raise false alarms (peer listings, device-plugin
 /// forms, engines at their fill, coherent memory, system monitors, drivers before R510).
 mod node_shapes;
+
+/// Issue 25: what each rule concludes from each vantage × driver generation.
+mod vantages;

@@ -15,6 +15,8 @@
 //! - a coherent-memory GPU (GH200/GB200: a NUMA node of the host) keeps pages freed by
 //!   exited processes counted as used until the kernel reclaims them (nvml.h,
 //!   `nvmlDeviceGetMemoryInfo`) (`coherent`);
+//! - seen from a container on a driver that lists only its namespace's processes (535.113
+//!   on), other tenants' memory (`outside_namespace`, docs/scan.md "Where vramdoc stands");
 //! - otherwise `lost`.
 //!
 //! Caveat on real drivers: CUDA processes on Linux commonly hold `/dev/nvidia-uvm` without
@@ -49,7 +51,7 @@ pub fn split(inv: &Inventory, d: &DeviceInfo) -> Option<Unattributed> {
     if !d.status.is_ok() || d.memory_unknown.is_some() {
         return None;
     }
-    let host = inv.pid_namespace.host;
+    let host = inv.host();
     let bytes = unattributed_bytes(d, &inv.processes, host)?;
     let on_dev: Vec<&crate::model::ProcessInfo> = inv
         .processes
@@ -73,6 +75,16 @@ pub fn split(inv: &Inventory, d: &DeviceInfo) -> Option<Unattributed> {
     };
     if bytes == 0 || dead || foreign {
         out.lost = bytes;
+        return Some(out);
+    }
+    // Outside the host PID namespace on a driver that lists only this namespace's
+    // processes: other tenants' memory (issue 25, `super::vantage`).
+    if matches!(
+        inv.list_view(),
+        crate::model::vantage::ListView::OwnNamespaceOnly { .. }
+            | crate::model::vantage::ListView::Unknown
+    ) {
+        out.outside_namespace = bytes;
         return Some(out);
     }
     let uvm: Vec<u32> = holders

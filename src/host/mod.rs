@@ -26,8 +26,8 @@ pub mod system;
 pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, CgroupPlace};
 pub use devfiles::{canonical_nodes, held_nodes, node_index};
 pub use process::{
-    cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, pids, start_time,
-    stat, status, Environ, Stat, Status,
+    cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, own_pidns_link,
+    pids, start_time, stat, status, Environ, Stat, Status,
 };
 pub use system::{hidepid_of, hostname, kernel_release, proc_hidepid, user_name};
 

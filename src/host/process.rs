@@ -166,6 +166,14 @@ pub fn own_nspid() -> Vec<u32> {
     status_of(None).map(|s| s.nspid).ok().unwrap_or_default()
 }
 
+/// The link text of `/proc/self/ns/pid` (`pid:[4026531836]`): which PID namespace this
+/// process is in. `None` where it cannot be read (no /proc, a kernel without namespaces).
+pub fn own_pidns_link() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
 /// The short command name, `/proc/PID/comm`, without its newline: the bytes the process
 /// chose (its binary's name, or `prctl(PR_SET_NAME)`), UTF-8 or not.
 pub fn comm(pid: u32) -> Result<Vec<u8>> {

@@ -602,10 +602,13 @@ mod tests {
         let monitor = SimMonitor::new(sim);
         let cfg = ScanConfig {
             sim_spec: None,
-            pid_namespace: PidNamespace {
-                host: true,
-                reason: "test".into(),
-            },
+            vantage: crate::model::Vantage::new(
+                PidNamespace {
+                    host: true,
+                    reason: "test".into(),
+                },
+                None,
+            ),
             thresholds: Default::default(),
             pods: Default::default(),
             lists: crate::inventory::ProcessLists::AsNeeded,

@@ -175,5 +175,6 @@ pub fn run_result(
         stderr_tail: run.stderr_tail,
         samples_file,
         attached: run.attached,
+        vantage: None,
     }
 }

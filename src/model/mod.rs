@@ -13,6 +13,7 @@ pub mod replay;
 pub mod run;
 pub mod scan;
 pub mod timeline;
+pub mod vantage;
 pub mod whatif;
 
 pub use header::{command_line, command_line_from, now_unix_ms};
@@ -24,6 +25,7 @@ pub use replay::*;
 pub use run::*;
 pub use scan::*;
 pub use timeline::*;
+pub use vantage::{PidNamespace, Vantage};
 pub use whatif::*;
 
 use crate::gpu::{DeviceInfo, Versions};

@@ -42,6 +42,10 @@ pub struct RunResult {
     /// its exit, and `duration_ms` is the recording's length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached: Option<String>,
+    /// Where the recorder stood (issue 25): PID namespace, driver generation, device nodes.
+    /// Absent in reports made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vantage: Option<super::Vantage>,
 }
 
 /// How the wrapped command ended.

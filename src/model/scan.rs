@@ -114,6 +114,10 @@ pub struct ScanResult {
     /// to local processes).
     #[serde(default)]
     pub pid_namespace: String,
+    /// Where scan stood (issue 25): PID namespace, driver generation, device nodes; what the
+    /// findings could conclude from there. Absent in reports made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vantage: Option<super::Vantage>,
     /// Room for a new vLLM-style engine on every device (decided in `diagnose/`).
     #[serde(default)]
     pub headroom: Vec<Headroom>,
@@ -147,6 +151,10 @@ pub struct Unattributed {
     /// counted as used until the kernel reclaims them.
     #[serde(default)]
     pub coherent: u64,
+    /// Seen from a container on a driver that lists only its own PID namespace's processes
+    /// (535.113 on): other tenants' memory, not attributable from there (issue 25).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outside_namespace: u64,
     /// The processes whose managed memory explains `managed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_by: Vec<u32>,
@@ -170,4 +178,8 @@ pub struct Headroom {
     pub max_gpu_memory_utilization: f64,
     /// The arithmetic above with the numbers, for people.
     pub arithmetic: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

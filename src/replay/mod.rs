@@ -62,6 +62,10 @@ pub struct ReplayOptions {
     /// A worker that reports nothing for this long (a hung step, a hung driver call) is
     /// killed and its step ends with status `timeout`.
     pub step_timeout: Duration,
+    /// The PID namespace vramdoc runs in, established once by the command (its vantage,
+    /// [`crate::inventory::establish_vantage`]): outside the host's, the worker is found in
+    /// NVML's lists as the one new process instead of by its PID.
+    pub pid_namespace: crate::model::PidNamespace,
 }
 
 /// Default for [`ReplayOptions::step_timeout`] (`--step-timeout`).

@@ -212,9 +212,7 @@ impl<'a> WorkerRun<'a> {
             hold: false,
             smallest_total: self.view.smallest,
         };
-        let host_ns = crate::inventory::detect_pid_namespace()
-            .map(|ns| ns.host)
-            .unwrap_or(true);
+        let host_ns = opts.pid_namespace.host;
         // Outside the host PID namespace the worker may have to be recognised as the one new
         // process in NVML's lists: note who is there before it starts (slow lists, read only
         // when needed).

@@ -205,6 +205,27 @@ pub fn render(
         }
     }
 
+    // Where the collection stood (issue 25): what its findings could conclude from there.
+    if let Some(v) = scan.and_then(|s| s.vantage.as_ref()) {
+        let vantage = gauge(
+            &reg,
+            "vramdoc_vantage_info",
+            "Where vramdoc reads the driver from (docs/scan.md, Where vramdoc stands); always 1",
+            &["pid_namespace", "driver", "generation"],
+        )?;
+        let generation = serde_json::to_value(v.generation)
+            .ok()
+            .and_then(|g| g.as_str().map(str::to_string))
+            .unwrap_or_default();
+        vantage
+            .with_label_values(&[
+                v.pid_namespace.label(),
+                v.driver_version.as_deref().unwrap_or(""),
+                &generation,
+            ])
+            .set(1.0);
+    }
+
     if let Some(scan) = scan {
         let dev_labels = &["gpu", "uuid"];
         let info = gauge(
@@ -250,8 +271,9 @@ pub fn render(
             &reg,
             "vramdoc_gpu_memory_explained_unattributed_bytes",
             "Used memory no live listed process accounts for that is explained: reason \
-             managed (unified memory of a live process holding /dev/nvidia-uvm) or coherent \
-             (a coherent-memory GPU's unreclaimed pages)",
+             managed (unified memory of a live process holding /dev/nvidia-uvm), coherent \
+             (a coherent-memory GPU's unreclaimed pages) or outside-namespace (other tenants' \
+             memory, seen from a container on a driver from 535.113 on)",
             &["gpu", "uuid", "reason"],
         )?;
         let ratio = gauge(
@@ -297,7 +319,11 @@ pub fn render(
             };
             if let Some(u) = split {
                 unattributed.with_label_values(&l).set(u.lost as f64);
-                for (reason, b) in [("managed", u.managed), ("coherent", u.coherent)] {
+                for (reason, b) in [
+                    ("managed", u.managed),
+                    ("coherent", u.coherent),
+                    ("outside-namespace", u.outside_namespace),
+                ] {
                     explained
                         .with_label_values(&[&gpu, &d.uuid, reason])
                         .set(b as f64);

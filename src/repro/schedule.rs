@@ -62,6 +62,13 @@ fn one_box(plan: &Plan, spec: &BoxSpec) -> BoxOutcome {
         exe: plan.exe.clone(),
         interrupted: plan.interrupted.clone(),
         step_timeout: DEFAULT_STEP_TIMEOUT,
+        // Once per box; a VRAMDOC_PIDNS that says neither counts as the host, as before.
+        pid_namespace: crate::inventory::detect_pid_namespace().unwrap_or_else(|e| {
+            crate::model::PidNamespace {
+                host: true,
+                reason: e.to_string(),
+            }
+        }),
     };
     let sim_spec = backend.sim_spec();
     let done = run_batch(

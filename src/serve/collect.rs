@@ -423,10 +423,13 @@ mod tests {
         CollectConfig {
             scan: ScanConfig {
                 sim_spec: None,
-                pid_namespace: PidNamespace {
-                    host: true,
-                    reason: "test".into(),
-                },
+                vantage: crate::model::Vantage::new(
+                    PidNamespace {
+                        host: true,
+                        reason: "test".into(),
+                    },
+                    None,
+                ),
                 thresholds: Thresholds::default(),
                 pods: Default::default(),
                 lists: Default::default(),

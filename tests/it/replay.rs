@@ -1068,16 +1068,13 @@ fn every_scenario_replays_on_a_mixed_t4_h100_box() {
     assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
 }
 
-/// `replay all` from inside a new PID namespace with its own /proc, as in a container:
-/// NVML reports host PIDs, vramdoc sees namespace PIDs, and the worker is still found.
-#[test]
-fn replay_all_inside_a_pid_namespace() {
-    common::skip::require!("unshare", common::skip::unshare());
-    // Made by `sim init`, which starts the box's driver broker in the host namespace: the
-    // simulated NVML then reports host PIDs, as the real driver does.
+/// `replay all` inside a new PID namespace with its own /proc (as in a container) on a box
+/// made with `--driver DRIVER`, whose broker runs in the host namespace. Checked to exit 0
+/// with every variant as expected.
+fn replay_all_in_a_pid_namespace(driver: &str) -> (tempfile::TempDir, Value) {
     let dir = tempfile::tempdir().unwrap();
     let init = vramdoc()
-        .args(["sim", "init", "2x16GiB", "--dir"])
+        .args(["sim", "init", "2x16GiB", "--driver", driver, "--dir"])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -1096,9 +1093,18 @@ fn replay_all_inside_a_pid_namespace() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{driver}: {err}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_all_as_expected(&v);
+    (dir, v)
+}
+
+/// `replay all` from inside a PID namespace on a driver before 535.113: NVML reports host
+/// PIDs to every caller, vramdoc sees namespace PIDs, and the worker is still found.
+#[test]
+fn replay_all_inside_a_pid_namespace() {
+    common::skip::require!("unshare", common::skip::unshare());
+    let (dir, v) = replay_all_in_a_pid_namespace("535.54.03");
     // The worker's usage was attributed: stray-cuda0's bug shows its context on GPU 0.
     let bug = run(&v, "stray-cuda0", "bug");
     assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
@@ -1113,6 +1119,17 @@ fn replay_all_inside_a_pid_namespace() {
         .unwrap_or_else(|| panic!("no NVML PID marker: {bug}"))
         .to_string();
     assert!(!found.contains(&format!("PID {local} ")), "{found}");
+    let _ = std::fs::remove_file(dir.path().join("box.json"));
+}
+
+/// The same on a driver from 565 on, which translates each client's PID into the caller's
+/// namespace with its usage: the worker is listed under its own (namespace) PID.
+#[test]
+fn replay_all_inside_a_pid_namespace_on_a_translating_driver() {
+    common::skip::require!("unshare", common::skip::unshare());
+    let (dir, v) = replay_all_in_a_pid_namespace("570.86.10");
+    let bug = run(&v, "stray-cuda0", "bug");
+    assert!(max_worker_on(bug, 0) >= CONTEXT, "{bug}");
     let _ = std::fs::remove_file(dir.path().join("box.json"));
 }
 

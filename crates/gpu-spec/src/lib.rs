@@ -9,9 +9,11 @@
 //! - [`kernel`]: the fill and checksum kernels (kernels/vramdoc.cu) by name, and the checksum
 //!   a fill must read back;
 //! - [`ProcessKind`]: NVML's three process lists;
+//! - [`driver`]: driver generations by version, as a caller in a PID namespace sees them;
 //! - [`visible`]: `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` as
 //!   the CUDA driver and the NVIDIA container runtime read them.
 
+pub mod driver;
 pub mod kernel;
 pub mod units;
 pub mod uuid;

@@ -358,7 +358,9 @@ impl Default for InitOptions {
             driver_version: profile::DEFAULT_DRIVER.into(),
             cuda_driver_version: 12040,
             platform: Platform::Linux,
-            pid_view: profile::PidView::HostPids,
+            // The default driver's own generation: a reader in another PID namespace sees
+            // what that driver shows it (docs/simulator.md, "Driver generations").
+            pid_view: profile::pid_view_of(profile::DEFAULT_DRIVER),
             mig: Vec::new(),
             minors: None,
         }

@@ -210,19 +210,16 @@ impl PidView {
     }
 }
 
-/// The PID view of a driver version (`535.113.01` → [`PidView::TranslatedZeroUsage`]).
+/// The PID view of a driver version (`535.113.01` → [`PidView::TranslatedZeroUsage`]): the
+/// generation vramdoc reads from the same version
+/// ([`vramdoc_gpu_spec::driver::generation_of`]); a version that does not parse shows host
+/// PIDs.
 pub fn pid_view_of(driver_version: &str) -> PidView {
-    let mut parts = driver_version
-        .split('.')
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let branch = parts.next().unwrap_or(0);
-    let minor = parts.next().unwrap_or(0);
-    if branch >= 565 {
-        PidView::Translated
-    } else if (branch, minor) >= (535, 113) {
-        PidView::TranslatedZeroUsage
-    } else {
-        PidView::HostPids
+    use vramdoc_gpu_spec::driver::{generation_of, DriverGeneration};
+    match generation_of(driver_version) {
+        DriverGeneration::Translated => PidView::Translated,
+        DriverGeneration::TranslatedZeroUsage => PidView::TranslatedZeroUsage,
+        DriverGeneration::HostPids | DriverGeneration::Unknown => PidView::HostPids,
     }
 }
 

@@ -20,6 +20,7 @@ mod outlived;
 mod overcommit;
 mod prepare;
 mod stray_context;
+mod vantage;
 
 use super::evidence;
 use super::rules;
@@ -148,6 +149,13 @@ pub fn fingerprints(rec: &Recording, th: &TimelineThresholds) -> Vec<Finding> {
     out.extend(gpu_lost::gpu_lost(&cx));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
+}
+
+/// [`fingerprints`] with default thresholds, as far as `vantage` (where the recorder stood)
+/// supports them ([`vantage::within_vantage`]): `vramdoc run`.
+pub fn fingerprints_seen_from(rec: &Recording, vantage: &crate::model::Vantage) -> Vec<Finding> {
+    let th = TimelineThresholds::default();
+    vantage::within_vantage(rec, &th, vantage, fingerprints(rec, &th))
 }
 
 #[cfg(test)]

@@ -34,10 +34,12 @@ pub fn render(report: &Report, opts: Options) -> String {
     );
     s.push_str(&clip(&head, opts.width));
     s.push('\n');
-    s.push_str(&clip(
-        &format!("PID namespace: {}", scan.pid_namespace),
-        opts.width,
-    ));
+    // Where scan stood, in one line (issue 25): what its findings could conclude from there.
+    let vantage = match &scan.vantage {
+        Some(v) => format!("Vantage: {}", c(&v.line())),
+        None => format!("PID namespace: {}", scan.pid_namespace),
+    };
+    s.push_str(&clip(&vantage, opts.width));
     s.push('\n');
 
     let mut t = table(

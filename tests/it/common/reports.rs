@@ -71,6 +71,7 @@ pub fn scan_report() -> Report {
         created_unix_ms: CREATED,
         body: Body::Scan(ScanResult {
             pid_namespace: "host".into(),
+            vantage: None,
             pods_note: None,
             unattributed: Vec::new(),
             pod_allocations: vec![vramdoc::model::PodAllocation {

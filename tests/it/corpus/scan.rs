@@ -353,6 +353,115 @@ fn two_claimants() -> Outcome {
     )
 }
 
+// ---- seen from a container (issue 25) ----------------------------------------------------
+
+/// `vramdoc scan --json` through the real NVML backend over `libs`, run inside a fresh PID
+/// namespace (`unshare --pid --fork --mount-proc`: a container without `hostPID`) on `b`,
+/// beside its own `sim hold OWN_ARGS` started in that namespace.
+fn scan_from_a_namespace(b: &CliBox, libs: &Path, own_args: &str) -> Vec<(String, String)> {
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let d = b.dir.display();
+    let script = format!(
+        "{exe} sim hold {own_args} --duration 60s > {d}/own.out 2>&1 & \
+         i=0; while ! grep -q holding {d}/own.out; do \
+           i=$((i+1)); [ $i -gt 200 ] && {{ cat {d}/own.out >&2; exit 90; }}; sleep 0.05; \
+         done; \
+         {exe} scan --backend real --json > {d}/scan.json; kill $!"
+    );
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env("LD_LIBRARY_PATH", libs)
+        .env_remove("VRAMDOC_PIDNS")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .output()
+        .expect("unshare");
+    common::assert_ok(&out, "unshare ... vramdoc scan");
+    let text = std::fs::read_to_string(b.dir.join("scan.json")).expect("scan.json");
+    findings_of(&serde_json::from_str(&text).expect("scan JSON"))
+}
+
+/// A container's job beside a neighbour outside its PID namespace: from 535.113 the driver
+/// translates PIDs into the caller's namespace and drops the rest
+/// (NVIDIA/open-gpu-kernel-modules `src/nvidia/src/kernel/gpu/gpu_rmapi.c` `_gpuConvertPid`
+/// → `osFindNsPid`); to the 560 series the container's own entries carry 0 bytes
+/// (NVIDIA/nvidia-container-toolkit#1013, 535.183.01: no process shown while 7 GiB is used);
+/// from 565.57.01 with usage (`_gpuMatchClientPid`). Before 535.113 the neighbour is listed
+/// under its host PID (NVIDIA/nvidia-docker#1483).
+fn neighbour_outside_the_namespace(driver: &str, source: &str) -> Outcome {
+    let b = CliBox::new("16GiB", &["--driver", driver]);
+    let libs = b.libs();
+    let _neighbour = hold(&b, &[], &["--size", &(6 * GIB).to_string()]);
+    case(
+        &format!("neighbour-outside-the-container-driver-{driver}"),
+        source,
+        &[],
+        scan_from_a_namespace(&b, &libs, "--size 1GiB"),
+    )
+}
+
+/// FAILURES.md §1 seen from inside the job's container: from 565.57.01 the container's own
+/// entries carry their usage (gpu_rmapi.c `_gpuMatchClientPid`), so a stray context is still
+/// decided there.
+fn stray_context_from_the_container() -> Outcome {
+    let b = CliBox::new("2x16GiB", &["--driver", "570.86.10"]);
+    let libs = b.libs();
+    let _neighbour = hold(
+        &b,
+        &[],
+        &["--device", "1", "--size", &(4 * GIB).to_string()],
+    );
+    let own = format!("--device 1 --size {} --context-on 0", 8 * GIB);
+    case(
+        "stray-context-seen-from-a-container-driver-570.86.10",
+        "shared/FAILURES.md §1; open-gpu-kernel-modules gpu_rmapi.c _gpuMatchClientPid (565.57.01)",
+        &["stray-context"],
+        scan_from_a_namespace(&b, &libs, &own),
+    )
+}
+
+/// The host still sees host PIDs under every generation (the translation is for callers in
+/// other namespaces, gpu_rmapi.c): a dead process's memory kept by a forked child is lost
+/// memory on a 570 driver too.
+fn dead_parent_memory_on_a_translating_driver() -> Outcome {
+    let b = CliBox::new("16GiB", &["--driver", "570.86.10"]);
+    let libs = b.libs();
+    let h = hold(&b, &[], &["--size", &(4 * GIB).to_string(), "--fork-child"]);
+    let child = h.field("child").expect("child pid");
+    h.kill();
+    let found = scan(&b, &libs);
+    // SAFETY: ending the forked child this case staged.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    case(
+        "dead-process-memory-seen-from-the-host-driver-570.86.10",
+        "shared/FAILURES.md §4; open-gpu-kernel-modules gpu_rmapi.c (host callers get host PIDs)",
+        &["no-live-owner"],
+        found,
+    )
+}
+
+/// Issue 25: the node shapes as a container without `hostPID` sees them, on each driver
+/// generation, and the host's view on a translating driver.
+#[test]
+fn node_shapes_seen_from_a_container() {
+    common::skip::require!("unshare", common::skip::unshare());
+    let outcomes = vec![
+        neighbour_outside_the_namespace(
+            "550.54.15",
+            "NVIDIA/nvidia-container-toolkit#1013; open-gpu-kernel-modules gpu_rmapi.c _gpuConvertPid",
+        ),
+        neighbour_outside_the_namespace(
+            "570.86.10",
+            "open-gpu-kernel-modules gpu_rmapi.c _gpuConvertPid, _gpuMatchClientPid (565.57.01)",
+        ),
+        neighbour_outside_the_namespace("535.54.03", "NVIDIA/nvidia-docker#1483"),
+        stray_context_from_the_container(),
+        dead_parent_memory_on_a_translating_driver(),
+    ];
+    assert_clean("scan (seen from a container)", &outcomes);
+}
+
 #[test]
 fn node_shapes() {
     let outcomes = vec![

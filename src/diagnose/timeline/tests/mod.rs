@@ -686,6 +686,7 @@ fn held_after_exit_discounts_other_processes() {
 mod benign;
 mod families;
 mod run_failures;
+mod vantages;
 
 #[test]
 fn stray_context_over_time_reads_slurms_gpus_through_minors() {
