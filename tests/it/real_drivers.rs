@@ -379,7 +379,9 @@ fn a_container_sees_only_its_mounted_gpu() {
 fn pid_namespace_clients_are_listed_under_host_pids_even_from_inside() {
     require!("pynvml", common::skip::pynvml());
     require!("unshare", common::skip::unshare());
-    let b = cli_box("t4", None);
+    // A driver before 535.113 reports host PIDs to every caller (NVIDIA/nvidia-docker#1483);
+    // later ones translate them (tests/it/vantage.rs, sim_cli).
+    let b = cli_box("t4", Some("535.54.03"));
     let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
     let h = hold(&b, &wrap, &["--size", "1GiB"], &[]);
     // The PID it reports (from the box's broker) is a host PID: its NSpid has two levels.
