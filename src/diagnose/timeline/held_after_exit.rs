@@ -24,19 +24,7 @@ pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
         .filter_map(|p| p.exit_ms)
         .fold(f64::NEG_INFINITY, f64::max);
     let from = last_exit + th.exit_grace_ms;
-    let others: Vec<u32> = cx
-        .procs
-        .keys()
-        .copied()
-        .filter(|p| !cx.tree.contains(p))
-        .collect();
-    let others_at = |dev: u32, t: f64| -> u64 {
-        others
-            .iter()
-            .filter_map(|p| cx.procs.get(p)?.get(&dev))
-            .filter_map(|s| proc_level_at(s, t))
-            .sum()
-    };
+    let others_at = |dev: u32, t: f64| cx.others_level_at(dev, t);
     let mut out = Vec::new();
     for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {
         let lo = d.samples.partition_point(|(t, _)| *t < from);

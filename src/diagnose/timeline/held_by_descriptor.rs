@@ -79,19 +79,7 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
     }
     // A holder NVML lists with memory itself is `outlived-command`'s.
     sightings.retain(|pid, _| !cx.devs.iter().any(|d| listed_live(*pid, d.index)));
-    let others: Vec<u32> = cx
-        .procs
-        .keys()
-        .copied()
-        .filter(|p| !cx.tree.contains(p))
-        .collect();
-    let others_at = |dev: u32, t: f64| -> u64 {
-        others
-            .iter()
-            .filter_map(|p| cx.procs.get(p)?.get(&dev))
-            .filter_map(|s| proc_level_at(s, t))
-            .sum()
-    };
+    let others_at = |dev: u32, t: f64| cx.others_level_at(dev, t);
     // Rows per set of holders.
     let mut groups: BTreeMap<Vec<u32>, Vec<Row>> = BTreeMap::new();
     for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {

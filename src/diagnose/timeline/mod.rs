@@ -41,7 +41,7 @@ mod prelude {
     pub(super) use super::evidence::{ev, ev_bytes};
     pub(super) use super::levels::{chains, load_end, phase_levels, Chain};
     pub(super) use super::prepare::{
-        expandable_on, fmt_t, oom_detail, proc_level_at, uuid_ev, Dev, Prepared, ProcSeries,
+        expandable_on, fmt_t, oom_detail, uuid_ev, Dev, Prepared, ProcSeries,
     };
     pub(super) use super::{fixes, ids, ErrorEvent, ErrorKind, JobExit, RecordedProcess};
     pub(super) use crate::model::{Evidence, Finding, Marker, MarkerKind, Severity};

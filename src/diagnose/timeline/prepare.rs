@@ -178,6 +178,18 @@ impl<'a> Prepared<'a> {
     }
 
     /// Whether any process of the job has per-process samples (on any device).
+    /// What the processes outside the job hold on `device` at `t` (their last listed
+    /// usage at or before it), summed: the growth of others is taken out of what the job
+    /// left behind.
+    pub(super) fn others_level_at(&self, device: u32, t: f64) -> u64 {
+        self.procs
+            .iter()
+            .filter(|(pid, _)| !self.tree.contains(pid))
+            .filter_map(|(_, per_dev)| per_dev.get(&device))
+            .filter_map(|s| proc_level_at(s, t))
+            .sum()
+    }
+
     pub(super) fn tree_has_samples(&self) -> bool {
         self.tree.iter().any(|p| self.procs.contains_key(p))
     }
