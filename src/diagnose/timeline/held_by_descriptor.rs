@@ -6,9 +6,6 @@
 
 use super::prelude::*;
 
-/// The first word of the markers `run --kill-after` adds (`job::outlived`).
-const KILL_AFTER: &str = "kill-after:";
-
 /// One holder's sightings after the command ended.
 struct Sighting<'a> {
     pid: u32,
@@ -142,12 +139,7 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
                 listed_dead,
             });
     }
-    let kill_markers: Vec<&Marker> = rec
-        .timeline
-        .markers
-        .iter()
-        .filter(|m| m.label.starts_with(KILL_AFTER))
-        .collect();
+    let kill_markers = super::outlived::kill_after_markers(rec);
     groups
         .into_iter()
         .map(|(pids, rows)| {

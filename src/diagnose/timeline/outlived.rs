@@ -6,6 +6,16 @@ use super::prelude::*;
 /// The first word of the markers `run --kill-after` adds (`job::outlived`).
 const KILL_AFTER: &str = "kill-after:";
 
+/// The markers `run --kill-after` added when it ended processes of the job that outlived
+/// the command (read by `outlived-command` and `held-by-descriptor`).
+pub(super) fn kill_after_markers(rec: &crate::record::Recording) -> Vec<&Marker> {
+    rec.timeline
+        .markers
+        .iter()
+        .filter(|m| m.label.starts_with(KILL_AFTER))
+        .collect()
+}
+
 /// `outlived-command`: after the command ended (`rec.exit` set: `run -- CMD`, not attach),
 /// a process of the job is listed with memory. Warn while it still runs at the end of the
 /// recording (the memory is not lost yet: ending it returns it); info when it was ended
@@ -17,12 +27,7 @@ pub(super) fn outlived_command(cx: &Prepared) -> Vec<Finding> {
         return Vec::new();
     }
     let end = rec.end_ms;
-    let kill_markers: Vec<&Marker> = rec
-        .timeline
-        .markers
-        .iter()
-        .filter(|m| m.label.starts_with(KILL_AFTER))
-        .collect();
+    let kill_markers = kill_after_markers(rec);
     let mut out = Vec::new();
     for p in rec.processes.iter().filter(|p| p.in_tree) {
         let outlived = match p.exit_ms {
