@@ -268,13 +268,19 @@ pub struct GpuEnv {
 }
 
 /// A process holding GPU device files open.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeHolder {
     pub pid: u32,
     pub name: Option<String>,
     pub user: Option<String>,
     /// The device files it holds open.
     pub nodes: Vec<String>,
+    /// Bytes it has mapped from the UVM device file (`/proc/PID/maps`), when it holds that
+    /// file and its maps could be read; `None` otherwise (another user's process, `hidepid`,
+    /// an older report). Every CUDA context maps 2 MiB; managed memory maps its size
+    /// (`host::uvm_mapped_bytes`, `diagnose::unattributed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uvm_mapped: Option<u64>,
 }
 
 impl Inventory {
@@ -480,6 +486,11 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
         if held.is_empty() {
             continue;
         }
+        let uvm_mapped = held
+            .iter()
+            .any(|t| host::is_uvm_node(t))
+            .then(|| host::uvm_mapped_bytes(pid))
+            .flatten();
         let held: Vec<String> = held.iter().map(|t| t.display().to_string()).collect();
         let (name, user) = name_and_user(pid).unzip();
         out.push(NodeHolder {
@@ -487,6 +498,7 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
             name,
             user,
             nodes: held,
+            uvm_mapped,
         });
     }
     out.sort_by_key(|h| h.pid);

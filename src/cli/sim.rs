@@ -316,7 +316,7 @@ pub struct SimHoldArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub duration: Option<Duration>,
     /// Also allocate this much managed (unified) memory with cuMemAllocManaged: counted in
-    /// the GPU's used memory but in no process's usage; the process holds nvidia-uvm
+    /// the GPU's used memory but in no process's usage; the process maps that much of nvidia-uvm
     #[arg(long, value_name = "SIZE")]
     pub managed: Option<String>,
     /// Stage a graphics client (like Xorg): NVML lists it only in the graphics process list

@@ -281,10 +281,12 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         // Managed memory of a live listed process, or a coherent-memory GPU's unreclaimed
         // pages (with no exited PID listed and no other holder): information, not lost
         // memory (`unattributed::split`, which the metric uses too).
-        if let Some(f) = super::unattributed::explained_finding(inv, d, &evidence) {
+        let allowance = unattributed_allowance(d, th);
+        if let Some(f) = super::unattributed::explained_finding(inv, d, &evidence, allowance) {
             out.push(f);
             continue;
         }
+        evidence.extend(super::unattributed::managed_evidence(inv, d, true));
         let held_by = match holders.as_slice() {
             [] => String::new(),
             [h] => format!(

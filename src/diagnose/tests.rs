@@ -575,6 +575,7 @@ fn no_live_owner_names_processes_holding_the_device_files() {
         name: Some(name.into()),
         user: Some("alice".into()),
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        uvm_mapped: None,
     };
     i.details.node_holders = vec![
         holder(10, "p10", &["/dev/nvidia1", "/dev/nvidiactl"]),

@@ -8,10 +8,16 @@
 //! - nothing, when NVML lists a PID that does not exist on the device, or a process NVML
 //!   does not list (not a system monitor) holds the driver's device files: those are the
 //!   shapes of lost memory (`lost`);
-//! - managed (unified) memory: a live listed process on the device holds `/dev/nvidia-uvm`.
-//!   Memory from `cuMemAllocManaged` resident on a GPU is counted in its `used` but in no
-//!   process's `usedGpuMemory` (Syllo/nvtop#213, gpuopenanalytics/pynvml#63,
-//!   rapidsai/rmm#2259) (`managed`);
+//! - managed (unified) memory, up to what the live listed processes on the device have
+//!   mapped from `/dev/nvidia-uvm` beyond their contexts' own 2 MiB
+//!   ([`CONTEXT_UVM_MAPPING`]): memory from `cuMemAllocManaged` resident on a GPU is counted
+//!   in its `used` but in no process's `usedGpuMemory` (Syllo/nvtop#213,
+//!   gpuopenanalytics/pynvml#63, rapidsai/rmm#2259) and is a mapping of `/dev/nvidia-uvm` of
+//!   its size in the process (`managed`). Holding `/dev/nvidia-uvm` says nothing: every CUDA
+//!   process holds it from `cuInit`, with or without managed memory (observed on an H200,
+//!   580.159.04, 2026-11-28; docs/simulator.md, "Managed memory"). The mapped size is an
+//!   upper bound (managed pages may be resident on the host); a process whose maps cannot be
+//!   read (another user's, `hidepid`) explains nothing;
 //! - a coherent-memory GPU (GH200/GB200: a NUMA node of the host) keeps pages freed by
 //!   exited processes counted as used until the kernel reclaims them (nvml.h,
 //!   `nvmlDeviceGetMemoryInfo`) (`coherent`);
@@ -19,10 +25,7 @@
 //!   on), other tenants' memory (`outside_namespace`, docs/scan.md "Where vramdoc stands");
 //! - otherwise `lost`.
 //!
-//! Caveat on real drivers: CUDA processes on Linux commonly hold `/dev/nvidia-uvm` without
-//! managed memory, so "holds nvidia-uvm" says "may have managed memory", not "has". The
-//! dead-PID and foreign-holder checks above run first so the shapes of real leaks stay
-//! errors.
+//! What managed memory does not explain goes on down the list (coherent, else lost).
 
 use super::evidence::{ev, ev_bytes};
 use super::rules::{is_system_monitor, unattributed_bytes};
@@ -32,17 +35,65 @@ use crate::inventory::{Inventory, NodeHolder};
 use crate::model::{Evidence, Finding, Severity, Unattributed};
 use crate::units::format_bytes;
 
-/// The device file a process with managed memory holds open (`/dev/nvidia-uvm`, the
-/// simulated box's `dev/nvidia-uvm`).
-pub const UVM_NODE: &str = "nvidia-uvm";
+/// The UVM device file's name (`/dev/nvidia-uvm`, the simulated box's `dev/nvidia-uvm`).
+pub const UVM_NODE: &str = crate::host::devfiles::UVM_NODE;
+
+/// What a CUDA context maps of `/dev/nvidia-uvm` by itself, without managed memory (one
+/// 2 MiB mapping after `cuCtxCreate`, observed on an H200, 580.159.04, 2026-11-28).
+pub const CONTEXT_UVM_MAPPING: u64 = 2 << 20;
 
 /// Whether `h` holds the UVM device file open.
 pub fn holds_uvm(h: &NodeHolder) -> bool {
-    h.nodes.iter().any(|n| {
-        std::path::Path::new(n)
-            .file_name()
-            .is_some_and(|f| f == UVM_NODE)
-    })
+    h.nodes
+        .iter()
+        .any(|n| crate::host::is_uvm_node(std::path::Path::new(n)))
+}
+
+/// The live processes NVML lists on device `d` that hold the UVM device file.
+fn uvm_holders<'a>(inv: &'a Inventory, d: &DeviceInfo) -> Vec<&'a NodeHolder> {
+    let host = inv.host();
+    let listed: Vec<u32> = inv
+        .processes
+        .iter()
+        .filter(|p| p.usage_on(d.index).is_some() && (p.visible || !host))
+        .map(|p| p.pid)
+        .collect();
+    inv.details
+        .node_holders
+        .iter()
+        .filter(|h| listed.contains(&h.pid) && holds_uvm(h))
+        .collect()
+}
+
+/// Bytes `h` has mapped from `/dev/nvidia-uvm` beyond its context's own mapping: the most
+/// its managed memory can be (0 when its maps were not read).
+fn managed_bound(h: &NodeHolder) -> u64 {
+    h.uvm_mapped
+        .unwrap_or(0)
+        .saturating_sub(CONTEXT_UVM_MAPPING)
+}
+
+/// Evidence for device `d`'s `no-live-owner` finding about managed memory: a line per live
+/// listed process holding `/dev/nvidia-uvm` whose maps could not be read (its managed
+/// memory, if any, is not seen), and, when `with_managed`, the bytes explained as managed
+/// memory (when some are, and some are still lost).
+pub fn managed_evidence(inv: &Inventory, d: &DeviceInfo, with_managed: bool) -> Vec<Evidence> {
+    let mut out: Vec<Evidence> = uvm_holders(inv, d)
+        .iter()
+        .filter(|h| h.uvm_mapped.is_none())
+        .map(|h| {
+            ev(
+                format!("maps of PID {} not readable", h.pid),
+                "run as root to see managed memory",
+            )
+        })
+        .collect();
+    if with_managed {
+        if let Some(s) = split(inv, d).filter(|s| s.managed > 0) {
+            out.push(ev_bytes("explained as managed memory", s.managed));
+        }
+    }
+    out
 }
 
 /// The split of device `d`'s unattributed bytes; `None` when a live process's usage on it is
@@ -87,35 +138,46 @@ pub fn split(inv: &Inventory, d: &DeviceInfo) -> Option<Unattributed> {
         out.outside_namespace = bytes;
         return Some(out);
     }
-    let uvm: Vec<u32> = holders
+    // Managed memory: what the listed processes have mapped from nvidia-uvm beyond their
+    // contexts, at most the unattributed bytes.
+    let uvm = uvm_holders(inv, d);
+    let bound = uvm
         .iter()
-        .filter(|h| listed.contains(&h.pid) && holds_uvm(h))
-        .map(|h| h.pid)
-        .collect();
-    if !uvm.is_empty() {
-        out.managed = bytes;
-        out.managed_by = uvm;
-    } else if d.numa_node.is_some() {
-        out.coherent = bytes;
+        .map(|h| managed_bound(h))
+        .fold(0u64, u64::saturating_add);
+    out.managed = bound.min(bytes);
+    if out.managed > 0 {
+        out.managed_by = uvm
+            .iter()
+            .filter(|h| managed_bound(h) > 0)
+            .map(|h| h.pid)
+            .collect();
+    }
+    let rest = bytes - out.managed;
+    if d.numa_node.is_some() {
+        out.coherent = rest;
     } else {
-        out.lost = bytes;
+        out.lost = rest;
     }
     Some(out)
 }
 
-/// `no-live-owner` at info for device `d` when [`split`] explains all of its unattributed
-/// bytes (managed memory of a live process, or a coherent GPU's unreclaimed pages), with
-/// `evidence` (the rule's) and what explains them; `None` when any byte is lost.
+/// `no-live-owner` at info for device `d` when [`split`] explains its unattributed bytes
+/// (managed memory of a live process, or a coherent GPU's unreclaimed pages) but at most
+/// `allowance` (the rule's threshold), with `evidence` (the rule's) and what explains them;
+/// `None` when more is lost.
 pub fn explained_finding(
     inv: &Inventory,
     d: &DeviceInfo,
     evidence: &[Evidence],
+    allowance: u64,
 ) -> Option<Finding> {
     let s = split(inv, d)?;
-    if s.lost > 0 || s.managed + s.coherent == 0 {
+    if s.lost > allowance || s.managed + s.coherent == 0 {
         return None;
     }
     let mut evidence = evidence.to_vec();
+    evidence.extend(managed_evidence(inv, d, false));
     let (title, fix) = if s.managed > 0 {
         let owners: Vec<String> = s
             .managed_by
@@ -132,7 +194,7 @@ pub fn explained_finding(
             })
             .collect();
         evidence.push(ev(
-            "holding /dev/nvidia-uvm (managed memory), listed on this GPU",
+            "mapping /dev/nvidia-uvm beyond a context (managed memory), listed on this GPU",
             owners.join(", "),
         ));
         evidence.push(ev_bytes("explained as managed memory", s.managed));
@@ -194,6 +256,19 @@ mod tests {
             name: Some(name.into()),
             user: None,
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            uvm_mapped: None,
+        }
+    }
+
+    /// `holder` holding nvidia-uvm with `mapped` bytes of it in its maps.
+    fn uvm_holder(pid: u32, mapped: Option<u64>) -> NodeHolder {
+        NodeHolder {
+            uvm_mapped: mapped,
+            ..holder(
+                pid,
+                "python3",
+                &["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"],
+            )
         }
     }
 
@@ -208,16 +283,58 @@ mod tests {
     }
 
     #[test]
-    fn a_listed_uvm_holder_explains_the_bytes_as_managed() {
+    fn a_listed_process_mapping_managed_memory_explains_the_bytes_as_managed() {
         let mut inv = five_unattributed();
-        inv.details.node_holders = vec![holder(
-            10,
-            "python3",
-            &["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"],
-        )];
+        // 2 GiB of managed memory beside the context's 2 MiB: 2 GiB managed, 3 GiB lost.
+        inv.details.node_holders = vec![uvm_holder(10, Some(2 * GIB + CONTEXT_UVM_MAPPING))];
         let s = split(&inv, &inv.devices()[0]).unwrap();
-        assert_eq!((s.lost, s.managed, s.coherent), (0, 5 * GIB, 0));
+        assert_eq!((s.lost, s.managed, s.coherent), (3 * GIB, 2 * GIB, 0));
         assert_eq!(s.managed_by, vec![10]);
+        // Explained up to the unattributed bytes, never more.
+        inv.details.node_holders = vec![uvm_holder(10, Some(8 * GIB))];
+        let s = split(&inv, &inv.devices()[0]).unwrap();
+        assert_eq!((s.lost, s.managed), (0, 5 * GIB));
+        let f = explained_finding(&inv, &inv.devices()[0], &[], 0).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.pid, Some(10));
+    }
+
+    #[test]
+    fn holding_nvidia_uvm_alone_explains_nothing() {
+        let mut inv = five_unattributed();
+        // Every CUDA process holds nvidia-uvm and maps 2 MiB of it for its context.
+        inv.details.node_holders = vec![uvm_holder(10, Some(CONTEXT_UVM_MAPPING))];
+        let s = split(&inv, &inv.devices()[0]).unwrap();
+        assert_eq!((s.lost, s.managed), (5 * GIB, 0));
+        assert!(s.managed_by.is_empty());
+        assert!(explained_finding(&inv, &inv.devices()[0], &[], GIB).is_none());
+        assert!(managed_evidence(&inv, &inv.devices()[0], true).is_empty());
+        // Maps not readable: nothing explained, and the evidence says why.
+        inv.details.node_holders = vec![uvm_holder(10, None)];
+        let s = split(&inv, &inv.devices()[0]).unwrap();
+        assert_eq!((s.lost, s.managed), (5 * GIB, 0));
+        let e = managed_evidence(&inv, &inv.devices()[0], true);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].label, "maps of PID 10 not readable");
+        assert_eq!(e[0].value, "run as root to see managed memory");
+    }
+
+    #[test]
+    fn what_is_left_within_the_threshold_is_still_info() {
+        let mut inv = five_unattributed();
+        // 4.5 GiB managed of 5 GiB: 512 MiB lost, within a 1 GiB threshold.
+        inv.details.node_holders = vec![uvm_holder(
+            10,
+            Some(4 * GIB + GIB / 2 + CONTEXT_UVM_MAPPING),
+        )];
+        let d = &inv.devices()[0];
+        assert_eq!(split(&inv, d).unwrap().lost, GIB / 2);
+        let f = explained_finding(&inv, d, &[], GIB).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert!(explained_finding(&inv, d, &[], GIB / 4).is_none());
+        // Above it, the error carries the part that is explained.
+        let e = managed_evidence(&inv, d, true);
+        assert_eq!(e[0].label, "explained as managed memory");
     }
 
     #[test]
@@ -227,7 +344,7 @@ mod tests {
         assert_eq!(split(&inv, &inv.devices()[0]).unwrap().lost, 5 * GIB);
         // A forked worker NVML does not list holds the files: lost, uvm or not.
         inv.details.node_holders = vec![
-            holder(10, "python3", &["/dev/nvidia0", "/dev/nvidia-uvm"]),
+            uvm_holder(10, Some(6 * GIB)),
             holder(11, "pt_data_worker", &["/dev/nvidia0", "/dev/nvidia-uvm"]),
         ];
         let s = split(&inv, &inv.devices()[0]).unwrap();
@@ -243,7 +360,7 @@ mod tests {
         let mut gone = proc_(99, CVD_UNSET, &[(0, Some(GIB))]);
         gone.visible = false;
         inv.processes.push(gone);
-        inv.details.node_holders = vec![holder(10, "python3", &["/dev/nvidia-uvm"])];
+        inv.details.node_holders = vec![uvm_holder(10, Some(6 * GIB))];
         let s = split(&inv, &inv.devices()[0]).unwrap();
         assert_eq!((s.lost, s.managed), (5 * GIB, 0));
     }

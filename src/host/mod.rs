@@ -2,7 +2,7 @@
 //! it has the API, with typed errors ([`HostError`]). [`process`] reads one process (its
 //! stat and liveness with start time, status and `NSpid`, comm, command line, environment,
 //! cgroup, open descriptors) and lists PIDs; [`devfiles`] which of the driver's device files a
-//! process holds open; [`system`] reads the machine (hostname, kernel
+//! process holds open and the bytes it maps from the UVM device file; [`system`] reads the machine (hostname, kernel
 //! release, the /proc mount's `hidepid`, user names); [`cgroup`] reads what job membership
 //! needs beyond one process (cgroup mounts, the boot clock in start-time
 //! ticks) and where a process's cgroup places it (container, Kubernetes pod); [`kubelet`]
@@ -24,7 +24,7 @@ pub mod process;
 pub mod system;
 
 pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, CgroupPlace};
-pub use devfiles::{canonical_nodes, held_nodes, node_index};
+pub use devfiles::{canonical_nodes, held_nodes, is_uvm_node, node_index, uvm_mapped_bytes};
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, own_pidns_link,
     pids, start_time, stat, status, Environ, Stat, Status,

@@ -143,8 +143,9 @@ pub struct Unattributed {
     pub device: u32,
     /// No explanation: a leaked or orphaned allocation.
     pub lost: u64,
-    /// Managed (unified) memory of a live listed process holding `/dev/nvidia-uvm` on this
-    /// device: counted in `used`, in no process's usage.
+    /// Managed (unified) memory of live listed processes on this device, at most what they
+    /// have mapped from `/dev/nvidia-uvm` beyond their contexts: counted in `used`, in no
+    /// process's usage.
     #[serde(default)]
     pub managed: u64,
     /// A coherent-memory GPU (a NUMA node of the host) keeping pages of exited processes

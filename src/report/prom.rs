@@ -271,7 +271,7 @@ pub fn render(
             &reg,
             "vramdoc_gpu_memory_explained_unattributed_bytes",
             "Used memory no live listed process accounts for that is explained: reason \
-             managed (unified memory of a live process holding /dev/nvidia-uvm), coherent \
+             managed (unified memory a live process has mapped from /dev/nvidia-uvm), coherent \
              (a coherent-memory GPU's unreclaimed pages) or outside-namespace (other tenants' \
              memory, seen from a container on a driver from 535.113 on)",
             &["gpu", "uuid", "reason"],

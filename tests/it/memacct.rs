@@ -236,3 +236,33 @@ fn serve_warns_low_headroom_on_a_new_claimant_not_on_a_steady_state() {
         assert_eq!(level(&m, "info"), 1.0, "collection {n}: {m}");
     }
 }
+
+/// Every CUDA process holds /dev/nvidia-uvm (observed on an H200, 580.159.04): a live
+/// process with only a plain allocation does not make the unattributed bytes beside it
+/// managed memory. On a coherent GPU they are an exited process's unreclaimed pages.
+#[test]
+fn holding_nvidia_uvm_without_managed_memory_explains_nothing() {
+    let b = fresh_box("gh200");
+    let live = Holder::start(b.path(), &[], &["--size", "1GiB"]);
+    let gone = Holder::start(b.path(), &[], &["--size", "20GiB"]);
+    gone.kill();
+    let v = eventually(SECS_10, "the exited holder to be reaped", || {
+        let v = scan_on(b.path(), "sim", &[]);
+        v["scan"]["processes"]
+            .as_array()
+            .is_some_and(|p| p.len() == 1)
+            .then_some(v)
+    });
+    assert_eq!(common::scans::process(&v, live.pid())["pid"], live.pid());
+    let split = &v["scan"]["unattributed"][0];
+    assert_eq!(split["managed"], 0, "{split}");
+    assert!(
+        split["coherent"].as_u64().is_some_and(|c| c >= 20 * GIB),
+        "{split}"
+    );
+    let f = findings(&v, "no-live-owner");
+    assert_eq!(f.len(), 1, "{v}");
+    let title = f[0]["title"].as_str().unwrap_or("");
+    assert!(title.contains("coherent-memory GPU"), "{title}");
+    assert!(!title.contains("managed"), "{title}");
+}

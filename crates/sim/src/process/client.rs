@@ -52,7 +52,63 @@ pub(super) struct ClientFiles {
     pub(super) _ctl: File,
     /// `dev/nvidia<minor>` per physical device (by NVML index) this process made a context on.
     pub(super) nodes: HashMap<u32, File>,
-    /// `dev/nvidia-uvm`, opened at the first managed allocation, as a real UVM client holds
-    /// `/dev/nvidia-uvm` (docs/simulator.md, "Managed memory").
-    pub(super) uvm: Option<File>,
+    /// `dev/nvidia-uvm`, opened with the other driver files, as every real CUDA process holds
+    /// `/dev/nvidia-uvm` from `cuInit` (docs/simulator.md, "Managed memory").
+    pub(super) uvm: File,
+    /// The 2 MiB mapping of `dev/nvidia-uvm` a real context makes ([`CONTEXT_UVM_MAPPING`]),
+    /// while the process has a context.
+    pub(super) context_map: Option<UvmMapping>,
+}
+
+/// What a real CUDA context maps of `/dev/nvidia-uvm` by itself: one 2 MiB mapping (observed
+/// on an H200, 580.159.04, 2026-11-28; docs/simulator.md, "Managed memory").
+pub const CONTEXT_UVM_MAPPING: u64 = 2 * vramdoc_gpu_spec::units::MIB;
+
+/// A mapping of the box's `dev/nvidia-uvm` in this process's address space, as the real
+/// driver maps `/dev/nvidia-uvm` for a context and for each managed allocation (of its size),
+/// so `/proc/PID/maps` shows what a real process's does. `PROT_NONE`, private, never touched:
+/// address space only (mmap does not check the file's length). Unmapped when dropped.
+#[derive(Debug)]
+pub(super) struct UvmMapping {
+    addr: usize,
+    len: usize,
+}
+
+impl UvmMapping {
+    /// Map `len` bytes of `uvm` (the box's `dev/nvidia-uvm`, at `path`).
+    pub(super) fn new(uvm: &File, path: &std::path::Path, len: u64) -> Result<Self, SimError> {
+        use std::os::fd::AsRawFd;
+        let io = |source| SimError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let len = usize::try_from(len.max(1))
+            .map_err(|_| io(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+        // SAFETY: a new private PROT_NONE mapping chosen by the kernel: it aliases nothing and
+        // is never read or written; `uvm` is an open file.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE,
+                uvm.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io(std::io::Error::last_os_error()));
+        }
+        Ok(UvmMapping {
+            addr: addr as usize,
+            len,
+        })
+    }
+}
+
+impl Drop for UvmMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value made, unmapped once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
 }

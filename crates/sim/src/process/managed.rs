@@ -1,28 +1,36 @@
-//! Managed (unified) memory of one process: `cuMemAllocManaged` and its `cuMemFree`.
+//! Managed (unified) memory of one process: `cuMemAllocManaged` and its `cuMemFree`, and the
+//! mappings of the box's `dev/nvidia-uvm` a real driver makes.
 //!
 //! Model (docs/simulator.md, "Managed memory"): the whole allocation is resident on the
 //! device of the current context from the moment it is made (a real driver migrates pages
 //! on demand; resident-at-once is the simple bound tests need). Resident managed memory
 //! counts in the device's `used` (`nvmlDeviceGetMemoryInfo`) but in no process's
-//! `usedGpuMemory` (Syllo/nvtop#213, gpuopenanalytics/pynvml#63, rapidsai/rmm#2259), and
-//! the process holds the box's `dev/nvidia-uvm` open, as a real UVM client holds
-//! `/dev/nvidia-uvm`.
+//! `usedGpuMemory` (Syllo/nvtop#213, gpuopenanalytics/pynvml#63, rapidsai/rmm#2259). As on
+//! a real driver (observed on an H200, 580.159.04, 2026-11-28), every client holds
+//! `dev/nvidia-uvm` open from its first context, a context maps 2 MiB of it
+//! ([`CONTEXT_UVM_MAPPING`](super::CONTEXT_UVM_MAPPING)) and each managed allocation maps
+//! its size, so `/proc/PID/maps` is the evidence of managed memory, not the open file.
 
-use super::SimProcess;
+use super::{SimProcess, UvmMapping};
 use crate::SimError;
 
 impl SimProcess {
     /// `cuMemAllocManaged(bytes)` in the context on `ordinal` (one must exist): charged,
     /// rounded up to the 2 MiB granularity, to the device's `used` and to this process's
-    /// managed bytes, never to its listed usage; opens `dev/nvidia-uvm` (creating the node
-    /// in a box made before it existed). Freed by [`SimProcess::free`] or with the last
-    /// context on the device. Returns the pointer.
+    /// managed bytes, never to its listed usage; maps that many bytes of `dev/nvidia-uvm`
+    /// while it lives. Freed by [`SimProcess::free`] or with the last context on the device.
+    /// Returns the pointer.
     pub fn alloc_managed(&mut self, ordinal: u32, bytes: u64) -> Result<u64, SimError> {
         if !self.has_context(ordinal) {
             return Err(SimError::NoContext(ordinal));
         }
-        self.open_uvm()?;
-        self.alloc_as(ordinal, bytes, true)
+        let size = vramdoc_gpu_spec::units::round_up(bytes.max(1), crate::GRANULARITY);
+        let map = self.map_uvm(size)?;
+        let ptr = self.alloc_as(ordinal, bytes, true)?;
+        if let Some(a) = self.allocations.get_mut(&ptr) {
+            a._uvm_map = map;
+        }
+        Ok(ptr)
     }
 
     /// Whether the allocation at `ptr` is managed.
@@ -30,15 +38,26 @@ impl SimProcess {
         self.allocations.get(&ptr).is_some_and(|a| a.managed)
     }
 
-    /// Open the box's `dev/nvidia-uvm` once (the driver files are open: a context exists).
-    fn open_uvm(&mut self) -> Result<(), SimError> {
-        let node = self.sim.dir().join(crate::DEV_DIR).join(crate::UVM_NODE);
-        if let Some(files) = self.files.as_mut() {
-            if files.uvm.is_none() {
-                files.uvm = Some(crate::open_node(&node)?);
+    /// The context's own 2 MiB mapping of `dev/nvidia-uvm`, made once while the process has
+    /// a context (the driver files are open).
+    pub(super) fn map_context_uvm(&mut self) -> Result<(), SimError> {
+        if self.files.as_ref().is_some_and(|f| f.context_map.is_none()) {
+            let map = self.map_uvm(super::CONTEXT_UVM_MAPPING)?;
+            if let Some(f) = self.files.as_mut() {
+                f.context_map = map;
             }
         }
         Ok(())
+    }
+
+    /// A mapping of `len` bytes of the box's `dev/nvidia-uvm` (`None` before the driver
+    /// files are open).
+    fn map_uvm(&self, len: u64) -> Result<Option<UvmMapping>, SimError> {
+        let Some(files) = self.files.as_ref() else {
+            return Ok(None);
+        };
+        let path = self.sim.dir().join(crate::DEV_DIR).join(crate::UVM_NODE);
+        UvmMapping::new(&files.uvm, &path, len).map(Some)
     }
 }
 
@@ -53,6 +72,19 @@ mod tests {
             .unwrap()
             .flatten()
             .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == path))
+    }
+
+    /// Bytes this process maps of `path` (lines of /proc/self/maps naming it).
+    fn mapped(path: &std::path::Path) -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let name = path.to_str().unwrap();
+        maps.lines()
+            .filter(|l| l.ends_with(name))
+            .map(|l| {
+                let (a, b) = l.split(' ').next().unwrap().split_once('-').unwrap();
+                u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap()
+            })
+            .sum()
     }
 
     #[test]
@@ -71,12 +103,15 @@ mod tests {
             .unwrap()
             .join(crate::DEV_DIR)
             .join(crate::UVM_NODE);
-        assert!(!holds(&uvm));
+        // Every client holds nvidia-uvm and maps 2 MiB of it for its context.
+        assert!(holds(&uvm), "a CUDA process holds nvidia-uvm");
+        assert_eq!(mapped(&uvm), crate::process::CONTEXT_UVM_MAPPING);
         let ptr = p.alloc_managed(0, 2 * GIB).unwrap();
         assert!(p.is_managed(ptr));
-        assert!(
-            holds(&uvm),
-            "a process with managed memory holds nvidia-uvm"
+        assert_eq!(
+            mapped(&uvm),
+            crate::process::CONTEXT_UVM_MAPPING + 2 * GIB,
+            "a managed allocation maps its size"
         );
         let m = b.memory(0).unwrap();
         assert_eq!(m.used, before.used + 2 * GIB);
@@ -87,13 +122,15 @@ mod tests {
             listed[0].used, overhead,
             "managed bytes are in no process's usage"
         );
-        // cuMemFree gives it back.
+        // cuMemFree gives it back, and unmaps it.
         p.free(ptr).unwrap();
         assert_eq!(b.memory(0).unwrap().used, before.used);
-        // And so does the last context on the device.
+        assert_eq!(mapped(&uvm), crate::process::CONTEXT_UVM_MAPPING);
+        // And so does the last context on the device, with the context's mapping.
         p.alloc_managed(0, GIB).unwrap();
         p.destroy_context(0).unwrap();
         assert_eq!(b.memory(0).unwrap().used, 0);
         assert!(b.processes(0).unwrap().is_empty());
+        assert_eq!(mapped(&uvm), 0);
     }
 }

@@ -23,7 +23,8 @@ pub use ipc::{Import, IPC_HANDLE_SIZE};
 #[cfg(test)]
 mod tests;
 
-use client::{forget_token, token_file, ClientFiles};
+pub use client::CONTEXT_UVM_MAPPING;
+use client::{forget_token, token_file, ClientFiles, UvmMapping};
 
 /// What a process's environment says about the devices it may use and their order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,6 +81,8 @@ struct Allocation {
     /// Managed (`cuMemAllocManaged`): charged to the process's `managed_bytes`, not to its
     /// listed usage.
     managed: bool,
+    /// A managed allocation's mapping of `dev/nvidia-uvm` (its size), unmapped with it.
+    _uvm_map: Option<UvmMapping>,
 }
 
 /// The simulated driver as one process sees it.
@@ -197,11 +200,15 @@ impl SimProcess {
             let dev = self.sim.dir().join(crate::DEV_DIR);
             let tok = token_file(&dev, &token)?;
             let ctl = crate::open_node(&dev.join("nvidiactl"))?;
+            // Every CUDA process holds nvidia-uvm, managed memory or not (creating the node in
+            // a box made before it existed).
+            let uvm = crate::open_node(&dev.join(crate::UVM_NODE))?;
             self.files = Some(ClientFiles {
                 token: tok,
                 _ctl: ctl,
                 nodes: HashMap::new(),
-                uvm: None,
+                uvm,
+                context_map: None,
             });
         }
         // A MIG instance is reached through its parent's device file.
@@ -288,7 +295,7 @@ impl SimProcess {
         })?;
         let n = self.contexts.entry(ordinal).or_insert(0);
         *n = n.saturating_add(1);
-        Ok(())
+        self.map_context_uvm()
     }
 
     /// Destroy one context on `ordinal`. Destroying the last one frees every allocation the
@@ -346,6 +353,11 @@ impl SimProcess {
             self.contexts.remove(&ordinal);
         } else if let Some(c) = self.contexts.get_mut(&ordinal) {
             *c -= 1;
+        }
+        if self.contexts.is_empty() {
+            if let Some(f) = self.files.as_mut() {
+                f.context_map = None;
+            }
         }
         Ok(())
     }
@@ -428,6 +440,7 @@ impl SimProcess {
                 charged,
                 contents,
                 managed,
+                _uvm_map: None,
             },
         );
         Ok(va)

@@ -162,7 +162,7 @@ impl Driver {
     }
 
     /// `cuMemAllocManaged` in context `h`: the core's managed allocation (resident on the
-    /// device, in its `used`, in no process's usage; the process holds `nvidia-uvm`).
+    /// device, in its `used`, in no process's usage; the process maps its size of `nvidia-uvm`).
     pub(super) fn alloc_managed(&mut self, h: usize, bytes: usize) -> Result<u64, CUresult> {
         if bytes == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
