@@ -578,6 +578,8 @@ mod tests {
             gpu_env: vec![],
             via: via.map(String::from),
             pod: None,
+            node_minors: None,
+            cgroup_minors: None,
         };
         assert!(ours_to_signal(&tp(None)));
         assert!(ours_to_signal(&tp(Some("environment VRAMDOC_MARKERS"))));

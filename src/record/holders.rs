@@ -62,6 +62,8 @@ mod tests {
             gpu_env: Vec::new(),
             via: None,
             pod: None,
+            node_minors: None,
+            cgroup_minors: None,
         }
     }
 

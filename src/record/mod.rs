@@ -162,7 +162,10 @@ impl Recorder {
         };
         let series: Series = Arc::new(Mutex::new(devices.iter().map(|_| builder()).collect()));
         let shared = Arc::new(Mutex::new(Shared {
-            tree: cfg.tree.map(ProcessTree::with_scope),
+            tree: cfg.tree.map(|scope| {
+                ProcessTree::with_scope(scope)
+                    .with_dev_dir(crate::host::devices::dev_dir_of(&monitor.device_nodes()))
+            }),
             sink: sink.clone(),
             series: series.clone(),
             list_runs: cfg.resolution.map(|_| ListRuns::default()),
@@ -682,6 +685,8 @@ fn job_processes(
             slurm_gpus: ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
                 .into_iter()
                 .find_map(|k| t.env(k).map(|v| (k.to_string(), v))),
+            node_minors: t.node_minors.clone(),
+            cgroup_minors: t.cgroup_minors.clone(),
             pytorch_cuda_alloc_conf: t.env("PYTORCH_CUDA_ALLOC_CONF"),
             pytorch_alloc_conf: t.env("PYTORCH_ALLOC_CONF"),
             in_tree: true,

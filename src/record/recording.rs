@@ -50,6 +50,14 @@ pub struct RecordedProcess {
     /// `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS` (name, value), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_gpus: Option<(String, String)>,
+    /// The minors of the `nvidia<minor>` files in its view of the driver's device directory,
+    /// read while it ran (`None`: not readable, or no directory known): what it can open,
+    /// before its environment (`diagnose::devset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_minors: Option<Vec<u32>>,
+    /// The minors its v1 device cgroup allows (`None`: all, or not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_minors: Option<Vec<u32>>,
     /// Its `PYTORCH_CUDA_ALLOC_CONF` (`None`: unset or unknown), read before suggesting
     /// `expandable_segments:True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +89,8 @@ impl RecordedProcess {
             cuda_device_order: None,
             nvidia_visible_devices: None,
             slurm_gpus: None,
+            node_minors: None,
+            cgroup_minors: None,
             pytorch_cuda_alloc_conf: None,
             pytorch_alloc_conf: None,
             in_tree,

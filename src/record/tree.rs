@@ -36,6 +36,10 @@ pub struct TreeProcess {
     /// Its Kubernetes pod (UID and container id from its cgroup; named when the report is
     /// built), when it runs in one.
     pub pod: Option<Box<crate::model::PodRef>>,
+    /// The minors of the GPU files in its view of the device directory, and those its v1
+    /// device cgroup allows, read once ([`crate::host::devices::access`]; `None`: unknown).
+    pub node_minors: Option<Vec<u32>>,
+    pub cgroup_minors: Option<Vec<u32>>,
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -63,7 +67,7 @@ impl TreeProcess {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TreeChange {
     /// First seen; again (same PID and start) when a fork seen before its exec is re-read.
-    Started(TreeProcess),
+    Started(Box<TreeProcess>),
     Exited {
         pid: u32,
         t_ms: f64,
@@ -95,13 +99,23 @@ pub struct ProcessTree {
     client_until: u64,
     /// A container client of the job ran at the previous round.
     client_before: bool,
+    /// The driver's device directory, whose GPU files each member's view is read for.
+    dev_dir: Option<std::path::PathBuf>,
 }
 
 /// The details of a new member, read once: `status` (name, `NSpid`), the command line
 /// (redacted) and the GPU variables of its environment (redacted), each through
 /// [`crate::host`]. A read that fails (the process exited, another user's environ) leaves
 /// its field empty.
-fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>) -> TreeProcess {
+fn details(
+    pid: u32,
+    ppid: u32,
+    start_time: u64,
+    t_ms: f64,
+    via: Option<String>,
+    dev_dir: Option<&std::path::Path>,
+) -> TreeProcess {
+    let (node_minors, cgroup_minors) = host::devices::access(pid, dev_dir);
     let status = host::status(pid).ok();
     let nspid = status.as_ref().map(|s| s.nspid.clone()).unwrap_or_default();
     let name = status.map(|s| crate::term::one_line(&crate::term::escape_bytes(&s.name)));
@@ -126,6 +140,8 @@ fn details(pid: u32, ppid: u32, start_time: u64, t_ms: f64, via: Option<String>)
         gpu_env,
         via,
         pod,
+        node_minors,
+        cgroup_minors,
         pid,
         ppid: Some(ppid),
         nspid,
@@ -155,6 +171,13 @@ impl ProcessTree {
             scope,
             ..ProcessTree::default()
         }
+    }
+
+    /// Read each member's view of the driver's device files in `dir` (`/dev`, or a
+    /// simulated box's `dev`; [`crate::host::devices::dev_dir_of`]).
+    pub fn with_dev_dir(mut self, dir: Option<std::path::PathBuf>) -> ProcessTree {
+        self.dev_dir = dir;
+        self
     }
 
     /// The environment rule alone: why `pid`'s environment makes it the job's.
@@ -397,8 +420,15 @@ impl ProcessTree {
                                 .filter(|(st, _)| *st == e.start_time)
                                 .map_or(v, |(_, j)| j.clone())
                         });
-                        *tp = details(pid, e.ppid, e.start_time, tp.start_ms, via);
-                        changes.push(TreeChange::Started(tp.clone()));
+                        *tp = details(
+                            pid,
+                            e.ppid,
+                            e.start_time,
+                            tp.start_ms,
+                            via,
+                            self.dev_dir.as_deref(),
+                        );
+                        changes.push(TreeChange::Started(Box::new(tp.clone())));
                     }
                     continue;
                 }
@@ -433,11 +463,11 @@ impl ProcessTree {
                 .filter(|(st, _)| *st == start_time)
                 .map(|(_, v)| v.clone())
         };
-        let tp = details(pid, ppid, start_time, t_ms, via);
+        let tp = details(pid, ppid, start_time, t_ms, via, self.dev_dir.as_deref());
         if let Some(old) = self.live.insert(pid, tp.clone()) {
             self.past.push(old);
         }
-        Some(TreeChange::Started(tp))
+        Some(TreeChange::Started(Box::new(tp)))
     }
 
     /// Whether `pid` (a PID of vramdoc's namespace) descends from the root now, by walking

@@ -80,7 +80,8 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             nvidia_visible_devices: rp.nvidia_visible_devices.clone(),
             mounted_device_ids: None,
             slurm_gpus: rp.slurm_gpus.clone(),
-            ..Default::default()
+            node_minors: rp.node_minors.clone(),
+            cgroup_minors: rp.cgroup_minors.clone(),
         };
         let Some(mut f) = super::rules::stray_context_of(
             &view,

@@ -713,3 +713,26 @@ fn stray_context_over_time_reads_slurms_gpus_through_minors() {
         );
     }
 }
+
+#[test]
+fn stray_context_over_time_reads_the_device_files_the_process_could_open() {
+    // `docker run --gpus device=1` of an image that sets CUDA_VISIBLE_DEVICES=0: only GPU 1's
+    // device file (minor 0: minors permuted) is in the process's view of /dev, read while it
+    // ran. Its environment alone would make GPU 1 a stray context.
+    let job = |node_minors: Option<Vec<u32>>| {
+        let mut j = Job::new(&[16 * G, 16 * G], 3000.0);
+        j.proc_(10, Some("0"), None);
+        j.set(100.0, 10, 1, gib(8.0));
+        let mut rec = j.build();
+        for (d, m) in rec.devices.iter_mut().zip([1, 0]) {
+            d.minor = Some(m);
+        }
+        rec.processes[0].node_minors = node_minors;
+        rec
+    };
+    assert!(ids_of(&job(None)).contains(&ids::STRAY_CONTEXT.to_string()));
+    let ids = ids_of(&job(Some(vec![0])));
+    assert!(!ids.contains(&ids::STRAY_CONTEXT.to_string()), "{ids:?}");
+    // A view that names every GPU restricts nothing: the environment decides again.
+    assert!(ids_of(&job(Some(vec![0, 1]))).contains(&ids::STRAY_CONTEXT.to_string()));
+}
