@@ -65,31 +65,6 @@ fn devices_of(report: &Value, pid: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// A detached container of the box's runtime holding `size` with `run_args` and `env`;
-/// returns its main process's PID once it holds its memory.
-fn container(b: &CliBox, run_args: &[&str], env: &[(&str, &str)], size: &str) -> u64 {
-    let mut c = b.vramdoc();
-    c.args(["sim", "run", "-d"])
-        .args(run_args)
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_vramdoc"))
-        .args(["sim", "hold", "--size", size])
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("NVIDIA_VISIBLE_DEVICES");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().expect("sim run");
-    common::assert_ok(&out, "sim run -d");
-    eventually(SECS_10, "the container holds its memory", || {
-        let st = b.sim().state().expect("box state");
-        st.processes
-            .iter()
-            .find(|(_, p)| p.devices.values().any(|u| u.alloc_bytes >= GIB))
-            .map(|(pid, _)| u64::from(*pid))
-    })
-}
-
 #[test]
 fn minor_numbers_come_from_the_driver_on_both_backends() {
     let b = permuted_box();
@@ -127,8 +102,7 @@ fn a_bad_minors_list_is_a_usage_error_and_leaves_no_box() {
 #[test]
 fn slurm_job_on_gpu_1_with_local_cvd_0_is_not_a_stray_context() {
     let b = permuted_box();
-    let pid = container(
-        &b,
+    let pid = b.detached_holder(
         &["--gpus", "1", "--strategy", "cdi", "--cgroup", "none"],
         &[("CUDA_VISIBLE_DEVICES", "0"), ("SLURM_JOB_GPUS", "1")],
         "6GiB",

@@ -90,6 +90,32 @@ impl CliBox {
         c
     }
 
+    /// A detached container of this box's runtime (`vramdoc sim run -d RUN_ARGS`, with `env`
+    /// and no inherited `CUDA_VISIBLE_DEVICES` / `NVIDIA_VISIBLE_DEVICES`) whose process holds
+    /// `size`; returns the PID of the process holding at least 1 GiB, once it does.
+    pub fn detached_holder(&self, run_args: &[&str], env: &[(&str, &str)], size: &str) -> u64 {
+        let mut c = self.vramdoc();
+        c.args(["sim", "run", "-d"])
+            .args(run_args)
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_vramdoc"))
+            .args(["sim", "hold", "--size", size])
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("NVIDIA_VISIBLE_DEVICES");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("sim run");
+        super::assert_ok(&out, "sim run -d");
+        eventually(SECS_10, "the container holds its memory", || {
+            let st = self.sim().state().expect("box state");
+            st.processes
+                .iter()
+                .find(|(_, p)| p.devices.values().any(|u| u.alloc_bytes >= 1 << 30))
+                .map(|(pid, _)| u64::from(*pid))
+        })
+    }
+
     pub fn fault(&self, args: &[&str]) {
         super::sim_fault(&self.dir, args);
     }

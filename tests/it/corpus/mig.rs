@@ -7,7 +7,7 @@
 use super::{assert_clean, findings_of, Outcome};
 use crate::common::clients::{vramdoc_scan, CliBox};
 use crate::common::hold::Holder;
-use crate::common::poll::{eventually, SECS_10};
+
 use crate::common::{self};
 
 const GIB: u64 = 1 << 30;
@@ -46,20 +46,7 @@ fn one_instance_full() -> Outcome {
 fn pod_on_an_instance() -> Outcome {
     let b = CliBox::new("h100", &["--mig", "3g.40gb,2g.20gb,1g.10gb,1g.10gb"]);
     let uuid = b.sim().mig_instances()[1].device.uuid.clone();
-    let mut c = b.vramdoc();
-    c.args([
-        "sim", "run", "-d", "--gpus", &uuid, "--cgroup", "none", "--",
-    ])
-    .arg(env!("CARGO_BIN_EXE_vramdoc"))
-    .args(["sim", "hold", "--size", "18GiB"]);
-    let out = c.output().expect("sim run");
-    common::assert_ok(&out, "sim run -d");
-    eventually(SECS_10, "the pod holds its memory", || {
-        let st = b.sim().state().expect("box state");
-        st.processes
-            .values()
-            .any(|p| p.devices.values().any(|u| u.alloc_bytes >= GIB))
-    });
+    b.detached_holder(&["--gpus", &uuid, "--cgroup", "none"], &[], "18GiB");
     Outcome::new(
         "mig-pod-on-a-2g.20gb-instance",
         "NVIDIA/k8s-device-plugin MIG strategies (NVIDIA_VISIBLE_DEVICES=MIG-<uuid>); MIG User Guide",

@@ -11,7 +11,7 @@
 use super::{assert_clean, findings_of, Outcome};
 use crate::common::clients::{python, vramdoc_scan, CliBox, Live};
 use crate::common::hold::Holder;
-use crate::common::poll::{eventually, SECS_10};
+
 use crate::common::{self};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,27 +53,6 @@ fn libs() -> PathBuf {
 
 fn hold(b: &CliBox, env: &[(&str, &str)], args: &[&str]) -> Holder {
     Holder::start(&b.dir, env, args)
-}
-
-/// A detached container of the box's runtime holding `size` on its GPU(s).
-fn container(b: &CliBox, run_args: &[&str], env: &[(&str, &str)], size: &str) {
-    let mut c = b.vramdoc();
-    c.args(["sim", "run", "-d"])
-        .args(run_args)
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_vramdoc"))
-        .args(["sim", "hold", "--size", size]);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().expect("sim run");
-    common::assert_ok(&out, "sim run -d");
-    eventually(SECS_10, "the container holds its memory", || {
-        let st = b.sim().state().expect("box state");
-        st.processes
-            .values()
-            .any(|p| p.devices.values().any(|u| u.alloc_bytes >= GIB))
-    });
 }
 
 fn case(name: &str, source: &str, expected: &[&str], found: Vec<(String, String)>) -> Outcome {
@@ -133,7 +112,7 @@ fn device_plugin(strategy: &str, extra: &[&str], env: &[(&str, &str)]) -> Outcom
     let b = CliBox::new("4x16GiB", &[]);
     let mut args = vec!["--gpus", "1", "--strategy", strategy];
     args.extend_from_slice(extra);
-    container(&b, &args, env, "6GiB");
+    b.detached_holder(&args, env, "6GiB");
     let label = format!("device-plugin-{strategy}{}", extra.join(""));
     case(
         &label,
@@ -260,8 +239,7 @@ fn gb10_job() -> Outcome {
 /// can open only that file.
 fn slurm_constrained_job(slurm_gpus: &str) -> Outcome {
     let b = CliBox::new("4x16GiB", &["--minors", "2,0,3,1"]);
-    container(
-        &b,
+    b.detached_holder(
         &["--gpus", "1", "--strategy", "cdi", "--cgroup", "none"],
         &[
             ("CUDA_VISIBLE_DEVICES", "0"),
@@ -282,8 +260,7 @@ fn slurm_constrained_job(slurm_gpus: &str) -> Outcome {
 /// `CUDA_VISIBLE_DEVICES=0` (e.g. a serving image's Dockerfile `ENV`), minors permuted.
 fn docker_device_with_image_cvd(strategy: &str) -> Outcome {
     let b = CliBox::new("4x16GiB", &["--minors", "2,0,3,1"]);
-    container(
-        &b,
+    b.detached_holder(
         &["--gpus", "device=3", "--strategy", strategy],
         &[("CUDA_VISIBLE_DEVICES", "0")],
         "6GiB",
