@@ -1,8 +1,11 @@
 //! What a recording shows, per GPU the job used: the device series, the job's bytes over
 //! time (used memory minus what was there before it and what other processes held), the
 //! other processes as bounded neighbours with their presence, and what one context costs.
-//! Linear in the samples: the others of a GPU are merged into one series of changes, swept
-//! with one cursor beside the device's samples.
+//! A list shows another process's change late (lists are read after the memory sampler
+//! saw the move, later still on a loaded host): each change is placed where the device's
+//! samples made that move, between the list that showed it and the one before. The others
+//! of a GPU are merged into one series of changes, swept with one cursor beside the
+//! device's samples: linear in the samples and the lists' gaps.
 
 use super::convert::{
     CONTEXT_SIZED_MAX, DEFAULT_CONTEXT, MAX_NEIGHBOURS_PER_GPU, MIN_QUANTUM, PEAK_STEP_MIN,
@@ -37,42 +40,97 @@ fn per_process(samples: &[ProcessSample]) -> BTreeMap<(u32, u32), Series> {
     m
 }
 
-/// When a process was on a device, as the lists showed it: from `start` (its first reading,
-/// or the start of the recording when it was in the first process round, or one process
-/// period before its first reading) to `gone` (the device's next list that no longer showed
-/// it; `None`: it was still there when the recording ended).
+/// When a process was on a device, as the lists showed it: from `start` (when the device's
+/// samples made room for its first reading, or the start of the recording when it was in
+/// the first process round) to `gone` (when the samples gave its last reading back, before
+/// the device's next list that no longer showed it; `None`: it was still there when the
+/// recording ended).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Presence {
     pub(super) start: f64,
     pub(super) gone: Option<f64>,
 }
 
-fn presence(s: &Series, first_round: f64, lead: f64, rounds: &[f64]) -> Option<Presence> {
+/// Where, in the device's `samples` after `from` and up to `to`, used memory first made a
+/// move of `delta` (within a quarter of it) from its level at `from`: when a change a list
+/// showed at `to`, and not at `from`, happened. A list is stamped when its call started
+/// and may answer a little later, so `to` is given one process period more by callers.
+/// `None`: no such move (another change hid it); the caller keeps its own estimate.
+fn placed(samples: &[(f64, u64)], from: f64, to: f64, delta: i128) -> Option<f64> {
+    if delta == 0 {
+        return None;
+    }
+    let slack = delta.abs() / 4;
+    let i = samples.partition_point(|(t, _)| *t <= from);
+    let base = i128::from(match i.checked_sub(1) {
+        Some(j) => samples[j].1,
+        None => samples.first()?.1,
+    });
+    samples[i..]
+        .iter()
+        .take_while(|(t, _)| *t <= to)
+        .find(|(_, u)| {
+            let moved = i128::from(*u) - base;
+            if delta > 0 {
+                moved >= delta - slack
+            } else {
+                moved <= delta + slack
+            }
+        })
+        .map(|p| p.0)
+}
+
+/// `s`'s presence on a device whose lists were read at `rounds` and whose memory is
+/// `samples`; `lead`: how late a list is taken to be where the samples do not show the move.
+fn presence(
+    s: &Series,
+    first_round: f64,
+    lead: f64,
+    rounds: &[f64],
+    samples: &[(f64, u64)],
+) -> Option<Presence> {
     let (first, last) = (s.first()?, s.last()?);
     let start = if first.0 <= first_round + 0.5 {
         f64::NEG_INFINITY
     } else {
-        first.0 - lead
+        let before = rounds.partition_point(|r| *r < first.0);
+        let from = before
+            .checked_sub(1)
+            .map_or(f64::NEG_INFINITY, |i| rounds[i]);
+        placed(samples, from, first.0 + lead, i128::from(first.1))
+            .unwrap_or((first.0 - lead).max(from))
     };
     let next = rounds.partition_point(|r| *r <= last.0);
-    Some(Presence {
-        start,
-        gone: rounds.get(next).copied(),
-    })
+    let gone = rounds
+        .get(next)
+        .map(|&g| placed(samples, last.0, g + lead, -i128::from(last.1)).unwrap_or(g));
+    Some(Presence { start, gone })
 }
 
-/// A process's level as changes over time: `+first` at its start, each change at its
-/// reading, `-last` when it was gone. Summed over processes and swept with one cursor, they
-/// give the processes' total at any time in O(changes).
-fn changes(s: &Series, p: Presence, out: &mut Vec<(f64, i128)>) {
+/// A process's level as changes over time: `+first` at its start, each change where the
+/// device's `samples` made it (else at its reading), `-last` when it was gone. Summed over
+/// processes and swept with one cursor, they give the processes' total at any time in
+/// O(changes).
+fn changes(
+    s: &Series,
+    p: Presence,
+    (samples, lead): (&[(f64, u64)], f64),
+    out: &mut Vec<(f64, i128)>,
+) {
     let mut prev = 0i128;
+    let mut prev_t = f64::NEG_INFINITY;
     for (k, &(t, u)) in s.iter().enumerate() {
-        let t = if k == 0 { p.start.min(t) } else { t };
         let u = i128::from(u);
+        let at = if k == 0 {
+            p.start.min(t)
+        } else {
+            placed(samples, prev_t, t + lead, u - prev).unwrap_or(t)
+        };
         if u != prev {
-            out.push((t, u - prev));
+            out.push((at, u - prev));
             prev = u;
         }
+        prev_t = t;
     }
     if let Some(g) = p.gone {
         if prev != 0 {
@@ -163,7 +221,11 @@ pub(super) struct Picture {
 
 /// The other processes of one GPU as at most [`MAX_NEIGHBOURS_PER_GPU`]: the largest
 /// ones alone, the rest as one whose peak is the most they held together.
-fn bounded_others(index: u32, mut each: Vec<(u64, Presence, &Series)>) -> Vec<Other> {
+fn bounded_others(
+    index: u32,
+    mut each: Vec<(u64, Presence, &Series)>,
+    (samples, lead): (&[(f64, u64)], f64),
+) -> Vec<Other> {
     each.sort_by_key(|e| std::cmp::Reverse(e.0));
     let keep = if each.len() > MAX_NEIGHBOURS_PER_GPU {
         MAX_NEIGHBOURS_PER_GPU - 1
@@ -185,7 +247,7 @@ fn bounded_others(index: u32, mut each: Vec<(u64, Presence, &Series)>) -> Vec<Ot
         let mut start = f64::INFINITY;
         let mut gone = Some(f64::NEG_INFINITY);
         for (_, p, s) in &rest {
-            changes(s, *p, &mut ch);
+            changes(s, *p, (samples, lead), &mut ch);
             start = start.min(p.start);
             gone = match (gone, p.gone) {
                 (Some(a), Some(b)) => Some(a.max(b)),
@@ -270,16 +332,16 @@ pub(super) fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, R
         let mut their_changes = Vec::new();
         let mut each = Vec::new();
         for (_, sr) in theirs.iter() {
-            if let Some(p) = presence(sr, first_round, process_period_ms, r) {
-                changes(sr, p, &mut their_changes);
+            if let Some(p) = presence(sr, first_round, process_period_ms, r, &d.samples) {
+                changes(sr, p, (&d.samples, process_period_ms), &mut their_changes);
                 each.push((sr.iter().map(|x| x.1).max().unwrap_or(0), p, *sr));
             }
         }
         their_changes.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut my_changes = Vec::new();
         for (_, sr) in mine.iter() {
-            if let Some(p) = presence(sr, first_round, process_period_ms, r) {
-                changes(sr, p, &mut my_changes);
+            if let Some(p) = presence(sr, first_round, process_period_ms, r, &d.samples) {
+                changes(sr, p, (&d.samples, process_period_ms), &mut my_changes);
             }
         }
         my_changes.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -310,7 +372,7 @@ pub(super) fn picture(src: &Source, process_period_ms: f64) -> Result<Picture, R
         }
         let index = devs.len() as u32;
         each.retain(|e| e.0 > 0);
-        others.extend(bounded_others(index, each));
+        others.extend(bounded_others(index, each, (&d.samples, process_period_ms)));
         if unattributed >= MIN_QUANTUM {
             others.push(Other {
                 device: index,

@@ -666,3 +666,62 @@ fn a_run_report_without_its_section_says_so() {
     assert!(!e.contains("not a run report"), "{e}");
     assert!(e.contains("without its `run` section"), "{e}");
 }
+
+/// A loaded host reads the lists late: a neighbour's 6 GiB is on the device 80 ms before a
+/// list shows it, and its exit 70 ms before a list stops showing it (lists every 10 ms
+/// asked for). The job's own 2 GiB from 200 ms are its only allocation (its free at the end
+/// is the exit's), and the neighbour keeps its size. Placed at the lists' readings, the
+/// neighbour's bytes were the job's for 80 ms, and its exit a free and an allocation more.
+#[test]
+fn a_neighbour_listed_late_is_not_taken_for_the_job() {
+    let total = 16 * GIB;
+    let mut samples = Vec::new();
+    let mut procs = Vec::new();
+    // The neighbour: a context from 100 ms, 6 GiB more from 150 ms, gone at 400 ms.
+    let theirs = |k: u32| match k {
+        10..=14 => CTX,
+        15..=39 => CTX + 6 * GIB,
+        _ => 0,
+    };
+    // The lists, late: read at these rounds only.
+    let rounds = [0u32, 5, 11, 20, 23, 30, 47, 50, 55];
+    let mine = |k: u32| {
+        if (20..50).contains(&k) {
+            CTX + 2 * GIB
+        } else {
+            CTX
+        }
+    };
+    for k in 0..=60u32 {
+        let t = f64::from(k) * 10.0;
+        samples.push((t, mine(k) + theirs(k)));
+        if rounds.contains(&k) {
+            for (pid, used) in [(OTHER, theirs(k)), (JOB, mine(k))] {
+                if used > 0 {
+                    procs.push(ProcessSample {
+                        t_ms: t,
+                        device: 0,
+                        pid,
+                        used: Some(used),
+                    });
+                }
+            }
+        }
+    }
+    let src = Source {
+        process_period_ms: 10.0,
+        period_ms: 10.0,
+        ..job_on_one_gpu(total, samples, procs)
+    };
+    let c = convert_source(&src, spec_of).unwrap();
+    let s = &c.scenario;
+    let ops: Vec<&str> = s.steps.iter().map(|st| st.op.name()).collect();
+    assert_eq!(ops, ["context", "alloc"], "{}", c.toml);
+    assert!(
+        matches!(s.steps[1].op, Op::Alloc { size: SizeSpec::Bytes(b), .. } if b == 2 * GIB),
+        "{}",
+        c.toml
+    );
+    assert_eq!(s.neighbours.len(), 1, "{}", c.toml);
+    assert_eq!(s.neighbours[0].size, SizeSpec::Bytes(6 * GIB), "{}", c.toml);
+}
