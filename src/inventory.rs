@@ -294,6 +294,18 @@ impl Inventory {
         self.vantage.host()
     }
 
+    /// Whether a listed PID that does not exist here is a process that exited: in the host
+    /// PID namespace, and in a container under a driver that translates PIDs into it (it
+    /// lists this namespace's processes only, an exited one under its namespace PID). Under
+    /// host PIDs in a container, or an unknown generation, it may be a live host process.
+    pub fn invisible_is_dead(&self) -> bool {
+        self.host()
+            || matches!(
+                self.list_view(),
+                crate::model::vantage::ListView::OwnNamespaceOnly { .. }
+            )
+    }
+
     /// What the process lists mean from this vantage: the driver generation, corrected by
     /// what was listed (a PID that does not exist here means host PIDs; a process of this
     /// namespace listed with bytes means the lists carry usage).

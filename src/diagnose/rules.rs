@@ -160,10 +160,11 @@ pub(crate) fn stray_context_of(
 
 /// Memory with no live owner, per device: `used` (NVML v2, already without `reserved`) minus
 /// what live listed processes hold, above [`Thresholds::unattributed_min`]; or, in the host
-/// PID namespace, NVML-listed PIDs that do not exist. In a container, invisible PIDs are not
-/// taken for dead (see [`invisible_processes`]).
+/// PID namespace (or a container under a translating driver), NVML-listed PIDs that do not
+/// exist. Under host PIDs in a container, invisible PIDs are not taken for dead (see
+/// [`invisible_processes`]).
 pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
-    let host = inv.host();
+    let host = inv.invisible_is_dead();
     let details = &inv.details;
     let mut out = Vec::new();
     for d in inv.devices().iter().filter(|d| d.is_counted()) {
@@ -176,7 +177,9 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
             .iter()
             .filter_map(|p| p.usage_on(d.index).map(|u| (p, u.used)))
             .collect();
-        // In the host namespace a PID that does not exist is dead; in a container we cannot tell.
+        // A PID that does not exist is dead where the lists hold only this namespace's
+        // processes (`Inventory::invisible_is_dead`); under host PIDs in a container it may
+        // be a live host process.
         let is_live = |p: &ProcessInfo| p.visible || !host;
         let dead: Vec<(&ProcessInfo, Option<u64>)> = on_dev
             .iter()
@@ -201,6 +204,17 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         {
             out.push(f);
             continue;
+        }
+        // Exited PIDs listed in a container under a translating driver: their bytes are lost,
+        // the rest is other tenants' (info), as `unattributed::split` divides it.
+        let outside = super::unattributed::split(inv, d).map_or(0, |s| s.outside_namespace);
+        let orphaned = if dead.is_empty() {
+            orphaned
+        } else {
+            orphaned - outside.min(orphaned)
+        };
+        if !dead.is_empty() && outside > unattributed_allowance(d, th) {
+            out.extend(super::vantage::unlisted_here(inv, d, live_sum, outside, th));
         }
         let mut evidence = vec![
             ev_bytes(

@@ -270,8 +270,10 @@ fn no_live_owner_from_dead_pid_in_host_namespace_only() {
         Some(8 * GIB)
     );
     assert_eq!(evidence_bytes(&f[0], "no live owner"), Some(8 * GIB));
-    // In a container the same PID is invisible, not dead.
-    let inv = inv_with(2, vec![dead], &[], false);
+    // In a container under host PIDs (before 535.113) the same PID is invisible, not dead.
+    let mut inv = inv_with(2, vec![dead], &[], false);
+    inv.vantage =
+        crate::model::Vantage::new(inv.vantage.pid_namespace.clone(), Some("535.54.03".into()));
     assert!(no_live_owner(&inv, &Thresholds::default()).is_empty());
     let f = invisible_processes(&inv, &Thresholds::default());
     assert_eq!(ids_of(&f), vec!["invisible-processes"]);

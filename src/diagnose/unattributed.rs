@@ -51,7 +51,7 @@ pub fn holds_uvm(h: &NodeHolder) -> bool {
 
 /// The live processes NVML lists on device `d` that hold the UVM device file.
 fn uvm_holders<'a>(inv: &'a Inventory, d: &DeviceInfo) -> Vec<&'a NodeHolder> {
-    let host = inv.host();
+    let host = inv.invisible_is_dead();
     let listed: Vec<u32> = inv
         .processes
         .iter()
@@ -102,7 +102,7 @@ pub fn split(inv: &Inventory, d: &DeviceInfo) -> Option<Unattributed> {
     if !d.status.is_ok() || d.memory_unknown.is_some() {
         return None;
     }
-    let host = inv.host();
+    let host = inv.invisible_is_dead();
     let bytes = unattributed_bytes(d, &inv.processes, host)?;
     let on_dev: Vec<&crate::model::ProcessInfo> = inv
         .processes
@@ -126,6 +126,18 @@ pub fn split(inv: &Inventory, d: &DeviceInfo) -> Option<Unattributed> {
     };
     if bytes == 0 || dead || foreign {
         out.lost = bytes;
+        // In a container under a translating driver, only the exited PIDs' listed bytes are
+        // known lost (whoever holds them open): the rest is other tenants' memory, unlisted
+        // here.
+        if dead && !inv.host() && inv.invisible_is_dead() {
+            let exited: u64 = on_dev
+                .iter()
+                .filter(|p| !is_live(p))
+                .filter_map(|p| p.usage_on(d.index).and_then(|u| u.used))
+                .fold(0, u64::saturating_add);
+            out.lost = exited.min(bytes);
+            out.outside_namespace = bytes - out.lost;
+        }
         return Some(out);
     }
     // Outside the host PID namespace on a driver that lists only this namespace's

@@ -122,7 +122,13 @@ pub fn invisible_processes(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     if inv.host() {
         return Vec::new();
     }
-    let hidden: Vec<&ProcessInfo> = inv.processes.iter().filter(|p| !p.visible).collect();
+    // Under a translating driver a listed PID that does not exist here exited: `no-live-owner`'s.
+    let dead = inv.invisible_is_dead();
+    let hidden: Vec<&ProcessInfo> = inv
+        .processes
+        .iter()
+        .filter(|p| !p.visible && !dead)
+        .collect();
     if hidden.is_empty() {
         return unlisted_tenants(inv, th);
     }
@@ -215,7 +221,7 @@ pub(super) fn unlisted_tenants(inv: &Inventory, th: &Thresholds) -> Vec<Finding>
 /// host PID a driver before 535.113 lists — are kept at info: its environment (which GPUs it
 /// may use, its container) cannot be read from here, so nothing about it is decided.
 pub(super) fn about_invisible(inv: &Inventory, findings: &mut [Finding]) {
-    if inv.host() {
+    if inv.invisible_is_dead() {
         return;
     }
     for f in findings.iter_mut().filter(|f| f.severity > Severity::Info) {

@@ -93,8 +93,10 @@ impl Vantage {
     }
 
     /// What the lists mean from here. `lists_invisible_pid`: NVML listed a PID that does not
-    /// exist in this namespace; a translating driver never does, so the lists are host PIDs
-    /// whatever the version says.
+    /// exist in this namespace. Where the version gives no generation, that means host PIDs.
+    /// Where it says "translated" it does not: a translating driver lists a process of this
+    /// namespace that exited while a forked child keeps its context under its (now free)
+    /// namespace PID (H200, driver 580.159.04, docs/simulator.md), so the version decides.
     pub fn view(&self, lists_invisible_pid: bool) -> ListView {
         self.view_seen(lists_invisible_pid, false)
     }
@@ -116,10 +118,8 @@ impl Vantage {
         if self.host() {
             return ListView::Host;
         }
-        if lists_invisible_pid {
-            return ListView::HostPidsInContainer;
-        }
         match self.generation {
+            DriverGeneration::Unknown if lists_invisible_pid => ListView::HostPidsInContainer,
             DriverGeneration::HostPids => ListView::HostPidsInContainer,
             DriverGeneration::TranslatedZeroUsage => {
                 ListView::OwnNamespaceOnly { zero_usage: true }
@@ -180,8 +180,16 @@ mod tests {
             v(false, "570.86.10", false),
             ListView::OwnNamespaceOnly { zero_usage: false }
         );
-        // A listed PID that does not exist here: the driver reports host PIDs.
-        assert_eq!(v(false, "570.86.10", true), ListView::HostPidsInContainer);
+        // A listed PID that does not exist here: host PIDs where the version says nothing;
+        // under a translating driver, a process of this namespace that exited.
+        assert_eq!(
+            Vantage::new(ns(false), None).view(true),
+            ListView::HostPidsInContainer
+        );
+        assert_eq!(
+            v(false, "570.86.10", true),
+            ListView::OwnNamespaceOnly { zero_usage: false }
+        );
         // Usage listed for a process of this namespace: not the 0-byte generation.
         let seen = Vantage::new(ns(false), Some("550.54.15".into())).view_seen(false, true);
         assert_eq!(seen, ListView::OwnNamespaceOnly { zero_usage: false });

@@ -153,7 +153,18 @@ mod process_dying_while_holding_memory {
     /// A box whose driver keeps the memory of exited processes, and the PID of a holder of
     /// 6 GiB on GPU 1 that has exited.
     fn stuck_driver_with_a_dead_holder() -> (tempfile::TempDir, u32) {
-        let b = fresh_box("2x24GiB");
+        stuck_driver_of(vramdoc_sim::profile::DEFAULT_DRIVER)
+    }
+
+    /// [`stuck_driver_with_a_dead_holder`] on a box of driver `version`.
+    fn stuck_driver_of(version: &str) -> (tempfile::TempDir, u32) {
+        let b = tempfile::tempdir().unwrap();
+        let opts = vramdoc_sim::InitOptions {
+            driver_version: version.into(),
+            pid_view: vramdoc_sim::profile::pid_view_of(version),
+            ..Default::default()
+        };
+        vramdoc_sim::SimBox::create(b.path(), "2x24GiB", &opts).unwrap();
         sim_fault(b.path(), &["--keep-dead"]);
         let h = Holder::start(b.path(), &[], &["--device", "1", "--size", "6GiB"]);
         let pid = h.kill();
@@ -180,10 +191,13 @@ mod process_dying_while_holding_memory {
         assert_eq!(fail_on(b.path(), "error"), Some(1));
     }
 
-    /// Seen from a container namespace the same PID is invisible, not dead: no guessing.
+    /// Seen from a container namespace under a driver that gives host PIDs (before 535.113)
+    /// the same PID is invisible, not dead: no guessing. Under a translating driver a listed
+    /// PID that does not exist in the namespace is one of its own processes that exited:
+    /// lost, as on the host.
     #[test]
     fn from_a_container_it_is_invisible_not_dead() {
-        let (b, _) = stuck_driver_with_a_dead_holder();
+        let (b, _) = stuck_driver_of("535.54.03");
         let v = scan_json_with(b.path(), "container");
         assert_eq!(v["scan"]["pid_namespace"], "container");
         assert!(
@@ -197,6 +211,13 @@ mod process_dying_while_holding_memory {
             evidence_bytes(f[0], "memory they hold"),
             Some(6 * GIB + CTX)
         );
+        let (b, pid) = stuck_driver_of("570.86.10");
+        let v = scan_json_with(b.path(), "container");
+        let f = findings(&v, "no-live-owner");
+        assert_eq!(f.len(), 1, "{:?}", all_ids(&v));
+        assert_eq!(f[0]["severity"], "error");
+        assert_eq!(f[0]["pid"], pid);
+        assert!(findings(&v, "invisible-processes").is_empty(), "{v:#}");
     }
 }
 

@@ -190,3 +190,67 @@ fn a_run_inside_a_container_does_not_take_the_neighbours_memory_for_the_jobs() {
         assert_eq!(read("run.rc").trim(), "0", "{driver}: {}", read("run.log"));
     }
 }
+
+/// Real driver (H200, 580.159.04, docs/simulator.md): inside a PID namespace the driver lists
+/// a parent that exited while its forked child keeps the context, under the parent's
+/// namespace PID, which no longer exists. A scan there on a translating driver takes it for
+/// what it is, an exited process of this namespace: its memory is lost (error, naming the
+/// child holding it), while the neighbour outside stays info.
+#[test]
+fn a_scan_inside_a_container_names_a_forked_child_keeping_an_exited_parents_memory() {
+    require!("unshare", common::skip::unshare());
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let b = CliBox::new("16GiB", &["--driver", "570.86.10"]);
+    let _neighbour = Holder::start(&b.dir, &[], &["--size", "3GiB"]);
+    let d = b.dir.display();
+    // The holder prints `child=N` once its forked child holds the context; then the parent
+    // is killed. Bounded waits only.
+    let script = format!(
+        "{exe} sim hold --size 1GiB --fork-child --duration 60s > {d}/own.out 2>&1 & p=$!; \
+         i=0; while ! grep -q 'child=' {d}/own.out; do \
+           i=$((i+1)); [ $i -gt 200 ] && {{ cat {d}/own.out >&2; exit 90; }}; sleep 0.05; \
+         done; \
+         kill -9 $p; wait $p 2>/dev/null; echo $p > {d}/parent; \
+         {exe} scan --json > {d}/scan.out; echo $? > {d}/scan.rc; \
+         c=$(tr ' ' '\\n' < {d}/own.out | sed -n 's/^child=//p'); kill -9 $c"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+        .env("VRAMDOC_SIM_DIR", &b.dir)
+        .env_remove("VRAMDOC_PIDNS")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "unshare ... vramdoc scan");
+    let read = |f: &str| std::fs::read_to_string(b.dir.join(f)).unwrap();
+    let v: Value = serde_json::from_str(&read("scan.out")).unwrap();
+    let parent: u64 = read("parent").trim().parse().unwrap();
+    let own = read("own.out");
+    let child = own
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("child="))
+        .unwrap_or_else(|| panic!("no child= in {own}"));
+    assert_eq!(v["scan"]["vantage"]["generation"], "translated", "{v:#}");
+    let nlo = findings(&v, "no-live-owner");
+    let lost: Vec<&&Value> = nlo.iter().filter(|f| f["severity"] == "error").collect();
+    assert_eq!(lost.len(), 1, "{v:#}");
+    assert_eq!(lost[0]["pid"], parent, "the exited parent: {v:#}");
+    let title = lost[0]["title"].as_str().unwrap();
+    assert!(
+        title.contains(&format!("held open by PID {child}")),
+        "{title}"
+    );
+    let lost_bytes = evidence_bytes(lost[0], "no live owner").unwrap();
+    assert!((GIB..3 * GIB).contains(&lost_bytes), "{lost_bytes}: {v:#}");
+    let outside: Vec<&&Value> = nlo.iter().filter(|f| f["severity"] == "info").collect();
+    assert_eq!(outside.len(), 1, "{v:#}");
+    assert!(
+        evidence_bytes(outside[0], "not listed from this PID namespace").unwrap() >= 3 * GIB,
+        "{v:#}"
+    );
+    assert!(findings(&v, "invisible-processes")
+        .iter()
+        .all(|f| f["severity"] == "info"));
+    assert_eq!(read("scan.rc").trim(), "0");
+}

@@ -166,11 +166,11 @@ fn host_pid_drivers_in_a_container_keep_the_old_reading() {
     let inv_f = finding(&f, ids::INVISIBLE_PROCESSES).unwrap();
     assert_eq!(evidence_bytes(inv_f, "memory they hold"), Some(NEIGHBOUR));
     assert!(finding(&f, ids::NO_LIVE_OWNER).is_none(), "{f:#?}");
-    // A listed PID not visible here also overrides a version that says "translated".
+    // A listed PID not visible here means host PIDs where the version gives no generation.
     let inv = seen_from(
         inv_with(1, vec![me.clone(), neighbour], &[], false),
         false,
-        Some("570.86.10"),
+        None,
     );
     assert_eq!(inv.list_view(), ListView::HostPidsInContainer);
     // Memory no listed client accounts for, under host PIDs: lost, as before.
@@ -261,4 +261,48 @@ fn an_unknown_generation_in_a_container_cannot_conclude() {
     // Nothing unlisted: nothing to say.
     let quiet = seen_from(inv_with(1, vec![], &[], false), false, Some("570.86.10"));
     assert!(diagnose(&quiet, &Thresholds::default()).0.is_empty());
+}
+
+#[test]
+fn a_translating_driver_listing_an_exited_process_of_this_namespace_keeps_its_reading() {
+    // H200, 580.159.04 (docs/simulator.md): inside a PID namespace the driver lists a parent
+    // that exited while its forked child keeps the context, under its namespace PID, which
+    // no longer exists. That is not a host PID: the version's reading stands, the tenant
+    // outside the namespace stays info, and the exited process's memory is not taken for
+    // an invisible neighbour's.
+    let mut parent = proc_(9, CVD_UNSET, &[(0, Some(2 * GIB))]);
+    parent.visible = false;
+    let mut inv = inv_with(1, vec![parent], &[], false);
+    let d = &mut inv.environment.devices[0];
+    d.memory.used = 2 * GIB + NEIGHBOUR;
+    d.memory.free = TOTAL - RESERVED - d.memory.used;
+    let inv = seen_from(inv, false, Some("580.159.04"));
+    assert_eq!(
+        inv.list_view(),
+        ListView::OwnNamespaceOnly { zero_usage: false }
+    );
+    let (f, _) = diagnose(&inv, &Thresholds::default());
+    let outside: Vec<&Finding> = f
+        .iter()
+        .filter(|x| x.id == ids::NO_LIVE_OWNER && x.title.contains("outside this container"))
+        .collect();
+    assert_eq!(outside.len(), 1, "{f:#?}");
+    assert_eq!(outside[0].severity, Severity::Info, "{f:#?}");
+    assert!(
+        f.iter()
+            .all(|x| x.id != ids::INVISIBLE_PROCESSES || x.pid != Some(9)),
+        "{f:#?}"
+    );
+    // The exited process's own bytes are lost, as on the host: an error naming it.
+    let lost: Vec<&Finding> = f
+        .iter()
+        .filter(|x| x.id == ids::NO_LIVE_OWNER && x.severity == Severity::Error)
+        .collect();
+    assert_eq!(lost.len(), 1, "{f:#?}");
+    assert_eq!(lost[0].pid, Some(9), "{f:#?}");
+    assert_eq!(
+        evidence_bytes(lost[0], "no live owner"),
+        Some(2 * GIB),
+        "{f:#?}"
+    );
 }
