@@ -583,6 +583,18 @@ fn a_streams_host_name_is_scrubbed_from_labels() {
     assert!(c.toml.contains("rank 0 up on"), "{}", c.toml);
 }
 
+/// One process-list round on GPU 0 at `t`: each `(pid, used)` holding memory is listed.
+fn list_round(procs: &mut Vec<ProcessSample>, t: f64, listed: &[(u32, u64)]) {
+    for &(pid, used) in listed.iter().filter(|(_, used)| *used > 0) {
+        procs.push(ProcessSample {
+            t_ms: t,
+            device: 0,
+            pid,
+            used: Some(used),
+        });
+    }
+}
+
 /// Item 3: a neighbour that left before the job's big allocation is stopped after the last
 /// step before it left; one that came later starts at the first step after it came.
 #[test]
@@ -601,16 +613,11 @@ fn neighbours_hold_memory_only_while_they_were_listed() {
             _ => CTX + 11 * GIB,
         };
         samples.push((t, early + late + job));
-        for (pid, used) in [(OTHER, early), (OTHER + 1, late), (JOB, job)] {
-            if used > 0 {
-                procs.push(ProcessSample {
-                    t_ms: t,
-                    device: 0,
-                    pid,
-                    used: Some(used),
-                });
-            }
-        }
+        list_round(
+            &mut procs,
+            t,
+            &[(OTHER, early), (OTHER + 1, late), (JOB, job)],
+        );
     }
     let c = convert_source(&job_on_one_gpu(total, samples, procs), spec_of).unwrap();
     let s = &c.scenario;
@@ -696,16 +703,7 @@ fn a_neighbour_listed_late_is_not_taken_for_the_job() {
         let t = f64::from(k) * 10.0;
         samples.push((t, mine(k) + theirs(k)));
         if rounds.contains(&k) {
-            for (pid, used) in [(OTHER, theirs(k)), (JOB, mine(k))] {
-                if used > 0 {
-                    procs.push(ProcessSample {
-                        t_ms: t,
-                        device: 0,
-                        pid,
-                        used: Some(used),
-                    });
-                }
-            }
+            list_round(&mut procs, t, &[(OTHER, theirs(k)), (JOB, mine(k))]);
         }
     }
     let src = Source {

@@ -26,17 +26,23 @@ fn scan_in_a_namespace(b: &CliBox, args: &str) -> (String, i32) {
          done; \
          {exe} scan {args} > {d}/scan.out; echo $? > {d}/scan.rc; kill $!"
     );
+    in_a_namespace(b, &script);
+    let read = |f: &str| std::fs::read_to_string(b.dir.join(f)).unwrap();
+    (read("scan.out"), read("scan.rc").trim().parse().unwrap())
+}
+
+/// Run `script` with `sh -c` in a fresh PID namespace (as a container without `hostPID`) on
+/// box `b`, and check it succeeded.
+fn in_a_namespace(b: &CliBox, script: &str) {
     let out = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", script])
         .env("VRAMDOC_SIM_DIR", &b.dir)
         .env_remove("VRAMDOC_PIDNS")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("LD_LIBRARY_PATH")
         .output()
         .unwrap();
-    common::assert_ok(&out, "unshare ... vramdoc scan");
-    let read = |f: &str| std::fs::read_to_string(b.dir.join(f)).unwrap();
-    (read("scan.out"), read("scan.rc").trim().parse().unwrap())
+    common::assert_ok(&out, "unshare ... vramdoc");
 }
 
 fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
@@ -214,15 +220,7 @@ fn a_scan_inside_a_container_names_a_forked_child_keeping_an_exited_parents_memo
          {exe} scan --json > {d}/scan.out; echo $? > {d}/scan.rc; \
          c=$(tr ' ' '\\n' < {d}/own.out | sed -n 's/^child=//p'); kill -9 $c"
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
-        .env("VRAMDOC_SIM_DIR", &b.dir)
-        .env_remove("VRAMDOC_PIDNS")
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .unwrap();
-    common::assert_ok(&out, "unshare ... vramdoc scan");
+    in_a_namespace(&b, &script);
     let read = |f: &str| std::fs::read_to_string(b.dir.join(f)).unwrap();
     let v: Value = serde_json::from_str(&read("scan.out")).unwrap();
     let parent: u64 = read("parent").trim().parse().unwrap();
