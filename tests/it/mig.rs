@@ -297,3 +297,151 @@ fn c_abi_mig_handles() {
         assert_eq!(shutdown(), SUCCESS);
     }
 }
+
+const JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_jobs/job.py");
+
+/// `vramdoc run` (over `backend`) of `job.py ACTIONS` in the MIG instance `mig`: the
+/// report and the summary printed on stderr.
+fn run_in_instance(b: &CliBox, backend: &str, mig: &str, actions: &[&str]) -> (Value, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run.json");
+    let o = b
+        .vramdoc()
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .env("CUDA_VISIBLE_DEVICES", mig)
+        .args(["run", "--backend", backend, "--process-period", "100ms"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "python3", JOB])
+        .args(actions)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = common::stderr(&o);
+    assert!(out.exists(), "{backend}: no report: {err}");
+    (common::read_report(&out), err)
+}
+
+/// `run` on a MIG box (issue 25): the job in instance 0/1 beside a neighbour holding 30 GiB
+/// in instance 0/2. The instances are recorded, not the parent (whose privileged aggregate
+/// lists would repeat the job), the job is on its instance only, its instance's peak is
+/// recorded, the summary names instances as scan does, and nothing is said about the
+/// neighbour; an out-of-memory error in the job's instance is judged against that
+/// instance's memory, with the neighbour's 30 GiB not counted as the job's competition.
+/// Over the in-process backend and nvml-wrapper over libnvidia-ml.so.1.
+#[test]
+fn run_judges_a_job_against_its_instance() {
+    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
+    let total = inst[0].device.total;
+    let _n = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", u2.as_str())],
+        &["--size", "30GiB"],
+    );
+    for backend in ["sim", "real"] {
+        let (r, err) = run_in_instance(&b, backend, &u1, &["ctx:0", "alloc:20480", "sleep:300"]);
+        assert_eq!(r["run"]["exit"]["status"], 0, "{backend}: {err}");
+        let peaks: Vec<(u64, u64, u64)> = r["run"]["peaks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["device"].as_u64().unwrap(),
+                    p["total"].as_u64().unwrap(),
+                    p["peak_used"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let devs: Vec<u64> = peaks.iter().map(|p| p.0).collect();
+        assert_eq!(
+            devs,
+            vec![1, 2],
+            "{backend}: instances, not the parent: {peaks:?}"
+        );
+        let (_, t1, p1) = peaks[0];
+        assert_eq!(t1, total, "{backend}");
+        assert!(
+            (20 * GIB..22 * GIB).contains(&p1),
+            "{backend}: instance peak {p1}"
+        );
+        // The job is on its instance only, counted once.
+        let job: Vec<&Value> = r["run"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["devices"].as_array().is_some_and(|d| !d.is_empty()))
+            .collect();
+        assert_eq!(job.len(), 1, "{backend}: {job:?}");
+        assert_eq!(job[0]["devices"].as_array().unwrap().len(), 1, "{backend}");
+        assert_eq!(job[0]["devices"][0]["device"], 1, "{backend}");
+        assert_eq!(job[0]["devices"][0]["uuid"], u1.as_str(), "{backend}");
+        let tree = r["run"]["tree_peaks"][0]["peak_used"].as_u64().unwrap();
+        assert!(
+            tree <= p1,
+            "{backend}: the job's {tree} within its instance's {p1}"
+        );
+        // Nothing about the neighbour, no warning at all.
+        for f in r["run"]["findings"].as_array().unwrap() {
+            assert_eq!(f["severity"], "info", "{backend}: {f}");
+            assert!(
+                !f["devices"].as_array().unwrap().contains(&2.into()),
+                "{backend}: {f}"
+            );
+        }
+        assert!(
+            err.contains("GPU 0/1 (MIG 3g.40gb): peak"),
+            "{backend}: {err}"
+        );
+        assert!(
+            err.contains("GPU 0/2 (MIG 3g.40gb): peak"),
+            "{backend}: {err}"
+        );
+        assert!(!err.contains("  GPU 0:"), "{backend}: no parent row: {err}");
+
+        // 30 GiB, then 12 GiB more: out of memory in the instance (39.25 GiB).
+        let (r, err) = run_in_instance(
+            &b,
+            backend,
+            &u1,
+            &["ctx:0", "alloc:30720", "sleep:300", "alloc:12288"],
+        );
+        assert_eq!(r["run"]["exit"]["status"], 1, "{backend}: {err}");
+        let oom: Vec<&Value> = r["run"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["id"] == "out-of-memory")
+            .collect();
+        assert_eq!(oom.len(), 1, "{backend}: {r}");
+        assert_eq!(oom[0]["severity"], "error");
+        assert_eq!(oom[0]["devices"], serde_json::json!([1]), "{backend}");
+        let title = oom[0]["title"].as_str().unwrap();
+        assert!(title.starts_with("Out of memory on GPU 0/1 at"), "{title}");
+        assert!(
+            title.contains("of 39.25 GiB"),
+            "{backend}: the instance's: {title}"
+        );
+        let ev = |label: &str| {
+            oom[0]["evidence"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["label"] == label)
+                .and_then(|e| e["bytes"].as_u64())
+                .unwrap_or_else(|| panic!("{backend}: {label} in {}", oom[0]))
+        };
+        assert_eq!(ev("total"), total, "{backend}");
+        // The neighbour's 30 GiB is in another instance: not "other processes" here.
+        let others = ev("held by other processes and the driver (used - the job's)");
+        assert!(others < GIB, "{backend}: {others}");
+        for f in r["run"]["findings"].as_array().unwrap() {
+            assert!(
+                !f["devices"].as_array().unwrap().contains(&2.into()),
+                "{backend}: {f}"
+            );
+        }
+    }
+}
