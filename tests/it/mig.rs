@@ -445,3 +445,109 @@ fn run_judges_a_job_against_its_instance() {
         }
     }
 }
+
+/// nvml.h at the C ABI of the simulated libnvidia-ml.so.1: `nvmlDeviceGetHandleByUUID` on a
+/// MIG device UUID gives that instance's MIG device handle (as pynvml clients such as
+/// dask_cudf use it), and a process running in an instance is listed with its GPU and
+/// compute instance ids (0xFFFFFFFF only outside MIG mode), through the instance's handle
+/// and through the parent's aggregate list alike.
+#[test]
+fn c_abi_mig_uuids_and_process_instance_ids() {
+    use libloading::Library;
+    use std::ffi::{c_char, c_uint, c_ulonglong, c_void, CString};
+    type Device = *mut c_void;
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct ProcV2 {
+        pid: c_uint,
+        used: c_ulonglong,
+        gi: c_uint,
+        ci: c_uint,
+    }
+    const SUCCESS: c_uint = 0;
+    const NOT_FOUND: c_uint = 6;
+    const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+    let b = CliBox::new("h100", &["--mig", "3g.40gb,1g.10gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    let (u1, gi1) = (inst[1].device.uuid.clone(), inst[1].gi);
+    let h = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
+        &["--size", "1GiB"],
+    );
+    let _g = common::nvml::session(Some(&b.dir));
+    // SAFETY: our own simulated library; each symbol is called with its nvml.h signature.
+    unsafe {
+        let lib = Library::new(common::nvml::lib_path()).expect("dlopen simgpu");
+        let init = lib
+            .get::<unsafe extern "C" fn() -> c_uint>(b"nvmlInit_v2")
+            .unwrap();
+        assert_eq!(init(), SUCCESS);
+        let by_uuid = lib
+            .get::<unsafe extern "C" fn(*const c_char, *mut Device) -> c_uint>(
+                b"nvmlDeviceGetHandleByUUID",
+            )
+            .unwrap();
+        let by_index = lib
+            .get::<unsafe extern "C" fn(c_uint, *mut Device) -> c_uint>(
+                b"nvmlDeviceGetHandleByIndex_v2",
+            )
+            .unwrap();
+        let mig_by_index = lib
+            .get::<unsafe extern "C" fn(Device, c_uint, *mut Device) -> c_uint>(
+                b"nvmlDeviceGetMigDeviceHandleByIndex",
+            )
+            .unwrap();
+        let is_mig = lib
+            .get::<unsafe extern "C" fn(Device, *mut c_uint) -> c_uint>(
+                b"nvmlDeviceIsMigDeviceHandle",
+            )
+            .unwrap();
+        let (mut d, mut m1, mut by) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        assert_eq!(by_index(0, &mut d), SUCCESS);
+        assert_eq!(mig_by_index(d, 1, &mut m1), SUCCESS);
+        let c = CString::new(u1.to_lowercase()).unwrap();
+        assert_eq!(by_uuid(c.as_ptr(), &mut by), SUCCESS, "a MIG device UUID");
+        assert_eq!(by, m1, "the instance's MIG handle");
+        let mut flag = 9;
+        assert_eq!(is_mig(by, &mut flag), SUCCESS);
+        assert_eq!(flag, 1);
+        let parent_uuid = CString::new(inst[1].device.uuid.replace("MIG-", "GPU-")).unwrap();
+        assert_eq!(by_uuid(parent_uuid.as_ptr(), &mut by), NOT_FOUND);
+        let nope = CString::new("MIG-00000000-0000-0000-0000-000000000000").unwrap();
+        assert_eq!(by_uuid(nope.as_ptr(), &mut by), NOT_FOUND);
+        let procs = lib
+            .get::<unsafe extern "C" fn(Device, *mut c_uint, *mut ProcV2) -> c_uint>(
+                b"nvmlDeviceGetComputeRunningProcesses_v3",
+            )
+            .unwrap();
+        let list = |h: Device| {
+            let mut buf = [ProcV2 {
+                pid: 0,
+                used: 0,
+                gi: 0,
+                ci: 0,
+            }; 8];
+            let mut n: c_uint = 8;
+            assert_eq!(procs(h, &mut n, buf.as_mut_ptr()), SUCCESS);
+            buf[..n as usize].to_vec()
+        };
+        for (what, handle) in [("instance handle", m1), ("parent (aggregate)", d)] {
+            let l = list(handle);
+            let p = l
+                .iter()
+                .find(|p| p.pid == h.pid())
+                .unwrap_or_else(|| panic!("{what}: the holder listed"));
+            assert_eq!((p.gi, p.ci), (gi1, 0), "{what}");
+            assert_ne!(p.gi, NO_INSTANCE);
+        }
+        let shutdown = lib
+            .get::<unsafe extern "C" fn() -> c_uint>(b"nvmlShutdown")
+            .unwrap();
+        assert_eq!(shutdown(), SUCCESS);
+    }
+}
