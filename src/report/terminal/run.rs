@@ -3,15 +3,20 @@
 //! and where the reports went. Pure; lines fit 100 columns; text from the job is cleaned.
 
 use crate::gpu::DeviceInfo;
-use crate::model::RunResult;
+use crate::model::Report;
 use crate::report::text::{finding_text, format_ms, percent};
 use crate::term::one_line;
 use crate::units::format_bytes;
 use std::path::PathBuf;
 
-/// The summary of `run`, with the report paths `out`; `devices` (the report's environment)
-/// name MIG instances as scan does (`GPU 0/1 (MIG 3g.40gb)`).
-pub fn render(run: &RunResult, devices: &[DeviceInfo], out: &[PathBuf]) -> String {
+/// The summary of a `run` report, with the report paths `out`; its environment's devices
+/// name MIG instances as scan does (`GPU 0/1 (MIG 3g.40gb)`). Empty for another report.
+/// Terminal-safe: command lines, error lines and paths come from the job.
+pub fn render(report: &Report, out: &[PathBuf]) -> String {
+    let Some(run) = report.run() else {
+        return String::new();
+    };
+    let devices = &report.environment.devices;
     let mut s = String::new();
     let how = match (&run.exit.signal_name, run.exit.code) {
         _ if run.attached.is_some() => "was recorded while attached".to_string(),
@@ -70,7 +75,7 @@ pub fn render(run: &RunResult, devices: &[DeviceInfo], out: &[PathBuf]) -> Strin
     for p in out {
         s.push_str(&format!("  report: {}\n", p.display()));
     }
-    s
+    crate::term::clean_text(&s)
 }
 
 /// `2` for a GPU, `0/1 (MIG 3g.40gb)` for a MIG instance.
