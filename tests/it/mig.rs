@@ -551,3 +551,92 @@ fn c_abi_mig_uuids_and_process_instance_ids() {
         assert_eq!(shutdown(), SUCCESS);
     }
 }
+
+/// `vramdoc preflight` on a MIG box (issue 25), over both backends: a job given the whole
+/// GPU in MIG mode passes while one instance is clean with the memory asked for, and the
+/// answer names that instance (`0/2` and its MIG UUID); the parent's sum (37 GiB used of
+/// 80 GiB in instance 0/1) refuses nothing. A job given the full instance by its MIG UUID is
+/// refused, naming `0/1`; given the free one, it passes.
+#[test]
+fn preflight_on_a_mig_box_names_a_free_instance() {
+    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
+    let h = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
+        &["--size", "37GiB"],
+    );
+    for backend in ["sim", "real"] {
+        let preflight = |gpus: &str| {
+            let out = b
+                .vramdoc()
+                .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+                .args([
+                    "preflight",
+                    "--backend",
+                    backend,
+                    "--need",
+                    "8GiB",
+                    "--gpus",
+                ])
+                .arg(gpus)
+                .output()
+                .unwrap();
+            let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            (out.status.code(), line)
+        };
+        let (code, line) = preflight("0");
+        assert_eq!(code, Some(0), "{backend}: {line}");
+        assert!(
+            line.starts_with("ok: GPU 0 (--gpus) clean"),
+            "{backend}: {line}"
+        );
+        assert!(
+            line.contains(&format!("0/2 ({u2}, 39.25 GiB free)")),
+            "{backend}: {line}"
+        );
+        assert!(
+            !line.contains("0/1"),
+            "{backend}: the full instance is no candidate: {line}"
+        );
+        let (code, line) = preflight(&u1);
+        assert_eq!(code, Some(1), "{backend}: {line}");
+        assert!(line.starts_with("problem: GPU 0/1: "), "{backend}: {line}");
+        assert!(
+            line.contains(&format!("PID {}", h.pid())),
+            "{backend}: {line}"
+        );
+        assert!(line.contains("8.00 GiB needed"), "{backend}: {line}");
+        let (code, line) = preflight(&u2[..12]);
+        assert_eq!(code, Some(0), "{backend}: {line}");
+        assert!(
+            line.starts_with("ok: GPU 0/2 (--gpus) clean"),
+            "{backend}: {line}"
+        );
+    }
+    // In a container given the free instance (an unprivileged caller: the parent answers
+    // NO_PERMISSION): its NVIDIA_VISIBLE_DEVICES=MIG-<uuid> is checked, and the parent GPU
+    // is judged by the instance, not refused.
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let out = b
+        .vramdoc()
+        .env("VRAMDOC_PIDNS", "host")
+        .args(["sim", "run", "--gpus", &u2, "--cgroup", "none", "--"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "{exe} preflight --need 8GiB; echo rc=$?; {exe} preflight --gpus 0 --need 8GiB; echo rc=$?"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text} {}", common::stderr(&out));
+    assert!(
+        lines[0].starts_with("ok: GPU 0/2 (NVIDIA_VISIBLE_DEVICES) clean"),
+        "{text}"
+    );
+    assert!(lines[2].starts_with("ok: GPU 0 (--gpus) clean"), "{text}");
+    assert!(lines[2].contains(&format!("0/2 ({u2}")), "{text}");
+    assert_eq!((lines[1], lines[3]), ("rc=0", "rc=0"), "{text}");
+}
