@@ -640,3 +640,56 @@ fn preflight_on_a_mig_box_names_a_free_instance() {
     assert!(lines[2].contains(&format!("0/2 ({u2}")), "{text}");
     assert_eq!((lines[1], lines[3]), ("rc=0", "rc=0"), "{text}");
 }
+
+/// The Prometheus exposition `serve` keeps (rendered here by `scan --prom`, the same
+/// renderer) on a MIG box, over both backends: memory series per instance, labelled with the
+/// instance as scan names it (`gpu="0/1"`, its MIG UUID); the GPU in MIG mode keeps its
+/// info series but no memory series (its memory is the instances' sum: a node's sum would
+/// count it twice); process series name the instance.
+#[test]
+fn prometheus_series_are_per_instance() {
+    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
+    let h = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
+        &["--size", "4GiB"],
+    );
+    for backend in ["sim", "real"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let prom = tmp.path().join("m.prom");
+        let mut c = scan_cmd(&b.dir, &["--prom"]);
+        c.arg(&prom).args(["--per-process", "--backend", backend]);
+        c.env("LD_LIBRARY_PATH", common::simgpu_lib_dir());
+        assert_ok(&run(c), backend);
+        let text = std::fs::read_to_string(&prom).unwrap();
+        let series = |name: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .map(str::to_string)
+                .collect()
+        };
+        let used = series("vramdoc_gpu_memory_used_bytes");
+        assert_eq!(used.len(), 2, "{backend}: one per instance: {used:?}");
+        assert!(
+            used.iter()
+                .any(|l| l.contains("gpu=\"0/1\"") && l.contains(&u1)),
+            "{backend}: {used:?}"
+        );
+        assert!(
+            used.iter()
+                .any(|l| l.contains("gpu=\"0/2\"") && l.contains(&u2)),
+            "{backend}: {used:?}"
+        );
+        assert!(!used.iter().any(|l| l.contains("gpu=\"0\"")), "{backend}");
+        assert_eq!(series("vramdoc_gpu_info").len(), 3, "{backend}");
+        let procs = series("vramdoc_process_gpu_memory_bytes");
+        let mine: Vec<&String> = procs
+            .iter()
+            .filter(|l| l.contains(&format!("pid=\"{}\"", h.pid())))
+            .collect();
+        assert_eq!(mine.len(), 1, "{backend}: counted once: {procs:?}");
+        assert!(mine[0].contains("gpu=\"0/1\""), "{backend}: {mine:?}");
+    }
+}
