@@ -693,3 +693,41 @@ fn prometheus_series_are_per_instance() {
         assert!(mine[0].contains("gpu=\"0/1\""), "{backend}: {mine:?}");
     }
 }
+
+/// `run` in a container given one MIG instance (an unprivileged caller: the parent answers
+/// NO_PERMISSION): the instance is recorded, named `0/2`, and the parent is neither a row
+/// nor a finding.
+#[test]
+fn run_in_a_container_given_one_instance_records_it() {
+    let b = CliBox::new("h100", &["--mig", "3g.40gb,3g.40gb"]);
+    let mine = b.sim().mig_instances()[1].device.uuid.clone();
+    let exe = env!("CARGO_BIN_EXE_vramdoc");
+    let out = b
+        .vramdoc()
+        .env("VRAMDOC_PIDNS", "host")
+        .args(["sim", "run", "--gpus", &mine, "--cgroup", "none", "--"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "{exe} run --json -- {exe} sim hold --size 2GiB --duration 1s 2>/dev/null"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = &text[text.find('{').unwrap_or(0)..];
+    let v: Value = serde_json::from_str(json)
+        .unwrap_or_else(|e| panic!("run JSON: {e}: {text} {}", common::stderr(&out)));
+    let peaks = v["run"]["peaks"].as_array().unwrap();
+    assert_eq!(peaks.len(), 1, "the instance only: {peaks:?}");
+    assert_eq!(peaks[0]["device"], 1);
+    let peak = peaks[0]["peak_used"].as_u64().unwrap();
+    assert!((2 * GIB..3 * GIB).contains(&peak), "{peak}");
+    assert_eq!(
+        v["run"]["findings"].as_array().unwrap().len(),
+        0,
+        "{}",
+        v["run"]["findings"]
+    );
+    let d = &v["environment"]["devices"];
+    assert_eq!(d[0]["status"], "no-permission", "{d}");
+    assert_eq!(d[1]["uuid"], mine.as_str());
+}
