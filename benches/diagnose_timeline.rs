@@ -100,6 +100,7 @@ fn recording() -> Recording {
                 name: "NVIDIA H100 80GB HBM3".into(),
                 total: TOTAL,
                 minor: None,
+                label: None,
             })
             .collect(),
         timeline: Timeline {

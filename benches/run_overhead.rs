@@ -112,6 +112,7 @@ fn one_hour_recording() -> Recording {
             name: "bench".into(),
             total: 80 * GIB,
             minor: None,
+            label: None,
         })
         .collect();
     // Steady training: a load, then a sawtooth of activations, every 100 ms.

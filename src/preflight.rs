@@ -13,8 +13,13 @@
 use serde::Serialize;
 
 use crate::diagnose::ids;
-use crate::model::{Report, Severity};
+use crate::gpu::DeviceInfo;
+use crate::model::{Report, ScanResult, Severity};
+
+#[path = "preflight_mig.rs"]
+mod mig;
 use crate::units::format_bytes;
+pub use mig::Candidate;
 
 /// Where the GPU list came from, in the order it is looked for.
 pub const GPU_SOURCES: &[&str] = &[
@@ -44,8 +49,9 @@ pub struct SelectionError {
 }
 
 /// Resolve a GPU list (physical indices, GPU UUIDs or unique prefixes, `all`) against the
-/// machine's GPUs (`uuids` in NVML order). MIG device ids are refused: preflight checks
-/// whole GPUs.
+/// machine's GPUs (`uuids` in inventory order: the GPUs, then the MIG instances this caller
+/// can open). A MIG device UUID (`MIG-<uuid>`, or a unique prefix) names its instance, which
+/// is then checked as a GPU is; an index names a GPU, never an instance.
 pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection, SelectionError> {
     let err = |reason: String| SelectionError {
         source_name: source.to_string(),
@@ -69,17 +75,15 @@ pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection,
         let found = if id.chars().all(|c| c.is_ascii_digit()) && !id.is_empty() {
             id.parse::<u32>()
                 .ok()
-                .filter(|i| (*i as usize) < uuids.len())
+                .filter(|i| uuids.get(*i as usize).is_some_and(|u| !mig::is_mig_uuid(u)))
         } else if id.to_ascii_lowercase().starts_with("gpu-") {
             match crate::gpu::visible::uuid_matches(id, uuids).as_slice() {
                 [one] => Some(*one),
                 [] => None,
                 _ => return Err(err(format!("{id} matches several GPUs"))),
             }
-        } else if id.to_ascii_uppercase().starts_with("MIG-") {
-            return Err(err(format!(
-                "{id} is a MIG device; preflight checks whole GPUs (give the parent GPU)"
-            )));
+        } else if mig::is_mig_uuid(id) {
+            Some(mig::resolve(id, uuids).map_err(err)?)
         } else {
             None
         };
@@ -87,11 +91,11 @@ pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection,
             Some(i) if !devices.contains(&i) => devices.push(i),
             Some(_) => {}
             None => {
+                let gpus = uuids.iter().filter(|u| !mig::is_mig_uuid(u)).count();
                 return Err(err(format!(
-                    "{id} names no GPU of this machine ({} GPUs: indices 0-{}, or UUIDs)",
-                    uuids.len(),
-                    uuids.len().saturating_sub(1)
-                )))
+                    "{id} names no GPU of this machine ({gpus} GPUs: indices 0-{}, or UUIDs)",
+                    gpus.saturating_sub(1)
+                )));
             }
         }
     }
@@ -118,6 +122,14 @@ pub struct Verdict {
     pub selection: Selection,
     pub need: Option<u64>,
     pub problems: Vec<Problem>,
+    /// On a GPU in MIG mode: its instances a job could start in (clean, with the free
+    /// memory asked for), named as scan names them (`0/1`) and by their `MIG-<uuid>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+    /// How devices are named in [`Verdict::line`] (`0/1` for a MIG instance); an index not
+    /// here is named by itself.
+    #[serde(skip)]
+    pub labels: std::collections::BTreeMap<u32, String>,
 }
 
 impl Verdict {
@@ -127,133 +139,162 @@ impl Verdict {
 
     /// The one line Slurm logs and Node Problem Detector shows as the condition's message.
     pub fn line(&self) -> String {
-        let gpus: Vec<String> = self
-            .selection
-            .devices
-            .iter()
-            .map(|d| d.to_string())
-            .collect();
+        let name = |d: &u32| self.labels.get(d).cloned().unwrap_or_else(|| d.to_string());
+        let gpus: Vec<String> = self.selection.devices.iter().map(name).collect();
         if self.ok() {
             let need = self
                 .need
                 .map(|n| format!(", at least {} free each", format_bytes(n)))
                 .unwrap_or_default();
             format!(
-                "ok: GPU {} ({}) clean{need}",
+                "ok: GPU {} ({}) clean{need}{}",
                 gpus.join(","),
-                self.selection.source
+                self.selection.source,
+                mig::candidates_text(&self.candidates)
             )
         } else {
             let parts: Vec<String> = self
                 .problems
                 .iter()
-                .map(|p| format!("GPU {}: {}", p.device, p.detail))
+                .map(|p| format!("GPU {}: {}", name(&p.device), p.detail))
                 .collect();
             format!("problem: {}", parts.join("; "))
         }
     }
 }
 
-/// A finding's title without its leading `GPU N: ` (the verdict's line names the GPU).
-fn without_gpu(title: &str, d: u32) -> &str {
-    title.strip_prefix(&format!("GPU {d}: ")).unwrap_or(title)
+/// A finding's title without its leading `GPU N: ` (`GPU 0/1: `; the verdict's line names
+/// the GPU).
+fn without_gpu<'a>(title: &'a str, d: &DeviceInfo) -> &'a str {
+    title
+        .strip_prefix(&format!("GPU {}: ", d.label()))
+        .unwrap_or(title)
 }
 
-/// Judge the selected GPUs on a scan report (its devices, processes and findings).
+/// Judge the selected GPUs on a scan report (its devices, processes and findings). A GPU in
+/// MIG mode is judged by its instances ([`mig`]): never on its own NO_PERMISSION or its
+/// sum; it passes when one of its instances is a candidate, named in the verdict.
 pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdict {
     let mut problems = Vec::new();
+    let mut candidates = Vec::new();
     let Some(scan) = report.scan() else {
         return Verdict {
             selection,
             need,
             problems,
+            candidates,
+            labels: Default::default(),
         };
     };
     for &d in &selection.devices {
-        let Some(dev) = scan.devices.iter().find(|x| x.index == d) else {
-            problems.push(Problem {
+        match scan.devices.iter().find(|x| x.index == d) {
+            Some(dev) if dev.is_mig_parent() => {
+                let (p, c) = mig::judge_parent(scan, dev, |i| judge_device(scan, i, need));
+                problems.extend(p);
+                candidates.extend(c);
+            }
+            Some(dev) => problems.extend(judge_device(scan, dev, need)),
+            None => problems.push(Problem {
                 device: d,
                 kind: "device-unavailable",
                 detail: "not reported by the driver".into(),
-            });
-            continue;
-        };
-        if !dev.status.is_ok() {
-            problems.push(Problem {
-                device: d,
-                kind: "device-unavailable",
-                detail: format!("the driver does not answer for it ({:?})", dev.status),
-            });
-            continue;
-        }
-        // Without this GPU's process lists nothing says it is free of other processes.
-        for f in scan.findings.iter().filter(|f| {
-            f.id == ids::DEVICE_UNAVAILABLE && f.devices.contains(&d) && dev.status.is_ok()
-        }) {
-            let status = f.evidence.iter().rfind(|e| e.label == "status");
-            problems.push(Problem {
-                device: d,
-                kind: "process-lists-unreadable",
-                detail: crate::term::clean_text(
-                    status.map_or("its process lists could not be read", |e| e.value.as_str()),
-                ),
-            });
-        }
-        for p in &scan.processes {
-            let Some(usage) = p.usage_on(d) else {
-                continue;
-            };
-            let who = match &p.name {
-                Some(n) => format!("PID {} ({})", p.pid, crate::term::clean_text(n)),
-                None => format!("PID {}", p.pid),
-            };
-            let state = if p.visible { "" } else { ", not running here" };
-            match usage.used {
-                // 0-byte entries are peer mappings, not memory (pytorch/pytorch#64130).
-                Some(0) => {}
-                Some(used) => problems.push(Problem {
-                    device: d,
-                    kind: "foreign-process",
-                    detail: format!("{who} holds {}{state}", format_bytes(used)),
-                }),
-                // NVML "not available" (containers, MIG without privileges): it may hold
-                // anything, the whole GPU included.
-                None => problems.push(Problem {
-                    device: d,
-                    kind: "unknown-usage",
-                    detail: format!("{who} holds an unknown amount (NVML: not available){state}"),
-                }),
-            }
-        }
-        for f in scan.findings.iter().filter(|f| {
-            f.id == ids::NO_LIVE_OWNER && f.severity == Severity::Error && f.devices.contains(&d)
-        }) {
-            problems.push(Problem {
-                device: d,
-                kind: "dead-process-memory",
-                detail: crate::term::clean_text(without_gpu(&f.title, d)),
-            });
-        }
-        // A GPU whose memory query is not supported (GB10) has no free figure to compare.
-        if let Some(n) = need.filter(|_| dev.memory_unknown.is_none()) {
-            if dev.memory.free < n {
-                problems.push(Problem {
-                    device: d,
-                    kind: "not-enough-free",
-                    detail: format!(
-                        "{} free, {} needed",
-                        format_bytes(dev.memory.free),
-                        format_bytes(n)
-                    ),
-                });
-            }
+            }),
         }
     }
+    // A MIG instance selected with its GPU is judged once.
+    let mut seen = Vec::new();
+    problems.retain(|p| {
+        !seen.contains(p) && {
+            seen.push(p.clone());
+            true
+        }
+    });
     Verdict {
         selection,
         need,
         problems,
+        candidates,
+        labels: mig::labels(scan),
     }
+}
+
+/// Why one device (a GPU, or a MIG instance) is refused: empty when it is clean.
+fn judge_device(scan: &ScanResult, dev: &DeviceInfo, need: Option<u64>) -> Vec<Problem> {
+    let d = dev.index;
+    let mut problems = Vec::new();
+    if !dev.status.is_ok() {
+        problems.push(Problem {
+            device: d,
+            kind: "device-unavailable",
+            detail: format!("the driver does not answer for it ({:?})", dev.status),
+        });
+        return problems;
+    }
+    // Without this GPU's process lists nothing says it is free of other processes.
+    for f in scan
+        .findings
+        .iter()
+        .filter(|f| f.id == ids::DEVICE_UNAVAILABLE && f.devices.contains(&d))
+    {
+        let status = f.evidence.iter().rfind(|e| e.label == "status");
+        problems.push(Problem {
+            device: d,
+            kind: "process-lists-unreadable",
+            detail: crate::term::clean_text(
+                status.map_or("its process lists could not be read", |e| e.value.as_str()),
+            ),
+        });
+    }
+    for p in &scan.processes {
+        let Some(usage) = p.usage_on(d) else {
+            continue;
+        };
+        let who = match &p.name {
+            Some(n) => format!("PID {} ({})", p.pid, crate::term::clean_text(n)),
+            None => format!("PID {}", p.pid),
+        };
+        let state = if p.visible { "" } else { ", not running here" };
+        match usage.used {
+            // 0-byte entries are peer mappings, not memory (pytorch/pytorch#64130).
+            Some(0) => {}
+            Some(used) => problems.push(Problem {
+                device: d,
+                kind: "foreign-process",
+                detail: format!("{who} holds {}{state}", format_bytes(used)),
+            }),
+            // NVML "not available" (containers, MIG without privileges): it may hold
+            // anything, the whole GPU included.
+            None => problems.push(Problem {
+                device: d,
+                kind: "unknown-usage",
+                detail: format!("{who} holds an unknown amount (NVML: not available){state}"),
+            }),
+        }
+    }
+    for f in scan.findings.iter().filter(|f| {
+        f.id == ids::NO_LIVE_OWNER && f.severity == Severity::Error && f.devices.contains(&d)
+    }) {
+        problems.push(Problem {
+            device: d,
+            kind: "dead-process-memory",
+            detail: crate::term::clean_text(without_gpu(&f.title, dev)),
+        });
+    }
+    // A GPU whose memory query is not supported (GB10) has no free figure to compare.
+    if let Some(n) = need.filter(|_| dev.memory_unknown.is_none()) {
+        if dev.memory.free < n {
+            problems.push(Problem {
+                device: d,
+                kind: "not-enough-free",
+                detail: format!(
+                    "{} free, {} needed",
+                    format_bytes(dev.memory.free),
+                    format_bytes(n)
+                ),
+            });
+        }
+    }
+    problems
 }
 
 /// Whether preflight runs for a job, and whether the scheduler shares its GPUs (issue 28):
@@ -334,6 +375,8 @@ mod tests {
                 kind: "foreign-process",
                 detail: "PID 1 holds 1 GiB".into(),
             }],
+            candidates: Vec::new(),
+            labels: Default::default(),
         };
         let none = |_: &str| None;
         let node = job_context(&sel(ALL_GPUS), None, none);
@@ -407,7 +450,10 @@ mod tests {
         assert_eq!(r("GPU-00000003").unwrap(), vec![3]);
         assert_eq!(r(&format!("{}::2", u[1])).unwrap(), vec![1]);
         assert!(r("7").unwrap_err().to_string().contains("names no GPU"));
-        assert!(r("MIG-abc").unwrap_err().to_string().contains("MIG"));
+        assert!(r("MIG-abc")
+            .unwrap_err()
+            .to_string()
+            .contains("MIG instance"));
         assert!(r("").is_err());
         assert!(r("GPU-0000000")
             .unwrap_err()

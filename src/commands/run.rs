@@ -76,7 +76,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     }
     let session = Session::new(global)?;
     let monitor = session.monitor()?;
-    let devices = monitor.devices()?;
+    let devices = crate::record::mig::recorded_devices(&monitor.devices()?);
     let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
     let vantage = crate::inventory::vantage_here(&environment, monitor.as_ref())?;
     let samples = (args.samples.as_ref().map(|p| job::open_samples(p, force)))
@@ -151,9 +151,8 @@ fn finish(
     if let Some(o) = output {
         o.wait_drained();
     }
-    // Command lines, error lines and paths come from the job: made terminal-safe.
-    let text =
-        crate::term::clean_text(&crate::report::terminal::run::render(run, &args.output.out));
+    // Command lines, error lines and paths come from the job: made terminal-safe there.
+    let text = crate::report::terminal::run::render(report, &args.output.out);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes());
     let _ = err.flush();

@@ -64,7 +64,9 @@ impl HeadroomTrend {
         for d in scan
             .devices
             .iter()
-            .filter(|d| d.status.is_ok() && d.memory_unknown.is_none())
+            // Per device by UUID: a MIG instance has its own; a GPU in MIG mode (its
+            // instances' sum) has no trend of its own.
+            .filter(|d| d.is_counted() && d.memory_unknown.is_none())
         {
             seen.insert(d.uuid.clone());
             let claimants: BTreeSet<u32> = scan
@@ -187,6 +189,57 @@ mod tests {
 
     /// Two engines at gpu_memory_utilization 0.45 each: 1.2 GiB free of 24 GiB.
     const BUDGET: u64 = TOTAL / 100 * 45;
+
+    /// A GPU in MIG mode (device 0) with two instances (1, 2): a second claimant joining
+    /// instance 1 warns on that instance; the parent, whose free memory is the instances'
+    /// sum, has no trend and no finding.
+    #[test]
+    fn the_trend_is_per_mig_instance_never_the_parent() {
+        use crate::gpu::{MigInfo, MigInstanceInfo};
+        let th = Thresholds::default();
+        let mut trend = HeadroomTrend::new(600.0);
+        let scan = |held: &[u64]| {
+            let procs = held
+                .iter()
+                .enumerate()
+                .map(|(i, b)| proc_(10 + i as u32, CVD_UNSET, &[(1, Some(*b))]))
+                .collect();
+            let mut inv = inv_with(3, procs, &[], true);
+            let devs = &mut inv.environment.devices;
+            for gi in 1..3u32 {
+                devs[gi as usize].mig = Some(MigInfo::Instance(MigInstanceInfo {
+                    parent: 0,
+                    parent_uuid: devs[0].uuid.clone(),
+                    gi: Some(gi),
+                    ci: Some(0),
+                    profile: "3g.40gb".into(),
+                }));
+            }
+            devs[0].mig = Some(MigInfo::Parent);
+            devs[0].memory.total = 2 * TOTAL;
+            devs[0].memory.used = devs[1].memory.used;
+            devs[0].memory.free = 2 * TOTAL - 2 * RESERVED - devs[1].memory.used;
+            let report = crate::scan::build_report(&inv, &Thresholds::default());
+            report.into_scan().expect("a scan")
+        };
+        let mut s = scan(&[BUDGET * 2 - GIB]);
+        trend.apply(&mut s, 0.0, &th);
+        let mut s = scan(&[BUDGET, BUDGET]);
+        trend.apply(&mut s, 60.0, &th);
+        let f = s
+            .findings
+            .iter()
+            .find(|f| f.id == ids::LOW_HEADROOM)
+            .expect("low-headroom on the instance");
+        assert_eq!(f.severity, Severity::Warn, "{}", f.title);
+        assert_eq!(f.devices, vec![1]);
+        assert!(
+            s.findings.iter().all(|f| !f.devices.contains(&0)),
+            "{:?}",
+            s.findings
+        );
+        assert_eq!(trend.history.len(), 2, "the instances only");
+    }
 
     #[test]
     fn a_steady_fixed_budget_state_stays_info_for_hours() {

@@ -533,6 +533,10 @@ impl Feed<'_> {
 fn physical(ordinal: u32, devices: &[DeviceInfo]) -> Option<u32> {
     let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
     let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let ids: Vec<(u32, &str)> = devices.iter().map(|d| (d.index, d.uuid.as_str())).collect();
+    if let Some(m) = crate::record::mig::ordinal(ordinal, env.as_deref(), &ids) {
+        return m;
+    }
     crate::gpu::visible::visible_devices(env.as_deref(), &uuids)
         .get(ordinal as usize)
         .copied()

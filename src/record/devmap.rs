@@ -53,6 +53,10 @@ pub fn physical(
     cuda_device_order: Option<&str>,
     devices: &[MapDevice],
 ) -> Option<u32> {
+    let ids: Vec<(u32, &str)> = devices.iter().map(|d| (d.index, d.uuid.as_str())).collect();
+    if let Some(m) = super::mig::ordinal(ordinal, cuda_visible_devices, &ids) {
+        return m;
+    }
     let positions: Vec<u32> = (0..devices.len() as u32).collect();
     let order = cuda_order(&positions, cuda_device_order, |i| {
         devices

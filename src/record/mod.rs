@@ -15,6 +15,7 @@ pub mod envelope;
 pub mod holders;
 pub mod lanes;
 pub mod membership;
+pub mod mig;
 pub mod policy;
 pub mod processes;
 pub mod recognise;

@@ -14,6 +14,10 @@ pub struct RecordedDevice {
     /// Its minor number (`/dev/nvidia<minor>`), when the driver said it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minor: Option<u32>,
+    /// How a MIG instance is named to people (`0/1`: parent / GPU instance, as scan names
+    /// it); `None`: a whole GPU, named by its index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
@@ -24,6 +28,7 @@ impl From<&crate::gpu::DeviceInfo> for RecordedDevice {
             name: d.name.clone(),
             total: d.memory.total,
             minor: d.minor,
+            label: d.mig_instance().map(|_| d.label()),
         }
     }
 }

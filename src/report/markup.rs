@@ -167,7 +167,7 @@ pub fn write_document<M: Markup>(m: &mut M, report: &Report) -> Result<(), M::Er
         }
     }
     if let Some(run) = report.run() {
-        run_sections(m, run)?;
+        run_sections(m, run, report.devices())?;
     }
     Ok(())
 }
@@ -611,7 +611,12 @@ fn variant_run<M: Markup>(m: &mut M, index: usize, r: &VariantRun) -> Result<(),
 
 /// `vramdoc run`: the command and how it ended, findings, errors in its output, memory per
 /// device with the chart, the job's processes, the stderr tail.
-fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
+/// `devices`: the environment's, naming MIG instances as scan does (`0/1`).
+fn run_sections<M: Markup>(
+    m: &mut M,
+    run: &RunResult,
+    devices: &[DeviceInfo],
+) -> Result<(), M::Error> {
     let how = match (&run.exit.signal_name, run.exit.code) {
         _ if run.attached.is_some() => vec![plain(" recorded while attached")],
         (Some(sig), _) => vec![
@@ -675,8 +680,12 @@ fn run_sections<M: Markup>(m: &mut M, run: &RunResult) -> Result<(), M::Error> {
             .map(|p| {
                 let tree = run.tree_peaks.iter().find(|t| t.device == p.device);
                 let free = run.min_free.iter().find(|f| f.device == p.device);
+                let name = devices
+                    .iter()
+                    .find(|d| d.index == p.device)
+                    .map_or_else(|| p.device.to_string(), DeviceInfo::label);
                 vec![
-                    vec![plain(p.device.to_string())],
+                    vec![plain(name)],
                     vec![plain(format_bytes(p.total))],
                     vec![plain(format!(
                         "{} ({})",

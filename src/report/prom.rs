@@ -289,12 +289,15 @@ pub fn render(
             if d.status != crate::gpu::DeviceStatus::Ok {
                 continue;
             }
-            let gpu = d.index.to_string();
+            // A MIG instance as scan names it (`0/1`), a GPU by its index.
+            let gpu = d.label();
             let l = [gpu.as_str(), d.uuid.as_str()];
             info.with_label_values(&[&gpu, &d.uuid, &d.name, &d.pci_bus_id, &d.uuid])
                 .set(1.0);
-            // Memory query not supported (GB10): no memory series rather than zeros.
-            if d.memory_unknown.is_some() {
+            // Memory query not supported (GB10): no memory series rather than zeros. A GPU
+            // in MIG mode: its memory is its instances' sum, exported per instance (a sum
+            // over the node would count it twice).
+            if d.memory_unknown.is_some() || d.is_mig_parent() {
                 continue;
             }
             used.with_label_values(&l).set(d.memory.used as f64);
@@ -378,7 +381,7 @@ pub fn render(
                     else {
                         continue;
                     };
-                    let gpu = d.index.to_string();
+                    let gpu = d.label();
                     let values: [&str; 7] = [
                         &gpu, &d.uuid, &pid, &comm, &pod_name, &namespace, &container,
                     ];

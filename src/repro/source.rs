@@ -341,6 +341,7 @@ pub fn recording(src: &Source) -> Recording {
                 name: d.name.clone(),
                 total: d.total,
                 minor: None,
+                label: None,
             })
             .collect(),
         timeline: Timeline {

@@ -55,7 +55,7 @@ pub fn render(report: &Report, hostname: Option<&str>) -> Result<String, PromErr
     reg.register(Box::new(ok.clone()))?;
     reg.register(Box::new(problems.clone()))?;
     for d in &scan.devices {
-        let gpu = d.index.to_string();
+        let gpu = d.label();
         let mine: Vec<&preflight::Problem> = verdict
             .problems
             .iter()

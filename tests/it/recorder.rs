@@ -351,6 +351,7 @@ mod long_staircase {
                     name: "NVIDIA H100 80GB HBM3".into(),
                     total: TOTAL,
                     minor: None,
+                    label: None,
                 })
                 .collect(),
             timeline: Timeline {

@@ -69,6 +69,10 @@ pub struct MemoryV1 {
 pub struct NvmlProcess {
     pub pid: u32,
     pub used: Option<u64>,
+    /// The GPU and compute instance ids of the MIG instance it runs in; `None` outside MIG
+    /// mode (nvml.h, `nvmlProcessInfo_v2_t`: "If MIG is enabled, stores a valid GPU instance
+    /// ID. gpuInstanceId is set to 0xFFFFFFFF otherwise", and so for the compute instance).
+    pub instance: Option<(u32, u32)>,
 }
 
 /// Block while the box's `nvml_hang` fault applies to a call on physical `device` (`None`: a
@@ -325,9 +329,14 @@ impl SimNvml {
         let st = self.sim.state_with(&faults)?;
         Ok(keys
             .iter()
-            .flat_map(|k| crate::processes_on(*k, &st))
-            .filter(|p| p.kind == kind)
-            .filter_map(|p| {
+            .flat_map(|k| {
+                let ids = self.sim.mig_instance(*k).map(|m| (m.gi, m.ci));
+                crate::processes_on(*k, &st)
+                    .into_iter()
+                    .map(move |p| (p, ids))
+            })
+            .filter(|(p, _)| p.kind == kind)
+            .filter_map(|(p, instance)| {
                 let entry = st.processes.get(&p.pid);
                 let (pid, used) = match (view, self.caller) {
                     (PidView::HostPids, _) | (_, Caller::Host) => (p.pid, p.used),
@@ -346,6 +355,7 @@ impl SimNvml {
                 Some(NvmlProcess {
                     pid,
                     used: (!hidden).then_some(used),
+                    instance,
                 })
             })
             .collect())

@@ -106,6 +106,7 @@ mod tests {
                     name: "test".into(),
                     total: 16 * GIB,
                     minor: None,
+                    label: None,
                 })
                 .collect(),
             timeline: Timeline {

@@ -233,7 +233,7 @@ fn finding(cx: &Prepared, d: &Dev, hit: Hit, own: bool) -> Finding {
             format!(
                 "GPU {}: the job's usage stepped up {n} times after its load without release \
                  ({} to {}), then out of memory",
-                d.index,
+                d.name,
                 format_bytes(from),
                 format_bytes(top)
             )
@@ -250,7 +250,7 @@ fn finding(cx: &Prepared, d: &Dev, hit: Hit, own: bool) -> Finding {
             format!(
                 "GPU {}: the job's usage stepped up {n} times after its load without release, \
                  to {:.1}% of total",
-                d.index,
+                d.name,
                 d.pct(top)
             )
         }

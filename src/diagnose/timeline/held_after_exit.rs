@@ -93,14 +93,14 @@ pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
                 format!(
                     "GPU {}: {} still counted as used {} after the job exited: a coherent-memory \
                      GPU keeps freed pages counted until they are reclaimed",
-                    d.index,
+                    d.name,
                     format_bytes(held),
                     fmt_t(from - last_exit)
                 )
             } else {
                 format!(
                     "GPU {}: {} still used {} after the job's processes exited",
-                    d.index,
+                    d.name,
                     format_bytes(held),
                     fmt_t(from - last_exit)
                 )

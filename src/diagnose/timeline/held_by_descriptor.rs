@@ -157,7 +157,7 @@ fn finding(cx: &Prepared, who: &[&Sighting], rows: &[Row], kill_markers: &[&Mark
     let kill = format!("kill {}", pids.join(" "));
     let amounts: Vec<String> = rows
         .iter()
-        .map(|r| format!("GPU {}: {}", r.dev.index, format_bytes(r.held)))
+        .map(|r| format!("GPU {}: {}", r.dev.name, format_bytes(r.held)))
         .collect();
     let mut dead: Vec<u32> = rows.iter().flat_map(|r| r.listed_dead.clone()).collect();
     dead.sort_unstable();

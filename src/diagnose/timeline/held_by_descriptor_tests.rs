@@ -90,6 +90,7 @@ fn recording(s: &Shape) -> Recording {
             name: "sim".into(),
             total: 16 * GIB,
             minor: None,
+            label: None,
         }],
         timeline: Timeline {
             devices: vec![DeviceSeries {

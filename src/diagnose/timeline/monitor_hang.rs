@@ -78,6 +78,7 @@ mod tests {
                     name: "test".into(),
                     total: 16 << 30,
                     minor: None,
+                    label: None,
                 })
                 .collect(),
             timeline: Timeline {

@@ -78,7 +78,7 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             }
             title = format!(
                 "Out of memory on GPU {} at {} ({} free of {})",
-                d.index,
+                d.name,
                 fmt_t(e.t_ms),
                 format_bytes(free),
                 format_bytes(d.total)

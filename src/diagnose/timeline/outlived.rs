@@ -163,6 +163,7 @@ mod tests {
                 name: "sim".into(),
                 total: 16 * GIB,
                 minor: None,
+                label: None,
             }],
             timeline: Timeline {
                 devices: vec![DeviceSeries {

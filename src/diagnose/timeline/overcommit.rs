@@ -108,7 +108,7 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             severity: Severity::Error,
             title: format!(
                 "GPU {}: one claim of {} left {} free ({:.2} x total held), then the job failed",
-                d.index,
+                d.name,
                 format_bytes(claim),
                 format_bytes(free),
                 util

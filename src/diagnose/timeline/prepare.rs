@@ -21,6 +21,8 @@ pub(super) struct Dev<'a> {
     pub(super) baseline: u64,
     /// Level changes smaller than this are noise.
     pub(super) step: u64,
+    /// How it is named in titles: its index, or `0/1` for a MIG instance (as scan names it).
+    pub(super) name: String,
 }
 
 impl Dev<'_> {
@@ -30,8 +32,8 @@ impl Dev<'_> {
 
     pub(super) fn label(&self) -> String {
         match self.uuid {
-            Some(u) => format!("GPU {} ({u})", self.index),
-            None => format!("GPU {}", self.index),
+            Some(u) => format!("GPU {} ({u})", self.name),
+            None => format!("GPU {}", self.name),
         }
     }
 
@@ -109,6 +111,9 @@ impl<'a> Prepared<'a> {
                     samples,
                     baseline,
                     step,
+                    name: info
+                        .and_then(|d| d.label.clone())
+                        .unwrap_or_else(|| s.device.to_string()),
                 }
             })
             .collect();

@@ -2,14 +2,21 @@
 //! device's peak, the job's share and the lowest free memory, the error lines, the findings
 //! and where the reports went. Pure; lines fit 100 columns; text from the job is cleaned.
 
-use crate::model::RunResult;
+use crate::gpu::DeviceInfo;
+use crate::model::Report;
 use crate::report::text::{finding_text, format_ms, percent};
 use crate::term::one_line;
 use crate::units::format_bytes;
 use std::path::PathBuf;
 
-/// The summary of `run`, with the report paths `out`.
-pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
+/// The summary of a `run` report, with the report paths `out`; its environment's devices
+/// name MIG instances as scan does (`GPU 0/1 (MIG 3g.40gb)`). Empty for another report.
+/// Terminal-safe: command lines, error lines and paths come from the job.
+pub fn render(report: &Report, out: &[PathBuf]) -> String {
+    let Some(run) = report.run() else {
+        return String::new();
+    };
+    let devices = &report.environment.devices;
     let mut s = String::new();
     let how = match (&run.exit.signal_name, run.exit.code) {
         _ if run.attached.is_some() => "was recorded while attached".to_string(),
@@ -42,7 +49,7 @@ pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
             .any(|f| f.id == crate::diagnose::ids::GPU_LOST && f.devices.contains(&p.device));
         s.push_str(&format!(
             "  GPU {}: {}peak {} of {} ({}); the job's processes {}; lowest free {}\n",
-            p.device,
+            device_name(p.device, devices),
             if lost {
                 "LOST (fallen off the bus); before it: "
             } else {
@@ -68,5 +75,16 @@ pub fn render(run: &RunResult, out: &[PathBuf]) -> String {
     for p in out {
         s.push_str(&format!("  report: {}\n", p.display()));
     }
-    s
+    crate::term::clean_text(&s)
+}
+
+/// `2` for a GPU, `0/1 (MIG 3g.40gb)` for a MIG instance.
+fn device_name(index: u32, devices: &[DeviceInfo]) -> String {
+    match devices.iter().find(|d| d.index == index) {
+        Some(d) => match d.mig_instance() {
+            Some(m) if !m.profile.is_empty() => format!("{} (MIG {})", d.label(), m.profile),
+            _ => d.label(),
+        },
+        None => index.to_string(),
+    }
 }

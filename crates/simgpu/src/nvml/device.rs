@@ -74,9 +74,15 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
                 .devices()
                 .iter()
                 .filter(|d| mounted().contains(&d.index))
-                .find(|d| d.uuid.eq_ignore_ascii_case(want))
-                .ok_or(NVML_ERROR_NOT_FOUND)?;
-            out(device, handle_for(dev.index))
+                .find(|d| d.uuid.eq_ignore_ascii_case(want));
+            if let Some(dev) = dev {
+                return out(device, handle_for(dev.index));
+            }
+            // A MIG device UUID gives that instance's MIG device handle, where this caller
+            // can open it (rapidsai/cudf dask_cudf `_get_device_size`: "This works for both
+            // MIG and non-MIG device UUIDs").
+            let key = super::mig::openable_by_uuid(&nvml, want).ok_or(NVML_ERROR_NOT_FOUND)?;
+            out(device, mig_handle_for(key))
         })())
     })
 }

@@ -152,3 +152,21 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
         instance_id(device, id, true)
     })
 }
+
+/// The key of the MIG instance whose `MIG-<uuid>` is `uuid` (case ignored), among those this
+/// caller can open (`nvmlDeviceGetHandleByUUID` on a MIG device UUID).
+pub(super) fn openable_by_uuid(nvml: &SimNvml, uuid: &str) -> Option<u32> {
+    let parents: Vec<u32> = nvml
+        .sim()
+        .mig_instances()
+        .iter()
+        .map(|m| m.parent)
+        .collect();
+    parents.into_iter().find_map(|p| {
+        nvml.mig_instances(p)
+            .ok()?
+            .into_iter()
+            .find(|m| m.device.uuid.eq_ignore_ascii_case(uuid))
+            .map(|m| m.device.index)
+    })
+}

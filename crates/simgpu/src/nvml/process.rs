@@ -10,7 +10,7 @@ unsafe fn processes<T>(
     count: *mut c_uint,
     infos: *mut T,
     kind: ProcessKind,
-    make: fn(c_uint, c_ulonglong) -> T,
+    make: fn(c_uint, c_ulonglong, (c_uint, c_uint)) -> T,
 ) -> nvmlReturn_t {
     done((|| {
         let (nvml, index) = session_and_index(device)?;
@@ -36,34 +36,36 @@ unsafe fn processes<T>(
             let used = p.used.unwrap_or(NVML_VALUE_NOT_AVAILABLE_ULL);
             // SAFETY: the caller's array holds `capacity` >= n entries of the record type
             // this driver writes (on R535 that is wider than the header's: the real bug).
-            unsafe { infos.add(i).write_unaligned(make(p.pid, used)) };
+            // A process in a MIG instance carries its GPU and compute instance ids.
+            let ids = p.instance.unwrap_or((NVML_NO_INSTANCE, NVML_NO_INSTANCE));
+            unsafe { infos.add(i).write_unaligned(make(p.pid, used, ids)) };
         }
         Ok(())
     })())
 }
 
-fn v1(pid: c_uint, used: c_ulonglong) -> nvmlProcessInfo_v1_t {
+fn v1(pid: c_uint, used: c_ulonglong, _: (c_uint, c_uint)) -> nvmlProcessInfo_v1_t {
     nvmlProcessInfo_v1_t {
         pid,
         usedGpuMemory: used,
     }
 }
 
-fn v2(pid: c_uint, used: c_ulonglong) -> nvmlProcessInfo_v2_t {
+fn v2(pid: c_uint, used: c_ulonglong, (gi, ci): (c_uint, c_uint)) -> nvmlProcessInfo_v2_t {
     nvmlProcessInfo_v2_t {
         pid,
         usedGpuMemory: used,
-        gpuInstanceId: NVML_NO_INSTANCE,
-        computeInstanceId: NVML_NO_INSTANCE,
+        gpuInstanceId: gi,
+        computeInstanceId: ci,
     }
 }
 
-fn detail(pid: c_uint, used: c_ulonglong) -> nvmlProcessDetail_v1_t {
+fn detail(pid: c_uint, used: c_ulonglong, (gi, ci): (c_uint, c_uint)) -> nvmlProcessDetail_v1_t {
     nvmlProcessDetail_v1_t {
         pid,
         usedGpuMemory: used,
-        gpuInstanceId: NVML_NO_INSTANCE,
-        computeInstanceId: NVML_NO_INSTANCE,
+        gpuInstanceId: gi,
+        computeInstanceId: ci,
         usedGpuCcProtectedMemory: 0,
     }
 }

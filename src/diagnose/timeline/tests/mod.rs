@@ -176,6 +176,7 @@ impl Job {
                     name: "Test GPU".into(),
                     total: self.totals[i as usize],
                     minor: None,
+                    label: None,
                 })
                 .collect(),
             timeline: Timeline {

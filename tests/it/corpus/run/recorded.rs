@@ -153,6 +153,7 @@ impl Shape {
                     name: "Recorded GPU".into(),
                     total: self.totals[i as usize],
                     minor: None,
+                    label: None,
                 })
                 .collect(),
             timeline: Timeline {
