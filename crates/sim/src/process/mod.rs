@@ -205,7 +205,7 @@ impl SimProcess {
             let uvm = crate::open_node(&dev.join(crate::UVM_NODE))?;
             self.files = Some(ClientFiles {
                 token: tok,
-                _ctl: ctl,
+                ctl,
                 nodes: HashMap::new(),
                 uvm,
                 context_map: None,
