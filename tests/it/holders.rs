@@ -202,7 +202,7 @@ fn sim_status_shows_minors_and_managed_bytes() {
     let rows: Vec<Vec<&str>> = text
         .lines()
         .map(|l| {
-            l.split(['|', '│', ' '])
+            l.split(['|', '│', '┆', ' '])
                 .map(str::trim)
                 .filter(|c| !c.is_empty())
                 .collect()
