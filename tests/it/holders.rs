@@ -142,53 +142,74 @@ fn an_nvml_monitor_is_no_holder_and_a_forked_child_with_a_context_is() {
 
 /// `run`: the job starts an NVML monitor that outlives the command, and its exited main
 /// process's memory stays (`--keep-dead`). The monitor holds the device files but no
-/// context: held-by-descriptor does not name it.
+/// context: held-by-descriptor does not name it, and `--kill-after` does not end it (it
+/// holds no memory).
 #[test]
 fn run_does_not_name_an_nvml_monitor_of_the_job_as_holder() {
     let b = CliBox::new("1x16GiB", &[]);
     sim_fault(&b.dir, &["--keep-dead"]);
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run.json");
-    let pid_file = tmp.path().join("monitor.pid");
-    let script = format!(
-        "python3 -c \"$MONITOR\" > {pid} 2>/dev/null & \
-         while ! grep -q holding {pid}; do sleep 0.1; done; \
-         python3 {JOB} ctx:0 alloc:2048 exit:0 > /dev/null",
-        pid = pid_file.display()
-    );
-    let o = b
-        .vramdoc()
-        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
-        .env("MONITOR", nvml_monitor_script(8))
-        .args(["run", "--process-period", "100ms", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    let line = std::fs::read_to_string(&pid_file).unwrap_or_default();
-    let monitor: u32 = line
-        .trim()
-        .strip_prefix("holding pid=")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("monitor pid: {line:?}"));
-    let alive = Path::new(&format!("/proc/{monitor}")).exists();
-    // SAFETY: kill(2) on the monitor this test's job started.
-    unsafe { libc::kill(monitor as i32, libc::SIGKILL) };
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
-    assert!(alive, "the monitor outlived the command");
-    let r = common::read_report(&out);
-    let all = r["run"]["findings"].as_array().cloned().unwrap_or_default();
-    let held: Vec<&Value> = all
-        .iter()
-        .filter(|f| f["id"] == "held-by-descriptor")
-        .collect();
-    assert!(held.is_empty(), "{held:?}");
-    assert!(
-        !all.iter()
-            .any(|f| f["pid"] == monitor && f["severity"] != "info"),
-        "{all:?}"
-    );
+    for (i, extra) in [&[][..], &["--kill-after", "2s"][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let out = tmp.path().join(format!("run{i}.json"));
+        let pid_file = tmp.path().join(format!("monitor{i}.pid"));
+        let script = format!(
+            "python3 -c \"$MONITOR\" > {pid} 2>/dev/null & \
+             while ! grep -q holding {pid}; do sleep 0.1; done; \
+             python3 {JOB} ctx:0 alloc:2048 exit:0 > /dev/null",
+            pid = pid_file.display()
+        );
+        let o = b
+            .vramdoc()
+            .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+            .env("MONITOR", nvml_monitor_script(20))
+            .args(["run", "--process-period", "100ms", "--out"])
+            .arg(&out)
+            .args(extra)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        let line = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        let monitor: u32 = line
+            .trim()
+            .strip_prefix("holding pid=")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{extra:?}: monitor pid: {line:?}"));
+        let alive = std::fs::read_to_string(format!("/proc/{monitor}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.starts_with(" Z")));
+        // SAFETY: kill(2) on the monitor this test's job started.
+        unsafe { libc::kill(monitor as i32, libc::SIGKILL) };
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{extra:?}: {}",
+            common::stderr(&o)
+        );
+        assert!(
+            alive,
+            "{extra:?}: the monitor outlived the command, not ended"
+        );
+        let r = common::read_report(&out);
+        let all = r["run"]["findings"].as_array().cloned().unwrap_or_default();
+        let held: Vec<&Value> = all
+            .iter()
+            .filter(|f| f["id"] == "held-by-descriptor")
+            .collect();
+        assert!(held.is_empty(), "{extra:?}: {held:?}");
+        assert!(
+            !all.iter()
+                .any(|f| f["pid"] == monitor && f["severity"] != "info"),
+            "{extra:?}: {all:?}"
+        );
+        assert!(
+            !r.to_string()
+                .contains(&format!("kill-after: SIGTERM to {monitor}")),
+            "{extra:?}"
+        );
+    }
 }
 
 /// `sim status` shows each device's minor number and each process's managed bytes.
