@@ -251,4 +251,33 @@ mod tests {
         ));
         assert!(!maps_wanted(None, &f("/dev/nvidia0"), &[], devs));
     }
+
+    /// The rule: lost memory beside an NVML client names no holder; beside a process with
+    /// a context it names that one; beside one whose maps were not read it names none and
+    /// says how to see.
+    #[test]
+    fn no_live_owner_names_only_a_holder_with_a_context() {
+        use crate::diagnose::rules::no_live_owner;
+        use crate::diagnose::Thresholds;
+        let mut inv = inv_with(1, vec![], &[(0, 3 * GIB)], true);
+        let files = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"];
+        let th = Thresholds::default();
+        for (context, named) in [(Some(false), false), (Some(true), true), (None, false)] {
+            inv.details.node_holders = vec![holder(40, "python3", &files, context)];
+            let f = no_live_owner(&inv, &th);
+            assert_eq!(f.len(), 1, "{context:?}");
+            assert_eq!(
+                f[0].title.contains("held open by PID 40 (python3)"),
+                named,
+                "{context:?}: {}",
+                f[0].title
+            );
+            assert_eq!(f[0].pid, named.then_some(40), "{context:?}");
+            let unreadable = f[0]
+                .evidence
+                .iter()
+                .any(|e| e.value.contains("run as root"));
+            assert_eq!(unreadable, context.is_none(), "{context:?}");
+        }
+    }
 }
