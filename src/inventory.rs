@@ -281,6 +281,11 @@ pub struct NodeHolder {
     /// (`host::uvm_mapped_bytes`, `diagnose::unattributed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uvm_mapped: Option<u64>,
+    /// Whether its maps show a CUDA context (`host::DeviceMaps::has_context`): only such a
+    /// process holds GPU memory through the files (every NVML monitor holds descriptors of
+    /// them). `None`: its maps were not read (not needed, not readable, an older report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<bool>,
 }
 
 impl Inventory {
@@ -480,7 +485,12 @@ pub fn wsl_reason(osrelease: &str) -> Option<String> {
 
 /// Every process (not this one) with an open descriptor on one of `nodes`, from
 /// /proc/PID/fd: what `fuser -v` prints. Processes whose fds we may not read are skipped.
-pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
+/// The maps of a holder (context evidence and managed bytes, one read) are read only where
+/// `maps_wanted(name, held files)` says they are evidence (`crate::scan`).
+pub fn node_holders(
+    nodes: &[std::path::PathBuf],
+    maps_wanted: &dyn Fn(Option<&str>, &[std::path::PathBuf]) -> bool,
+) -> Vec<NodeHolder> {
     if nodes.is_empty() {
         return Vec::new();
     }
@@ -498,19 +508,18 @@ pub fn node_holders(nodes: &[std::path::PathBuf]) -> Vec<NodeHolder> {
         if held.is_empty() {
             continue;
         }
-        let uvm_mapped = held
-            .iter()
-            .any(|t| host::is_uvm_node(t))
-            .then(|| host::uvm_mapped_bytes(pid))
+        let (name, user) = name_and_user(pid).unzip();
+        let maps = maps_wanted(name.as_deref(), &held)
+            .then(|| host::device_maps(pid))
             .flatten();
         let held: Vec<String> = held.iter().map(|t| t.display().to_string()).collect();
-        let (name, user) = name_and_user(pid).unzip();
         out.push(NodeHolder {
             pid,
             name,
             user,
             nodes: held,
-            uvm_mapped,
+            uvm_mapped: maps.map(|m| m.uvm_bytes),
+            context: maps.map(|m| m.has_context()),
         });
     }
     out.sort_by_key(|h| h.pid);
@@ -706,7 +715,8 @@ mod tests {
             .stdin(std::fs::File::open(&node).unwrap())
             .spawn()
             .unwrap();
-        let holders = node_holders(std::slice::from_ref(&node));
+        let holders = node_holders(std::slice::from_ref(&node), &|_, _| true);
+        let unread = node_holders(std::slice::from_ref(&node), &|_, _| false);
         child.kill().unwrap();
         child.wait().unwrap();
         let h = holders
@@ -714,8 +724,12 @@ mod tests {
             .find(|h| h.pid == child.id())
             .expect("holder");
         assert_eq!(h.nodes, vec![node.display().to_string()]);
+        // A descriptor and no mapping: no CUDA context (what an NVML monitor holds).
+        assert_eq!((h.context, h.uvm_mapped), (Some(false), Some(0)));
+        let h = unread.iter().find(|h| h.pid == child.id()).expect("holder");
+        assert_eq!((h.context, h.uvm_mapped), (None, None), "maps not wanted");
         assert!(!holders.iter().any(|h| h.pid == std::process::id()));
-        assert!(node_holders(&[]).is_empty());
+        assert!(node_holders(&[], &|_, _| true).is_empty());
     }
 
     #[test]

@@ -41,15 +41,29 @@ pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError>
     let report = build_report(&inv, &cfg.thresholds);
     // The open-file walk (every process's /proc/PID/fd, what `fuser -v` does) is evidence
     // for `no-live-owner` only: done when that finding is raised, then decided again with it.
-    let needs_holders = report.scan().is_some_and(|s| {
-        s.findings
-            .iter()
-            .any(|f| f.id == crate::diagnose::ids::NO_LIVE_OWNER)
-    });
-    if !needs_holders {
+    // Maps (context evidence, managed bytes) are read only of the holders that concern the
+    // GPUs it was raised on (`diagnose::holders::maps_wanted`).
+    let flagged: Vec<u32> = report
+        .scan()
+        .map(|s| {
+            s.findings
+                .iter()
+                .filter(|f| f.id == crate::diagnose::ids::NO_LIVE_OWNER)
+                .flat_map(|f| f.devices.iter().copied())
+                .collect()
+        })
+        .unwrap_or_default();
+    if flagged.is_empty() {
         return Ok(report);
     }
-    inv.details.node_holders = inventory::node_holders(&monitor.device_nodes());
+    let devices = inv.devices().to_vec();
+    let flagged: Vec<&crate::gpu::DeviceInfo> = devices
+        .iter()
+        .filter(|d| flagged.contains(&d.index))
+        .collect();
+    inv.details.node_holders = inventory::node_holders(&monitor.device_nodes(), &|name, files| {
+        crate::diagnose::holders::maps_wanted(name, files, &flagged, &devices)
+    });
     Ok(build_report(&inv, &cfg.thresholds))
 }
 

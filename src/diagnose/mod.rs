@@ -7,6 +7,7 @@ pub mod devset;
 mod evidence;
 pub mod fixes;
 pub mod headroom_trend;
+pub mod holders;
 mod last_reading;
 mod mig;
 mod pods;

@@ -244,54 +244,11 @@ pub fn no_live_owner(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
         evidence.push(ev_bytes("threshold", th.unattributed_min));
         evidence.extend(owner_pods_evidence(inv, d.index));
         // Who keeps the memory alive: processes NVML does not list as live owners that hold
-        // this GPU's device file (or, failing that, any GPU device file) open.
-        let listed: Vec<u32> = on_dev
-            .iter()
-            .filter(|(p, _)| is_live(p))
-            .map(|(p, _)| p.pid)
-            .collect();
-        // Device files are named by minor number, not NVML index.
-        let node_name = format!("nvidia{}", d.minor.unwrap_or(d.index));
-        // System daemons and monitors hold every GPU's device files open by design: never
-        // named as holders (stopping them frees nothing).
-        let (monitors, others): (Vec<&crate::inventory::NodeHolder>, Vec<_>) = details
-            .node_holders
-            .iter()
-            .filter(|h| !listed.contains(&h.pid))
-            .partition(|h| h.name.as_deref().is_some_and(is_system_monitor));
-        let this_gpu: Vec<&crate::inventory::NodeHolder> = others
-            .iter()
-            .copied()
-            .filter(|h| h.nodes.iter().any(|n| n.ends_with(&node_name)))
-            .collect();
-        let holders = if this_gpu.is_empty() {
-            others
-        } else {
-            this_gpu
-        };
-        for h in &holders {
-            let mut who = format!("PID {}", h.pid);
-            if let Some(n) = &h.name {
-                who.push_str(&format!(" ({n})"));
-            }
-            if let Some(u) = &h.user {
-                who.push_str(&format!(" user {u}"));
-            }
-            evidence.push(ev(
-                format!("{who} holds GPU device files open"),
-                h.nodes.join(", "),
-            ));
-        }
-        if !monitors.is_empty() {
-            let names: Vec<String> = monitors
-                .iter()
-                .map(|h| format!("PID {} ({})", h.pid, h.name.as_deref().unwrap_or("?")))
-                .collect();
-            evidence.push(ev(
-                "system daemons and monitors with the device files open (not holders)",
-                names.join(", "),
-            ));
-        }
+        // this GPU's device files (or only the control files) with a CUDA context mapped;
+        // NVML clients and system monitors are listed as not holders (`super::holders`).
+        let device_holders = super::holders::of_device(inv, d);
+        evidence.extend(device_holders.evidence());
+        let holders = device_holders.named;
         // Managed memory of a live listed process, or a coherent-memory GPU's unreclaimed
         // pages (with no exited PID listed and no other holder): information, not lost
         // memory (`unattributed::split`, which the metric uses too).

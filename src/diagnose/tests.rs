@@ -578,6 +578,7 @@ fn no_live_owner_names_processes_holding_the_device_files() {
         user: Some("alice".into()),
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
         uvm_mapped: None,
+        context: Some(true),
     };
     i.details.node_holders = vec![
         holder(10, "p10", &["/dev/nvidia1", "/dev/nvidiactl"]),

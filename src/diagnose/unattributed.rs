@@ -6,8 +6,9 @@
 //!
 //! What explains the bytes, first match wins:
 //! - nothing, when NVML lists a PID that does not exist on the device, or a process NVML
-//!   does not list (not a system monitor) holds the driver's device files: those are the
-//!   shapes of lost memory (`lost`);
+//!   does not list holds the driver's device files with a CUDA context mapped, or with maps
+//!   that could not be read (`super::holders`; descriptors alone are every NVML monitor's):
+//!   those are the shapes of lost memory (`lost`);
 //! - managed (unified) memory, up to what the live listed processes on the device have
 //!   mapped from `/dev/nvidia-uvm` beyond their contexts' own 2 MiB
 //!   ([`CONTEXT_UVM_MAPPING`]): memory from `cuMemAllocManaged` resident on a GPU is counted
@@ -28,7 +29,7 @@
 //! What managed memory does not explain goes on down the list (coherent, else lost).
 
 use super::evidence::{ev, ev_bytes};
-use super::rules::{is_system_monitor, unattributed_bytes};
+use super::rules::unattributed_bytes;
 use super::{fixes, ids};
 use crate::gpu::DeviceInfo;
 use crate::inventory::{Inventory, NodeHolder};
@@ -111,15 +112,9 @@ pub fn split(inv: &Inventory, d: &DeviceInfo) -> Option<Unattributed> {
         .collect();
     let is_live = |p: &crate::model::ProcessInfo| p.visible || !host;
     let dead = on_dev.iter().any(|p| !is_live(p));
-    let listed: Vec<u32> = on_dev
-        .iter()
-        .filter(|p| is_live(p))
-        .map(|p| p.pid)
-        .collect();
-    let holders = &inv.details.node_holders;
-    let foreign = holders
-        .iter()
-        .any(|h| !listed.contains(&h.pid) && !h.name.as_deref().is_some_and(is_system_monitor));
+    // A process NVML does not list here holding the device files with a CUDA context (or
+    // whose maps could not be read) may keep the memory: nothing explains it then.
+    let foreign = super::holders::of_device(inv, d).any_possible();
     let mut out = Unattributed {
         device: d.index,
         ..Unattributed::default()
@@ -269,6 +264,7 @@ mod tests {
             user: None,
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             uvm_mapped: None,
+            context: Some(true),
         }
     }
 
@@ -361,8 +357,17 @@ mod tests {
         ];
         let s = split(&inv, &inv.devices()[0]).unwrap();
         assert_eq!((s.lost, s.managed), (5 * GIB, 0));
+        // Its maps not readable: it may be one, so nothing is explained either.
+        inv.details.node_holders[1].context = None;
+        assert_eq!(split(&inv, &inv.devices()[0]).unwrap().lost, 5 * GIB);
         // A monitor beside it is not a holder.
         inv.details.node_holders[1] = holder(12, "nvidia-smi", &["/dev/nvidia0"]);
+        assert_eq!(split(&inv, &inv.devices()[0]).unwrap().managed, 5 * GIB);
+        // Nor is any NVML client: descriptors and no CUDA context mapped.
+        inv.details.node_holders[1] = NodeHolder {
+            context: Some(false),
+            ..holder(13, "pynvml-loop", &["/dev/nvidia0", "/dev/nvidia-uvm"])
+        };
         assert_eq!(split(&inv, &inv.devices()[0]).unwrap().managed, 5 * GIB);
     }
 

@@ -1,9 +1,11 @@
 //! Which of the driver's device files a process holds open (`/proc/PID/fd`), as `fuser -v`
 //! answers for `/dev/nvidia*`: the one reader behind scan's node holders
 //! (`inventory::node_holders`) and `run`'s record of the job's processes that keep memory
-//! alive through a descriptor after the command ended (`record::holders`); and how many
-//! bytes a process has mapped from the UVM device file (`/proc/PID/maps`), the evidence of
-//! its managed memory ([`uvm_mapped_bytes`]).
+//! alive through a descriptor after the command ended (`record::holders`); and what a
+//! process maps of them (`/proc/PID/maps`, one pass: [`device_maps`]): whether it has a CUDA
+//! context (the only way a process holds GPU memory through the files: descriptors alone
+//! are what every NVML monitor holds) and how many bytes it maps from the UVM device file,
+//! the evidence of its managed memory.
 
 use super::process::fd_targets;
 use super::HostError;
@@ -50,17 +52,46 @@ pub fn is_uvm_node(node: &Path) -> bool {
     node.file_name().is_some_and(|f| f == UVM_NODE)
 }
 
+/// The file name of the driver's control file (`/dev/nvidiactl`, a simulated box's
+/// `dev/nvidiactl`).
+pub const CTL_NODE: &str = "nvidiactl";
+
+/// Ranges of `/dev/nvidiactl` `cuInit` maps by itself, without a context: one (4 KiB),
+/// observed on an H200, 580.159.04, 2026-11-28 (docs/simulator.md, "Who holds memory
+/// through the device files"). A context maps many more (27 ranges, 70 MiB there), and a
+/// forked child inherits them.
+pub const CUINIT_CTL_RANGES: u32 = 1;
+
 /// Most of `/proc/PID/maps` read (a process with a million mappings has ~100 MiB of it):
-/// past this the sum is a lower bound.
+/// past this the counts are lower bounds.
 const MAPS_LIMIT: u64 = 16 << 20;
 
-/// Bytes `pid` has mapped from a UVM device file ([`is_uvm_node`]), summed over its
-/// mappings in `/proc/PID/maps`; `None` when the file cannot be read (gone, another user's
-/// process, `hidepid`). Read by hand and bounded ([`MAPS_LIMIT`]): procfs's `maps()` reads
-/// the whole file and parses every field, and only the ranges and paths matter here. On a
-/// real driver every CUDA context maps 2 MiB of `/dev/nvidia-uvm` and each managed
-/// allocation maps its size (docs/simulator.md, "Managed memory").
-pub fn uvm_mapped_bytes(pid: u32) -> Option<u64> {
+/// What one process maps of the driver's device files, from one read of `/proc/PID/maps`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceMaps {
+    /// Ranges of the control file (`nvidiactl`) mapped.
+    pub ctl_ranges: u32,
+    /// Bytes mapped from the UVM device file (`nvidia-uvm`): 2 MiB per context, plus each
+    /// managed allocation's size (docs/simulator.md, "Managed memory").
+    pub uvm_bytes: u64,
+}
+
+impl DeviceMaps {
+    /// Whether these maps show a CUDA context: a mapping of `nvidia-uvm`, or more of
+    /// `nvidiactl` than `cuInit` maps alone ([`CUINIT_CTL_RANGES`]). An NVML-only process
+    /// (nvidia-smi, dcgm-exporter, nvitop, vramdoc) maps none of the device files; a context
+    /// maps both; a child forked after the context inherits the `nvidiactl` ranges (libcuda
+    /// marks its `nvidia-uvm` ranges MADV_DONTFORK), all observed on an H200, 580.159.04.
+    pub fn has_context(&self) -> bool {
+        self.uvm_bytes > 0 || self.ctl_ranges > CUINIT_CTL_RANGES
+    }
+}
+
+/// What `pid` maps of the driver's device files ([`DeviceMaps`]), from one bounded read of
+/// `/proc/PID/maps` ([`MAPS_LIMIT`]); `None` when it cannot be read (gone, another user's
+/// process, `hidepid`). Read by hand: procfs's `maps()` reads the whole file and parses every
+/// field, and only the ranges and paths matter here.
+pub fn device_maps(pid: u32) -> Option<DeviceMaps> {
     use std::io::Read;
     let mut text = Vec::new();
     std::fs::File::open(format!("/proc/{pid}/maps"))
@@ -68,26 +99,42 @@ pub fn uvm_mapped_bytes(pid: u32) -> Option<u64> {
         .take(MAPS_LIMIT)
         .read_to_end(&mut text)
         .ok()?;
-    Some(uvm_bytes_in_maps(&String::from_utf8_lossy(&text)))
+    Some(device_maps_in(&String::from_utf8_lossy(&text)))
 }
 
-/// [`uvm_mapped_bytes`] of a `/proc/PID/maps` text: lines
-/// `start-end perms offset dev inode path`; malformed lines count nothing.
-fn uvm_bytes_in_maps(text: &str) -> u64 {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.splitn(6, ' ');
-            let range = fields.next()?;
-            let path = fields.nth(4)?.trim_start();
-            if !is_uvm_node(Path::new(path)) {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            let start = u64::from_str_radix(start, 16).ok()?;
-            let end = u64::from_str_radix(end, 16).ok()?;
-            end.checked_sub(start)
-        })
-        .fold(0u64, u64::saturating_add)
+/// Bytes `pid` has mapped from a UVM device file ([`is_uvm_node`]): [`device_maps`]'s
+/// `uvm_bytes`; `None` when its maps cannot be read.
+pub fn uvm_mapped_bytes(pid: u32) -> Option<u64> {
+    device_maps(pid).map(|m| m.uvm_bytes)
+}
+
+/// [`DeviceMaps`] of a `/proc/PID/maps` text: lines `start-end perms offset dev inode path`;
+/// malformed lines count nothing.
+fn device_maps_in(text: &str) -> DeviceMaps {
+    let mut out = DeviceMaps::default();
+    for line in text.lines() {
+        let mut fields = line.splitn(6, ' ');
+        let (Some(range), Some(path)) = (fields.next(), fields.nth(4)) else {
+            continue;
+        };
+        let path = Path::new(path.trim_start());
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
+        let Some(len) = end.checked_sub(start) else {
+            continue;
+        };
+        if is_uvm_node(path) {
+            out.uvm_bytes = out.uvm_bytes.saturating_add(len);
+        } else if path.file_name().is_some_and(|f| f == CTL_NODE) {
+            out.ctl_ranges = out.ctl_ranges.saturating_add(1);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -104,7 +151,49 @@ mod tests {
 garbage line
 7f3000000000-7f3000001000 rw-p 00000000 00:00 0 
 ";
-        assert_eq!(uvm_bytes_in_maps(text), (2 << 20) + (2 << 30) + (2 << 20));
+        let m = device_maps_in(text);
+        assert_eq!(m.uvm_bytes, (2 << 20) + (2 << 30) + (2 << 20));
+        assert_eq!(m.ctl_ranges, 1);
+        assert!(m.has_context());
+    }
+
+    /// The three shapes observed on an H200 (580.159.04): an NVML-only process maps no
+    /// device file; `cuInit` alone maps one range of nvidiactl (no context); a child forked
+    /// after a context inherits its nvidiactl ranges but not its nvidia-uvm ones.
+    #[test]
+    fn a_context_is_told_from_nvml_only_and_cuinit_only_maps() {
+        let nvml_only = "\
+55d0c0000000-55d0c0021000 r-xp 00000000 08:01 42     /usr/bin/nvidia-smi
+7f0000000000-7f0000001000 rw-p 00000000 00:00 0 
+";
+        assert_eq!(device_maps_in(nvml_only), DeviceMaps::default());
+        assert!(!device_maps_in(nvml_only).has_context());
+        let cuinit = "\
+7f0000000000-7f0000010000 rw-s 00000000 00:05 201    /dev/nvidia0
+7f0000010000-7f0000020000 rw-s 00000000 00:05 201    /dev/nvidia0
+7f0000020000-7f0000021000 rw-s 00000000 00:05 200    /dev/nvidiactl
+";
+        let m = device_maps_in(cuinit);
+        assert_eq!((m.ctl_ranges, m.uvm_bytes), (1, 0));
+        assert!(!m.has_context(), "cuInit alone is no context");
+        let mut forked_child = String::new();
+        for i in 0..27u64 {
+            let a = 0x7f10_0000_0000u64 + i * 0x40_0000;
+            forked_child.push_str(&format!(
+                "{a:x}-{:x} rw-s 00000000 00:05 200    /dev/nvidiactl\n",
+                a + 0x20_0000
+            ));
+        }
+        let m = device_maps_in(&forked_child);
+        assert_eq!((m.ctl_ranges, m.uvm_bytes), (27, 0));
+        assert!(m.has_context(), "inherited nvidiactl ranges are a context");
+        let context = "7f0000000000-7f0000200000 rw-s 00000000 00:05 123    /dev/nvidia-uvm\n";
+        assert!(device_maps_in(context).has_context());
+        assert_eq!(device_maps_in("").uvm_bytes, 0);
+        assert_eq!(
+            device_maps_in("zz-10 rw-s 0 0 0 /dev/nvidiactl\n").ctl_ranges,
+            0
+        );
     }
 
     #[test]
@@ -136,12 +225,14 @@ garbage line
         };
         assert_ne!(addr, libc::MAP_FAILED);
         let during = uvm_mapped_bytes(me).unwrap();
+        assert!(device_maps(me).unwrap().has_context(), "a uvm mapping");
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(addr, len) };
         // Other tests of this binary may map or unmap uvm files at the same time; this one's
         // file is its own, so at least its bytes are there.
         assert!(during >= len as u64, "{before} -> {during}");
         assert_eq!(uvm_mapped_bytes(u32::MAX), None, "no such process");
+        assert_eq!(device_maps(u32::MAX), None, "no such process");
     }
 
     #[test]

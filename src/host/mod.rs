@@ -24,7 +24,9 @@ pub mod process;
 pub mod system;
 
 pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, CgroupPlace};
-pub use devfiles::{canonical_nodes, held_nodes, is_uvm_node, node_index, uvm_mapped_bytes};
+pub use devfiles::{
+    canonical_nodes, device_maps, held_nodes, is_uvm_node, node_index, uvm_mapped_bytes, DeviceMaps,
+};
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, own_pidns_link,
     pids, start_time, stat, status, Environ, Stat, Status,

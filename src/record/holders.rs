@@ -2,7 +2,9 @@
 //! command ended (issue 25, item 9): a forked worker that inherited the CUDA context's
 //! descriptors keeps its parent's memory allocated after the parent exited, while NVML lists
 //! the exited parent (older drivers, the simulator) or nobody. Read through
-//! [`crate::host::held_nodes`], the reader scan's node holders use too.
+//! [`crate::host::held_nodes`], the reader scan's node holders use too, with each holder's
+//! maps ([`crate::host::device_maps`]): whether it has a CUDA context, which a forked worker
+//! does (it inherits the context's `nvidiactl` mappings) and an NVML client does not.
 
 use super::recording::DeviceFileHolder;
 use super::tree::TreeProcess;
@@ -23,8 +25,13 @@ pub fn device_file_holders(
         .iter()
         .filter_map(|p| {
             let held = crate::host::held_nodes(p.pid, nodes).ok()?;
-            // Read after the descriptors: a PID that names another process by now is not it.
-            if held.is_empty() || !crate::host::is_alive(p.pid, p.start_time) {
+            if held.is_empty() {
+                return None;
+            }
+            let maps = crate::host::device_maps(p.pid);
+            // Read after the descriptors and maps: a PID that names another process by now
+            // is not it.
+            if !crate::host::is_alive(p.pid, p.start_time) {
                 return None;
             }
             let mut devices: Vec<u32> = held
@@ -38,6 +45,7 @@ pub fn device_file_holders(
                 t_ms,
                 nodes: held.iter().map(|n| n.display().to_string()).collect(),
                 devices,
+                context: maps.map(|m| m.has_context()),
             })
         })
         .collect();
@@ -95,6 +103,8 @@ mod tests {
         assert_eq!(found[0].t_ms, 12.5);
         assert_eq!(found[0].devices, [1]);
         assert!(found[0].nodes[0].ends_with("/nvidia1"), "{found:?}");
+        // A descriptor and no mapping of the files: no CUDA context (an NVML client's shape).
+        assert_eq!(found[0].context, Some(false), "{found:?}");
         // Gone now: nothing.
         assert!(device_file_holders(&members, &nodes, 13.0).is_empty());
         assert!(device_file_holders(&members, &[], 13.0).is_empty());

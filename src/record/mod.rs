@@ -481,11 +481,13 @@ impl Recorder {
     }
 
     /// PIDs of the job's processes noted holding the driver's device files
-    /// ([`Recorder::note_device_file_holders`]).
+    /// ([`Recorder::note_device_file_holders`]) that may keep memory: not those whose maps
+    /// showed no CUDA context (NVML clients).
     pub fn device_file_holder_pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = lock(&self.shared)
             .device_file_holders
             .iter()
+            .filter(|h| h.context != Some(false))
             .map(|h| h.pid)
             .collect();
         pids.sort_unstable();

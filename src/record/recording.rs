@@ -168,6 +168,12 @@ pub struct DeviceFileHolder {
     /// control files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<u32>,
+    /// Whether its maps showed a CUDA context then (`host::DeviceMaps::has_context`): only
+    /// such a process keeps memory alive through the files; an NVML client (`nvidia-smi -l`
+    /// started by the job) holds them too, with no context. `None`: not read (its maps not
+    /// readable, a recording made before this was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<bool>,
 }
 
 /// Everything a recorded job (or a replayed variant) gives the engine.

@@ -31,6 +31,7 @@ mod grafana;
 /// Untrusted input, secrets, escapes, signals, exit codes, the box under misuse.
 mod hardening;
 /// The flight recorder: `serve --incidents`, `vramdoc incidents`, `sim fault --xid`.
+mod holders;
 mod incidents;
 /// Memory that is not lost: managed memory, GB10, coherent pages, low headroom on change.
 mod memacct;

@@ -703,10 +703,12 @@ fn bad_gpus_get_a_status_and_a_finding_and_the_others_are_reported() {
     assert!(text.contains("LOST"), "{text}");
 }
 
-/// Memory kept alive by a descriptor: a child that inherited the box's device file keeps
-/// it open after its parent's PID is gone; `no-live-owner` names it (the `fuser` answer).
+/// A descriptor alone keeps nothing: a process holding the box's device file open with no
+/// CUDA context mapped (what every NVML monitor holds) is not named by `no-live-owner` as
+/// the holder; it is listed as not one, and the exited PID is the finding's (a forked child
+/// with a context is named: `forked_child_keeping_memory_is_named_by_no_live_owner`).
 #[test]
-fn no_live_owner_names_the_process_holding_the_device_files() {
+fn no_live_owner_does_not_name_a_process_holding_only_a_descriptor() {
     use vramdoc_sim::SimBox;
     let b = fresh_box("24GiB");
     sim_fault(b.path(), &["--keep-dead"]);
@@ -716,7 +718,7 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
         std::fs::create_dir_all(node.parent().unwrap()).unwrap();
         std::fs::write(&node, b"").unwrap();
     }
-    // A process holding the device file open, as a forked DataLoader worker does.
+    // A process holding the device file open, mapping none of the files.
     let mut child = Command::new("sleep")
         .arg("30")
         .stdin(std::fs::File::open(&node).unwrap())
@@ -736,18 +738,24 @@ fn no_live_owner_names_the_process_holding_the_device_files() {
     let f = findings(&v, "no-live-owner");
     assert_eq!(f.len(), 1, "{v}");
     let title = f[0]["title"].as_str().unwrap();
-    assert!(
-        title.contains(&format!("held open by PID {} (sleep)", child.id())),
-        "{title}"
-    );
-    assert!(f[0]["evidence"]
-        .as_array()
+    assert!(!title.contains("held open by"), "{title}");
+    assert_eq!(f[0]["pid"], dead, "{v}");
+    let ev = f[0]["evidence"].as_array().unwrap();
+    assert!(ev.iter().any(|e| e["label"]
+        .as_str()
         .unwrap()
-        .iter()
-        .any(|e| e["label"]
+        .starts_with(&format!("PID {dead} listed by NVML"))));
+    assert!(
+        ev.iter().any(|e| e["label"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("PID {dead} listed by NVML"))));
+            .contains("no CUDA context mapped")
+            && e["value"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("PID {} (sleep)", child.id()))),
+        "{ev:?}"
+    );
 }
 
 /// A process forked from a CUDA process keeps its parent's memory through the inherited

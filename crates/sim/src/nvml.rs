@@ -9,6 +9,10 @@
 //! Devices are named by their physical (host) index; a session sees only the devices mounted
 //! into its process's view of the box ([`SimBox::mounted`]).
 
+mod files;
+
+pub use files::NvmlFiles;
+
 use crate::profile::PidView;
 use crate::{Faults, Platform, SimBox, SimDevice, SimError, SimMemory};
 use std::time::{Duration, Instant};
@@ -53,6 +57,8 @@ pub struct SimNvml {
     /// The box's NVML epoch when the session opened ([`Faults::nvml_epoch`]): a newer epoch
     /// means the session was lost.
     epoch: u64,
+    /// The device files the session holds open, as real NVML's does ([`NvmlFiles`]).
+    files: std::sync::Arc<NvmlFiles>,
 }
 
 /// Memory as `nvmlDeviceGetMemoryInfo` (v1, `nvmlMemory_t`) reports it.
@@ -121,11 +127,13 @@ impl SimNvml {
             return Err(SimError::SessionLost);
         }
         let caller = Caller::this_process(&sim);
+        let files = std::sync::Arc::new(NvmlFiles::open(&sim, &mounted));
         Ok(SimNvml {
             sim,
             caller,
             mounted,
             epoch: faults.nvml_epoch,
+            files,
         })
     }
 
@@ -134,11 +142,13 @@ impl SimNvml {
     pub fn attach(sim: SimBox, mounted: Vec<u32>) -> SimNvml {
         let epoch = sim.faults().map(|f| f.nvml_epoch).unwrap_or(0);
         let caller = Caller::this_process(&sim);
+        let files = std::sync::Arc::new(NvmlFiles::open(&sim, &mounted));
         SimNvml {
             sim,
             caller,
             mounted,
             epoch,
+            files,
         }
     }
 
@@ -150,6 +160,11 @@ impl SimNvml {
 
     pub fn sim(&self) -> &SimBox {
         &self.sim
+    }
+
+    /// The device files this session holds open.
+    pub fn files(&self) -> &NvmlFiles {
+        &self.files
     }
 
     /// Host index of each NVML index of this session.

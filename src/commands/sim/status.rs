@@ -1,5 +1,5 @@
-//! `vramdoc sim status` (the box: devices, memory, processes, faults; `--calls`) and `sim
-//! libs` (the simulated libraries installed for the box's driver version).
+//! `vramdoc sim status` (the box: devices with their minor numbers, memory, processes with
+//! their managed bytes, faults; `--calls`) and `sim libs` (the simulated libraries installed for the box's driver version).
 
 use crate::cli::SimStatusArgs;
 use crate::exit::UsageError;
@@ -33,7 +33,7 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
         let devices: Vec<_> = all()
             .map(|d| {
                 let m = memory(d);
-                serde_json::json!({"device": d, "memory": m, "lost": faults.lost_devices.contains(&d.index)})
+                serde_json::json!({"device": d, "minor": d.minor(), "memory": m, "lost": faults.lost_devices.contains(&d.index)})
             })
             .collect();
         let v = serde_json::json!({
@@ -52,13 +52,19 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
         sim.config().spec
     ))?;
     let mut t = super::table(vec![
-        "gpu", "name", "used", "reserved", "free", "total", "ctx cost",
+        "gpu", "minor", "name", "used", "reserved", "free", "total", "ctx cost",
     ]);
     for d in all() {
         let m = memory(d);
         let lost = faults.lost_devices.contains(&d.index);
         t.add_row(vec![
             format!("{}{}", label(d.index), if lost { " LOST" } else { "" }),
+            // A MIG instance is reached through its parent's file.
+            sim.mig_instance(d.index)
+                .and_then(|m| sim.device(m.parent).ok())
+                .unwrap_or(d)
+                .minor()
+                .to_string(),
             d.name.clone(),
             format_bytes(m.used),
             format_bytes(m.reserved),
@@ -81,6 +87,7 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
             "allocations",
             "mapped",
             "bytes",
+            "managed",
         ]);
         for (pid, p) in &st.processes {
             let alive = sim.is_alive(*pid, p);
@@ -102,6 +109,7 @@ pub fn status(sim: &SimBox, a: &SimStatusArgs) -> Result<i32> {
                     u.allocations.to_string(),
                     u.peer_mappings.to_string(),
                     format_bytes(u.total()),
+                    format_bytes(u.managed_bytes),
                 ]);
             }
         }

@@ -158,6 +158,7 @@ fn system_daemons_and_monitors_are_never_named_as_holders() {
         user: Some("root".into()),
         nodes: vec!["/dev/nvidia0".into(), "/dev/nvidiactl".into()],
         uvm_mapped: None,
+        context: Some(true),
     };
     i.details.node_holders = vec![
         holder(5, "nvidia-persiste"),

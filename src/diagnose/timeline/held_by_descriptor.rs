@@ -3,6 +3,11 @@
 //! job holds the driver's device files: a worker forked after CUDA was initialised keeps the
 //! exited creator's context alive through the descriptors it inherited (issue 25, item 9).
 //! `outlived-command` covers a *listed* live process; this rule the unlisted holder.
+//!
+//! A holder is one whose maps showed a CUDA context (a forked worker inherits the context's
+//! `nvidiactl` mappings); descriptors alone are what every NVML client holds (an
+//! `nvidia-smi -l` the job started), so such a process is never the holder. One whose maps
+//! were not read is named at info only, saying so (docs/findings.md, `held-by-descriptor`).
 
 use super::prelude::*;
 
@@ -13,6 +18,9 @@ struct Sighting<'a> {
     last_ms: f64,
     devices: BTreeSet<u32>,
     nodes: BTreeSet<&'a str>,
+    /// Whether a sighting's maps showed a CUDA context (`Some(true)` if any did; `None` if
+    /// none did and some were not read).
+    context: Option<bool>,
 }
 
 /// One device whose memory the holders keep.
@@ -68,14 +76,23 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
             last_ms: h.t_ms,
             devices: BTreeSet::new(),
             nodes: BTreeSet::new(),
+            context: Some(false),
         });
+        s.context = match (s.context, h.context) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (None, _) | (_, None) => None,
+            _ => Some(false),
+        };
         s.last_ms = s.last_ms.max(h.t_ms);
         s.devices
             .extend(h.devices.iter().filter_map(|n| index_of_minor(*n)));
         s.nodes.extend(h.nodes.iter().map(String::as_str));
     }
-    // A holder NVML lists with memory itself is `outlived-command`'s.
-    sightings.retain(|pid, _| !cx.devs.iter().any(|d| listed_live(*pid, d.index)));
+    // A holder NVML lists with memory itself is `outlived-command`'s; one with no CUDA
+    // context mapped (an NVML client) holds nothing.
+    sightings.retain(|pid, s| {
+        s.context != Some(false) && !cx.devs.iter().any(|d| listed_live(*pid, d.index))
+    });
     let others_at = |dev: u32, t: f64| cx.others_level_at(dev, t);
     // Rows per set of holders.
     let mut groups: BTreeMap<Vec<u32>, Vec<Row>> = BTreeMap::new();
@@ -195,7 +212,16 @@ fn finding(cx: &Prepared, who: &[&Sighting], rows: &[Row], kill_markers: &[&Mark
     evidence.push(ev("NVML", nvml.clone()));
     let mut exits: Vec<f64> = Vec::new();
     let mut alive = false;
+    // Whether some holder's maps showed a CUDA context: else none is named above info.
+    let context = who.iter().any(|s| s.context == Some(true));
     for s in who {
+        if s.context.is_none() {
+            evidence.push(ev(
+                format!("PID {}: maps not read", s.pid),
+                "whether it has a CUDA context is not known (descriptors alone are what \
+                 every NVML client holds)",
+            ));
+        }
         let p = cx.process(s.pid);
         let files: Vec<String> = s.nodes.iter().map(|n| crate::term::one_line(n)).collect();
         evidence.push(ev(
@@ -221,7 +247,19 @@ fn finding(cx: &Prepared, who: &[&Sighting], rows: &[Row], kill_markers: &[&Mark
             None => alive = true,
         }
     }
-    let (severity, title) = if alive {
+    let (severity, title) = if alive && !context {
+        (
+            Severity::Info,
+            format!(
+                "{} held after the command ended while {} of the job {} the device files \
+                 open, with maps not read (a CUDA context or only NVML: not known); {}",
+                amounts.join(", "),
+                names.join(", "),
+                if who.len() == 1 { "holds" } else { "hold" },
+                nvml,
+            ),
+        )
+    } else if alive {
         evidence.push(ev("end it with", kill.clone()));
         (
             Severity::Warn,

@@ -81,6 +81,7 @@ fn recording(s: &Shape) -> Recording {
             t_ms,
             nodes: vec!["/dev/nvidia0".into(), "/dev/nvidiactl".into()],
             devices: vec![0],
+            context: Some(true),
         })
         .collect();
     Recording {
@@ -276,4 +277,29 @@ fn a_holder_of_files_naming_no_gpu_of_the_job_counts_and_one_seen_before_the_end
     }
     let found = fingerprints(&r, &TimelineThresholds::default());
     assert!(of(&found, "held-by-descriptor").is_empty(), "{found:?}");
+}
+
+/// An NVML client of the job (descriptors, no CUDA context mapped: `nvidia-smi -l` started
+/// by it) is never the holder; one whose maps were not read is named at info only.
+#[test]
+fn an_nvml_client_is_no_holder_and_unread_maps_are_info() {
+    let mut r = recording(&Shape::default());
+    for h in &mut r.device_file_holders {
+        h.context = Some(false);
+    }
+    let found = fingerprints(&r, &TimelineThresholds::default());
+    assert!(of(&found, "held-by-descriptor").is_empty(), "{found:?}");
+    for h in &mut r.device_file_holders {
+        h.context = None;
+    }
+    let found = fingerprints(&r, &TimelineThresholds::default());
+    let f = of(&found, "held-by-descriptor");
+    assert_eq!(f.len(), 1, "{found:?}");
+    assert_eq!(f[0].severity, Severity::Info, "{}", f[0].title);
+    assert!(f[0].title.contains("maps not read"), "{}", f[0].title);
+    assert!(evidence(&f[0], "PID 11: maps not read").is_some(), "{f:?}");
+    // One sighting with a context is enough.
+    r.device_file_holders[0].context = Some(true);
+    let found = fingerprints(&r, &TimelineThresholds::default());
+    assert_eq!(of(&found, "held-by-descriptor")[0].severity, Severity::Warn);
 }

@@ -38,13 +38,23 @@ impl SimProcess {
         self.allocations.get(&ptr).is_some_and(|a| a.managed)
     }
 
-    /// The context's own 2 MiB mapping of `dev/nvidia-uvm`, made once while the process has
-    /// a context (the driver files are open).
+    /// The context's own 2 MiB mapping of `dev/nvidia-uvm` and its ranges of `dev/nvidiactl`
+    /// ([`CONTEXT_CTL_RANGES`](super::client::CONTEXT_CTL_RANGES)), made once while the
+    /// process has a context (the driver files are open).
     pub(super) fn map_context_uvm(&mut self) -> Result<(), SimError> {
         if self.files.as_ref().is_some_and(|f| f.context_map.is_none()) {
-            let map = self.map_uvm(super::CONTEXT_UVM_MAPPING)?;
+            let Some(uvm) = self.map_uvm(super::CONTEXT_UVM_MAPPING)? else {
+                return Ok(());
+            };
+            let ctl_path = self.sim.dir().join(crate::DEV_DIR).join("nvidiactl");
             if let Some(f) = self.files.as_mut() {
-                f.context_map = map;
+                let ctl = UvmMapping::ranges(
+                    &f.ctl,
+                    &ctl_path,
+                    super::client::CONTEXT_CTL_RANGES,
+                    super::client::CONTEXT_CTL_BYTES,
+                )?;
+                f.context_map = Some((uvm, ctl));
             }
         }
         Ok(())
@@ -103,9 +113,12 @@ mod tests {
             .unwrap()
             .join(crate::DEV_DIR)
             .join(crate::UVM_NODE);
-        // Every client holds nvidia-uvm and maps 2 MiB of it for its context.
+        // Every client holds nvidia-uvm and maps 2 MiB of it for its context, and nvidiactl
+        // in many ranges.
         assert!(holds(&uvm), "a CUDA process holds nvidia-uvm");
         assert_eq!(mapped(&uvm), crate::process::CONTEXT_UVM_MAPPING);
+        let ctl = uvm.with_file_name("nvidiactl");
+        assert_eq!(ranges(&ctl), crate::process::client::CONTEXT_CTL_RANGES);
         let ptr = p.alloc_managed(0, 2 * GIB).unwrap();
         assert!(p.is_managed(ptr));
         assert_eq!(
@@ -132,5 +145,54 @@ mod tests {
         assert_eq!(b.memory(0).unwrap().used, 0);
         assert!(b.processes(0).unwrap().is_empty());
         assert_eq!(mapped(&uvm), 0);
+        assert_eq!(ranges(&ctl), 0);
+    }
+
+    /// Ranges of `path` mapped by this process.
+    fn ranges(path: &std::path::Path) -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let name = path.to_str().unwrap();
+        maps.lines().filter(|l| l.ends_with(name)).count() as u64
+    }
+
+    /// As on a real driver (H200, 580.159.04): a child forked after the context inherits its
+    /// nvidiactl ranges but not its nvidia-uvm ones (libcuda marks those MADV_DONTFORK).
+    #[test]
+    fn a_forked_child_inherits_the_ctl_ranges_not_the_uvm_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = SimBox::create(dir.path(), "1x24GiB", &InitOptions::default()).unwrap();
+        let mut p = SimProcess::new(b.clone(), None);
+        p.create_context(0).unwrap();
+        p.alloc_managed(0, GIB).unwrap();
+        let dev = std::fs::canonicalize(dir.path())
+            .unwrap()
+            .join(crate::DEV_DIR);
+        // SAFETY: the child only pauses until killed (async-signal-safe), touching nothing.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            loop {
+                // SAFETY: pause has no preconditions.
+                unsafe { libc::pause() };
+            }
+        }
+        assert!(child > 0, "fork");
+        let maps = std::fs::read_to_string(format!("/proc/{child}/maps")).unwrap();
+        // SAFETY: kill and reap the child forked above.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        let count = |name: &str| {
+            let path = dev.join(name);
+            let path = path.to_str().unwrap();
+            maps.lines().filter(|l| l.ends_with(path)).count() as u64
+        };
+        assert_eq!(
+            count("nvidiactl"),
+            crate::process::client::CONTEXT_CTL_RANGES
+        );
+        assert_eq!(count(crate::UVM_NODE), 0, "{maps}");
+        // The parent keeps its own.
+        assert_eq!(ranges(&dev.join(crate::UVM_NODE)), 2);
     }
 }

@@ -205,7 +205,7 @@ impl SimProcess {
             let uvm = crate::open_node(&dev.join(crate::UVM_NODE))?;
             self.files = Some(ClientFiles {
                 token: tok,
-                _ctl: ctl,
+                ctl,
                 nodes: HashMap::new(),
                 uvm,
                 context_map: None,
@@ -254,8 +254,11 @@ impl SimProcess {
         let also = self.also.clone();
         let name = procinfo::comm(own_pid);
         let token = self.open_files(phys)?;
+        // The context's mappings, made before it is listed (a monitor that sees the process
+        // sees them), and undone if the context is refused.
+        self.map_context_uvm()?;
         let sim = self.sim.clone();
-        sim.update(|st, faults| {
+        let made = sim.update(|st, faults| {
             let dev = sim.check_device(phys, faults)?;
             if faults.exclusive_process_devices.contains(&phys) {
                 // EXCLUSIVE_PROCESS: one process may hold contexts on the device.
@@ -292,10 +295,18 @@ impl SimProcess {
             u.contexts = u.contexts.saturating_add(1);
             u.context_bytes = u.context_bytes.saturating_add(dev.context_overhead);
             Ok(())
-        })?;
+        });
+        if let Err(e) = made {
+            if self.contexts.is_empty() {
+                if let Some(f) = self.files.as_mut() {
+                    f.context_map = None;
+                }
+            }
+            return Err(e);
+        }
         let n = self.contexts.entry(ordinal).or_insert(0);
         *n = n.saturating_add(1);
-        self.map_context_uvm()
+        Ok(())
     }
 
     /// Destroy one context on `ordinal`. Destroying the last one frees every allocation the

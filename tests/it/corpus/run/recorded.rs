@@ -255,6 +255,7 @@ fn worker_after_the_main_process(kept: bool) -> Shape {
                 t_ms: t,
                 nodes: vec!["/dev/nvidia0".into(), "/dev/nvidiactl".into()],
                 devices: vec![0],
+                context: Some(true),
             });
         }
     }
