@@ -54,10 +54,10 @@ fn concerns<S: AsRef<str>>(files: &[S], d: &DeviceInfo, devices: &[DeviceInfo]) 
             .any(|f| devices.iter().any(|x| is_file(f.as_ref(), &node_name(x))))
 }
 
-/// PIDs NVML lists on `d` as live owners (in a container every listed PID counts as live:
-/// invisible is not dead there).
+/// PIDs NVML lists on `d` as live owners (under host PIDs in a container every listed PID
+/// counts as live: invisible is not dead there; `Inventory::invisible_is_dead`).
 fn listed_live(inv: &Inventory, d: &DeviceInfo) -> Vec<u32> {
-    let host = inv.host();
+    let host = inv.invisible_is_dead();
     inv.processes
         .iter()
         .filter(|p| p.usage_on(d.index).is_some() && (p.visible || !host))

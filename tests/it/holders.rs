@@ -142,8 +142,8 @@ fn an_nvml_monitor_is_no_holder_and_a_forked_child_with_a_context_is() {
 
 /// `run`: the job starts an NVML monitor that outlives the command, and its exited main
 /// process's memory stays (`--keep-dead`). The monitor holds the device files but no
-/// context: held-by-descriptor does not name it, and `--kill-after` does not end it (it
-/// holds no memory).
+/// context: held-by-descriptor does not name it, `--kill-after` does not end it (it holds no
+/// memory), and the memory the driver kept is `held-after-exit`.
 #[test]
 fn run_does_not_name_an_nvml_monitor_of_the_job_as_holder() {
     let b = CliBox::new("1x16GiB", &[]);
@@ -158,7 +158,7 @@ fn run_does_not_name_an_nvml_monitor_of_the_job_as_holder() {
         let script = format!(
             "python3 -c \"$MONITOR\" > {pid} 2>/dev/null & \
              while ! grep -q holding {pid}; do sleep 0.1; done; \
-             python3 {JOB} ctx:0 alloc:2048 exit:0 > /dev/null",
+             exec python3 {JOB} ctx:0 alloc:2048 exit:0 > /dev/null",
             pid = pid_file.display()
         );
         let o = b
@@ -199,6 +199,13 @@ fn run_does_not_name_an_nvml_monitor_of_the_job_as_holder() {
             .filter(|f| f["id"] == "held-by-descriptor")
             .collect();
         assert!(held.is_empty(), "{extra:?}: {held:?}");
+        // The exited process's memory the driver kept is still found: the monitor, holding
+        // no context, is not waited for.
+        assert!(
+            all.iter()
+                .any(|f| f["id"] == "held-after-exit" && f["severity"] == "error"),
+            "{extra:?}: {all:?}"
+        );
         assert!(
             !all.iter()
                 .any(|f| f["pid"] == monitor && f["severity"] != "info"),

@@ -152,9 +152,9 @@ fn a_container_with_one_instance_sees_it() {
     );
     let exe = env!("CARGO_BIN_EXE_vramdoc");
     let script = format!(
-        "{exe} sim hold --size 2GiB --duration 60s > /dev/null 2>&1 & H=$!; \
-         for i in $(seq 100); do {exe} scan --json > scan.json && grep -q '\"pid\"' scan.json && break; sleep 0.1; done; \
-         kill $H; wait; cat scan.json"
+        "{exe} sim hold --size 2GiB --duration 60s > hold.out 2>&1 & H=$!; \
+         for i in $(seq 200); do grep -q holding hold.out && break; sleep 0.05; done; \
+         {exe} scan --json > scan.json; kill $H; wait; cat scan.json"
     );
     let tmp = tempfile::tempdir().unwrap();
     let out = b

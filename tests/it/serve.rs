@@ -251,8 +251,10 @@ fn process_series_follow_processes_and_a_lost_gpu_is_a_finding() {
         )
     };
     let (pa, pb) = (a.pid(), b.pid());
+    // Each holder's whole allocation, not a collection taken between its context and it.
     eventually(SECS_10, "per-process series of both holders", || {
-        series(&serve_pp, pa, "0").is_some() && series(&serve_pp, pb, "1").is_some()
+        series(&serve_pp, pa, "0").is_some_and(|b| b > GIB as f64)
+            && series(&serve_pp, pb, "1").is_some_and(|b| b > 2.0 * GIB as f64)
     });
     let text = serve_pp.metrics();
     assert!(

@@ -15,7 +15,22 @@ pub(super) fn coherent_memory_name(name: &str) -> bool {
 /// other processes taken out).
 pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
     let th = cx.th;
-    let tree: Vec<&RecordedProcess> = cx.rec.processes.iter().filter(|p| p.in_tree).collect();
+    // A job process still running that holds the device files with no CUDA context (an NVML
+    // client, e.g. `nvidia-smi -l` the job started) keeps no memory: not waited for.
+    let nvml_client = |p: &RecordedProcess| {
+        p.exit_ms.is_none()
+            && cx
+                .rec
+                .device_file_holders
+                .iter()
+                .any(|h| h.pid == p.pid && h.context == Some(false))
+    };
+    let tree: Vec<&RecordedProcess> = cx
+        .rec
+        .processes
+        .iter()
+        .filter(|p| p.in_tree && !nvml_client(p))
+        .collect();
     if tree.is_empty() || tree.iter().any(|p| p.exit_ms.is_none()) {
         return Vec::new();
     }
@@ -24,7 +39,6 @@ pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
         .filter_map(|p| p.exit_ms)
         .fold(f64::NEG_INFINITY, f64::max);
     let from = last_exit + th.exit_grace_ms;
-    let others_at = |dev: u32, t: f64| cx.others_level_at(dev, t);
     let mut out = Vec::new();
     for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {
         let lo = d.samples.partition_point(|(t, _)| *t < from);
@@ -32,10 +46,8 @@ pub(super) fn held_after_exit(cx: &Prepared) -> Vec<Finding> {
             continue;
         };
         let t_end = d.samples.last().map(|p| p.0).unwrap_or(from);
-        // Others' growth since the pre-job reading (a process that was already there but
-        // listed a little later counts as growth: the safe direction).
-        let others_growth =
-            others_at(d.index, t_end).saturating_sub(others_at(d.index, d.samples[0].0));
+        // Others' growth since before the job (`Prepared::others_growth`).
+        let others_growth = cx.others_growth(d, t_end);
         let held = after
             .saturating_sub(d.baseline)
             .saturating_sub(others_growth);

@@ -93,7 +93,6 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
     sightings.retain(|pid, s| {
         s.context != Some(false) && !cx.devs.iter().any(|d| listed_live(*pid, d.index))
     });
-    let others_at = |dev: u32, t: f64| cx.others_level_at(dev, t);
     // Rows per set of holders.
     let mut groups: BTreeMap<Vec<u32>, Vec<Row>> = BTreeMap::new();
     for d in cx.devs.iter().filter(|d| cx.job_devices.contains(&d.index)) {
@@ -121,8 +120,7 @@ pub(super) fn held_by_descriptor(cx: &Prepared) -> Vec<Finding> {
         let Some(after) = window.iter().map(|p| p.1).chain(d.level_at(to)).min() else {
             continue;
         };
-        let others_growth = others_at(d.index, to)
-            .saturating_sub(others_at(d.index, d.samples.first().map_or(0.0, |p| p.0)));
+        let others_growth = cx.others_growth(d, to);
         let held = after
             .saturating_sub(d.baseline)
             .saturating_sub(others_growth);

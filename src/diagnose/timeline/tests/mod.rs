@@ -684,6 +684,23 @@ fn held_after_exit_discounts_other_processes() {
     assert!(j.ids().is_empty(), "{:?}", j.ids());
 }
 
+#[test]
+fn held_after_exit_takes_memory_listed_from_the_first_round_for_the_baseline() {
+    // A driver that keeps exited processes' memory: an earlier job's 2 GiB is there from the
+    // start under its dead PID, first listed a round after the first memory reading. It is
+    // in the baseline, not growth of others: the job's 6 GiB (allocated after that round)
+    // are what is held.
+    let mut j = Job::new(&[16 * G], 10_000.0);
+    j.set(0.0, 99, 0, gib(2.0));
+    j.proc_(10, None, Some(5000.0));
+    j.set(300.0, 10, 0, gib(6.0));
+    j.stuck.push(10);
+    let mut rec = j.build();
+    rec.timeline.processes.retain(|p| p.t_ms > 0.0);
+    let f = find(&rec, ids::HELD_AFTER_EXIT);
+    assert!(f.title.contains("6.00 GiB"), "{}", f.title);
+}
+
 mod benign;
 mod families;
 mod run_failures;
