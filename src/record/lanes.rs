@@ -229,6 +229,23 @@ impl Lanes {
         })
     }
 
+    /// [`Lanes::memory_all`] with the moment each call started on its lane: the reading is
+    /// the state from then on, however late a loaded machine hands it over (a reading
+    /// stamped before its call ran would show a later change, a worker's memory returned at
+    /// its exit, as if it came earlier).
+    pub fn memory_all_at(&self, devices: &[u32]) -> Vec<Result<(Instant, MemoryInfo), CallError>> {
+        let pending: Vec<_> = devices
+            .iter()
+            .map(|&d| {
+                self.send(d, Kind::Memory, move |m| {
+                    let ran = Instant::now();
+                    m.memory(d).map(|x| (ran, x))
+                })
+            })
+            .collect();
+        pending.into_iter().map(Pending::wait).collect()
+    }
+
     /// Used bytes of every device in `devices`, queried in parallel: one result per device.
     pub fn memory_all(&self, devices: &[u32]) -> Vec<Result<MemoryInfo, CallError>> {
         let pending: Vec<_> = devices.iter().map(|d| self.memory(*d)).collect();

@@ -361,25 +361,31 @@ fn memory_loop(
         let t_round = ms_since(t0);
         gaps.round(t_round);
         used.clear();
-        let answers = lanes.memory_all(&indices);
+        // Each reading is stamped when its call ran on its lane, not when the round began.
+        let mut stamps: Vec<f64> = Vec::with_capacity(devices.len());
+        let answers = lanes.memory_all_at(&indices);
         for (device, answer) in indices.iter().zip(answers) {
             match answer {
-                Ok(m) => {
+                Ok((ran, m)) => {
                     gaps.ok(*device, t_round);
                     used.push(Some(m.used));
+                    let at = ran.saturating_duration_since(t0).as_secs_f64() * 1000.0;
+                    stamps.push(at.max(t_round));
                 }
                 Err(e) => {
                     out.errors += 1;
                     gaps.failed(*device, t_round, &e);
                     used.push(None);
+                    stamps.push(t_round);
                 }
             }
         }
-        for (b, u) in lock_series(cx.series).iter_mut().zip(&used) {
+        for ((b, u), at) in lock_series(cx.series).iter_mut().zip(&used).zip(&stamps) {
             if let Some(u) = u {
-                b.push(t_round, *u);
+                b.push(*at, *u);
             }
         }
+        let t_round = stamps.iter().copied().fold(t_round, f64::max);
         out.rounds += 1;
         cx.latest
             .lock()

@@ -196,10 +196,10 @@ impl<'a> Prepared<'a> {
     }
 
     /// How much other processes' memory on `d` grew from before the job to `t`, as their
-    /// lists show it. Before the job is the first process round where used had not moved
-    /// from the baseline by then (what that round lists was in the baseline: a neighbour,
-    /// or an exited process's memory a driver kept, is no growth), else the first sample (a
-    /// process listed a little later counts as growth: the safe direction).
+    /// lists show it. What the first process round lists was in the baseline (the first
+    /// sample) as far as used had not risen by then: a neighbour, or an exited process's
+    /// memory a driver kept, listed a little after the first sample is no growth; one that
+    /// came in between (used rose) is.
     pub(super) fn others_growth(&self, d: &Dev, t: f64) -> u64 {
         let t0 = d.samples.first().map_or(0.0, |p| p.0);
         let first_round = self
@@ -207,16 +207,19 @@ impl<'a> Prepared<'a> {
             .values()
             .filter_map(|m| m.get(&d.index)?.first().map(|p| p.0))
             .fold(f64::INFINITY, f64::min);
-        let before = if first_round.is_finite()
-            && d.level_at(first_round)
-                .is_some_and(|u| u < d.baseline.saturating_add(d.step))
-        {
-            first_round.max(t0)
-        } else {
-            t0
-        };
-        self.others_level_at(d.index, t)
-            .saturating_sub(self.others_level_at(d.index, before))
+        let mut before = self.others_level_at(d.index, t0);
+        if first_round.is_finite() {
+            let rose = d
+                .level_at(first_round)
+                .unwrap_or(0)
+                .saturating_sub(d.baseline);
+            let in_baseline = self
+                .others_level_at(d.index, first_round)
+                .saturating_sub(rose)
+                .min(d.baseline);
+            before = before.max(in_baseline);
+        }
+        self.others_level_at(d.index, t).saturating_sub(before)
     }
 
     pub(super) fn tree_has_samples(&self) -> bool {

@@ -699,6 +699,16 @@ fn held_after_exit_takes_memory_listed_from_the_first_round_for_the_baseline() {
     rec.timeline.processes.retain(|p| p.t_ms > 0.0);
     let f = find(&rec, ids::HELD_AFTER_EXIT);
     assert!(f.title.contains("6.00 GiB"), "{}", f.title);
+    // A neighbour that came between the first sample and that round (used rose) is not in
+    // the baseline: its later growth is all others', nothing is held.
+    let mut j = Job::new(&[16 * G], 10_000.0);
+    j.proc_(10, None, Some(5000.0));
+    j.set(100.0, 99, 0, gib(0.4));
+    j.set(300.0, 10, 0, gib(6.0));
+    j.set(2000.0, 99, 0, gib(3.0));
+    let mut rec = j.build();
+    rec.timeline.processes.retain(|p| p.t_ms > 0.0);
+    assert!(ids_of(&rec).is_empty(), "{:?}", ids_of(&rec));
 }
 
 mod benign;
