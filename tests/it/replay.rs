@@ -321,7 +321,7 @@ fn list_shows_every_scenario_with_devices() {
 fn scenario_needing_more_gpus_is_skipped_unless_required() {
     let dir = fresh_box("t4");
     let (code, r) = replay_json(dir.path(), &["stray-cuda0", "overcommit"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "{r:#}");
     let s = run(&r, "stray-cuda0", "bug");
     assert_eq!(s["verdict"], "skipped");
     assert!(s["reason"].as_str().unwrap().contains("needs 2 GPUs"));
