@@ -248,8 +248,10 @@ impl Lanes {
 
     /// Used bytes of every device in `devices`, queried in parallel: one result per device.
     pub fn memory_all(&self, devices: &[u32]) -> Vec<Result<MemoryInfo, CallError>> {
-        let pending: Vec<_> = devices.iter().map(|d| self.memory(*d)).collect();
-        pending.into_iter().map(Pending::wait).collect()
+        self.memory_all_at(devices)
+            .into_iter()
+            .map(|r| r.map(|(_, m)| m))
+            .collect()
     }
 }
 
