@@ -139,6 +139,23 @@ fn bad_mig_layouts_are_usage_errors() {
 /// A container given one MIG instance (`sim run --gpus MIG-…`, as the device plugin's MIG
 /// strategies do) scans as an unprivileged caller: it sees its instance with its own memory
 /// and process, the parent refuses it (NO_PERMISSION) and that is no finding.
+/// `script` run with `sh -c` in a `sim run` container of box `b` given the GPU or MIG
+/// instance `gpus` (no cgroup), from `cwd`, as the host's PID namespace.
+fn in_container(
+    b: &CliBox,
+    gpus: &str,
+    cwd: &std::path::Path,
+    script: &str,
+) -> std::process::Output {
+    b.vramdoc()
+        .current_dir(cwd)
+        .env("VRAMDOC_PIDNS", "host")
+        .args(["sim", "run", "--gpus", gpus, "--cgroup", "none", "--"])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_container_with_one_instance_sees_it() {
     let b = CliBox::new("h100", &["--mig", "3g.40gb,3g.40gb"]);
@@ -157,14 +174,7 @@ fn a_container_with_one_instance_sees_it() {
          {exe} scan --json > scan.json; kill $H; wait; cat scan.json"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let out = b
-        .vramdoc()
-        .current_dir(tmp.path())
-        .env("VRAMDOC_PIDNS", "host")
-        .args(["sim", "run", "--gpus", &mine, "--cgroup", "none", "--"])
-        .args(["sh", "-c", &script])
-        .output()
-        .unwrap();
+    let out = in_container(&b, &mine, tmp.path(), &script);
     assert_ok(&out, "sim run");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -619,16 +629,15 @@ fn preflight_on_a_mig_box_names_a_free_instance() {
     // NO_PERMISSION): its NVIDIA_VISIBLE_DEVICES=MIG-<uuid> is checked, and the parent GPU
     // is judged by the instance, not refused.
     let exe = env!("CARGO_BIN_EXE_vramdoc");
-    let out = b
-        .vramdoc()
-        .env("VRAMDOC_PIDNS", "host")
-        .args(["sim", "run", "--gpus", &u2, "--cgroup", "none", "--"])
-        .args(["sh", "-c"])
-        .arg(format!(
+    let tmp = tempfile::tempdir().unwrap();
+    let out = in_container(
+        &b,
+        &u2,
+        tmp.path(),
+        &format!(
             "{exe} preflight --need 8GiB; echo rc=$?; {exe} preflight --gpus 0 --need 8GiB; echo rc=$?"
-        ))
-        .output()
-        .unwrap();
+        ),
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text} {}", common::stderr(&out));
@@ -702,16 +711,13 @@ fn run_in_a_container_given_one_instance_records_it() {
     let b = CliBox::new("h100", &["--mig", "3g.40gb,3g.40gb"]);
     let mine = b.sim().mig_instances()[1].device.uuid.clone();
     let exe = env!("CARGO_BIN_EXE_vramdoc");
-    let out = b
-        .vramdoc()
-        .env("VRAMDOC_PIDNS", "host")
-        .args(["sim", "run", "--gpus", &mine, "--cgroup", "none", "--"])
-        .args(["sh", "-c"])
-        .arg(format!(
-            "{exe} run --json -- {exe} sim hold --size 2GiB --duration 1s 2>/dev/null"
-        ))
-        .output()
-        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = in_container(
+        &b,
+        &mine,
+        tmp.path(),
+        &format!("{exe} run --json -- {exe} sim hold --size 2GiB --duration 1s 2>/dev/null"),
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let json = &text[text.find('{').unwrap_or(0)..];
     let v: Value = serde_json::from_str(json)
