@@ -1033,7 +1033,12 @@ fn lost_gpu_is_left_out_and_every_scenario_replays_on_the_others() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{err}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(err.contains("GPU 0 is not used"), "{err}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_all_as_expected(&v);
