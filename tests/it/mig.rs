@@ -33,22 +33,28 @@ fn severities(v: &Value) -> Vec<(String, String, Value)> {
         .unwrap_or_default()
 }
 
+/// An A100-80GB in MIG mode with two `3g.40gb` instances, their MIG UUIDs, and a holder of
+/// `size` in the first.
+fn halves_with_a_holder_in_the_first(size: &str) -> (CliBox, String, String, Holder) {
+    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    assert_eq!(inst.len(), 2);
+    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
+    let h = Holder::start(
+        &b.dir,
+        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
+        &["--size", size],
+    );
+    (b, u1, u2, h)
+}
+
 /// Must-show #4: a MIG box (`--mig 3g.40gb,3g.40gb` on an A100-80GB), one instance nearly
 /// full and the other empty: per-instance rows, headroom per instance, no low-headroom on
 /// the parent or across instances — over the in-process backend and over libnvidia-ml.so.1.
 #[test]
 fn a_mig_box_scans_per_instance() {
-    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
-    let sim = b.sim();
-    let inst = sim.mig_instances().to_vec();
-    assert_eq!(inst.len(), 2);
-    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
     // 37 GiB of the first instance's 39.25 GiB.
-    let h = Holder::start(
-        &b.dir,
-        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
-        &["--size", "37GiB"],
-    );
+    let (b, u1, u2, h) = halves_with_a_holder_in_the_first("37GiB");
     for backend in ["sim", "real"] {
         let mut c = scan_cmd(&b.dir, &["--json"]);
         c.args(["--backend", backend]);
@@ -569,14 +575,7 @@ fn c_abi_mig_uuids_and_process_instance_ids() {
 /// refused, naming `0/1`; given the free one, it passes.
 #[test]
 fn preflight_on_a_mig_box_names_a_free_instance() {
-    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
-    let inst = b.sim().mig_instances().to_vec();
-    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
-    let h = Holder::start(
-        &b.dir,
-        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
-        &["--size", "37GiB"],
-    );
+    let (b, u1, u2, h) = halves_with_a_holder_in_the_first("37GiB");
     for backend in ["sim", "real"] {
         let preflight = |gpus: &str| {
             let out = b
@@ -657,14 +656,7 @@ fn preflight_on_a_mig_box_names_a_free_instance() {
 /// count it twice); process series name the instance.
 #[test]
 fn prometheus_series_are_per_instance() {
-    let b = CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
-    let inst = b.sim().mig_instances().to_vec();
-    let (u1, u2) = (inst[0].device.uuid.clone(), inst[1].device.uuid.clone());
-    let h = Holder::start(
-        &b.dir,
-        &[("CUDA_VISIBLE_DEVICES", u1.as_str())],
-        &["--size", "4GiB"],
-    );
+    let (b, u1, u2, h) = halves_with_a_holder_in_the_first("4GiB");
     for backend in ["sim", "real"] {
         let tmp = tempfile::tempdir().unwrap();
         let prom = tmp.path().join("m.prom");
