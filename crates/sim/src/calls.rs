@@ -1,10 +1,13 @@
-//! Per-client NVML call counters: the simulated NVML counts every call it answers, by entry
-//! point (its C name) and by client (host PID), so the cost of any NVML client — vramdoc,
-//! nvitop, gpustat, an exporter — can be measured on the box (`vramdoc sim status --calls`).
+//! Per-client call counters of the simulated driver libraries: the simulated NVML counts every
+//! call it answers, by entry point (its C name) and by client (host PID), so the cost of any
+//! NVML client — vramdoc, nvitop, gpustat, an exporter — can be measured on the box
+//! (`vramdoc sim status --calls`); the simulated libcuda counts its calls the same way, with
+//! each failing result and every entry point or export table a client asked for and did not
+//! get ([`cuda`]), so a CUDA runtime that stops can be read off the box.
 //!
-//! Each client process writes its own file `calls/<pid>-<start time>` in the box: a
-//! [`HEADER`]-byte header then [`SLOTS`] slots of [`SLOT`] bytes (an entry point's name,
-//! NUL-padded, and its count). The file is mapped shared and counts are atomic increments in
+//! Each client process writes its own file `calls/<pid>-<start time>` (NVML) or
+//! `calls-cuda/<pid>-<start time>` (CUDA) in the box: a [`HEADER`]-byte header then
+//! [`SLOTS`] slots of [`SLOT`] bytes (a key, NUL-padded, and its count). The file is mapped shared and counts are atomic increments in
 //! place, so a call costs no system call and the numbers survive the client being killed.
 //! Readers parse the files with plain reads ([`read_all`]).
 
@@ -14,8 +17,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Directory of the counter files inside a box.
+pub mod cuda;
+
+/// Directory of the NVML counter files inside a box.
 pub const DIR: &str = "calls";
+/// Directory of the CUDA driver API counter files inside a box.
+pub const CUDA_DIR: &str = "calls-cuda";
 const MAGIC: &[u8; 8] = b"VDCALLS1";
 /// Header bytes: magic, pid, pid in its namespace, start time, first and last call (µs since
 /// the epoch), comm (16 bytes).
@@ -23,8 +30,9 @@ pub const HEADER: usize = 64;
 /// Bytes of one slot: name (56 bytes, NUL-padded) and count (u64).
 pub const SLOT: usize = 64;
 const NAME_LEN: usize = 56;
-/// Entry points one client file can count (the simulated NVML exports fewer).
-pub const SLOTS: usize = 512;
+/// Keys one client file can count (the simulated NVML exports fewer entry points; the CUDA
+/// file also holds failing results and missing names).
+pub const SLOTS: usize = 1024;
 const FILE_LEN: usize = HEADER + SLOTS * SLOT;
 
 /// The calls of one client, as read back from its file.
@@ -65,7 +73,7 @@ pub struct Counter {
     base: *mut u8,
     path: PathBuf,
     /// Slot of each name counted so far by this process.
-    slots: BTreeMap<&'static str, usize>,
+    slots: BTreeMap<String, usize>,
     used: usize,
 }
 
@@ -74,10 +82,19 @@ pub struct Counter {
 unsafe impl Send for Counter {}
 
 impl Counter {
-    /// Create (or reopen, after a re-init) this process's counter file in the box `dir`.
+    /// Create (or reopen, after a re-init) this process's NVML counter file in the box `dir`.
     /// `pid` is the host PID, `own_pid` the PID in this process's namespace.
     pub fn open(dir: &Path, pid: u32, own_pid: u32) -> Result<Counter, SimError> {
-        let calls = dir.join(DIR);
+        Counter::open_in(dir, DIR, pid, own_pid)
+    }
+
+    /// The same for the CUDA driver API's counters ([`CUDA_DIR`]).
+    pub fn open_cuda(dir: &Path, pid: u32, own_pid: u32) -> Result<Counter, SimError> {
+        Counter::open_in(dir, CUDA_DIR, pid, own_pid)
+    }
+
+    fn open_in(dir: &Path, sub: &str, pid: u32, own_pid: u32) -> Result<Counter, SimError> {
+        let calls = dir.join(sub);
         fs::create_dir_all(&calls).map_err(io_err(&calls))?;
         let start = procinfo::start_time(own_pid).unwrap_or(0);
         let path = calls.join(format!("{pid}-{start}"));
@@ -153,8 +170,9 @@ impl Counter {
         unsafe { &*(self.base.add(offset) as *const AtomicU64) }
     }
 
-    /// Count one call of `name`.
-    pub fn count(&mut self, name: &'static str) {
+    /// Count one call of `name` (a key longer than a slot holds is cut at a character
+    /// boundary).
+    pub fn count(&mut self, name: &str) {
         let slot = match self.slots.get(name) {
             Some(s) => *s,
             None => match self.find_or_claim(name) {
@@ -171,15 +189,18 @@ impl Counter {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    fn find_or_claim(&mut self, name: &'static str) -> Option<usize> {
-        let bytes = name.as_bytes();
-        let bytes = &bytes[..bytes.len().min(NAME_LEN - 1)];
+    fn find_or_claim(&mut self, name: &str) -> Option<usize> {
+        let mut end = name.len().min(NAME_LEN - 1);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let bytes = &name.as_bytes()[..end];
         // SAFETY: slots lie inside the mapping; only this process writes this file.
         unsafe {
             for i in 0..self.used {
                 let s = std::slice::from_raw_parts(self.base.add(HEADER + i * SLOT), SLOT);
                 if slot_name(s).as_bytes() == bytes {
-                    self.slots.insert(name, i);
+                    self.slots.insert(name.to_string(), i);
                     return Some(i);
                 }
             }
@@ -190,7 +211,7 @@ impl Counter {
             let s = std::slice::from_raw_parts_mut(self.base.add(HEADER + i * SLOT), NAME_LEN);
             s[..bytes.len()].copy_from_slice(bytes);
             self.used += 1;
-            self.slots.insert(name, i);
+            self.slots.insert(name.to_string(), i);
             Some(i)
         }
     }
@@ -252,9 +273,21 @@ pub fn parse(bytes: &[u8]) -> Option<ClientCalls> {
     })
 }
 
-/// Every client that made counted calls on the box in `dir`, by PID.
+/// Every client that made counted NVML calls on the box in `dir`, by PID.
 pub fn read_all(dir: &Path) -> Result<Vec<ClientCalls>, SimError> {
-    let calls = dir.join(DIR);
+    read_dir(dir, DIR)
+}
+
+/// Every client that made counted CUDA driver API calls on the box in `dir`, by PID.
+pub fn read_all_cuda(dir: &Path) -> Result<Vec<cuda::CudaCalls>, SimError> {
+    Ok(read_dir(dir, CUDA_DIR)?
+        .into_iter()
+        .map(cuda::CudaCalls::from)
+        .collect())
+}
+
+fn read_dir(dir: &Path, sub: &str) -> Result<Vec<ClientCalls>, SimError> {
+    let calls = dir.join(sub);
     let entries = match fs::read_dir(&calls) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -276,15 +309,18 @@ pub fn read_all(dir: &Path) -> Result<Vec<ClientCalls>, SimError> {
     Ok(out)
 }
 
-/// Remove every counter file of the box in `dir` (clients still running start new ones at
-/// their next call only after they re-open NVML).
+/// Remove every counter file of the box in `dir`, NVML's and CUDA's (clients still running
+/// start new ones at their next call only after they re-open the library).
 pub fn reset(dir: &Path) -> Result<(), SimError> {
-    let calls = dir.join(DIR);
-    match fs::remove_dir_all(&calls) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err(&calls)(e)),
+    for sub in [DIR, CUDA_DIR] {
+        let calls = dir.join(sub);
+        match fs::remove_dir_all(&calls) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&calls)(e)),
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -146,6 +146,11 @@ pub mod cuda {
             .find(|(c, _, _)| *c == code)
             .map(|(_, n, t)| (*n, *t))
     }
+
+    /// The cuda.h name of `code`, as text.
+    pub fn name_of(code: u32) -> Option<&'static str> {
+        describe(code).and_then(|(n, _)| n.to_str().ok())
+    }
 }
 
 /// `nvmlReturn_t` values (nvml.h): the codes the simulator returns.

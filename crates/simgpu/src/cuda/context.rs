@@ -4,7 +4,7 @@ use super::*;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuDevicePrimaryCtxRetain", |d| {
         nonnull(pctx)?;
         let o = d.ordinal(dev)?;
         let h = match d.primaries.get(&o).and_then(|h| d.contexts.get_mut(h)) {
@@ -20,7 +20,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuDevicePrimaryCtxRelease_v2", |d| {
         let o = d.ordinal(dev)?;
         let h = *d.primaries.get(&o).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         let c = d.contexts.get_mut(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 /// (the recovery after a sticky error; the runtime's `cudaDeviceReset`).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuDevicePrimaryCtxReset_v2", |d| {
         let o = d.ordinal(dev)?;
         if let Some(h) = d.primaries.get(&o).copied() {
             if d.ctx_live(h).is_ok() {
@@ -56,7 +56,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     flags: *mut c_uint,
     active: *mut c_int,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuDevicePrimaryCtxGetState", |d| {
         let o = d.ordinal(dev)?;
         let on = d
             .primaries
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     _flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxCreate_v2", |d| {
         nonnull(pctx)?;
         let o = d.ordinal(dev)?;
         let h = d.create_context(o, false)?;
@@ -96,7 +96,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxDestroy_v2", |d| {
         let h = ctx as usize;
         let c = d.ctx_live(h)?;
         if c.primary {
@@ -110,17 +110,17 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
-    with_driver(|_| out(pctx, current_ctx().unwrap_or(0) as CUcontext))
+    with_driver("cuCtxGetCurrent", |_| out(pctx, current_ctx().unwrap_or(0) as CUcontext))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxSetCurrent", |d| {
         if ctx.is_null() {
             set_current(None);
             return Ok(());
         }
-        d.ctx(ctx as usize)?;
+        d.settable(ctx as usize)?;
         set_current(Some(ctx as usize));
         Ok(())
     })
@@ -128,8 +128,8 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
-    with_driver(|d| {
-        d.ctx(ctx as usize)?;
+    with_driver("cuCtxPushCurrent_v2", |d| {
+        d.settable(ctx as usize)?;
         CTX_STACK.with(|s| s.borrow_mut().push(ctx as usize));
         Ok(())
     })
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
-    with_driver(|_| {
+    with_driver("cuCtxPopCurrent_v2", |_| {
         let h = CTX_STACK
             .with(|s| s.borrow_mut().pop())
             .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxGetDevice", |d| {
         let h = d.current()?;
         out(device, d.contexts[&h].ordinal as CUdevice)
     })
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxSynchronize", |d| {
         let h = d.current()?;
         d.check_device(d.contexts[&h].ordinal)
     })
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
     least: *mut c_int,
     greatest: *mut c_int,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxGetStreamPriorityRange", |d| {
         d.current()?;
         if !least.is_null() {
             out(least, 0)?;
@@ -179,4 +179,154 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
         }
         Ok(())
     })
+}
+
+/// The context a call names (null: the current one).
+fn named_or_current(d: &mut Driver, ctx: CUcontext) -> Result<usize, CUresult> {
+    if ctx.is_null() {
+        d.current()
+    } else {
+        d.activate(ctx as usize)?;
+        d.ctx(ctx as usize)?;
+        Ok(ctx as usize)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
+    with_driver("cuCtxGetApiVersion", |d| {
+        named_or_current(d, ctx)?;
+        // Contexts made through the _v2 API report 3020 (cuda.h).
+        out(version, 3020)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
+    with_driver("cuCtxGetId", |d| {
+        let h = named_or_current(d, ctx)?;
+        out(id, h as u64)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
+    with_driver("cuCtxGetFlags", |d| {
+        let h = d.current()?;
+        out(flags, d.ctx_flags.get(&h).copied().unwrap_or(0))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetFlags(flags: c_uint) -> CUresult {
+    with_driver("cuCtxSetFlags", |d| {
+        let h = d.current()?;
+        d.ctx_flags.insert(h, flags);
+        Ok(())
+    })
+}
+
+/// `cuDevicePrimaryCtxSetFlags`: the flags the primary context is (or will be) made with.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
+    with_driver("cuDevicePrimaryCtxSetFlags_v2", |d| {
+        let o = d.ordinal(dev)?;
+        let h = d.primary_handle(o);
+        d.ctx_flags.insert(h, flags);
+        Ok(())
+    })
+}
+
+/// Default `CUlimit` values of a current NVIDIA driver.
+fn limit_default(limit: c_int) -> Option<usize> {
+    Some(match limit {
+        0 => 1024,        // STACK_SIZE
+        1 => 1 << 20,     // PRINTF_FIFO_SIZE
+        2 => 8 << 20,     // MALLOC_HEAP_SIZE
+        3 => 2,           // DEV_RUNTIME_SYNC_DEPTH
+        4 => 2048,        // DEV_RUNTIME_PENDING_LAUNCH_COUNT
+        5 => 64,          // MAX_L2_FETCH_GRANULARITY
+        6 => 0,           // PERSISTING_L2_CACHE_SIZE
+        7 | 8 => 0,       // SHMEM_SIZE, CIG_ENABLED
+        _ => return None,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult {
+    with_driver("cuCtxGetLimit", |d| {
+        let h = d.current()?;
+        let default = limit_default(limit).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        out(value, d.limits.get(&(h, limit)).copied().unwrap_or(default))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
+    with_driver("cuCtxSetLimit", |d| {
+        let h = d.current()?;
+        limit_default(limit).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        d.limits.insert((h, limit), value);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
+    with_driver("cuCtxGetCacheConfig", |d| {
+        d.current()?;
+        out(config, 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetCacheConfig(config: c_uint) -> CUresult {
+    with_driver("cuCtxSetCacheConfig", |d| {
+        d.current()?;
+        if config > 4 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetSharedMemConfig(config: *mut c_uint) -> CUresult {
+    with_driver("cuCtxGetSharedMemConfig", |d| {
+        d.current()?;
+        // CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE
+        out(config, 1)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxResetPersistingL2Cache() -> CUresult {
+    with_driver("cuCtxResetPersistingL2Cache", |d| d.current().map(|_| ()))
+}
+
+/// CUDA 13's forms that name the context.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresult {
+    with_driver("cuCtxGetDevice_v2", |d| {
+        let h = named_or_current(d, ctx)?;
+        out(device, d.contexts[&h].ordinal as CUdevice)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+    with_driver("cuCtxSynchronize_v2", |d| {
+        let h = named_or_current(d, ctx)?;
+        d.check_device(d.contexts[&h].ordinal)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuProfilerStart() -> CUresult {
+    with_driver("cuProfilerStart", |_| Ok(()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuProfilerStop() -> CUresult {
+    with_driver("cuProfilerStop", |_| Ok(()))
 }

@@ -51,14 +51,40 @@ impl Driver {
     }
 
     /// The calling thread's current context, which must be live.
-    pub(super) fn current(&self) -> Result<usize, CUresult> {
+    pub(super) fn current(&mut self) -> Result<usize, CUresult> {
         let h = current_ctx().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        self.activate(h)?;
         self.ctx(h)?;
         Ok(h)
     }
 
+    /// Whether `h` may be made current: a live context, or a primary context not yet in
+    /// existence (it comes to exist at its first use, [`Driver::activate`]).
+    pub(super) fn settable(&self, h: usize) -> Result<(), CUresult> {
+        match self.contexts.get(&h) {
+            Some(c) if c.primary && !c.active => Ok(()),
+            _ => self.ctx(h).map(|_| ()),
+        }
+    }
+
+    /// A primary context made current before it was retained (the CUDA runtime does so with
+    /// the handle its interface table gave it) comes to exist at its first use, charging its
+    /// device then: a real driver shows no memory for a process that only set it current.
+    pub(super) fn activate(&mut self, h: usize) -> Result<(), CUresult> {
+        let ordinal = match self.contexts.get(&h) {
+            Some(c) if c.primary && !c.active => c.ordinal,
+            _ => return Ok(()),
+        };
+        self.create_context(ordinal, true)?;
+        if let Some(c) = self.contexts.get_mut(&h) {
+            // Not a retain: the client's cuDevicePrimaryCtxRetain counts its own.
+            c.retains = 0;
+        }
+        Ok(())
+    }
+
     /// Context of a stream handle (null and the special default streams: the current one).
-    pub(super) fn stream_ctx(&self, stream: CUstream) -> Result<usize, CUresult> {
+    pub(super) fn stream_ctx(&mut self, stream: CUstream) -> Result<usize, CUresult> {
         let s = stream as usize;
         if s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD {
             return self.current();
@@ -138,7 +164,21 @@ impl Driver {
             .collect();
         self.functions.retain(|_, f| !modules.contains(&f.module));
         self.modules.retain(|_, m| m.ctx != h);
+        // The runtime's context-local values: their destructors run once the lock is released.
+        let stored: Vec<(usize, usize)> = self.cls.keys().filter(|(c, _)| *c == h).copied().collect();
+        for k in stored {
+            if let Some((value, Some(dtor))) = self.cls.remove(&k) {
+                self.deferred.push(Deferred::ClsDtor(dtor, h, k.1, value));
+            }
+        }
         self.proc.destroy_context(ordinal).map_err(code)?;
+        // Physical memory of the virtual-memory API went with the device's last context.
+        let proc = &self.proc;
+        self.vmm
+            .physical
+            .retain(|_, p| proc.allocation_base(p.base).is_some());
+        let physical = &self.vmm.physical;
+        self.vmm.mapped.retain(|_, m| physical.contains_key(&m.handle));
         if let Some(c) = self.contexts.get_mut(&h) {
             c.active = false;
             c.retains = 0;
@@ -214,10 +254,43 @@ impl Driver {
             return Ok(());
         }
         nonnull(src)?;
-        self.check_ptr(dst)?;
         // SAFETY: src holds n bytes per the caller's contract, checked non-null.
         let data = unsafe { std::slice::from_raw_parts(src as *const u8, n) };
-        self.proc.write(dst, data).map_err(code)
+        self.write_dev(dst, data)
+    }
+
+    /// Write `data` at the device address `dst` (mapped memory through its pieces).
+    fn write_dev(&mut self, dst: u64, data: &[u8]) -> Result<(), CUresult> {
+        if let Some((buf, off)) = self.global_at(dst) {
+            let end = off.checked_add(data.len()).filter(|e| *e <= buf.len());
+            let end = end.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            buf[off..end].copy_from_slice(data);
+            return Ok(());
+        }
+        let mut done = 0;
+        for (at, len) in self.pieces(dst, data.len())? {
+            self.check_ptr(at)?;
+            self.proc.write(at, &data[done..done + len]).map_err(code)?;
+            done += len;
+        }
+        Ok(())
+    }
+
+    /// Read `buf.len()` bytes at the device address `src`.
+    fn read_dev(&mut self, src: u64, buf: &mut [u8]) -> Result<(), CUresult> {
+        if let Some((g, off)) = self.global_at(src) {
+            let end = off.checked_add(buf.len()).filter(|e| *e <= g.len());
+            let end = end.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            buf.copy_from_slice(&g[off..end]);
+            return Ok(());
+        }
+        let mut done = 0;
+        for (at, len) in self.pieces(src, buf.len())? {
+            self.check_ptr(at)?;
+            self.proc.read(at, &mut buf[done..done + len]).map_err(code)?;
+            done += len;
+        }
+        Ok(())
     }
 
     pub(super) fn memcpy_dtoh(
@@ -230,40 +303,58 @@ impl Driver {
             return Ok(());
         }
         nonnull(dst)?;
-        self.check_ptr(src)?;
         // SAFETY: dst holds n bytes per the caller's contract, checked non-null.
         let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) };
-        self.proc.read(src, buf).map_err(code)
+        self.read_dev(src, buf)
     }
 
     pub(super) fn memcpy_dtod(&mut self, dst: u64, src: u64, n: usize) -> Result<(), CUresult> {
         if n == 0 {
             return Ok(());
         }
-        self.check_ptr(src)?;
-        self.check_ptr(dst)?;
-        let mut buf = vec![0u8; n];
-        self.proc.read(src, &mut buf).map_err(code)?;
-        self.proc.write(dst, &buf).map_err(code)
+        // Through a bounded buffer: a copy of gigabytes costs no more host memory than this.
+        const CHUNK: usize = 4 << 20;
+        let mut buf = vec![0u8; n.min(CHUNK)];
+        let mut done = 0;
+        while done < n {
+            let len = (n - done).min(CHUNK);
+            self.read_dev(src + done as u64, &mut buf[..len])?;
+            self.write_dev(dst + done as u64, &buf[..len])?;
+            done += len;
+        }
+        Ok(())
     }
 
     pub(super) fn memset8(&mut self, dst: u64, v: u8, n: usize) -> Result<(), CUresult> {
+        if self.global_at(dst).is_some() {
+            return self.write_dev(dst, &vec![v; n]);
+        }
         if n == 0 {
             return Ok(());
         }
-        self.check_ptr(dst)?;
-        self.proc.memset8(dst, v, n as u64).map_err(code)
+        for (at, len) in self.pieces(dst, n)? {
+            self.check_ptr(at)?;
+            self.proc.memset8(at, v, len as u64).map_err(code)?;
+        }
+        Ok(())
     }
 
     pub(super) fn memset32(&mut self, dst: u64, v: u32, n: usize) -> Result<(), CUresult> {
+        if self.global_at(dst).is_some() {
+            let bytes: Vec<u8> = std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect();
+            return self.write_dev(dst, &bytes);
+        }
         if !dst.is_multiple_of(4) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         if n == 0 {
             return Ok(());
         }
-        self.check_ptr(dst)?;
-        self.proc.fill_u32(dst, v, n as u64).map_err(code)
+        for (at, len) in self.pieces(dst, n.saturating_mul(4))? {
+            self.check_ptr(at)?;
+            self.proc.fill_u32(at, v, (len / 4) as u64).map_err(code)?;
+        }
+        Ok(())
     }
 
     pub(super) fn load_module(&mut self, image: &str) -> Result<usize, CUresult> {
@@ -275,8 +366,74 @@ impl Driver {
         // PTX needs the JIT compiler library (the core's `load_ptx`).
         self.proc.load_ptx().map_err(code)?;
         let h = self.mint();
-        self.modules.insert(h, Module { ctx, entries });
+        self.modules.insert(
+            h,
+            Module {
+                ctx,
+                entries,
+                fatbin: false,
+            },
+        );
         Ok(h)
+    }
+
+    /// A module of the current context from a fatbin the CUDA runtime registered: no code is
+    /// read (no kernel runs on the simulator); every kernel name resolves.
+    pub(super) fn load_fatbin(&mut self) -> Result<usize, CUresult> {
+        let ctx = self.current()?;
+        let h = self.mint();
+        self.modules.insert(
+            h,
+            Module {
+                ctx,
+                entries: Vec::new(),
+                fatbin: true,
+            },
+        );
+        Ok(h)
+    }
+
+    /// Whether `f` is a kernel of a runtime fatbin (launched as a no-op, any parameters).
+    pub(super) fn is_fatbin_function(&self, f: usize) -> bool {
+        self.functions
+            .get(&f)
+            .and_then(|func| self.modules.get(&func.module))
+            .is_some_and(|m| m.fatbin)
+    }
+
+    /// The primary context handle of `ordinal`, minted (not activated, nothing charged) if
+    /// none exists yet.
+    pub(super) fn primary_handle(&mut self, ordinal: u32) -> usize {
+        if let Some(h) = self.primaries.get(&ordinal) {
+            return *h;
+        }
+        let h = self.mint();
+        self.primaries.insert(ordinal, h);
+        self.contexts.insert(
+            h,
+            Context {
+                ordinal,
+                primary: true,
+                active: false,
+                retains: 0,
+                sticky: None,
+            },
+        );
+        h
+    }
+
+    /// The context a context-local-storage call names (null: the current one); the
+    /// runtime may store into a primary context it has not activated yet.
+    pub(super) fn cls_context(&self, ctx: CUcontext) -> Result<usize, CUresult> {
+        if ctx.is_null() {
+            return current_ctx().ok_or(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let h = ctx as usize;
+        if self.contexts.contains_key(&h) {
+            Ok(h)
+        } else {
+            Err(CUDA_ERROR_INVALID_CONTEXT)
+        }
     }
 
     /// Run an emulated kernel. Kernel faults (bad pointer, wrong device) give
@@ -293,6 +450,7 @@ impl Driver {
             .get(&func.module)
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = module.ctx;
+        let fatbin = module.fatbin;
         let name = func.name.clone();
         let ordinal = self.ctx(ctx)?.ordinal;
         let sctx = self.stream_ctx(stream)?;
@@ -300,6 +458,15 @@ impl Driver {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         self.check_device(ordinal)?;
+        if fatbin {
+            // A kernel of the runtime's fatbins: it would compute; the simulator keeps only
+            // the memory it was given (docs/simulator.md, "What is faithful").
+            return match self.proc.launch(ordinal) {
+                Ok(()) => Ok(()),
+                Err(e @ SimError::IllegalAddress(_)) => Err(self.poison(ctx, code(e))),
+                Err(e) => Err(code(e)),
+            };
+        }
         nonnull(params)?;
         // The core decides whether the launch runs (lost, contained, an injected fault).
         match self.proc.launch(ordinal) {

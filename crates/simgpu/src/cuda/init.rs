@@ -4,7 +4,7 @@ use super::*;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
-    guard(|| {
+    guard("cuInit", || {
         if flags != 0 {
             return CUDA_ERROR_INVALID_VALUE;
         }
@@ -35,6 +35,17 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
             pooled: Default::default(),
             peers: Default::default(),
             imports: HashMap::new(),
+            cls: HashMap::new(),
+            deferred: Vec::new(),
+            func_attrs: HashMap::new(),
+            limits: HashMap::new(),
+            ctx_flags: HashMap::new(),
+            graphs: HashMap::new(),
+            libraries: HashMap::new(),
+            kernels: HashMap::new(),
+            globals: Default::default(),
+            host: Default::default(),
+            vmm: Default::default(),
             next_handle: 0x5100_0000,
         });
         CUDA_SUCCESS
@@ -55,7 +66,7 @@ fn stub() -> bool {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
-    guard(|| {
+    guard("cuDriverGetVersion", || {
         if stub() {
             return CUDA_ERROR_STUB_LIBRARY;
         }
@@ -74,7 +85,7 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) -> CUresult {
-    guard(|| match ERRORS.iter().find(|(c, _, _)| *c == error) {
+    guard("cuGetErrorName", || match ERRORS.iter().find(|(c, _, _)| *c == error) {
         Some((_, name, _)) => match out(p_str, name.as_ptr()) {
             Ok(()) => CUDA_SUCCESS,
             Err(c) => c,
@@ -88,7 +99,7 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_ch
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) -> CUresult {
-    guard(|| match ERRORS.iter().find(|(c, _, _)| *c == error) {
+    guard("cuGetErrorString", || match ERRORS.iter().find(|(c, _, _)| *c == error) {
         Some((_, _, text)) => match out(p_str, text.as_ptr()) {
             Ok(()) => CUDA_SUCCESS,
             Err(c) => c,

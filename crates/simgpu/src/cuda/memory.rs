@@ -4,7 +4,7 @@ use super::*;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemAlloc_v2", |d| {
         nonnull(dptr)?;
         let ctx = d.current()?;
         let p = d.alloc(ctx, bytes)?;
@@ -18,7 +18,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     bytes: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemAllocAsync", |d| {
         nonnull(dptr)?;
         let ctx = d.stream_ctx(stream)?;
         let p = d.alloc(ctx, bytes)?;
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     bytes: usize,
     flags: c_uint,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemAllocManaged", |d| {
         nonnull(dptr)?;
         if flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -55,12 +55,19 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    with_driver(|d| d.free(dptr))
+    with_driver("cuMemFree_v2", |d| {
+        if dptr == 0 {
+            // Freeing null frees nothing; the runtimes call it to make their context exist
+            // (the `cudaFree(0)` idiom), so it is a use of the current context.
+            return d.current().map(|_| ());
+        }
+        d.free(dptr)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemFreeAsync", |d| {
         d.stream_ctx(stream)?;
         d.free(dptr)
     })
@@ -68,7 +75,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemGetInfo_v2", |d| {
         nonnull(free)?;
         nonnull(total)?;
         let ctx = d.current()?;
@@ -80,7 +87,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemAllocHost_v2", |d| {
         nonnull(pp)?;
         d.current()?;
         // SAFETY: plain host allocation, released by cuMemFreeHost.
@@ -88,6 +95,8 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -
         if p.is_null() {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
+        // Pinned: its pointer attributes say host memory of CUDA's.
+        d.host.insert(p as u64, bytes as u64);
         out(pp, p)
     })
 }
@@ -103,8 +112,11 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    with_driver(|_| {
+    with_driver("cuMemFreeHost", |d| {
         nonnull(p)?;
+        if d.host.remove(&(p as u64)).is_none() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         // SAFETY: p came from cuMemAllocHost_v2 / cuMemHostAlloc (libc::malloc).
         unsafe { libc::free(p) };
         Ok(())
@@ -113,7 +125,7 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: u8, n: usize) -> CUresult {
-    with_driver(|d| d.memset8(dst, uc, n))
+    with_driver("cuMemsetD8_v2", |d| d.memset8(dst, uc, n))
 }
 
 #[no_mangle]
@@ -123,7 +135,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(
     n: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemsetD8Async", |d| {
         d.stream_ctx(stream)?;
         d.memset8(dst, uc, n)
     })
@@ -131,7 +143,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, ui: c_uint, n: usize) -> CUresult {
-    with_driver(|d| d.memset32(dst, ui, n))
+    with_driver("cuMemsetD32_v2", |d| d.memset32(dst, ui, n))
 }
 
 #[no_mangle]
@@ -141,7 +153,7 @@ pub unsafe extern "C" fn cuMemsetD32Async(
     n: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemsetD32Async", |d| {
         d.stream_ctx(stream)?;
         d.memset32(dst, ui, n)
     })
@@ -153,7 +165,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(
     src: *const c_void,
     n: usize,
 ) -> CUresult {
-    with_driver(|d| d.memcpy_htod(dst, src, n))
+    with_driver("cuMemcpyHtoD_v2", |d| d.memcpy_htod(dst, src, n))
 }
 
 #[no_mangle]
@@ -163,7 +175,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     n: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemcpyHtoDAsync_v2", |d| {
         d.stream_ctx(stream)?;
         d.memcpy_htod(dst, src, n)
     })
@@ -171,7 +183,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
-    with_driver(|d| d.memcpy_dtoh(dst, src, n))
+    with_driver("cuMemcpyDtoH_v2", |d| d.memcpy_dtoh(dst, src, n))
 }
 
 #[no_mangle]
@@ -181,7 +193,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     n: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemcpyDtoHAsync_v2", |d| {
         d.stream_ctx(stream)?;
         d.memcpy_dtoh(dst, src, n)
     })
@@ -189,7 +201,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
-    with_driver(|d| d.memcpy_dtod(dst, src, n))
+    with_driver("cuMemcpyDtoD_v2", |d| d.memcpy_dtod(dst, src, n))
 }
 
 #[no_mangle]
@@ -199,7 +211,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     n: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemcpyDtoDAsync_v2", |d| {
         d.stream_ctx(stream)?;
         d.memcpy_dtod(dst, src, n)
     })

@@ -29,23 +29,34 @@ use vramdoc_sim::{SimError, SimProcess};
 mod context;
 mod device;
 mod driver;
+mod export_table;
+mod graph;
+mod library;
+mod pointer;
 mod init;
 mod memory;
 mod module;
 mod peer;
 mod proc_address;
+mod record;
 mod stream;
+mod vmm;
 #[cfg(test)]
 mod tests;
 
 pub use context::*;
 pub use device::*;
+pub use export_table::cuGetExportTable;
+pub use graph::*;
+pub use library::*;
+pub use pointer::*;
 pub use init::*;
 pub use memory::*;
 pub use module::*;
 pub use peer::*;
 pub use proc_address::*;
 pub use stream::*;
+pub use vmm::*;
 
 /// `CUresult` (cuda.h `enum cudaError_enum`); only the codes this library returns.
 pub type CUresult = c_uint;
@@ -83,6 +94,11 @@ struct Context {
 
 struct Stream {
     ctx: usize,
+    flags: c_uint,
+    priority: c_int,
+    /// The graph this stream is capturing into (`cuStreamBeginCapture`), if any.
+    capture: Option<usize>,
+    id: u64,
 }
 
 struct Event {
@@ -94,6 +110,8 @@ struct Event {
 struct Module {
     ctx: usize,
     entries: Vec<String>,
+    /// A fatbin the CUDA runtime registered: any kernel name resolves, launches are no-ops.
+    fatbin: bool,
 }
 
 struct Function {
@@ -119,7 +137,56 @@ struct Driver {
     peers: std::collections::HashSet<(usize, usize)>,
     /// Opened IPC handles -> the context that opened them.
     imports: HashMap<u64, usize>,
+    /// The runtime's context-local storage: (context, key) -> (value, destructor).
+    cls: HashMap<(usize, usize), (usize, export_table::ClsDtor)>,
+    /// Client callbacks to run once the driver's lock is released (context-storage
+    /// destructors, host functions): a callback may call back into the driver.
+    deferred: Vec<Deferred>,
+    /// Function attributes set (`cuFuncSetAttribute`, `cuKernelSetAttribute`): (function or
+    /// kernel handle, attribute) -> value.
+    func_attrs: HashMap<(usize, c_int), c_int>,
+    /// Limits set per context (`cuCtxSetLimit`): (context, limit) -> value.
+    limits: HashMap<(usize, c_int), usize>,
+    /// Flags per context (`cuCtxSetFlags`, `cuDevicePrimaryCtxSetFlags`), by context handle.
+    ctx_flags: HashMap<usize, c_uint>,
+    /// Graphs made by stream capture, and their instantiations (`graph`).
+    graphs: HashMap<usize, graph::Graph>,
+    /// Libraries loaded context-independently (`cuLibraryLoadData`) -> their module per context.
+    libraries: HashMap<usize, HashMap<usize, usize>>,
+    /// Kernels of a library (`cuLibraryGetKernel`) -> (library, name).
+    kernels: HashMap<usize, (usize, String)>,
+    /// Device variables of modules and libraries, by address (`library`).
+    globals: std::collections::BTreeMap<u64, library::Global>,
+    /// Pinned or registered host memory: start -> size.
+    host: std::collections::BTreeMap<u64, u64>,
+    /// Reserved ranges, physical allocations and mappings (`vmm`).
+    vmm: vmm::Vmm,
     next_handle: usize,
+}
+
+/// A client callback: a C function and its two or three arguments.
+enum Deferred {
+    ClsDtor(extern "C" fn(CUcontext, *mut c_void, *mut c_void), usize, usize, usize),
+    Host(extern "C" fn(*mut c_void), usize),
+    StreamCallback(extern "C" fn(CUstream, CUresult, *mut c_void), usize, usize),
+}
+
+// SAFETY: the deferred callbacks hold plain addresses the client gave; they are only called,
+// on the thread that made the call that queued them.
+unsafe impl Send for Deferred {}
+
+impl Deferred {
+    fn run(self) {
+        match self {
+            Deferred::ClsDtor(f, ctx, key, value) => {
+                f(ctx as CUcontext, key as *mut c_void, value as *mut c_void)
+            }
+            Deferred::Host(f, data) => f(data as *mut c_void),
+            Deferred::StreamCallback(f, stream, data) => {
+                f(stream as CUstream, CUDA_SUCCESS, data as *mut c_void)
+            }
+        }
+    }
 }
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
@@ -152,22 +219,34 @@ fn lock() -> MutexGuard<'static, Option<Driver>> {
     DRIVER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Run an entry point body: no panic crosses the C ABI.
-fn guard(f: impl FnOnce() -> CUresult) -> CUresult {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(CUDA_ERROR_UNKNOWN)
+/// Run the body of the entry point `name`: no panic crosses the C ABI, and the call and its
+/// result are recorded in the box (`record`).
+fn guard(name: &str, f: impl FnOnce() -> CUresult) -> CUresult {
+    let r = catch_unwind(AssertUnwindSafe(f)).unwrap_or(CUDA_ERROR_UNKNOWN);
+    record::call(name, r);
+    r
 }
 
-/// Run `f` on the initialised driver (`CUDA_ERROR_NOT_INITIALIZED` before a successful cuInit).
-fn with_driver(f: impl FnOnce(&mut Driver) -> Result<(), CUresult>) -> CUresult {
-    guard(|| {
+/// Run `f` on the initialised driver (`CUDA_ERROR_NOT_INITIALIZED` before a successful
+/// cuInit), as the entry point `name`.
+fn with_driver(name: &str, f: impl FnOnce(&mut Driver) -> Result<(), CUresult>) -> CUresult {
+    guard(name, || {
         let mut g = lock();
-        match g.as_mut() {
-            None => CUDA_ERROR_NOT_INITIALIZED,
-            Some(d) => match f(d) {
-                Ok(()) => CUDA_SUCCESS,
-                Err(code) => code,
-            },
+        let (r, later) = match g.as_mut() {
+            None => (CUDA_ERROR_NOT_INITIALIZED, Vec::new()),
+            Some(d) => {
+                let r = match f(d) {
+                    Ok(()) => CUDA_SUCCESS,
+                    Err(code) => code,
+                };
+                (r, std::mem::take(&mut d.deferred))
+            }
+        };
+        drop(g);
+        for cb in later {
+            cb.run();
         }
+        r
     })
 }
 

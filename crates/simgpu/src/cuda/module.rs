@@ -16,7 +16,7 @@ fn image_text(image: *const c_void) -> Result<String, CUresult> {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuModuleLoadData", |d| {
         nonnull(module)?;
         let text = image_text(image)?;
         let h = d.load_module(&text)?;
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuModuleLoad", |d| {
         nonnull(module)?;
         nonnull(fname)?;
         // SAFETY: NUL-terminated file name per cuda.h.
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn cuModuleLoad(module: *mut CUmodule, fname: *const c_cha
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuModuleUnload", |d| {
         let h = module as usize;
         d.modules.remove(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         d.functions.retain(|_, f| f.module != h);
@@ -66,7 +66,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     module: CUmodule,
     name: *const c_char,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuModuleGetFunction", |d| {
         nonnull(hfunc)?;
         nonnull(name)?;
         // SAFETY: NUL-terminated function name per cuda.h.
@@ -77,7 +77,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
             .modules
             .get(&(module as usize))
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if !m.entries.contains(&name) {
+        if !m.fatbin && !m.entries.contains(&name) {
             return Err(CUDA_ERROR_NOT_FOUND);
         }
         let existing = d
@@ -118,13 +118,13 @@ pub unsafe extern "C" fn cuLaunchKernel(
     kernel_params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuLaunchKernel", |d| {
         if [grid_x, grid_y, grid_z, block_x, block_y, block_z].contains(&0)
             || (block_x as u64) * (block_y as u64) * (block_z as u64) > 1024
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        if kernel_params.is_null() {
+        if kernel_params.is_null() && !d.as_function(f as usize).is_ok_and(|f| d.is_fatbin_function(f)) {
             // Parameters packed through `extra` are not emulated.
             return Err(if extra.is_null() {
                 CUDA_ERROR_INVALID_VALUE
@@ -132,6 +132,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 CUDA_ERROR_NOT_SUPPORTED
             });
         }
-        d.launch(f as usize, stream, kernel_params)
+        let f = d.as_function(f as usize)?;
+        d.launch(f, stream, kernel_params)
     })
 }

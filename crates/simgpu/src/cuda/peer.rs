@@ -21,7 +21,7 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(
     dev: CUdevice,
     peer: CUdevice,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuDeviceCanAccessPeer", |d| {
         let a = d.proc.physical(d.ordinal(dev)?).map_err(code)?;
         let b = d.proc.physical(d.ordinal(peer)?).map_err(code)?;
         out(can, d.proc.sim().can_access_peer(a, b) as c_int)
@@ -30,7 +30,7 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxEnablePeerAccess", |d| {
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -60,7 +60,7 @@ pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuCtxDisablePeerAccess", |d| {
         let me = d.current()?;
         if !d.peers.remove(&(me, peer as usize)) {
             return Err(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
     handle: *mut CUipcMemHandle,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuIpcGetMemHandle", |d| {
         nonnull(handle)?;
         let h = *d.allocations.get(&dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         d.ctx(h)?;
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
     handle: CUipcMemHandle,
     flags: c_uint,
 ) -> CUresult {
-    with_driver(|d| ipc_open(d, pdptr, handle, flags))
+    with_driver("cuIpcOpenMemHandle_v2", |d| ipc_open(d, pdptr, handle, flags))
 }
 
 /// The pre-CUDA 11 symbol, same signature.
@@ -125,12 +125,12 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(
     handle: CUipcMemHandle,
     flags: c_uint,
 ) -> CUresult {
-    with_driver(|d| ipc_open(d, pdptr, handle, flags))
+    with_driver("cuIpcOpenMemHandle", |d| ipc_open(d, pdptr, handle, flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuIpcCloseMemHandle", |d| {
         let h = *d.imports.get(&dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         d.ctx(h)?;
         d.proc.ipc_close(dptr).map_err(code)?;
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     src_ctx: CUcontext,
     n: usize,
 ) -> CUresult {
-    with_driver(|d| memcpy_peer(d, dst, dst_ctx, src, src_ctx, n))
+    with_driver("cuMemcpyPeer", |d| memcpy_peer(d, dst, dst_ctx, src, src_ctx, n))
 }
 
 #[no_mangle]
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
     n: usize,
     stream: CUstream,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuMemcpyPeerAsync", |d| {
         d.stream_ctx(stream)?;
         memcpy_peer(d, dst, dst_ctx, src, src_ctx, n)
     })

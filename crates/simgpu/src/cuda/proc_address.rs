@@ -39,7 +39,8 @@ fn table() -> &'static [Entry] {
         macro_rules! s {
             ($base:literal, $ver:expr, $f:expr) => {{
                 t.push(($base, $ver, false, $f as *const () as usize));
-                t.push(($base, 7000, true, $f as *const () as usize));
+                // The _ptds/_ptsz forms exist from 7.0, or from the function's own version.
+                t.push(($base, ($ver).max(7000), true, $f as *const () as usize));
             }};
         }
         v!("cuInit", 2000, cuInit);
@@ -58,12 +59,13 @@ fn table() -> &'static [Entry] {
         v!("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute);
         v!("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer);
         v!("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain);
-        v!(
-            "cuDevicePrimaryCtxRelease",
-            11000,
-            cuDevicePrimaryCtxRelease_v2
-        );
+        // The 7.0 and 11.0 forms share a signature (cudaTypedefs.h): the runtime asks at 7000.
+        v!("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease_v2);
+        v!("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2);
+        v!("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset_v2);
         v!("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2);
+        v!("cuDevicePrimaryCtxSetFlags", 7000, cuDevicePrimaryCtxSetFlags_v2);
+        v!("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2);
         v!(
             "cuDevicePrimaryCtxGetState",
             7000,
@@ -133,6 +135,127 @@ fn table() -> &'static [Entry] {
         v!("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle);
         v!("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2);
         v!("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle);
+        // What the CUDA runtime, cuBLAS and PyTorch's c10 driver API ask for besides
+        // (versions from cudaTypedefs.h of CUDA 13.2).
+        v!("cuGetExportTable", 3000, cuGetExportTable);
+        v!("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId);
+        v!("cuDeviceGetP2PAttribute", 8000, cuDeviceGetP2PAttribute);
+        v!("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool);
+        v!("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool);
+        v!("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute);
+        v!("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute);
+        v!("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo);
+        s!("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync);
+        v!("cuFlushGPUDirectRDMAWrites", 11030, cuFlushGPUDirectRDMAWrites);
+        v!("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion);
+        v!("cuCtxGetId", 12000, cuCtxGetId);
+        v!("cuCtxGetFlags", 7000, cuCtxGetFlags);
+        v!("cuCtxSetFlags", 12010, cuCtxSetFlags);
+        v!("cuCtxGetLimit", 3010, cuCtxGetLimit);
+        v!("cuCtxSetLimit", 3010, cuCtxSetLimit);
+        v!("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig);
+        v!("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig);
+        v!("cuCtxGetSharedMemConfig", 4020, cuCtxGetSharedMemConfig);
+        v!("cuCtxResetPersistingL2Cache", 11000, cuCtxResetPersistingL2Cache);
+        v!("cuCtxGetDevice", 13000, cuCtxGetDevice_v2);
+        v!("cuCtxSynchronize", 13000, cuCtxSynchronize_v2);
+        v!("cuProfilerStart", 4000, cuProfilerStart);
+        v!("cuProfilerStop", 4000, cuProfilerStop);
+        v!("cuStreamGetFlags", 5050, cuStreamGetFlags);
+        v!("cuStreamGetPriority", 5050, cuStreamGetPriority);
+        v!("cuStreamGetId", 12000, cuStreamGetId);
+        v!("cuStreamGetCtx", 9020, cuStreamGetCtx);
+        v!("cuStreamGetCtx", 12050, cuStreamGetCtx_v2);
+        v!("cuStreamGetDevice", 12080, cuStreamGetDevice);
+        s!("cuStreamAddCallback", 5000, cuStreamAddCallback);
+        s!("cuLaunchHostFunc", 10000, cuLaunchHostFunc);
+        v!("cuLaunchHostFunc", 13010, cuLaunchHostFunc);
+        s!("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags);
+        v!("cuStreamBeginCapture", 10000, cuStreamBeginCapture_v2);
+        v!("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2);
+        v!("cuStreamEndCapture", 10000, cuStreamEndCapture);
+        v!("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo);
+        v!("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2);
+        v!("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3);
+        v!("cuStreamIsCapturing", 10000, cuStreamIsCapturing);
+        v!("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode);
+        v!("cuGraphCreate", 10000, cuGraphCreate);
+        v!("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags);
+        v!("cuGraphInstantiateWithParams", 12000, cuGraphInstantiateWithParams);
+        v!("cuGraphLaunch", 10000, cuGraphLaunch);
+        v!("cuGraphUpload", 11010, cuGraphUpload);
+        v!("cuGraphDestroy", 10000, cuGraphDestroy);
+        v!("cuGraphExecDestroy", 10000, cuGraphExecDestroy);
+        v!("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode);
+        v!("cuModuleGetGlobal", 3020, cuModuleGetGlobal_v2);
+        v!("cuLibraryLoadData", 12000, cuLibraryLoadData);
+        v!("cuLibraryLoadFromFile", 12000, cuLibraryLoadFromFile);
+        v!("cuLibraryUnload", 12000, cuLibraryUnload);
+        v!("cuLibraryGetKernel", 12000, cuLibraryGetKernel);
+        v!("cuLibraryGetModule", 12000, cuLibraryGetModule);
+        v!("cuLibraryGetGlobal", 12000, cuLibraryGetGlobal);
+        v!("cuKernelGetFunction", 12000, cuKernelGetFunction);
+        v!("cuKernelGetName", 12030, cuKernelGetName);
+        v!("cuKernelGetAttribute", 12000, cuKernelGetAttribute);
+        v!("cuKernelSetAttribute", 12000, cuKernelSetAttribute);
+        v!("cuKernelSetCacheConfig", 12000, cuKernelSetCacheConfig);
+        v!("cuFuncGetAttribute", 2020, cuFuncGetAttribute);
+        v!("cuFuncSetAttribute", 9000, cuFuncSetAttribute);
+        v!("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig);
+        v!("cuFuncGetName", 12030, cuFuncGetName);
+        v!("cuFuncGetModule", 11000, cuFuncGetModule);
+        v!("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor);
+        v!("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+        v!("cuOccupancyMaxPotentialBlockSize", 6050, cuOccupancyMaxPotentialBlockSize);
+        v!("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock);
+        v!("cuOccupancyMaxPotentialClusterSize", 11070, cuOccupancyMaxPotentialClusterSize);
+        v!("cuOccupancyMaxActiveClusters", 11070, cuOccupancyMaxActiveClusters);
+        s!("cuLaunchKernelEx", 11060, cuLaunchKernelEx);
+        s!("cuLaunchCooperativeKernel", 9000, cuLaunchCooperativeKernel);
+        v!("cuPointerGetAttribute", 4000, cuPointerGetAttribute);
+        v!("cuPointerGetAttributes", 7000, cuPointerGetAttributes);
+        v!("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2);
+        v!("cuMemHostRegister", 4000, cuMemHostRegister_v2);
+        v!("cuMemHostRegister", 6050, cuMemHostRegister_v2);
+        v!("cuMemHostUnregister", 4000, cuMemHostUnregister);
+        v!("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2);
+        v!("cuMemHostGetFlags", 2030, cuMemHostGetFlags);
+        s!("cuMemcpy", 4000, cuMemcpy);
+        s!("cuMemcpyAsync", 4000, cuMemcpyAsync);
+        s!("cuMemcpy2D", 3020, cuMemcpy2D_v2);
+        s!("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2);
+        s!("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2);
+        s!("cuMemcpy3D", 3020, cuMemcpy3D_v2);
+        s!("cuMemcpy3DAsync", 3020, cuMemcpy3DAsync_v2);
+        s!("cuMemcpyBatchAsync", 12080, cuMemcpyBatchAsync);
+        v!("cuMemcpyBatchAsync", 13000, cuMemcpyBatchAsync_v2);
+        s!("cuMemsetD16", 3020, cuMemsetD16_v2);
+        s!("cuMemsetD16Async", 3020, cuMemsetD16Async);
+        s!("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2);
+        v!("cuMemAdvise", 8000, cuMemAdvise_v2);
+        v!("cuMemAdvise", 12020, cuMemAdvise_v2);
+        v!("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity);
+        v!("cuMemAddressReserve", 10020, cuMemAddressReserve);
+        v!("cuMemAddressFree", 10020, cuMemAddressFree);
+        v!("cuMemCreate", 10020, cuMemCreate);
+        v!("cuMemRelease", 10020, cuMemRelease);
+        v!("cuMemMap", 10020, cuMemMap);
+        v!("cuMemUnmap", 10020, cuMemUnmap);
+        v!("cuMemSetAccess", 10020, cuMemSetAccess);
+        v!("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle);
+        v!("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle);
+        v!("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle);
+        v!("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle);
+        v!("cuMulticastCreate", 12010, cuMulticastCreate);
+        v!("cuMulticastAddDevice", 12010, cuMulticastAddDevice);
+        v!("cuMulticastBindMem", 12010, cuMulticastBindMem);
+        v!("cuMulticastUnbind", 12010, cuMulticastUnbind);
+        s!("cuStreamWriteValue32", 8000, cuStreamWriteValue32);
+        s!("cuStreamWaitValue32", 8000, cuStreamWaitValue32);
+        v!("cuDeviceGetDevResource", 12040, cuDeviceGetDevResource);
+        v!("cuGreenCtxCreate", 12040, cuGreenCtxCreate);
+        v!("cuLogsRegisterCallback", 12090, cuLogsRegisterCallback);
+        v!("cuLogsUnregisterCallback", 12090, cuLogsUnregisterCallback);
         t
     })
 }
@@ -180,8 +303,15 @@ unsafe fn get_proc_address(
     }
     let name = CStr::from_ptr(symbol).to_str().unwrap_or("");
     let (f, st) = match lookup(name, version, flags) {
-        Ok(f) => (f, CU_GET_PROC_ADDRESS_SUCCESS),
-        Err(st) => (0, st),
+        Ok(f) => {
+            record::trace(|| format!("cuGetProcAddress({name}, {version}) -> served"));
+            (f, CU_GET_PROC_ADDRESS_SUCCESS)
+        }
+        Err(st) => {
+            // Never a silent NULL: the box records what was asked for (sim status --calls).
+            record::missing(name, version);
+            (0, st)
+        }
     };
     *pfn = f as *mut c_void;
     if !status.is_null() {
@@ -198,7 +328,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     symbolStatus: *mut c_int,
 ) -> CUresult {
-    guard(|| get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus))
+    guard("cuGetProcAddress_v2", || get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus))
 }
 
 /// The CUDA 11.3–11.8 form, without the status.
@@ -209,5 +339,5 @@ pub unsafe extern "C" fn cuGetProcAddress(
     cudaVersion: c_int,
     flags: u64,
 ) -> CUresult {
-    guard(|| get_proc_address(symbol, pfn, cudaVersion, flags, std::ptr::null_mut()))
+    guard("cuGetProcAddress", || get_proc_address(symbol, pfn, cudaVersion, flags, std::ptr::null_mut()))
 }

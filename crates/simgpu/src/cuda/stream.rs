@@ -3,29 +3,155 @@
 
 use super::*;
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, _flags: c_uint) -> CUresult {
-    with_driver(|d| {
+fn create_stream(name: &str, ph: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult {
+    with_driver(name, |d| {
         nonnull(ph)?;
         let ctx = d.current()?;
         let h = d.mint();
-        d.streams.insert(h, Stream { ctx });
+        d.streams.insert(
+            h,
+            Stream {
+                ctx,
+                flags,
+                // Clamped to the range cuCtxGetStreamPriorityRange reports, as the driver does.
+                priority: priority.clamp(-5, 0),
+                capture: None,
+                id: h as u64,
+            },
+        );
         out(ph, h as CUstream)
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: c_uint) -> CUresult {
+    create_stream("cuStreamCreate", ph, flags, 0)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamCreateWithPriority(
     ph: *mut CUstream,
     flags: c_uint,
-    _priority: c_int,
+    priority: c_int,
 ) -> CUresult {
-    cuStreamCreate(ph, flags)
+    create_stream("cuStreamCreateWithPriority", ph, flags, priority)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) -> CUresult {
+    with_driver("cuStreamGetFlags", |d| {
+        d.stream_ctx(stream)?;
+        let f = d.streams.get(&(stream as usize)).map_or(0, |s| s.flags);
+        out(flags, f)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority(stream: CUstream, priority: *mut c_int) -> CUresult {
+    with_driver("cuStreamGetPriority", |d| {
+        d.stream_ctx(stream)?;
+        let p = d.streams.get(&(stream as usize)).map_or(0, |s| s.priority);
+        out(priority, p)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
+    with_driver("cuStreamGetId", |d| {
+        d.stream_ctx(stream)?;
+        let v = match d.streams.get(&(stream as usize)) {
+            Some(s) => s.id,
+            // The legacy default stream is 0; the per-thread one is told apart by its handle.
+            None => (stream as usize == CU_STREAM_PER_THREAD) as u64,
+        };
+        out(id, v)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    with_driver("cuStreamGetCtx", |d| {
+        let ctx = d.stream_ctx(stream)?;
+        out(pctx, ctx as CUcontext)
+    })
+}
+
+/// CUDA 12.5's form, which also names the green context (none here).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx_v2(
+    stream: CUstream,
+    pctx: *mut CUcontext,
+    pgreen: *mut *mut c_void,
+) -> CUresult {
+    with_driver("cuStreamGetCtx_v2", |d| {
+        let ctx = d.stream_ctx(stream)?;
+        out(pctx, ctx as CUcontext)?;
+        if !pgreen.is_null() {
+            out(pgreen, std::ptr::null_mut())?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetDevice(stream: CUstream, device: *mut CUdevice) -> CUresult {
+    with_driver("cuStreamGetDevice", |d| {
+        let ctx = d.stream_ctx(stream)?;
+        out(device, d.contexts[&ctx].ordinal as CUdevice)
+    })
+}
+
+/// `cuStreamAddCallback`: the callback runs once the work before it is done — at once here,
+/// after the driver's lock is released (it may call the driver).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamAddCallback(
+    stream: CUstream,
+    callback: Option<extern "C" fn(CUstream, CUresult, *mut c_void)>,
+    data: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    with_driver("cuStreamAddCallback", |d| {
+        let f = callback.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        d.stream_ctx(stream)?;
+        d.deferred
+            .push(Deferred::StreamCallback(f, stream as usize, data as usize));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc(
+    stream: CUstream,
+    func: Option<extern "C" fn(*mut c_void)>,
+    data: *mut c_void,
+) -> CUresult {
+    with_driver("cuLaunchHostFunc", |d| {
+        let f = func.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        d.stream_ctx(stream)?;
+        if d.capturing(stream).is_some() {
+            // Captured into the graph: it runs when the graph is launched (never, here).
+            return Ok(());
+        }
+        d.deferred.push(Deferred::Host(f, data as usize));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecordWithFlags(
+    event: CUevent,
+    stream: CUstream,
+    _flags: c_uint,
+) -> CUresult {
+    cuEventRecord(event, stream)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuStreamDestroy_v2", |d| {
         d.streams
             .remove(&(stream as usize))
             .map(|_| ())
@@ -35,7 +161,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuStreamSynchronize", |d| {
         let ctx = d.stream_ctx(stream)?;
         d.check_device(d.contexts[&ctx].ordinal)
     })
@@ -52,7 +178,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
     event: CUevent,
     _flags: c_uint,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuStreamWaitEvent", |d| {
         d.stream_ctx(stream)?;
         d.events
             .get(&(event as usize))
@@ -63,7 +189,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuEventCreate", |d| {
         nonnull(ph)?;
         let ctx = d.current()?;
         let h = d.mint();
@@ -81,7 +207,7 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuEventRecord", |d| {
         let sctx = d.stream_ctx(stream)?;
         let e = d
             .events
@@ -97,7 +223,7 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUre
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuEventQuery", |d| {
         let e = d
             .events
             .get(&(event as usize))
@@ -117,7 +243,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     start: CUevent,
     end: CUevent,
 ) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuEventElapsedTime", |d| {
         nonnull(ms)?;
         let s = d
             .events
@@ -153,10 +279,85 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
-    with_driver(|d| {
+    with_driver("cuEventDestroy_v2", |d| {
         d.events
             .remove(&(event as usize))
             .map(|_| ())
             .ok_or(CUDA_ERROR_INVALID_HANDLE)
     })
+}
+
+/// `cuStreamWriteValue32`: the value is written into device memory when the stream reaches
+/// it — at once here.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWriteValue32(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u32,
+    _flags: c_uint,
+) -> CUresult {
+    with_driver("cuStreamWriteValue32", |d| {
+        d.stream_ctx(stream)?;
+        let v = value.to_le_bytes();
+        d.memcpy_htod(addr, v.as_ptr() as *const c_void, v.len())
+    })
+}
+
+/// `cuStreamWaitValue32`: work after it waits until the word satisfies the condition.
+/// Streams run at submission here, so the wait is already over.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWaitValue32(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    _value: u32,
+    _flags: c_uint,
+) -> CUresult {
+    with_driver("cuStreamWaitValue32", |d| {
+        d.stream_ctx(stream)?;
+        let mut w = [0u8; 4];
+        d.memcpy_dtoh(w.as_mut_ptr() as *mut c_void, addr, 4)
+    })
+}
+
+/// Green contexts (SM partitions, CUDA 12.4): the simulator models no SM resources, so the
+/// calls answer `CUDA_ERROR_NOT_SUPPORTED`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetDevResource(
+    _dev: CUdevice,
+    _resource: *mut c_void,
+    _kind: c_uint,
+) -> CUresult {
+    with_driver("cuDeviceGetDevResource", |_| Err(CUDA_ERROR_NOT_SUPPORTED))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGreenCtxCreate(
+    _ctx: *mut *mut c_void,
+    _desc: *mut c_void,
+    _dev: CUdevice,
+    _flags: c_uint,
+) -> CUresult {
+    with_driver("cuGreenCtxCreate", |_| Err(CUDA_ERROR_NOT_SUPPORTED))
+}
+
+/// `cuLogsRegisterCallback`: the simulated driver writes no log lines, so a callback is
+/// registered and never called.
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsRegisterCallback(
+    _callback: *mut c_void,
+    _data: *mut c_void,
+    handle: *mut usize,
+) -> CUresult {
+    with_driver("cuLogsRegisterCallback", |d| {
+        let h = d.mint();
+        if !handle.is_null() {
+            out(handle, h)?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsUnregisterCallback(_handle: usize) -> CUresult {
+    with_driver("cuLogsUnregisterCallback", |_| Ok(()))
 }

@@ -363,3 +363,46 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
         }))
     })
 }
+
+/// NVLink and fabric queries (PyTorch's c10 resolves them at start and asks on its
+/// out-of-memory path and for peer topology): a simulated GPU has no NVLink and belongs to
+/// no NVSwitch fabric, so each answers `NVML_ERROR_NOT_SUPPORTED` — what NVML answers on a
+/// PCIe-only GPU — after checking the handle.
+fn no_nvlink(device: nvmlDevice_t) -> nvmlReturn_t {
+    done(with_device(device, |_, _, _| Err::<(), _>(NVML_ERROR_NOT_SUPPORTED)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemoteDeviceType(
+    device: nvmlDevice_t,
+    _link: c_uint,
+    _kind: *mut c_uint,
+) -> nvmlReturn_t {
+    guard("nvmlDeviceGetNvLinkRemoteDeviceType", || no_nvlink(device))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    device: nvmlDevice_t,
+    _link: c_uint,
+    _pci: *mut c_void,
+) -> nvmlReturn_t {
+    guard("nvmlDeviceGetNvLinkRemotePciInfo_v2", || no_nvlink(device))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
+    device: nvmlDevice_t,
+    _link: c_uint,
+    _active: *mut c_uint,
+) -> nvmlReturn_t {
+    guard("nvmlDeviceGetNvLinkState", || no_nvlink(device))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    device: nvmlDevice_t,
+    _info: *mut c_void,
+) -> nvmlReturn_t {
+    guard("nvmlDeviceGetGpuFabricInfoV", || no_nvlink(device))
+}
