@@ -186,7 +186,6 @@ fn named_or_current(d: &mut Driver, ctx: CUcontext) -> Result<usize, CUresult> {
     if ctx.is_null() {
         d.current()
     } else {
-        d.activate(ctx as usize)?;
         d.ctx(ctx as usize)?;
         Ok(ctx as usize)
     }

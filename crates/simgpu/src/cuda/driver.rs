@@ -51,15 +51,15 @@ impl Driver {
     }
 
     /// The calling thread's current context, which must be live.
-    pub(super) fn current(&mut self) -> Result<usize, CUresult> {
+    pub(super) fn current(&self) -> Result<usize, CUresult> {
         let h = current_ctx().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-        self.activate(h)?;
         self.ctx(h)?;
         Ok(h)
     }
 
-    /// Whether `h` may be made current: a live context, or a primary context not yet in
-    /// existence (it comes to exist at its first use, [`Driver::activate`]).
+    /// Whether `h` may be made current: a live context, or a primary context not (yet, or
+    /// any more) in existence — the CUDA runtime sets the handle its interface table gave it
+    /// before it retains the context; work on it fails until then.
     pub(super) fn settable(&self, h: usize) -> Result<(), CUresult> {
         match self.contexts.get(&h) {
             Some(c) if c.primary && !c.active => Ok(()),
@@ -67,21 +67,6 @@ impl Driver {
         }
     }
 
-    /// A primary context made current before it was retained (the CUDA runtime does so with
-    /// the handle its interface table gave it) comes to exist at its first use, charging its
-    /// device then: a real driver shows no memory for a process that only set it current.
-    pub(super) fn activate(&mut self, h: usize) -> Result<(), CUresult> {
-        let ordinal = match self.contexts.get(&h) {
-            Some(c) if c.primary && !c.active => c.ordinal,
-            _ => return Ok(()),
-        };
-        self.create_context(ordinal, true)?;
-        if let Some(c) = self.contexts.get_mut(&h) {
-            // Not a retain: the client's cuDevicePrimaryCtxRetain counts its own.
-            c.retains = 0;
-        }
-        Ok(())
-    }
 
     /// Context of a stream handle (null and the special default streams: the current one).
     pub(super) fn stream_ctx(&mut self, stream: CUstream) -> Result<usize, CUresult> {
