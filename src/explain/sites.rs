@@ -2,8 +2,11 @@
 //! holding the most live memory at the moment, and live memory per site over the recorded
 //! history (its growth, and the series the HTML timeline draws).
 //!
-//! A site is the innermost frame outside torch itself (as pytorch.org/memory_viz's
+//! A site is the innermost Python frame outside torch itself (as pytorch.org/memory_viz's
 //! `_frame_filter` hides the allocator's own frames): user code, not `torch/nn/functional.py`.
+//! PyTorch's default stacks interleave C++ and Python frames (`context="all"`): a frame of a
+//! shared object or an executable (`libpython3.11.so.1.0`, `libtorch_cuda.so`) is never a
+//! site while the stack holds a Python line.
 
 use super::explanation::{History, Series, Site, SiteGrowth};
 use super::snapshot::{Action, BlockState, Snapshot, TraceEntry};
@@ -19,6 +22,30 @@ fn is_torch_internal(filename: &str) -> bool {
         || filename.starts_with("torch/")
         || filename.starts_with('<')
         || filename == "??"
+}
+
+/// A frame of native code: a shared object (`.so`, `.so.N`) or any file that is not Python
+/// source (an executable, `libc.so.6`).
+fn is_native(filename: &str) -> bool {
+    let base = filename.rsplit('/').next().unwrap_or(filename);
+    base.ends_with(".so") || base.contains(".so.") || (filename.starts_with('/') && !base.ends_with(".py"))
+}
+
+/// Where a stack's site is: its innermost user Python frame, else its innermost frame that is
+/// neither torch's nor native, else its first.
+fn site_frame(s: &Snapshot, stack: &[u32]) -> usize {
+    let frame = |f: &u32| s.frames.get(*f as usize);
+    stack
+        .iter()
+        .position(|f| {
+            frame(f).is_some_and(|fr| fr.filename.ends_with(".py") && !is_torch_internal(&fr.filename))
+        })
+        .or_else(|| {
+            stack.iter().position(|f| {
+                frame(f).is_some_and(|fr| !is_torch_internal(&fr.filename) && !is_native(&fr.filename))
+            })
+        })
+        .unwrap_or(0)
 }
 
 fn frame_label(s: &Snapshot, f: u32) -> String {
@@ -49,14 +76,7 @@ impl Sites {
         by_label.insert(NO_STACK.to_string(), 0);
         let mut site_of = Vec::with_capacity(s.stacks.len());
         for stack in &s.stacks {
-            let pick = stack
-                .iter()
-                .position(|f| {
-                    s.frames
-                        .get(*f as usize)
-                        .is_some_and(|fr| !is_torch_internal(&fr.filename))
-                })
-                .unwrap_or(0);
+            let pick = site_frame(s, stack);
             let label = match stack.get(pick) {
                 Some(f) => frame_label(s, *f),
                 None => NO_STACK.to_string(),
@@ -67,6 +87,11 @@ impl Sites {
                     stack
                         .iter()
                         .skip(pick + 1)
+                        .filter(|f| {
+                            s.frames
+                                .get(**f as usize)
+                                .is_none_or(|fr| !is_native(&fr.filename))
+                        })
                         .take(4)
                         .map(|f| frame_label(s, *f))
                         .collect(),
@@ -258,4 +283,54 @@ pub fn history(
     });
     grew.truncate(5);
     (h, grew)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explain::snapshot::Frame;
+
+    fn frame(name: &str, filename: &str, line: i64) -> Frame {
+        Frame {
+            filename: filename.to_string(),
+            line,
+            name: name.to_string(),
+        }
+    }
+
+    /// A stack as PyTorch 2.15 records it by default (`context="all"`): C++ frames of torch,
+    /// then libpython's, then the user's line, then more of libpython and libc.
+    #[test]
+    fn a_site_is_the_users_python_line_never_a_native_frame() {
+        let lib = "/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so";
+        let py = "/usr/lib/libpython3.11.so.1.0";
+        let s = Snapshot {
+            frames: vec![
+                frame("at::detail::empty_cuda", lib, 16775566),
+                frame("??", py, 1731810),
+                frame("_PyObject_MakeTpCall", py, 1410588),
+                frame("<module>", "/work/train.py", 13),
+                frame("_PyEval_EvalFrameDefault", py, 1038786),
+                frame("main", "/work/run.py", 40),
+                frame("__libc_start_main", "/lib/x86_64-linux-gnu/libc.so.6", 160516),
+            ],
+            stacks: vec![(0..7).collect::<Vec<u32>>().into_boxed_slice()],
+            ..Snapshot::default()
+        };
+        let sites = Sites::new(&s);
+        assert_eq!(sites.labels[sites.of(Some(0)) as usize], "<module> (/work/train.py:13)");
+        // Its callers skip the interpreter's own frames.
+        assert_eq!(sites.callers[sites.of(Some(0)) as usize], vec!["main (/work/run.py:40)"]);
+    }
+
+    #[test]
+    fn a_stack_of_native_frames_only_falls_back_to_its_first() {
+        let s = Snapshot {
+            frames: vec![frame("??", "/usr/lib/libc10_cuda.so", 1)],
+            stacks: vec![vec![0u32].into_boxed_slice()],
+            ..Snapshot::default()
+        };
+        let sites = Sites::new(&s);
+        assert_eq!(sites.labels[sites.of(Some(0)) as usize], "?? (/usr/lib/libc10_cuda.so:1)");
+    }
 }
