@@ -7,6 +7,8 @@
 
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "sim")]
+pub mod sim_libs;
 /// Built without the simulator (`--no-default-features`): the same names, failing with a
 /// message that says so.
 #[cfg(not(feature = "sim"))]
@@ -107,6 +109,57 @@ impl Backend {
             .map(|d| (sim::SIM_DIR_ENV.into(), d.clone().into_os_string()))
             .collect()
     }
+
+    /// What a user's job needs on this session's box: the box, and the simulated driver
+    /// libraries first on its `LD_LIBRARY_PATH` (`sim_libs`), so its CUDA programs run on the
+    /// box unmodified. The second value says, in one line, why the libraries could not be
+    /// given (the job still runs). Nothing changes for a session without a box.
+    pub fn job_env(&self) -> (Vec<(std::ffi::OsString, std::ffi::OsString)>, Option<String>) {
+        let mut env = self.child_env();
+        let Some(dir) = self.sim_dir.as_deref() else {
+            return (env, None);
+        };
+        match job_libs(dir) {
+            Ok(libs) => {
+                let path = std::ffi::OsString::from("LD_LIBRARY_PATH");
+                let existing = std::env::var_os(&path);
+                env.push((path, job_library_path(&libs, existing)));
+                (env, None)
+            }
+            Err(why) => (env, Some(why)),
+        }
+    }
+
+    /// [`Backend::job_env`], saying on standard error, as `who`, why the libraries could not
+    /// be given.
+    pub fn job_env_told(&self, who: &str) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        let (env, why) = self.job_env();
+        if let Some(why) = why {
+            crate::term::eprint_line(&format!("{who}: {why}"));
+        }
+        env
+    }
+}
+
+#[cfg(feature = "sim")]
+fn job_libs(dir: &std::path::Path) -> std::result::Result<PathBuf, String> {
+    let sim = sim::open_box(Some(dir)).map_err(|e| e.to_string())?;
+    sim_libs::driver_libs(dir, &sim.config().driver_version).map_err(|e| e.to_string())
+}
+
+#[cfg(feature = "sim")]
+fn job_library_path(libs: &std::path::Path, existing: Option<std::ffi::OsString>) -> std::ffi::OsString {
+    sim_libs::library_path(libs, existing)
+}
+
+#[cfg(not(feature = "sim"))]
+fn job_libs(_dir: &std::path::Path) -> std::result::Result<PathBuf, String> {
+    Err(sim::NoSimulator.to_string())
+}
+
+#[cfg(not(feature = "sim"))]
+fn job_library_path(libs: &std::path::Path, _existing: Option<std::ffi::OsString>) -> std::ffi::OsString {
+    libs.as_os_str().to_os_string()
 }
 
 /// Open a monitor of the session's backend.

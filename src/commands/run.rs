@@ -105,7 +105,7 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         live: args.live,
         pty: !args.no_pty,
         stdout_to_stderr: args.output.json,
-        env: (session.backend.child_env().into_iter())
+        env: (session.backend.job_env_told("vramdoc run").into_iter())
             .chain(
                 torch
                     .iter()

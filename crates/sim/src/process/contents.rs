@@ -51,6 +51,22 @@ impl SimProcess {
         }
     }
 
+    /// Give up the contents of the large allocation holding `ptr` (a uniform one), which
+    /// then reads as zeros: what a driver front end does when a client writes data the
+    /// simulator does not keep (PyTorch loading weights into a multi-GiB tensor). Host-backed
+    /// allocations keep their contents; `false`: `ptr` is in none of this process's.
+    pub fn discard_contents(&mut self, ptr: u64) -> bool {
+        match self.find(ptr, 0) {
+            Ok((alloc, _)) => {
+                if let Contents::Uniform(v) = &mut alloc.contents {
+                    *v = 0;
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Copy device memory into host bytes.
     pub fn read(&mut self, ptr: u64, out: &mut [u8]) -> Result<(), SimError> {
         let (alloc, offset) = self.find(ptr, out.len() as u64)?;

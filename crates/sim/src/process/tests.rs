@@ -25,6 +25,10 @@ fn host_backing_is_bounded_per_process() {
     assert!(matches!(p.write(over, &[1]), Err(SimError::Unsupported(_))));
     p.fill_u32(over, 7, BACKED_LIMIT / 4).unwrap();
     assert_eq!(p.checksum_u32(over, 2).unwrap(), 14);
+    // Its contents can be given up: it then reads as zeros.
+    assert!(p.discard_contents(over + 8));
+    assert_eq!(p.checksum_u32(over, 2).unwrap(), 0);
+    assert!(!p.discard_contents(1));
     // Freeing gives the budget back.
     p.free(ptrs[0]).unwrap();
     let again = p.alloc(0, MIB).unwrap();

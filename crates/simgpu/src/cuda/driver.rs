@@ -255,10 +255,22 @@ impl Driver {
         let mut done = 0;
         for (at, len) in self.pieces(dst, data.len())? {
             self.check_ptr(at)?;
-            self.proc.write(at, &data[done..done + len]).map_err(code)?;
+            let r = self.proc.write(at, &data[done..done + len]);
+            self.kept_or_discarded(at, r)?;
             done += len;
         }
         Ok(())
+    }
+
+    /// A write the core refused because it does not keep that allocation's contents (a
+    /// partial write into a large one): the copy succeeds, the contents read as zeros from
+    /// then on — an unmodified program (PyTorch loading weights) runs, and only the values
+    /// are not faithful (docs/simulator.md, "What is faithful").
+    fn kept_or_discarded(&mut self, at: u64, r: Result<(), SimError>) -> Result<(), CUresult> {
+        match r {
+            Err(SimError::Unsupported(_)) if self.proc.discard_contents(at) => Ok(()),
+            other => other.map_err(code),
+        }
     }
 
     /// Read `buf.len()` bytes at the device address `src`.
@@ -319,7 +331,8 @@ impl Driver {
         }
         for (at, len) in self.pieces(dst, n)? {
             self.check_ptr(at)?;
-            self.proc.memset8(at, v, len as u64).map_err(code)?;
+            let r = self.proc.memset8(at, v, len as u64);
+            self.kept_or_discarded(at, r)?;
         }
         Ok(())
     }
@@ -337,7 +350,8 @@ impl Driver {
         }
         for (at, len) in self.pieces(dst, n.saturating_mul(4))? {
             self.check_ptr(at)?;
-            self.proc.fill_u32(at, v, (len / 4) as u64).map_err(code)?;
+            let r = self.proc.fill_u32(at, v, (len / 4) as u64);
+            self.kept_or_discarded(at, r)?;
         }
         Ok(())
     }
