@@ -7,13 +7,13 @@
 
 #[cfg(feature = "sim")]
 pub mod sim;
-#[cfg(feature = "sim")]
-pub mod sim_libs;
 /// Built without the simulator (`--no-default-features`): the same names, failing with a
 /// message that says so.
 #[cfg(not(feature = "sim"))]
 #[path = "no_sim.rs"]
 pub mod sim;
+#[cfg(feature = "sim")]
+pub mod sim_libs;
 
 use crate::gpu::{cuda::CudaDriver, nvml::NvmlMonitor, Driver, Monitor, Result};
 use serde::{Deserialize, Serialize};
@@ -114,7 +114,12 @@ impl Backend {
     /// libraries first on its `LD_LIBRARY_PATH` (`sim_libs`), so its CUDA programs run on the
     /// box unmodified. The second value says, in one line, why the libraries could not be
     /// given (the job still runs). Nothing changes for a session without a box.
-    pub fn job_env(&self) -> (Vec<(std::ffi::OsString, std::ffi::OsString)>, Option<String>) {
+    pub fn job_env(
+        &self,
+    ) -> (
+        Vec<(std::ffi::OsString, std::ffi::OsString)>,
+        Option<String>,
+    ) {
         let mut env = self.child_env();
         let Some(dir) = self.sim_dir.as_deref() else {
             return (env, None);
@@ -148,7 +153,10 @@ fn job_libs(dir: &std::path::Path) -> std::result::Result<PathBuf, String> {
 }
 
 #[cfg(feature = "sim")]
-fn job_library_path(libs: &std::path::Path, existing: Option<std::ffi::OsString>) -> std::ffi::OsString {
+fn job_library_path(
+    libs: &std::path::Path,
+    existing: Option<std::ffi::OsString>,
+) -> std::ffi::OsString {
     sim_libs::library_path(libs, existing)
 }
 
@@ -158,7 +166,10 @@ fn job_libs(_dir: &std::path::Path) -> std::result::Result<PathBuf, String> {
 }
 
 #[cfg(not(feature = "sim"))]
-fn job_library_path(libs: &std::path::Path, _existing: Option<std::ffi::OsString>) -> std::ffi::OsString {
+fn job_library_path(
+    libs: &std::path::Path,
+    _existing: Option<std::ffi::OsString>,
+) -> std::ffi::OsString {
     libs.as_os_str().to_os_string()
 }
 

@@ -40,7 +40,10 @@ enum Source {
     Installed(PathBuf),
 }
 
-fn source(exe: Option<PathBuf>, var: impl Fn(&str) -> Option<OsString>) -> Result<Source, LibsError> {
+fn source(
+    exe: Option<PathBuf>,
+    var: impl Fn(&str) -> Option<OsString>,
+) -> Result<Source, LibsError> {
     if let Some(p) = var(SIMGPU_LIB_ENV).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
@@ -77,7 +80,11 @@ pub fn driver_libs(box_dir: &Path, driver_version: &str) -> Result<PathBuf, Libs
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos());
-            let want = format!("{}\n{}\n{mtime}\n{driver_version}\n", src.display(), meta.len());
+            let want = format!(
+                "{}\n{}\n{mtime}\n{driver_version}\n",
+                src.display(),
+                meta.len()
+            );
             let fresh = std::fs::read_to_string(&stamp).is_ok_and(|s| s == want)
                 && dir.join("libcuda.so.1").is_file();
             if !fresh {
@@ -112,9 +119,14 @@ mod tests {
         std::fs::create_dir_all(&exe_dir).unwrap();
         let exe = Some(exe_dir.join("vramdoc"));
         let none = |_: &str| None;
-        assert!(matches!(source(exe.clone(), none), Err(LibsError::NotFound)));
+        assert!(matches!(
+            source(exe.clone(), none),
+            Err(LibsError::NotFound)
+        ));
         std::fs::write(exe_dir.join("libsimgpu.so"), b"x").unwrap();
-        assert!(matches!(source(exe.clone(), none), Ok(Source::Build(p)) if p == exe_dir.join("libsimgpu.so")));
+        assert!(
+            matches!(source(exe.clone(), none), Ok(Source::Build(p)) if p == exe_dir.join("libsimgpu.so"))
+        );
         // A directory of installed libraries wins over the one beside vramdoc.
         let libs = t.path().join("libs");
         std::fs::create_dir_all(&libs).unwrap();

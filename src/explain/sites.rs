@@ -28,7 +28,9 @@ fn is_torch_internal(filename: &str) -> bool {
 /// source (an executable, `libc.so.6`).
 fn is_native(filename: &str) -> bool {
     let base = filename.rsplit('/').next().unwrap_or(filename);
-    base.ends_with(".so") || base.contains(".so.") || (filename.starts_with('/') && !base.ends_with(".py"))
+    base.ends_with(".so")
+        || base.contains(".so.")
+        || (filename.starts_with('/') && !base.ends_with(".py"))
 }
 
 /// Where a stack's site is: its innermost user Python frame, else its innermost frame that is
@@ -38,11 +40,13 @@ fn site_frame(s: &Snapshot, stack: &[u32]) -> usize {
     stack
         .iter()
         .position(|f| {
-            frame(f).is_some_and(|fr| fr.filename.ends_with(".py") && !is_torch_internal(&fr.filename))
+            frame(f)
+                .is_some_and(|fr| fr.filename.ends_with(".py") && !is_torch_internal(&fr.filename))
         })
         .or_else(|| {
             stack.iter().position(|f| {
-                frame(f).is_some_and(|fr| !is_torch_internal(&fr.filename) && !is_native(&fr.filename))
+                frame(f)
+                    .is_some_and(|fr| !is_torch_internal(&fr.filename) && !is_native(&fr.filename))
             })
         })
         .unwrap_or(0)
@@ -312,15 +316,25 @@ mod tests {
                 frame("<module>", "/work/train.py", 13),
                 frame("_PyEval_EvalFrameDefault", py, 1038786),
                 frame("main", "/work/run.py", 40),
-                frame("__libc_start_main", "/lib/x86_64-linux-gnu/libc.so.6", 160516),
+                frame(
+                    "__libc_start_main",
+                    "/lib/x86_64-linux-gnu/libc.so.6",
+                    160516,
+                ),
             ],
             stacks: vec![(0..7).collect::<Vec<u32>>().into_boxed_slice()],
             ..Snapshot::default()
         };
         let sites = Sites::new(&s);
-        assert_eq!(sites.labels[sites.of(Some(0)) as usize], "<module> (/work/train.py:13)");
+        assert_eq!(
+            sites.labels[sites.of(Some(0)) as usize],
+            "<module> (/work/train.py:13)"
+        );
         // Its callers skip the interpreter's own frames.
-        assert_eq!(sites.callers[sites.of(Some(0)) as usize], vec!["main (/work/run.py:40)"]);
+        assert_eq!(
+            sites.callers[sites.of(Some(0)) as usize],
+            vec!["main (/work/run.py:40)"]
+        );
     }
 
     #[test]
@@ -331,6 +345,9 @@ mod tests {
             ..Snapshot::default()
         };
         let sites = Sites::new(&s);
-        assert_eq!(sites.labels[sites.of(Some(0)) as usize], "?? (/usr/lib/libc10_cuda.so:1)");
+        assert_eq!(
+            sites.labels[sites.of(Some(0)) as usize],
+            "?? (/usr/lib/libc10_cuda.so:1)"
+        );
     }
 }

@@ -110,7 +110,9 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
-    with_driver("cuCtxGetCurrent", |_| out(pctx, current_ctx().unwrap_or(0) as CUcontext))
+    with_driver("cuCtxGetCurrent", |_| {
+        out(pctx, current_ctx().unwrap_or(0) as CUcontext)
+    })
 }
 
 #[no_mangle]
@@ -239,14 +241,14 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_u
 /// Default `CUlimit` values of a current NVIDIA driver.
 fn limit_default(limit: c_int) -> Option<usize> {
     Some(match limit {
-        0 => 1024,        // STACK_SIZE
-        1 => 1 << 20,     // PRINTF_FIFO_SIZE
-        2 => 8 << 20,     // MALLOC_HEAP_SIZE
-        3 => 2,           // DEV_RUNTIME_SYNC_DEPTH
-        4 => 2048,        // DEV_RUNTIME_PENDING_LAUNCH_COUNT
-        5 => 64,          // MAX_L2_FETCH_GRANULARITY
-        6 => 0,           // PERSISTING_L2_CACHE_SIZE
-        7 | 8 => 0,       // SHMEM_SIZE, CIG_ENABLED
+        0 => 1024,    // STACK_SIZE
+        1 => 1 << 20, // PRINTF_FIFO_SIZE
+        2 => 8 << 20, // MALLOC_HEAP_SIZE
+        3 => 2,       // DEV_RUNTIME_SYNC_DEPTH
+        4 => 2048,    // DEV_RUNTIME_PENDING_LAUNCH_COUNT
+        5 => 64,      // MAX_L2_FETCH_GRANULARITY
+        6 => 0,       // PERSISTING_L2_CACHE_SIZE
+        7 | 8 => 0,   // SHMEM_SIZE, CIG_ENABLED
         _ => return None,
     })
 }

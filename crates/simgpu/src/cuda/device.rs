@@ -29,7 +29,9 @@ pub fn uuid_bytes(uuid: &str) -> [u8; 16] {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
-    with_driver("cuDeviceGetCount", |d| out(count, d.proc.device_count() as c_int))
+    with_driver("cuDeviceGetCount", |d| {
+        out(count, d.proc.device_count() as c_int)
+    })
 }
 
 #[no_mangle]
@@ -101,26 +103,39 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
         let info = d.proc.device(o).map_err(code)?;
         let ((major, minor), sms) = arch_of(&info.name);
         let (domain, bus, device) = pci_parts(&info.pci_bus_id);
-        let v = attribute_value(attrib, (major, minor), sms, (domain, bus, device), info.numa_node)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let v = attribute_value(
+            attrib,
+            (major, minor),
+            sms,
+            (domain, bus, device),
+            info.numa_node,
+        )
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         out(pi, v)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, bus_id: *const c_char) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
+    dev: *mut CUdevice,
+    bus_id: *const c_char,
+) -> CUresult {
     with_driver("cuDeviceGetByPCIBusId", |d| {
         nonnull(dev)?;
         nonnull(bus_id)?;
         // SAFETY: NUL-terminated id per cuda.h.
-        let want = unsafe { CStr::from_ptr(bus_id) }.to_string_lossy().to_ascii_lowercase();
+        let want = unsafe { CStr::from_ptr(bus_id) }
+            .to_string_lossy()
+            .to_ascii_lowercase();
         let parse = |s: &str| {
             let s = s.to_ascii_lowercase();
             // `[domain]:[bus]:[device].[function]`, the domain 4 or 8 hex digits.
             let mut it = s.rsplitn(3, ':');
             let devfn = it.next().unwrap_or_default().to_string();
             let bus = it.next().and_then(|b| u32::from_str_radix(b, 16).ok());
-            let domain = it.next().map_or(Some(0), |x| u32::from_str_radix(x, 16).ok());
+            let domain = it
+                .next()
+                .map_or(Some(0), |x| u32::from_str_radix(x, 16).ok());
             (domain, bus, devfn)
         };
         let target = parse(&want);
@@ -180,12 +195,18 @@ pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut usize, dev: CUdevice) -> 
 pub(super) const POOL_BASE: usize = 0x900d_0000;
 
 fn pool_ordinal(d: &Driver, pool: usize) -> Result<u32, CUresult> {
-    let o = pool.checked_sub(POOL_BASE).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let o = pool
+        .checked_sub(POOL_BASE)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     d.ordinal(o as CUdevice)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: usize, _attr: c_int, value: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: usize,
+    _attr: c_int,
+    value: *mut c_void,
+) -> CUresult {
     with_driver("cuMemPoolSetAttribute", |d| {
         pool_ordinal(d, pool)?;
         nonnull(value)
@@ -193,7 +214,11 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(pool: usize, _attr: c_int, value:
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: usize,
+    attr: c_int,
+    value: *mut c_void,
+) -> CUresult {
     with_driver("cuMemPoolGetAttribute", |d| {
         pool_ordinal(d, pool)?;
         nonnull(value)?;
@@ -309,89 +334,89 @@ fn attribute_value(
 ) -> Option<c_int> {
     let a = arch_limits(cc);
     Some(match attrib {
-        1 => 1024,                      // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,                  // MAX_BLOCK_DIM_X / Y
-        4 => 64,                        // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,                  // MAX_GRID_DIM_X
-        6 | 7 => 65535,                 // MAX_GRID_DIM_Y / Z
-        8 => 48 * 1024,                 // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 64 * 1024,                 // TOTAL_CONSTANT_MEMORY
-        10 => 32,                       // WARP_SIZE
-        11 => i32::MAX,                 // MAX_PITCH
-        12 => 65536,                    // MAX_REGISTERS_PER_BLOCK
-        13 => 1_410_000,                // CLOCK_RATE (kHz)
-        14 => 512,                      // TEXTURE_ALIGNMENT
-        15 => 1,                        // GPU_OVERLAP
-        16 => sms,                      // MULTIPROCESSOR_COUNT
-        17 => 0,                        // KERNEL_EXEC_TIMEOUT
-        18 => 0,                        // INTEGRATED
-        19 => 1,                        // CAN_MAP_HOST_MEMORY
-        20 => 0,                        // COMPUTE_MODE: default
-        21 | 22 | 69 | 70 => 131072,    // texture 1D/2D widths
-        23 | 71 => 65536,               // texture 2D heights
-        24..=26 | 47..=49 => 16384,     // texture 3D
+        1 => 1024,                   // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,               // MAX_BLOCK_DIM_X / Y
+        4 => 64,                     // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,               // MAX_GRID_DIM_X
+        6 | 7 => 65535,              // MAX_GRID_DIM_Y / Z
+        8 => 48 * 1024,              // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 64 * 1024,              // TOTAL_CONSTANT_MEMORY
+        10 => 32,                    // WARP_SIZE
+        11 => i32::MAX,              // MAX_PITCH
+        12 => 65536,                 // MAX_REGISTERS_PER_BLOCK
+        13 => 1_410_000,             // CLOCK_RATE (kHz)
+        14 => 512,                   // TEXTURE_ALIGNMENT
+        15 => 1,                     // GPU_OVERLAP
+        16 => sms,                   // MULTIPROCESSOR_COUNT
+        17 => 0,                     // KERNEL_EXEC_TIMEOUT
+        18 => 0,                     // INTEGRATED
+        19 => 1,                     // CAN_MAP_HOST_MEMORY
+        20 => 0,                     // COMPUTE_MODE: default
+        21 | 22 | 69 | 70 => 131072, // texture 1D/2D widths
+        23 | 71 => 65536,            // texture 2D heights
+        24..=26 | 47..=49 => 16384,  // texture 3D
         27 | 28 | 42 | 45 | 46 | 52 | 53 | 55..=68 | 72..=74 | 77 => 32768,
-        29 | 43 | 54 => 2048,           // layered layers
-        30 => 512,                      // SURFACE_ALIGNMENT
-        31 => 1,                        // CONCURRENT_KERNELS
-        32 => 1,                        // ECC_ENABLED
-        33 => bus,                      // PCI_BUS_ID
-        34 => device,                   // PCI_DEVICE_ID
-        35 => 0,                        // TCC_DRIVER
-        36 => 2_619_000,                // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,                     // GLOBAL_MEMORY_BUS_WIDTH
-        38 => a.l2_bytes,               // L2_CACHE_SIZE
-        39 => a.threads_per_sm,         // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 2,                        // ASYNC_ENGINE_COUNT
-        41 => 1,                        // UNIFIED_ADDRESSING
-        44 => 1,                        // CAN_TEX2D_GATHER
-        50 => domain,                   // PCI_DOMAIN_ID
-        51 => 32,                       // TEXTURE_PITCH_ALIGNMENT
-        75 => cc.0,                     // COMPUTE_CAPABILITY_MAJOR
-        76 => cc.1,                     // COMPUTE_CAPABILITY_MINOR
-        78..=80 => 1,                   // STREAM_PRIORITIES, GLOBAL/LOCAL_L1_CACHE_SUPPORTED
-        81 => a.smem_per_sm,            // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,                    // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,                        // MANAGED_MEMORY
-        84 | 85 => 0,                   // MULTI_GPU_BOARD, its group id
-        86 => 0,                        // HOST_NATIVE_ATOMIC_SUPPORTED
-        87 => 2,                        // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
-        88 => 0,                        // PAGEABLE_MEMORY_ACCESS
-        89 | 90 => 1,                   // CONCURRENT_MANAGED_ACCESS, COMPUTE_PREEMPTION
-        91 => 1,                        // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-        92..=94 => 0,                   // stream memory operations (v1)
-        95 => 1,                        // COOPERATIVE_LAUNCH
-        96 => 0,                        // COOPERATIVE_MULTI_DEVICE_LAUNCH
-        97 => a.smem_optin,             // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        98 => 1,                        // CAN_FLUSH_REMOTE_WRITES
-        99 => 1,                        // HOST_REGISTER_SUPPORTED
-        100 | 101 => 0,                 // pageable access through host page tables
-        102 => 1,                       // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-        103 => 1,                       // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-        104 | 105 => 0,                 // Windows handles
-        106 => a.blocks_per_sm,         // MAX_BLOCKS_PER_MULTIPROCESSOR
-        107 => 0,                       // GENERIC_COMPRESSION_SUPPORTED
-        108 => a.l2_bytes / 4 * 3,      // MAX_PERSISTING_L2_CACHE_SIZE
-        109 => 128 * 1024 * 1024,       // MAX_ACCESS_POLICY_WINDOW_SIZE
-        110 => 0,                       // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
-        111 => 1024,                    // RESERVED_SHARED_MEMORY_PER_BLOCK
-        112 | 113 => 1,                 // SPARSE_CUDA_ARRAY, READ_ONLY_HOST_REGISTER
-        114 => 1,                       // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
-        115 => 1,                       // MEMORY_POOLS_SUPPORTED: cudarc then uses cuMemAllocAsync
-        116..=118 => 0,                 // GPU Direct RDMA
-        119 => (cc.0 >= 9) as i32,      // CLUSTER_LAUNCH: Hopper on
-        120 => 1,                       // DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED
-        121 | 122 => 0,                 // 64-bit stream mem ops, wait value NOR
-        123 => 1,                       // DMA_BUF_SUPPORTED
-        124 => 0,                       // IPC_EVENT_SUPPORTED
-        125 => 1,                       // MEM_SYNC_DOMAIN_COUNT
-        126 | 127 => 0,                 // tensor map access, handle type fabric
-        128 => 0,                       // UNIFIED_FUNCTION_POINTERS
+        29 | 43 | 54 => 2048,      // layered layers
+        30 => 512,                 // SURFACE_ALIGNMENT
+        31 => 1,                   // CONCURRENT_KERNELS
+        32 => 1,                   // ECC_ENABLED
+        33 => bus,                 // PCI_BUS_ID
+        34 => device,              // PCI_DEVICE_ID
+        35 => 0,                   // TCC_DRIVER
+        36 => 2_619_000,           // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,                // GLOBAL_MEMORY_BUS_WIDTH
+        38 => a.l2_bytes,          // L2_CACHE_SIZE
+        39 => a.threads_per_sm,    // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 2,                   // ASYNC_ENGINE_COUNT
+        41 => 1,                   // UNIFIED_ADDRESSING
+        44 => 1,                   // CAN_TEX2D_GATHER
+        50 => domain,              // PCI_DOMAIN_ID
+        51 => 32,                  // TEXTURE_PITCH_ALIGNMENT
+        75 => cc.0,                // COMPUTE_CAPABILITY_MAJOR
+        76 => cc.1,                // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,              // STREAM_PRIORITIES, GLOBAL/LOCAL_L1_CACHE_SUPPORTED
+        81 => a.smem_per_sm,       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,               // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,                   // MANAGED_MEMORY
+        84 | 85 => 0,              // MULTI_GPU_BOARD, its group id
+        86 => 0,                   // HOST_NATIVE_ATOMIC_SUPPORTED
+        87 => 2,                   // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        88 => 0,                   // PAGEABLE_MEMORY_ACCESS
+        89 | 90 => 1,              // CONCURRENT_MANAGED_ACCESS, COMPUTE_PREEMPTION
+        91 => 1,                   // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        92..=94 => 0,              // stream memory operations (v1)
+        95 => 1,                   // COOPERATIVE_LAUNCH
+        96 => 0,                   // COOPERATIVE_MULTI_DEVICE_LAUNCH
+        97 => a.smem_optin,        // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        98 => 1,                   // CAN_FLUSH_REMOTE_WRITES
+        99 => 1,                   // HOST_REGISTER_SUPPORTED
+        100 | 101 => 0,            // pageable access through host page tables
+        102 => 1,                  // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        103 => 1,                  // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        104 | 105 => 0,            // Windows handles
+        106 => a.blocks_per_sm,    // MAX_BLOCKS_PER_MULTIPROCESSOR
+        107 => 0,                  // GENERIC_COMPRESSION_SUPPORTED
+        108 => a.l2_bytes / 4 * 3, // MAX_PERSISTING_L2_CACHE_SIZE
+        109 => 128 * 1024 * 1024,  // MAX_ACCESS_POLICY_WINDOW_SIZE
+        110 => 0,                  // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+        111 => 1024,               // RESERVED_SHARED_MEMORY_PER_BLOCK
+        112 | 113 => 1,            // SPARSE_CUDA_ARRAY, READ_ONLY_HOST_REGISTER
+        114 => 1,                  // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
+        115 => 1,                  // MEMORY_POOLS_SUPPORTED: cudarc then uses cuMemAllocAsync
+        116..=118 => 0,            // GPU Direct RDMA
+        119 => (cc.0 >= 9) as i32, // CLUSTER_LAUNCH: Hopper on
+        120 => 1,                  // DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED
+        121 | 122 => 0,            // 64-bit stream mem ops, wait value NOR
+        123 => 1,                  // DMA_BUF_SUPPORTED
+        124 => 0,                  // IPC_EVENT_SUPPORTED
+        125 => 1,                  // MEM_SYNC_DOMAIN_COUNT
+        126 | 127 => 0,            // tensor map access, handle type fabric
+        128 => 0,                  // UNIFIED_FUNCTION_POINTERS
         // NUMA_CONFIG: CU_DEVICE_NUMA_CONFIG_NUMA_NODE (1) on coherent-memory boards.
         130 => numa.is_some() as i32,
         131 => numa.map_or(-1, |n| n as i32), // NUMA_ID of the GPU memory
-        132 => 0,                       // MULTICAST_SUPPORTED
-        133 => 0,                       // MPS_ENABLED: no MPS server
+        132 => 0,                             // MULTICAST_SUPPORTED
+        133 => 0,                             // MPS_ENABLED: no MPS server
         134 => numa.map_or(-1, |n| n as i32), // HOST_NUMA_ID
         a if (1..256).contains(&a) => 0,
         _ => return None,

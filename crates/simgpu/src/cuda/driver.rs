@@ -67,7 +67,6 @@ impl Driver {
         }
     }
 
-
     /// Context of a stream handle (null and the special default streams: the current one).
     pub(super) fn stream_ctx(&mut self, stream: CUstream) -> Result<usize, CUresult> {
         let s = stream as usize;
@@ -150,7 +149,8 @@ impl Driver {
         self.functions.retain(|_, f| !modules.contains(&f.module));
         self.modules.retain(|_, m| m.ctx != h);
         // The runtime's context-local values: their destructors run once the lock is released.
-        let stored: Vec<(usize, usize)> = self.cls.keys().filter(|(c, _)| *c == h).copied().collect();
+        let stored: Vec<(usize, usize)> =
+            self.cls.keys().filter(|(c, _)| *c == h).copied().collect();
         for k in stored {
             if let Some((value, Some(dtor))) = self.cls.remove(&k) {
                 self.deferred.push(Deferred::ClsDtor(dtor, h, k.1, value));
@@ -163,7 +163,9 @@ impl Driver {
             .physical
             .retain(|_, p| proc.allocation_base(p.base).is_some());
         let physical = &self.vmm.physical;
-        self.vmm.mapped.retain(|_, m| physical.contains_key(&m.handle));
+        self.vmm
+            .mapped
+            .retain(|_, m| physical.contains_key(&m.handle));
         if let Some(c) = self.contexts.get_mut(&h) {
             c.active = false;
             c.retains = 0;
@@ -284,7 +286,9 @@ impl Driver {
         let mut done = 0;
         for (at, len) in self.pieces(src, buf.len())? {
             self.check_ptr(at)?;
-            self.proc.read(at, &mut buf[done..done + len]).map_err(code)?;
+            self.proc
+                .read(at, &mut buf[done..done + len])
+                .map_err(code)?;
             done += len;
         }
         Ok(())

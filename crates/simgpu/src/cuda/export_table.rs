@@ -317,7 +317,12 @@ extern "C" fn hooks_buffer_large(ptr: *mut *mut c_void, size: *mut usize) {
 /// Destructor a context-local value carries, called when its context is destroyed or reset.
 pub type ClsDtor = Option<extern "C" fn(CUcontext, *mut c_void, *mut c_void)>;
 
-extern "C" fn cls_put(ctx: CUcontext, key: *mut c_void, value: *mut c_void, dtor: ClsDtor) -> CUresult {
+extern "C" fn cls_put(
+    ctx: CUcontext,
+    key: *mut c_void,
+    value: *mut c_void,
+    dtor: ClsDtor,
+) -> CUresult {
     with_driver("cudart:context_storage_put", |d| {
         let h = d.cls_context(ctx)?;
         d.cls.insert((h, key as usize), (value as usize, dtor));
@@ -357,7 +362,11 @@ extern "C" fn device_flag_byte(result: *mut u8, dev: CUdevice) -> CUresult {
     })
 }
 
-extern "C" fn context_check(_ctx: CUcontext, result: *mut u32, _extra: *mut *const c_void) -> CUresult {
+extern "C" fn context_check(
+    _ctx: CUcontext,
+    result: *mut u32,
+    _extra: *mut *const c_void,
+) -> CUresult {
     guard("cudart:context_check", || {
         if !result.is_null() {
             // SAFETY: non-null output per the table's contract.

@@ -101,7 +101,9 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
             },
         )?;
         let set = |p: *mut u64, v: u64| if p.is_null() { Ok(()) } else { out(p, v) };
-        let cid = g.and_then(|g| d.graphs.get(&g)).map_or(0, |gr| gr.capture_id);
+        let cid = g
+            .and_then(|g| d.graphs.get(&g))
+            .map_or(0, |gr| gr.capture_id);
         set(id, cid)?;
         if g.is_some() {
             if !graph.is_null() {

@@ -85,28 +85,32 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) -> CUresult {
-    guard("cuGetErrorName", || match ERRORS.iter().find(|(c, _, _)| *c == error) {
-        Some((_, name, _)) => match out(p_str, name.as_ptr()) {
-            Ok(()) => CUDA_SUCCESS,
-            Err(c) => c,
-        },
-        None => {
-            let _ = out(p_str, std::ptr::null());
-            CUDA_ERROR_INVALID_VALUE
+    guard("cuGetErrorName", || {
+        match ERRORS.iter().find(|(c, _, _)| *c == error) {
+            Some((_, name, _)) => match out(p_str, name.as_ptr()) {
+                Ok(()) => CUDA_SUCCESS,
+                Err(c) => c,
+            },
+            None => {
+                let _ = out(p_str, std::ptr::null());
+                CUDA_ERROR_INVALID_VALUE
+            }
         }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) -> CUresult {
-    guard("cuGetErrorString", || match ERRORS.iter().find(|(c, _, _)| *c == error) {
-        Some((_, _, text)) => match out(p_str, text.as_ptr()) {
-            Ok(()) => CUDA_SUCCESS,
-            Err(c) => c,
-        },
-        None => {
-            let _ = out(p_str, std::ptr::null());
-            CUDA_ERROR_INVALID_VALUE
+    guard("cuGetErrorString", || {
+        match ERRORS.iter().find(|(c, _, _)| *c == error) {
+            Some((_, _, text)) => match out(p_str, text.as_ptr()) {
+                Ok(()) => CUDA_SUCCESS,
+                Err(c) => c,
+            },
+            None => {
+                let _ = out(p_str, std::ptr::null());
+                CUDA_ERROR_INVALID_VALUE
+            }
         }
     })
 }

@@ -64,7 +64,9 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
         nonnull(library)?;
         nonnull(file)?;
         // SAFETY: NUL-terminated path per cuda.h.
-        let path = unsafe { CStr::from_ptr(file) }.to_string_lossy().into_owned();
+        let path = unsafe { CStr::from_ptr(file) }
+            .to_string_lossy()
+            .into_owned();
         if !std::path::Path::new(&path).is_file() {
             return Err(CUDA_ERROR_FILE_NOT_FOUND);
         }
@@ -103,7 +105,9 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         // SAFETY: NUL-terminated name per cuda.h.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
         let existing = d
             .kernels
             .iter()
@@ -170,7 +174,11 @@ impl Driver {
         if self.functions.contains_key(&f) {
             return Ok(f);
         }
-        let (library, name) = self.kernels.get(&f).cloned().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let (library, name) = self
+            .kernels
+            .get(&f)
+            .cloned()
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let m = self.library_module(library)?;
         Ok(self.function_in(m, &name))
     }
@@ -233,7 +241,13 @@ impl Driver {
     /// Blocks of `block` threads using `smem` bytes of dynamic shared memory that one
     /// multiprocessor holds at once (the occupancy calculator's rules: threads, blocks,
     /// registers and shared memory per multiprocessor; none past the kernel's limit).
-    fn resident_blocks(&self, f: usize, block: c_int, smem: usize, ordinal: u32) -> Result<c_int, CUresult> {
+    fn resident_blocks(
+        &self,
+        f: usize,
+        block: c_int,
+        smem: usize,
+        ordinal: u32,
+    ) -> Result<c_int, CUresult> {
         if block <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -245,14 +259,22 @@ impl Driver {
         let by_threads = a.threads_per_sm / warps;
         let by_regs = 65536 / (warps * REGS_PER_THREAD);
         let by_smem = a.smem_per_sm / (smem as c_int + RESERVED_SMEM);
-        Ok(by_threads.min(by_regs).min(by_smem).min(a.blocks_per_sm).max(0))
+        Ok(by_threads
+            .min(by_regs)
+            .min(by_smem)
+            .min(a.blocks_per_sm)
+            .max(0))
     }
 
     /// The device a function handle runs on: its module's context (a library kernel: the
     /// current context).
     fn function_ordinal(&mut self, f: usize) -> Result<u32, CUresult> {
         if let Some(func) = self.functions.get(&f) {
-            let ctx = self.modules.get(&func.module).ok_or(CUDA_ERROR_INVALID_HANDLE)?.ctx;
+            let ctx = self
+                .modules
+                .get(&func.module)
+                .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+                .ctx;
             return Ok(self.ctx(ctx)?.ordinal);
         }
         if self.kernels.contains_key(&f) {
@@ -265,7 +287,12 @@ impl Driver {
 
 /// A function attribute (`CUfunction_attribute`): what a small compiled kernel reports on
 /// the device's architecture, or what was set for it.
-fn function_attribute(d: &Driver, f: usize, attrib: c_int, ordinal: u32) -> Result<c_int, CUresult> {
+fn function_attribute(
+    d: &Driver,
+    f: usize,
+    attrib: c_int,
+    ordinal: u32,
+) -> Result<c_int, CUresult> {
     let info = d.proc.device(ordinal).map_err(code)?;
     let ((major, minor), _) = vramdoc_sim::spec::arch_of(&info.name);
     if let Some(v) = d.func_attrs.get(&(f, attrib)) {
@@ -285,7 +312,11 @@ fn function_attribute(d: &Driver, f: usize, attrib: c_int, ordinal: u32) -> Resu
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, func: CUfunction) -> CUresult {
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    pi: *mut c_int,
+    attrib: c_int,
+    func: CUfunction,
+) -> CUresult {
     with_driver("cuFuncGetAttribute", |d| {
         let f = func as usize;
         let o = d.function_ordinal(f)?;
@@ -319,7 +350,13 @@ fn known_function(d: &Driver, f: usize) -> Result<(), CUresult> {
 
 /// Set a settable function attribute: the dynamic shared memory limit (at most the device's
 /// opt-in maximum), the carveout (-1 or a percentage), the cluster settings.
-fn set_function_attribute(d: &mut Driver, f: usize, attrib: c_int, value: c_int, ordinal: u32) -> Result<(), CUresult> {
+fn set_function_attribute(
+    d: &mut Driver,
+    f: usize,
+    attrib: c_int,
+    value: c_int,
+    ordinal: u32,
+) -> Result<(), CUresult> {
     let a = d.limits_of(ordinal)?;
     let ok = match attrib {
         MAX_DYNAMIC_SHARED_SIZE_BYTES => (0..=a.smem_optin).contains(&value),
@@ -335,7 +372,11 @@ fn set_function_attribute(d: &mut Driver, f: usize, attrib: c_int, value: c_int,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuFuncSetAttribute(func: CUfunction, attrib: c_int, value: c_int) -> CUresult {
+pub unsafe extern "C" fn cuFuncSetAttribute(
+    func: CUfunction,
+    attrib: c_int,
+    value: c_int,
+) -> CUresult {
     with_driver("cuFuncSetAttribute", |d| {
         let f = func as usize;
         let o = d.function_ordinal(f)?;
@@ -363,7 +404,11 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(func: CUfunction, _config: c_uint)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuKernelSetCacheConfig(kernel: usize, _config: c_uint, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuKernelSetCacheConfig(
+    kernel: usize,
+    _config: c_uint,
+    dev: CUdevice,
+) -> CUresult {
     with_driver("cuKernelSetCacheConfig", |d| {
         known_function(d, kernel)?;
         d.ordinal(dev).map(|_| ())
@@ -374,7 +419,10 @@ pub unsafe extern "C" fn cuKernelSetCacheConfig(kernel: usize, _config: c_uint, 
 pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, func: CUfunction) -> CUresult {
     with_driver("cuFuncGetName", |d| {
         nonnull(name)?;
-        let f = d.functions.get(&(func as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let f = d
+            .functions
+            .get(&(func as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let c = std::ffi::CString::new(f.name.as_str()).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         out(name, Box::leak(c.into_boxed_c_str()).as_ptr())
     })
@@ -383,7 +431,10 @@ pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, func: CUfunctio
 #[no_mangle]
 pub unsafe extern "C" fn cuFuncGetModule(module: *mut CUmodule, func: CUfunction) -> CUresult {
     with_driver("cuFuncGetModule", |d| {
-        let f = d.functions.get(&(func as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let f = d
+            .functions
+            .get(&(func as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         out(module, f.module as CUmodule)
     })
 }
@@ -442,7 +493,9 @@ fn get_global(
 ) -> Result<(), CUresult> {
     nonnull(name)?;
     // SAFETY: NUL-terminated name per cuda.h.
-    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
     let at = d.global(owner, &name);
     if !dptr.is_null() {
         out(dptr, at)?;
@@ -461,7 +514,10 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     name: *const c_char,
 ) -> CUresult {
     with_driver("cuModuleGetGlobal_v2", |d| {
-        let m = d.modules.get(&(module as usize)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let m = d
+            .modules
+            .get(&(module as usize))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if !m.fatbin {
             // A PTX module of the simulator's own kernels declares no variables.
             return Err(CUDA_ERROR_NOT_FOUND);
@@ -608,7 +664,14 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     }
     // SAFETY: checked non-null; cuda.h layout.
     let c = unsafe { &*config };
-    launch_any("cuLaunchKernelEx", f as usize, c.grid, c.block, c.stream, params)
+    launch_any(
+        "cuLaunchKernelEx",
+        f as usize,
+        c.grid,
+        c.block,
+        c.stream,
+        params,
+    )
 }
 
 #[no_mangle]

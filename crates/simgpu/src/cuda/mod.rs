@@ -31,29 +31,29 @@ mod device;
 mod driver;
 mod export_table;
 mod graph;
-mod library;
-mod pointer;
 mod init;
+mod library;
 mod memory;
 mod module;
 mod peer;
+mod pointer;
 mod proc_address;
 mod record;
 mod stream;
-mod vmm;
 #[cfg(test)]
 mod tests;
+mod vmm;
 
 pub use context::*;
 pub use device::*;
 pub use export_table::cuGetExportTable;
 pub use graph::*;
-pub use library::*;
-pub use pointer::*;
 pub use init::*;
+pub use library::*;
 pub use memory::*;
 pub use module::*;
 pub use peer::*;
+pub use pointer::*;
 pub use proc_address::*;
 pub use stream::*;
 pub use vmm::*;
@@ -166,7 +166,12 @@ struct Driver {
 
 /// A client callback: a C function and its two or three arguments.
 enum Deferred {
-    ClsDtor(extern "C" fn(CUcontext, *mut c_void, *mut c_void), usize, usize, usize),
+    ClsDtor(
+        extern "C" fn(CUcontext, *mut c_void, *mut c_void),
+        usize,
+        usize,
+        usize,
+    ),
     Host(extern "C" fn(*mut c_void), usize),
     StreamCallback(extern "C" fn(CUstream, CUresult, *mut c_void), usize, usize),
 }

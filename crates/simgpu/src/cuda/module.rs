@@ -124,7 +124,11 @@ pub unsafe extern "C" fn cuLaunchKernel(
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        if kernel_params.is_null() && !d.as_function(f as usize).is_ok_and(|f| d.is_fatbin_function(f)) {
+        if kernel_params.is_null()
+            && !d
+                .as_function(f as usize)
+                .is_ok_and(|f| d.is_fatbin_function(f))
+        {
             // Parameters packed through `extra` are not emulated.
             return Err(if extra.is_null() {
                 CUDA_ERROR_INVALID_VALUE

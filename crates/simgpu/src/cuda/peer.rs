@@ -115,7 +115,9 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
     handle: CUipcMemHandle,
     flags: c_uint,
 ) -> CUresult {
-    with_driver("cuIpcOpenMemHandle_v2", |d| ipc_open(d, pdptr, handle, flags))
+    with_driver("cuIpcOpenMemHandle_v2", |d| {
+        ipc_open(d, pdptr, handle, flags)
+    })
 }
 
 /// The pre-CUDA 11 symbol, same signature.
@@ -164,7 +166,9 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     src_ctx: CUcontext,
     n: usize,
 ) -> CUresult {
-    with_driver("cuMemcpyPeer", |d| memcpy_peer(d, dst, dst_ctx, src, src_ctx, n))
+    with_driver("cuMemcpyPeer", |d| {
+        memcpy_peer(d, dst, dst_ctx, src, src_ctx, n)
+    })
 }
 
 #[no_mangle]

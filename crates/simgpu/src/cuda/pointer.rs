@@ -105,7 +105,12 @@ impl Driver {
 
 /// Write one pointer attribute into `data` (`CUpointer_attribute`); `Err(None)`: the
 /// attribute does not apply to such a pointer.
-unsafe fn attribute(d: &mut Driver, attrib: c_int, data: *mut c_void, ptr: u64) -> Result<(), CUresult> {
+unsafe fn attribute(
+    d: &mut Driver,
+    attrib: c_int,
+    data: *mut c_void,
+    ptr: u64,
+) -> Result<(), CUresult> {
     let place = d.place(ptr);
     match (attrib, place) {
         // CONTEXT
@@ -205,7 +210,9 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     ptr: CUdeviceptr,
 ) -> CUresult {
     with_driver("cuMemGetAddressRange_v2", |d| match d.place(ptr) {
-        Place::Device { base: b, size: s, .. } => {
+        Place::Device {
+            base: b, size: s, ..
+        } => {
             if !base.is_null() {
                 out(base, b)?;
             }
@@ -219,7 +226,11 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    p: *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> CUresult {
     with_driver("cuMemHostRegister_v2", |d| {
         nonnull(p)?;
         if bytes == 0 {
@@ -323,7 +334,9 @@ fn copy_2d(d: &mut Driver, c: &CUDA_MEMCPY2D) -> Result<(), CUresult> {
     };
     let src = addr(c.src_type, c.src_host as u64, c.src_device)?;
     let dst = addr(c.dst_type, c.dst_host as u64, c.dst_device)?;
-    if c.width_bytes > c.src_pitch.max(c.width_bytes) || c.width_bytes > c.dst_pitch.max(c.width_bytes) {
+    if c.width_bytes > c.src_pitch.max(c.width_bytes)
+        || c.width_bytes > c.dst_pitch.max(c.width_bytes)
+    {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     for row in 0..c.height {
@@ -352,7 +365,10 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(copy: *const CUDA_MEMCPY2D) -> C
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2(copy: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(
+    copy: *const CUDA_MEMCPY2D,
+    stream: CUstream,
+) -> CUresult {
     with_driver("cuMemcpy2DAsync_v2", |d| {
         nonnull(copy)?;
         d.stream_ctx(stream)?;
@@ -366,7 +382,12 @@ pub unsafe extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, us: u16, n: usize) -> 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD16Async(dst: CUdeviceptr, us: u16, n: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD16Async(
+    dst: CUdeviceptr,
+    us: u16,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
     with_driver("cuMemsetD16Async", |d| {
         d.stream_ctx(stream)?;
         d.memset16(dst, us, n)
@@ -387,7 +408,9 @@ impl Driver {
         if dst.is_multiple_of(4) && n.is_multiple_of(2) {
             return self.memset32(dst, word, n / 2);
         }
-        let bytes: Vec<u8> = std::iter::repeat_n(v.to_le_bytes(), n.min(1 << 20)).flatten().collect();
+        let bytes: Vec<u8> = std::iter::repeat_n(v.to_le_bytes(), n.min(1 << 20))
+            .flatten()
+            .collect();
         let mut done = 0usize;
         while done < n * 2 {
             let len = (n * 2 - done).min(bytes.len());
@@ -418,7 +441,12 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAdvise_v2(ptr: CUdeviceptr, _count: usize, _advice: c_uint, _location: u64) -> CUresult {
+pub unsafe extern "C" fn cuMemAdvise_v2(
+    ptr: CUdeviceptr,
+    _count: usize,
+    _advice: c_uint,
+    _location: u64,
+) -> CUresult {
     with_driver("cuMemAdvise_v2", |d| match d.place(ptr) {
         Place::Device { managed: true, .. } => Ok(()),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
@@ -490,7 +518,10 @@ pub unsafe extern "C" fn cuMemcpy3D_v2(copy: *const CUDA_MEMCPY3D) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2(copy: *const CUDA_MEMCPY3D, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2(
+    copy: *const CUDA_MEMCPY3D,
+    stream: CUstream,
+) -> CUresult {
     with_driver("cuMemcpy3DAsync_v2", |d| {
         nonnull(copy)?;
         d.stream_ctx(stream)?;

@@ -60,12 +60,28 @@ fn table() -> &'static [Entry] {
         v!("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer);
         v!("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain);
         // The 7.0 and 11.0 forms share a signature (cudaTypedefs.h): the runtime asks at 7000.
-        v!("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease_v2);
-        v!("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2);
+        v!(
+            "cuDevicePrimaryCtxRelease",
+            7000,
+            cuDevicePrimaryCtxRelease_v2
+        );
+        v!(
+            "cuDevicePrimaryCtxRelease",
+            11000,
+            cuDevicePrimaryCtxRelease_v2
+        );
         v!("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset_v2);
         v!("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2);
-        v!("cuDevicePrimaryCtxSetFlags", 7000, cuDevicePrimaryCtxSetFlags_v2);
-        v!("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2);
+        v!(
+            "cuDevicePrimaryCtxSetFlags",
+            7000,
+            cuDevicePrimaryCtxSetFlags_v2
+        );
+        v!(
+            "cuDevicePrimaryCtxSetFlags",
+            11000,
+            cuDevicePrimaryCtxSetFlags_v2
+        );
         v!(
             "cuDevicePrimaryCtxGetState",
             7000,
@@ -140,13 +156,21 @@ fn table() -> &'static [Entry] {
         v!("cuGetExportTable", 3000, cuGetExportTable);
         v!("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId);
         v!("cuDeviceGetP2PAttribute", 8000, cuDeviceGetP2PAttribute);
-        v!("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool);
+        v!(
+            "cuDeviceGetDefaultMemPool",
+            11020,
+            cuDeviceGetDefaultMemPool
+        );
         v!("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool);
         v!("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute);
         v!("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute);
         v!("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo);
         s!("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync);
-        v!("cuFlushGPUDirectRDMAWrites", 11030, cuFlushGPUDirectRDMAWrites);
+        v!(
+            "cuFlushGPUDirectRDMAWrites",
+            11030,
+            cuFlushGPUDirectRDMAWrites
+        );
         v!("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion);
         v!("cuCtxGetId", 12000, cuCtxGetId);
         v!("cuCtxGetFlags", 7000, cuCtxGetFlags);
@@ -156,7 +180,11 @@ fn table() -> &'static [Entry] {
         v!("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig);
         v!("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig);
         v!("cuCtxGetSharedMemConfig", 4020, cuCtxGetSharedMemConfig);
-        v!("cuCtxResetPersistingL2Cache", 11000, cuCtxResetPersistingL2Cache);
+        v!(
+            "cuCtxResetPersistingL2Cache",
+            11000,
+            cuCtxResetPersistingL2Cache
+        );
         v!("cuCtxGetDevice", 13000, cuCtxGetDevice_v2);
         v!("cuCtxSynchronize", 13000, cuCtxSynchronize_v2);
         v!("cuProfilerStart", 4000, cuProfilerStart);
@@ -178,10 +206,22 @@ fn table() -> &'static [Entry] {
         v!("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2);
         v!("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3);
         v!("cuStreamIsCapturing", 10000, cuStreamIsCapturing);
-        v!("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode);
+        v!(
+            "cuThreadExchangeStreamCaptureMode",
+            10010,
+            cuThreadExchangeStreamCaptureMode
+        );
         v!("cuGraphCreate", 10000, cuGraphCreate);
-        v!("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags);
-        v!("cuGraphInstantiateWithParams", 12000, cuGraphInstantiateWithParams);
+        v!(
+            "cuGraphInstantiateWithFlags",
+            11040,
+            cuGraphInstantiateWithFlags
+        );
+        v!(
+            "cuGraphInstantiateWithParams",
+            12000,
+            cuGraphInstantiateWithParams
+        );
         v!("cuGraphLaunch", 10000, cuGraphLaunch);
         v!("cuGraphUpload", 11010, cuGraphUpload);
         v!("cuGraphDestroy", 10000, cuGraphDestroy);
@@ -204,12 +244,36 @@ fn table() -> &'static [Entry] {
         v!("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig);
         v!("cuFuncGetName", 12030, cuFuncGetName);
         v!("cuFuncGetModule", 11000, cuFuncGetModule);
-        v!("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor);
-        v!("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
-        v!("cuOccupancyMaxPotentialBlockSize", 6050, cuOccupancyMaxPotentialBlockSize);
-        v!("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock);
-        v!("cuOccupancyMaxPotentialClusterSize", 11070, cuOccupancyMaxPotentialClusterSize);
-        v!("cuOccupancyMaxActiveClusters", 11070, cuOccupancyMaxActiveClusters);
+        v!(
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            6050,
+            cuOccupancyMaxActiveBlocksPerMultiprocessor
+        );
+        v!(
+            "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+            7000,
+            cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
+        );
+        v!(
+            "cuOccupancyMaxPotentialBlockSize",
+            6050,
+            cuOccupancyMaxPotentialBlockSize
+        );
+        v!(
+            "cuOccupancyAvailableDynamicSMemPerBlock",
+            10020,
+            cuOccupancyAvailableDynamicSMemPerBlock
+        );
+        v!(
+            "cuOccupancyMaxPotentialClusterSize",
+            11070,
+            cuOccupancyMaxPotentialClusterSize
+        );
+        v!(
+            "cuOccupancyMaxActiveClusters",
+            11070,
+            cuOccupancyMaxActiveClusters
+        );
         s!("cuLaunchKernelEx", 11060, cuLaunchKernelEx);
         s!("cuLaunchCooperativeKernel", 9000, cuLaunchCooperativeKernel);
         v!("cuPointerGetAttribute", 4000, cuPointerGetAttribute);
@@ -218,7 +282,11 @@ fn table() -> &'static [Entry] {
         v!("cuMemHostRegister", 4000, cuMemHostRegister_v2);
         v!("cuMemHostRegister", 6050, cuMemHostRegister_v2);
         v!("cuMemHostUnregister", 4000, cuMemHostUnregister);
-        v!("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2);
+        v!(
+            "cuMemHostGetDevicePointer",
+            3020,
+            cuMemHostGetDevicePointer_v2
+        );
         v!("cuMemHostGetFlags", 2030, cuMemHostGetFlags);
         s!("cuMemcpy", 4000, cuMemcpy);
         s!("cuMemcpyAsync", 4000, cuMemcpyAsync);
@@ -234,7 +302,11 @@ fn table() -> &'static [Entry] {
         s!("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2);
         v!("cuMemAdvise", 8000, cuMemAdvise_v2);
         v!("cuMemAdvise", 12020, cuMemAdvise_v2);
-        v!("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity);
+        v!(
+            "cuMemGetAllocationGranularity",
+            10020,
+            cuMemGetAllocationGranularity
+        );
         v!("cuMemAddressReserve", 10020, cuMemAddressReserve);
         v!("cuMemAddressFree", 10020, cuMemAddressFree);
         v!("cuMemCreate", 10020, cuMemCreate);
@@ -242,10 +314,26 @@ fn table() -> &'static [Entry] {
         v!("cuMemMap", 10020, cuMemMap);
         v!("cuMemUnmap", 10020, cuMemUnmap);
         v!("cuMemSetAccess", 10020, cuMemSetAccess);
-        v!("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle);
-        v!("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle);
-        v!("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle);
-        v!("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle);
+        v!(
+            "cuMemRetainAllocationHandle",
+            11000,
+            cuMemRetainAllocationHandle
+        );
+        v!(
+            "cuMemGetAllocationPropertiesFromHandle",
+            10020,
+            cuMemGetAllocationPropertiesFromHandle
+        );
+        v!(
+            "cuMemExportToShareableHandle",
+            10020,
+            cuMemExportToShareableHandle
+        );
+        v!(
+            "cuMemImportFromShareableHandle",
+            10020,
+            cuMemImportFromShareableHandle
+        );
         v!("cuMulticastCreate", 12010, cuMulticastCreate);
         v!("cuMulticastAddDevice", 12010, cuMulticastAddDevice);
         v!("cuMulticastBindMem", 12010, cuMulticastBindMem);
@@ -328,7 +416,9 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     symbolStatus: *mut c_int,
 ) -> CUresult {
-    guard("cuGetProcAddress_v2", || get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus))
+    guard("cuGetProcAddress_v2", || {
+        get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus)
+    })
 }
 
 /// The CUDA 11.3–11.8 form, without the status.
@@ -339,5 +429,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     cudaVersion: c_int,
     flags: u64,
 ) -> CUresult {
-    guard("cuGetProcAddress", || get_proc_address(symbol, pfn, cudaVersion, flags, std::ptr::null_mut()))
+    guard("cuGetProcAddress", || {
+        get_proc_address(symbol, pfn, cudaVersion, flags, std::ptr::null_mut())
+    })
 }

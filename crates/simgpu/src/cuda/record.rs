@@ -26,8 +26,7 @@ fn count(key: &str) {
     let dir = PathBuf::from(dir);
     let own = std::process::id();
     let mut c = lock();
-    if c
-        .as_ref()
+    if c.as_ref()
         .is_none_or(|(d, pid, _)| *d != dir || *pid != own)
     {
         if !dir.join("box.json").exists() {

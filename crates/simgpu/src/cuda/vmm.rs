@@ -252,7 +252,12 @@ pub unsafe extern "C" fn cuMemMap(
         if !inside {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let overlaps = d.vmm.mapped.range(..end).next_back().is_some_and(|(s, m)| s + m.size > ptr);
+        let overlaps = d
+            .vmm
+            .mapped
+            .range(..end)
+            .next_back()
+            .is_some_and(|(s, m)| s + m.size > ptr);
         if overlaps {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -312,7 +317,10 @@ pub unsafe extern "C" fn cuMemSetAccess(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut u64,
+    addr: *mut c_void,
+) -> CUresult {
     with_driver("cuMemRetainAllocationHandle", |d| {
         let (_, m) = d
             .vmm
@@ -329,7 +337,11 @@ pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
 ) -> CUresult {
     with_driver("cuMemGetAllocationPropertiesFromHandle", |d| {
         nonnull(prop)?;
-        let p = d.vmm.physical.get(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let p = d
+            .vmm
+            .physical
+            .get(&handle)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let mut bytes = [0u8; 32];
         bytes[0..4].copy_from_slice(&CU_MEM_ALLOCATION_TYPE_PINNED.to_ne_bytes());
         bytes[8..12].copy_from_slice(&CU_MEM_LOCATION_TYPE_DEVICE.to_ne_bytes());
@@ -352,7 +364,10 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
     _flags: u64,
 ) -> CUresult {
     with_driver("cuMemExportToShareableHandle", |d| {
-        d.vmm.physical.get(&handle).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        d.vmm
+            .physical
+            .get(&handle)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         Err(CUDA_ERROR_NOT_SUPPORTED)
     })
 }
@@ -363,7 +378,9 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
     _shareable: *mut c_void,
     _kind: c_uint,
 ) -> CUresult {
-    with_driver("cuMemImportFromShareableHandle", |_| Err(CUDA_ERROR_NOT_SUPPORTED))
+    with_driver("cuMemImportFromShareableHandle", |_| {
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    })
 }
 
 /// Multicast objects need an NVSwitch fabric (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` reads

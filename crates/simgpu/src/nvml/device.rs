@@ -369,7 +369,9 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
 /// no NVSwitch fabric, so each answers `NVML_ERROR_NOT_SUPPORTED` — what NVML answers on a
 /// PCIe-only GPU — after checking the handle.
 fn no_nvlink(device: nvmlDevice_t) -> nvmlReturn_t {
-    done(with_device(device, |_, _, _| Err::<(), _>(NVML_ERROR_NOT_SUPPORTED)))
+    done(with_device(device, |_, _, _| {
+        Err::<(), _>(NVML_ERROR_NOT_SUPPORTED)
+    }))
 }
 
 #[no_mangle]
