@@ -80,6 +80,7 @@ mod sim_cli;
 mod simulator_clients;
 /// What the host hands vramdoc: names and arguments that are not UTF-8, secret shapes in argv,
 /// a marker path that is not a file (issue 19).
+mod torch;
 mod untrusted_host;
 /// Where vramdoc stands (issue 25): scans from inside a PID namespace on each driver generation.
 mod vantage;
