@@ -476,3 +476,142 @@ extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *mut [u64
         out(result, integrity_answer(&input, &devices))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MD2 as RFC 1319 specifies it, written out here so the check is against an
+    /// implementation independent of the crates the library uses.
+    fn md2(msg: &[u8]) -> [u8; 16] {
+        // RFC 1319's S-table: digits of pi.
+        const S: [u8; 256] = [
+            41, 46, 67, 201, 162, 216, 124, 1, 61, 54, 84, 161, 236, 240, 6, 19, 98, 167, 5, 243,
+            192, 199, 115, 140, 152, 147, 43, 217, 188, 76, 130, 202, 30, 155, 87, 60, 253, 212,
+            224, 22, 103, 66, 111, 24, 138, 23, 229, 18, 190, 78, 196, 214, 218, 158, 222, 73, 160,
+            251, 245, 142, 187, 47, 238, 122, 169, 104, 121, 145, 21, 178, 7, 63, 148, 194, 16,
+            137, 11, 34, 95, 33, 128, 127, 93, 154, 90, 144, 50, 39, 53, 62, 204, 231, 191, 247,
+            151, 3, 255, 25, 48, 179, 72, 165, 181, 209, 215, 94, 146, 42, 172, 86, 170, 198, 79,
+            184, 56, 210, 150, 164, 125, 182, 118, 252, 107, 226, 156, 116, 4, 241, 69, 157, 112,
+            89, 100, 113, 135, 32, 134, 91, 207, 101, 230, 45, 168, 2, 27, 96, 37, 173, 174, 176,
+            185, 246, 28, 70, 97, 105, 52, 64, 126, 15, 85, 71, 163, 35, 221, 81, 175, 58, 195, 92,
+            249, 206, 186, 197, 234, 38, 44, 83, 13, 110, 133, 40, 132, 9, 211, 223, 205, 244, 65,
+            129, 77, 82, 106, 220, 55, 200, 108, 193, 171, 250, 36, 225, 123, 8, 12, 189, 177, 74,
+            120, 136, 149, 139, 227, 99, 232, 109, 233, 203, 213, 254, 59, 0, 29, 57, 242, 239,
+            183, 14, 102, 88, 208, 228, 166, 119, 114, 248, 235, 117, 75, 10, 49, 68, 80, 180, 143,
+            237, 31, 26, 219, 153, 141, 51, 159, 17, 131, 20,
+        ];
+        let mut m = msg.to_vec();
+        let pad = 16 - m.len() % 16;
+        m.extend(std::iter::repeat_n(pad as u8, pad));
+        let mut c = [0u8; 16];
+        let mut l = 0u8;
+        for block in m.chunks(16) {
+            for j in 0..16 {
+                c[j] ^= S[(block[j] ^ l) as usize];
+                l = c[j];
+            }
+        }
+        m.extend_from_slice(&c);
+        let mut x = [0u8; 48];
+        for block in m.chunks(16) {
+            for j in 0..16 {
+                x[16 + j] = block[j];
+                x[32 + j] = x[16 + j] ^ x[j];
+            }
+            let mut t = 0u8;
+            for j in 0..18u8 {
+                for k in x.iter_mut() {
+                    *k ^= S[t as usize];
+                    t = *k;
+                }
+                t = t.wrapping_add(j);
+            }
+        }
+        x[..16].try_into().unwrap()
+    }
+
+    fn hmac_md2(key: &[u8; 16], msg: &[u8]) -> [u8; 16] {
+        let inner: Vec<u8> = key
+            .iter()
+            .map(|b| b ^ 0x36)
+            .chain(msg.iter().copied())
+            .collect();
+        let outer: Vec<u8> = key.iter().map(|b| b ^ 0x5c).chain(md2(&inner)).collect();
+        md2(&outer)
+    }
+
+    #[test]
+    fn the_independent_md2_is_rfc_1319s() {
+        // RFC 1319, A.5 test suite.
+        let hex = |d: [u8; 16]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(hex(md2(b"")), "8350e5a3e24c153df2275c9f80692773");
+        assert_eq!(hex(md2(b"abc")), "da853b0d3f88d99b30283a69e6ded6bb");
+        assert_eq!(
+            hex(md2(b"abcdefghijklmnopqrstuvwxyz")),
+            "4e8ddff3650292ab5a4108c3aa47940b"
+        );
+    }
+
+    #[test]
+    fn the_integrity_answer_is_hmac_md2_of_the_call_and_the_devices() {
+        let input = IntegrityInput {
+            driver_version: 13000,
+            version: 13022,
+            pid: 0x2fa423,
+            thread: 0xf79c_1000,
+            runtime_table: 0x7fff_f695_8240,
+            integrity_table: 0x7fff_f695_8220,
+            check_fn: 0x7fff_f2aa_f4a0,
+            unix_seconds: 0x682b_9cee,
+        };
+        let devices = [DeviceId {
+            uuid: [
+                0x9a, 0xfe, 0x2b, 0x8a, 0xac, 0x25, 0x2d, 0x38, 0xea, 0x37, 0xae, 0xc5, 0x6d, 0x71,
+                0x32, 0x5f,
+            ],
+            pci_domain: 0,
+            pci_bus: 2,
+            pci_device: 0,
+        }];
+        let mut msg = Vec::new();
+        for v in [13000u32, 13022, 0x2fa423, 0xf79c_1000] {
+            msg.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [
+            0x7fff_f695_8240u64,
+            0x7fff_f695_8220,
+            0x7fff_f2aa_f4a0,
+            0x682b_9cee,
+        ] {
+            msg.extend_from_slice(&v.to_le_bytes());
+        }
+        msg.extend_from_slice(&devices[0].uuid);
+        for v in [0i32, 2, 0] {
+            msg.extend_from_slice(&v.to_le_bytes());
+        }
+        let want = hmac_md2(&INTEGRITY_KEY, &msg);
+        let got = integrity_answer(&input, &devices);
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&got[0].to_le_bytes());
+        bytes[8..].copy_from_slice(&got[1].to_le_bytes());
+        assert_eq!(bytes, want);
+        // Another device changes the answer.
+        assert_ne!(integrity_answer(&input, &[]), got);
+        // Versions ending in 0 and 1 get the fixed answers.
+        let fixed = IntegrityInput {
+            version: 13020,
+            ..input
+        };
+        assert_eq!(
+            integrity_answer(&fixed, &devices),
+            [0x3341181C03CB675C, 0x8ED383AA1F4CD1E8]
+        );
+    }
+
+    #[test]
+    fn table_ids_read_in_text_order() {
+        assert_eq!(CUDART_INTERFACE[..4], [0x6b, 0xd5, 0xfb, 0x6c]);
+        assert_eq!(INTEGRITY_CHECK[15], 0xf2);
+    }
+}

@@ -313,5 +313,151 @@ fn driver_api_sequence_over_a_box() {
             "current ctx is gone"
         );
         assert_eq!(cuEventRecord(e1, null_mut()), CUDA_ERROR_INVALID_CONTEXT);
+
+        runtime_surface(&b, dev, overhead);
     }
+}
+
+/// What an unmodified CUDA runtime uses beyond cudarc's surface, on the same driver (the
+/// primary context of `dev`, CUDA ordinal 0 = the box's GPU 1, released before).
+unsafe fn runtime_surface(b: &vramdoc_sim::SimBox, dev: CUdevice, overhead: u64) {
+    // The runtime's interface table: its primary-context slot makes nothing exist.
+    let mut t: *const c_void = std::ptr::null();
+    let id = export_table::CUDART_INTERFACE;
+    assert_eq!(cuGetExportTable(&mut t, &id), CUDA_SUCCESS);
+    let slots = t as *const usize;
+    assert_eq!(
+        *slots,
+        13 * std::mem::size_of::<usize>(),
+        "slot 0 is the table's size"
+    );
+    let primary: extern "C" fn(*mut CUcontext, CUdevice) -> CUresult =
+        std::mem::transmute(*slots.add(2));
+    let mut ctx: CUcontext = null_mut();
+    assert_eq!(primary(&mut ctx, dev), CUDA_SUCCESS);
+    assert!(!ctx.is_null());
+    assert_eq!(b.memory(1).unwrap().used, 0, "no context until retained");
+    // The runtime sets it current before retaining; work on it fails until then.
+    assert_eq!(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    let mut p: CUdeviceptr = 0;
+    assert_eq!(cuMemAlloc_v2(&mut p, 1024), CUDA_ERROR_INVALID_CONTEXT);
+    let mut retained: CUcontext = null_mut();
+    assert_eq!(cuDevicePrimaryCtxRetain(&mut retained, dev), CUDA_SUCCESS);
+    assert_eq!(retained, ctx, "the same handle");
+    assert_eq!(b.memory(1).unwrap().used, overhead);
+    // An unknown table is refused and recorded, never a NULL table with success.
+    let unknown = [0xf8u8; 16];
+    assert_eq!(cuGetExportTable(&mut t, &unknown), CUDA_ERROR_INVALID_VALUE);
+    assert!(t.is_null());
+    // An unknown name is NULL with its status (asked at a version the box's driver has).
+    let mut f: *mut c_void = null_mut();
+    let mut st = -1;
+    assert_eq!(
+        cuGetProcAddress_v2(c"cuNoSuchCall".as_ptr(), &mut f, 12000, 0, &mut st),
+        CUDA_SUCCESS
+    );
+    assert!(f.is_null());
+    assert_eq!(st, 1, "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND");
+    // The 7.0 names the runtime asks for are served.
+    assert_eq!(
+        cuGetProcAddress_v2(
+            c"cuDevicePrimaryCtxRelease".as_ptr(),
+            &mut f,
+            7000,
+            0,
+            &mut st
+        ),
+        CUDA_SUCCESS
+    );
+    assert!(!f.is_null() && st == 0);
+
+    // Virtual memory: charged when made, free once released and unmapped.
+    let mut prop = [0u32; 8];
+    prop[0] = 1; // CU_MEM_ALLOCATION_TYPE_PINNED
+    prop[2] = 1; // CU_MEM_LOCATION_TYPE_DEVICE
+    prop[3] = dev as u32;
+    let pp = prop.as_ptr() as *const c_void;
+    let mut gran = 0usize;
+    assert_eq!(
+        cuMemGetAllocationGranularity(&mut gran, pp, 0),
+        CUDA_SUCCESS
+    );
+    assert_eq!(gran, 2 << 20);
+    let mut va: CUdeviceptr = 0;
+    assert_eq!(
+        cuMemAddressReserve(&mut va, 64 << 20, 0, 0, 0),
+        CUDA_SUCCESS
+    );
+    assert_eq!(
+        b.memory(1).unwrap().used,
+        overhead,
+        "a reservation costs nothing"
+    );
+    let mut h = 0u64;
+    assert_eq!(cuMemCreate(&mut h, 20 << 20, pp, 0), CUDA_SUCCESS);
+    assert_eq!(b.memory(1).unwrap().used, overhead + (20 << 20));
+    assert_eq!(cuMemMap(va, 20 << 20, 0, h, 0), CUDA_SUCCESS);
+    assert_eq!(
+        cuMemMap(va, 20 << 20, 0, h, 0),
+        CUDA_ERROR_INVALID_VALUE,
+        "overlap"
+    );
+    // A copy into the mapped range reaches the physical memory behind it.
+    let data = [7u8, 8, 9, 10];
+    assert_eq!(
+        cuMemcpyHtoD_v2(va + 100, data.as_ptr().cast(), 4),
+        CUDA_SUCCESS
+    );
+    let mut back = [0u8; 4];
+    assert_eq!(
+        cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), va + 100, 4),
+        CUDA_SUCCESS
+    );
+    assert_eq!(back, data);
+    // Pointer attributes under unified addressing: device memory, its ordinal.
+    let mut ordinal: c_int = -1;
+    assert_eq!(
+        cuPointerGetAttribute((&mut ordinal as *mut c_int).cast(), 9, va + 100),
+        CUDA_SUCCESS
+    );
+    assert_eq!(ordinal, dev);
+    assert_eq!(cuMemRelease(h), CUDA_SUCCESS);
+    assert_eq!(
+        b.memory(1).unwrap().used,
+        overhead + (20 << 20),
+        "still mapped"
+    );
+    assert_eq!(cuMemUnmap(va, 20 << 20), CUDA_SUCCESS);
+    assert_eq!(
+        b.memory(1).unwrap().used,
+        overhead,
+        "released and unmapped: gone"
+    );
+    assert_eq!(cuMemAddressFree(va, 64 << 20), CUDA_SUCCESS);
+
+    // Stream capture: a stream reports capturing between begin and end.
+    let mut s: CUstream = null_mut();
+    assert_eq!(cuStreamCreate(&mut s, 0), CUDA_SUCCESS);
+    let (mut status, mut cid) = (9u32, 0u64);
+    assert_eq!(
+        cuStreamGetCaptureInfo(s, &mut status, &mut cid),
+        CUDA_SUCCESS
+    );
+    assert_eq!(status, 0, "CU_STREAM_CAPTURE_STATUS_NONE");
+    assert_eq!(cuStreamBeginCapture_v2(s, 0), CUDA_SUCCESS);
+    assert_eq!(cuStreamIsCapturing(s, &mut status), CUDA_SUCCESS);
+    assert_eq!(status, 1, "ACTIVE");
+    let mut g = 0usize;
+    assert_eq!(cuStreamEndCapture(s, &mut g), CUDA_SUCCESS);
+    let mut exec = 0usize;
+    assert_eq!(cuGraphInstantiateWithFlags(&mut exec, g, 0), CUDA_SUCCESS);
+    assert_eq!(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+    assert_eq!(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+    assert_eq!(cuGraphDestroy(g), CUDA_SUCCESS);
+    assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+
+    // Freeing null is a use of the current context (the `cudaFree(0)` idiom).
+    assert_eq!(cuMemFree_v2(0), CUDA_SUCCESS);
+    assert_eq!(cuDevicePrimaryCtxRelease_v2(dev), CUDA_SUCCESS);
+    assert_eq!(b.memory(1).unwrap().used, 0);
 }
