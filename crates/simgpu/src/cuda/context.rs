@@ -331,3 +331,20 @@ pub unsafe extern "C" fn cuProfilerStart() -> CUresult {
 pub unsafe extern "C" fn cuProfilerStop() -> CUresult {
     with_driver("cuProfilerStop", |_| Ok(()))
 }
+
+/// The unversioned names of the 7.0 forms (same signatures as the 11.0 `_v2`s): cuBLASLt
+/// looks them up with `dlsym`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    cuDevicePrimaryCtxRelease_v2(dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    cuDevicePrimaryCtxReset_v2(dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult {
+    cuDevicePrimaryCtxSetFlags_v2(dev, flags)
+}

@@ -67,9 +67,13 @@ pub const DEVICE_EXTENDED_RT: Id = id("B10541E1-F7C7-C74A-9F64-F223BE99F1E2");
 pub const INTEGRITY_CHECK: Id = id("D4082055-BDE6-704B-8D34-BA123C66E1F2");
 /// Context checks (bits that are never set on a working context).
 pub const CONTEXT_CHECKS: Id = id("263E8860-7CD2-6143-92F6-BBD5006DFA7E");
+/// The tools' view of a context (NVIDIA's `CU_ETID_ToolsContext`), which cuBLASLt asks for
+/// when it picks a matmul algorithm; 94 slots after the size on driver 595.
+
+pub const TOOLS_CONTEXT: Id = id("21318C60-9714-3248-8CA6-41FF7324C8F2");
 
 /// Every table served: id and number of slots.
-const SERVED: [(Id, usize); 9] = [
+const SERVED: [(Id, usize); 10] = [
     (CUDART_INTERFACE, 13),
     (TOOLS_TLS, 4),
     (TOOLS_RUNTIME_CALLBACK_HOOKS, 7),
@@ -79,10 +83,11 @@ const SERVED: [(Id, usize); 9] = [
     (DEVICE_EXTENDED_RT, 26),
     (INTEGRITY_CHECK, 3),
     (CONTEXT_CHECKS, 4),
+    (TOOLS_CONTEXT, 95),
 ];
 
 /// Most slots of any served table (the stub rows below cover this many).
-const MAX_SLOTS: usize = 32;
+const MAX_SLOTS: usize = 96;
 
 /// A slot without known behaviour: record it, answer `CUDA_ERROR_NOT_SUPPORTED`. Taking no
 /// arguments and returning an integer is harmless for a caller of any signature under the
@@ -127,6 +132,70 @@ macro_rules! stub_row {
             unknown_slot::<$t, 29> as *const () as usize,
             unknown_slot::<$t, 30> as *const () as usize,
             unknown_slot::<$t, 31> as *const () as usize,
+            unknown_slot::<$t, 32> as *const () as usize,
+            unknown_slot::<$t, 33> as *const () as usize,
+            unknown_slot::<$t, 34> as *const () as usize,
+            unknown_slot::<$t, 35> as *const () as usize,
+            unknown_slot::<$t, 36> as *const () as usize,
+            unknown_slot::<$t, 37> as *const () as usize,
+            unknown_slot::<$t, 38> as *const () as usize,
+            unknown_slot::<$t, 39> as *const () as usize,
+            unknown_slot::<$t, 40> as *const () as usize,
+            unknown_slot::<$t, 41> as *const () as usize,
+            unknown_slot::<$t, 42> as *const () as usize,
+            unknown_slot::<$t, 43> as *const () as usize,
+            unknown_slot::<$t, 44> as *const () as usize,
+            unknown_slot::<$t, 45> as *const () as usize,
+            unknown_slot::<$t, 46> as *const () as usize,
+            unknown_slot::<$t, 47> as *const () as usize,
+            unknown_slot::<$t, 48> as *const () as usize,
+            unknown_slot::<$t, 49> as *const () as usize,
+            unknown_slot::<$t, 50> as *const () as usize,
+            unknown_slot::<$t, 51> as *const () as usize,
+            unknown_slot::<$t, 52> as *const () as usize,
+            unknown_slot::<$t, 53> as *const () as usize,
+            unknown_slot::<$t, 54> as *const () as usize,
+            unknown_slot::<$t, 55> as *const () as usize,
+            unknown_slot::<$t, 56> as *const () as usize,
+            unknown_slot::<$t, 57> as *const () as usize,
+            unknown_slot::<$t, 58> as *const () as usize,
+            unknown_slot::<$t, 59> as *const () as usize,
+            unknown_slot::<$t, 60> as *const () as usize,
+            unknown_slot::<$t, 61> as *const () as usize,
+            unknown_slot::<$t, 62> as *const () as usize,
+            unknown_slot::<$t, 63> as *const () as usize,
+            unknown_slot::<$t, 64> as *const () as usize,
+            unknown_slot::<$t, 65> as *const () as usize,
+            unknown_slot::<$t, 66> as *const () as usize,
+            unknown_slot::<$t, 67> as *const () as usize,
+            unknown_slot::<$t, 68> as *const () as usize,
+            unknown_slot::<$t, 69> as *const () as usize,
+            unknown_slot::<$t, 70> as *const () as usize,
+            unknown_slot::<$t, 71> as *const () as usize,
+            unknown_slot::<$t, 72> as *const () as usize,
+            unknown_slot::<$t, 73> as *const () as usize,
+            unknown_slot::<$t, 74> as *const () as usize,
+            unknown_slot::<$t, 75> as *const () as usize,
+            unknown_slot::<$t, 76> as *const () as usize,
+            unknown_slot::<$t, 77> as *const () as usize,
+            unknown_slot::<$t, 78> as *const () as usize,
+            unknown_slot::<$t, 79> as *const () as usize,
+            unknown_slot::<$t, 80> as *const () as usize,
+            unknown_slot::<$t, 81> as *const () as usize,
+            unknown_slot::<$t, 82> as *const () as usize,
+            unknown_slot::<$t, 83> as *const () as usize,
+            unknown_slot::<$t, 84> as *const () as usize,
+            unknown_slot::<$t, 85> as *const () as usize,
+            unknown_slot::<$t, 86> as *const () as usize,
+            unknown_slot::<$t, 87> as *const () as usize,
+            unknown_slot::<$t, 88> as *const () as usize,
+            unknown_slot::<$t, 89> as *const () as usize,
+            unknown_slot::<$t, 90> as *const () as usize,
+            unknown_slot::<$t, 91> as *const () as usize,
+            unknown_slot::<$t, 92> as *const () as usize,
+            unknown_slot::<$t, 93> as *const () as usize,
+            unknown_slot::<$t, 94> as *const () as usize,
+            unknown_slot::<$t, 95> as *const () as usize,
         ]
     };
 }
@@ -136,7 +205,7 @@ macro_rules! stub_row {
 fn tables() -> &'static [Box<[usize]>] {
     static TABLES: OnceLock<Vec<Box<[usize]>>> = OnceLock::new();
     TABLES.get_or_init(|| {
-        let stubs: [[usize; MAX_SLOTS]; 9] = [
+        let stubs: [[usize; MAX_SLOTS]; 10] = [
             stub_row!(0),
             stub_row!(1),
             stub_row!(2),
@@ -146,6 +215,7 @@ fn tables() -> &'static [Box<[usize]>] {
             stub_row!(6),
             stub_row!(7),
             stub_row!(8),
+            stub_row!(9),
         ];
         SERVED
             .iter()
@@ -164,10 +234,15 @@ fn tables() -> &'static [Box<[usize]>] {
                         set(8, rt_module_from_fatbin_header as *const () as usize);
                         set(12, rt_load_compilers as *const () as usize);
                     }
-                    TOOLS_TLS | HEAP_ACCESS => set(0, size),
+                    TOOLS_TLS => {
+                        set(0, size);
+                        set(2, tools_tls_get as *const () as usize);
+                    }
+                    HEAP_ACCESS => set(0, size),
                     TOOLS_RUNTIME_CALLBACK_HOOKS => {
                         set(0, size);
                         set(2, hooks_buffer_small as *const () as usize);
+                        set(4, hooks_no_callback as *const () as usize);
                         set(6, hooks_buffer_large as *const () as usize);
                     }
                     CONTEXT_LOCAL_STORAGE => {
@@ -186,6 +261,12 @@ fn tables() -> &'static [Box<[usize]>] {
                     INTEGRITY_CHECK => {
                         set(0, size);
                         set(1, integrity_check as *const () as usize);
+                        set(2, integrity_set_enabled as *const () as usize);
+                    }
+                    TOOLS_CONTEXT => {
+                        set(0, size);
+                        set(3, tools_context_device as *const () as usize);
+                        set(4, tools_context_number as *const () as usize);
                     }
                     CONTEXT_CHECKS => {
                         set(0, size);
@@ -302,6 +383,64 @@ fn hooks_buffer(
     if !size.is_null() {
         unsafe { *size = units };
     }
+}
+
+/// The tools' thread-local state (`TOOLS_TLS` slot 2): none, no profiler is attached.
+/// cuBLASLt asks on every heuristic query and stops on an error.
+extern "C" fn tools_tls_get(out: *mut *mut c_void) -> CUresult {
+    guard("cudart:tools_tls_get", || {
+        if out.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        // SAFETY: checked non-null; the table's output.
+        unsafe { *out = std::ptr::null_mut() };
+        CUDA_SUCCESS
+    })
+}
+
+/// Slot 4 of the callback hooks: no callback is registered (writes 0).
+extern "C" fn hooks_no_callback(_input: *const c_void, out: *mut u64) -> CUresult {
+    guard("cudart:hooks_callback", || {
+        if out.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        // SAFETY: checked non-null.
+        unsafe { *out = 0 };
+        CUDA_SUCCESS
+    })
+}
+
+/// Slot 3 of the tools' context table: the device of a context (null: the current one).
+extern "C" fn tools_context_device(ctx: CUcontext, dev: *mut CUdevice) -> CUresult {
+    with_driver("cudart:tools_context_device", |d| {
+        let h = if ctx.is_null() {
+            d.current()?
+        } else {
+            ctx as usize
+        };
+        let c = d.contexts.get(&h).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        out(dev, c.ordinal as CUdevice)
+    })
+}
+
+/// Slot 4 of the tools' context table: the context's number, unique in the process (0 for
+/// no context). cuBLASLt asks it for every algorithm query.
+extern "C" fn tools_context_number(ctx: CUcontext, number: *mut u64) -> CUresult {
+    with_driver("cudart:tools_context_number", |d| {
+        if ctx.is_null() {
+            return out(number, 0);
+        }
+        let h = ctx as usize;
+        if !d.contexts.contains_key(&h) {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        out(number, h as u64)
+    })
+}
+
+/// Slot 2 of the integrity table: turning the check on or off; accepted.
+extern "C" fn integrity_set_enabled(_enabled: c_int) -> CUresult {
+    guard("cudart:integrity_set_enabled", || CUDA_SUCCESS)
 }
 
 extern "C" fn hooks_buffer_small(ptr: *mut *mut c_void, size: *mut usize) {

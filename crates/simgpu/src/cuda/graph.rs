@@ -286,3 +286,87 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: usize) -> CUresult {
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: usize) -> CUresult {
     destroy_graph("cuGraphExecDestroy", exec, true)
 }
+
+/// The 10.0 and 11.0 form: (exec, graph, error node, log buffer, its size).
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate(
+    exec: *mut usize,
+    graph: usize,
+    error_node: *mut usize,
+    _log: *mut c_char,
+    _log_size: usize,
+) -> CUresult {
+    let r = instantiate("cuGraphInstantiate", exec, graph);
+    if !error_node.is_null() {
+        // SAFETY: checked non-null; an output per cuda.h.
+        unsafe { *error_node = 0 };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut usize,
+    graph: usize,
+    error_node: *mut usize,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    cuGraphInstantiate(exec, graph, error_node, log, log_size)
+}
+
+/// A graph's nodes: a captured graph records no nodes here (work ran at submission).
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetNodes(
+    graph: usize,
+    nodes: *mut usize,
+    count: *mut usize,
+) -> CUresult {
+    with_driver("cuGraphGetNodes", |d| {
+        d.graphs.get(&graph).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        nonnull(count)?;
+        let _ = nodes;
+        out(count, 0)
+    })
+}
+
+/// Node queries: no graph has nodes, so every node handle is unknown.
+fn no_such_node(name: &str) -> CUresult {
+    with_driver(name, |_| Err(CUDA_ERROR_INVALID_VALUE))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeGetType(_node: usize, _kind: *mut c_uint) -> CUresult {
+    no_such_node("cuGraphNodeGetType")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
+    _node: usize,
+    _params: *mut c_void,
+) -> CUresult {
+    no_such_node("cuGraphKernelNodeGetParams_v2")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(node: usize, params: *mut c_void) -> CUresult {
+    cuGraphKernelNodeGetParams_v2(node, params)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    _exec: usize,
+    _node: usize,
+    _params: *const c_void,
+) -> CUresult {
+    no_such_node("cuGraphExecKernelNodeSetParams_v2")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+    exec: usize,
+    node: usize,
+    params: *const c_void,
+) -> CUresult {
+    cuGraphExecKernelNodeSetParams_v2(exec, node, params)
+}

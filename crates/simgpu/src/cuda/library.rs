@@ -773,3 +773,11 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
         out(clusters, sms * per_sm / size.max(1))
     })
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetLibrary(library: *mut usize, kernel: usize) -> CUresult {
+    with_driver("cuKernelGetLibrary", |d| {
+        let (l, _) = d.kernels.get(&kernel).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        out(library, *l)
+    })
+}

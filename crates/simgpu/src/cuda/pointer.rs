@@ -598,3 +598,14 @@ fn batch(
     }
     Ok(())
 }
+
+/// The 8.0 form: (pointer, count, destination device, stream).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPrefetchAsync(
+    ptr: CUdeviceptr,
+    count: usize,
+    _device: CUdevice,
+    stream: CUstream,
+) -> CUresult {
+    cuMemPrefetchAsync_v2(ptr, count, 0, 0, stream)
+}

@@ -235,6 +235,13 @@ fn table() -> &'static [Entry] {
         v!("cuLibraryGetModule", 12000, cuLibraryGetModule);
         v!("cuLibraryGetGlobal", 12000, cuLibraryGetGlobal);
         v!("cuKernelGetFunction", 12000, cuKernelGetFunction);
+        v!("cuKernelGetLibrary", 12050, cuKernelGetLibrary);
+        v!("cuLinkCreate", 6050, cuLinkCreate_v2);
+        v!("cuLinkAddData", 6050, cuLinkAddData_v2);
+        v!("cuLinkAddFile", 6050, cuLinkAddFile_v2);
+        v!("cuLinkComplete", 5050, cuLinkComplete);
+        v!("cuLinkDestroy", 5050, cuLinkDestroy);
+        s!("cuStreamBatchMemOp", 8000, cuStreamBatchMemOp);
         v!("cuKernelGetName", 12030, cuKernelGetName);
         v!("cuKernelGetAttribute", 12000, cuKernelGetAttribute);
         v!("cuKernelSetAttribute", 12000, cuKernelSetAttribute);
@@ -299,6 +306,7 @@ fn table() -> &'static [Entry] {
         v!("cuMemcpyBatchAsync", 13000, cuMemcpyBatchAsync_v2);
         s!("cuMemsetD16", 3020, cuMemsetD16_v2);
         s!("cuMemsetD16Async", 3020, cuMemsetD16Async);
+        s!("cuMemPrefetchAsync", 8000, cuMemPrefetchAsync);
         s!("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2);
         v!("cuMemAdvise", 8000, cuMemAdvise_v2);
         v!("cuMemAdvise", 12020, cuMemAdvise_v2);

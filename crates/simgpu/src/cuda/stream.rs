@@ -361,3 +361,42 @@ pub unsafe extern "C" fn cuLogsRegisterCallback(
 pub unsafe extern "C" fn cuLogsUnregisterCallback(_handle: usize) -> CUresult {
     with_driver("cuLogsUnregisterCallback", |_| Ok(()))
 }
+
+/// `cuStreamBatchMemOp`: an array of 48-byte `CUstreamBatchMemOpParams` unions (operation at
+/// offset 0, address at 8, value at 16): writes are made at once, waits are already over
+/// (streams run at submission), flushes and barriers do nothing.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBatchMemOp(
+    stream: CUstream,
+    count: c_uint,
+    ops: *const u8,
+    _flags: c_uint,
+) -> CUresult {
+    with_driver("cuStreamBatchMemOp", |d| {
+        d.stream_ctx(stream)?;
+        if count == 0 {
+            return Ok(());
+        }
+        nonnull(ops)?;
+        for i in 0..count as usize {
+            // SAFETY: `count` params of 48 bytes each per cuda.h.
+            let op = unsafe { ops.add(i * 48) };
+            let (kind, addr) = unsafe { (*(op as *const u32), *(op.add(8) as *const u64)) };
+            match kind {
+                // WRITE_VALUE_32, WRITE_VALUE_64
+                2 => {
+                    let v = unsafe { *(op.add(16) as *const u32) }.to_le_bytes();
+                    d.memcpy_htod(addr, v.as_ptr() as *const c_void, 4)?;
+                }
+                5 => {
+                    let v = unsafe { *(op.add(16) as *const u64) }.to_le_bytes();
+                    d.memcpy_htod(addr, v.as_ptr() as *const c_void, 8)?;
+                }
+                // WAIT_VALUE_32/64, FLUSH_REMOTE_WRITES, BARRIER
+                1 | 3 | 4 | 6 => {}
+                _ => return Err(CUDA_ERROR_INVALID_VALUE),
+            }
+        }
+        Ok(())
+    })
+}
