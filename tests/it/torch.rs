@@ -174,6 +174,34 @@ fn memory_reserved_is_what_nvml_lists_for_the_process_less_its_context() {
 }
 
 #[test]
+fn cublas_and_cudnn_run_a_linear_a_convolution_and_an_mlps_training_steps() {
+    let py = require!("torch", python());
+    let b = torch_box();
+    let mut j = Stepped::start({
+        let mut c = job(&py, b.path());
+        c.arg(probe()).arg("train");
+        c
+    });
+    let v = j.next();
+    assert_eq!(v["linear"], serde_json::json!([64, 128]), "{v}");
+    assert_eq!(v["grad"], serde_json::json!([128, 256]), "{v}");
+    assert_eq!(v["conv"], serde_json::json!([2, 8, 30, 30]), "{v}");
+    // cuBLAS's workspace and the optimiser's state come from PyTorch's allocator: NVML lists
+    // the process with what it reserved, plus the context.
+    let reserved = v["reserved"].as_u64().expect("reserved");
+    assert!(
+        reserved > v["allocated"].as_u64().expect("allocated"),
+        "{v}"
+    );
+    assert_eq!(
+        listed(b.path(), 0, j.pid()),
+        Some(context(b.path()) + reserved)
+    );
+    j.go();
+    j.finish();
+}
+
+#[test]
 fn expandable_segments_map_physical_memory_and_give_it_back() {
     let py = require!("torch", python());
     let b = torch_box();

@@ -6,6 +6,8 @@ standard input (the test's go-ahead): no step depends on a sleep.
     python probe.py sizes       # tensors of several sizes on cuda:1, reserved, then wait
     python probe.py expandable  # (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) grow, wait, shrink, wait
     python probe.py oom DIR     # allocate until PyTorch's own OOM; DIR/snap.pickle from _dump_snapshot
+    python probe.py train       # nn.Linear forward and backward (cuBLAS), a convolution (cuDNN),
+                                # 3 steps of an MLP with Adam, then wait
 """
 import json
 import sys
@@ -50,5 +52,32 @@ elif mode == "oom":
         torch.cuda.memory._dump_snapshot(sys.argv[2] + "/snap.pickle")
         free, total = torch.cuda.mem_get_info(0)
         say(message=str(e), free=free, total=total, held=len(keep))
+elif mode == "train":
+    dev = torch.device("cuda:0")
+    lin = torch.nn.Linear(256, 128).to(dev)
+    x = torch.randn(64, 256, device=dev, requires_grad=True)
+    y = lin(x)
+    y.sum().backward()
+    conv = torch.nn.Conv2d(3, 8, 3).to(dev)
+    z = conv(torch.randn(2, 3, 32, 32, device=dev))
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)
+    ).to(dev)
+    opt = torch.optim.Adam(mlp.parameters())
+    for _ in range(3):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(
+            mlp(torch.randn(32, 512, device=dev)), torch.zeros(32, dtype=torch.long, device=dev)
+        )
+        loss.backward()
+        opt.step()
+    say(
+        linear=list(y.shape),
+        grad=list(lin.weight.grad.shape),
+        conv=list(z.shape),
+        reserved=torch.cuda.memory_reserved(0),
+        allocated=torch.cuda.memory_allocated(0),
+    )
+    wait()
 else:
     sys.exit(f"unknown mode {mode}")
