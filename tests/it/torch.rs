@@ -186,16 +186,18 @@ fn cublas_and_cudnn_run_a_linear_a_convolution_and_an_mlps_training_steps() {
     assert_eq!(v["linear"], serde_json::json!([64, 128]), "{v}");
     assert_eq!(v["grad"], serde_json::json!([128, 256]), "{v}");
     assert_eq!(v["conv"], serde_json::json!([2, 8, 30, 30]), "{v}");
-    // cuBLAS's workspace and the optimiser's state come from PyTorch's allocator: NVML lists
-    // the process with what it reserved, plus the context.
+    // cuBLAS's workspace and the optimiser's state come from PyTorch's allocator; cuBLASLt
+    // and cuDNN also allocate for themselves with cudaMalloc, outside PyTorch: NVML lists the
+    // process with the context, what PyTorch reserved, and theirs.
     let reserved = v["reserved"].as_u64().expect("reserved");
     assert!(
         reserved > v["allocated"].as_u64().expect("allocated"),
         "{v}"
     );
-    assert_eq!(
-        listed(b.path(), 0, j.pid()),
-        Some(context(b.path()) + reserved)
+    let used = listed(b.path(), 0, j.pid()).expect("listed on GPU 0");
+    assert!(
+        used >= context(b.path()) + reserved,
+        "{used} < context + {reserved}"
     );
     j.go();
     j.finish();
