@@ -12,6 +12,7 @@
 //! | `prometheus`  | `prometheus` and `promtool` (Debian's `prometheus` package)              |
 //! | `pynvml`      | Python 3 with NVIDIA's NVML bindings (`pip install nvidia-ml-py`)        |
 //! | `kubernetes`  | kubectl (kustomize), `kubernetes-validate` and the npm Prometheus Operator models |
+//! | `no-sim-build` | the binary built without the simulator, in `VRAMDOC_NO_SIM_BIN` (`common::no_sim`) |
 //!
 //! Start such a test with `let x = require!(key, check);` ([`require`]).
 
@@ -22,7 +23,7 @@ use std::sync::OnceLock;
 pub const VAR: &str = "VRAMDOC_ALLOW_SKIP";
 
 /// The keys [`VAR`] accepts.
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "unshare",
     "setpriv",
     "real-driver",
@@ -30,6 +31,7 @@ pub const KEYS: [&str; 7] = [
     "prometheus",
     "pynvml",
     "kubernetes",
+    "no-sim-build",
 ];
 
 /// Whether `VRAMDOC_ALLOW_SKIP` allows skipping a test that lacks `key`.
