@@ -369,11 +369,17 @@ impl Monitor for Deadlined {
 mod tests {
     use super::*;
     use crate::gpu::{CallCounts, DeviceInfo, Result, Versions};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use crate::record::tests::{until, GUARD};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    /// A monitor whose device 1 blocks while `hang` is set.
+    /// A monitor whose device 1 blocks while `hang` is set, counting the calls on device 1
+    /// that began and those that returned; its process lists say when they returned.
+    #[derive(Default)]
     struct Hanging {
-        hang: Arc<AtomicBool>,
+        hang: AtomicBool,
+        began: AtomicU64,
+        returned: AtomicU64,
+        listed: Mutex<Option<Instant>>,
     }
 
     impl Monitor for Hanging {
@@ -387,8 +393,12 @@ mod tests {
             Ok(Vec::new())
         }
         fn memory(&self, index: u32) -> Result<MemoryInfo> {
-            while index == 1 && self.hang.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(5));
+            if index == 1 {
+                self.began.fetch_add(1, Ordering::SeqCst);
+                while self.hang.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                self.returned.fetch_add(1, Ordering::SeqCst);
             }
             Ok(MemoryInfo {
                 total: 100,
@@ -398,6 +408,7 @@ mod tests {
             })
         }
         fn processes(&self, _: u32) -> Result<Vec<GpuProcess>> {
+            *self.listed.lock().unwrap() = Some(Instant::now());
             Ok(Vec::new())
         }
         fn call_counts(&self) -> CallCounts {
@@ -407,54 +418,58 @@ mod tests {
 
     /// Issue 29 item 16: a list is stamped with when its call ran, not when its answer
     /// reached a caller that was late to wait for it (a loaded machine): an answer read
-    /// long after the call still says when the driver was asked.
+    /// after the call returned still says when the driver was asked.
     #[test]
     fn a_list_carries_when_its_call_ran_not_when_it_was_read() {
-        let lanes = Lanes::with_deadline(
-            Arc::new(Hanging {
-                hang: Arc::new(AtomicBool::new(false)),
-            }),
-            Duration::from_secs(30),
-        );
+        let monitor = Arc::new(Hanging::default());
+        let lanes = Lanes::with_deadline(monitor.clone(), GUARD);
         let asked = Instant::now();
         let pending = lanes.processes_at(0);
-        // The caller is descheduled before it waits.
-        std::thread::sleep(Duration::from_millis(200));
+        // The caller is late: it waits only once the driver has answered.
+        let returned = until("the list call to return", || {
+            *monitor.listed.lock().unwrap()
+        });
         let (ran, _) = pending.wait().unwrap();
-        let read = Instant::now();
         assert!(ran >= asked, "stamped before it was asked");
         assert!(
-            read.duration_since(ran) >= Duration::from_millis(200) - (ran - asked),
-            "stamped when read"
+            ran <= returned,
+            "stamped when read, after the call returned"
         );
     }
 
     #[test]
     fn a_hung_device_answers_hung_and_the_others_still_answer() {
-        let hang = Arc::new(AtomicBool::new(true));
-        let lanes = Lanes::with_deadline(
-            Arc::new(Hanging { hang: hang.clone() }),
-            Duration::from_millis(100),
-        );
-        let t = Instant::now();
+        let monitor = Arc::new(Hanging::default());
+        monitor.hang.store(true, Ordering::SeqCst);
+        // The deadline the recordings use: the other GPUs answer within it.
+        let lanes = Lanes::with_deadline(monitor.clone(), HUNG_AFTER);
         let got = lanes.memory_all(&[0, 1, 2]);
-        assert!(
-            t.elapsed() < Duration::from_millis(900),
-            "{:?}",
-            t.elapsed()
-        );
+        // The caller went on while GPU 1's call was blocked in the driver.
+        until("GPU 1's call to reach the driver", || {
+            (monitor.began.load(Ordering::SeqCst) == 1).then_some(())
+        });
+        assert_eq!(monitor.returned.load(Ordering::SeqCst), 0);
         assert_eq!(got[0].as_ref().unwrap().used, 0);
         assert!(got[1].as_ref().unwrap_err().is_hung());
         assert_eq!(got[2].as_ref().unwrap().used, 2);
-        // While the call stays blocked, the lane answers at once.
-        std::thread::sleep(Duration::from_millis(120));
-        let t = Instant::now();
-        assert!(lanes.memory(1).wait().unwrap_err().is_hung());
-        assert!(t.elapsed() < Duration::from_millis(50));
+        // While the call stays blocked (past the deadline), the lane answers at once: no
+        // call is queued behind the blocked one.
+        let lane = lanes.lane(1, Kind::Memory).unwrap();
+        until("the blocked call to pass its deadline", || {
+            lane.hung(HUNG_AFTER).then_some(())
+        });
+        let pending = lanes.memory(1);
+        assert!(pending.rx.is_none(), "answered without asking the driver");
+        assert!(pending.wait().unwrap_err().is_hung());
+        assert_eq!(monitor.began.load(Ordering::SeqCst), 1);
         assert_eq!(lanes.memory(0).wait().unwrap().used, 0);
         // Once the driver answers again, so does the lane.
-        hang.store(false, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(30));
+        monitor.hang.store(false, Ordering::SeqCst);
+        until("the blocked call to return and its lane to be idle", || {
+            let idle = lane.busy_since.lock().unwrap().is_none();
+            (monitor.returned.load(Ordering::SeqCst) == 1 && idle).then_some(())
+        });
         assert_eq!(lanes.memory(1).wait().unwrap().used, 1);
+        assert_eq!(monitor.began.load(Ordering::SeqCst), 2);
     }
 }

@@ -159,6 +159,22 @@ impl Sampler {
         period: Duration,
         on_round: Option<OnRound>,
     ) -> Sampler {
+        let pacer = every(period);
+        Sampler::start_paced(lanes, series, devices, t0, period, on_round, pacer)
+    }
+
+    /// [`Sampler::start_with`] taking its rounds when `pacer` returns (the recording's:
+    /// every `period`; the tests': when the test says), `period` only bounding a round as
+    /// late.
+    fn start_paced(
+        lanes: Arc<Lanes>,
+        series: Series,
+        devices: Vec<(u32, u64)>,
+        t0: Instant,
+        period: Duration,
+        on_round: Option<OnRound>,
+        pacer: Pacer,
+    ) -> Sampler {
         let stop = Arc::new(StopSignal::default());
         let flag = stop.clone();
         let latest: Latest = Arc::new(Mutex::new(vec![None; devices.len()]));
@@ -173,7 +189,7 @@ impl Sampler {
                     latest: &to,
                     series: &into,
                 };
-                memory_loop(&cx, t0, period, &flag, on_round)
+                memory_loop(&cx, t0, period, &flag, on_round, pacer)
             })
             .ok();
         Sampler {
@@ -332,6 +348,20 @@ pub(super) fn pace(next: &mut Instant, period: Duration, stop: &StopSignal) {
     stop.wait_until(*next);
 }
 
+/// Waits until the memory loop's next round, returning at once when stopped: every period
+/// in a recording ([`every`]); in the tests, a clock the test drives.
+type Pacer = Box<dyn FnMut(&StopSignal) + Send>;
+
+/// A round every `period` from now ([`pace`]).
+fn every(period: Duration) -> Pacer {
+    let period = period.max(MIN_PERIOD);
+    let mut next = Instant::now();
+    Box::new(move |stop| pace(&mut next, period, stop))
+}
+
+/// The shortest period the memory loop keeps.
+const MIN_PERIOD: Duration = Duration::from_micros(100);
+
 /// What the memory loop reads through and writes to.
 struct LoopCx<'a> {
     lanes: &'a Lanes,
@@ -346,13 +376,12 @@ fn memory_loop(
     period: Duration,
     stop: &StopSignal,
     mut on_round: Option<OnRound>,
+    mut pacer: Pacer,
 ) -> Samples {
     let (lanes, devices) = (cx.lanes, cx.devices);
     let mut out = Samples::default();
     let indices: Vec<u32> = devices.iter().map(|(d, _)| *d).collect();
-    let period = period.max(Duration::from_micros(100));
-    let mut gaps = Gaps::new(GapKind::Memory, period);
-    let mut next = Instant::now();
+    let mut gaps = Gaps::new(GapKind::Memory, period.max(MIN_PERIOD));
     let mut used: Vec<Option<u64>> = Vec::with_capacity(devices.len());
     loop {
         // One more round after stop: the series ends with the state at the end of the run
@@ -397,7 +426,7 @@ fn memory_loop(
         if last {
             break;
         }
-        pace(&mut next, period, stop);
+        pacer(stop);
     }
     out.gaps = gaps.finish(ms_since(t0));
     out
@@ -408,6 +437,8 @@ mod tests {
     use super::*;
     use crate::backend::sim::{SimDriver, SimMonitor};
     use crate::gpu::Driver;
+    use crate::record::tests::{until, GUARD};
+    use std::sync::mpsc;
     use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
     fn sim_box(spec: &str) -> (tempfile::TempDir, SimBox) {
@@ -416,15 +447,78 @@ mod tests {
         (dir, sim)
     }
 
-    /// A sampler of both GPUs of a 2x16GiB box every millisecond, with no sink.
-    fn every_millisecond(sim: &SimBox) -> Sampler {
-        Sampler::start(
+    /// Lanes on `sim` whose deadline is the tests' guard: on a loaded machine a slow answer
+    /// is still an answer (the deadline itself is tested in `lanes`).
+    fn patient_lanes(sim: &SimBox) -> Arc<Lanes> {
+        Arc::new(Lanes::with_deadline(
             Arc::new(SimMonitor::new(sim.clone())),
-            vec![(0, 16 << 30), (1, 16 << 30)],
+            GUARD,
+        ))
+    }
+
+    /// Series of the sampler's own (returned by [`Sampler::stop`]).
+    fn own_series(devices: usize) -> Series {
+        Arc::new(Mutex::new(
+            (0..devices).map(|_| SeriesBuilder::unbounded()).collect(),
+        ))
+    }
+
+    /// A sampler of both GPUs of a 2x16GiB box on a clock the test drives: its first round
+    /// is taken when [`stepped`] returns, then one round per [`Stepped::step`], and the
+    /// closing one at [`Stepped::stop`]. Its period (an hour) only says when a round is late:
+    /// none is.
+    struct Stepped {
+        // Dropped before the sampler (declaration order): a test that fails midway never
+        // leaves the sampler's thread waiting for a step it will not get.
+        go: mpsc::Sender<()>,
+        taken: mpsc::Receiver<()>,
+        sampler: Sampler,
+    }
+
+    fn stepped(sim: &SimBox, on_round: Option<OnRound>) -> Stepped {
+        let (go, steps) = mpsc::channel::<()>();
+        let (took, taken) = mpsc::channel::<()>();
+        let pacer: Pacer = Box::new(move |stop: &StopSignal| {
+            // The round before this wait is complete.
+            let _ = took.send(());
+            if steps.recv().is_err() {
+                // No more steps: only the stop (and its closing round) is left.
+                while !stop.wait_until(Instant::now() + Duration::from_secs(3600)) {}
+            }
+        });
+        let devices = vec![(0, 16 << 30), (1, 16 << 30)];
+        let sampler = Sampler::start_paced(
+            patient_lanes(sim),
+            own_series(devices.len()),
+            devices,
             Instant::now(),
-            Duration::from_millis(1),
-            None,
-        )
+            Duration::from_secs(3600),
+            on_round,
+            pacer,
+        );
+        let s = Stepped { go, taken, sampler };
+        s.taken();
+        s
+    }
+
+    impl Stepped {
+        fn taken(&self) {
+            self.taken
+                .recv_timeout(GUARD)
+                .expect("the sampler to take its round");
+        }
+
+        /// One round, taken when this returns.
+        fn step(&self) {
+            self.go.send(()).expect("the sampler's thread is running");
+            self.taken();
+        }
+
+        fn stop(self) -> Samples {
+            let Stepped { go, taken, sampler } = self;
+            drop((go, taken));
+            sampler.stop()
+        }
     }
 
     #[test]
@@ -447,18 +541,44 @@ mod tests {
         assert!(stop.wait_until(Instant::now() + Duration::from_secs(3600)));
     }
 
+    /// A loop behind its ticks takes one round at once and starts counting again from now:
+    /// the missed ticks are skipped, not taken in a burst.
+    #[test]
+    fn pace_skips_missed_ticks_instead_of_bursting() {
+        let stop = StopSignal::default();
+        let period = Duration::from_millis(1);
+        let before = Instant::now();
+        // Ten ticks behind (the machine's uptime is longer than 10 ms).
+        let mut next = before - 10 * period;
+        pace(&mut next, period, &stop);
+        assert!(
+            next >= before,
+            "counting from now, not from the missed tick"
+        );
+    }
+
     #[test]
     fn stop_ends_a_sampler_with_an_hour_long_period_at_once() {
         let (_dir, sim) = sim_box("1x16GiB");
-        let s = Sampler::start(
-            Arc::new(SimMonitor::new(sim)),
+        let s = Sampler::start_with(
+            patient_lanes(&sim),
+            own_series(1),
             vec![(0, 16 << 30)],
             Instant::now(),
             Duration::from_secs(3600),
             None,
         );
-        std::thread::sleep(Duration::from_millis(50));
-        let got = s.stop();
+        let latest = s.latest();
+        until("the first round", || {
+            latest.lock().unwrap()[0].is_some().then_some(())
+        });
+        // The stop returns long before the hour (on its own thread: a sleeper that stop
+        // did not wake fails after the guard instead of hanging the suite).
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(s.stop()));
+        let got = rx
+            .recv_timeout(GUARD)
+            .expect("stop to end the hour-long sleep");
         // The first round, then the closing round taken at stop (not an hour later).
         assert_eq!(got.rounds, 2);
         assert_eq!(got.devices[0].samples.len(), 2);
@@ -470,66 +590,79 @@ mod tests {
         type Rounds = Vec<(f64, Vec<u64>)>;
         let seen: Arc<Mutex<Rounds>> = Arc::default();
         let sink = seen.clone();
-        let s = Sampler::start(
-            Arc::new(SimMonitor::new(sim)),
-            vec![(0, 16 << 30), (1, 16 << 30)],
-            Instant::now(),
-            Duration::from_millis(2),
+        let s = stepped(
+            &sim,
             Some(Box::new(move |t, used: &[Option<u64>]| {
                 let used = used.iter().map(|u| u.unwrap()).collect();
                 sink.lock().unwrap().push((t, used))
             })),
         );
-        std::thread::sleep(Duration::from_millis(30));
+        for _ in 0..3 {
+            s.step();
+        }
         let got = s.stop();
         let seen = seen.lock().unwrap();
-        assert_eq!(seen.len() as u64, got.rounds);
+        // The first round, three steps, the closing round: each passed on.
+        assert_eq!(got.rounds, 5);
+        assert_eq!(seen.len(), 5);
         assert!(seen.iter().all(|(_, u)| u.len() == 2));
         assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0));
         assert_eq!(got.devices[0].samples.len(), seen.len());
     }
 
+    /// Every round reads every device, and the round taken while an allocation is held
+    /// shows it (the rounds are the test's: before, during and after the pulse).
     #[test]
     fn samples_every_device_and_sees_a_pulse() {
         let (_dir, sim) = sim_box("2x16GiB");
-        let s = every_millisecond(&sim);
-        std::thread::sleep(Duration::from_millis(20));
+        let s = stepped(&sim, None);
         let mut drv = SimDriver::new(SimProcess::new(sim, None));
         let ctx = drv.create_context(1).unwrap();
         let a = drv.alloc(ctx, 1 << 30).unwrap();
-        std::thread::sleep(Duration::from_millis(30));
+        s.step();
         drv.free(a).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        s.step();
         let got = s.stop();
+        assert_eq!(got.rounds, 4, "first, two steps, closing");
         assert_eq!(got.devices.len(), 2);
-        assert!(got.rounds >= 5, "rounds {}", got.rounds);
-        let (_, peak1) = got.peak(1).unwrap();
-        assert!(peak1 >= 1 << 30, "peak {peak1}");
+        for d in &got.devices {
+            assert_eq!(d.samples.len(), 4, "GPU {}: {:?}", d.device, d.samples);
+        }
+        let used1: Vec<u64> = got.devices[1].samples.iter().map(|(_, u)| *u).collect();
+        assert!(used1[1] >= 1 << 30, "the pulse: {used1:?}");
+        assert!(
+            used1[0] < 1 << 30 && used1[2] < 1 << 30 && used1[3] < 1 << 30,
+            "only the pulse: {used1:?}"
+        );
         assert_eq!(got.peak(0).unwrap().1, 0);
     }
 
     #[test]
     fn failed_queries_become_one_gap_per_device() {
         let (_dir, sim) = sim_box("2x16GiB");
-        let s = every_millisecond(&sim);
-        std::thread::sleep(Duration::from_millis(30));
+        let s = stepped(&sim, None);
         sim.set_faults(&vramdoc_sim::Faults {
             lost_devices: vec![1],
             ..Default::default()
         })
         .unwrap();
-        std::thread::sleep(Duration::from_millis(60));
+        s.step();
+        s.step();
         let got = s.stop();
-        assert!(got.errors > 0);
+        // The first round answered; the two steps and the closing round failed on GPU 1.
+        assert_eq!(got.errors, 3, "{:?}", got.gaps);
         let lost: Vec<_> = got.gaps.iter().filter(|g| g.device == Some(1)).collect();
         assert_eq!(lost.len(), 1, "{:?}", got.gaps);
         assert_eq!(lost[0].kind, GapKind::Memory);
-        assert!(lost[0].count >= 1 && lost[0].end_ms >= lost[0].start_ms);
+        assert_eq!(lost[0].count, 3, "one gap for three failures");
+        assert!(lost[0].end_ms >= lost[0].start_ms);
         assert!(
             matches!(&lost[0].reason, GapReason::Failed(e) if e.contains("lost")),
             "{}",
             lost[0].reason
         );
+        // GPU 0 was read in every one of those rounds, and answered.
+        assert_eq!(got.devices[0].samples.len(), 4);
         assert!(!got.gaps.iter().any(|g| g.device == Some(0)));
     }
 }

@@ -4,10 +4,45 @@
 use super::*;
 use crate::backend::sim::{SimDriver, SimMonitor};
 use crate::gpu::Driver;
+use crate::gpu::{CallCounts, GpuProcess, MemoryInfo, ProcessKind, Versions};
 use crate::model::{GapKind, GapReason};
 use policy::ListPolicy;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Condvar;
 use std::time::Duration;
 use vramdoc_sim::{InitOptions, SimBox, SimProcess};
+
+/// The longest a test waits for an event of the recorder's threads: a guard against a hang,
+/// never a speed the test expects.
+pub(super) const GUARD: Duration = Duration::from_secs(30);
+
+/// Polls `f` until it gives a value and returns it; fails naming `what` after [`GUARD`].
+pub(super) fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "timed out after {GUARD:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Process-list rounds the recorder's process thread has completed, and the queries of
+/// them that failed.
+fn list_rounds(rec: &Recorder) -> (u64, u64) {
+    let lists = rec.lists.as_ref().expect("a recorder with process lists");
+    let l = lists.lock().unwrap();
+    (l.rounds, l.errors)
+}
+
+/// The sampler's latest round (recorded-device order; `None`: no answer).
+fn latest(rec: &Recorder) -> Vec<Option<u64>> {
+    rec.latest.lock().unwrap().clone()
+}
 
 fn sim_box(spec: &str) -> (tempfile::TempDir, SimBox, Vec<DeviceInfo>) {
     let dir = tempfile::tempdir().unwrap();
@@ -66,9 +101,20 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
         },
     );
     let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    // This process on both GPUs: GPU 0's lists would show it, were they read.
+    let ctx0 = drv.create_context(0).unwrap();
+    drv.alloc(ctx0, 1 << 20).unwrap();
     let ctx = drv.create_context(1).unwrap();
     let a = drv.alloc(ctx, 1 << 30).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
+    // Held until a whole process round began after the allocation (the one in progress
+    // may have read before it) and the sampler read it.
+    let (after, _) = list_rounds(&rec);
+    until("a process round begun after the allocation", || {
+        (list_rounds(&rec).0 >= after + 2).then_some(())
+    });
+    until("the sampler's reading of the allocation", || {
+        (latest(&rec)[1] >= Some(1 << 30)).then_some(())
+    });
     drv.free(a).unwrap();
     let got = rec.finish(END);
     let me = std::process::id();
@@ -77,7 +123,11 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
         .processes
         .iter()
         .any(|p| p.pid == me && p.device == 1));
-    assert!(got.timeline.processes.iter().all(|p| p.device == 1));
+    assert!(
+        got.timeline.processes.iter().all(|p| p.device == 1),
+        "GPU 0's lists were read: {:?}",
+        got.timeline.processes
+    );
     assert!(got.peaks[1].peak_used >= 1 << 30);
     // A PID the lists showed is a neighbour of the recording (no tree, none fed).
     assert!(got
@@ -87,35 +137,120 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
         .any(|p| p.pid == me && !p.in_tree));
 }
 
+/// A gate a test keeps shut: process lists wait at it (a driver holding its lock) until the
+/// test opens it, or at most [`GUARD`] (so a recorder that waits for them ends the test
+/// with a failure, not a hang).
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+    /// Process-list calls that reached the gate.
+    waited: AtomicU64,
+}
+
+impl Gate {
+    fn pass(&self) {
+        self.waited.fetch_add(1, Ordering::SeqCst);
+        let open = self.open.lock().unwrap();
+        let _ = self
+            .cv
+            .wait_timeout_while(open, GUARD, |open| !*open)
+            .unwrap();
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+
+    fn is_shut(&self) -> bool {
+        !*self.open.lock().unwrap()
+    }
+}
+
+/// The box's monitor with its process lists behind a [`Gate`], counting memory queries.
+struct Gated {
+    inner: SimMonitor,
+    gate: Arc<Gate>,
+    memory_calls: Arc<AtomicU64>,
+}
+
+impl crate::gpu::Monitor for Gated {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn versions(&self) -> crate::gpu::Result<Versions> {
+        self.inner.versions()
+    }
+    fn devices(&self) -> crate::gpu::Result<Vec<DeviceInfo>> {
+        self.inner.devices()
+    }
+    fn memory(&self, index: u32) -> crate::gpu::Result<MemoryInfo> {
+        self.memory_calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.memory(index)
+    }
+    fn processes(&self, index: u32) -> crate::gpu::Result<Vec<GpuProcess>> {
+        self.gate.pass();
+        self.inner.processes(index)
+    }
+    fn process_list(&self, index: u32, kind: ProcessKind) -> crate::gpu::Result<Vec<GpuProcess>> {
+        self.gate.pass();
+        self.inner.process_list(index, kind)
+    }
+    fn call_counts(&self) -> CallCounts {
+        self.inner.call_counts()
+    }
+}
+
+/// While a process list is stuck in the driver, the memory loop keeps reading and a marker
+/// is taken; the stuck round is a late gap of the process thread.
 #[test]
 fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
-    // Process lists that take 150 ms a round (a driver holding its lock): three lists of
-    // 50 ms each, one call per list as over NVML.
-    sim.set_faults(&vramdoc_sim::Faults {
-        nvml_process_latency_us: 50_000,
-        ..Default::default()
-    })
-    .unwrap();
-    let rec = on_box(
-        &sim,
+    let gate = Arc::new(Gate::default());
+    let memory_calls = Arc::new(AtomicU64::new(0));
+    let monitor = Gated {
+        inner: SimMonitor::new(sim),
+        gate: gate.clone(),
+        memory_calls: memory_calls.clone(),
+    };
+    let rec = Recorder::start(
+        Box::new(monitor),
         &devices,
+        Instant::now(),
         RecorderConfig {
             process_devices: Some(vec![1]),
             list_policy: ListPolicy::Every,
             ..RecorderConfig::new(cadence(1, 10))
         },
     );
-    std::thread::sleep(Duration::from_millis(400));
-    // A marker is not held up by the slow query either.
-    let asked = Instant::now();
-    rec.mark(MarkerKind::Marker, "mid-query", None);
-    assert!(asked.elapsed() < Duration::from_millis(100));
+    until("the first process list to wait at the gate", || {
+        (gate.waited.load(Ordering::SeqCst) >= 1).then_some(())
+    });
+    let stuck_ms = rec.t_ms();
+    // Three memory rounds (two GPUs each) while the list is stuck.
+    let before = memory_calls.load(Ordering::SeqCst);
+    until("memory rounds while the list is stuck", || {
+        (memory_calls.load(Ordering::SeqCst) >= before + 6).then_some(())
+    });
+    // A marker is not held up by the stuck list either.
+    let t_mark = rec.mark(MarkerKind::Marker, "mid-query", None);
+    assert!(gate.is_shut(), "the marker waited for the stuck list");
+    // The stuck round lasts past twice its period (what makes it late).
+    until("the stuck round to outlast two periods", || {
+        (rec.t_ms() > stuck_ms + 30.0).then_some(())
+    });
+    let opened_ms = rec.t_ms();
+    gate.open();
+    // The round after the stuck one has begun (and ended): it is what sees the lateness.
+    until("a process round after the stuck one", || {
+        (list_rounds(&rec).0 >= 2).then_some(())
+    });
     let got = rec.finish(END);
     let during = got.timeline.devices[0]
         .samples
         .iter()
-        .filter(|(t, _)| *t > 20.0 && *t < 130.0)
+        .filter(|(t, _)| *t > stuck_ms && *t < opened_ms && *t != t_mark)
         .count();
     assert!(during > 0, "memory loop stalled behind the process query");
     assert!(
@@ -141,13 +276,30 @@ fn failed_process_lists_become_one_gap_per_device() {
             ..RecorderConfig::new(cadence(1, 5))
         },
     );
-    std::thread::sleep(Duration::from_millis(30));
+    until("both GPUs read and a process round", || {
+        (latest(&rec).iter().all(Option::is_some) && list_rounds(&rec).0 >= 1).then_some(())
+    });
     sim.set_faults(&vramdoc_sim::Faults {
         lost_devices: vec![1],
         ..Default::default()
     })
     .unwrap();
-    std::thread::sleep(Duration::from_millis(60));
+    // A memory round and a process round after the loss, each reading GPU 0 as well.
+    until(
+        "a memory round where GPU 0 answers and GPU 1 does not",
+        || {
+            let l = latest(&rec);
+            (l[0].is_some() && l[1].is_none()).then_some(())
+        },
+    );
+    let (rounds, _) = list_rounds(&rec);
+    until(
+        "a failed list of GPU 1, and a process round after it",
+        || {
+            let (r, errors) = list_rounds(&rec);
+            (errors >= 1 && r > rounds).then_some(())
+        },
+    );
     let got = rec.finish(END);
     assert!(got.errors > 0);
     for kind in [GapKind::Memory, processes::GAP_KIND] {

@@ -1,6 +1,6 @@
 //! The JSON Schema of the report, generated from the model's types (schemars). The checked-in
 //! copy is docs/report.schema.json; `tests/it/report_schema.rs` fails when it is stale
-//! (regenerate with `UPDATE_SCHEMA=1 scripts/test --test it report_schema::`).
+//! (regenerate with `scripts/update-schema`).
 
 use crate::model::Report;
 

@@ -759,6 +759,22 @@ mod exit_codes_mean_one_thing {
         }
     }
 
+    /// The build without the simulator (`--no-default-features`, the real-only binary):
+    /// `--sim` is the environment's to change, refused saying so.
+    #[test]
+    fn sim_in_a_build_without_the_simulator_is_3() {
+        let bin = common::skip::require!("no-sim-build", common::no_sim::binary());
+        let mut c = Command::new(bin);
+        c.env_remove("VRAMDOC_SIM_DIR")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("LD_LIBRARY_PATH")
+            .args(["--sim", "1x16GiB", "scan"]);
+        let o = run(c);
+        let err = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert!(err.contains("built without the simulator"), "{err}");
+    }
+
     /// A missing TMPDIR: the environment.
     #[test]
     fn missing_tmpdir_is_3() {

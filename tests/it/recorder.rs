@@ -190,8 +190,7 @@ mod one_bad_gpu_leaves_the_others_intact {
         assert!(!stderr.contains("GPU 0: LOST"), "{stderr}");
         let gaps = r["run"]["timeline"]["gaps"]
             .as_array()
-            .cloned()
-            .unwrap_or_default();
+            .expect("run.timeline.gaps in the report");
         assert!(gaps.iter().any(|g| g["device"] == 1), "{gaps:?}");
         assert!(!gaps.iter().any(|g| g["device"] == 0), "{gaps:?}");
         let peak0 = r["run"]["timeline"]["devices"][0]["samples"]
@@ -201,7 +200,10 @@ mod one_bad_gpu_leaves_the_others_intact {
             .filter_map(|s| s[1].as_u64())
             .max();
         assert!(peak0 >= Some(GIB), "GPU 0's holder: {peak0:?}");
-        let findings = r["run"]["findings"].as_array().cloned().unwrap_or_default();
+        // A report without the key fails here, not as "no gpu-lost finding".
+        let findings = r["run"]["findings"]
+            .as_array()
+            .expect("run.findings in the report");
         let gone: Vec<&Value> = findings.iter().filter(|f| f["id"] == "gpu-lost").collect();
         if lost {
             assert_eq!(gone.len(), 1, "{findings:?}");

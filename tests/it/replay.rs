@@ -656,10 +656,10 @@ fn ctrl_c_stops_the_worker_and_writes_partial_results() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The real backends (cudarc + nvml-wrapper) over crates/simgpu loaded as libcuda.so and
-// libnvidia-ml.so.1. NOTE: src/gpu/cuda.rs, src/gpu/nvml.rs and crates/simgpu are written by
-// other helpers in parallel; until the lead merges them these two tests fail here (the
-// stubs report the libraries missing: exit 3).
+// The real backends (cudarc in src/gpu/cuda.rs, nvml-wrapper in src/gpu/nvml.rs) over
+// crates/simgpu loaded as libcuda.so and libnvidia-ml.so.1 from VRAMDOC_SIMGPU_DIR
+// (common::simgpu): the same replays as on the in-process simulator, through the libraries'
+// C ABI.
 
 fn real_replay(spec: &str, args: &[&str]) -> (i32, Value, String) {
     let dir = fresh_box(spec);

@@ -126,12 +126,18 @@ fn own_ctty() -> String {
 
 /// The job reports what it sees, then waits for `go` before printing `after`.
 fn probe(go: &Path) -> String {
+    probe_then(go, "")
+}
+
+/// [`probe`], running the Python line `then` after its stderr line.
+fn probe_then(go: &Path, then: &str) -> String {
     format!(
         "import os, sys, time\n\
          sz = os.get_terminal_size(1) if sys.stdout.isatty() else None\n\
          print('isatty', sys.stdout.isatty(), sys.stderr.isatty(), 'size', sz and (sz.lines, sz.columns))\n\
          print('ctty', open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4])\n\
          print('to stderr', file=sys.stderr)\n\
+         {then}\n\
          while not os.path.exists({go:?}): time.sleep(0.02)\n\
          print('after')\n",
         go = go.display().to_string()
@@ -188,9 +194,12 @@ fn no_pty_gives_the_job_pipes() {
     // Two terminals: with pipes, Python writes stdout at exit, after stderr.
     let mut term = Term::open(40, 120, false);
     let mut err = Term::open(40, 120, false);
+    // After its lines, the job writes `raw` to its stdout descriptor itself, past Python's
+    // buffer: whatever reached that descriptor before it is on the terminal before it.
+    let job = probe_then(&go, "os.write(1, b'raw\\n')");
     let mut child = KillOnDrop(
         run_cmd(&out)
-            .args(["--no-pty", "--", "python3", "-c", &probe(&go)])
+            .args(["--no-pty", "--", "python3", "-c", &job])
             .stdout(term.stdio())
             .stderr(err.stdio())
             .spawn()
@@ -200,18 +209,22 @@ fn no_pty_gives_the_job_pipes() {
     eventually(SECS_10, "the job's stderr line", || {
         err.text().contains("to stderr\n")
     });
-    // Bounded look: an unbuffered line would have passed through by now.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    eventually(SECS_10, "the job's direct write to its stdout", || {
+        term.text().contains("raw\n")
+    });
+    // The stdout line printed before `raw` is still in Python's buffer.
     assert!(!term.text().contains("isatty"), "{}", term.text());
     std::fs::write(&go, b"").unwrap();
     let status = child.0.wait().unwrap();
     assert!(status.success(), "{status}");
     term.wait_closed();
     err.wait_closed();
+    let text = term.text();
+    assert!(text.contains("isatty False False size None\n"), "{text}");
+    // Written at exit, after the direct write.
     assert!(
-        term.text().contains("isatty False False size None\n"),
-        "{}",
-        term.text()
+        text.find("raw\n") < text.find("isatty"),
+        "the buffered line came out first: {text}"
     );
 }
 

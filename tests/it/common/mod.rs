@@ -9,6 +9,7 @@ pub mod child;
 pub mod clients;
 pub mod exporter;
 pub mod hold;
+pub mod no_sim;
 pub mod nvml;
 pub mod poll;
 pub mod reports;

@@ -13,6 +13,7 @@
 //! | `pynvml`      | Python 3 with NVIDIA's NVML bindings (`pip install nvidia-ml-py`)        |
 //! | `kubernetes`  | kubectl (kustomize), `kubernetes-validate` and the npm Prometheus Operator models |
 //! | `torch`       | PyTorch 2.15 from PyPI in the interpreter `VRAMDOC_TORCH_PYTHON` names (scripts/test installs it) |
+//! | `no-sim-build` | the binary built without the simulator, in `VRAMDOC_NO_SIM_BIN` (`common::no_sim`) |
 //!
 //! Start such a test with `let x = require!(key, check);` ([`require`]).
 
@@ -23,7 +24,7 @@ use std::sync::OnceLock;
 pub const VAR: &str = "VRAMDOC_ALLOW_SKIP";
 
 /// The keys [`VAR`] accepts.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 9] = [
     "unshare",
     "setpriv",
     "real-driver",
@@ -32,6 +33,7 @@ pub const KEYS: [&str; 8] = [
     "pynvml",
     "kubernetes",
     "torch",
+    "no-sim-build",
 ];
 
 /// Whether `VRAMDOC_ALLOW_SKIP` allows skipping a test that lacks `key`.
