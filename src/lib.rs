@@ -31,6 +31,7 @@ pub mod repro;
 pub mod scan;
 pub mod scenario;
 pub mod serve;
+pub mod session;
 pub mod term;
 pub mod units;
 

@@ -5,6 +5,9 @@
 pub mod explain;
 pub mod incidents;
 pub mod list;
+/// `vramdoc sim ...` in a build without the simulator: refused, saying so.
+#[cfg(not(feature = "sim"))]
+pub mod no_sim;
 pub mod packaging;
 pub mod preflight;
 pub mod replay;
@@ -15,10 +18,8 @@ pub mod scenario;
 pub mod serve;
 #[cfg(feature = "sim")]
 pub mod sim;
-/// `vramdoc sim ...` in a build without the simulator: refused, saying so.
 #[cfg(not(feature = "sim"))]
-#[path = "no_sim.rs"]
-pub mod sim;
+pub use no_sim as sim;
 pub mod whatif;
 
 mod mark;
@@ -85,17 +86,17 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Sim(cmd) => sim::run(&cli.global, cmd),
         Command::List(args) => list::run(&args),
         Command::Preflight(args) => {
-            let session = Session::new(&cli.global)?;
+            let session = session::open(&cli.global)?;
             preflight::run(&session, &args)
         }
         Command::Scan(args) => {
-            let session = Session::new(&cli.global)?;
+            let session = session::open(&cli.global)?;
             scan::run(&session, &args)
         }
         Command::Replay(args) => {
             // `--sim recorded`: the box the scenario files were recorded on.
             let global = scenario::resolve_sim(&cli.global, &args.scenarios)?;
-            let session = Session::new(&global)?;
+            let session = session::open(&global)?;
             replay::run(&session, &args)
         }
         Command::Scenario(cmd) => scenario::run(&cmd),
@@ -104,7 +105,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Report(args) => report::run(&args),
         Command::Explain(args) => explain::run(&args),
         Command::Serve(args) => {
-            let session = Session::new(&cli.global)?;
+            let session = session::open(&cli.global)?;
             serve::run(&session, &args)
         }
         Command::Completions(args) => packaging::completions(args.shell),
@@ -113,7 +114,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Mark(args) => mark::mark(&args),
         Command::Pump(args) => Ok(crate::job::pump::main(args.marker_dir.as_deref())),
         Command::Worker => {
-            let session = Session::new(&cli.global)?;
+            let session = session::open(&cli.global)?;
             Ok(replay::worker(&session))
         }
     }

@@ -123,7 +123,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
         force: args.output.force,
         cuda_visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
     };
-    let monitor = session.monitor()?;
+    let monitor = super::session::monitor(session)?;
     // SIGINT, SIGTERM and SIGHUP: the worker is stopped and the partial report written.
     let opts = ReplayOptions {
         backend: session.backend.clone(),

@@ -5,7 +5,6 @@
 //! (128+N for signal N); vramdoc's own failures are 125, 126 (not executable) and 127 (not
 //! found), as GNU `timeout`. `vramdoc mark TEXT` writes one marker line.
 
-use super::Session;
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::diagnose;
 use crate::exit::{CodedError, RUN_FAILED};
@@ -74,8 +73,8 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if args.command.is_empty() && attach.is_none() {
         anyhow::bail!(job::JobError::NoCommand);
     }
-    let session = Session::new(global)?;
-    let monitor = session.monitor()?;
+    let session = super::session::open(global)?;
+    let monitor = super::session::monitor(&session)?;
     let devices = crate::record::mig::recorded_devices(&monitor.devices()?);
     let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
     let vantage = crate::inventory::vantage_here(&environment, monitor.as_ref())?;

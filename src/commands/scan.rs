@@ -19,24 +19,21 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
     }
     let started = std::time::Instant::now();
     let vantage = inventory::establish_vantage()?;
-    let read = session
-        .monitor()
-        .map(crate::record::lanes::Deadlined::boxed)
-        .and_then(|monitor| {
-            let cfg = ScanConfig {
-                sim_spec: session.sim_spec(),
-                vantage,
-                thresholds: args.pods.thresholds(),
-                pods: args.pods.config(),
-                lists: if args.all_lists {
-                    inventory::ProcessLists::All
-                } else {
-                    inventory::ProcessLists::AsNeeded
-                },
-            };
-            let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
-            Ok((monitor, report))
-        });
+    let read = super::session::guarded_monitor(session).and_then(|monitor| {
+        let cfg = ScanConfig {
+            sim_spec: session.sim_spec(),
+            vantage,
+            thresholds: args.pods.thresholds(),
+            pods: args.pods.config(),
+            lists: if args.all_lists {
+                inventory::ProcessLists::All
+            } else {
+                inventory::ProcessLists::AsNeeded
+            },
+        };
+        let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
+        Ok((monitor, report))
+    });
     let (monitor, report) = match read {
         Ok(r) => r,
         Err(e) => {
