@@ -308,7 +308,7 @@ pub struct ScanArgs {
 pub use crate::model::Severity;
 
 /// The report outputs of `scan`, `replay` and `run` (one struct; its paths are checked before
-/// any work by `report::write::preflight`).
+/// any work by `report::sink::Sink::new`).
 #[derive(Debug, Args, Clone)]
 pub struct OutputArgs {
     /// Print the JSON report on standard output (versioned; fields in docs/json.md) instead

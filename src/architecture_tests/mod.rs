@@ -176,6 +176,49 @@ fn named(path: &Path, names: &[&str], prefixes: &[&str]) -> Vec<String> {
     out
 }
 
+/// The writers of `report::write`: who names them writes report files.
+const REPORT_WRITERS: &[&str] = &[
+    "write_atomic",
+    "write_reports",
+    "write_report",
+    "append_step_summary",
+    "check_outputs",
+    "check_output_file",
+    "check_targets",
+];
+
+/// The files that may name them: the writer itself, the one sink every command writes
+/// through, and serve's flight recorder, which keeps its own store of incident files.
+const REPORT_WRITER_USERS: &[&str] = &["report/write.rs", "report/sink.rs", "incidents/store.rs"];
+
+#[test]
+fn only_the_sink_writes_report_files() {
+    let src = root().join("src");
+    let mut problems = Vec::new();
+    let mut sink_seen = false;
+    for path in rust_files(&src) {
+        let relative = path.strip_prefix(&src).unwrap_or(&path);
+        let allowed = REPORT_WRITER_USERS.iter().any(|f| relative == Path::new(f));
+        if is_test_file(&src, &path) {
+            continue;
+        }
+        let found = named(&path, REPORT_WRITERS, &[]);
+        sink_seen |= relative == Path::new("report/sink.rs") && !found.is_empty();
+        if !allowed {
+            problems.extend(found);
+        }
+    }
+    assert!(
+        sink_seen,
+        "report/sink.rs names none of the writers: the check is broken"
+    );
+    fail_if_any(
+        problems,
+        "report files are written through the one output sink (`report::sink::Sink`, built from \
+         the command's output flags): use `Sink::emit`/`Sink::file`, not `report::write`",
+    );
+}
+
 #[test]
 fn only_gpu_names_the_driver_crates_and_gpu_names_no_simulator() {
     let src = root().join("src");

@@ -5,6 +5,7 @@
 use crate::cli::ExplainArgs;
 use crate::exit::UsageError;
 use crate::explain::{self, Explanation, Options};
+use crate::report::sink::Sink;
 use crate::report::write::{self, Format};
 use anyhow::Result;
 
@@ -22,8 +23,8 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
         .map(|p| write::format_for_path(p))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| UsageError(e.to_string()))?;
-    write::check_outputs(&args.output.out, args.output.force)
-        .map_err(|e| UsageError(e.to_string()))?;
+    let sink =
+        Sink::new(super::outputs(&args.output, None)).map_err(|e| UsageError(e.to_string()))?;
     let mut opts = Options {
         max_bytes: args.max_size.unwrap_or(0),
         ..Options::default()
@@ -34,7 +35,7 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
     }
     let x = explain::explain_file(&args.snapshot, &opts).map_err(|e| UsageError(e.to_string()))?;
     for (path, format) in args.output.out.iter().zip(formats) {
-        write::write_atomic(path, &render(&x, format), args.output.force)
+        sink.file(path, &render(&x, format))
             .map_err(|e| UsageError(e.to_string()))?;
         crate::term::eprint_line(&format!("wrote {}", path.display()));
     }
@@ -46,26 +47,19 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
     Ok(crate::exit::OK)
 }
 
-/// Where `run --torch-memory` keeps the job's snapshot: next to the first `--out` report
-/// (`job.json` → `job.torch-memory.pickle`); without `--out` it is not kept.
-pub fn kept_path(out: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
-    let first = out.first()?;
-    let stem = first.file_stem()?.to_string_lossy().into_owned();
-    Some(first.with_file_name(format!("{stem}.torch-memory.pickle")))
-}
-
-/// `run --torch-memory`'s glue: keep the newest snapshot the job dumped next to the report
-/// (through the one writer) and join its explanation with the run's findings.
+/// `run --torch-memory`'s glue: keep the newest snapshot the job dumped at `kept` (beside the
+/// report, [`explain::inject::kept_path`], through the sink) and join its explanation with
+/// the run's findings.
 pub fn join_run(
     injection: &explain::inject::Injection,
     run: &mut crate::model::RunResult,
-    out: &[std::path::PathBuf],
-    force: bool,
+    sink: &Sink,
+    kept: Option<&std::path::Path>,
 ) -> Result<()> {
     let Some(snapshot) = injection.snapshot() else {
         return Ok(());
     };
-    let kept = match kept_path(out) {
+    let kept = match kept {
         Some(path) => {
             use std::io::Read;
             let (file, meta) = crate::input::open_regular(&snapshot)?;
@@ -73,11 +67,11 @@ pub fn join_run(
             file.take(explain::DEFAULT_MAX_BYTES)
                 .read_to_end(&mut bytes)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", snapshot.display()))?;
-            write::write_atomic(&path, &bytes, force)?;
+            sink.file(path, &bytes)?;
             Some(path)
         }
         None => None,
     };
-    explain::inject::join(run, &snapshot, kept.as_deref());
+    explain::inject::join(run, &snapshot, kept);
     Ok(())
 }

@@ -18,6 +18,7 @@ pub mod markup;
 pub mod prom;
 pub mod read;
 pub mod schema;
+pub mod sink;
 pub mod step_summary;
 pub mod terminal;
 pub mod text;

@@ -246,7 +246,7 @@ pub fn check_distinct(outputs: &[(&str, &Path)]) -> Result<(), WriteError> {
 /// report ([`check_outputs`]), every other file it writes (`("--junit", path)`, checked by
 /// [`check_output_file`]), and that no two of these or of `also` (outputs opened or checked
 /// elsewhere: `--samples`, `--prom`) are one file ([`check_distinct`]).
-pub fn preflight(
+pub fn check_targets(
     out: &[PathBuf],
     files: &[(&str, &Path)],
     also: &[(&str, &Path)],
