@@ -1,7 +1,15 @@
-//! Diagnosis: the only place scan findings are decided. Pure functions from a collected
-//! [`Inventory`] (and [`Thresholds`]) to [`Finding`]s and per-device [`Headroom`]; no I/O,
-//! so every rule is unit-tested on hand-built inventories. Fix texts come from
-//! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
+//! Diagnosis: the only place findings are decided, as pure functions with no I/O, so every
+//! rule is unit-tested on hand-built input. Scan rules ([`scan`], one file per rule) read a
+//! collected [`Inventory`] with [`Thresholds`] and give [`Finding`]s and per-device
+//! [`Headroom`]; timeline fingerprints ([`timeline`], one file per rule) read a
+//! [`Recording`]. What both share lives here, below them: evidence lines, device sets and
+//! visibility, how a process's usage reads ([`usage`]) and the stray-context decision
+//! ([`stray`]). Fix texts come from shared/FAILURES.md (see [`fixes`]); docs/scan.md and
+//! docs/findings.md explain each finding to users.
+//!
+//! [`Inventory`]: crate::inventory::Inventory
+//! [`Finding`]: crate::model::Finding
+//! [`Headroom`]: crate::model::Headroom
 
 pub mod devset;
 mod evidence;
