@@ -9,20 +9,28 @@ use crate::report::sink::Sink;
 use crate::report::write::{self, Format};
 use anyhow::Result;
 
-fn render(x: &Explanation, format: Format) -> Vec<u8> {
+/// An explanation in `format`; `None` for a format of reports only (CSV: findings).
+fn render(x: &Explanation, format: Format) -> Option<Vec<u8>> {
     match format {
-        Format::Json => crate::report::explain::json(x),
-        Format::Markdown => crate::report::explain::markdown(x).into_bytes(),
-        Format::Html => crate::report::explain_html::render(x).into_bytes(),
+        Format::Json => Some(crate::report::explain::json(x)),
+        Format::Markdown => Some(crate::report::explain::markdown(x).into_bytes()),
+        Format::Html => Some(crate::report::explain_html::render(x).into_bytes()),
+        Format::Csv => None,
     }
 }
 
 pub fn run(args: &ExplainArgs) -> Result<i32> {
     // Outputs are checked before the (possibly long) read.
     let formats = (args.output.out.iter())
-        .map(|p| write::format_for_path(p))
+        .map(|p| match write::format_for_path(p) {
+            Ok(Format::Csv) => Err(format!(
+                "{}: explain writes .json, .md or .html",
+                p.display()
+            )),
+            f => f.map_err(|e| e.to_string()),
+        })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| UsageError(e.to_string()))?;
+        .map_err(UsageError)?;
     let sink =
         Sink::new(super::outputs(&args.output, None)).map_err(|e| UsageError(e.to_string()))?;
     let mut opts = Options {
@@ -35,7 +43,10 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
     }
     let x = explain::explain_file(&args.snapshot, &opts).map_err(|e| UsageError(e.to_string()))?;
     for (path, format) in args.output.out.iter().zip(formats) {
-        sink.file(path, &render(&x, format))
+        let Some(bytes) = render(&x, format) else {
+            continue;
+        };
+        sink.file(path, &bytes)
             .map_err(|e| UsageError(e.to_string()))?;
         crate::term::eprint_line(&format!("wrote {}", path.display()));
     }

@@ -13,6 +13,7 @@ fn format_of(f: ReportFormat) -> Format {
         ReportFormat::Json => Format::Json,
         ReportFormat::Md => Format::Markdown,
         ReportFormat::Html => Format::Html,
+        ReportFormat::Csv => Format::Csv,
     }
 }
 
@@ -21,6 +22,7 @@ fn format_name(f: Format) -> &'static str {
         Format::Json => "json",
         Format::Markdown => "md",
         Format::Html => "html",
+        Format::Csv => "csv",
     }
 }
 

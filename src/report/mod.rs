@@ -8,6 +8,7 @@
 //! this module: they build the model, and `commands/` and `serve/` render it.
 
 pub mod chart;
+pub mod csv;
 pub mod explain;
 pub mod explain_html;
 pub mod html;
