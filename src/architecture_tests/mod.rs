@@ -303,6 +303,17 @@ fn simulator_crates_do_not_depend_on_vramdoc() {
     );
 }
 
+/// `file: N lines` for each of `files` longer than `max` lines.
+fn over(files: &[PathBuf], max: usize) -> Vec<String> {
+    files
+        .iter()
+        .filter_map(|p| {
+            let n = read(p).lines().count();
+            (n > max).then(|| format!("{}: {n} lines", rel(p)))
+        })
+        .collect()
+}
+
 #[test]
 fn no_source_file_is_over_the_limit() {
     let mut files = rust_files(&root().join("src"));
@@ -314,15 +325,8 @@ fn no_source_file_is_over_the_limit() {
         files.extend(rust_files(&entry.path().join("src")));
     }
     assert!(files.len() > 50, "found only {} source files", files.len());
-    let problems: Vec<String> = files
-        .iter()
-        .filter_map(|p| {
-            let n = read(p).lines().count();
-            (n > MAX_LINES).then(|| format!("{}: {n} lines", rel(p)))
-        })
-        .collect();
     fail_if_any(
-        problems,
+        over(&files, MAX_LINES),
         &format!(
             "source files over {MAX_LINES} lines: split each into a folder of files by concern \
              (e.g. foo.rs -> foo/mod.rs + foo/<part>.rs, or its tests into foo/tests.rs)"
@@ -424,15 +428,8 @@ fn command_files_are_glue() {
         "no command files found under {}",
         commands.display()
     );
-    let problems: Vec<String> = files
-        .iter()
-        .filter_map(|path| {
-            let n = read(path).lines().count();
-            (n > MAX_COMMAND_LINES).then(|| format!("{}: {n} lines", rel(path)))
-        })
-        .collect();
     fail_if_any(
-        problems,
+        over(&files, MAX_COMMAND_LINES),
         &format!(
             "a command file is over {MAX_COMMAND_LINES} lines: move the engine (loops, \
              scheduling, process work) below `commands/` and the rendering into `report/`"
