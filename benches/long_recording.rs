@@ -1,5 +1,5 @@
 //! A 72-hour, 8-GPU `vramdoc run` recording fed synthetically (not in real time) through the
-//! recorder's bounded series and process lists (`record::envelope`), as the sampler and the
+//! recorder's bounded series and process lists (`record::bounded`), as the sampler and the
 //! process thread feed them: memory every 100 ms, process lists every 500 ms (identical most
 //! of the time), an epoch marker every hour, a step up every 6 hours, an activation sawtooth
 //! of up to 384 MiB every 700 ms. Prints the points kept per GPU-hour against the documented
@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 use vramdoc::model::{DeviceSeries, Marker, ProcessSample, Timeline};
-use vramdoc::record::envelope::{ListRuns, Resolution, SeriesBuilder};
+use vramdoc::record::bounded::{ListRuns, Resolution, SeriesBuilder};
 use vramdoc::report::chart::device_chart;
 use vramdoc::report::text::timeline_markers;
 

@@ -308,7 +308,7 @@ pub struct ScanArgs {
 pub use crate::model::Severity;
 
 /// The report outputs of `scan`, `replay` and `run` (one struct; its paths are checked before
-/// any work by `report::write::preflight`).
+/// any work by `report::sink::Sink::new`).
 #[derive(Debug, Args, Clone)]
 pub struct OutputArgs {
     /// Print the JSON report on standard output (versioned; fields in docs/json.md) instead
@@ -316,7 +316,7 @@ pub struct OutputArgs {
     /// then go to stderr)
     #[arg(long)]
     pub json: bool,
-    /// Also write a report; the format follows the extension (.json, .md, .html); repeat for
+    /// Also write a report; the format follows the extension (.json, .md, .html; .csv: the findings); repeat for
     /// several formats. Checked before any work is done
     #[arg(long, value_name = "FILE")]
     pub out: Vec<PathBuf>,
@@ -565,6 +565,8 @@ pub enum ReportFormat {
     Json,
     Md,
     Html,
+    /// The findings, one CSV row each
+    Csv,
 }
 
 /// Clap value parser for a duration flag: `500us`, `4.5ms`, `2s`, `1m`, `1h`, `1h30m`

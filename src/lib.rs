@@ -2,11 +2,13 @@
 //!
 //! Layers, bottom to top (docs/architecture.md; `architecture_tests` keeps them): the
 //! foundations [`units`], [`term`], [`redact`], [`input`], [`host`] (every /proc read) and
-//! [`gpu`] (the only boundary with CUDA and NVML); the report [`model`], [`exit`] codes and
-//! [`backend`] (real, or the simulated machine of `vramdoc-sim` in-process); the stages
-//! [`inventory`] and [`record`], then [`diagnose`], [`job`] and [`explain`] (PyTorch allocator
-//! snapshots), then [`scenario`], [`scan`] and the [`report`] renderers, then [`replay`] and
-//! [`serve`]; on top, `cli` and [`commands`].
+//! [`gpu`] (the only boundary with CUDA and NVML, and the per-GPU deadline of every NVML
+//! call); the report [`model`], [`exit`] codes and [`backend`] (real, or the simulated
+//! machine of `vramdoc-sim` in-process); the stages [`inventory`], [`pods`] and [`record`],
+//! then [`diagnose`], [`job`], [`explain`] and the [`session`] every command builds once
+//! (backend, private box, hang-guarded monitor); then [`scenario`], [`scan`], [`preflight`]
+//! and the [`report`] renderers with the one output sink; then [`replay`], [`repro`],
+//! [`serve`] and [`incidents`]; on top, `cli` and [`commands`].
 
 pub mod backend;
 pub mod cli;
@@ -31,6 +33,7 @@ pub mod repro;
 pub mod scan;
 pub mod scenario;
 pub mod serve;
+pub mod session;
 pub mod term;
 pub mod units;
 

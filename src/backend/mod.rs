@@ -5,15 +5,16 @@
 //! no library loaded. Callers open backends here, and only here is the simulator named next
 //! to the real path.
 
-#[cfg(feature = "sim")]
-pub mod sim;
 /// Built without the simulator (`--no-default-features`): the same names, failing with a
 /// message that says so.
 #[cfg(not(feature = "sim"))]
-#[path = "no_sim.rs"]
+pub mod no_sim;
+#[cfg(feature = "sim")]
 pub mod sim;
 #[cfg(feature = "sim")]
 pub mod sim_libs;
+#[cfg(not(feature = "sim"))]
+pub use no_sim as sim;
 
 use crate::gpu::{cuda::CudaDriver, nvml::NvmlMonitor, Driver, Monitor, Result};
 use serde::{Deserialize, Serialize};

@@ -5,25 +5,34 @@
 use crate::cli::ExplainArgs;
 use crate::exit::UsageError;
 use crate::explain::{self, Explanation, Options};
+use crate::report::sink::Sink;
 use crate::report::write::{self, Format};
 use anyhow::Result;
 
-fn render(x: &Explanation, format: Format) -> Vec<u8> {
+/// An explanation in `format`; `None` for a format of reports only (CSV: findings).
+fn render(x: &Explanation, format: Format) -> Option<Vec<u8>> {
     match format {
-        Format::Json => crate::report::explain::json(x),
-        Format::Markdown => crate::report::explain::markdown(x).into_bytes(),
-        Format::Html => crate::report::explain_html::render(x).into_bytes(),
+        Format::Json => Some(crate::report::explain::json(x)),
+        Format::Markdown => Some(crate::report::explain::markdown(x).into_bytes()),
+        Format::Html => Some(crate::report::explain_html::render(x).into_bytes()),
+        Format::Csv => None,
     }
 }
 
 pub fn run(args: &ExplainArgs) -> Result<i32> {
     // Outputs are checked before the (possibly long) read.
     let formats = (args.output.out.iter())
-        .map(|p| write::format_for_path(p))
+        .map(|p| match write::format_for_path(p) {
+            Ok(Format::Csv) => Err(format!(
+                "{}: explain writes .json, .md or .html",
+                p.display()
+            )),
+            f => f.map_err(|e| e.to_string()),
+        })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| UsageError(e.to_string()))?;
-    write::check_outputs(&args.output.out, args.output.force)
-        .map_err(|e| UsageError(e.to_string()))?;
+        .map_err(UsageError)?;
+    let sink =
+        Sink::new(super::outputs(&args.output, None)).map_err(|e| UsageError(e.to_string()))?;
     let mut opts = Options {
         max_bytes: args.max_size.unwrap_or(0),
         ..Options::default()
@@ -34,7 +43,10 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
     }
     let x = explain::explain_file(&args.snapshot, &opts).map_err(|e| UsageError(e.to_string()))?;
     for (path, format) in args.output.out.iter().zip(formats) {
-        write::write_atomic(path, &render(&x, format), args.output.force)
+        let Some(bytes) = render(&x, format) else {
+            continue;
+        };
+        sink.file(path, &bytes)
             .map_err(|e| UsageError(e.to_string()))?;
         crate::term::eprint_line(&format!("wrote {}", path.display()));
     }
@@ -46,26 +58,19 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
     Ok(crate::exit::OK)
 }
 
-/// Where `run --torch-memory` keeps the job's snapshot: next to the first `--out` report
-/// (`job.json` → `job.torch-memory.pickle`); without `--out` it is not kept.
-pub fn kept_path(out: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
-    let first = out.first()?;
-    let stem = first.file_stem()?.to_string_lossy().into_owned();
-    Some(first.with_file_name(format!("{stem}.torch-memory.pickle")))
-}
-
-/// `run --torch-memory`'s glue: keep the newest snapshot the job dumped next to the report
-/// (through the one writer) and join its explanation with the run's findings.
+/// `run --torch-memory`'s glue: keep the newest snapshot the job dumped at `kept` (beside the
+/// report, [`explain::inject::kept_path`], through the sink) and join its explanation with
+/// the run's findings.
 pub fn join_run(
     injection: &explain::inject::Injection,
     run: &mut crate::model::RunResult,
-    out: &[std::path::PathBuf],
-    force: bool,
+    sink: &Sink,
+    kept: Option<&std::path::Path>,
 ) -> Result<()> {
     let Some(snapshot) = injection.snapshot() else {
         return Ok(());
     };
-    let kept = match kept_path(out) {
+    let kept = match kept {
         Some(path) => {
             use std::io::Read;
             let (file, meta) = crate::input::open_regular(&snapshot)?;
@@ -73,11 +78,11 @@ pub fn join_run(
             file.take(explain::DEFAULT_MAX_BYTES)
                 .read_to_end(&mut bytes)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", snapshot.display()))?;
-            write::write_atomic(&path, &bytes, force)?;
+            sink.file(path, &bytes)?;
             Some(path)
         }
         None => None,
     };
-    explain::inject::join(run, &snapshot, kept.as_deref());
+    explain::inject::join(run, &snapshot, kept);
     Ok(())
 }

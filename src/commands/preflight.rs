@@ -14,7 +14,7 @@ use anyhow::Result;
 
 pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
     // Every NVML call under the per-GPU deadline: a hung GPU is a problem, not a hang.
-    let monitor = crate::record::lanes::Deadlined::boxed(session.monitor()?);
+    let monitor = super::session::guarded_monitor(session)?;
     let cfg = ScanConfig {
         sim_spec: session.sim_spec(),
         vantage: inventory::establish_vantage()?,

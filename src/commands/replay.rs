@@ -10,19 +10,13 @@ use crate::exit::{EnvironmentError, UsageError};
 use crate::model::{Body, ReplayResult, Report, VariantRun, Verdict};
 use crate::record::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
 use crate::replay::batch::{self, Batch, BatchError};
-use crate::replay::{self, Observer, ReplayOptions};
+use crate::replay::{Observer, ReplayOptions};
+use crate::report::sink::{Outputs, Sink};
 use crate::report::terminal::{self, replay::verdict_str};
 use crate::scenario::{builtin, Scenario};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
-
-/// The hidden `vramdoc __worker` entry: the workload side of a replay.
-pub fn worker(session: &Session) -> i32 {
-    let mut input = std::io::stdin().lock();
-    let mut out = std::io::stdout().lock();
-    replay::worker::run_worker(&session.backend, &mut input, &mut out)
-}
 
 /// The scenarios named: `all` (or `--all`) stands for every built-in one, in `vramdoc list`
 /// order. Every argument is resolved before anything runs (`all nope` is exit 2, not a long
@@ -110,20 +104,22 @@ impl Observer for Progress {
 
 pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
     // Refuse an unusable --out or --junit before running anything (a replay can take a while).
-    let junit: Vec<_> = args
-        .junit
-        .iter()
-        .map(|p| ("--junit", p.as_path()))
-        .collect();
-    crate::report::write::preflight(&args.output.out, &junit, &[], args.output.force)
-        .map_err(|e| UsageError(e.to_string()))?;
+    let sink = Sink::new(Outputs {
+        files: args
+            .junit
+            .iter()
+            .map(|p| ("--junit", p.as_path()))
+            .collect(),
+        ..super::outputs(&args.output, None)
+    })
+    .map_err(|e| UsageError(e.to_string()))?;
     let batch = Batch {
         scenarios: scenarios(args)?,
         variant: args.variant.clone(),
         force: args.output.force,
         cuda_visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
     };
-    let monitor = session.monitor()?;
+    let monitor = super::session::monitor(session)?;
     // SIGINT, SIGTERM and SIGHUP: the worker is stopped and the partial report written.
     let opts = ReplayOptions {
         backend: session.backend.clone(),
@@ -164,18 +160,16 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             runs: runs.clone(),
         }),
     );
-    crate::report::write::write_reports(&report, &args.output.out, args.output.force)
+    sink.emit(&report)
         .map_err(|e| UsageError(format!("writing the report: {e}")))?;
-    let html = super::out_with_ext(&args.output.out, &["html", "htm"]);
     if let Some(path) = &args.junit {
-        let xml = crate::report::junit::render_replay(&report, html.as_deref())?;
-        crate::report::write::write_atomic(path, xml.as_bytes(), args.output.force)
+        let xml = crate::report::junit::render_replay(&report, sink.html().as_deref())?;
+        sink.file(path, xml.as_bytes())
             .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
     }
-    super::append_job_summary(&report, &args.output.out, html, "replay");
-    if args.output.json {
-        let bytes = crate::report::json::render(&report);
-        crate::term::print_json(&String::from_utf8_lossy(&bytes))?;
+    sink.job_summary(&report, "replay");
+    if sink.json() {
+        sink.print_json(&report)?;
     } else {
         let options = terminal::Options::default();
         crate::term::print(&terminal::replay::summary(&runs, options))?;

@@ -4,6 +4,7 @@
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::exit::UsageError;
 use crate::report::read::read_report;
+use crate::report::sink::{Outputs, Sink};
 use crate::report::write::{self, Format, WriteError};
 use anyhow::Result;
 
@@ -12,6 +13,7 @@ fn format_of(f: ReportFormat) -> Format {
         ReportFormat::Json => Format::Json,
         ReportFormat::Md => Format::Markdown,
         ReportFormat::Html => Format::Html,
+        ReportFormat::Csv => Format::Csv,
     }
 }
 
@@ -20,6 +22,7 @@ fn format_name(f: Format) -> &'static str {
         Format::Json => "json",
         Format::Markdown => "md",
         Format::Html => "html",
+        Format::Csv => "csv",
     }
 }
 
@@ -41,7 +44,12 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
                 }
             }
             // Exists, or a path that cannot be written: both are the user's to fix (exit 2).
-            write::write_atomic(out, &bytes, args.force)
+            let sink = Sink::new(Outputs {
+                force: args.force,
+                files: vec![("--out", out.as_path())],
+                ..Outputs::default()
+            });
+            sink.and_then(|sink| sink.file(out, &bytes))
                 .map_err(|e: WriteError| UsageError(e.to_string()))?;
             crate::term::eprint_line(&format!("wrote {}", out.display()));
         }

@@ -5,14 +5,13 @@
 //! (128+N for signal N); vramdoc's own failures are 125, 126 (not executable) and 127 (not
 //! found), as GNU `timeout`. `vramdoc mark TEXT` writes one marker line.
 
-use super::Session;
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::diagnose;
 use crate::exit::{CodedError, RUN_FAILED};
 use crate::job::{self, JobSpec};
 use crate::model::{Body, Report, RunResult};
 use crate::record::sampler::SamplerConfig;
-use crate::report::write::{render, Format};
+use crate::report::sink::{Outputs, Sink};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::time::Duration;
@@ -46,23 +45,26 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     // on a signal `stop` wakes, so a long period never delays the end.
     let (period, process_period) = (args.period, args.process_period);
     // No two outputs are one file (a report would be lost, issue 19).
-    let (out, force) = (&args.output.out, args.output.force);
     // The kept allocator snapshot beside the report (issue 27).
-    let kept = (args.torch_memory.then(|| super::explain::kept_path(out))).flatten();
-    let files: Vec<_> = [
-        ("--junit", &args.junit),
-        ("--scenario-out", &args.scenario_out),
-    ]
-    .into_iter()
-    .filter_map(|(flag, p)| Some((flag, p.as_deref()?)))
-    .chain(kept.as_deref().map(|p| ("--torch-memory", p)))
-    .collect();
-    let samples: Vec<_> = args
-        .samples
-        .iter()
-        .map(|p| ("--samples", p.as_path()))
-        .collect();
-    crate::report::write::preflight(out, &files, &samples, force)?;
+    let kept = (args.torch_memory)
+        .then(|| crate::explain::inject::kept_path(&args.output.out))
+        .flatten();
+    let sink = Sink::new(Outputs {
+        files: [
+            ("--junit", &args.junit),
+            ("--scenario-out", &args.scenario_out),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| Some((flag, p.as_deref()?)))
+        .chain(kept.as_deref().map(|p| ("--torch-memory", p)))
+        .collect(),
+        also: args
+            .samples
+            .iter()
+            .map(|p| ("--samples", p.as_path()))
+            .collect(),
+        ..super::outputs(&args.output, args.fail_on)
+    })?;
     let attach =
         (args.pid.is_some() || args.cgroup.is_some() || args.container.is_some()).then(|| {
             job::attach::Target {
@@ -74,14 +76,17 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     if args.command.is_empty() && attach.is_none() {
         anyhow::bail!(job::JobError::NoCommand);
     }
-    let session = Session::new(global)?;
-    let monitor = session.monitor()?;
+    let session = super::session::open(global)?;
+    let monitor = super::session::monitor(&session)?;
     let devices = crate::record::mig::recorded_devices(&monitor.devices()?);
     let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
     let vantage = crate::inventory::vantage_here(&environment, monitor.as_ref())?;
-    let samples = (args.samples.as_ref().map(|p| job::open_samples(p, force)))
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let samples = (args
+        .samples
+        .as_ref()
+        .map(|p| job::open_samples(p, sink.force())))
+    .transpose()
+    .map_err(anyhow::Error::msg)?;
     let command = match &attach {
         Some(t) => job::attach::command_of(t),
         // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
@@ -127,20 +132,21 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     );
     result.vantage = Some(vantage);
     if let Some(t) = &torch {
-        super::explain::join_run(t, &mut result, &args.output.out, args.output.force)?;
+        super::explain::join_run(t, &mut result, &sink, kept.as_deref())?;
     }
     crate::pods::name_pods(
         result.processes.iter_mut().filter_map(|p| p.pod.as_mut()),
         &args.pod_log_dir,
     );
     let report = Report::new(environment, Body::Run(result));
-    finish(&report, args, status, output.as_ref())
+    finish(&report, args, &sink, status, output.as_ref())
 }
 
 /// Print, write the reports, and decide the exit status.
 fn finish(
     report: &Report,
     args: &RunArgs,
+    sink: &Sink,
     status: i32,
     output: Option<&job::stderr::Output>,
 ) -> Result<i32> {
@@ -152,33 +158,26 @@ fn finish(
         o.wait_drained();
     }
     // Command lines, error lines and paths come from the job: made terminal-safe there.
-    let text = crate::report::terminal::run::render(report, &args.output.out);
+    let text = crate::report::terminal::run::render(report, sink.out());
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes());
     let _ = err.flush();
     drop(err);
-    crate::report::write::write_reports(report, &args.output.out, args.output.force)?;
+    sink.emit(report)?;
     if let Some(path) = &args.scenario_out {
-        super::scenario::scenario_out(report, path, args.output.force)?; // issue 16: docs/repro.md
+        super::scenario::scenario_out(report, path, sink)?; // issue 16: docs/repro.md
     }
-    write_ci_outputs(report, run, args)?;
+    write_ci_outputs(report, run, args, sink)?;
     // The job's own stdout went to stderr (`JobSpec::stdout_to_stderr`): stdout is the JSON.
-    if args.output.json {
-        let bytes = render(report, Format::Json)?;
-        // A closed pipe ends quietly; another write error is reported (crate::term).
-        crate::term::write_stdout(&bytes)?;
-    }
-    Ok(crate::model::status_with_fail_on(
-        status,
-        &run.findings,
-        args.fail_on,
-    ))
+    // A closed pipe ends quietly; another write error is reported (crate::term).
+    sink.print_json(report)?;
+    Ok(sink.status(status, &run.findings))
 }
 
 /// `--junit FILE` (one test case for the run), and the GitHub job summary when
 /// `GITHUB_STEP_SUMMARY` is set.
-fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<()> {
-    let html = super::out_with_ext(&args.output.out, &["html", "htm"]);
+fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs, sink: &Sink) -> Result<()> {
+    let html = sink.html();
     if let Some(path) = &args.junit {
         let name: String = crate::term::one_line(&run.command.join(" "))
             .chars()
@@ -191,9 +190,9 @@ fn write_ci_outputs(report: &Report, run: &RunResult, args: &RunArgs) -> Result<
             html.as_deref(),
         );
         let xml = crate::report::junit::render_cases("vramdoc.run", std::slice::from_ref(&case))?;
-        crate::report::write::write_atomic(path, xml.as_bytes(), args.output.force)
+        sink.file(path, xml.as_bytes())
             .with_context(|| "writing the JUnit report")?;
     }
-    super::append_job_summary(report, &args.output.out, html, "vramdoc run");
+    sink.job_summary(report, "vramdoc run");
     Ok(())
 }

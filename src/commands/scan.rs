@@ -5,45 +5,44 @@
 use super::Session;
 use crate::cli::ScanArgs;
 use crate::inventory;
+use crate::report::sink::{Outputs, Sink};
 use crate::report::terminal;
 use crate::report::write::{render, Format};
 use crate::scan::ScanConfig;
 use anyhow::Result;
 
 pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
-    let (out, force) = (&args.output.out, args.output.force);
-    let prom: Vec<_> = args.prom.iter().map(|p| ("--prom", p.as_path())).collect();
-    crate::report::write::preflight(out, &[], &prom, force)?;
+    let sink = Sink::new(Outputs {
+        also: args.prom.iter().map(|p| ("--prom", p.as_path())).collect(),
+        ..super::outputs(&args.output, args.fail_on)
+    })?;
     if let Some(p) = &args.prom {
         check_prom_path(p)?;
     }
     let started = std::time::Instant::now();
     let vantage = inventory::establish_vantage()?;
-    let read = session
-        .monitor()
-        .map(crate::record::lanes::Deadlined::boxed)
-        .and_then(|monitor| {
-            let cfg = ScanConfig {
-                sim_spec: session.sim_spec(),
-                vantage,
-                thresholds: args.pods.thresholds(),
-                pods: args.pods.config(),
-                lists: if args.all_lists {
-                    inventory::ProcessLists::All
-                } else {
-                    inventory::ProcessLists::AsNeeded
-                },
-            };
-            let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
-            Ok((monitor, report))
-        });
+    let read = super::session::guarded_monitor(session).and_then(|monitor| {
+        let cfg = ScanConfig {
+            sim_spec: session.sim_spec(),
+            vantage,
+            thresholds: args.pods.thresholds(),
+            pods: args.pods.config(),
+            lists: if args.all_lists {
+                inventory::ProcessLists::All
+            } else {
+                inventory::ProcessLists::AsNeeded
+            },
+        };
+        let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
+        Ok((monitor, report))
+    });
     let (monitor, report) = match read {
         Ok(r) => r,
         Err(e) => {
             // The textfile collector would keep exporting the last file: replace it with a
             // failed collection, so `vramdoc_collect_success 0` alerts instead.
             if let Some(path) = &args.prom {
-                write_failed_prom(path, session, started)?;
+                write_failed_prom(&sink, path, session, started)?;
             }
             return Err(e);
         }
@@ -61,36 +60,28 @@ pub fn run(session: &Session, args: &ScanArgs) -> Result<i32> {
         };
         let text = crate::report::prom::render(report.scan(), &collection, opts)?;
         // Always replaced: the textfile collector reads the latest file, written atomically.
-        crate::report::write::write_atomic(path, text.as_bytes(), true)?;
+        sink.replace(path, text.as_bytes())?;
     }
 
-    let bytes = if args.output.json {
-        render(&report, Format::Json)?
-    } else if args.markdown {
-        render(&report, Format::Markdown)?
+    sink.emit(&report)?;
+    if sink.json() {
+        sink.print_json(&report)?;
     } else {
-        terminal::scan::render(&report, terminal::Options::default()).into_bytes()
-    };
-    crate::report::write::write_reports(&report, out, force)?;
-    let text = String::from_utf8_lossy(&bytes);
-    if args.output.json {
-        crate::term::print_json(&text)?;
-    } else {
+        let text = if args.markdown {
+            String::from_utf8_lossy(&render(&report, Format::Markdown)?).into_owned()
+        } else {
+            terminal::scan::render(&report, terminal::Options::default())
+        };
         crate::term::write_stdout(crate::term::clean_text(&text).as_bytes())?;
     }
-
-    let worst = report
-        .scan()
-        .and_then(|s| s.findings.iter().map(|f| f.severity).max());
-    Ok(match (args.fail_on, worst) {
-        (Some(level), Some(w)) if w >= level => crate::exit::FINDINGS,
-        _ => crate::exit::OK,
-    })
+    let findings = report.scan().map_or(&[][..], |s| &s.findings[..]);
+    Ok(sink.status(crate::exit::OK, findings))
 }
 
 /// `--prom` after a failed read of the machine: `vramdoc_collect_success 0` and the exporter's
 /// own series, written as a successful one would be.
 fn write_failed_prom(
+    sink: &Sink,
     path: &std::path::Path,
     session: &Session,
     started: std::time::Instant,
@@ -108,7 +99,7 @@ fn write_failed_prom(
         hostname: None,
     };
     let text = crate::report::prom::render(None, &collection, Default::default())?;
-    crate::report::write::write_atomic(path, text.as_bytes(), true)?;
+    sink.replace(path, text.as_bytes())?;
     Ok(())
 }
 

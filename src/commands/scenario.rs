@@ -6,6 +6,7 @@
 use crate::cli::{GlobalArgs, ScenarioCommand, ScenarioFromArgs};
 use crate::exit::UsageError;
 use crate::model::Report;
+use crate::report::sink::{Outputs, Sink};
 use crate::repro::{self, source, Converted};
 use crate::scenario::{builtin, parse_scenario, Scenario};
 use anyhow::Result;
@@ -61,16 +62,18 @@ fn convert_text(text: &str, file: &Path) -> Result<Converted> {
 }
 
 fn from(args: &ScenarioFromArgs) -> Result<i32> {
-    if let Some(out) = &args.out {
-        crate::report::write::check_output_file(out, args.force)
-            .map_err(|e| UsageError(e.to_string()))?;
-    }
+    let sink = Sink::new(Outputs {
+        force: args.force,
+        files: args.out.iter().map(|p| ("--out", p.as_path())).collect(),
+        ..Outputs::default()
+    })
+    .map_err(|e| UsageError(e.to_string()))?;
     let text = crate::input::read_text(&args.input, crate::input::MAX_REPORT_BYTES, "reports")
         .map_err(|e| UsageError(e.to_string()))?;
     let converted = convert_text(&text, &args.input)?;
     match &args.out {
         Some(out) => {
-            crate::report::write::write_atomic(out, converted.toml.as_bytes(), args.force)
+            sink.file(out, converted.toml.as_bytes())
                 .map_err(|e| UsageError(format!("writing the scenario: {e}")))?;
             crate::term::eprint_line(&said(&converted, &out.display().to_string()));
         }
@@ -85,7 +88,7 @@ fn from(args: &ScenarioFromArgs) -> Result<i32> {
 /// `run --scenario-out FILE`: the scenario of the report just made. A recording with
 /// nothing to reproduce is one line on stderr, never a changed exit status; a file that
 /// cannot be written is an error, as for `--out`.
-pub fn scenario_out(report: &Report, path: &Path, force: bool) -> Result<()> {
+pub fn scenario_out(report: &Report, path: &Path, sink: &Sink) -> Result<()> {
     let src = match source::from_report(report, "the run") {
         Ok(s) => s,
         Err(e) => {
@@ -95,7 +98,7 @@ pub fn scenario_out(report: &Report, path: &Path, force: bool) -> Result<()> {
     };
     match repro::convert_source(&src, crate::backend::recorded_box_spec) {
         Ok(c) => {
-            crate::report::write::write_atomic(path, c.toml.as_bytes(), force)?;
+            sink.file(path, c.toml.as_bytes())?;
             crate::term::eprint_line(&said(&c, &path.display().to_string()));
         }
         Err(e) => crate::term::eprint_line(&format!("vramdoc run: no scenario written: {e}")),

@@ -27,7 +27,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
         SimCommand::Runtimed(a) => runtimed(&a.dir),
         other => {
             // The session's box (`--sim` or VRAMDOC_SIM_DIR), kept for the command's life.
-            let session = super::Session::new(global)?;
+            let session = super::session::open(global)?;
             let sim = crate::backend::sim::open_box(session.backend.sim_dir.as_deref())?;
             match other {
                 SimCommand::Status(a) => status::status(&sim, &a),

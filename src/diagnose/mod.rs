@@ -1,38 +1,39 @@
-//! Diagnosis: the only place scan findings are decided. Pure functions from a collected
-//! [`Inventory`] (and [`Thresholds`]) to [`Finding`]s and per-device [`Headroom`]; no I/O,
-//! so every rule is unit-tested on hand-built inventories. Fix texts come from
-//! shared/FAILURES.md (see [`fixes`]); docs/scan.md explains each finding to users.
+//! Diagnosis: the only place findings are decided, as pure functions with no I/O, so every
+//! rule is unit-tested on hand-built input. Scan rules ([`scan`], one file per rule) read a
+//! collected [`Inventory`] with [`Thresholds`] and give [`Finding`]s and per-device
+//! [`Headroom`]; timeline fingerprints ([`timeline`], one file per rule) read a
+//! [`Recording`]. What both share lives here, below them: evidence lines, device sets and
+//! visibility, how a process's usage reads ([`usage`]) and the stray-context decision
+//! ([`stray`]). Fix texts come from shared/FAILURES.md (see [`fixes`]); docs/scan.md and
+//! docs/findings.md explain each finding to users.
+//!
+//! [`Inventory`]: crate::inventory::Inventory
+//! [`Finding`]: crate::model::Finding
+//! [`Headroom`]: crate::model::Headroom
 
 pub mod devset;
 mod evidence;
 pub mod fixes;
 pub mod headroom_trend;
-pub mod holders;
 mod last_reading;
-mod mig;
-mod pods;
-mod rules;
+mod scan;
+mod stray;
 pub mod timeline;
-pub mod unattributed;
-mod vantage;
+mod usage;
 mod visibility;
-
-use crate::inventory::Inventory;
-use crate::model::{Finding, Headroom};
-use crate::units::{GIB, MIB};
 
 pub use timeline::{
     fingerprints, fingerprints_seen_from, DeviceFileHolder, ErrorEvent, ErrorKind, JobExit,
     RecordedDevice, RecordedProcess, Recording, TimelineThresholds,
 };
 
+pub use crate::pods::device_of_id;
 pub use last_reading::{add_last_readings, LastReading};
-pub use pods::{allocated_gpu_idle, device_of_id, unallocated_gpu_use};
-pub use rules::{
-    device_headroom, device_unavailable, duplicate_copy, headroom, low_headroom, no_live_owner,
-    stray_context, unattributed_bytes, usage_unavailable,
+pub use scan::{
+    allocated_gpu_idle, device_headroom, device_unavailable, diagnose, duplicate_copy, headroom,
+    holders, invisible_processes, low_headroom, no_live_owner, stray_context, unallocated_gpu_use,
+    unattributed, unattributed_bytes, usage_unavailable, Thresholds,
 };
-pub use vantage::invisible_processes;
 
 /// Stable finding ids (JSON `findings[].id`).
 pub mod ids {
@@ -80,75 +81,6 @@ pub mod ids {
         HOST_OOM_KILL,
         CUDA_ERROR,
     ];
-}
-
-/// Every threshold the rules use. Defaults are documented per field and in docs/scan.md.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Thresholds {
-    /// A footprint at or below this on a device is "context-sized": what a CUDA context
-    /// alone costs (300–600 MiB on real drivers) plus a little. Default 1 GiB.
-    pub context_sized_max: u64,
-    /// A process's largest footprint must exceed this for its small footprints elsewhere to
-    /// count as stray contexts (its "main work"). Default 1 GiB.
-    pub main_work_min: u64,
-    /// Memory a new process needs for its own CUDA context; kept back in the headroom
-    /// arithmetic and the over-full test. Default 512 MiB.
-    pub context_reserve: u64,
-    /// Used memory not held by any live listed process above this is reported as memory
-    /// with no live owner. Default 256 MiB.
-    pub unattributed_min: u64,
-    /// Free memory below this fraction of total is low headroom (warn). Default 0.10.
-    pub low_free_fraction: f64,
-    /// vLLM's default `gpu_memory_utilization`; a device whose largest safe value is below it
-    /// gets an info finding. Default 0.90.
-    pub vllm_default_utilization: f64,
-    /// A single process holding at least this fraction of a device looks like a
-    /// utilization-style budget (the WeClone pattern). Default 0.80.
-    pub budget_holder_fraction: f64,
-    /// Footprints at or above this on two or more devices are candidates for a duplicate
-    /// model copy. Default 2 GiB.
-    pub duplicate_min: u64,
-    /// Footprints are "near-equal" when (max − min) / max is at most this. Default 0.10.
-    pub duplicate_tolerance: f64,
-    /// An allocated GPU none of its pod's processes held memory on for at least this long
-    /// is reported (`allocated-gpu-idle`, serve only). Default 30 min.
-    pub allocation_idle_min: std::time::Duration,
-}
-
-impl Default for Thresholds {
-    fn default() -> Self {
-        Thresholds {
-            context_sized_max: GIB,
-            main_work_min: GIB,
-            context_reserve: 512 * MIB,
-            unattributed_min: 256 * MIB,
-            low_free_fraction: 0.10,
-            vllm_default_utilization: 0.90,
-            budget_holder_fraction: 0.80,
-            duplicate_min: 2 * GIB,
-            duplicate_tolerance: 0.10,
-            allocation_idle_min: std::time::Duration::from_secs(30 * 60),
-        }
-    }
-}
-
-/// Everything scan decides: findings (most severe first) and headroom for every device.
-pub fn diagnose(inv: &Inventory, th: &Thresholds) -> (Vec<Finding>, Vec<Headroom>) {
-    let headroom = headroom(inv, th);
-    let mut findings = Vec::new();
-    findings.extend(device_unavailable(inv));
-    findings.extend(stray_context(inv, th));
-    findings.extend(no_live_owner(inv, th));
-    findings.extend(invisible_processes(inv, th));
-    findings.extend(usage_unavailable(inv));
-    findings.extend(low_headroom(inv, &headroom, th));
-    findings.extend(duplicate_copy(inv, th));
-    findings.extend(unallocated_gpu_use(inv));
-    findings.extend(allocated_gpu_idle(inv, th));
-    vantage::about_invisible(inv, &mut findings);
-    // Most severe first; stable within a severity (rule order, then device / PID).
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
-    (findings, headroom)
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 
 use super::*;
 use crate::gpu::{DeviceInfo, MemoryInfo, Versions};
-use crate::inventory::{PidNamespace, CVD_UNKNOWN, CVD_UNSET};
-use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo, Severity};
+use crate::inventory::{Inventory, PidNamespace, CVD_UNKNOWN, CVD_UNSET};
+use crate::model::{Environment, Finding, ProcessDeviceUsage, ProcessInfo, Severity};
+use crate::units::{GIB, MIB};
 
 const TOTAL: u64 = 24 * GIB;
 const RESERVED: u64 = 256 * MIB;

@@ -120,6 +120,14 @@ fn ev(label: &str, value: String, bytes: Option<u64>) -> Evidence {
     }
 }
 
+/// Where `run --torch-memory` keeps the job's snapshot: next to the first `--out` report
+/// (`job.json` → `job.torch-memory.pickle`); without `--out` it is not kept.
+pub fn kept_path(out: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
+    let first = out.first()?;
+    let stem = first.file_stem()?.to_string_lossy().into_owned();
+    Some(first.with_file_name(format!("{stem}.torch-memory.pickle")))
+}
+
 /// Explain `snapshot` with the run's NVML view and add it to `run`'s `out-of-memory`
 /// finding (a `torch-memory` finding when the run saw no out-of-memory error). An
 /// unreadable snapshot becomes evidence saying so, never an error of the run.

@@ -7,11 +7,14 @@
 //! Here: the traits, [`GpuError`], the types both report, and the real backends, `cuda`
 //! (cudarc driver API) and `nvml` (nvml-wrapper), which load whatever `libcuda.so` and
 //! `libnvidia-ml.so.1` the dynamic loader finds. [`visible`] is vramdoc's reading of
-//! `CUDA_VISIBLE_DEVICES` and its kin. Nothing outside this module names cudarc or
+//! `CUDA_VISIBLE_DEVICES` and its kin; [`lanes`] puts any [`Monitor`] under a per-GPU deadline
+//! (the recorder's calls, and [`lanes::Deadlined`], the hang-guarded monitor every command's
+//! session opens). Nothing outside this module names cudarc or
 //! nvml-wrapper; other implementations of the traits (and the choice between them) live in
 //! `crate::backend`.
 
 pub mod cuda;
+pub mod lanes;
 pub mod nvml;
 pub mod visible;
 

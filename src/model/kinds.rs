@@ -305,8 +305,7 @@ pub enum GapReason {
     Failed(String),
 }
 
-/// How the reason of a gap left by a hung NVML call starts (`hung: no answer ...`).
-pub const HUNG_GAP_PREFIX: &str = "hung:";
+pub use crate::gpu::lanes::HUNG_GAP_PREFIX;
 
 /// What the error of a query on a lost GPU says (`GpuError::DeviceLost`'s text).
 pub const LOST_GAP_MARK: &str = "is lost (fallen off the bus)";

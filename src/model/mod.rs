@@ -6,7 +6,6 @@
 //! [`replay`], [`run`], the [`timeline`] they share, the string-valued [`kinds`], and the
 //! [`header`] every producer fills the same way.
 
-pub mod envelope;
 pub mod header;
 pub mod kinds;
 pub mod replay;
@@ -15,6 +14,7 @@ pub mod scan;
 pub mod timeline;
 pub mod vantage;
 pub mod whatif;
+pub mod wire;
 
 pub use header::{command_line, command_line_from, now_unix_ms};
 pub use kinds::{
@@ -37,7 +37,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// A complete report: the envelope every kind shares, and the body of its kind. Built by
 /// [`Report::new`] only; the body is typed, so a report of one kind with another kind's body
-/// cannot exist. On the wire it is the versioned layout of [`envelope`] (`kind` beside one of
+/// cannot exist. On the wire it is the versioned layout of [`wire`] (`kind` beside one of
 /// `scan`, `replay`, `run`), unchanged since schema version 1.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {

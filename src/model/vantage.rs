@@ -1,6 +1,6 @@
 //! Where vramdoc stands when it reads the driver (issue 25): its PID namespace, the driver
 //! generation that answers, and the GPU device nodes it can open. Established once per
-//! command (`crate::vantage::establish`) and recorded in scan and run reports; the rules in
+//! command (`crate::inventory::establish_vantage`) and recorded in scan and run reports; the rules in
 //! `diagnose/` read it to know what they can conclude from here (docs/findings.md, "needs").
 
 use schemars::JsonSchema;

@@ -10,10 +10,9 @@
 //! [`Recorder::finish`] returns the typed [`Recording`] the timeline rules judge, with the
 //! timeline as reports show it and the per-device peaks: nothing else builds a recording.
 
+pub mod bounded;
 pub mod devmap;
-pub mod envelope;
 pub mod holders;
-pub mod lanes;
 pub mod membership;
 pub mod mig;
 pub mod policy;
@@ -31,10 +30,10 @@ pub use recording::{
 };
 pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
+use crate::gpu::lanes::Lanes;
 use crate::gpu::{DeviceInfo, Monitor};
 use crate::model::{DevicePeak, DeviceSeries, Marker, MarkerKind, ProcessSample, Timeline};
-use envelope::{ListRuns, Resolution, SeriesBuilder};
-use lanes::Lanes;
+use bounded::{ListRuns, Resolution, SeriesBuilder};
 use policy::ListPolicy;
 use processes::{ProcessLists, RoundInput};
 use sampler::{ms_since, pace, Latest, Sampler, SamplerConfig, StopSignal};
@@ -67,7 +66,7 @@ pub struct RecorderConfig {
     /// The stream's first line, written before any thread starts.
     pub header: Option<StreamLine>,
     /// How finely device series and process samples are kept (`None`: every sample as
-    /// taken). The default bounds a multi-day job ([`envelope`]).
+    /// taken). The default bounds a multi-day job ([`bounded`]).
     pub resolution: Option<Resolution>,
 }
 

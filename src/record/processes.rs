@@ -8,9 +8,9 @@
 //! the latest compute, graphics and MPS entries merged by PID, so a `C+G` process (in the
 //! compute and the graphics list, with the same memory) is one entry, counted once.
 
-use super::lanes::{Lanes, Pending};
 use super::policy::{ListPolicy, Planner, Want};
 use super::sampler::{ms_since, Gaps};
+use crate::gpu::lanes::{Lanes, Pending};
 use crate::gpu::{GpuProcess, ProcessKind};
 use crate::model::{GapKind, SamplingGap};
 use std::collections::BTreeMap;

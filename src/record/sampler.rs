@@ -9,9 +9,9 @@
 //! a hung or failing GPU is a gap on that GPU only, and the others' readings go on. Times are
 //! milliseconds since a shared start instant, so samples line up with the markers.
 
-use super::envelope::SeriesBuilder;
-use super::lanes::Lanes;
+use super::bounded::SeriesBuilder;
 use super::{lock_series, Series};
+use crate::gpu::lanes::Lanes;
 use crate::gpu::Monitor;
 use crate::model::{DeviceSeries, GapKind, GapReason, SamplingGap};
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! (markers, readings, errors) share: the device series, the process samples, the tree, the
 //! markers and errors, the stream; and how a process round and a reading are recorded.
 
-use super::envelope::{ListRuns, SeriesBuilder};
+use super::bounded::{ListRuns, SeriesBuilder};
 use super::processes::Lists;
 use super::stream::{lock_sink, Sink, StreamLine};
 use super::tree::{ProcessTree, TreeChange};

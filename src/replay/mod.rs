@@ -9,11 +9,11 @@
 pub mod batch;
 pub mod checks;
 mod child;
+mod clock;
 pub mod fingerprint;
 mod identity;
 mod neighbours;
 mod outcome;
-mod private_box;
 pub mod protocol;
 mod variant;
 pub mod worker;
@@ -24,14 +24,14 @@ use crate::model::{Timeline, VariantRun, Verdict};
 use crate::record::sampler::SamplerConfig;
 use crate::record::{Recorder, RecorderConfig};
 use crate::scenario::{Scenario, Variant};
+use clock::ms;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
-use variant::{ms, View, WorkerRun};
+use variant::{View, WorkerRun};
 
-pub use private_box::{PrivateBox, PrivateBoxError};
 pub use variant::Failure;
 
 /// Errors that stop a replay as a whole (environment problems: exit 3).
@@ -131,7 +131,7 @@ pub fn run_variant(
 ) -> Result<VariantRun, ReplayError> {
     let plan = scn.plan(variant);
     let t0 = Instant::now();
-    let t0_mono = variant::mono_now();
+    let t0_mono = clock::mono_now();
     observer.variant_started(&scn.id, &variant.name, plan.steps.len());
     let view = View::new(scn, &plan, devices);
 

@@ -4,8 +4,8 @@
 //! docs/scenarios.md), between two lockstep steps of the worker.
 
 use super::child::WorkerChild;
+use super::clock::ms;
 use super::protocol::{Timed, WorkerEvent, WorkerInput};
-use super::variant::ms;
 use super::{ReplayError, ReplayOptions};
 use crate::gpu::DeviceInfo;
 use crate::model::{Marker, MarkerKind, StepErrorKind};

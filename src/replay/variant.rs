@@ -3,9 +3,10 @@
 //! events; what was expected of it is judged afterwards ([`super::outcome`]).
 
 use super::child::WorkerChild;
+use super::clock::ms;
 use super::identity::WorkerIdentity;
 use super::neighbours::Neighbours;
-use super::protocol::{self, Timed, WorkerEvent, WorkerInput};
+use super::protocol::{Timed, WorkerEvent, WorkerInput};
 use super::{Observer, ReplayError, ReplayOptions};
 use crate::gpu::DeviceInfo;
 use crate::job::process::Exit;
@@ -64,10 +65,6 @@ impl View {
             .copied()
             .collect()
     }
-}
-
-pub(super) fn ms(t0: Instant) -> f64 {
-    t0.elapsed().as_secs_f64() * 1000.0
 }
 
 /// The typed failure of a variant: what the rules read, never parsed out of its message.
@@ -571,9 +568,4 @@ impl<'a> WorkerRun<'a> {
         });
         self.error = Some(e);
     }
-}
-
-/// The monitor's clock now, to place the worker's stamped events on its timeline.
-pub(super) fn mono_now() -> u64 {
-    protocol::mono_ns()
 }

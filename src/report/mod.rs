@@ -8,6 +8,7 @@
 //! this module: they build the model, and `commands/` and `serve/` render it.
 
 pub mod chart;
+pub mod csv;
 pub mod explain;
 pub mod explain_html;
 pub mod html;
@@ -18,6 +19,7 @@ pub mod markup;
 pub mod prom;
 pub mod read;
 pub mod schema;
+pub mod sink;
 pub mod step_summary;
 pub mod terminal;
 pub mod text;

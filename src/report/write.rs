@@ -13,11 +13,13 @@ pub enum Format {
     Json,
     Markdown,
     Html,
+    /// The findings as CSV (`report::csv`).
+    Csv,
 }
 
 #[derive(Debug, Error)]
 pub enum WriteError {
-    #[error("{path}: unknown report extension; use .json, .md or .html")]
+    #[error("{path}: unknown report extension; use .json, .md, .html or .csv")]
     UnknownExtension { path: PathBuf },
     #[error("{path} already exists; pass --force to overwrite it")]
     Exists { path: PathBuf },
@@ -53,6 +55,7 @@ pub fn format_for_path(path: &Path) -> Result<Format, WriteError> {
         Some("json") => Ok(Format::Json),
         Some("md") | Some("markdown") => Ok(Format::Markdown),
         Some("html") | Some("htm") => Ok(Format::Html),
+        Some("csv") => Ok(Format::Csv),
         _ => Err(WriteError::UnknownExtension {
             path: path.to_path_buf(),
         }),
@@ -67,6 +70,7 @@ pub fn render(report: &Report, format: Format) -> Result<Vec<u8>, WriteError> {
         Format::Html => super::html::render(report)
             .map(String::into_bytes)
             .map_err(|e| WriteError::Render(e.to_string())),
+        Format::Csv => Ok(super::csv::render(report).into_bytes()),
     }
 }
 
@@ -246,7 +250,7 @@ pub fn check_distinct(outputs: &[(&str, &Path)]) -> Result<(), WriteError> {
 /// report ([`check_outputs`]), every other file it writes (`("--junit", path)`, checked by
 /// [`check_output_file`]), and that no two of these or of `also` (outputs opened or checked
 /// elsewhere: `--samples`, `--prom`) are one file ([`check_distinct`]).
-pub fn preflight(
+pub fn check_targets(
     out: &[PathBuf],
     files: &[(&str, &Path)],
     also: &[(&str, &Path)],

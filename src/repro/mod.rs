@@ -9,6 +9,7 @@
 pub mod convert;
 pub mod engine_claim;
 pub mod label;
+mod limits;
 mod picture;
 pub mod schedule;
 pub mod source;

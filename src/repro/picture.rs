@@ -7,7 +7,7 @@
 //! of a GPU are merged into one series of changes, swept with one cursor beside the
 //! device's samples: linear in the samples and the lists' gaps.
 
-use super::convert::{
+use super::limits::{
     CONTEXT_SIZED_MAX, DEFAULT_CONTEXT, MAX_NEIGHBOURS_PER_GPU, MIN_QUANTUM, PEAK_STEP_MIN,
 };
 use super::source::Source;

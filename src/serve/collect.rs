@@ -342,7 +342,7 @@ impl Collector {
                         match open() {
                             // Every call under the per-GPU deadline: a hung GPU is a
                             // gap and a finding, never a stuck collection.
-                            Ok(m) => monitor = Some(crate::record::lanes::Deadlined::boxed(m)),
+                            Ok(m) => monitor = Some(crate::gpu::lanes::Deadlined::boxed(m)),
                             Err(e) => open_error = Some(e),
                         }
                     }

@@ -261,7 +261,7 @@ fn a_c_plus_g_process_counts_once_in_the_jobs_totals() {
 mod long_staircase {
     use vramdoc::diagnose::{fingerprints, TimelineThresholds};
     use vramdoc::model::{DeviceSeries, Marker, ProcessSample, Timeline};
-    use vramdoc::record::envelope::{ListRuns, Resolution, SeriesBuilder};
+    use vramdoc::record::bounded::{ListRuns, Resolution, SeriesBuilder};
     use vramdoc::record::Recording;
     use vramdoc::record::{ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess};
 

@@ -383,6 +383,42 @@ fn out_file_is_the_json_report_and_is_not_overwritten() {
     );
 }
 
+/// `--out r.csv` (the format added after the output sink, issue 33): one row per finding of
+/// the report written beside it, in the JSON's order, with its id, severity, GPUs and PID.
+#[test]
+fn csv_out_has_a_row_per_finding() {
+    let b = fresh_box("2x24GiB");
+    let h = Holder::start(
+        b.path(),
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+        &["--device", "0", "--size", "8GiB", "--physical-context", "0"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, json) = (dir.path().join("r.csv"), dir.path().join("r.json"));
+    let out = run(scan_cmd(
+        b.path(),
+        &[
+            "--out",
+            csv.to_str().unwrap(),
+            "--out",
+            json.to_str().unwrap(),
+        ],
+    ));
+    assert_ok(&out, "scan");
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let text = String::from_utf8(std::fs::read(&csv).unwrap()).unwrap();
+    let rows: Vec<&str> = text.split_terminator("\r\n").collect();
+    assert_eq!(rows[0], "source,id,severity,devices,pid,title");
+    let want = v["scan"]["findings"].as_array().unwrap();
+    assert_eq!(rows.len(), want.len() + 1, "{text}");
+    let stray = format!("scan,stray-context,warn,0,{},", h.pid);
+    assert!(rows.iter().any(|r| r.starts_with(&stray)), "{text}");
+    for (row, f) in rows[1..].iter().zip(want) {
+        let id = f["id"].as_str().unwrap();
+        assert!(row.starts_with(&format!("scan,{id},")), "{row} vs {f}");
+    }
+}
+
 #[test]
 fn table_lines_fit_100_columns() {
     let b = fresh_box("h100,rtx3090");

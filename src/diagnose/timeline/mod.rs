@@ -23,7 +23,6 @@ mod stray_context;
 mod vantage;
 
 use super::evidence;
-use super::rules;
 use super::{fixes, ids};
 use crate::model::Finding;
 use crate::units::{GIB, MIB};

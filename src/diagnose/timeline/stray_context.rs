@@ -5,7 +5,7 @@ use crate::diagnose::devset::GpuRef;
 use crate::inventory::{CVD_UNKNOWN, CVD_UNSET};
 use crate::model::{ProcessDeviceUsage, ProcessInfo};
 
-/// `stray-context`, over time: scan's rule ([`crate::diagnose::rules::stray_context_of`]) applied to
+/// `stray-context`, over time: scan's rule ([`crate::diagnose::stray::stray_context_of`]) applied to
 /// the most each process of the job held on each device during the recording.
 pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
     // UUIDs, names and minors by physical index (CUDA_VISIBLE_DEVICES maps onto positions
@@ -53,7 +53,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
         }
         let raw_cvd = rp.cuda_visible_devices.as_deref();
         let ambiguous = raw_cvd.is_some_and(|c| {
-            super::rules::index_order_ambiguous(
+            crate::diagnose::visibility::index_order_ambiguous(
                 c,
                 rp.cuda_device_order.as_deref(),
                 cx.rec.devices.iter().map(|d| d.name.as_str()),
@@ -83,7 +83,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             node_minors: rp.node_minors.clone(),
             cgroup_minors: rp.cgroup_minors.clone(),
         };
-        let Some(mut f) = super::rules::stray_context_of(
+        let Some(mut f) = crate::diagnose::stray::stray_context_of(
             &view,
             Some(&env),
             &gpus_info,

@@ -381,7 +381,7 @@ fn stray_context_is_scans_rule_on_one_sample() {
             },
         ],
     };
-    let scan = super::super::rules::stray_context_of(
+    let scan = crate::diagnose::stray::stray_context_of(
         &snapshot,
         None,
         &[0, 1].map(|i| crate::diagnose::devset::GpuRef {

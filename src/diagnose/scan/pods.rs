@@ -3,11 +3,11 @@
 //! and which pods were allocated a GPU whose memory has no live owner (evidence for
 //! `no-live-owner`). Pure: the pod facts come from the inventory ([`crate::pods`]).
 
-use super::evidence::{ev, ev_bytes, who};
-use super::{fixes, ids};
+use crate::diagnose::evidence::{ev, ev_bytes, who};
+use crate::diagnose::{fixes, ids};
 use crate::inventory::Inventory;
 use crate::model::{Finding, Severity};
-pub use crate::pods::device_of_id;
+use crate::pods::device_of_id;
 use crate::units::format_bytes;
 
 /// `unallocated-gpu-use` (warn): a process of a pod holds memory on a GPU the kubelet did not

@@ -13,8 +13,7 @@
 //! [`maps_wanted`] is the same choice made before the maps are read, so scan reads the maps
 //! of those holders only.
 
-use super::evidence::ev;
-use super::rules::is_system_monitor;
+use crate::diagnose::evidence::ev;
 use crate::gpu::DeviceInfo;
 use crate::inventory::{Inventory, NodeHolder};
 use crate::model::Evidence;
@@ -169,6 +168,32 @@ impl DeviceHolders<'_> {
     }
 }
 
+/// System daemons and GPU monitors that keep the driver's device files open by design
+/// (persistence daemon, DCGM host engine and exporter, the Kubernetes device plugin and
+/// feature discovery, exporters, `nvidia-smi`, interactive monitors, vramdoc itself). Names
+/// as the kernel's 15-byte `comm` shows them.
+pub(crate) fn is_system_monitor(name: &str) -> bool {
+    const KNOWN: &[&str] = &[
+        "nvidia-persistenced",
+        "nv-hostengine",
+        "dcgm-exporter",
+        "dcgmi",
+        "nvidia-device-plugin",
+        "gpu-feature-discovery",
+        "nvidia_gpu_exporter",
+        "nvidia-smi",
+        "nvitop",
+        "gpustat",
+        "nvtop",
+        "nvidia-dcgm",
+    ];
+    let n = name.trim();
+    KNOWN.iter().any(|k| {
+        let comm = &k[..k.len().min(15)];
+        n == *k || n == comm
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,7 +282,7 @@ mod tests {
     /// says how to see.
     #[test]
     fn no_live_owner_names_only_a_holder_with_a_context() {
-        use crate::diagnose::rules::no_live_owner;
+        use crate::diagnose::no_live_owner;
         use crate::diagnose::Thresholds;
         let mut inv = inv_with(1, vec![], &[(0, 3 * GIB)], true);
         let files = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"];

@@ -28,9 +28,9 @@
 //!
 //! What managed memory does not explain goes on down the list (coherent, else lost).
 
-use super::evidence::{ev, ev_bytes};
-use super::rules::unattributed_bytes;
-use super::{fixes, ids};
+use super::accounting::unattributed_bytes;
+use crate::diagnose::evidence::{ev, ev_bytes};
+use crate::diagnose::{fixes, ids};
 use crate::gpu::DeviceInfo;
 use crate::inventory::{Inventory, NodeHolder};
 use crate::model::{Evidence, Finding, Severity, Unattributed};

@@ -3,11 +3,12 @@
 //! for is lost (host PIDs: `no-live-owner` at error) or only not visible from here (a
 //! translating driver outside the host PID namespace: other tenants' memory, info), and
 //! whether the listed processes' bytes mean anything (0-byte own entries from 535.113 to 560
-//! are unknown, not 0). It owns `invisible-processes`; the rules in `rules.rs` call its hooks;
+//! are unknown, not 0). It owns `invisible-processes`; the rule files beside it call its hooks;
 //! docs/findings.md ("What each rule needs") says which vantage each rule needs.
 
-use super::evidence::{ev, ev_bytes, gpus};
-use super::{fixes, ids, Thresholds};
+use super::Thresholds;
+use crate::diagnose::evidence::{ev, ev_bytes, gpus};
+use crate::diagnose::{fixes, ids};
 use crate::gpu::DeviceInfo;
 use crate::inventory::Inventory;
 use crate::model::vantage::ListView;
@@ -140,7 +141,7 @@ pub fn invisible_processes(inv: &Inventory, th: &Thresholds) -> Vec<Finding> {
     devs.dedup();
     let held: u64 = hidden
         .iter()
-        .flat_map(|p| super::rules::known(p))
+        .flat_map(|p| crate::diagnose::usage::known(p))
         .map(|(_, b)| b)
         .sum();
     let pids: Vec<String> = hidden.iter().map(|p| p.pid.to_string()).collect();
@@ -184,7 +185,7 @@ pub(super) fn unlisted_tenants(inv: &Inventory, th: &Thresholds) -> Vec<Finding>
         if inv.details.list_errors.contains_key(&d.index) {
             continue;
         }
-        let Some(unlisted) = super::unattributed_bytes(d, &inv.processes, false) else {
+        let Some(unlisted) = super::accounting::unattributed_bytes(d, &inv.processes, false) else {
             continue;
         };
         if unlisted <= th.unattributed_min {

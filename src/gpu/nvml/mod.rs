@@ -6,7 +6,7 @@
 //! handle lookup + name, UUID, PCI info, memory (v2), utilization, temperature;
 //! [`Monitor::memory`] = one `nvmlDeviceGetMemoryInfo_v2`; [`Monitor::processes`] = one
 //! `nvmlDeviceGetComputeRunningProcesses_v3` into a buffer kept between calls (a second one
-//! only when the buffer is too small). MIG instances follow the GPUs (`nvml_mig.rs`).
+//! only when the buffer is too small). MIG instances follow the GPUs (`nvml/mig.rs`).
 //! Device handles are cached: NVML handles stay valid
 //! until `nvmlShutdown`, which only runs when the monitor is dropped.
 //!
@@ -67,7 +67,7 @@ pub struct NvmlMonitor {
     calls: CallCounters,
     /// v2 memory info is missing or failing on this driver: read v1 directly.
     memory_v1_only: AtomicBool,
-    /// MIG instances enumerated, numbered after the GPUs (`nvml_mig`).
+    /// MIG instances enumerated, numbered after the GPUs (`nvml::mig`).
     mig: Mutex<mig::MigSlots>,
 }
 
@@ -79,9 +79,7 @@ impl std::fmt::Debug for NvmlMonitor {
     }
 }
 
-#[path = "nvml_codes.rs"]
 mod codes;
-#[path = "nvml_mig.rs"]
 mod mig;
 pub use codes::{error_of_code, init_error_of_code, status_of_code};
 use codes::{init_failed, map_err, status_of};
@@ -744,5 +742,4 @@ impl Monitor for NvmlMonitor {
 }
 
 #[cfg(test)]
-#[path = "nvml_tests.rs"]
 mod tests;

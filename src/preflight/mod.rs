@@ -16,7 +16,6 @@ use crate::diagnose::ids;
 use crate::gpu::DeviceInfo;
 use crate::model::{Report, ScanResult, Severity};
 
-#[path = "preflight_mig.rs"]
 mod mig;
 use crate::units::format_bytes;
 pub use mig::Candidate;

@@ -1,4 +1,6 @@
-//! Every NVML call of a recording goes through a [`Lanes`]: one worker thread per device and
+//! NVML under a deadline, for every command: each call of a recording goes through a
+//! [`Lanes`], and scan, preflight and serve read through [`Deadlined`], a [`Monitor`] over
+//! lanes. A [`Lanes`] has one worker thread per device and
 //! kind of call (memory, process lists), each waited on with a deadline. A call that does not
 //! answer in time (a GPU in a bad state, a driver call stuck in D state: leptonai/gpud PR
 //! #117) leaves its worker blocked while the caller goes on with [`CallError::Hung`]; until
@@ -19,8 +21,9 @@ use thiserror::Error;
 /// ~12 µs and a process list in ~4.5 ms (MangoHud PR #2104); a second is far beyond both.
 pub const HUNG_AFTER: Duration = Duration::from_millis(1000);
 
-/// Prefix of the gap reason of a hung call (read by the `monitor-hang` rule).
-pub use crate::model::HUNG_GAP_PREFIX;
+/// How the reason of a gap left by a hung NVML call starts (`hung: no answer ...`): the
+/// text of [`CallError::Hung`], read back by the `monitor-hang` rule (`model::GapReason`).
+pub const HUNG_GAP_PREFIX: &str = "hung:";
 
 /// Why a call through a lane gave no answer.
 #[derive(Debug, Error)]

@@ -1,0 +1,55 @@
+//! Headroom: the room for a new vLLM-style engine on each device, with its arithmetic
+//! (`headroom[]` of the report; `low-headroom` reads it).
+
+use super::prelude::*;
+
+/// Room for a new vLLM-style engine on every device: its budget `u x total` must fit in
+/// `total - used_by_others - reserved - context_reserve`.
+pub fn headroom(inv: &Inventory, th: &Thresholds) -> Vec<Headroom> {
+    inv.devices()
+        .iter()
+        .filter(|d| d.is_counted() && d.memory_unknown.is_none())
+        .map(|d| device_headroom(d, th))
+        .collect()
+}
+
+pub fn device_headroom(d: &DeviceInfo, th: &Thresholds) -> Headroom {
+    let m = d.memory;
+    let available = m
+        .total
+        .saturating_sub(m.used)
+        .saturating_sub(m.reserved)
+        .saturating_sub(th.context_reserve);
+    let ratio = if m.total == 0 {
+        0.0
+    } else {
+        available as f64 / m.total as f64
+    };
+    // Rounded down to 0.01 (integer arithmetic, so 0.62999 never becomes 0.63).
+    let hundredths = if m.total == 0 {
+        0
+    } else {
+        ((available as u128 * 100) / m.total as u128) as u64
+    };
+    let max = hundredths as f64 / 100.0;
+    let arithmetic = format!(
+        "({} total - {} used - {} reserved - {} context) / {} total = {:.4} -> {:.2}",
+        format_bytes(m.total),
+        format_bytes(m.used),
+        format_bytes(m.reserved),
+        format_bytes(th.context_reserve),
+        format_bytes(m.total),
+        ratio,
+        max
+    );
+    Headroom {
+        device: d.index,
+        total: m.total,
+        reserved: m.reserved,
+        used_by_others: m.used,
+        context_reserve: th.context_reserve,
+        available,
+        max_gpu_memory_utilization: max,
+        arithmetic,
+    }
+}
