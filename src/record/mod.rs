@@ -716,4 +716,4 @@ fn job_processes(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -14,10 +14,10 @@ use vramdoc_sim::{InitOptions, SimBox, SimProcess};
 
 /// The longest a test waits for an event of the recorder's threads: a guard against a hang,
 /// never a speed the test expects.
-pub(super) const GUARD: Duration = Duration::from_secs(30);
+pub(crate) const GUARD: Duration = Duration::from_secs(30);
 
 /// Polls `f` until it gives a value and returns it; fails naming `what` after [`GUARD`].
-pub(super) fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {

@@ -216,7 +216,7 @@ fn expandable_segments_map_physical_memory_and_give_it_back() {
     });
     let grown = j.next()["reserved"].as_u64().expect("reserved");
     // Expandable segments grow in 20 MiB pages: 1 GiB + 12345 bytes rounds up to whole pages.
-    assert!(grown > 1 << 30 && grown % (2 * MIB) == 0, "{grown}");
+    assert!(grown > 1 << 30 && grown.is_multiple_of(2 * MIB), "{grown}");
     assert_eq!(
         listed(b.path(), 0, j.pid()),
         Some(context(b.path()) + grown)
@@ -256,7 +256,10 @@ fn pytorchs_own_out_of_memory_error_quotes_the_box_and_explain_names_the_line() 
     );
     let held = v["held"].as_u64().expect("held");
     assert!(
-        msg.contains(&format!("{} is allocated by PyTorch", gib(held * 8 << 30))),
+        msg.contains(&format!(
+            "{} is allocated by PyTorch",
+            gib((held * 8) << 30)
+        )),
         "{msg}"
     );
     // The snapshot PyTorch dumped at its OOM: explain reads it and names the script's line.

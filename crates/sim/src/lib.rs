@@ -232,16 +232,7 @@ pub struct SimBox {
     dir: PathBuf,
     config: BoxConfig,
     /// The faults last read, with the identity of the file they came from ([`SimBox::faults`]).
-    faults_seen: std::sync::Arc<std::sync::Mutex<Option<(FileId, Faults)>>>,
-}
-
-/// What tells one faults.json from another: every write replaces the file (write, then
-/// rename), so a new inode; its length and modification time besides.
-type FileId = (u64, u64, i64, i64);
-
-fn file_id(m: &fs::Metadata) -> FileId {
-    use std::os::unix::fs::MetadataExt;
-    (m.ino(), m.len(), m.mtime(), m.mtime_nsec())
+    faults_seen: faults::Seen,
 }
 
 const BOX_FILE: &str = "box.json";
@@ -554,61 +545,6 @@ impl SimBox {
             .devices
             .get(index as usize)
             .ok_or(SimError::InvalidDevice(index))
-    }
-
-    /// Current faults (missing file: none).
-    ///
-    /// Read on every operation (a kernel launch, a synchronisation), so the file is parsed
-    /// again only when it was replaced since the last read: a `stat`, not a read and a parse,
-    /// per launch of an unchanged box.
-    pub fn faults(&self) -> Result<Faults, SimError> {
-        let path = self.dir.join(FAULTS_FILE);
-        let id = match fs::metadata(&path) {
-            Ok(m) => file_id(&m),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Faults::default()),
-            Err(e) => return Err(SimError::Io { path, source: e }),
-        };
-        let mut seen = self.faults_seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, f)) = seen.as_ref() {
-            if *at == id {
-                return Ok(f.clone());
-            }
-        }
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Faults::default()),
-            Err(e) => return Err(SimError::Io { path, source: e }),
-        };
-        let f: Faults = serde_json::from_str(&text).map_err(|e| SimError::BadBox {
-            dir: self.dir.clone(),
-            reason: format!("{}: {e}", path.display()),
-        })?;
-        // The identity after the read: a file replaced meanwhile is read again next time.
-        if let Ok(m) = fs::metadata(&path) {
-            if file_id(&m) == id {
-                *seen = Some((id, f.clone()));
-            }
-        }
-        Ok(f)
-    }
-
-    /// Read-modify-write the faults under the box lock (concurrent `sim fault` calls do not
-    /// lose each other's changes). Returns the faults written.
-    pub fn update_faults(
-        &self,
-        f: impl FnOnce(&mut Faults, &State) -> Result<(), SimError>,
-    ) -> Result<Faults, SimError> {
-        let _lock = self.lock()?;
-        let mut faults = self.faults()?;
-        let st = self.read_state_raw()?;
-        f(&mut faults, &st)?;
-        write_json_atomic(&self.dir.join(FAULTS_FILE), &faults)?;
-        Ok(faults)
-    }
-
-    pub fn set_faults(&self, faults: &Faults) -> Result<(), SimError> {
-        let _lock = self.lock()?;
-        write_json_atomic(&self.dir.join(FAULTS_FILE), faults)
     }
 
     /// Fail with `DeviceLost` if the device has fallen off the bus.

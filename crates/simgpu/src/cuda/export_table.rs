@@ -69,7 +69,6 @@ pub const INTEGRITY_CHECK: Id = id("D4082055-BDE6-704B-8D34-BA123C66E1F2");
 pub const CONTEXT_CHECKS: Id = id("263E8860-7CD2-6143-92F6-BBD5006DFA7E");
 /// The tools' view of a context (NVIDIA's `CU_ETID_ToolsContext`), which cuBLASLt asks for
 /// when it picks a matmul algorithm; 94 slots after the size on driver 595.
-
 pub const TOOLS_CONTEXT: Id = id("21318C60-9714-3248-8CA6-41FF7324C8F2");
 
 /// Every table served: id and number of slots.

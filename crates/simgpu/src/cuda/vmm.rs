@@ -138,7 +138,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 ) -> CUresult {
     with_driver("cuMemAddressReserve", |d| {
         nonnull(ptr)?;
-        if size == 0 || size % GRANULARITY != 0 {
+        if size == 0 || !size.is_multiple_of(GRANULARITY) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let align = (alignment.max(GRANULARITY)) as u64;
@@ -181,7 +181,7 @@ pub unsafe extern "C" fn cuMemCreate(
 ) -> CUresult {
     with_driver("cuMemCreate", |d| {
         nonnull(handle)?;
-        if flags != 0 || size == 0 || size % GRANULARITY != 0 {
+        if flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let dev = unsafe { prop_device(prop) }?;
@@ -231,7 +231,11 @@ pub unsafe extern "C" fn cuMemMap(
     flags: u64,
 ) -> CUresult {
     with_driver("cuMemMap", |d| {
-        if flags != 0 || size == 0 || size % GRANULARITY != 0 || ptr % GRANULARITY as u64 != 0 {
+        if flags != 0
+            || size == 0
+            || !size.is_multiple_of(GRANULARITY)
+            || !ptr.is_multiple_of(GRANULARITY as u64)
+        {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let p = d
