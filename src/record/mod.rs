@@ -329,6 +329,29 @@ impl Recorder {
         read_memory(&self.lanes, &self.devices)
     }
 
+    /// [`Recorder::memory_now`] with when it was taken (ms since the start): when the
+    /// devices' calls ran on their lanes (the latest of them), not when the caller got round
+    /// to stamping it. A reading stamped after it was taken puts an old level after newer
+    /// readings (a loaded machine descheduling the caller in between), which breaks the
+    /// staircases the rules look for. No device answered: now.
+    pub fn memory_now_at(&self) -> (f64, Vec<Option<u64>>) {
+        let indices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
+        let mut at: Option<f64> = None;
+        let used = self
+            .lanes
+            .memory_all_at(&indices)
+            .into_iter()
+            .map(|r| {
+                r.ok().map(|(ran, m)| {
+                    let t = ran.saturating_duration_since(self.t0).as_secs_f64() * 1000.0;
+                    at = Some(at.map_or(t, |a: f64| a.max(t)));
+                    m.used
+                })
+            })
+            .collect();
+        (at.unwrap_or_else(|| self.t_ms()), used)
+    }
+
     /// Keep a reading taken at `t_ms` (device order); `None` keeps nothing for that device.
     pub fn point(&self, t_ms: f64, used: Vec<Option<u64>>) {
         lock(&self.shared).point(t_ms, used, true);

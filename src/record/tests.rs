@@ -168,11 +168,24 @@ impl Gate {
     }
 }
 
-/// The box's monitor with its process lists behind a [`Gate`], counting memory queries.
+/// The box's monitor with its process lists behind a [`Gate`], counting memory queries and
+/// noting when the latest one returned.
 struct Gated {
     inner: SimMonitor,
     gate: Arc<Gate>,
     memory_calls: Arc<AtomicU64>,
+    memory_returned: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Gated {
+    fn new(sim: SimBox, gate: Arc<Gate>) -> Gated {
+        Gated {
+            inner: SimMonitor::new(sim),
+            gate,
+            memory_calls: Arc::default(),
+            memory_returned: Arc::default(),
+        }
+    }
 }
 
 impl crate::gpu::Monitor for Gated {
@@ -187,7 +200,9 @@ impl crate::gpu::Monitor for Gated {
     }
     fn memory(&self, index: u32) -> crate::gpu::Result<MemoryInfo> {
         self.memory_calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.memory(index)
+        let m = self.inner.memory(index);
+        *self.memory_returned.lock().unwrap() = Some(Instant::now());
+        m
     }
     fn processes(&self, index: u32) -> crate::gpu::Result<Vec<GpuProcess>> {
         self.gate.pass();
@@ -208,12 +223,8 @@ impl crate::gpu::Monitor for Gated {
 fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
     let (_dir, sim, devices) = sim_box("2x16GiB");
     let gate = Arc::new(Gate::default());
-    let memory_calls = Arc::new(AtomicU64::new(0));
-    let monitor = Gated {
-        inner: SimMonitor::new(sim),
-        gate: gate.clone(),
-        memory_calls: memory_calls.clone(),
-    };
+    let monitor = Gated::new(sim, gate.clone());
+    let memory_calls = monitor.memory_calls.clone();
     let rec = Recorder::start(
         Box::new(monitor),
         &devices,
@@ -263,6 +274,39 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
         "{:?}",
         got.timeline.gaps
     );
+}
+
+/// A reading handed over late (a loaded machine) is stamped when its calls ran: before the
+/// last of them returned, never when the caller got the answer.
+#[test]
+fn memory_now_at_is_stamped_when_the_calls_ran() {
+    let (_dir, sim, devices) = sim_box("2x16GiB");
+    let gate = Arc::new(Gate::default());
+    gate.open();
+    let monitor = Gated::new(sim, gate);
+    let returned = monitor.memory_returned.clone();
+    let t0 = Instant::now();
+    let rec = Recorder::start(
+        Box::new(monitor),
+        &devices,
+        t0,
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    );
+    // The sampler's first round is done: the next memory calls are this reading's.
+    until("the sampler's first round", || {
+        latest(&rec).iter().all(Option::is_some).then_some(())
+    });
+    let (at, used) = rec.memory_now_at();
+    let last_returned = returned.lock().unwrap().expect("memory was read");
+    assert!(used.iter().all(Option::is_some), "{used:?}");
+    assert!(
+        at <= last_returned.duration_since(t0).as_secs_f64() * 1000.0,
+        "stamped after its calls returned: {at} ms"
+    );
+    rec.finish(END);
 }
 
 #[test]

@@ -126,9 +126,9 @@ impl<'a> WorkerRun<'a> {
         t0: Instant,
         t0_mono: u64,
     ) -> WorkerRun<'a> {
-        let first = recorder.memory_now();
+        let (at, first) = recorder.memory_now_at();
         let baseline: Vec<u64> = first.iter().map(|u| u.unwrap_or(0)).collect();
-        recorder.point(ms(t0), first);
+        recorder.point(at, first);
         WorkerRun {
             last_used: baseline.clone(),
             plan,
@@ -319,10 +319,11 @@ impl<'a> WorkerRun<'a> {
         // A reading at every step boundary: short steps show on the chart. Events can be
         // handled after the worker died (a fast OOM): a reading taken then shows its memory
         // already returned, so it counts only if the worker is still alive after it was
-        // taken.
-        let reading = self.recorder.memory_now();
+        // taken. Stamped when it was taken: the step's action races with it, and a reading
+        // from before the action stamped after the action's end would undo the step.
+        let (taken, reading) = self.recorder.memory_now_at();
         if w.alive() {
-            self.recorder.point(ms(self.t0), reading);
+            self.recorder.point(taken, reading);
         }
         obs.step_started(step, &s.label);
         self.recorder.marker(Marker {
@@ -434,9 +435,9 @@ impl<'a> WorkerRun<'a> {
         device: Option<u32>,
         requested: Option<u64>,
     ) {
-        let reading = self.recorder.memory_now();
+        let (taken, reading) = self.recorder.memory_now_at();
         let mine = self.recorder.usage_of(self.ident.nvml);
-        self.recorder.point(ms(self.t0), reading.clone());
+        self.recorder.point(taken, reading.clone());
         let used = self.known(&reading);
         let label = self
             .plan
