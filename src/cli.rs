@@ -111,6 +111,14 @@ pub enum Command {
     /// reach the job's whole process group, as with `timeout`. Label phases from the job
     /// with `vramdoc mark TEXT` or by appending a line to the file in $VRAMDOC_MARKERS. Or
     /// attach to a job that runs already: --pid, --cgroup, --container. See docs/run.md.
+    ///
+    /// On a simulated box (--sim SPEC or VRAMDOC_SIM_DIR) the job gets the simulated driver
+    /// first on its LD_LIBRARY_PATH, so an unmodified CUDA program runs on the box: PyTorch
+    /// from PyPI with its own caching allocator, cuBLAS and cuDNN (give the box a driver of CUDA
+    /// 13 for today's builds: `--sim 2xh100@580`, or `sim init SPEC --driver 580`). Allocation sizes and order, contexts, caching,
+    /// fragmentation and PyTorch's out-of-memory error are PyTorch's own; tensor values (zeros),
+    /// data-dependent shapes, timings and benchmarked algorithm choices are not
+    /// (docs/simulator.md, "An unmodified CUDA runtime").
     #[command(
         after_help = "Exit status: the command's own (128+N when killed by signal N), as `time` \
 and `timeout` do; 1 instead of 0 when --fail-on is met; 125 vramdoc itself failed (bad flags, \
@@ -119,6 +127,7 @@ Examples:\n  vramdoc run -- python train.py --epochs 3\n  \
 vramdoc run --out run.html --out run.json -- torchrun --nproc-per-node 2 train.py\n  \
 vramdoc run --samples run.jsonl --fail-on warn -- vllm serve my-model\n  \
 vramdoc --sim 2x16GiB run -- vramdoc sim hold --size 4GiB --duration 1s\n  \
+vramdoc --sim 2xh100@580 run -- python train.py   (your PyTorch job on a simulated box)\n  \
 vramdoc run --out run.html --junit junit.xml --fail-on warn -- ./train.sh   (CI: docs/ci.md)\n  \
 vramdoc run --kill-after 10s -- sh -c 'python train.py & python eval.py'\n  \
 vramdoc run --pid 4242 --duration 2h --out server.html   (attach to a running server)\n  \

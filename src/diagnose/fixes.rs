@@ -250,7 +250,8 @@ address or a device-side assert is a bug in a kernel or its inputs (out-of-range
 labels outside the number of classes): rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing \
 call, or on CPU to get a readable error. \"Driver too old\" or \"no kernel image\" means the \
 framework was built for a newer driver or another GPU architecture: update the driver or \
-install a build for it. An ECC or launch failure: check `nvidia-smi -q` and the kernel log \
+install a build for it (on vramdoc's simulated box: give it a newer driver, `--sim SPEC@580` \
+or `vramdoc sim init SPEC --driver 580`, whose CUDA 13.0 today's PyTorch from PyPI accepts). An ECC or launch failure: check `nvidia-smi -q` and the kernel log \
 for Xid errors.";
 
 /// SGLang's KV cache pool does not fit after the weights (sgl-project/sglang#322, #4330).

@@ -27,6 +27,7 @@ mod fingerprints;
 /// Bounded fuzzing of the scenario parser and the report reader.
 mod fuzz_inputs;
 /// The shipped Grafana dashboard: its queries parse and read only exported metrics.
+mod gpu_check;
 mod grafana;
 /// Untrusted input, secrets, escapes, signals, exit codes, the box under misuse.
 mod hardening;

@@ -281,6 +281,62 @@ fn pytorchs_own_out_of_memory_error_quotes_the_box_and_explain_names_the_line() 
     );
 }
 
+#[test]
+fn run_torch_memory_joins_pytorchs_own_snapshot_at_its_oom() {
+    let py = require!("torch", python());
+    let b = torch_box();
+    let out = b.path().join("job.json");
+    let o = vramdoc()
+        .env("VRAMDOC_SIM_DIR", b.path())
+        .env("VRAMDOC_PIDNS", "host")
+        .env("VRAMDOC_SIMGPU_DIR", simgpu_lib_dir())
+        .args(["run", "--torch-memory", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(probe())
+        .arg("fill")
+        .output()
+        .expect("vramdoc run");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = crate::common::read_report(&out);
+    let oom = r["run"]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["id"] == "out-of-memory")
+        .unwrap_or_else(|| panic!("no out-of-memory finding: {r}"))
+        .clone();
+    let evidence: Vec<String> = oom["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["label"].as_str().unwrap_or(""),
+                e["value"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e.starts_with("PyTorch (cuda:0) top site: <module> (")
+                && e.contains("probe.py:")),
+        "the snapshot PyTorch dumped at its OOM names the script's line: {evidence:#?}"
+    );
+    assert!(
+        b.path().join("job.torch-memory.pickle").is_file(),
+        "the snapshot is kept"
+    );
+}
+
 /// `vramdoc run` of `script` on the box (with `--fixed` for the twin): its JSON report.
 fn run_example(dir: &Path, py: &Path, script: &str, fixed: bool) -> serde_json::Value {
     let out = dir.join(format!("{script}-{fixed}.json"));

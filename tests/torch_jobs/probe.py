@@ -6,6 +6,7 @@ standard input (the test's go-ahead): no step depends on a sleep.
     python probe.py sizes       # tensors of several sizes on cuda:1, reserved, then wait
     python probe.py expandable  # (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) grow, wait, shrink, wait
     python probe.py oom DIR     # allocate until PyTorch's own OOM; DIR/snap.pickle from _dump_snapshot
+    python probe.py fill        # allocate until PyTorch's OOM, which ends the script
     python probe.py train       # nn.Linear forward and backward (cuBLAS), a convolution (cuDNN),
                                 # 3 steps of an MLP with Adam, then wait
 """
@@ -52,6 +53,10 @@ elif mode == "oom":
         torch.cuda.memory._dump_snapshot(sys.argv[2] + "/snap.pickle")
         free, total = torch.cuda.mem_get_info(0)
         say(message=str(e), free=free, total=total, held=len(keep))
+elif mode == "fill":
+    keep = []
+    while True:
+        keep.append(torch.empty(8 * 2**30, dtype=torch.uint8, device="cuda:0"))
 elif mode == "train":
     dev = torch.device("cuda:0")
     lin = torch.nn.Linear(256, 128).to(dev)

@@ -400,8 +400,27 @@ pub fn pci_bus_id(index: u32) -> String {
 
 impl SimBox {
     /// Create a new box for `spec` in `dir` (created if missing; must not already hold a box).
+    /// A `@DRIVER` suffix of `spec` (`2xh100@580`) sets the box's driver profile, over
+    /// `opts`' own.
     pub fn create(dir: &Path, spec: &str, opts: &InitOptions) -> Result<SimBox, SimError> {
         let models = parse_spec(spec)?;
+        let named;
+        let opts = match spec::split_driver(spec).1 {
+            Some(v) => {
+                let p = profile::DriverProfile::parse(v).map_err(|e| SimError::BadBox {
+                    dir: dir.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+                named = InitOptions {
+                    pid_view: profile::pid_view_of(&p.driver_version),
+                    driver_version: p.driver_version,
+                    cuda_driver_version: p.cuda_driver_version,
+                    ..opts.clone()
+                };
+                &named
+            }
+            None => opts,
+        };
         if let Some(m) = &opts.minors {
             check_minors(m, models.len()).map_err(|reason| SimError::BadBox {
                 dir: dir.to_path_buf(),

@@ -174,15 +174,29 @@ fn preset_list() -> String {
     PRESETS.iter().map(|p| p.key).collect::<Vec<_>>().join(", ")
 }
 
-/// Parse a box spec into its devices, in physical order.
+/// A spec's devices and the driver it names after `@` (`2xh100@580`: two H100s on an R580
+/// driver), if it names one.
+pub fn split_driver(spec: &str) -> (&str, Option<&str>) {
+    match spec.rsplit_once('@') {
+        Some((devices, driver)) => (devices.trim(), Some(driver.trim())),
+        None => (spec, None),
+    }
+}
+
+/// Parse a box spec into its devices, in physical order (a `@DRIVER` suffix must be a
+/// driver version the simulator models, [`crate::profile::DriverProfile::parse`]).
 pub fn parse_spec(spec: &str) -> Result<Vec<DeviceModel>, SpecError> {
     let err = |reason: String| SpecError {
         spec: spec.to_string(),
         reason,
         presets: preset_list(),
     };
+    let (devices_part, driver) = split_driver(spec);
+    if let Some(v) = driver {
+        crate::profile::DriverProfile::parse(v).map_err(|e| err(format!("after `@`: {e}")))?;
+    }
     let mut devices = Vec::new();
-    for part in spec.split(',') {
+    for part in devices_part.split(',') {
         let part = part.trim();
         if part.is_empty() {
             return Err(err("empty device entry".into()));

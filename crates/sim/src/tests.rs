@@ -157,3 +157,15 @@ fn bad_minors_are_refused_with_what_to_change() {
     assert!(e.to_string().contains("--minors"), "{e}");
     assert!(!dir.path().join("box.json").exists());
 }
+
+#[test]
+fn a_spec_can_name_its_driver_after_an_at_sign() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = SimBox::create(dir.path(), "2xh100@580", &InitOptions::default()).unwrap();
+    assert_eq!(b.devices().len(), 2);
+    assert_eq!(b.config().driver_version, "580.65.06");
+    assert_eq!(b.config().cuda_driver_version, 13000);
+    let e = crate::parse_spec("2xh100@12").unwrap_err();
+    assert!(e.reason.contains("after `@`"), "{}", e.reason);
+    assert!(crate::parse_spec("2xh100@R535").is_ok());
+}
