@@ -43,12 +43,17 @@ pub fn show(sim: &SimBox, json: bool, reset: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// The client's PID as the table shows it.
-fn pid_cell(pid: u32, ns_pid: Option<u32>) -> String {
-    match ns_pid {
-        Some(ns) => format!("{pid} ({ns} in ns)"),
-        None => pid.to_string(),
+/// A client's PID, name and whether it runs, on its first row of a table (blank after).
+fn client_cells(c: &ClientCalls, first: bool) -> Vec<String> {
+    if !first {
+        return vec![String::new(); 3];
     }
+    let pid = match c.ns_pid {
+        Some(ns) => format!("{} ({ns} in ns)", c.pid),
+        None => c.pid.to_string(),
+    };
+    let alive = if c.alive { "yes" } else { "no" };
+    vec![pid, crate::term::clean(&c.name), alive.to_string()]
 }
 
 /// At most this many names of each missing kind per client in the table (`--json` has all).
@@ -68,7 +73,7 @@ fn show_cuda(clients: &[calls::cuda::CudaCalls]) -> Result<()> {
         "failed",
     ]);
     for c in clients {
-        let mut rows: Vec<(&String, &u64)> = c.calls.iter().collect();
+        let mut rows: Vec<(&String, &u64)> = c.client.calls.iter().collect();
         rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         for (i, (name, n)) in rows.iter().enumerate() {
             let first = i == 0;
@@ -78,26 +83,9 @@ fn show_cuda(clients: &[calls::cuda::CudaCalls]) -> Result<()> {
                     .collect::<Vec<_>>()
                     .join(", ")
             });
-            t.add_row(vec![
-                if first {
-                    pid_cell(c.pid, c.ns_pid)
-                } else {
-                    String::new()
-                },
-                if first {
-                    crate::term::clean(&c.name)
-                } else {
-                    String::new()
-                },
-                if first {
-                    if c.alive { "yes" } else { "no" }.to_string()
-                } else {
-                    String::new()
-                },
-                name.to_string(),
-                n.to_string(),
-                failed.unwrap_or_default(),
-            ]);
+            let mut row = client_cells(&c.client, first);
+            row.extend([name.to_string(), n.to_string(), failed.unwrap_or_default()]);
+            t.add_row(row);
         }
     }
     crate::term::print(&t.to_string())?;
@@ -132,7 +120,7 @@ fn show_cuda(clients: &[calls::cuda::CudaCalls]) -> Result<()> {
             };
             crate::term::print(&format!(
                 "PID {}: {} {what}: {}{tail}",
-                c.pid,
+                c.client.pid,
                 names.len(),
                 shown.join(", ")
             ))?;
@@ -158,26 +146,13 @@ fn show_nvml(clients: &[ClientCalls]) -> Result<()> {
             rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             for (i, (name, n)) in rows.iter().enumerate() {
                 let first = i == 0;
-                t.add_row(vec![
-                    if first {
-                        pid_cell(c.pid, c.ns_pid)
-                    } else {
-                        String::new()
-                    },
-                    if first {
-                        crate::term::clean(&c.name)
-                    } else {
-                        String::new()
-                    },
-                    if first {
-                        if c.alive { "yes" } else { "no" }.to_string()
-                    } else {
-                        String::new()
-                    },
+                let mut row = client_cells(c, first);
+                row.extend([
                     name.to_string(),
                     n.to_string(),
                     rate(c, **n).map(|r| format!("{r:.1}")).unwrap_or_default(),
                 ]);
+                t.add_row(row);
             }
         }
         crate::term::print(&t.to_string())?;

@@ -41,19 +41,13 @@ pub fn hex(uuid: &[u8; 16]) -> String {
     uuid.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// One client's CUDA calls, sorted by kind.
+/// One client's CUDA calls, sorted by kind: the client and its plain calls as NVML's
+/// counters read them (`client.calls` holds the calls per entry point only), the other keys
+/// taken out into fields of their own.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CudaCalls {
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ns_pid: Option<u32>,
-    pub start_time: u64,
-    pub name: String,
-    pub alive: bool,
-    pub first_call_us: u64,
-    pub last_call_us: u64,
-    /// Calls per entry point (its exported C name).
-    pub calls: BTreeMap<String, u64>,
+    #[serde(flatten)]
+    pub client: ClientCalls,
     /// Failing results per entry point: the cuda.h name of the code and how often.
     pub failed: BTreeMap<String, BTreeMap<String, u64>>,
     /// Entry points asked of `cuGetProcAddress` and not served, with the version asked.
@@ -67,7 +61,7 @@ pub struct CudaCalls {
 impl CudaCalls {
     /// Calls counted, every entry point together.
     pub fn total(&self) -> u64 {
-        self.calls.values().sum()
+        self.client.total()
     }
 
     /// Failing results counted, every entry point together.
@@ -77,22 +71,16 @@ impl CudaCalls {
 }
 
 impl From<ClientCalls> for CudaCalls {
-    fn from(c: ClientCalls) -> CudaCalls {
+    fn from(mut client: ClientCalls) -> CudaCalls {
+        let keys = std::mem::take(&mut client.calls);
         let mut out = CudaCalls {
-            pid: c.pid,
-            ns_pid: c.ns_pid,
-            start_time: c.start_time,
-            name: c.name,
-            alive: c.alive,
-            first_call_us: c.first_call_us,
-            last_call_us: c.last_call_us,
-            calls: BTreeMap::new(),
+            client,
             failed: BTreeMap::new(),
             missing_entry_points: Vec::new(),
             missing_export_tables: Vec::new(),
             unknown_slots: Vec::new(),
         };
-        for (key, n) in c.calls {
+        for (key, n) in keys {
             if let Some(t) = key.strip_prefix("?table:") {
                 out.missing_export_tables.push(t.to_string());
             } else if let Some(s) = key.strip_prefix("?slot:") {
@@ -112,7 +100,7 @@ impl From<ClientCalls> for CudaCalls {
                     .entry(label)
                     .or_insert(0) += n;
             } else {
-                out.calls.insert(key, n);
+                out.client.calls.insert(key, n);
             }
         }
         out
@@ -139,7 +127,7 @@ mod tests {
         let all = read_all_cuda(dir.path()).unwrap();
         assert_eq!(all.len(), 1);
         let got = &all[0];
-        assert_eq!(got.calls["cuMemAlloc_v2"], 2);
+        assert_eq!(got.client.calls["cuMemAlloc_v2"], 2);
         assert_eq!(got.total(), 2);
         assert_eq!(got.failed["cuMemAlloc_v2"]["CUDA_ERROR_OUT_OF_MEMORY"], 1);
         assert_eq!(got.failures(), 1);
