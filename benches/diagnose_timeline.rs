@@ -93,6 +93,7 @@ fn recording() -> Recording {
         device: None,
     });
     Recording {
+        rules_only: Default::default(),
         devices: (0..DEVICES)
             .map(|i| RecordedDevice {
                 index: i,

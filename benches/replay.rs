@@ -117,7 +117,7 @@ fn sampler_cost(label: &str, faults: Faults, process_period: Option<Duration>) {
         idle.as_secs_f64() * 1000.0,
         got.rounds,
         got.rounds as f64 / window.as_secs_f64(),
-        got.timeline.processes.len()
+        got.recording.timeline.processes.len()
     );
 }
 

@@ -151,6 +151,7 @@ fn one_hour_recording() -> Recording {
         })
         .collect();
     Recording {
+        rules_only: Default::default(),
         devices,
         timeline: Timeline {
             devices: vec![series(0), series(1)],

@@ -231,6 +231,7 @@ pub fn run(
         markers: &tail,
         lines: rx,
         errors: Vec::new(),
+        poll: true,
     };
     let mut seen_members = false;
     let why = loop {

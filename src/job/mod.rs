@@ -188,7 +188,19 @@ pub fn run(
 
     let t0 = Instant::now();
     let scope = job_scope(&marker_path);
-    let cfg = recorder_config(&mut spec, devices, scope);
+    let mut cfg = recorder_config(&mut spec, devices, scope);
+    // The marker file is read on the sampler thread before each round's readings: a marker
+    // is stamped in the readings' clock, after the reading before it was written.
+    let (tx, rx) = mpsc::channel();
+    cfg.before_round = Some({
+        let (tail, tx) = (markers.clone(), tx.clone());
+        Box::new(move |t: f64| {
+            let (_, texts) = tail.lock().unwrap_or_else(|e| e.into_inner()).poll_at(t);
+            for text in texts {
+                let _ = tx.send((t, stderr::Seen::Marker(text)));
+            }
+        })
+    });
     let recorder = Recorder::start(monitor, devices, t0, cfg);
     let mut live = live::Live::new(spec.live, devices.iter().map(|d| d.index).collect());
     // The pre-job level.
@@ -218,7 +230,6 @@ pub fn run(
         None,
     );
     drop(cmd); // closes vramdoc's copies of the job's write ends
-    let (tx, rx) = mpsc::channel();
     let mut output = stderr::Output::start(pump.copy, pump.control, tx, t0, markers.clone());
     drop(child); // reaped by `process::reap`, never by std
 
@@ -228,6 +239,7 @@ pub fn run(
         markers: &markers,
         lines: rx,
         errors: Vec::new(),
+        poll: false,
     };
     let exit = loop {
         forward_signals(&recorder, group.pgid);
@@ -458,6 +470,8 @@ pub struct Feed<'a> {
     markers: &'a Mutex<MarkerTail>,
     lines: mpsc::Receiver<(f64, stderr::Seen)>,
     errors: Vec<RunError>,
+    /// Whether [`Feed::take`] reads the marker file itself (attach); `run`'s sampler does.
+    pub poll: bool,
 }
 
 impl Feed<'_> {
@@ -476,9 +490,11 @@ impl Feed<'_> {
     /// ignores SIGTERM for long), the lines; then the count of markers over the cap.
     pub fn drain(&mut self) {
         self.take();
+        self.poll_markers();
         while self.tail().more() && !signals::pending() {
-            self.take();
+            self.poll_markers();
         }
+        self.take();
         let dropped = self.tail().dropped();
         if dropped > 0 {
             self.recorder.mark(
@@ -541,6 +557,14 @@ impl Feed<'_> {
                 line: e.line,
             });
         }
+        if self.poll {
+            self.poll_markers();
+        }
+    }
+
+    /// The markers written since the last read, at the earliest time they can have been
+    /// written.
+    fn poll_markers(&mut self) {
         let (t, texts) = self.tail().poll_at(self.recorder.t_ms());
         for text in texts {
             self.recorder.marker(Marker {

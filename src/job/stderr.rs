@@ -111,8 +111,8 @@ fn send(
     if found.is_empty() {
         return;
     }
-    let now = t0.elapsed().as_secs_f64() * 1000.0;
-    let (t, texts) = (markers.lock().unwrap_or_else(|e| e.into_inner())).poll_at(now);
+    let t = t0.elapsed().as_secs_f64() * 1000.0;
+    let (_, texts) = (markers.lock().unwrap_or_else(|e| e.into_inner())).poll_at(t);
     for text in texts {
         let _ = tx.send((t, Seen::Marker(text)));
     }
@@ -127,8 +127,8 @@ impl Output {
     ///
     /// Before a recognised line is stamped, the marker file is read (`markers`): a job
     /// writes its phase marker before it prints the error of that phase, so the marker is
-    /// there and is stamped before the line (at the previous poll, [`MarkerTail::poll_at`]),
-    /// however late the main loop's own poll of the marker file would have come. Those markers go to `tx` first, in file order.
+    /// there and is stamped before the line, however late the sampler's next read of the
+    /// marker file would have come. Those markers go to `tx` first, in file order.
     pub fn start(
         mut copy: File,
         control: File,

@@ -50,6 +50,7 @@ pub fn numbers(run: &JobRun, devices: &[DeviceInfo]) -> Numbers {
     let mut peak: BTreeMap<(u32, u32), (Option<u64>, f64)> = BTreeMap::new();
     let mut sums: BTreeMap<(u32, u64), (f64, u64)> = BTreeMap::new();
     for p in rec
+        .recording
         .timeline
         .processes
         .iter()
@@ -106,6 +107,7 @@ pub fn numbers(run: &JobRun, devices: &[DeviceInfo]) -> Numbers {
         })
         .collect();
     let min_free = rec
+        .recording
         .timeline
         .devices
         .iter()
@@ -171,7 +173,7 @@ pub fn run_result(
         processes: n.processes,
         errors: run.errors,
         findings,
-        timeline: run.recorded.timeline,
+        timeline: run.recorded.recording.timeline,
         stderr_tail: run.stderr_tail,
         samples_file,
         attached: run.attached,

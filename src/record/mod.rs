@@ -27,6 +27,7 @@ pub mod tree;
 
 pub use recording::{
     DeviceFileHolder, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
+    RulesOnly,
 };
 pub use stream::{StreamDevice, StreamLine, FLUSH_EVERY, STREAM_VERSION};
 
@@ -68,6 +69,8 @@ pub struct RecorderConfig {
     /// How finely device series and process samples are kept (`None`: every sample as
     /// taken). The default bounds a multi-day job ([`bounded`]).
     pub resolution: Option<Resolution>,
+    /// Run on the sampler thread before each round's readings (`run`: the marker file).
+    pub before_round: Option<sampler::BeforeRound>,
 }
 
 impl RecorderConfig {
@@ -82,6 +85,7 @@ impl RecorderConfig {
             sink: None,
             header: None,
             resolution: Some(Resolution::default()),
+            before_round: None,
         }
     }
 }
@@ -97,13 +101,11 @@ pub struct JobEnd {
 /// What a recording holds at its end.
 #[derive(Debug, Clone, Default)]
 pub struct Recorded {
-    /// What the timeline rules judge: [`Recorded::timeline`] plus the phase boundaries and
-    /// boundary process readings fed for the rules only, the job's processes, its errors
-    /// and its end.
+    /// What the timeline rules judge: the one timeline (device series — sampler and
+    /// boundary readings merged, in time order —, markers, per-process samples and sampling
+    /// gaps, as reports show it), the boundaries fed for the rules only, the job's
+    /// processes, its errors and its end.
     pub recording: Recording,
-    /// The timeline as reports show it: device series (sampler and boundary readings
-    /// merged, in time order), markers, per-process samples and sampling gaps.
-    pub timeline: Timeline,
     /// Peak used bytes per device, with when.
     pub peaks: Vec<DevicePeak>,
     /// Every process of the job's tree (empty without a tree).
@@ -180,13 +182,17 @@ impl Recorder {
             Box::new(move |t: f64, used: &[Option<u64>]| lock_sink(&sink).round(t, used, period))
                 as sampler::OnRound
         });
+        let hooks = sampler::Hooks {
+            before: cfg.before_round,
+            after: on_round,
+        };
         let sampler = Sampler::start_with(
             lanes.clone(),
             series,
             devices.iter().map(|d| (d.index, d.memory.total)).collect(),
             t0,
             period,
-            on_round,
+            hooks,
         );
         let stop = Arc::new(StopSignal::default());
         let lists = cfg.sampler.process_period.map(|pp| {
@@ -597,18 +603,22 @@ impl Recorder {
             processes,
             gaps,
         };
+        let rules_only = RulesOnly {
+            markers: std::mem::take(&mut s.boundaries),
+            processes: std::mem::take(&mut s.boundary_processes),
+        };
         let recording = Recording {
             devices: self.devices.clone(),
-            timeline: judged_timeline(&timeline, &mut s),
             processes: job_processes(&tree, std::mem::take(&mut s.job), &timeline),
+            timeline,
             errors: std::mem::take(&mut s.errors),
             end_ms: end.end_ms,
             exit: end.exit,
             device_file_holders: std::mem::take(&mut s.device_file_holders),
+            rules_only,
         };
         Recorded {
             recording,
-            timeline,
             peaks,
             tree,
             rounds: samples.rounds,
@@ -676,20 +686,6 @@ fn peak(series: &DeviceSeries) -> DevicePeak {
         peak_used,
         t_ms,
     }
-}
-
-/// The shown timeline plus what was fed for the rules only.
-fn judged_timeline(shown: &Timeline, s: &mut Shared) -> Timeline {
-    let mut t = shown.clone();
-    if !s.boundaries.is_empty() {
-        t.markers.append(&mut s.boundaries);
-        t.markers.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
-    }
-    if !s.boundary_processes.is_empty() {
-        t.processes.append(&mut s.boundary_processes);
-        t.processes.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
-    }
-    t
 }
 
 /// The job's processes (its tree, or those fed), then every other PID the process lists

@@ -1,7 +1,7 @@
 //! The recording the timeline rules judge: devices, the timeline, processes, errors and the
 //! job's end.
 
-use crate::model::Timeline;
+use crate::model::{Marker, ProcessSample, Timeline};
 use serde::{Deserialize, Serialize};
 
 /// One GPU of the recording (NVML physical index).
@@ -193,4 +193,41 @@ pub struct Recording {
     /// (`run -- CMD` only), each sighting once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_file_holders: Vec<DeviceFileHolder>,
+    /// What was fed for the rules only, never shown in a report (the one timeline is
+    /// [`Recording::timeline`]).
+    #[serde(default, skip_serializing_if = "RulesOnly::is_empty")]
+    pub rules_only: RulesOnly,
+}
+
+/// Phase boundaries and readings the timeline rules judge beside the timeline but reports
+/// do not show: replay's step ends and release points, and the process usage read at them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RulesOnly {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub markers: Vec<Marker>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessSample>,
+}
+
+impl RulesOnly {
+    pub fn is_empty(&self) -> bool {
+        self.markers.is_empty() && self.processes.is_empty()
+    }
+}
+
+impl Recording {
+    /// Every marker the rules read, in time order: the timeline's and the rules-only
+    /// boundaries.
+    pub fn judged_markers(&self) -> Vec<&Marker> {
+        let mut all: Vec<&Marker> = (self.timeline.markers.iter())
+            .chain(&self.rules_only.markers)
+            .collect();
+        all.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+        all
+    }
+
+    /// Every per-process sample the rules read: the timeline's and the rules-only ones.
+    pub fn judged_processes(&self) -> impl Iterator<Item = &ProcessSample> {
+        (self.timeline.processes.iter()).chain(&self.rules_only.processes)
+    }
 }

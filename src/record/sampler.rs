@@ -112,6 +112,19 @@ impl StopSignal {
 /// `(t_ms, used bytes per device, `None` where that device gave no reading)`.
 pub type OnRound = Box<dyn FnMut(f64, &[Option<u64>]) + Send>;
 
+/// Called on the sampler thread at the start of every round, before its readings, with the
+/// round's time: what must be stamped in the same clock as the readings and before them
+/// (`run` reads the job's marker file here, so the level at a marker is the reading taken
+/// before the marker was written).
+pub type BeforeRound = Box<dyn FnMut(f64) + Send>;
+
+/// The sampler thread's callbacks.
+#[derive(Default)]
+pub struct Hooks {
+    pub before: Option<BeforeRound>,
+    pub after: Option<OnRound>,
+}
+
 /// The latest reading of every device (sampler order; `None`: none yet, or a gap).
 pub type Latest = Arc<Mutex<Vec<Option<u64>>>>;
 
@@ -146,7 +159,11 @@ impl Sampler {
         let series = Arc::new(Mutex::new(
             devices.iter().map(|_| SeriesBuilder::unbounded()).collect(),
         ));
-        Sampler::start_with(lanes, series, devices, t0, period, on_round)
+        let hooks = Hooks {
+            before: None,
+            after: on_round,
+        };
+        Sampler::start_with(lanes, series, devices, t0, period, hooks)
     }
 
     /// [`Sampler::start`] through the recording's own lanes, into its own series (one
@@ -157,10 +174,10 @@ impl Sampler {
         devices: Vec<(u32, u64)>,
         t0: Instant,
         period: Duration,
-        on_round: Option<OnRound>,
+        hooks: Hooks,
     ) -> Sampler {
         let pacer = every(period);
-        Sampler::start_paced(lanes, series, devices, t0, period, on_round, pacer)
+        Sampler::start_paced(lanes, series, devices, t0, period, hooks, pacer)
     }
 
     /// [`Sampler::start_with`] taking its rounds when `pacer` returns (the recording's:
@@ -172,7 +189,7 @@ impl Sampler {
         devices: Vec<(u32, u64)>,
         t0: Instant,
         period: Duration,
-        on_round: Option<OnRound>,
+        hooks: Hooks,
         pacer: Pacer,
     ) -> Sampler {
         let stop = Arc::new(StopSignal::default());
@@ -189,7 +206,7 @@ impl Sampler {
                     latest: &to,
                     series: &into,
                 };
-                memory_loop(&cx, t0, period, &flag, on_round, pacer)
+                memory_loop(&cx, t0, period, &flag, hooks, pacer)
             })
             .ok();
         Sampler {
@@ -375,9 +392,13 @@ fn memory_loop(
     t0: Instant,
     period: Duration,
     stop: &StopSignal,
-    mut on_round: Option<OnRound>,
+    hooks: Hooks,
     mut pacer: Pacer,
 ) -> Samples {
+    let Hooks {
+        mut before,
+        after: mut on_round,
+    } = hooks;
     let (lanes, devices) = (cx.lanes, cx.devices);
     let mut out = Samples::default();
     let indices: Vec<u32> = devices.iter().map(|(d, _)| *d).collect();
@@ -388,6 +409,9 @@ fn memory_loop(
         // (a device lost in the last moments shows as a gap, not as nothing).
         let last = stop.is_set();
         let t_round = ms_since(t0);
+        if let Some(b) = before.as_mut() {
+            b(t_round);
+        }
         gaps.round(t_round);
         used.clear();
         // Each reading is stamped when its call ran on its lane, not when the round began.
@@ -493,7 +517,10 @@ mod tests {
             devices,
             Instant::now(),
             Duration::from_secs(3600),
-            on_round,
+            Hooks {
+                before: None,
+                after: on_round,
+            },
             pacer,
         );
         let s = Stepped { go, taken, sampler };

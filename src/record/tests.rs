@@ -119,14 +119,19 @@ fn process_lists_are_read_only_on_the_devices_that_matter() {
     let got = rec.finish(END);
     let me = std::process::id();
     assert!(got
+        .recording
         .timeline
         .processes
         .iter()
         .any(|p| p.pid == me && p.device == 1));
     assert!(
-        got.timeline.processes.iter().all(|p| p.device == 1),
+        got.recording
+            .timeline
+            .processes
+            .iter()
+            .all(|p| p.device == 1),
         "GPU 0's lists were read: {:?}",
-        got.timeline.processes
+        got.recording.timeline.processes
     );
     assert!(got.peaks[1].peak_used >= 1 << 30);
     // A PID the lists showed is a neighbour of the recording (no tree, none fed).
@@ -258,21 +263,22 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
         (list_rounds(&rec).0 >= 2).then_some(())
     });
     let got = rec.finish(END);
-    let during = got.timeline.devices[0]
+    let during = got.recording.timeline.devices[0]
         .samples
         .iter()
         .filter(|(t, _)| *t > stuck_ms && *t < opened_ms && *t != t_mark)
         .count();
     assert!(during > 0, "memory loop stalled behind the process query");
     assert!(
-        got.timeline
+        got.recording
+            .timeline
             .gaps
             .iter()
             .any(|g| g.kind == processes::GAP_KIND
                 && g.reason == GapReason::Late
                 && g.device.is_none()),
         "{:?}",
-        got.timeline.gaps
+        got.recording.timeline.gaps
     );
 }
 
@@ -348,19 +354,25 @@ fn failed_process_lists_become_one_gap_per_device() {
     assert!(got.errors > 0);
     for kind in [GapKind::Memory, processes::GAP_KIND] {
         let lost: Vec<_> = got
+            .recording
             .timeline
             .gaps
             .iter()
             .filter(|g| g.kind == kind && g.device == Some(1))
             .collect();
-        assert_eq!(lost.len(), 1, "{kind}: {:?}", got.timeline.gaps);
+        assert_eq!(lost.len(), 1, "{kind}: {:?}", got.recording.timeline.gaps);
         assert!(
             matches!(&lost[0].reason, GapReason::Failed(e) if e.contains("lost")),
             "{}",
             lost[0].reason
         );
     }
-    assert!(!got.timeline.gaps.iter().any(|g| g.device == Some(0)));
+    assert!(!got
+        .recording
+        .timeline
+        .gaps
+        .iter()
+        .any(|g| g.device == Some(0)));
 }
 
 #[test]
@@ -389,20 +401,20 @@ fn markers_read_memory_and_boundaries_reach_only_the_recording() {
         exit: Some(JobExit::Code(1)),
     });
     // The marker's reading is on the chart although the period is an hour.
-    assert!(got.timeline.devices[0]
+    assert!(got.recording.timeline.devices[0]
         .samples
         .iter()
         .any(|(ts, u)| *ts == t && *u >= 2 << 30));
-    assert_eq!(got.timeline.markers.len(), 1);
-    assert!(got.timeline.processes.iter().all(|p| p.pid != 42));
+    assert_eq!(got.recording.timeline.markers.len(), 1);
+    assert!(got.recording.timeline.processes.iter().all(|p| p.pid != 42));
     let r = &got.recording;
-    assert_eq!(r.timeline.markers.len(), 2);
+    assert_eq!(r.judged_markers().len(), 2);
     assert!(r
-        .timeline
+        .rules_only
         .markers
         .iter()
         .any(|m| m.kind == MarkerKind::StepEnd));
-    assert!(r.timeline.processes.iter().any(|p| p.pid == 42));
+    assert!(r.judged_processes().any(|p| p.pid == 42));
     assert_eq!(r.processes.len(), 1);
     assert_eq!(r.errors.len(), 1);
     assert_eq!((r.end_ms, r.exit), (t + 2.0, Some(JobExit::Code(1))));
@@ -443,12 +455,13 @@ fn lists_on_change_stay_cheap_and_still_catch_a_256_mib_holder_of_one_second() {
     let got = rec.finish(END);
     for device in [2u32, 0] {
         assert!(
-            got.timeline
+            got.recording
+                .timeline
                 .processes
                 .iter()
                 .any(|p| p.pid == me && p.device == device && p.used >= Some(256 << 20)),
             "the 1 s holder on GPU {device} was not listed: {:?}",
-            got.timeline.processes
+            got.recording.timeline.processes
         );
     }
 }

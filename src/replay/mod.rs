@@ -155,6 +155,7 @@ pub fn run_variant(
             // Short, and every per-process sample feeds the rules: every list each round.
             list_policy: crate::record::policy::ListPolicy::Every,
             resolution: None,
+            before_round: None,
             ..RecorderConfig::new(opts.sampler)
         },
     );

@@ -84,7 +84,7 @@ pub(super) fn judge(
         ..
     } = worker;
     let view_ordinals: Vec<usize> = view.ordinals.iter().map(|p| *p as usize).collect();
-    let timeline: Timeline = recorded.timeline;
+    let timeline: Timeline = recorded.recording.timeline.clone();
     // Peak per step: samples from its start to its end.
     for r in records.iter_mut() {
         let end = r.end_ms.unwrap_or(f64::INFINITY);

@@ -379,5 +379,6 @@ pub fn recording(src: &Source) -> Recording {
         end_ms,
         exit: None,
         device_file_holders: Vec::new(),
+        rules_only: Default::default(),
     }
 }

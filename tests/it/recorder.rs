@@ -346,6 +346,7 @@ mod long_staircase {
         processes.extend(runs.finish());
         processes.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
         Recording {
+            rules_only: Default::default(),
             devices: (0..2)
                 .map(|i| RecordedDevice {
                     index: i,

@@ -81,15 +81,13 @@ fn find_hit<'e>(cx: &'e Prepared, d: &Dev, levels: &[(f64, u64)]) -> Option<Hit<
             let last = steps[0];
             let marked = cx
                 .rec
-                .timeline
-                .markers
-                .iter()
+                .judged_markers()
+                .into_iter()
                 .any(|m| is_phase(&m.kind) && m.t_ms > last.t && m.t_ms <= e.t_ms)
                 && cx
                     .rec
-                    .timeline
-                    .markers
-                    .iter()
+                    .judged_markers()
+                    .into_iter()
                     .any(|m| is_phase(&m.kind) && m.t_ms > load.t && m.t_ms <= last.t);
             marked && req.is_some_and(|r| r >= last.to - last.from) && th.growth_min_ratchets <= 3
         };

@@ -108,6 +108,7 @@ fn recording(s: &Shape) -> Recording {
         end_ms: 1000.0,
         exit: s.exit,
         device_file_holders: holders,
+        rules_only: Default::default(),
     }
 }
 

@@ -108,9 +108,8 @@ pub(super) fn host_oom_kill(cx: &Prepared) -> Vec<Finding> {
     // first, as Slurm and Kubernetes stop jobs: SIGTERM, then SIGKILL after a grace period).
     let asked = cx
         .rec
-        .timeline
-        .markers
-        .iter()
+        .judged_markers()
+        .into_iter()
         .any(|m| m.kind == MarkerKind::Signal && m.t_ms <= t);
     if asked {
         return Vec::new();

@@ -12,9 +12,8 @@ pub(super) fn not_released(cx: &Prepared) -> Vec<Finding> {
     let th = cx.th;
     let mut releases: Vec<&Marker> = cx
         .rec
-        .timeline
-        .markers
-        .iter()
+        .judged_markers()
+        .into_iter()
         .filter(|m| m.kind == MarkerKind::Release)
         .collect();
     releases.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));

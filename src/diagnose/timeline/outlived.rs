@@ -9,9 +9,8 @@ const KILL_AFTER: &str = "kill-after:";
 /// The markers `run --kill-after` added when it ended processes of the job that outlived
 /// the command (read by `outlived-command` and `held-by-descriptor`).
 pub(super) fn kill_after_markers(rec: &crate::record::Recording) -> Vec<&Marker> {
-    rec.timeline
-        .markers
-        .iter()
+    rec.judged_markers()
+        .into_iter()
         .filter(|m| m.label.starts_with(KILL_AFTER))
         .collect()
 }
@@ -183,6 +182,7 @@ mod tests {
             end_ms: 1000.0,
             exit,
             device_file_holders: Vec::new(),
+            rules_only: Default::default(),
         }
     }
 

@@ -89,9 +89,13 @@ fn sole_holder_at_device_resolution(d: &Dev, procs: &mut BTreeMap<u32, BTreeMap<
     let (Some(first), Some(last)) = (listed.first(), listed.last()) else {
         return;
     };
+    // A list call runs between two readings: it agrees with either (usage moving fast).
     let agrees = listed.iter().all(|(t, u)| {
-        d.level_at(*t)
-            .is_some_and(|l| l.saturating_sub(d.baseline).abs_diff(*u) <= d.step)
+        let after = d.samples.iter().find(|(ts, _)| *ts > *t).map(|p| p.1);
+        [d.level_at(*t), after]
+            .into_iter()
+            .flatten()
+            .any(|l| l.saturating_sub(d.baseline).abs_diff(*u) <= d.step)
     });
     if !agrees || listed.len() < 2 {
         return;
@@ -159,10 +163,10 @@ impl<'a> Prepared<'a> {
                 }
             })
             .collect();
-        let mut marker_times: Vec<f64> = rec.timeline.markers.iter().map(|m| m.t_ms).collect();
+        let mut marker_times: Vec<f64> = rec.judged_markers().iter().map(|m| m.t_ms).collect();
         marker_times.sort_by(f64::total_cmp);
         let mut procs: BTreeMap<u32, BTreeMap<u32, ProcSeries>> = BTreeMap::new();
-        for p in &rec.timeline.processes {
+        for p in rec.judged_processes() {
             procs
                 .entry(p.pid)
                 .or_default()
@@ -341,9 +345,8 @@ impl<'a> Prepared<'a> {
     /// The label of the last step / marker at or before `t`.
     pub(super) fn phase_at(&self, t: f64) -> Option<&str> {
         self.rec
-            .timeline
-            .markers
-            .iter()
+            .judged_markers()
+            .into_iter()
             .filter(|m| {
                 m.t_ms <= t
                     && matches!(

@@ -169,6 +169,7 @@ impl Job {
             t += self.period;
         }
         Recording {
+            rules_only: Default::default(),
             devices: (0..nd as u32)
                 .map(|i| RecordedDevice {
                     index: i,

@@ -146,6 +146,7 @@ impl Shape {
         pids.sort_unstable();
         pids.dedup();
         Recording {
+            rules_only: Default::default(),
             devices: (0..self.totals.len() as u32)
                 .map(|i| RecordedDevice {
                     index: i,
