@@ -593,7 +593,7 @@ mod tests {
             vec![(0, 16 << 30)],
             Instant::now(),
             Duration::from_secs(3600),
-            None,
+            Hooks::default(),
         );
         let latest = s.latest();
         until("the first round", || {
