@@ -9,6 +9,7 @@ pub mod list;
 #[cfg(not(feature = "sim"))]
 pub mod no_sim;
 pub mod packaging;
+pub mod plan;
 pub mod preflight;
 pub mod replay;
 pub mod report;
@@ -67,6 +68,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Preflight(args) => {
             let session = session::open(&cli.global)?;
             preflight::run(&session, &args)
+        }
+        Command::Plan(cmd) => {
+            let session = session::open(&cli.global)?;
+            plan::run(&session, &cmd)
         }
         Command::Scan(args) => {
             let session = session::open(&cli.global)?;
