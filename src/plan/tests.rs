@@ -31,8 +31,11 @@ fn llama_gqa_kv_bytes_per_token() {
 #[test]
 fn head_dim_defaults_to_hidden_over_heads_and_kv_heads_to_heads() {
     // facebook/opt-style MHA config without num_key_value_heads or head_dim.
-    let a = parse(&json!({"model_type": "x", "hidden_size": 2048, "num_attention_heads": 16,
-        "num_hidden_layers": 24})).unwrap();
+    let a = parse(
+        &json!({"model_type": "x", "hidden_size": 2048, "num_attention_heads": 16,
+        "num_hidden_layers": 24}),
+    )
+    .unwrap();
     assert_eq!(
         a.attention,
         Attention::Gqa {
@@ -46,11 +49,13 @@ fn head_dim_defaults_to_hidden_over_heads_and_kv_heads_to_heads() {
 #[test]
 fn deepseek_v3_mla_latent_is_not_split_by_tp() {
     // deepseek-ai/DeepSeek-V3: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64.
-    let a = parse(&json!({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    let a = parse(
+        &json!({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
         "hidden_size": 7168, "intermediate_size": 18432, "num_attention_heads": 128,
         "num_hidden_layers": 61, "num_key_value_heads": 128, "kv_lora_rank": 512,
         "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-        "vocab_size": 129280, "torch_dtype": "bfloat16"}))
+        "vocab_size": 129280, "torch_dtype": "bfloat16"}),
+    )
     .unwrap();
     assert_eq!(a.kv_bytes_per_token(1, 2), 61 * (512 + 64) * 2);
     assert_eq!(a.kv_bytes_per_token(1, 2), 70_272);
@@ -60,10 +65,12 @@ fn deepseek_v3_mla_latent_is_not_split_by_tp() {
 #[test]
 fn gemma2_alternates_sliding_layers() {
     // google/gemma-2-9b: 42 layers, 8 KV heads of 256, window 4096, every other layer.
-    let a = parse(&json!({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+    let a = parse(
+        &json!({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
         "hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
         "num_hidden_layers": 42, "num_key_value_heads": 8, "head_dim": 256,
-        "sliding_window": 4096, "vocab_size": 256000, "torch_dtype": "float32"}))
+        "sliding_window": 4096, "vocab_size": 256000, "torch_dtype": "float32"}),
+    )
     .unwrap();
     assert_eq!(a.sliding_layers, 21);
     let per_layer = 2 * 8 * 256 * 2;
@@ -154,7 +161,8 @@ fn write(dir: &std::path::Path, name: &str, header: &[u8], data: u64) -> std::pa
     let p = dir.join(name);
     let f = std::fs::File::create(&p).unwrap();
     use std::io::Write;
-    (&f).write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    (&f).write_all(&(header.len() as u64).to_le_bytes())
+        .unwrap();
     (&f).write_all(header).unwrap();
     f.set_len(8 + header.len() as u64 + data).unwrap();
     p
