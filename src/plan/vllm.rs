@@ -42,7 +42,7 @@ impl Version {
     }
 
     fn at_least(self, minor: u32) -> bool {
-        self > Version { major: 0, minor } || self == Version { major: 0, minor }
+        self >= Version { major: 0, minor }
     }
 
     /// V1's worker refuses to start when free memory is below `ceil(U x total)`

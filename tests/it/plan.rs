@@ -192,7 +192,7 @@ fn a_neighbour_holding_60_gib_refuses_0_9_names_it_and_the_suggestion_starts() {
     let u = s["gpu_memory_utilization"].as_f64().expect("a utilisation");
     assert!(u > 0.0 && u < 0.9, "{s}");
     let len = s["max_model_len"].as_u64().expect("a length");
-    assert!(len > 0 && len <= 32768 && len % 16 == 0, "{s}");
+    assert!(len > 0 && len <= 32768 && len.is_multiple_of(16), "{s}");
     // The suggested flags start.
     let flags: Vec<String> = s["flags"]
         .as_str()

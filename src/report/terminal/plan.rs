@@ -6,6 +6,9 @@ use super::{table, WIDTH};
 use crate::plan::VllmPlan;
 use crate::units::format_bytes;
 
+/// One row's cell of a GPU.
+type Cell = fn(&crate::plan::DevicePlan) -> String;
+
 pub fn render(p: &VllmPlan) -> String {
     let m = &p.model;
     let mut s = format!(
@@ -40,7 +43,7 @@ pub fn render(p: &VllmPlan) -> String {
     );
     let mut t = table(header.iter().map(String::as_str).collect(), WIDTH);
     let u = p.options.gpu_memory_utilization;
-    let rows: [(String, fn(&crate::plan::DevicePlan) -> String); 9] = [
+    let rows: [(String, Cell); 9] = [
         ("total (CUDA)".into(), |d| format_bytes(d.total)),
         ("free at start-up".into(), |d| {
             format_bytes(d.free_at_startup)
