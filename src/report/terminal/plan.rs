@@ -12,11 +12,12 @@ type Cell = fn(&crate::plan::DevicePlan) -> String;
 pub fn render(p: &VllmPlan) -> String {
     let m = &p.model;
     let mut s = format!(
-        "{}: {} ({} in {} files, {} tensors{}), KV {} per token ({} per GPU)\n",
+        "{}: {} ({} in {} file{}, {} tensors{}), KV {} per token ({} per GPU)\n",
         m.dir,
         m.arch.name,
         format_bytes(p.weights_bytes),
         m.files,
+        if m.files == 1 { "" } else { "s" },
         m.tensors,
         m.quantization
             .as_deref()
