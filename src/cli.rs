@@ -5,12 +5,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod explain;
 mod incidents;
+mod plan;
 mod pods;
 mod replay;
 mod scenario;
 mod sim;
 pub use explain::ExplainArgs;
 pub use incidents::*;
+pub use plan::{KvCacheDtype, PlanCommand, VllmPlanArgs};
 pub use pods::PodArgs;
 pub use replay::ReplayArgs;
 pub use scenario::{ScenarioCommand, ScenarioFromArgs, WhatifArgs};
@@ -89,6 +91,9 @@ pub enum Command {
         after_help = "Exit codes: 0 ok, 1 problem (the line says which GPU and why), 2 unknown (the GPU list cannot be resolved, bad flags), 3 environment (no driver). Node Problem Detector reads 0/1/other the same way; a Slurm prolog that exits non-zero drains the node.\n\nExamples:\n  vramdoc preflight\n  vramdoc preflight --gpus 0,1 --need 20GiB\n  SLURM_JOB_GPUS=2,3 vramdoc preflight --json"
     )]
     Preflight(PreflightArgs),
+    /// Plan an inference server on the GPUs as they are now: will it start, with which flags
+    #[command(subcommand)]
+    Plan(PlanCommand),
     /// List the built-in failure scenarios
     #[command(after_help = "Examples:\n  vramdoc list\n  vramdoc list --json")]
     List(ListArgs),

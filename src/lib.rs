@@ -23,6 +23,7 @@ pub mod input;
 pub mod inventory;
 pub mod job;
 pub mod model;
+pub mod plan;
 pub mod pods;
 pub mod preflight;
 pub mod record;

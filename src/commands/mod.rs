@@ -9,6 +9,7 @@ pub mod list;
 #[cfg(not(feature = "sim"))]
 pub mod no_sim;
 pub mod packaging;
+pub mod plan;
 pub mod preflight;
 pub mod replay;
 mod replay_script;
@@ -68,6 +69,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Preflight(args) => {
             let session = session::open(&cli.global)?;
             preflight::run(&session, &args)
+        }
+        Command::Plan(cmd) => {
+            let session = session::open(&cli.global)?;
+            plan::run(&session, &cmd)
         }
         Command::Scan(args) => {
             let session = session::open(&cli.global)?;

@@ -47,7 +47,8 @@ pub const LOW_HEADROOM: &str = "Give a new engine at most the gpu_memory_utiliza
 (vLLM claims utilization x total up front, and KV growth, activations and CUDA-graph capture \
 need memory outside that budget: WeClone needed 0.5 instead of 0.9 on a 16 GiB card). Also \
 use smaller batches / max_num_seqs or quantised weights, and turn on CUDA graphs only once \
-the run is stable; or free memory held by other processes.";
+the run is stable; or free memory held by other processes. `vramdoc plan vllm MODEL_DIR` \
+works out, for a model, the flags that start beside them (docs/plan.md).";
 
 /// Double model load (FAILURES.md §4, CogVLM composite demo).
 pub const DUPLICATE_COPY: &str = "If this is one model, use one loading path only: either \

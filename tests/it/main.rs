@@ -42,6 +42,8 @@ mod mig;
 mod nvml_backend;
 /// NVIDIA's Python NVML bindings read the box as vramdoc does.
 mod nvml_python;
+/// `vramdoc plan vllm`: will an inference server start beside the GPU's neighbours (issue 35).
+mod plan;
 /// Pod attribution: kubepods cgroups, the kubelet's log directories and pod-resources gRPC.
 mod pods;
 /// `vramdoc preflight`: GPUs checked before a job starts.

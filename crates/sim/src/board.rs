@@ -46,13 +46,18 @@ pub fn board_of(name: &str) -> Board {
     const BOARDS: &[Row] = &[
         ("gb200", true, 1200, 160, 2062, 3996, Some(true), true),
         ("gh200", true, 900, 100, 1980, 2619, Some(true), true),
+        ("b200", true, 1000, 140, 1965, 4000, Some(true), false),
         ("h200", true, 700, 75, 1980, 3201, Some(true), true),
         ("h100", true, 700, 70, 1980, 2619, Some(true), true),
         ("a100", true, 400, 55, 1410, 1593, Some(true), true),
         ("v100", true, 300, 40, 1530, 877, Some(true), false),
         ("t4", true, 70, 10, 1590, 5001, Some(true), false),
+        ("l40s", true, 350, 35, 2520, 9001, Some(true), false),
+        ("nvidia l40", true, 300, 35, 2490, 9001, Some(true), false),
         ("nvidia l4", true, 72, 12, 2040, 6251, Some(true), false),
+        ("a10g", true, 300, 15, 1710, 6251, Some(true), false),
         ("nvidia a10", true, 150, 20, 1695, 6251, Some(true), false),
+        ("rtx 5090", false, 575, 20, 3090, 14001, None, false),
         ("rtx 4090", false, 450, 25, 3105, 10501, Some(false), false),
         ("rtx 4060 ti", false, 165, 10, 2535, 9001, None, false),
         ("rtx 3090", false, 350, 30, 2100, 9751, None, false),
@@ -100,5 +105,13 @@ mod tests {
         assert!(!board_of("Tesla T4").mig);
         assert_eq!(board_of("NVIDIA GB200").power_limit_w, 1200);
         assert_eq!(board_of("NVIDIA GH200 480GB").power_limit_w, 900);
+        // Names that contain another preset's key get their own board.
+        assert_eq!(board_of("NVIDIA L40S").power_limit_w, 350);
+        assert_eq!(board_of("NVIDIA L40").power_limit_w, 300);
+        assert_eq!(board_of("NVIDIA L4").power_limit_w, 72);
+        assert_eq!(board_of("NVIDIA A10G").power_limit_w, 300);
+        assert_eq!(board_of("NVIDIA A10").power_limit_w, 150);
+        assert_eq!(board_of("NVIDIA B200").power_limit_w, 1000);
+        assert!(board_of("NVIDIA GeForce RTX 5090").has_fan());
     }
 }

@@ -78,6 +78,43 @@ pub const PRESETS: &[Preset] = &[
         coherent: false,
         no_memory_info: false,
     },
+    // NVIDIA A10G (AWS g5): nvidia-smi shows 23028MiB, as the A10 (the same GA102 board
+    // memory); its reservation is taken from the A10.
+    Preset {
+        key: "a10g",
+        name: "NVIDIA A10G",
+        total: 23028 * MIB,
+        reserved: 326 * MIB,
+        coherent: false,
+        no_memory_info: false,
+    },
+    // nvidia-smi shows 32607MiB on the RTX 5090, 46068MiB on the L40 and the L40S and
+    // 183359MiB on the B200; their reservations are not published (1 % here, like generic
+    // cards). Sources: docs/simulator.md "Presets".
+    Preset {
+        key: "rtx5090",
+        name: "NVIDIA GeForce RTX 5090",
+        total: 32607 * MIB,
+        reserved: 326 * MIB,
+        coherent: false,
+        no_memory_info: false,
+    },
+    Preset {
+        key: "l40",
+        name: "NVIDIA L40",
+        total: 46068 * MIB,
+        reserved: 460 * MIB,
+        coherent: false,
+        no_memory_info: false,
+    },
+    Preset {
+        key: "l40s",
+        name: "NVIDIA L40S",
+        total: 46068 * MIB,
+        reserved: 460 * MIB,
+        coherent: false,
+        no_memory_info: false,
+    },
     Preset {
         key: "a100",
         name: "NVIDIA A100-SXM4-40GB",
@@ -107,6 +144,14 @@ pub const PRESETS: &[Preset] = &[
         name: "NVIDIA H200",
         total: 143771 * MIB,
         reserved: 568 * MIB,
+        coherent: false,
+        no_memory_info: false,
+    },
+    Preset {
+        key: "b200",
+        name: "NVIDIA B200",
+        total: 183359 * MIB,
+        reserved: 1833 * MIB,
         coherent: false,
         no_memory_info: false,
     },
@@ -269,12 +314,18 @@ pub fn arch_of(name: &str) -> ((i32, i32), i32) {
         ((8, 0), 108)
     } else if n.contains("4090") {
         ((8, 9), 128)
+    } else if n.contains("5090") {
+        ((12, 0), 170)
     } else if n.contains("4060") {
         ((8, 9), 34)
+    } else if n.contains("l40") {
+        ((8, 9), 142)
     } else if n.contains("l4") {
         ((8, 9), 58)
     } else if n.contains("3090") {
         ((8, 6), 82)
+    } else if n.contains("a10g") {
+        ((8, 6), 80)
     } else if n.contains("a10") {
         ((8, 6), 72)
     } else if n.contains("v100") {
@@ -289,6 +340,27 @@ pub fn arch_of(name: &str) -> ((i32, i32), i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inference_card_presets_have_their_nvidia_smi_totals() {
+        for (key, mib, arch) in [
+            ("l40s", 46068, (8, 9)),
+            ("l40", 46068, (8, 9)),
+            ("a10g", 23028, (8, 6)),
+            ("rtx5090", 32607, (12, 0)),
+            ("b200", 183359, (10, 0)),
+        ] {
+            let d = parse_spec(key).unwrap();
+            assert_eq!(d[0].total, mib * MIB, "{key}");
+            assert!(
+                d[0].reserved > 0 && d[0].reserved < d[0].total / 50,
+                "{key}"
+            );
+            assert_eq!(arch_of(&d[0].name).0, arch, "{key}");
+        }
+        assert_eq!(arch_of("NVIDIA L4").1, 58);
+        assert_eq!(arch_of("NVIDIA A10").1, 72);
+    }
 
     #[test]
     fn parses_counts_presets_and_sizes() {

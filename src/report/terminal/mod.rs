@@ -5,6 +5,7 @@
 //! Every field a process, a scenario file or a report file controls is made terminal-safe
 //! here ([`crate::term::clean`]); commands only write the result out.
 
+pub mod plan;
 pub mod replay;
 pub mod run;
 pub mod scan;

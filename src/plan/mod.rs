@@ -1,0 +1,487 @@
+//! The planner behind `vramdoc plan vllm MODEL_DIR` (issue 35; docs/plan.md): will a vLLM
+//! server start on these GPUs, beside whoever holds memory there now, and with which flags.
+//! `model` reads the model directory (config.json and safetensors headers only); the plan
+//! itself ([`plan_vllm`]) is a pure function of that, the flags and a scan report (CUDA's
+//! view of each GPU, its other processes, the headroom `diagnose` computed).
+
+pub mod arch;
+pub mod model;
+pub mod safetensors;
+pub mod vllm;
+
+#[cfg(test)]
+mod tests;
+
+use crate::model::{Headroom, Report};
+use crate::units::format_bytes;
+use serde::Serialize;
+
+pub use model::{Model, ModelError};
+pub use vllm::Version;
+
+/// `plan vllm`'s flags, resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmOptions {
+    pub vllm_version: String,
+    pub tensor_parallel_size: u64,
+    /// `None`: the model's `max_position_embeddings`.
+    pub max_model_len: Option<u64>,
+    pub gpu_memory_utilization: f64,
+    /// `auto` (the model's dtype) or `fp8`.
+    pub kv_cache_dtype: String,
+    pub max_num_seqs: Option<u64>,
+    pub max_num_batched_tokens: Option<u64>,
+    pub enforce_eager: bool,
+    #[serde(skip)]
+    pub version: Version,
+}
+
+/// Another process's memory on a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Other {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `None`: NVML reports "not available".
+    pub bytes: Option<u64>,
+}
+
+/// One GPU of the plan. Sizes in bytes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DevicePlan {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    /// CUDA's total (`cuMemGetInfo`): NVML's total less the driver's reservation.
+    pub total: u64,
+    /// CUDA's free memory now.
+    pub free: u64,
+    /// What vLLM's start-up snapshot will see free, once its own CUDA context exists
+    /// (scan's headroom: free less the context reserve).
+    pub free_at_startup: u64,
+    pub others: Vec<Other>,
+    /// `ceil(gpu_memory_utilization x total)`.
+    pub budget: u64,
+    pub weights_bytes: u64,
+    pub non_torch_bytes: u64,
+    pub activation_bytes: u64,
+    pub cudagraph_bytes: u64,
+    /// Whether the CUDA graphs come out of the budget (else out of the memory beside it).
+    pub cudagraph_in_budget: bool,
+    /// The KV cache: the budget less weights, non-torch, activation peak (and graphs where
+    /// they are in the budget), floored at 0.
+    pub kv_bytes: u64,
+    pub kv_tokens: u64,
+    /// Why this GPU does not start the server; `None` when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub short: Option<String>,
+}
+
+/// Flags that start the server.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Suggested {
+    /// The largest that passes the start-up check on every GPU (`None`: none starts).
+    pub gpu_memory_utilization: Option<f64>,
+    /// The longest request the KV cache then holds (`None`: the KV cache holds none).
+    pub max_model_len: Option<u64>,
+    /// Smaller batches, where the activation peak of the ones given leaves no KV cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_num_batched_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_num_seqs: Option<u64>,
+    /// The KV cache at that utilisation (vLLM 0.11 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// The flags, ready to paste.
+    pub flags: String,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmPlan {
+    pub model: Model,
+    pub options: VllmOptions,
+    /// The request length planned for (`--max-model-len` or the model's own).
+    pub max_model_len: u64,
+    pub max_num_seqs: u64,
+    pub max_num_batched_tokens: u64,
+    /// Whole model, every layer, before tensor parallelism, in the KV cache's dtype.
+    pub kv_bytes_per_token: u64,
+    /// On one GPU after tensor parallelism.
+    pub kv_bytes_per_token_per_gpu: u64,
+    pub weights_bytes: u64,
+    /// The largest share of the weights one GPU holds.
+    pub weights_bytes_per_gpu: u64,
+    /// The smallest KV cache of the GPUs (vLLM sizes every rank's to the smallest).
+    pub kv_bytes: u64,
+    pub kv_tokens: u64,
+    /// Requests of `max_model_len` tokens the KV cache holds at once.
+    pub max_concurrency: f64,
+    pub starts: bool,
+    pub reason: String,
+    pub suggested: Suggested,
+    pub devices: Vec<DevicePlan>,
+}
+
+/// Why no plan could be made from the scan.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("--tp {tp} needs {tp} GPUs; {have} selected ({list})")]
+    TooFewGpus { tp: u64, have: usize, list: String },
+    #[error("GPU {0}: its memory cannot be read ({1}); nothing can be planned on it")]
+    MemoryUnknown(u32, String),
+    #[error("GPU {0} is not in the scan")]
+    NoSuchGpu(u32),
+}
+
+/// Plan a vLLM server of `model` with `opts` on the first `tp` GPUs of `gpus` (physical
+/// indices, in CUDA order), on the GPUs as `report` (a scan) saw them.
+pub fn plan_vllm(
+    report: &Report,
+    gpus: &[u32],
+    model: &Model,
+    opts: &VllmOptions,
+) -> Result<VllmPlan, PlanError> {
+    let tp = opts.tensor_parallel_size.max(1);
+    let scan = report.scan();
+    let (devices, processes, headroom): (&[_], &[_], &[Headroom]) = match scan {
+        Some(s) => (&s.devices, &s.processes, &s.headroom),
+        None => (report.devices(), &[], &[]),
+    };
+    if (gpus.len() as u64) < tp {
+        return Err(PlanError::TooFewGpus {
+            tp,
+            have: gpus.len(),
+            list: gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        });
+    }
+    let arch = &model.arch;
+    let element = if opts.kv_cache_dtype == "fp8" {
+        1
+    } else {
+        arch.dtype_bytes
+    };
+    let len = opts
+        .max_model_len
+        .or(arch.max_position_embeddings)
+        .unwrap_or(4096);
+    let per_gpu_token = arch.kv_bytes_per_token(tp, element);
+    let weights_gpu = model.weights_per_gpu(tp);
+    let version = opts.version;
+    let mut out = Vec::new();
+    let mut seqs_tokens = (0, 0);
+    for &index in &gpus[..tp as usize] {
+        let d = devices
+            .iter()
+            .find(|d| d.index == index)
+            .ok_or(PlanError::NoSuchGpu(index))?;
+        if let Some(why) = &d.memory_unknown {
+            return Err(PlanError::MemoryUnknown(
+                index,
+                crate::term::clean_text(why),
+            ));
+        }
+        let total = d.memory.total.saturating_sub(d.memory.reserved);
+        let free_at_startup = headroom
+            .iter()
+            .find(|h| h.device == index)
+            .map_or(d.memory.free, |h| h.available);
+        let (tokens_default, seqs_default) = vllm::serve_defaults(total, &d.name);
+        let tokens = opts.max_num_batched_tokens.unwrap_or(tokens_default);
+        let seqs = opts.max_num_seqs.unwrap_or(seqs_default);
+        seqs_tokens = (seqs, tokens);
+        let others = processes
+            .iter()
+            .filter_map(|p| {
+                let u = p.usage_on(index)?;
+                (u.used != Some(0)).then(|| Other {
+                    pid: p.pid,
+                    name: p.name.as_deref().map(crate::term::clean_text),
+                    bytes: u.used,
+                })
+            })
+            .collect();
+        let budget = (opts.gpu_memory_utilization * total as f64).ceil() as u64;
+        let non_torch = vllm::non_torch_allowance(tp);
+        let activation = vllm::activation_estimate(
+            tokens,
+            seqs,
+            arch.hidden_size,
+            arch.intermediate_size,
+            arch.vocab_size,
+            tp,
+            arch.dtype_bytes,
+        );
+        let graphs = vllm::cudagraph_allowance(arch.layers, opts.enforce_eager);
+        let in_budget = version.graphs_in_budget();
+        let fixed = weights_gpu + non_torch + activation + if in_budget { graphs } else { 0 };
+        let kv = budget.saturating_sub(fixed);
+        out.push(DevicePlan {
+            index,
+            uuid: d.uuid.clone(),
+            name: crate::term::clean_text(&d.name),
+            total,
+            free: d.memory.free,
+            free_at_startup,
+            others,
+            budget,
+            weights_bytes: weights_gpu,
+            non_torch_bytes: non_torch,
+            activation_bytes: activation,
+            cudagraph_bytes: graphs,
+            cudagraph_in_budget: in_budget,
+            kv_bytes: kv,
+            kv_tokens: blocks(kv, per_gpu_token),
+            short: None,
+        });
+    }
+    let kv = out.iter().map(|d| d.kv_bytes).min().unwrap_or(0);
+    let request = arch.kv_bytes_for_request(len, tp, element);
+    for d in &mut out {
+        d.short = shortfall(d, opts, request, len);
+    }
+    let starts = out.iter().all(|d| d.short.is_none());
+    let reason = match out.iter().find(|d| d.short.is_some()) {
+        Some(d) => d.short.clone().unwrap_or_default(),
+        None => format!(
+            "{} of KV cache per GPU, {} tokens, {:.2} requests of {len} tokens at once",
+            format_bytes(kv),
+            blocks(kv, per_gpu_token),
+            (kv as f64 / request.max(1) as f64 * 100.0).floor() / 100.0
+        ),
+    };
+    let suggested = suggest(&out, opts, arch, len, seqs_tokens, element);
+    Ok(VllmPlan {
+        model: model.clone(),
+        options: opts.clone(),
+        max_model_len: len,
+        max_num_seqs: seqs_tokens.0,
+        max_num_batched_tokens: seqs_tokens.1,
+        kv_bytes_per_token: arch.kv_bytes_per_token(1, element),
+        kv_bytes_per_token_per_gpu: per_gpu_token,
+        weights_bytes: model.weights_bytes,
+        weights_bytes_per_gpu: weights_gpu,
+        kv_bytes: kv,
+        kv_tokens: blocks(kv, per_gpu_token),
+        max_concurrency: (kv as f64 / request.max(1) as f64 * 100.0).floor() / 100.0,
+        starts,
+        reason,
+        suggested,
+        devices: out,
+    })
+}
+
+/// Tokens in whole KV blocks.
+fn blocks(kv: u64, per_token: u64) -> u64 {
+    if per_token == 0 {
+        return 0;
+    }
+    kv / per_token / vllm::BLOCK_TOKENS * vllm::BLOCK_TOKENS
+}
+
+/// Who holds the memory this GPU is short of, in words.
+fn holders(d: &DevicePlan) -> String {
+    let mut o: Vec<&Other> = d.others.iter().collect();
+    o.sort_by_key(|x| std::cmp::Reverse(x.bytes.unwrap_or(u64::MAX)));
+    let named: Vec<String> = o
+        .iter()
+        .take(3)
+        .map(|x| {
+            let who = match &x.name {
+                Some(n) => format!("PID {} ({n})", x.pid),
+                None => format!("PID {}", x.pid),
+            };
+            match x.bytes {
+                Some(b) => format!("{who} holds {}", format_bytes(b)),
+                None => format!("{who} holds an unknown amount"),
+            }
+        })
+        .collect();
+    match named.len() {
+        0 => "no other process is listed on it".into(),
+        _ if o.len() > 3 => format!("{} and {} more", named.join(", "), o.len() - 3),
+        _ => named.join(", "),
+    }
+}
+
+fn shortfall(d: &DevicePlan, opts: &VllmOptions, request: u64, len: u64) -> Option<String> {
+    let u = opts.gpu_memory_utilization;
+    if d.free_at_startup < d.budget {
+        let how = if opts.version.checks_free_at_startup() {
+            "refuses to start"
+        } else {
+            "runs out of memory allocating its KV cache"
+        };
+        return Some(format!(
+            "GPU {}: vLLM {} {how}: gpu_memory_utilization {u} needs {} free (of {}), {} is \
+             free at start-up; {}",
+            d.index,
+            opts.version.label(),
+            format_bytes(d.budget),
+            format_bytes(d.total),
+            format_bytes(d.free_at_startup),
+            holders(d)
+        ));
+    }
+    if !d.cudagraph_in_budget && d.free_at_startup - d.budget < d.cudagraph_bytes {
+        return Some(format!(
+            "GPU {}: CUDA-graph capture needs about {} beside the {} budget, {} is left \
+             ({}); lower gpu_memory_utilization or pass --enforce-eager",
+            d.index,
+            format_bytes(d.cudagraph_bytes),
+            format_bytes(d.budget),
+            format_bytes(d.free_at_startup - d.budget),
+            holders(d)
+        ));
+    }
+    if d.kv_bytes == 0 {
+        return Some(format!(
+            "GPU {}: weights ({}) and the profiling peak fill the {} budget: no room for the \
+             KV cache (\"No available memory for the cache blocks\")",
+            d.index,
+            format_bytes(d.weights_bytes),
+            format_bytes(d.budget)
+        ));
+    }
+    if d.kv_bytes < request {
+        return Some(format!(
+            "GPU {}: one request of max_model_len {len} needs {} of KV cache, {} is left in \
+             the budget",
+            d.index,
+            format_bytes(request),
+            format_bytes(d.kv_bytes)
+        ));
+    }
+    None
+}
+
+/// The largest utilisation that starts on every GPU, and the longest request it then
+/// holds; where nothing is left for the KV cache at the batch flags given, smaller batches
+/// (a smaller activation peak): 2048 tokens and 256 sequences, then 512 and 64.
+fn suggest(
+    out: &[DevicePlan],
+    opts: &VllmOptions,
+    arch: &arch::Arch,
+    len: u64,
+    batch: (u64, u64),
+    element: u64,
+) -> Suggested {
+    let tp = opts.tensor_parallel_size.max(1);
+    let cap = out
+        .iter()
+        .map(|d| {
+            let room = if d.cudagraph_in_budget {
+                d.free_at_startup
+            } else {
+                d.free_at_startup.saturating_sub(d.cudagraph_bytes)
+            };
+            // Hundredths, rounded down so that ceil(u x total) <= room.
+            (room as u128 * 100 / d.total.max(1) as u128).min(99) as u64
+        })
+        .min()
+        .unwrap_or(0);
+    let requested = (opts.gpu_memory_utilization * 100.0).round() as u64;
+    let u = cap.min(requested.max(1));
+    let (seqs, tokens) = batch;
+    let mut tries = vec![(tokens, seqs)];
+    tries.extend(
+        [(2048, 256), (512, 64)]
+            .into_iter()
+            .filter(|&(t, q)| t < tokens || q < seqs)
+            .map(|(t, q)| (t.min(tokens), q.min(seqs))),
+    );
+    let mut found = None;
+    for (t, q) in tries {
+        let act = vllm::activation_estimate(
+            t,
+            q,
+            arch.hidden_size,
+            arch.intermediate_size,
+            arch.vocab_size,
+            tp,
+            arch.dtype_bytes,
+        );
+        let kv = out
+            .iter()
+            .map(|d| {
+                let budget = ((u as f64 / 100.0) * d.total as f64).ceil() as u64;
+                let graphs = if d.cudagraph_in_budget {
+                    d.cudagraph_bytes
+                } else {
+                    0
+                };
+                budget.saturating_sub(d.weights_bytes + d.non_torch_bytes + act + graphs)
+            })
+            .min()
+            .unwrap_or(0);
+        let longest = if u == 0 || kv == 0 {
+            0
+        } else {
+            longest_request(arch, kv, tp, element, len)
+        };
+        if longest > 0 {
+            found = Some((kv, longest, t, q));
+            break;
+        }
+    }
+    let Some((kv, longest, t, q)) = found else {
+        return Suggested {
+            gpu_memory_utilization: None,
+            max_model_len: None,
+            max_num_batched_tokens: None,
+            max_num_seqs: None,
+            kv_cache_memory_bytes: None,
+            flags: "none: the weights and vLLM's own allowances do not fit in the free memory \
+                    of these GPUs (more GPUs with --tp, a quantized model, or free the GPU)"
+                .into(),
+        };
+    };
+    let util = u as f64 / 100.0;
+    let mut flags = vec![format!("--gpu-memory-utilization {util:.2}")];
+    flags.push(format!("--max-model-len {longest}"));
+    let smaller = (t, q) != (tokens, seqs);
+    if smaller {
+        flags.push(format!("--max-num-batched-tokens {t} --max-num-seqs {q}"));
+    }
+    if tp > 1 {
+        flags.push(format!("--tensor-parallel-size {tp}"));
+    }
+    if opts.kv_cache_dtype == "fp8" {
+        flags.push("--kv-cache-dtype fp8".into());
+    }
+    if opts.enforce_eager {
+        flags.push("--enforce-eager".into());
+    }
+    Suggested {
+        gpu_memory_utilization: Some(util),
+        max_model_len: Some(longest),
+        max_num_batched_tokens: smaller.then_some(t),
+        max_num_seqs: smaller.then_some(q),
+        kv_cache_memory_bytes: opts
+            .version
+            .has_kv_cache_memory_bytes()
+            .then_some(kv / crate::units::MIB * crate::units::MIB),
+        flags: flags.join(" "),
+    }
+}
+
+/// The longest request (at most `len`, whole blocks) whose KV fits in `kv` bytes.
+fn longest_request(arch: &arch::Arch, kv: u64, tp: u64, element: u64, len: u64) -> u64 {
+    if arch.kv_bytes_for_request(len, tp, element) <= kv {
+        return len;
+    }
+    let (mut lo, mut hi) = (0u64, len);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if arch.kv_bytes_for_request(mid, tp, element) <= kv {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo / vllm::BLOCK_TOKENS * vllm::BLOCK_TOKENS
+}

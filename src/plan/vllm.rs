@@ -1,0 +1,124 @@
+//! What vLLM does with memory at start-up, by version: the figures `plan vllm` models, each
+//! with where it comes from (docs/plan.md "Sources"). Facts only; the arithmetic is in
+//! [`super::plan_vllm`].
+
+use crate::units::{GIB, MIB};
+
+/// vLLM's default `gpu_memory_utilization` (`CacheConfig`, vllm/config/cache.py; 0.9 in
+/// every release modelled here).
+pub const DEFAULT_UTILIZATION: f64 = 0.9;
+/// KV cache block size in tokens (`CacheConfig.block_size` default 16 on CUDA): vLLM
+/// allocates, and reports, whole blocks.
+pub const BLOCK_TOKENS: u64 = 16;
+
+/// A vLLM release, `MAJOR.MINOR` (the patch does not change what is modelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// The newest generation modelled, what `--vllm-version latest` (the default) means.
+pub const LATEST: Version = Version {
+    major: 0,
+    minor: 19,
+};
+
+impl Version {
+    /// `0.11`, `0.11.2`, `v0.10.1`, `latest`.
+    pub fn parse(s: &str) -> Result<Version, String> {
+        let t = s.trim().trim_start_matches('v');
+        if t == "latest" {
+            return Ok(LATEST);
+        }
+        let mut it = t.split('.');
+        let num = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
+        match (num(it.next()), num(it.next())) {
+            (Some(major), Some(minor)) => Ok(Version { major, minor }),
+            _ => Err(format!(
+                "vLLM version {s:?}: write MAJOR.MINOR (e.g. 0.11, 0.8.5) or latest"
+            )),
+        }
+    }
+
+    fn at_least(self, minor: u32) -> bool {
+        self >= Version { major: 0, minor }
+    }
+
+    /// V1's worker refuses to start when free memory is below `ceil(U x total)`
+    /// (`Worker.init_device`, vllm/v1/worker/gpu_worker.py, 0.9 on; `request_memory` in
+    /// vllm/v1/worker/utils.py later). Before, the budget was taken without that check and
+    /// the KV cache allocation itself failed (vllm#18854).
+    pub fn checks_free_at_startup(self) -> bool {
+        self.at_least(9)
+    }
+
+    /// `--kv-cache-memory-bytes` (`CacheConfig.kv_cache_memory_bytes`, 0.11 on).
+    pub fn has_kv_cache_memory_bytes(self) -> bool {
+        self.at_least(11)
+    }
+
+    /// CUDA-graph memory estimated during profiling and taken from the KV cache
+    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`, vllm/envs.py, on by default in the
+    /// releases modelled as 0.19 on); before, graphs were captured after the KV cache was
+    /// allocated, from memory outside the budget (vllm#49224, #53013).
+    pub fn graphs_in_budget(self) -> bool {
+        self.at_least(19)
+    }
+
+    pub fn label(self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+}
+
+/// `vllm serve`'s scheduler defaults (`EngineArgs._set_default_args`,
+/// vllm/engine/arg_utils.py, V1): on GPUs of 70 GiB and more (not A100) 8192 batched tokens
+/// and 1024 sequences, else 2048 and 256.
+pub fn serve_defaults(cuda_total: u64, name: &str) -> (u64, u64) {
+    if cuda_total >= 70 * GIB && !name.to_ascii_lowercase().contains("a100") {
+        (8192, 1024)
+    } else {
+        (2048, 256)
+    }
+}
+
+/// Memory outside PyTorch that profiling adds (NCCL buffers, cuBLAS workspaces; vLLM's
+/// `non_torch_memory`): an allowance. One GPU: 256 MiB (logs show 0.1-0.2 GiB); tensor
+/// parallel: 768 MiB (NCCL and custom all-reduce buffers; logs show 0.5-0.6 GiB at TP 2).
+pub fn non_torch_allowance(tp: u64) -> u64 {
+    if tp > 1 {
+        768 * MIB
+    } else {
+        256 * MIB
+    }
+}
+
+/// The activation peak of the profiling forward pass (vLLM's `torch_peak_increase`): a
+/// dummy batch of `tokens` tokens through one layer's live tensors (residual and hidden
+/// state, the MLP's gate/up and down activations, split by tensor parallelism) plus the
+/// sampler's float32 logits and probabilities for `seqs` sequences (gathered: the whole
+/// vocabulary on every GPU).
+pub fn activation_estimate(
+    tokens: u64,
+    seqs: u64,
+    hidden: u64,
+    intermediate: u64,
+    vocab: u64,
+    tp: u64,
+    dtype_bytes: u64,
+) -> u64 {
+    let tp = tp.max(1);
+    let layer = tokens * (2 * hidden + 3 * intermediate / tp) * dtype_bytes;
+    let sampler = seqs.min(tokens) * vocab * 4 * 2;
+    layer + sampler
+}
+
+/// CUDA-graph memory: 16 MiB per layer, between 256 MiB and 2 GiB (logs of the default
+/// capture sizes show 0.4 GiB at 24 layers, 0.5 GiB at 32); none with `--enforce-eager`.
+pub fn cudagraph_allowance(layers: u64, eager: bool) -> u64 {
+    if eager {
+        0
+    } else {
+        (layers * 16 * MIB).clamp(256 * MIB, 2 * GIB)
+    }
+}
