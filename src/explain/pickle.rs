@@ -12,6 +12,7 @@
 //! file costs), a cycle is harmless, and dropping a document never recurses.
 //! Opcode numbers and meanings: CPython `Lib/pickletools.py` and `Lib/pickle.py`.
 
+use std::collections::HashMap;
 use std::io::Read;
 use thiserror::Error;
 
@@ -53,6 +54,10 @@ enum Wide {
     Float(f64),
 }
 
+/// Entries of a dict beyond which [`Doc::get`] remembers what it found (a snapshot's dicts
+/// hold at most a dozen keys; a crafted one may hold millions and be referenced as often).
+const SCAN_LIMIT: usize = 16;
+
 /// A decoded pickle: the root value and the arenas its containers and strings live in.
 #[derive(Debug, Default)]
 pub struct Doc {
@@ -62,6 +67,12 @@ pub struct Doc {
     seqs: Vec<Vec<Packed>>,
     maps: Vec<Vec<(Packed, Packed)>>,
     wide: Vec<Wide>,
+    /// What [`Doc::get`] found in dicts of more than [`SCAN_LIMIT`] entries, per dict and
+    /// key: each such dict is scanned once per key however often it is looked up, so the
+    /// time to read a file stays linear in it (issue 39 item 2).
+    found: std::cell::RefCell<HashMap<u32, Vec<(&'static str, Option<Packed>)>>>,
+    /// Dict entries [`Doc::get`] has compared (the measure of its work the tests bound).
+    scanned: std::cell::Cell<u64>,
 }
 
 impl Doc {
@@ -146,17 +157,45 @@ impl Doc {
         }
     }
 
-    /// The value under a string key of a dict (the last one, as Python keeps it).
-    pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
+    /// The value under a string key of a dict (the last one, as Python keeps it). Constant
+    /// time per dict and key after the first look into a large dict.
+    pub fn get(&self, dict: Value, key: &'static str) -> Option<Value> {
         let Value::Dict(i) = dict else {
             return None;
         };
-        self.maps
-            .get(i as usize)?
-            .iter()
-            .rev()
-            .find(|(k, _)| self.str_of(self.unpack(*k)) == Some(key))
-            .map(|(_, v)| self.unpack(*v))
+        let map = self.maps.get(i as usize)?;
+        let scan = || {
+            self.scanned.set(self.scanned.get() + map.len() as u64);
+            map.iter()
+                .rev()
+                .find(|(k, _)| self.str_of(self.unpack(*k)) == Some(key))
+                .map(|(_, v)| *v)
+        };
+        if map.len() <= SCAN_LIMIT {
+            return scan().map(|v| self.unpack(v));
+        }
+        let mut found = self.found.borrow_mut();
+        let keys = found.entry(i).or_default();
+        let v = match keys.iter().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v,
+            None => {
+                let v = scan();
+                keys.push((key, v));
+                v
+            }
+        };
+        v.map(|v| self.unpack(v))
+    }
+
+    /// Dict entries looked at by [`Doc::get`] so far (at most every entry of a dict per key
+    /// looked up in it).
+    pub fn entries_scanned(&self) -> u64 {
+        self.scanned.get()
+    }
+
+    /// Dicts in the document (the budget of what a typed reading may build from it).
+    pub fn dicts(&self) -> usize {
+        self.maps.len()
     }
 
     /// Move a list's items out of the arena (it is left empty).
@@ -179,6 +218,7 @@ impl Doc {
                 if let Some(m) = self.maps.get_mut(i as usize) {
                     *m = Vec::new();
                 }
+                self.found.get_mut().remove(&i);
             }
             _ => {}
         }

@@ -350,6 +350,99 @@ mod untrusted {
         assert!(stderr(&o).contains("no `segments`"), "{}", stderr(&o));
     }
 
+    /// `explain --json FILE` with its address space capped at `limit` bytes.
+    fn explain_capped(path: &Path, limit: u64) -> std::process::Output {
+        use std::os::unix::process::CommandExt;
+        let mut c = vramdoc();
+        c.arg("explain").arg(path).arg("--json");
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        c.output().unwrap()
+    }
+
+    /// A pickle `python3` writes from the expression `expr` (protocol 4).
+    fn crafted(dir: &Path, name: &str, setup: &str, expr: &str) -> PathBuf {
+        let out = dir.join(name);
+        let script = format!(
+            "import pickle\n{setup}\npickle.dump({expr}, open({o:?}, 'wb'), protocol=4)\n",
+            o = out.display().to_string()
+        );
+        let s = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .status()
+            .unwrap();
+        assert!(s.success());
+        out
+    }
+
+    /// Issue 39 item 1: one segment referenced M times holding one block referenced K times
+    /// (12 KB for M = K = 3000) expanded to 9 million typed blocks (359 MB); M = K = 10000
+    /// (40 KB) ran into a 3 GB limit and aborted. It is refused (exit 2, one line) within a
+    /// small address space.
+    #[test]
+    fn repeated_segments_and_blocks_are_refused_not_expanded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = crafted(
+            tmp.path(),
+            "mk.pickle",
+            "b = {'address': 0, 'size': 512, 'requested_size': 512, 'state': 'active_allocated', 'frames': []}\n\
+             s = {'device': 0, 'address': 0, 'total_size': 1 << 20, 'stream': 0, 'blocks': [b] * 10000}",
+            "{'segments': [s] * 10000, 'device_traces': [[]]}",
+        );
+        assert!(std::fs::metadata(&p).unwrap().len() < 64 * 1024);
+        let o = explain_capped(&p, 1 << 30);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("repeats segments, blocks") && e.contains("mk.pickle"),
+            "{e}"
+        );
+        assert!(
+            e.contains("budget") && !e.contains("_dump_snapshot?"),
+            "{e}"
+        );
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(o.stdout.is_empty());
+    }
+
+    /// Issue 39 item 1: one 1 MiB file name shared by 1000 frames peaked at 1.96 GB. Shared
+    /// strings are held once: it is explained within 256 MiB of address space, and the site
+    /// shown is cut short.
+    #[test]
+    fn a_long_string_shared_by_many_frames_is_held_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = crafted(
+            tmp.path(),
+            "name.pickle",
+            "fn = '/x/' + 'a' * (1 << 20) + '.py'\n\
+             fr = [{'filename': fn, 'line': i, 'name': 'f'} for i in range(1000)]\n\
+             bl = [{'address': i * 512, 'size': 512, 'requested_size': 512, 'state': 'active_allocated', 'frames': [fr[i]]} for i in range(1000)]",
+            "{'segments': [{'device': 0, 'address': 0, 'total_size': 512000, 'stream': 0, 'blocks': bl}], 'device_traces': [[]]}",
+        );
+        let o = explain_capped(&p, 256 << 20);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let x: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let site = dev0(&x)["top_sites"][0]["site"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            site.starts_with("f (/x/aaaa") && site.chars().count() <= 300,
+            "{site}"
+        );
+    }
+
     fn cases() -> u32 {
         std::env::var("VRAMDOC_FUZZ_CASES")
             .ok()
