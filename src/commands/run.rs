@@ -94,7 +94,13 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
     };
     let torch = args
         .torch_memory
-        .then(|| crate::explain::inject::Injection::prepare(args.torch_memory_entries))
+        .then(|| -> anyhow::Result<_> {
+            let parent = crate::job::attach::user_dir()?;
+            Ok(crate::explain::inject::Injection::prepare(
+                args.torch_memory_entries,
+                &parent,
+            )?)
+        })
         .transpose()?;
     let spec = JobSpec {
         argv: args.command.clone(),

@@ -528,6 +528,8 @@ mod torch_memory {
         let samples = dir.join("run.jsonl");
         let mut c = vramdoc();
         c.env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            // The hook's directory goes under this user's private one: the test's own.
+            .env("XDG_RUNTIME_DIR", dir)
             .env("PYTHONPATH", format!("{DIR}/chain:{DIR}/fake_torch"))
             .env("TORCH_JOB_WAIT_SAMPLES", &samples)
             .args(["--sim", "2x16GiB", "run", "--process-period", "100ms"])
@@ -553,6 +555,56 @@ mod torch_memory {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or(Value::Null);
         (o, report)
+    }
+
+    /// Issue 39 item 3: the job's `PYTHONPATH` pointed at `$TMPDIR/vramdoc-torch-XXXX/py`,
+    /// removed when the run ended: any local user could make it again, and a survivor's
+    /// next Python process would import their `sitecustomize.py`. Every path the job
+    /// inherits now lies in a directory only this user can write, which outlives the run.
+    #[test]
+    fn the_job_inherits_no_path_another_user_can_make_again() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let runtime = tmp.path().join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let env_file = tmp.path().join("env");
+        let o = vramdoc()
+            .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("TMPDIR", tmp.path())
+            .args(["--sim", "1x16GiB", "run", "--torch-memory", "--"])
+            .args([
+                "sh",
+                "-c",
+                "printf '%s\\n%s\\n' \"$PYTHONPATH\" \"$VRAMDOC_TORCH_MEMORY_DIR\" > \"$0\"",
+            ])
+            .arg(&env_file)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = std::fs::read_to_string(&env_file).unwrap();
+        let paths: Vec<PathBuf> = text
+            .lines()
+            .flat_map(|l| l.split(':'))
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(paths.len(), 2, "{text}");
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        for p in &paths {
+            assert!(!p.exists(), "{}: removed when the run ended", p.display());
+            // The nearest ancestor that is still there is this user's alone.
+            let kept = p.ancestors().find(|a| a.exists()).unwrap();
+            assert_eq!(kept, runtime.join("vramdoc"), "{}", p.display());
+            let m = std::fs::symlink_metadata(kept).unwrap();
+            assert!(
+                m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0,
+                "{m:?}"
+            );
+        }
+        std::fs::remove_dir(runtime.join("vramdoc")).unwrap();
     }
 
     fn oom_evidence(r: &Value) -> Vec<(String, String)> {
