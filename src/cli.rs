@@ -367,6 +367,13 @@ pub struct ServeArgs {
     /// upgrades and `nvidia-smi --gpu-reset` need it closed)
     #[arg(long)]
     pub release_between: bool,
+    /// TLS and basic authentication as Prometheus exporters take them: a web configuration
+    /// file in the exporter-toolkit format (`tls_server_config` with `cert_file`/`key_file`
+    /// and optional `client_ca_file`, `basic_auth_users` with bcrypt hashes; docs/fleet.md
+    /// "TLS and authentication"). Checked on every connection and read again when it or a
+    /// file it names changes; wrong or missing credentials get 401
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     #[command(flatten)]
     pub incidents: IncidentFlags,
 }

@@ -33,6 +33,14 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let stop = super::handle_interrupts_gracefully();
     // --listen and --interval are parsed and bounded by their flags (crate::cli).
     let (addr, interval) = (args.listen, args.interval);
+    // The web configuration before anything starts: a file that does not read is a usage
+    // error (exit 2) naming it.
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(|p| serve::webconfig::WebConfig::open(p).map(Arc::new))
+        .transpose()
+        .map_err(|e| crate::exit::UsageError(format!("--web.config.file {e}")))?;
     let cfg = CollectConfig {
         scan: ScanConfig {
             sim_spec: session.sim_spec(),
@@ -86,7 +94,14 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         crate::term::eprint_line("vramdoc serve: stopping");
         return Ok(crate::exit::OK);
     }
-    let server = Server::start(addr, latest.clone(), ServerConfig::default())
+    let tls = web
+        .as_ref()
+        .is_some_and(|w| w.current().is_ok_and(|l| l.tls.is_some()));
+    let server_cfg = ServerConfig {
+        web,
+        ..ServerConfig::default()
+    };
+    let server = Server::start(addr, latest.clone(), server_cfg)
         .map_err(|e| EnvironmentError(format!("cannot listen on {addr}: {e}")))?;
     let local = server.local_addr();
     if !local.ip().is_loopback() {
@@ -96,7 +111,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     }
     // Tests and scripts read the bound address (with --listen 127.0.0.1:0) from this line.
     crate::term::eprint_line(&format!(
-        "vramdoc serve: listening on http://{local}/metrics (collection every {})",
+        "vramdoc serve: listening on {}://{local}/metrics (collection every {})",
+        if tls { "https" } else { "http" },
         crate::units::format_duration(interval)
     ));
 
