@@ -234,6 +234,20 @@ fn uint(v: Value) -> Option<u64> {
     int(v).map(|i| i as u64)
 }
 
+/// A byte count: never negative (a negative one would read as 2^64 − 1, issue 39 item 5).
+enum Size {
+    Missing,
+    Negative(i64),
+    Bytes(u64),
+}
+
+fn size_of(v: Option<Value>) -> Size {
+    match v.and_then(int) {
+        None => Size::Missing,
+        Some(i) => u64::try_from(i).map_or(Size::Negative(i), Size::Bytes),
+    }
+}
+
 impl<'a> Builder<'a> {
     fn field(&self, d: Value, key: &'static str) -> Option<Value> {
         self.doc.get(d, key)
@@ -247,6 +261,25 @@ impl<'a> Builder<'a> {
 
     fn opt_u64(&self, d: Value, key: &'static str) -> Option<u64> {
         self.field(d, key).and_then(uint)
+    }
+
+    /// A required byte count of `what`: missing or negative is an error naming it.
+    fn req_size(&self, d: Value, key: &'static str, what: &str) -> Result<u64, FormatError> {
+        match size_of(self.field(d, key)) {
+            Size::Bytes(b) => Ok(b),
+            Size::Missing => Err(FormatError::Field(format!("{what} has no integer `{key}`"))),
+            Size::Negative(i) => Err(FormatError::Field(format!(
+                "{what} has a negative `{key}` ({i})"
+            ))),
+        }
+    }
+
+    /// An optional byte count: a negative one is left out, as if absent.
+    fn opt_size(&self, d: Value, key: &'static str) -> Option<u64> {
+        match size_of(self.field(d, key)) {
+            Size::Bytes(b) => Some(b),
+            _ => None,
+        }
     }
 
     fn frame(&mut self, d: Value) -> Option<u32> {
@@ -318,10 +351,7 @@ impl<'a> Builder<'a> {
 
     fn block(&mut self, b: Value, at: u64, seg: usize, i: usize) -> Result<Block, FormatError> {
         let what = || format!("segment {seg} block {i}");
-        let size = self
-            .field(b, "size")
-            .and_then(uint)
-            .ok_or_else(|| FormatError::Field(format!("{} has no integer `size`", what())))?;
+        let size = self.req_size(b, "size", &what())?;
         let state = match self.field(b, "state").and_then(|v| self.doc.str_of(v)) {
             Some("active_allocated") => BlockState::Allocated,
             Some("active_pending_free") | Some("active_awaiting_free") => BlockState::PendingFree,
@@ -336,7 +366,7 @@ impl<'a> Builder<'a> {
             None => return Err(FormatError::Field(format!("{} has no `state`", what()))),
         };
         let (requested, stack) = if let Some(frames) = self.field(b, "frames") {
-            let requested = self.opt_u64(b, "requested_size").unwrap_or(size);
+            let requested = self.opt_size(b, "requested_size").unwrap_or(size);
             self.st.out.field_set.get_or_insert(FieldSet::Current);
             (requested, self.stack(Some(frames)))
         } else if let Some(h) = self
@@ -346,11 +376,11 @@ impl<'a> Builder<'a> {
             // torch/cuda/_memory_viz.py `_block_extra_legacy`: history[0] holds the stack and
             // the size asked for.
             self.st.out.field_set.get_or_insert(FieldSet::Legacy);
-            let requested = self.opt_u64(h, "real_size").unwrap_or(size);
+            let requested = self.opt_size(h, "real_size").unwrap_or(size);
             let frames = self.field(h, "frames");
             (requested, self.stack(frames))
         } else {
-            (self.opt_u64(b, "requested_size").unwrap_or(size), None)
+            (self.opt_size(b, "requested_size").unwrap_or(size), None)
         };
         Ok(Block {
             address: self.opt_u64(b, "address").unwrap_or(at),
@@ -368,7 +398,7 @@ impl<'a> Builder<'a> {
     fn segment(&mut self, s: Value, n: usize) -> Result<Segment, FormatError> {
         let what = format!("segment {n}");
         let address = self.req_u64(s, "address", &what)?;
-        let total_size = self.req_u64(s, "total_size", &what)?;
+        let total_size = self.req_size(s, "total_size", &what)?;
         let pool = self
             .field(s, "segment_pool_id")
             .and_then(|p| self.doc.seq_of(p).map(|x| x.collect::<Vec<_>>()))
@@ -390,7 +420,12 @@ impl<'a> Builder<'a> {
             blocks.push(block);
         }
         Ok(Segment {
-            device: self.opt_u64(s, "device").unwrap_or(0) as u32,
+            device: match self.field(s, "device").and_then(int) {
+                None => 0,
+                Some(d) => u32::try_from(d).map_err(|_| {
+                    FormatError::Field(format!("{what} has device {d} (not a device index)"))
+                })?,
+            },
             address,
             total_size,
             stream: self.opt_u64(s, "stream").unwrap_or(0),
@@ -425,9 +460,9 @@ impl<'a> Builder<'a> {
         Ok(TraceEntry {
             action,
             addr: self.opt_u64(e, "addr").unwrap_or(0),
-            size: self.opt_u64(e, "size").unwrap_or(0),
+            size: self.opt_size(e, "size").unwrap_or(0),
             stream: self.opt_u64(e, "stream").unwrap_or(0),
-            device_free: self.opt_u64(e, "device_free").unwrap_or(u64::MAX),
+            device_free: self.opt_size(e, "device_free").unwrap_or(u64::MAX),
             time_us: self.field(e, "time_us").and_then(int).unwrap_or(i64::MIN),
             stack: self.stack(frames).unwrap_or(u32::MAX),
         })

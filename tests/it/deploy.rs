@@ -194,7 +194,11 @@ fn every_kubernetes_object_passes_the_api_schemas() {
             .iter()
             .map(|d| d["kind"].as_str().unwrap_or("?").to_lowercase())
             .collect();
-        assert_eq!(kinds, ["namespace", "daemonset", "networkpolicy"], "{platform}");
+        assert_eq!(
+            kinds,
+            ["namespace", "daemonset", "networkpolicy"],
+            "{platform}"
+        );
         for version in KUBERNETES_VERSIONS {
             let (ok, out) = validate(version, &file);
             assert!(ok, "{platform} against Kubernetes {version}: {out}");
@@ -691,11 +695,14 @@ fn every_platform_admits_only_the_prometheus_namespace() {
         let spec = &policies[0]["spec"];
         let ds = daemonset(platform);
         assert_eq!(
-            spec["podSelector"]["matchLabels"],
-            ds["spec"]["template"]["metadata"]["labels"],
+            spec["podSelector"]["matchLabels"], ds["spec"]["template"]["metadata"]["labels"],
             "{platform}: it selects the exporter's pods"
         );
-        assert_eq!(spec["policyTypes"], serde_json::json!(["Ingress"]), "{platform}");
+        assert_eq!(
+            spec["policyTypes"],
+            serde_json::json!(["Ingress"]),
+            "{platform}"
+        );
         let rules = spec["ingress"].as_array().expect("ingress rules");
         assert_eq!(rules.len(), 1, "{platform}: {rules:?}");
         assert_eq!(

@@ -443,6 +443,100 @@ mod untrusted {
         );
     }
 
+    /// A one-segment snapshot whose allocated block has `size`, `requested` and a frame
+    /// named `name` (Python expressions).
+    fn small(dir: &Path, file: &str, size: &str, requested: &str, name: &str) -> PathBuf {
+        crafted(
+            dir,
+            file,
+            "",
+            &format!(
+                "{{'segments': [{{'device': 0, 'address': 0, 'total_size': 1024, 'stream': 0, \
+                 'blocks': [{{'address': 0, 'size': {size}, 'requested_size': {requested}, \
+                 'state': 'active_allocated', 'frames': [{{'filename': '/w/t.py', 'line': 1, \
+                 'name': {name}}}]}}, {{'address': 512, 'size': 512, 'state': 'inactive', \
+                 'frames': []}}]}}], 'device_traces': [[]]}}"
+            ),
+        )
+    }
+
+    /// Issue 39 item 5: `--max-size 0` was taken as the 1 GiB default.
+    #[test]
+    fn max_size_zero_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = small(tmp.path(), "s.pickle", "512", "512", "'f'");
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .args(["--max-size", "0"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("--max-size") && e.contains("0 reads nothing"),
+            "{e}"
+        );
+    }
+
+    /// Issue 39 item 5: `--out x.json` wrote U+202E and U+200B raw where `--json` escaped
+    /// them: both carry the same bytes now, the escapes.
+    #[test]
+    fn out_json_and_stdout_json_escape_alike() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = small(
+            tmp.path(),
+            "s.pickle",
+            "512",
+            "512",
+            "'ab\\u202ecd\\u200bef'",
+        );
+        let out = tmp.path().join("x.json");
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .arg("--json")
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let file = std::fs::read(&out).unwrap();
+        assert_eq!(file, o.stdout, "one policy for --out and --json");
+        let text = String::from_utf8(file).unwrap();
+        assert!(
+            !text.contains('\u{202e}') && !text.contains('\u{200b}'),
+            "{text}"
+        );
+        assert!(text.contains("ab\\u202ecd\\u200bef"), "{text}");
+        let x: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            dev0(&x)["top_sites"][0]["site"].as_str().unwrap(),
+            "ab\u{202e}cd\u{200b}ef (/w/t.py:1)",
+            "the same JSON value"
+        );
+    }
+
+    /// Issue 39 item 5: a negative size read as 2^64 − 1 ("17179869184.00 GiB allocated"):
+    /// a required one is refused naming it, an optional one left out.
+    #[test]
+    fn negative_sizes_are_refused_or_left_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = small(tmp.path(), "neg.pickle", "-1", "512", "'f'");
+        let o = vramdoc().arg("explain").arg(&p).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("segment 0 block 0 has a negative `size` (-1)"),
+            "{}",
+            stderr(&o)
+        );
+        let p = small(tmp.path(), "req.pickle", "512", "-5", "'f'");
+        let x = explain_json(&p, &[]);
+        let text = x.to_string();
+        assert!(!text.contains("18446744073709551615"), "{text}");
+        assert!(!explain_text(&p).contains("17179869184"), "no wrapped size");
+    }
+
     fn cases() -> u32 {
         std::env::var("VRAMDOC_FUZZ_CASES")
             .ok()
