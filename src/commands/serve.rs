@@ -137,6 +137,15 @@ fn incident_observer(
     let Some(dir) = &f.incidents else {
         return Ok(None);
     };
+    // A path that is there and not a directory is the user's to fix (exit 2), not the
+    // machine's (issue 39 item 5).
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(crate::exit::UsageError(format!(
+            "--incidents {}: not a directory (give a directory; it is created when missing)",
+            crate::term::one_line(&dir.display().to_string())
+        ))
+        .into());
+    }
     let kernel_log = (f.kernel_log.as_os_str() != "none").then(|| f.kernel_log.clone());
     let mut rec = crate::incidents::Incidents::new(crate::incidents::IncidentsConfig {
         dir: dir.clone(),
