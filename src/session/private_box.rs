@@ -56,7 +56,11 @@ pub fn reclaim_orphans(tmp: &Path) {
         return;
     };
     for e in rd.flatten() {
-        if !e.file_name().to_str().is_some_and(|n| n.starts_with(PREFIX)) {
+        if !e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(PREFIX))
+        {
             continue;
         }
         let path = e.path();

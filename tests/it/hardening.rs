@@ -559,7 +559,11 @@ fn the_private_box_of_a_killed_vramdoc_is_reclaimed_by_the_next() {
     assert_eq!(orphan.len(), 1);
     killed.child.kill().unwrap();
     killed.child.wait().unwrap();
-    assert_eq!(boxes(tmp.path()), orphan, "SIGKILL leaves it (nothing runs)");
+    assert_eq!(
+        boxes(tmp.path()),
+        orphan,
+        "SIGKILL leaves it (nothing runs)"
+    );
     // A `sim init` box in the same directory is the user's.
     let init = vramdoc()
         .env("TMPDIR", tmp.path())
