@@ -262,6 +262,8 @@ pub enum PickleError {
         what: &'static str,
         name: String,
     },
+    #[error("byte 0: not a pickle: a PyTorch memory snapshot starts with the pickle protocol opcode 0x80, this file with {start} (a text file?)")]
+    NotAPickle { start: String },
     #[error("byte {at}: unknown pickle opcode 0x{op:02x} (not a pickle of protocol 2 to 5, or a damaged one)")]
     UnknownOpcode { at: u64, op: u8 },
     #[error("byte {at}: the pickle ends in the middle of {what} (a truncated file?)")]
@@ -555,6 +557,32 @@ impl<R: Read> Parser<R> {
     }
 
     fn run(&mut self) -> Result<Packed, PickleError> {
+        // Protocols 2 to 5 always begin with PROTO: anything else is no pickle this reader
+        // takes, said so before the first byte is read as an opcode (issue 39 item 7: a text
+        // file was refused as "builds an instance of a class (INST)").
+        let first = self.input.byte("an opcode")?;
+        if first != 0x80 {
+            let mut head = vec![first];
+            while head.len() < 24 {
+                match self.input.byte("") {
+                    Ok(b'\n') | Err(_) => break,
+                    Ok(b) => head.push(b),
+                }
+            }
+            let text = String::from_utf8_lossy(&head);
+            let start = if text.chars().all(|c| !c.is_control() && c != '\u{fffd}') {
+                format!("`{}`", crate::term::one_line(&text))
+            } else {
+                format!("byte 0x{first:02x}")
+            };
+            return Err(PickleError::NotAPickle { start });
+        }
+        let v = self.input.byte("the protocol")?;
+        if !(2..=5).contains(&v) {
+            return Err(self.err(format!(
+                "pickle protocol {v} (vramdoc reads protocols 2 to 5)"
+            )));
+        }
         loop {
             self.op_at = self.input.pos;
             let op = self.input.byte("an opcode")?;

@@ -136,3 +136,24 @@ fn lookups_in_a_large_shared_dict_scan_it_once_per_key() {
     let d = decode_slice(b"\x80\x04}\x94(\x8c\x01aK\x01\x8c\x01aK\x02u.").unwrap();
     assert_eq!(d.get(d.root.unwrap(), "a"), Some(Value::Int(2)));
 }
+
+/// Issue 39 item 7: a text file was refused as a pickle that "builds an instance of a class
+/// (INST)", a security alert for what is not a pickle at all.
+#[test]
+fn a_text_file_is_not_a_pickle() {
+    let e = decode_slice(b"id = \"notes\"\nname = 1\n").unwrap_err();
+    assert!(matches!(e, PickleError::NotAPickle { .. }), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("not a pickle") && m.contains("`id = \"notes\"`"),
+        "{m}"
+    );
+    assert!(!m.contains("INST"), "{m}");
+    let e = decode_slice(b"\x00\x01\x02").unwrap_err().to_string();
+    assert!(e.contains("byte 0x00"), "{e}");
+    // Protocol 0 or 1 pickles have no PROTO opcode: refused the same way.
+    assert!(matches!(
+        decode_slice(b"(lp0\n."),
+        Err(PickleError::NotAPickle { .. })
+    ));
+}

@@ -336,7 +336,7 @@ mod untrusted {
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let json = tmp.path().join("r.json");
         std::fs::write(&json, b"{\"schema_version\": 1}").unwrap();
-        for (f, says) in [(&cut, "truncated"), (&json, "opcode")] {
+        for (f, says) in [(&cut, "truncated"), (&json, "not a pickle")] {
             let o = vramdoc().arg("explain").arg(f).output().unwrap();
             assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
             let e = stderr(&o);
