@@ -48,8 +48,8 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct GlobalArgs {
     /// Run on a fresh private simulated box, e.g. `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`
-    /// (see `vramdoc sim presets`); for `replay`, `recorded` is the box a converted scenario
-    /// was recorded on (docs/repro.md)
+    /// (see `vramdoc sim presets`); `recorded`: the box a converted scenario was recorded on
+    /// (docs/repro.md)
     #[arg(long, global = true, value_name = "SPEC")]
     pub sim: Option<String>,
 
@@ -288,7 +288,12 @@ unallocated-gpu-use (docs/fleet.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
 vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \
-vramdoc scan --prom /var/lib/node_exporter/textfile/vramdoc.prom"
+vramdoc scan --prom /var/lib/node_exporter/textfile/vramdoc.prom",
+    // Each command's help speaks of that command (issue 39 item 7).
+    mut_arg("json", |a| a.help("Print the scan report as JSON on standard output (versioned; fields in docs/json.md) instead of the summary")),
+    mut_arg("out", |a| a.help("Also write the scan report; the format follows the extension (.json, .md, .html; .csv: the findings); repeat for several formats. Checked before the scan")),
+    mut_arg("force", |a| a.help("Overwrite --out files that exist")),
+    mut_arg("allocation_idle_after", |a| a.hide(true)),
 )]
 pub struct ScanArgs {
     #[command(flatten)]
@@ -316,8 +321,9 @@ pub struct ScanArgs {
 
 pub use crate::model::Severity;
 
-/// The report outputs of `scan`, `replay` and `run` (one struct; its paths are checked before
-/// any work by `report::sink::Sink::new`).
+/// The report outputs of `scan`, `replay`, `run` and `explain` (one struct; its paths are
+/// checked before any work by `report::sink::Sink::new`). Each command words its help for
+/// itself (`mut_arg` on its own flags).
 #[derive(Debug, Args, Clone)]
 pub struct OutputArgs {
     /// Print the JSON report on standard output (versioned; fields in docs/json.md) instead
@@ -402,6 +408,11 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["scenarios", "all"])))]
+#[command(
+    mut_arg("json", |a| a.help("Print the replay report as JSON on standard output (versioned; fields in docs/json.md) instead of the summary")),
+    mut_arg("out", |a| a.help("Also write the replay report; the format follows the extension (.json, .md, .html with memory charts; .csv: the findings); repeat for several formats. Checked before any variant runs")),
+    mut_arg("force", |a| a.help("Overwrite output files that exist (--out, --junit); also replay on GPUs other processes are using (refused without it, exit 3: it would disturb their work and their memory would distort the replay's numbers)")),
+)]
 pub struct ReplayArgs {
     /// Scenario ids (see `vramdoc list`), `all` for every built-in one, or paths to scenario
     /// TOML files
@@ -443,6 +454,11 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("attach").args(["pid", "cgroup", "container"]).multiple(true))]
+#[command(
+    mut_arg("json", |a| a.help("Print the run report as JSON on standard output when the command ends (versioned; fields in docs/json.md); the summary and the command's own standard output then go to stderr")),
+    mut_arg("out", |a| a.help("Also write the run report; the format follows the extension (.json, .md, .html with the memory timeline; .csv: the findings); repeat for several formats. Checked before the command starts")),
+    mut_arg("force", |a| a.help("Overwrite output files that exist (--out, --junit, --samples, --scenario-out)")),
+)]
 pub struct RunArgs {
     /// Memory sampling period (e.g. 50ms, 1s; 1ms to 60s)
     #[arg(

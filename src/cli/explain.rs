@@ -5,6 +5,11 @@ use clap::Args;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("json", |a| a.help("Print the explanation as JSON on standard output (schema vramdoc-explain/1, docs/explain.md) instead of the text")),
+    mut_arg("out", |a| a.help("Also write the explanation; .json, .md or .html by the extension; repeat for several. Checked before the snapshot is read")),
+    mut_arg("force", |a| a.help("Overwrite --out files that exist")),
+)]
 pub struct ExplainArgs {
     /// The snapshot pickle
     #[arg(value_name = "SNAPSHOT")]
