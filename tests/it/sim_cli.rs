@@ -276,3 +276,21 @@ fn sim_down_removes_the_box_and_stops_its_daemons() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a simulated box"));
     assert!(tmp.path().exists());
 }
+
+/// Issue 39 item 7: `sim hold --physical-context 0` under `CUDA_VISIBLE_DEVICES=1` printed
+/// `device=0 … contexts_on=[]`: the line says the logical and physical device and the stray
+/// context it made.
+#[test]
+fn hold_says_the_physical_device_and_its_stray_context() {
+    let b = common::fresh_box("2x16GiB");
+    let h = common::hold::Holder::start(
+        b.path(),
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+        &["--size", "1GiB", "--physical-context", "0"],
+    );
+    let line = &h.line;
+    assert_eq!(h.field("device"), Some(0), "{line}");
+    assert_eq!(h.field("physical"), Some(1), "{line}");
+    assert!(line.contains("stray_contexts_on_physical=[0]"), "{line}");
+    assert!(line.contains("CUDA_VISIBLE_DEVICES=1"), "{line}");
+}
