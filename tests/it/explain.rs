@@ -537,6 +537,46 @@ mod untrusted {
         assert!(!explain_text(&p).contains("17179869184"), "no wrapped size");
     }
 
+    /// Issue 39 item 7: the HTML timeline said "Peak shown: 2 MiB" beside 6 GiB live (the
+    /// history window held only the small allocations): it says what the window covers.
+    #[test]
+    fn the_html_timeline_says_what_its_window_covers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = crafted(
+            tmp.path(),
+            "window.pickle",
+            "G = 1 << 30\n\
+             t = [{'action': 'alloc', 'addr': 6 * G + i * 65536, 'size': 65536, 'stream': 0, \
+             'time_us': 1000 * i, 'frames': [{'filename': '/w/t.py', 'line': 3, 'name': 'step'}]} \
+             for i in range(32)]",
+            "{'segments': [{'device': 0, 'address': 0, 'total_size': 8 * G, 'stream': 0, \
+             'blocks': [{'address': 0, 'size': 6 * G, 'requested_size': 6 * G, \
+             'state': 'active_allocated', 'frames': []}, {'address': 6 * G, 'size': 2 * G, \
+             'state': 'inactive', 'frames': []}]}], 'device_traces': [t]}",
+        );
+        let html = tmp.path().join("w.html");
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .arg("--out")
+            .arg(&html)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = std::fs::read_to_string(&html).unwrap();
+        assert!(!text.contains("Peak shown"), "the old wording");
+        assert!(
+            text.contains("32 history entries spanning")
+                && text.contains("most recent ones")
+                && text.contains("it peaks at 2 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("6.00 GiB is allocated at the snapshot: the other 6.00 GiB was allocated before the window began"),
+            "{text}"
+        );
+    }
+
     fn cases() -> u32 {
         std::env::var("VRAMDOC_FUZZ_CASES")
             .ok()
