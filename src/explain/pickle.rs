@@ -58,6 +58,9 @@ enum Wide {
 /// hold at most a dozen keys; a crafted one may hold millions and be referenced as often).
 const SCAN_LIMIT: usize = 16;
 
+/// What [`Doc::get`] found in one large dict: per key looked up, the value (if any).
+type Found = Vec<(&'static str, Option<Packed>)>;
+
 /// A decoded pickle: the root value and the arenas its containers and strings live in.
 #[derive(Debug, Default)]
 pub struct Doc {
@@ -70,7 +73,7 @@ pub struct Doc {
     /// What [`Doc::get`] found in dicts of more than [`SCAN_LIMIT`] entries, per dict and
     /// key: each such dict is scanned once per key however often it is looked up, so the
     /// time to read a file stays linear in it (issue 39 item 2).
-    found: std::cell::RefCell<HashMap<u32, Vec<(&'static str, Option<Packed>)>>>,
+    found: std::cell::RefCell<HashMap<u32, Found>>,
     /// Dict entries [`Doc::get`] has compared (the measure of its work the tests bound).
     scanned: std::cell::Cell<u64>,
 }
