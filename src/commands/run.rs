@@ -92,16 +92,12 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
         None => crate::redact::redact_args(&crate::term::escape_args(&args.command)),
     };
-    let torch = args
+    let torch = (args
         .torch_memory
-        .then(|| -> anyhow::Result<_> {
-            let parent = crate::job::attach::user_dir()?;
-            Ok(crate::explain::inject::Injection::prepare(
-                args.torch_memory_entries,
-                &parent,
-            )?)
-        })
-        .transpose()?;
+        .then(crate::job::attach::user_dir)
+        .transpose()?)
+    .map(|dir| crate::explain::inject::Injection::prepare(args.torch_memory_entries, &dir))
+    .transpose()?;
     let spec = JobSpec {
         argv: args.command.clone(),
         shown: command.clone(),

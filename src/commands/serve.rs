@@ -33,13 +33,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let stop = super::handle_interrupts_gracefully();
     // --listen and --interval are parsed and bounded by their flags (crate::cli).
     let (addr, interval) = (args.listen, args.interval);
-    // The web configuration before anything starts: a file that does not read is a usage
-    // error (exit 2) naming it.
-    let web = args
-        .web_config_file
-        .as_deref()
-        .map(|p| serve::webconfig::WebConfig::open(p).map(Arc::new))
-        .transpose()
+    // Before anything starts: a web configuration that does not read is a usage error.
+    let web = serve::webconfig::WebConfig::open_flag(args.web_config_file.as_deref())
         .map_err(|e| crate::exit::UsageError(format!("--web.config.file {e}")))?;
     let cfg = CollectConfig {
         scan: ScanConfig {
@@ -94,14 +89,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         crate::term::eprint_line("vramdoc serve: stopping");
         return Ok(crate::exit::OK);
     }
-    let tls = web
-        .as_ref()
-        .is_some_and(|w| w.current().is_ok_and(|l| l.tls.is_some()));
-    let server_cfg = ServerConfig {
-        web,
-        ..ServerConfig::default()
-    };
-    let server = Server::start(addr, latest.clone(), server_cfg)
+    let tls = web.as_ref().is_some_and(|w| w.serves_tls());
+    let server = Server::start(addr, latest.clone(), ServerConfig::default().with_web(web))
         .map_err(|e| EnvironmentError(format!("cannot listen on {addr}: {e}")))?;
     let local = server.local_addr();
     if !local.ip().is_loopback() {
@@ -137,15 +126,6 @@ fn incident_observer(
     let Some(dir) = &f.incidents else {
         return Ok(None);
     };
-    // A path that is there and not a directory is the user's to fix (exit 2), not the
-    // machine's (issue 39 item 5).
-    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
-        return Err(crate::exit::UsageError(format!(
-            "--incidents {}: not a directory (give a directory; it is created when missing)",
-            crate::term::one_line(&dir.display().to_string())
-        ))
-        .into());
-    }
     let kernel_log = (f.kernel_log.as_os_str() != "none").then(|| f.kernel_log.clone());
     let mut rec = crate::incidents::Incidents::new(crate::incidents::IncidentsConfig {
         dir: dir.clone(),

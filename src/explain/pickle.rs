@@ -560,9 +560,7 @@ impl<R: Read> Parser<R> {
     }
 
     fn run(&mut self) -> Result<Packed, PickleError> {
-        // Protocols 2 to 5 always begin with PROTO: anything else is no pickle this reader
-        // takes, said so before the first byte is read as an opcode (issue 39 item 7: a text
-        // file was refused as "builds an instance of a class (INST)").
+        // Protocols 2 to 5 begin with PROTO; anything else is not one (issue 39 item 7).
         let first = self.input.byte("an opcode")?;
         if first != 0x80 {
             let mut head = vec![first];

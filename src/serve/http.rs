@@ -76,6 +76,13 @@ impl Default for ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// These limits with `web` (`--web.config.file`).
+    pub fn with_web(self, web: Option<Arc<super::webconfig::WebConfig>>) -> ServerConfig {
+        ServerConfig { web, ..self }
+    }
+}
+
 /// A running HTTP server.
 pub struct Server {
     addr: SocketAddr,

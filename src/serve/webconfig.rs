@@ -184,6 +184,16 @@ impl WebConfig {
         })
     }
 
+    /// [`WebConfig::open`] of the `--web.config.file` flag's file, if given.
+    pub fn open_flag(path: Option<&Path>) -> Result<Option<Arc<WebConfig>>, WebConfigError> {
+        path.map(|p| WebConfig::open(p).map(Arc::new)).transpose()
+    }
+
+    /// Whether connections are served with TLS now.
+    pub fn serves_tls(&self) -> bool {
+        self.current().is_ok_and(|l| l.tls.is_some())
+    }
+
     /// The configuration now: read again when a file changed. `Err` (with the reason,
     /// printed once per change) while the file does not read.
     pub fn current(&self) -> Result<Arc<Loaded>, String> {
