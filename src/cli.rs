@@ -6,11 +6,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod explain;
 mod incidents;
 mod pods;
+mod replay;
 mod scenario;
 mod sim;
 pub use explain::ExplainArgs;
 pub use incidents::*;
 pub use pods::PodArgs;
+pub use replay::ReplayArgs;
 pub use scenario::{ScenarioCommand, ScenarioFromArgs, WhatifArgs};
 pub use sim::*;
 use std::net::SocketAddr;
@@ -96,8 +98,17 @@ pub enum Command {
     /// background sampler reads every GPU's memory. Verdicts: reproduced (bug shown), fixed
     /// (fix met its expectations), unexpected, skipped (too few GPUs). See docs/replay.md and,
     /// for writing your own scenario files, docs/scenarios.md.
+    ///
+    /// Your own reproduction replays as a scenario too: `replay --expect FINGERPRINT [--fix
+    /// ARGS]... -- CMD` watches CMD as `vramdoc run` does (on a simulated box, an unmodified
+    /// PyTorch job runs on the simulated driver with its own allocator) and checks that the
+    /// fingerprint fires; each --fix runs the command again with those arguments or
+    /// NAME=VALUE settings and checks that it exits 0 and the fingerprint stays silent. The
+    /// command comes from the command line only: a scenario file never runs anything.
     #[command(
-        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force).\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay --all --variant bug   (every scenario's bug variant)\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json\n  vramdoc replay all --out replay.html --junit junit.xml   (CI: see docs/ci.md)"
+        after_help = "Exit codes: 0 every variant as expected, 1 not (or killed, interrupted, skipped with --require), 2 bad scenario or flags, 3 environment (no driver, or GPUs busy with other processes and no --force); with a command: 125 vramdoc could not watch it, 126 not executable, 127 not found.\n\nExamples:\n  vramdoc --sim 2x16GiB replay stray-cuda0\n  vramdoc replay all --force --step-timeout 30s\n  vramdoc replay --all --variant bug   (every scenario's bug variant)\n  vramdoc replay multi-size-oom --variant bug --period 1ms\n  vramdoc replay stray-cuda0 overcommit --out replay.json --require\n  vramdoc replay ./my-scenario.toml --json\n  vramdoc replay all --out replay.html --junit junit.xml   (CI: see docs/ci.md)\n  \
+vramdoc --sim 2xh100@580 replay --expect stray-context --fix=--fixed -- python repro.py\n  \
+vramdoc --sim 2xh100@580 replay --expect stray-context --fix CUDA_VISIBLE_DEVICES=1 --junit j.xml -- python repro.py"
     )]
     Replay(ReplayArgs),
     /// Run your own command and record its GPU memory, then name the failure it hit
@@ -226,16 +237,26 @@ vramdoc incidents show 20261127T215700Z-out-of-memory-1 --markdown\n  \
 vramdoc incidents show ID --scenario > repro.toml && vramdoc replay repro.toml --sim recorded"
     )]
     Incidents(IncidentsCommand),
-    /// Replay a scenario's bug on several simulated boxes: would it fit on ...?
+    /// Would it fit on ...? A scenario's bug, or your own command, on several simulated boxes
     ///
-    /// Runs the `bug` variant of the scenario (e.g. one made by `vramdoc scenario from`) on a
+    /// With a scenario (e.g. one made by `vramdoc scenario from`): runs its `bug` variant on a
     /// fresh simulated box per spec, in parallel where the machine has the cores, and prints
     /// per box whether the recorded failure reproduces, whether every step fits, and each
-    /// GPU's peak and headroom; then the smallest box it fits on. See docs/repro.md.
+    /// GPU's peak and headroom; then the smallest box it fits on.
+    ///
+    /// With a command after `--` (fit by execution): runs it on a fresh simulated box of each
+    /// spec, one after the other, with the simulated driver in its environment. An unmodified
+    /// PyTorch runs there with its own caching allocator, so whether it fits is decided by
+    /// PyTorch itself; where it does not, the row quotes the job's own error
+    /// (`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`). Kernels compute
+    /// nothing and tensors read back zeros: sizes, order, caching and fragmentation are the
+    /// program's own; timings, values and data-dependent shapes are not. The job's output
+    /// passes through on stderr. See docs/repro.md.
     #[command(
-        after_help = "Exit codes: 0 every box replayed, 1 a box could not be replayed (its row says why), 2 bad scenario or box spec.\n\n\
+        after_help = "Exit codes: 0 every box ran (it may not fit on some: see the table), 1 a box could not be run (its row says why), 2 bad scenario, box spec or command.\n\n\
 Examples:\n  vramdoc whatif repro.toml --on t4,l4,a100-80gb,h100,2xh100\n  \
-vramdoc whatif repro.toml --on recorded,2xrtx4090,h100 --json\n  vramdoc whatif multi-size-oom --on t4,l4"
+vramdoc whatif repro.toml --on recorded,2xrtx4090,h100 --json\n  vramdoc whatif multi-size-oom --on t4,l4\n  \
+vramdoc whatif --on t4,l4,a100-80gb -- python train.py --batch 32"
     )]
     Whatif(WhatifArgs),
     /// Internal: a replay worker (reads a plan as JSON on stdin, prints events)
@@ -404,52 +425,6 @@ pub struct ListArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["scenarios", "all"])))]
-#[command(
-    mut_arg("json", |a| a.help("Print the replay report as JSON on standard output (versioned; fields in docs/json.md) instead of the summary")),
-    mut_arg("out", |a| a.help("Also write the replay report; the format follows the extension (.json, .md, .html with memory charts; .csv: the findings); repeat for several formats. Checked before any variant runs")),
-    mut_arg("force", |a| a.help("Overwrite output files that exist (--out, --junit); also replay on GPUs other processes are using (refused without it, exit 3: it would disturb their work and their memory would distort the replay's numbers)")),
-)]
-pub struct ReplayArgs {
-    /// Scenario ids (see `vramdoc list`), `all` for every built-in one, or paths to scenario
-    /// TOML files
-    #[arg(value_name = "ID|FILE")]
-    pub scenarios: Vec<String>,
-    /// Run only this variant of each scenario (e.g. `bug`, `fix-visible-devices`); without
-    /// it every variant runs
-    #[arg(long, value_name = "V")]
-    pub variant: Option<String>,
-    /// Every built-in scenario, as `vramdoc replay all` (with any ID or FILE also named)
-    #[arg(long)]
-    pub all: bool,
-    /// Memory sampling period (e.g. 1ms, 5ms; 100us to 1s)
-    #[arg(
-        long,
-        default_value = "5ms",
-        value_name = "DURATION",
-        value_parser = duration_within(Duration::from_micros(100), Duration::from_secs(1), " (default 5ms)")
-    )]
-    pub period: Duration,
-    #[command(flatten)]
-    pub output: OutputArgs,
-    /// Fail (exit 1) instead of skipping a scenario that needs more devices than the box has
-    #[arg(long)]
-    pub require: bool,
-    /// Kill a worker that reports nothing for this long (a hung step or driver call); its
-    /// step ends with status `timeout` and the variant is unexpected. At least 10ms
-    #[arg(
-        long,
-        default_value = "120s",
-        value_name = "DURATION",
-        value_parser = duration_within(Duration::from_millis(10), Duration::MAX, " (default 120s)")
-    )]
-    pub step_timeout: Duration,
-    /// Also write JUnit XML for CI (one test case per variant; unexpected = failure)
-    #[arg(long, value_name = "FILE")]
-    pub junit: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

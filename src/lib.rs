@@ -36,6 +36,7 @@ pub mod serve;
 pub mod session;
 pub mod term;
 pub mod units;
+pub mod watch;
 
 #[cfg(test)]
 mod architecture_tests;

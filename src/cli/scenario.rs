@@ -33,9 +33,10 @@ pub struct ScenarioFromArgs {
 
 #[derive(Debug, Args)]
 pub struct WhatifArgs {
-    /// A scenario file (e.g. made by `vramdoc scenario from`) or a built-in id
-    #[arg(value_name = "ID|FILE")]
-    pub scenario: String,
+    /// A scenario file (e.g. made by `vramdoc scenario from`) or a built-in id; or none, and
+    /// the command to run on each box after `--`
+    #[arg(value_name = "ID|FILE", required_unless_present = "command")]
+    pub scenario: Option<String>,
     /// Boxes to try, comma-separated specs as `--sim` takes them (`t4`, `2xh100`, `24GiB`);
     /// `recorded` is the box the scenario was recorded on
     #[arg(long, required = true, value_delimiter = ',', value_name = "SPEC,...")]
@@ -46,4 +47,23 @@ pub struct WhatifArgs {
     /// Boxes replayed at once (default: the machine's cores, at most the boxes)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub jobs: Option<u16>,
+    /// Memory sampling period of each run of a command (1ms to 1s)
+    #[arg(
+        long,
+        default_value = "5ms",
+        value_name = "DURATION",
+        requires = "command",
+        value_parser = crate::cli::duration_within(std::time::Duration::from_millis(1), std::time::Duration::from_secs(1), " (default 5ms)")
+    )]
+    pub period: std::time::Duration,
+    /// Fit by execution: your own command (e.g. `python train.py`), run on a fresh simulated
+    /// box of each spec, one box after the other, with PyTorch's real allocator deciding
+    /// where it fits (docs/repro.md "Fit by execution")
+    #[arg(
+        last = true,
+        conflicts_with_all = ["scenario", "jobs"],
+        value_name = "CMD",
+        value_parser = clap::value_parser!(std::ffi::OsString)
+    )]
+    pub command: Vec<std::ffi::OsString>,
 }

@@ -57,32 +57,3 @@ pub fn run(args: &ExplainArgs) -> Result<i32> {
     }
     Ok(crate::exit::OK)
 }
-
-/// `run --torch-memory`'s glue: keep the newest snapshot the job dumped at `kept` (beside the
-/// report, [`explain::inject::kept_path`], through the sink) and join its explanation with
-/// the run's findings.
-pub fn join_run(
-    injection: &explain::inject::Injection,
-    run: &mut crate::model::RunResult,
-    sink: &Sink,
-    kept: Option<&std::path::Path>,
-) -> Result<()> {
-    let Some(snapshot) = injection.snapshot() else {
-        return Ok(());
-    };
-    let kept = match kept {
-        Some(path) => {
-            use std::io::Read;
-            let (file, meta) = crate::input::open_regular(&snapshot)?;
-            let mut bytes = Vec::with_capacity(meta.len() as usize);
-            file.take(explain::DEFAULT_MAX_BYTES)
-                .read_to_end(&mut bytes)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", snapshot.display()))?;
-            sink.file(path, &bytes)?;
-            Some(path)
-        }
-        None => None,
-    };
-    explain::inject::join(run, &snapshot, kept);
-    Ok(())
-}

@@ -11,6 +11,7 @@ pub mod no_sim;
 pub mod packaging;
 pub mod preflight;
 pub mod replay;
+mod replay_script;
 pub mod report;
 pub mod run;
 pub mod scan;
@@ -76,7 +77,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             // `--sim recorded`: the box the scenario files were recorded on.
             let global = scenario::resolve_sim(&cli.global, &args.scenarios)?;
             let session = session::open(&global)?;
-            replay::run(&session, &args)
+            if args.command.is_empty() {
+                replay::run(&session, &args)
+            } else {
+                replay_script::run(&session, &args)
+            }
         }
         Command::Scenario(cmd) => scenario::run(&cmd),
         Command::Whatif(args) => whatif::run(&args),

@@ -6,12 +6,12 @@
 //! found), as GNU `timeout`. `vramdoc mark TEXT` writes one marker line.
 
 use crate::cli::{GlobalArgs, RunArgs};
-use crate::diagnose;
 use crate::exit::{CodedError, RUN_FAILED};
-use crate::job::{self, JobSpec};
-use crate::model::{Body, Report, RunResult};
+use crate::job;
+use crate::model::{Report, RunResult};
 use crate::record::sampler::SamplerConfig;
 use crate::report::sink::{Outputs, Sink};
+use crate::watch::{self, WatchOptions};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::time::Duration;
@@ -77,71 +77,45 @@ fn record(global: &GlobalArgs, args: &RunArgs) -> Result<i32> {
         anyhow::bail!(job::JobError::NoCommand);
     }
     let session = super::session::open(global)?;
-    let monitor = super::session::monitor(&session)?;
-    let devices = crate::record::mig::recorded_devices(&monitor.devices()?);
-    let environment = crate::inventory::environment(monitor.as_ref(), session.sim_spec())?;
-    let vantage = crate::inventory::vantage_here(&environment, monitor.as_ref())?;
-    let samples = (args
-        .samples
-        .as_ref()
-        .map(|p| job::open_samples(p, sink.force())))
-    .transpose()
-    .map_err(anyhow::Error::msg)?;
-    let command = match &attach {
-        Some(t) => job::attach::command_of(t),
-        // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
-        None => crate::redact::redact_args(&crate::term::escape_args(&args.command)),
-    };
-    let torch = (args
-        .torch_memory
-        .then(crate::job::attach::user_dir)
-        .transpose()?)
-    .map(|dir| crate::explain::inject::Injection::prepare(args.torch_memory_entries, &dir))
-    .transpose()?;
-    let spec = JobSpec {
-        argv: args.command.clone(),
-        shown: command.clone(),
-        cadence: SamplerConfig {
-            period,
-            process_period: Some(process_period),
+    let samples = (args.samples.as_ref())
+        .map(|p| job::open_samples(p, sink.force()).map(|f| (f, p.display().to_string())))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let watched = watch::watch(
+        &session,
+        WatchOptions {
+            argv: args.command.clone(),
+            attach,
+            cadence: SamplerConfig {
+                period,
+                process_period: Some(process_period),
+            },
+            samples,
+            kill_after: args.kill_after,
+            duration: args.duration,
+            live: args.live,
+            pty: !args.no_pty,
+            stdout_to_stderr: args.output.json,
+            torch_memory: args.torch_memory.then_some(args.torch_memory_entries),
+            torch_kept_as: kept.clone(),
+            pod_log_dir: args.pod_log_dir.clone(),
+            extra_env: Vec::new(),
+            told: "vramdoc run",
         },
-        samples,
-        attach,
-        kill_after: args.kill_after,
-        duration: args.duration,
-        live: args.live,
-        pty: !args.no_pty,
-        stdout_to_stderr: args.output.json,
-        env: (session.backend.job_env_told("vramdoc run").into_iter())
-            .chain(
-                torch
-                    .iter()
-                    .flat_map(|t| t.env(std::env::var_os("PYTHONPATH"))),
-            )
-            .collect(),
-    };
-    let mut ran =
-        job::run(spec, monitor, &devices).map_err(|e| coded(e.status(), e.to_string()))?;
-    let (output, status) = (ran.output.take(), ran.exit.status());
-    let findings = diagnose::fingerprints_seen_from(&ran.recorded.recording, &vantage);
-    let mut result = job::summary::run_result(
-        command,
-        (period.as_micros() as u64, process_period.as_micros() as u64),
-        ran,
-        &devices,
-        findings,
-        args.samples.as_ref().map(|p| p.display().to_string()),
-    );
-    result.vantage = Some(vantage);
-    if let Some(t) = &torch {
-        super::explain::join_run(t, &mut result, &sink, kept.as_deref())?;
+    )
+    .map_err(|e| coded(e.status(), e.to_string()))?;
+    if let (Some(snapshot), Some(path)) = (&watched.torch_snapshot, &kept) {
+        let bytes = watch::snapshot_bytes(snapshot)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", snapshot.display()))?;
+        sink.file(path, &bytes)?;
     }
-    crate::pods::name_pods(
-        result.processes.iter_mut().filter_map(|p| p.pod.as_mut()),
-        &args.pod_log_dir,
-    );
-    let report = Report::new(environment, Body::Run(result));
-    finish(&report, args, &sink, status, output.as_ref())
+    finish(
+        &watched.report,
+        args,
+        &sink,
+        watched.status,
+        watched.output.as_ref(),
+    )
 }
 
 /// Print, write the reports, and decide the exit status.
@@ -167,7 +141,14 @@ fn finish(
     drop(err);
     sink.emit(report)?;
     if let Some(path) = &args.scenario_out {
-        super::scenario::scenario_out(report, path, sink)?; // issue 16: docs/repro.md
+        // issue 16: docs/repro.md. A run that cannot be converted still has its report.
+        match crate::repro::scenario_of_run(report) {
+            Ok(c) => {
+                sink.file(path, c.toml.as_bytes())?;
+                crate::term::eprint_line(&c.said(&path.display().to_string()));
+            }
+            Err(e) => crate::term::eprint_line(&format!("vramdoc run: no scenario written: {e}")),
+        }
     }
     write_ci_outputs(report, run, args, sink)?;
     // The job's own stdout went to stderr (`JobSpec::stdout_to_stderr`): stdout is the JSON.

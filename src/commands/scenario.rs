@@ -1,11 +1,11 @@
-//! `vramdoc scenario from REPORT` and `vramdoc run --scenario-out` (issue 16), as glue: read
+//! `vramdoc scenario from REPORT` (issue 16; `run --scenario-out` converts through
+//! `repro::scenario_of_run`), as glue: read
 //! the recording (a run report, or its `--samples` JSONL), have `repro` convert it, write the
 //! scenario through `report::write`; and `--sim recorded`, resolved from the scenario files
 //! a replay names. Bad input exits 2 with one line naming the file.
 
 use crate::cli::{GlobalArgs, ScenarioCommand, ScenarioFromArgs};
 use crate::exit::UsageError;
-use crate::model::Report;
 use crate::report::sink::{Outputs, Sink};
 use crate::repro::{self, source, Converted};
 use crate::scenario::{builtin, parse_scenario, Scenario};
@@ -16,31 +16,6 @@ pub fn run(cmd: &ScenarioCommand) -> Result<i32> {
     match cmd {
         ScenarioCommand::From(args) => from(args),
     }
-}
-
-/// One line on stderr about what was made.
-fn said(c: &Converted, out: &str) -> String {
-    let s = &c.summary;
-    let coalesced = if s.coalesced {
-        format!(" (coalesced from {})", s.steps_before)
-    } else {
-        String::new()
-    };
-    let fp = c
-        .scenario
-        .fingerprint
-        .as_deref()
-        .unwrap_or("no fingerprint");
-    let on = c.scenario.recorded_on.as_deref().unwrap_or("?");
-    let cut = if s.truncated {
-        "; the recording was cut short, converted as far as it went"
-    } else {
-        ""
-    };
-    format!(
-        "scenario: {} steps{coalesced}, recorded on {on}, {fp}{cut}; replay it: vramdoc replay {out} --sim recorded",
-        s.steps
-    )
 }
 
 fn convert_text(text: &str, file: &Path) -> Result<Converted> {
@@ -75,35 +50,14 @@ fn from(args: &ScenarioFromArgs) -> Result<i32> {
         Some(out) => {
             sink.file(out, converted.toml.as_bytes())
                 .map_err(|e| UsageError(format!("writing the scenario: {e}")))?;
-            crate::term::eprint_line(&said(&converted, &out.display().to_string()));
+            crate::term::eprint_line(&converted.said(&out.display().to_string()));
         }
         None => {
             crate::term::write_stdout(converted.toml.as_bytes())?;
-            crate::term::eprint_line(&said(&converted, "FILE.toml"));
+            crate::term::eprint_line(&converted.said("FILE.toml"));
         }
     }
     Ok(crate::exit::OK)
-}
-
-/// `run --scenario-out FILE`: the scenario of the report just made. A recording with
-/// nothing to reproduce is one line on stderr, never a changed exit status; a file that
-/// cannot be written is an error, as for `--out`.
-pub fn scenario_out(report: &Report, path: &Path, sink: &Sink) -> Result<()> {
-    let src = match source::from_report(report, "the run") {
-        Ok(s) => s,
-        Err(e) => {
-            crate::term::eprint_line(&format!("vramdoc run: no scenario written: {e}"));
-            return Ok(());
-        }
-    };
-    match repro::convert_source(&src, crate::backend::recorded_box_spec) {
-        Ok(c) => {
-            sink.file(path, c.toml.as_bytes())?;
-            crate::term::eprint_line(&said(&c, &path.display().to_string()));
-        }
-        Err(e) => crate::term::eprint_line(&format!("vramdoc run: no scenario written: {e}")),
-    }
-    Ok(())
 }
 
 /// `--sim recorded`: the global flags with the box every named scenario file was recorded

@@ -223,7 +223,7 @@ pub fn run(
     signals::handle(signals::Mode::Forward);
     let path = marker_dir(true)?.join(marker_name(key, std::process::id()));
     std::fs::write(&path, b"").map_err(io(&path))?;
-    let mut tail = MarkerTail::open(&path).map_err(io(&path))?;
+    let tail = std::sync::Mutex::new(MarkerTail::open(&path).map_err(io(&path))?);
     let _markers = AttachMarkers { path: Some(path) };
     let t0 = Instant::now();
     let cfg = recorder_config(&mut spec, devices, scope);
@@ -237,7 +237,7 @@ pub fn run(
     let mut feed = Feed {
         recorder: &recorder,
         devices,
-        markers: &mut tail,
+        markers: &tail,
         lines: rx,
         errors: Vec::new(),
     };

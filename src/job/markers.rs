@@ -91,6 +91,8 @@ pub struct MarkerTail {
     dropped: u64,
     /// The last poll read its whole budget: there may be more.
     more: bool,
+    /// When the last poll read the file (ms since the job's start; [`Self::poll_at`]).
+    polled_ms: f64,
 }
 
 impl MarkerTail {
@@ -101,7 +103,19 @@ impl MarkerTail {
             taken: 0,
             dropped: 0,
             more: false,
+            polled_ms: 0.0,
         })
+    }
+
+    /// [`Self::poll`] at `now_ms`, with the earliest time the lines can have been written:
+    /// the previous poll's (a line written before it would have been read then). That is
+    /// the time a marker is recorded at: the level at a phase boundary is memory before the
+    /// marker was written, never memory the next phase allocated while vramdoc had not yet
+    /// looked (a job claims memory microseconds after its marker).
+    pub fn poll_at(&mut self, now_ms: f64) -> (f64, Vec<String>) {
+        let since = self.polled_ms.min(now_ms);
+        self.polled_ms = now_ms;
+        (since, self.poll())
     }
 
     /// Lines over [`MAX_MARKERS`], counted and not recorded.

@@ -24,9 +24,8 @@ pub mod stderr;
 pub mod summary;
 
 use crate::gpu::{DeviceInfo, Monitor};
-use crate::model::{MarkerKind, RunError, RunErrorKind};
+use crate::model::{Marker, MarkerKind, RunError, RunErrorKind};
 use crate::record::sampler::SamplerConfig;
-use crate::record::stderr::ParsedError;
 use crate::record::tree::Scope;
 use crate::record::{
     ErrorEvent, ErrorKind, JobEnd, JobExit, Recorded, Recorder, RecorderConfig, StreamDevice,
@@ -36,7 +35,7 @@ use markers::{marker_kind, MarkerTail, MARKERS_ENV};
 use process::Exit;
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -171,7 +170,9 @@ pub fn run(
         .map_err(io("creating the marker directory"))?;
     let marker_path = marker_dir.path().join("markers");
     std::fs::write(&marker_path, b"").map_err(io("creating the marker file"))?;
-    let mut markers = MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?;
+    let markers = Arc::new(Mutex::new(
+        MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?,
+    ));
     // Before vramdoc becomes a subreaper: the pump is not vramdoc's descendant.
     let mut pump = pump::start(marker_dir.path(), spec.pty, spec.stdout_to_stderr)
         .map_err(io("starting the output pump"))?;
@@ -218,13 +219,13 @@ pub fn run(
     );
     drop(cmd); // closes vramdoc's copies of the job's write ends
     let (tx, rx) = mpsc::channel();
-    let mut output = stderr::Output::start(pump.copy, pump.control, tx, t0);
+    let mut output = stderr::Output::start(pump.copy, pump.control, tx, t0, markers.clone());
     drop(child); // reaped by `process::reap`, never by std
 
     let mut feed = Feed {
         recorder: &recorder,
         devices,
-        markers: &mut markers,
+        markers: &markers,
         lines: rx,
         errors: Vec::new(),
     };
@@ -454,8 +455,8 @@ pub fn ours_to_signal(m: &crate::record::tree::TreeProcess) -> bool {
 pub struct Feed<'a> {
     recorder: &'a Recorder,
     devices: &'a [DeviceInfo],
-    markers: &'a mut MarkerTail,
-    lines: mpsc::Receiver<(f64, ParsedError)>,
+    markers: &'a Mutex<MarkerTail>,
+    lines: mpsc::Receiver<(f64, stderr::Seen)>,
     errors: Vec<RunError>,
 }
 
@@ -475,10 +476,10 @@ impl Feed<'_> {
     /// ignores SIGTERM for long), the lines; then the count of markers over the cap.
     pub fn drain(&mut self) {
         self.take();
-        while self.markers.more() && !signals::pending() {
+        while self.tail().more() && !signals::pending() {
             self.take();
         }
-        let dropped = self.markers.dropped();
+        let dropped = self.tail().dropped();
         if dropped > 0 {
             self.recorder.mark(
                 MarkerKind::Marker,
@@ -491,11 +492,26 @@ impl Feed<'_> {
         }
     }
 
+    fn tail(&self) -> std::sync::MutexGuard<'_, MarkerTail> {
+        self.markers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the output thread saw (markers it read before an error line, stamped then, and
+    /// the lines), then the markers written since.
     pub fn take(&mut self) {
-        for text in self.markers.poll() {
-            self.recorder.mark(marker_kind(&text), &text, None);
-        }
-        while let Ok((t, e)) = self.lines.try_recv() {
+        while let Ok((t, seen)) = self.lines.try_recv() {
+            let e = match seen {
+                stderr::Seen::Marker(text) => {
+                    self.recorder.marker(Marker {
+                        t_ms: t,
+                        kind: marker_kind(&text),
+                        label: text,
+                        device: None,
+                    });
+                    continue;
+                }
+                stderr::Seen::Line(e) => e,
+            };
             let device = e.device.and_then(|o| {
                 // The printer's own variables (`record::devmap`); vramdoc's as a last resort.
                 let printer = self.recorder.error_device(&e.line, o);
@@ -523,6 +539,15 @@ impl Feed<'_> {
                 device,
                 requested: e.requested,
                 line: e.line,
+            });
+        }
+        let (t, texts) = self.tail().poll_at(self.recorder.t_ms());
+        for text in texts {
+            self.recorder.marker(Marker {
+                t_ms: t,
+                kind: marker_kind(&text),
+                label: text,
+                device: None,
             });
         }
     }

@@ -6,6 +6,7 @@
 //! ([`Output::wait_complete`]) and lets the pump finish the terminal before it prints its
 //! summary ([`Output::wait_drained`]).
 
+use super::markers::MarkerTail;
 use super::pump::Frame;
 use crate::record::stderr::{ParsedError, StderrWatcher};
 use std::fs::File;
@@ -91,13 +92,49 @@ const TICK: Duration = Duration::from_millis(20);
 /// of the job that writes on after the command ended).
 const MAX_COMPLETE_WAIT: Duration = Duration::from_secs(10);
 
+/// What the output thread tells the main loop, in the order it happened.
+pub enum Seen {
+    /// A marker line of the job's marker file, read before the error line after it.
+    Marker(String),
+    /// A recognised error line.
+    Line(ParsedError),
+}
+
+/// The markers written so far (when there is a line to stamp), then the lines, each stamped
+/// with the time it was read.
+fn send(
+    tx: &mpsc::Sender<(f64, Seen)>,
+    found: &mut Vec<ParsedError>,
+    t0: Instant,
+    markers: &Mutex<MarkerTail>,
+) {
+    if found.is_empty() {
+        return;
+    }
+    let now = t0.elapsed().as_secs_f64() * 1000.0;
+    let (t, texts) = (markers.lock().unwrap_or_else(|e| e.into_inner())).poll_at(now);
+    for text in texts {
+        let _ = tx.send((t, Seen::Marker(text)));
+    }
+    let t = t0.elapsed().as_secs_f64() * 1000.0;
+    for f in found.drain(..) {
+        let _ = tx.send((t, Seen::Line(f)));
+    }
+}
+
 impl Output {
     /// Read `copy` on a thread; recognised lines go to `tx` with their time in ms since `t0`.
+    ///
+    /// Before a recognised line is stamped, the marker file is read (`markers`): a job
+    /// writes its phase marker before it prints the error of that phase, so the marker is
+    /// there and is stamped before the line (at the previous poll, [`MarkerTail::poll_at`]),
+    /// however late the main loop's own poll of the marker file would have come. Those markers go to `tx` first, in file order.
     pub fn start(
         mut copy: File,
         control: File,
-        tx: mpsc::Sender<(f64, ParsedError)>,
+        tx: mpsc::Sender<(f64, Seen)>,
         t0: Instant,
+        markers: Arc<Mutex<MarkerTail>>,
     ) -> Output {
         let state: Arc<(Mutex<State>, Condvar)> = Arc::default();
         let stderr: Arc<Mutex<Lines>> = Arc::default();
@@ -137,10 +174,7 @@ impl Output {
                         }
                         _ => break,
                     }
-                    let t = t0.elapsed().as_secs_f64() * 1000.0;
-                    for f in found.drain(..) {
-                        let _ = tx.send((t, f));
-                    }
+                    send(&tx, &mut found, t0, &markers);
                     let end = head[0] == Frame::End as u8;
                     set(&|s| {
                         s.last = Some(Instant::now());
@@ -151,10 +185,7 @@ impl Output {
                 err.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .finish(&mut found);
-                let t = t0.elapsed().as_secs_f64() * 1000.0;
-                for f in found.drain(..) {
-                    let _ = tx.send((t, f));
-                }
+                send(&tx, &mut found, t0, &markers);
                 set(&|s| {
                     s.complete = true;
                     s.eof = true;

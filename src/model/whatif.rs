@@ -1,6 +1,7 @@
 //! What `vramdoc whatif` found: per simulated box, whether a scenario's bug reproduces,
 //! whether it fits, each GPU's peak and headroom; and the smallest box it fits on. Decided in
-//! `repro::whatif`, rendered by `report::terminal::whatif`.
+//! `repro::whatif` (a scenario replayed) or `watch::fit` (the user's command run on each box),
+//! rendered by `report::terminal::whatif`.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,10 @@ pub struct BoxOutcome {
     /// Why it was skipped or did not run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Fit by execution (`whatif -- CMD`): the job's own error line where it did not fit
+    /// (PyTorch's `torch.OutOfMemoryError`, redacted, one line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     pub gpus: Vec<GpuOutcome>,
 }
 
@@ -40,6 +45,9 @@ pub struct BoxOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIf {
     pub scenario: String,
+    /// Fit by execution: the command that ran on each box (redacted); absent for a scenario.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     pub boxes: Vec<BoxOutcome>,
     /// The fitting box with the least memory in total (fewest GPUs on a tie).
     pub smallest_fit: Option<String>,

@@ -296,7 +296,9 @@ impl Recorder {
             kind: marker.kind.clone(),
             label: marker.label.clone(),
         });
-        s.markers.push(marker);
+        // In time order: a marker stamped by another thread can arrive after a later one.
+        let at = s.markers.partition_point(|m| m.t_ms <= marker.t_ms);
+        s.markers.insert(at, marker);
     }
 
     /// A phase boundary the rules read but reports do not show (replay: every step's end,

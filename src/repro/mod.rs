@@ -58,6 +58,36 @@ pub struct Converted {
     pub summary: convert::Summary,
 }
 
+impl Converted {
+    /// One line about what was made, with how to replay it from `out`.
+    pub fn said(&self, out: &str) -> String {
+        let s = &self.summary;
+        let coalesced = if s.coalesced {
+            format!(" (coalesced from {})", s.steps_before)
+        } else {
+            String::new()
+        };
+        let fp = (self.scenario.fingerprint.as_deref()).unwrap_or("no fingerprint");
+        let on = self.scenario.recorded_on.as_deref().unwrap_or("?");
+        let cut = if s.truncated {
+            "; the recording was cut short, converted as far as it went"
+        } else {
+            ""
+        };
+        format!(
+            "scenario: {} steps{coalesced}, recorded on {on}, {fp}{cut}; replay it: vramdoc replay {out} --sim recorded",
+            s.steps
+        )
+    }
+}
+
+/// `run --scenario-out`: the scenario of a finished run's report (`Err`: why none is made,
+/// one line).
+pub fn scenario_of_run(report: &crate::model::Report) -> Result<Converted, String> {
+    let src = source::from_report(report, "the run").map_err(|e| e.to_string())?;
+    convert_source(&src, crate::backend::recorded_box_spec).map_err(|e| e.to_string())
+}
+
 /// Convert a source. `recorded_on`: the box spec standing for the recorded GPUs, from
 /// their product names and totals (the backend names presets).
 pub fn convert_source(

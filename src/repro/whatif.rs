@@ -15,6 +15,7 @@ impl BoxOutcome {
             fits: false,
             failed_step: None,
             note: Some(crate::term::one_line(why).chars().take(300).collect()),
+            error: None,
             gpus: Vec::new(),
         }
     }
@@ -63,6 +64,7 @@ impl BoxOutcome {
             // Why it was skipped; an unexpected verdict's failed checks are the table's
             // `reproduces` and `fits` already.
             note: run.reason.clone().filter(|_| !ran),
+            error: None,
             gpus,
         }
     }
@@ -87,6 +89,7 @@ pub fn what_if(scenario: &str, boxes: Vec<BoxOutcome>) -> WhatIf {
         .map(|b| b.spec.clone());
     WhatIf {
         scenario: scenario.to_string(),
+        command: None,
         boxes,
         smallest_fit,
     }
@@ -105,6 +108,7 @@ mod tests {
             fits,
             failed_step: None,
             note: None,
+            error: None,
             gpus: totals
                 .iter()
                 .enumerate()

@@ -1282,5 +1282,5 @@ fn all_flag_and_all_argument_are_every_scenario() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("<ID|FILE|--all>"), "{err}");
+    assert!(err.contains("<ID|FILE|--all|CMD>"), "{err}");
 }

@@ -399,22 +399,137 @@ fn run_names_a_sharded_model_not_released_and_not_its_fix() {
         ids.contains(&"out-of-memory".to_string()),
         "the next model: {ids:?}"
     );
+    assert!(!ids.contains(&"overcommit".to_string()), "{ids:?}");
     let fixed = run_example(b.path(), &py, "sharded_release.py", true);
     assert_eq!(exit_status(&fixed), 0, "{fixed}");
     assert!(finding_ids(&fixed).is_empty(), "{fixed}");
+}
+
+/// The script's phase markers are stamped at the earliest time they can have been written
+/// (never after the load that follows them), and the per-process series has the device's
+/// resolution where the job is the only process on its GPUs (process lists are read every
+/// 500 ms, the loads take 300 ms).
+#[test]
+fn run_names_a_model_loaded_twice_and_not_its_single_load() {
+    let py = require!("torch", python());
+    let b = torch_box();
+    let bug = run_example(b.path(), &py, "double_load.py", false);
+    assert_eq!(exit_status(&bug), 0, "{bug}");
+    let ids = finding_ids(&bug);
+    assert!(ids.contains(&"double-load".to_string()), "{ids:?}");
+    let fixed = run_example(b.path(), &py, "double_load.py", true);
+    assert_eq!(exit_status(&fixed), 0, "{fixed}");
+    assert!(finding_ids(&fixed).is_empty(), "{fixed}");
+}
+
+/// `vramdoc replay --expect FP --fix ARGS -- CMD` on a `--sim` box made for today's PyTorch.
+fn replay_script(py: &Path, args: &[&str], script: &str) -> (i32, serde_json::Value) {
+    let o = vramdoc()
+        .env_remove("VRAMDOC_SIM_DIR")
+        .env("VRAMDOC_PIDNS", "host")
+        .env("VRAMDOC_SIMGPU_DIR", simgpu_lib_dir())
+        .args(["--sim", "2xh100@580", "replay", "--json"])
+        .args(args)
+        .arg("--")
+        .arg(py)
+        .arg(example(script))
+        .output()
+        .expect("vramdoc replay");
+    let r = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&o.stderr));
+    });
+    (o.status.code().unwrap_or(-1), r)
+}
+
+#[test]
+fn replay_runs_a_users_own_reproduction_as_a_scenario_with_its_fix() {
+    let py = require!("torch", python());
+    let (code, r) = replay_script(
+        &py,
+        &["--expect", "stray-context", "--fix=--fixed"],
+        "stray_cuda0.py",
+    );
+    let runs = r["replay"]["runs"].as_array().expect("runs");
+    let verdicts: Vec<(&str, &str)> = runs
+        .iter()
+        .map(|v| {
+            (
+                v["variant"].as_str().unwrap(),
+                v["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(verdicts, [("bug", "reproduced"), ("fix", "fixed")], "{r}");
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(runs[0]["scenario"], "script:stray_cuda0.py");
+    // A fingerprint the bug does not show: the bug variant is unexpected, exit 1.
+    let (code, r) = replay_script(&py, &["--expect", "double-load"], "stray_cuda0.py");
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["replay"]["runs"][0]["verdict"], "unexpected", "{r}");
+}
+
+#[test]
+fn whatif_runs_the_users_command_on_each_card_and_pytorch_decides_where_it_fits() {
+    let py = require!("torch", python());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/torch_jobs/fixed_footprint.py");
+    let o = vramdoc()
+        .env_remove("VRAMDOC_SIM_DIR")
+        .env("VRAMDOC_PIDNS", "host")
+        .env("VRAMDOC_SIMGPU_DIR", simgpu_lib_dir())
+        .args(["whatif", "--json", "--on", "t4,a100-80gb", "--"])
+        .arg(&py)
+        .arg(&script)
+        .arg("20")
+        .output()
+        .expect("vramdoc whatif");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let t4 = &w["boxes"][0];
+    assert_eq!(t4["spec"], "t4", "{w}");
+    assert_eq!(t4["fits"], false, "{w}");
+    assert_eq!(t4["verdict"], "out-of-memory", "{w}");
+    // PyTorch's own message, with the card's numbers.
+    let err = t4["error"].as_str().unwrap_or_default();
+    assert!(
+        err.starts_with("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
+        "{err}"
+    );
+    let a100 = &w["boxes"][1];
+    assert_eq!(a100["fits"], true, "{w}");
+    let peak = a100["gpus"][0]["peak"].as_u64().expect("peak");
+    assert!(peak >= 20 << 30, "{peak}");
+    assert_eq!(w["smallest_fit"], "a100-80gb", "{w}");
+    assert!(
+        w["command"]
+            .as_str()
+            .is_some_and(|c| c.contains("fixed_footprint.py")),
+        "{w}"
+    );
 }
 
 #[test]
 fn the_oom_scripts_fail_with_pytorchs_own_error_and_their_twins_run_clean() {
     let py = require!("torch", python());
     let b = torch_box();
-    for script in ["multi_size_oom.py", "overcommit.py"] {
+    // Each names its own fingerprint beside PyTorch's out-of-memory error: the staircase of
+    // growing sizes, and the one claim of a utilisation budget that leaves too little.
+    for (script, fingerprint) in [
+        ("multi_size_oom.py", "growth-without-release"),
+        ("overcommit.py", "overcommit"),
+    ] {
         let bug = run_example(b.path(), &py, script, false);
         assert_ne!(exit_status(&bug), 0, "{script}: {bug}");
+        let ids = finding_ids(&bug);
         assert!(
-            finding_ids(&bug).contains(&"out-of-memory".to_string()),
+            ids.contains(&"out-of-memory".to_string()),
             "{script}: {bug}"
         );
+        assert!(ids.contains(&fingerprint.to_string()), "{script}: {ids:?}");
         let line = bug["run"]["errors"][0]["line"].as_str().unwrap_or_default();
         assert!(
             line.starts_with("torch.OutOfMemoryError: CUDA out of memory."),

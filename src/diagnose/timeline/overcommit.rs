@@ -27,7 +27,7 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
         let levels = phase_levels(&d.samples, &cx.marker_times, d.step / 4);
         let mut hit = None;
         for i in 1..levels.len() {
-            let (_, l0) = levels[i - 1];
+            let (t0, l0) = levels[i - 1];
             let (t1, l1) = levels[i];
             let claim = l1.saturating_sub(l0);
             let free = d.total.saturating_sub(l1);
@@ -35,6 +35,16 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
                 || free as f64 > th.near_zero_free_fraction * total
                 || ends_a_staircase(&levels[..=i], d.step, th.context_sized_max, claim)
             {
+                continue;
+            }
+            // The rise ended in a failure of its own (a load that ran out of memory, whose
+            // error line is a phase boundary too): no claim that settled.
+            if (cx.rec.errors.iter()).any(|e| {
+                is_failure(&e.kind)
+                    && e.t_ms > t0
+                    && e.t_ms <= t1
+                    && e.device.is_none_or(|x| x == d.index)
+            }) {
                 continue;
             }
             // A failure in later work, once the claim had settled into a phase (a plateau or

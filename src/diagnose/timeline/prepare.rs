@@ -63,6 +63,48 @@ pub(super) struct Prepared<'a> {
     pub(super) job_devices: BTreeSet<u32>,
 }
 
+/// Where one process is the only one NVML lists on a device with memory, and every list
+/// sample of it accounts for the device's whole rise above its first reading (no holder NVML
+/// does not list: within one noise step), its series there is refined with the device's
+/// readings between its first and last list sample: memory is read every period, process
+/// lists only where they can have changed (issue 36), so without this a process's phases
+/// shorter than the list period are invisible to the per-process rules (`double-load`).
+fn sole_holder_at_device_resolution(d: &Dev, procs: &mut BTreeMap<u32, BTreeMap<u32, ProcSeries>>) {
+    let holders: Vec<u32> = (procs.iter())
+        .filter(|(_, per)| {
+            per.get(&d.index)
+                .is_some_and(|s| s.iter().any(|(_, u)| u.is_some_and(|u| u > 0)))
+        })
+        .map(|(pid, _)| *pid)
+        .collect();
+    let [pid] = holders[..] else {
+        return;
+    };
+    let Some(series) = procs.get_mut(&pid).and_then(|m| m.get_mut(&d.index)) else {
+        return;
+    };
+    let listed: Vec<(f64, u64)> = (series.iter())
+        .filter_map(|(t, u)| u.map(|u| (*t, u)))
+        .collect();
+    let (Some(first), Some(last)) = (listed.first(), listed.last()) else {
+        return;
+    };
+    let agrees = listed.iter().all(|(t, u)| {
+        d.level_at(*t)
+            .is_some_and(|l| l.saturating_sub(d.baseline).abs_diff(*u) <= d.step)
+    });
+    if !agrees || listed.len() < 2 {
+        return;
+    }
+    let (from, to) = (first.0, last.0);
+    series.extend(
+        (d.samples.iter())
+            .filter(|(t, _)| *t > from && *t < to)
+            .map(|(t, l)| (*t, Some(l.saturating_sub(d.baseline)))),
+    );
+    series.sort_by(|a, b| a.0.total_cmp(&b.0));
+}
+
 pub(super) fn sorted_points(s: &[(f64, u64)]) -> Points<'_> {
     if s.windows(2).all(|w| w[0].0 <= w[1].0) {
         Cow::Borrowed(s)
@@ -142,6 +184,9 @@ impl<'a> Prepared<'a> {
                     s.sort_by(|a, b| a.0.total_cmp(&b.0));
                 }
             }
+        }
+        for d in &devs {
+            sole_holder_at_device_resolution(d, &mut procs);
         }
         let tree: BTreeSet<u32> = rec
             .processes
