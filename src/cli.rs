@@ -52,8 +52,8 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct GlobalArgs {
     /// Run on a fresh private simulated box, e.g. `2x24GiB`, `h100`, `rtx3090,rtx3090`, `4xt4`
-    /// (see `vramdoc sim presets`); for `replay`, `recorded` is the box a converted scenario
-    /// was recorded on (docs/repro.md)
+    /// (see `vramdoc sim presets`); `recorded`: the box a converted scenario was recorded on
+    /// (docs/repro.md)
     #[arg(long, global = true, value_name = "SPEC")]
     pub sim: Option<String>,
 
@@ -314,7 +314,12 @@ unallocated-gpu-use (docs/fleet.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
 vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \
-vramdoc scan --prom /var/lib/node_exporter/textfile/vramdoc.prom"
+vramdoc scan --prom /var/lib/node_exporter/textfile/vramdoc.prom",
+    // Each command's help speaks of that command (issue 39 item 7).
+    mut_arg("json", |a| a.help("Print the scan report as JSON on standard output (versioned; fields in docs/json.md) instead of the summary")),
+    mut_arg("out", |a| a.help("Also write the scan report; the format follows the extension (.json, .md, .html; .csv: the findings); repeat for several formats. Checked before the scan")),
+    mut_arg("force", |a| a.help("Overwrite --out files that exist")),
+    mut_arg("allocation_idle_after", |a| a.hide(true)),
 )]
 pub struct ScanArgs {
     #[command(flatten)]
@@ -342,8 +347,9 @@ pub struct ScanArgs {
 
 pub use crate::model::Severity;
 
-/// The report outputs of `scan`, `replay` and `run` (one struct; its paths are checked before
-/// any work by `report::sink::Sink::new`).
+/// The report outputs of `scan`, `replay`, `run` and `explain` (one struct; its paths are
+/// checked before any work by `report::sink::Sink::new`). Each command words its help for
+/// itself (`mut_arg` on its own flags).
 #[derive(Debug, Args, Clone)]
 pub struct OutputArgs {
     /// Print the JSON report on standard output (versioned; fields in docs/json.md) instead
@@ -393,6 +399,13 @@ pub struct ServeArgs {
     /// upgrades and `nvidia-smi --gpu-reset` need it closed)
     #[arg(long)]
     pub release_between: bool,
+    /// TLS and basic authentication as Prometheus exporters take them: a web configuration
+    /// file in the exporter-toolkit format (`tls_server_config` with `cert_file`/`key_file`
+    /// and optional `client_ca_file`, `basic_auth_users` with bcrypt hashes; docs/fleet.md
+    /// "TLS and authentication"). Checked on every connection and read again when it or a
+    /// file it names changes; wrong or missing credentials get 401
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     #[command(flatten)]
     pub incidents: IncidentFlags,
 }
@@ -421,6 +434,11 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("attach").args(["pid", "cgroup", "container"]).multiple(true))]
+#[command(
+    mut_arg("json", |a| a.help("Print the run report as JSON on standard output when the command ends (versioned; fields in docs/json.md); the summary and the command's own standard output then go to stderr")),
+    mut_arg("out", |a| a.help("Also write the run report; the format follows the extension (.json, .md, .html with the memory timeline; .csv: the findings); repeat for several formats. Checked before the command starts")),
+    mut_arg("force", |a| a.help("Overwrite output files that exist (--out, --junit, --samples, --scenario-out)")),
+)]
 pub struct RunArgs {
     /// Memory sampling period (e.g. 50ms, 1s; 1ms to 60s)
     #[arg(

@@ -10,7 +10,7 @@ pub struct IncidentFlags {
     /// Record incidents into DIR: each GPU failure seen on this node (an error line in a GPU
     /// pod's log, an Xid, a host OOM kill, a GPU lost, memory left without an owner) becomes
     /// a JSON file with the memory timeline before it and a replayable scenario
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = incidents_dir)]
     pub incidents: Option<PathBuf>,
     /// With --incidents: incident files kept at most (the oldest are removed)
     #[arg(long, value_name = "N", default_value_t = crate::incidents::DEFAULT_MAX_COUNT,
@@ -32,6 +32,16 @@ pub struct IncidentFlags {
     /// not read one
     #[arg(long, value_name = "PATH", default_value = crate::incidents::DEFAULT_KERNEL_LOG)]
     pub kernel_log: PathBuf,
+}
+
+/// A directory, or a path where one can be made: a file there is the user's to fix (exit
+/// 2), not the machine's (issue 39 item 5: it exited 3, "File exists").
+fn incidents_dir(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    if std::fs::metadata(&p).is_ok_and(|m| !m.is_dir()) {
+        return Err("not a directory (give a directory; it is created when missing)".into());
+    }
+    Ok(p)
 }
 
 fn max_bytes(s: &str) -> Result<u64, String> {

@@ -8,6 +8,12 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["scenarios", "all", "command"])))]
+// Each command's help speaks of that command (issue 39 item 7).
+#[command(
+    mut_arg("json", |a| a.help("Print the replay report as JSON on standard output (versioned; fields in docs/json.md) instead of the summary")),
+    mut_arg("out", |a| a.help("Also write the replay report; the format follows the extension (.json, .md, .html with memory charts; .csv: the findings); repeat for several formats. Checked before any variant runs")),
+    mut_arg("force", |a| a.help("Overwrite output files that exist (--out, --junit); also replay on GPUs other processes are using (refused without it, exit 3: it would disturb their work and their memory would distort the replay's numbers)")),
+)]
 pub struct ReplayArgs {
     /// Scenario ids (see `vramdoc list`), `all` for every built-in one, or paths to scenario
     /// TOML files

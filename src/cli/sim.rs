@@ -80,6 +80,16 @@ vramdoc sim run --cgroup 'kubepods/burstable/pod0b76-32a2/{id}' --gpus 0 -- ./jo
     Libs(SimLibsArgs),
     /// List device presets usable in SPEC
     Presets,
+    /// Remove a box made by `sim init` and stop its daemons (driver broker, runtime)
+    ///
+    /// The box is the one in --dir, else VRAMDOC_SIM_DIR. Its directory is removed, and this
+    /// command waits (at most 5 s) for the two daemons `sim init` started to exit, which they
+    /// do once the box is gone. Processes you staged on it (`sim hold &`) are yours: stop
+    /// them first (`kill %1`).
+    #[command(
+        after_help = "Examples:\n  vramdoc sim down            # the box in VRAMDOC_SIM_DIR\n  unset VRAMDOC_SIM_DIR\n  vramdoc sim down --dir /tmp/box"
+    )]
+    Down(SimDownArgs),
     /// The box's driver broker (started by `sim init`): tells clients their host PID
     #[command(hide = true)]
     Driverd(SimDriverdArgs),
@@ -167,6 +177,13 @@ pub struct SimDriverdArgs {
     /// Box directory to serve
     #[arg(long)]
     pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SimDownArgs {
+    /// The box's directory (default: VRAMDOC_SIM_DIR)
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

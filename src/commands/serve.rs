@@ -33,6 +33,9 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let stop = super::handle_interrupts_gracefully();
     // --listen and --interval are parsed and bounded by their flags (crate::cli).
     let (addr, interval) = (args.listen, args.interval);
+    // Before anything starts: a web configuration that does not read is a usage error.
+    let web = serve::webconfig::WebConfig::open_flag(args.web_config_file.as_deref())
+        .map_err(|e| crate::exit::UsageError(format!("--web.config.file {e}")))?;
     let cfg = CollectConfig {
         scan: ScanConfig {
             sim_spec: session.sim_spec(),
@@ -86,7 +89,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         crate::term::eprint_line("vramdoc serve: stopping");
         return Ok(crate::exit::OK);
     }
-    let server = Server::start(addr, latest.clone(), ServerConfig::default())
+    let tls = web.as_ref().is_some_and(|w| w.serves_tls());
+    let server = Server::start(addr, latest.clone(), ServerConfig::default().with_web(web))
         .map_err(|e| EnvironmentError(format!("cannot listen on {addr}: {e}")))?;
     let local = server.local_addr();
     if !local.ip().is_loopback() {
@@ -96,7 +100,8 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     }
     // Tests and scripts read the bound address (with --listen 127.0.0.1:0) from this line.
     crate::term::eprint_line(&format!(
-        "vramdoc serve: listening on http://{local}/metrics (collection every {})",
+        "vramdoc serve: listening on {}://{local}/metrics (collection every {})",
+        if tls { "https" } else { "http" },
         crate::units::format_duration(interval)
     ));
 

@@ -11,6 +11,7 @@ use vramdoc_sim::{runtime, spec::PRESETS, InitOptions, SimBox};
 
 mod calls;
 mod container;
+mod down;
 mod fault;
 mod hold;
 mod status;
@@ -25,6 +26,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
             Ok(0)
         }
         SimCommand::Runtimed(a) => runtimed(&a.dir),
+        SimCommand::Down(a) => down::down(&a),
         other => {
             // The session's box (`--sim` or VRAMDOC_SIM_DIR), kept for the command's life.
             let session = super::session::open(global)?;
@@ -37,6 +39,7 @@ pub fn run(global: &GlobalArgs, cmd: SimCommand) -> Result<i32> {
                 SimCommand::Ps(a) => container::ps(&sim, &a),
                 SimCommand::Libs(a) => status::libs(&sim, &a),
                 SimCommand::Init(_)
+                | SimCommand::Down(_)
                 | SimCommand::Presets
                 | SimCommand::Driverd(_)
                 | SimCommand::Runtimed(_) => Ok(0),

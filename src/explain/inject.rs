@@ -2,7 +2,7 @@
 //! leaves with the run's findings.
 //!
 //! [`Injection::prepare`] writes a `sitecustomize.py` ([`SITECUSTOMIZE`]) into a private
-//! directory put first on the job's `PYTHONPATH`. In each Python process of the job it:
+//! directory (in this user's own, which outlives the run) put first on the job's `PYTHONPATH`. In each Python process of the job it:
 //! chains the next `sitecustomize` on `sys.path` (and takes its own directory off
 //! `sys.path`); installs a one-shot import hook that acts only after the job itself imports
 //! `torch`, and only if `torch.cuda.is_available()`; then calls
@@ -49,11 +49,16 @@ pub struct Injection {
 }
 
 impl Injection {
-    pub fn prepare(max_entries: u64) -> Result<Injection, InjectError> {
+    /// The run's directory is made in `parent`, which must be this user's only and outlive
+    /// the run: the job's `PYTHONPATH` and dump directory point into it, and a process of
+    /// the job that outlives vramdoc keeps them. Were `parent` a shared temporary directory,
+    /// any local user could make the removed directory again and have every later Python
+    /// process of the survivor import their `sitecustomize.py` (issue 39 item 3).
+    pub fn prepare(max_entries: u64, parent: &Path) -> Result<Injection, InjectError> {
         let err = |what| move |source| InjectError { what, source };
         let dir = tempfile::Builder::new()
-            .prefix("vramdoc-torch-")
-            .tempdir()
+            .prefix("torch-")
+            .tempdir_in(parent)
             .map_err(err("creating the run's directory"))?;
         let py = dir.path().join("py");
         std::fs::create_dir(&py).map_err(err("creating the sitecustomize directory"))?;

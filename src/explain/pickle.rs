@@ -12,6 +12,7 @@
 //! file costs), a cycle is harmless, and dropping a document never recurses.
 //! Opcode numbers and meanings: CPython `Lib/pickletools.py` and `Lib/pickle.py`.
 
+use std::collections::HashMap;
 use std::io::Read;
 use thiserror::Error;
 
@@ -53,6 +54,13 @@ enum Wide {
     Float(f64),
 }
 
+/// Entries of a dict beyond which [`Doc::get`] remembers what it found (a snapshot's dicts
+/// hold at most a dozen keys; a crafted one may hold millions and be referenced as often).
+const SCAN_LIMIT: usize = 16;
+
+/// What [`Doc::get`] found in one large dict: per key looked up, the value (if any).
+type Found = Vec<(&'static str, Option<Packed>)>;
+
 /// A decoded pickle: the root value and the arenas its containers and strings live in.
 #[derive(Debug, Default)]
 pub struct Doc {
@@ -62,6 +70,12 @@ pub struct Doc {
     seqs: Vec<Vec<Packed>>,
     maps: Vec<Vec<(Packed, Packed)>>,
     wide: Vec<Wide>,
+    /// What [`Doc::get`] found in dicts of more than [`SCAN_LIMIT`] entries, per dict and
+    /// key: each such dict is scanned once per key however often it is looked up, so the
+    /// time to read a file stays linear in it (issue 39 item 2).
+    found: std::cell::RefCell<HashMap<u32, Found>>,
+    /// Dict entries [`Doc::get`] has compared (the measure of its work the tests bound).
+    scanned: std::cell::Cell<u64>,
 }
 
 impl Doc {
@@ -146,17 +160,45 @@ impl Doc {
         }
     }
 
-    /// The value under a string key of a dict (the last one, as Python keeps it).
-    pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
+    /// The value under a string key of a dict (the last one, as Python keeps it). Constant
+    /// time per dict and key after the first look into a large dict.
+    pub fn get(&self, dict: Value, key: &'static str) -> Option<Value> {
         let Value::Dict(i) = dict else {
             return None;
         };
-        self.maps
-            .get(i as usize)?
-            .iter()
-            .rev()
-            .find(|(k, _)| self.str_of(self.unpack(*k)) == Some(key))
-            .map(|(_, v)| self.unpack(*v))
+        let map = self.maps.get(i as usize)?;
+        let scan = || {
+            self.scanned.set(self.scanned.get() + map.len() as u64);
+            map.iter()
+                .rev()
+                .find(|(k, _)| self.str_of(self.unpack(*k)) == Some(key))
+                .map(|(_, v)| *v)
+        };
+        if map.len() <= SCAN_LIMIT {
+            return scan().map(|v| self.unpack(v));
+        }
+        let mut found = self.found.borrow_mut();
+        let keys = found.entry(i).or_default();
+        let v = match keys.iter().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v,
+            None => {
+                let v = scan();
+                keys.push((key, v));
+                v
+            }
+        };
+        v.map(|v| self.unpack(v))
+    }
+
+    /// Dict entries looked at by [`Doc::get`] so far (at most every entry of a dict per key
+    /// looked up in it).
+    pub fn entries_scanned(&self) -> u64 {
+        self.scanned.get()
+    }
+
+    /// Dicts in the document (the budget of what a typed reading may build from it).
+    pub fn dicts(&self) -> usize {
+        self.maps.len()
     }
 
     /// Move a list's items out of the arena (it is left empty).
@@ -179,6 +221,7 @@ impl Doc {
                 if let Some(m) = self.maps.get_mut(i as usize) {
                     *m = Vec::new();
                 }
+                self.found.get_mut().remove(&i);
             }
             _ => {}
         }
@@ -222,6 +265,8 @@ pub enum PickleError {
         what: &'static str,
         name: String,
     },
+    #[error("byte 0: not a pickle: a PyTorch memory snapshot starts with the pickle protocol opcode 0x80, this file with {start} (a text file?)")]
+    NotAPickle { start: String },
     #[error("byte {at}: unknown pickle opcode 0x{op:02x} (not a pickle of protocol 2 to 5, or a damaged one)")]
     UnknownOpcode { at: u64, op: u8 },
     #[error("byte {at}: the pickle ends in the middle of {what} (a truncated file?)")]
@@ -515,6 +560,30 @@ impl<R: Read> Parser<R> {
     }
 
     fn run(&mut self) -> Result<Packed, PickleError> {
+        // Protocols 2 to 5 begin with PROTO; anything else is not one (issue 39 item 7).
+        let first = self.input.byte("an opcode")?;
+        if first != 0x80 {
+            let mut head = vec![first];
+            while head.len() < 24 {
+                match self.input.byte("") {
+                    Ok(b'\n') | Err(_) => break,
+                    Ok(b) => head.push(b),
+                }
+            }
+            let text = String::from_utf8_lossy(&head);
+            let start = if text.chars().all(|c| !c.is_control() && c != '\u{fffd}') {
+                format!("`{}`", crate::term::one_line(&text))
+            } else {
+                format!("byte 0x{first:02x}")
+            };
+            return Err(PickleError::NotAPickle { start });
+        }
+        let v = self.input.byte("the protocol")?;
+        if !(2..=5).contains(&v) {
+            return Err(self.err(format!(
+                "pickle protocol {v} (vramdoc reads protocols 2 to 5)"
+            )));
+        }
         loop {
             self.op_at = self.input.pos;
             let op = self.input.byte("an opcode")?;

@@ -93,3 +93,67 @@ fn value_budget_caps_memory() {
     let e = decode(&p[..], p.len() as u64, limits).unwrap_err();
     assert!(matches!(e, PickleError::Limit { .. }), "{e}");
 }
+
+/// Issue 39 item 2: one dict of N keys referenced N times, each reference looked up: the
+/// lookups scanned N × N entries (a 180 KB file took 15 s). Each dict is scanned once per key.
+#[test]
+fn lookups_in_a_large_shared_dict_scan_it_once_per_key() {
+    const N: usize = 3000;
+    // Python's pickler writes SETITEMS and APPENDS in batches of 1000.
+    let mut p = b"\x80\x04}\x94".to_vec();
+    for i in 0..N {
+        if i % 1000 == 0 {
+            p.extend_from_slice(if i == 0 { b"(" } else { b"u(" });
+        }
+        let k = format!("k{i}");
+        p.push(0x8c);
+        p.push(k.len() as u8);
+        p.extend_from_slice(k.as_bytes());
+        p.extend_from_slice(b"K\x01");
+    }
+    p.extend_from_slice(b"\x8c\x04sizeK\x07u]");
+    for i in 0..N {
+        if i % 1000 == 0 {
+            p.extend_from_slice(if i == 0 { b"(" } else { b"e(" });
+        }
+        p.extend_from_slice(b"h\x00");
+    }
+    p.extend_from_slice(b"e.");
+    let d = decode_slice(&p).unwrap();
+    let refs: Vec<Value> = d.seq_of(d.root.unwrap()).unwrap().collect();
+    assert_eq!(refs.len(), N);
+    for r in &refs {
+        assert_eq!(d.get(*r, "size"), Some(Value::Int(7)));
+        assert_eq!(d.get(*r, "state"), None);
+    }
+    // Two keys, one scan each of N + 1 entries (the old reader: 2 × N × (N + 1)).
+    assert!(
+        d.entries_scanned() <= 2 * (N as u64 + 1),
+        "{}",
+        d.entries_scanned()
+    );
+    // Small dicts are scanned as before, and the last of a repeated key wins.
+    let d = decode_slice(b"\x80\x04}\x94(\x8c\x01aK\x01\x8c\x01aK\x02u.").unwrap();
+    assert_eq!(d.get(d.root.unwrap(), "a"), Some(Value::Int(2)));
+}
+
+/// Issue 39 item 7: a text file was refused as a pickle that "builds an instance of a class
+/// (INST)", a security alert for what is not a pickle at all.
+#[test]
+fn a_text_file_is_not_a_pickle() {
+    let e = decode_slice(b"id = \"notes\"\nname = 1\n").unwrap_err();
+    assert!(matches!(e, PickleError::NotAPickle { .. }), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("not a pickle") && m.contains("`id = \"notes\"`"),
+        "{m}"
+    );
+    assert!(!m.contains("INST"), "{m}");
+    let e = decode_slice(b"\x00\x01\x02").unwrap_err().to_string();
+    assert!(e.contains("byte 0x00"), "{e}");
+    // Protocol 0 or 1 pickles have no PROTO opcode: refused the same way.
+    assert!(matches!(
+        decode_slice(b"(lp0\n."),
+        Err(PickleError::NotAPickle { .. })
+    ));
+}

@@ -11,6 +11,7 @@
 use super::explanation::{History, Series, Site, SiteGrowth};
 use super::snapshot::{Action, BlockState, Snapshot, TraceEntry};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Label of blocks with no Python stack (recording off, or C++-only allocations).
 pub const NO_STACK: &str = "<no Python stack recorded>";
@@ -33,32 +34,64 @@ fn is_native(filename: &str) -> bool {
         || (filename.starts_with('/') && !base.ends_with(".py"))
 }
 
+/// What a frame's strings say, worked out once per distinct string (frames share them: one
+/// long file name in a thousand frames is read once, issue 39 item 1).
+#[derive(Default)]
+struct Strings {
+    /// By the address of the shared string: (user Python, neither torch's nor native,
+    /// native, its text as shown).
+    by_ptr: HashMap<usize, (bool, bool, bool, Arc<str>)>,
+}
+
+/// The longest piece of a frame shown (a file name or a function name).
+const MAX_PIECE: usize = 300;
+
+impl Strings {
+    fn of(&mut self, s: &Arc<str>) -> &(bool, bool, bool, Arc<str>) {
+        self.by_ptr
+            .entry(Arc::as_ptr(s) as *const u8 as usize)
+            .or_insert_with(|| {
+                let shown: String = crate::redact::redact_text(&crate::term::one_line(s))
+                    .chars()
+                    .take(MAX_PIECE)
+                    .collect();
+                (
+                    s.ends_with(".py") && !is_torch_internal(s),
+                    !is_torch_internal(s) && !is_native(s),
+                    is_native(s),
+                    Arc::from(shown),
+                )
+            })
+    }
+}
+
 /// Where a stack's site is: its innermost user Python frame, else its innermost frame that is
 /// neither torch's nor native, else its first.
-fn site_frame(s: &Snapshot, stack: &[u32]) -> usize {
-    let frame = |f: &u32| s.frames.get(*f as usize);
+fn site_frame(s: &Snapshot, strings: &mut Strings, stack: &[u32]) -> usize {
+    let mut kind = |f: &u32| {
+        s.frames
+            .get(*f as usize)
+            .map(|fr| {
+                let k = strings.of(&fr.filename);
+                (k.0, k.1)
+            })
+            .unwrap_or((false, false))
+    };
     stack
         .iter()
-        .position(|f| {
-            frame(f)
-                .is_some_and(|fr| fr.filename.ends_with(".py") && !is_torch_internal(&fr.filename))
-        })
-        .or_else(|| {
-            stack.iter().position(|f| {
-                frame(f)
-                    .is_some_and(|fr| !is_torch_internal(&fr.filename) && !is_native(&fr.filename))
-            })
-        })
+        .position(|f| kind(f).0)
+        .or_else(|| stack.iter().position(|f| kind(f).1))
         .unwrap_or(0)
 }
 
-fn frame_label(s: &Snapshot, f: u32) -> String {
+fn frame_label(s: &Snapshot, strings: &mut Strings, f: u32) -> String {
     match s.frames.get(f as usize) {
         Some(fr) => {
-            let text = format!("{} ({}:{})", fr.name, fr.filename, fr.line);
-            crate::redact::redact_text(&crate::term::one_line(&text))
+            let name = strings.of(&fr.name).3.clone();
+            let file = strings.of(&fr.filename).3.clone();
+            format!("{name} ({file}:{})", fr.line)
                 .chars()
-                .take(300)
+                .take(MAX_PIECE)
                 .collect()
         }
         None => NO_STACK.to_string(),
@@ -74,34 +107,41 @@ pub struct Sites {
 
 impl Sites {
     pub fn new(s: &Snapshot) -> Sites {
+        let mut strings = Strings::default();
         let mut labels = vec![NO_STACK.to_string()];
         let mut callers = vec![Vec::new()];
         let mut by_label: HashMap<String, u32> = HashMap::new();
         by_label.insert(NO_STACK.to_string(), 0);
         let mut site_of = Vec::with_capacity(s.stacks.len());
         for stack in &s.stacks {
-            let pick = site_frame(s, stack);
+            let pick = site_frame(s, &mut strings, stack);
             let label = match stack.get(pick) {
-                Some(f) => frame_label(s, *f),
+                Some(f) => frame_label(s, &mut strings, *f),
                 None => NO_STACK.to_string(),
             };
-            let id = *by_label.entry(label.clone()).or_insert_with(|| {
-                labels.push(label);
-                callers.push(
-                    stack
-                        .iter()
-                        .skip(pick + 1)
-                        .filter(|f| {
-                            s.frames
-                                .get(**f as usize)
-                                .is_none_or(|fr| !is_native(&fr.filename))
-                        })
-                        .take(4)
-                        .map(|f| frame_label(s, *f))
-                        .collect(),
-                );
-                (labels.len() - 1) as u32
-            });
+            let id = match by_label.get(&label) {
+                Some(id) => *id,
+                None => {
+                    let mut up = Vec::new();
+                    for f in stack.iter().skip(pick + 1) {
+                        if up.len() == 4 {
+                            break;
+                        }
+                        let native = s
+                            .frames
+                            .get(*f as usize)
+                            .is_some_and(|fr| strings.of(&fr.filename).2);
+                        if !native {
+                            up.push(frame_label(s, &mut strings, *f));
+                        }
+                    }
+                    callers.push(up);
+                    labels.push(label.clone());
+                    let id = (labels.len() - 1) as u32;
+                    by_label.insert(label, id);
+                    id
+                }
+            };
             site_of.push(id);
         }
         Sites {
@@ -296,9 +336,9 @@ mod tests {
 
     fn frame(name: &str, filename: &str, line: i64) -> Frame {
         Frame {
-            filename: filename.to_string(),
+            filename: filename.into(),
             line,
-            name: name.to_string(),
+            name: name.into(),
         }
     }
 

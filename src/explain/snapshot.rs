@@ -22,21 +22,35 @@
 //!
 //! Missing optional fields take PyTorch's defaults; a missing required one is an error
 //! naming the segment or entry. Frames are interned (PyTorch shares frame dicts between
-//! tracebacks, so the pickle memoizes them; so does this table).
+//! tracebacks, so the pickle memoizes them; so does this table), and so are their strings
+//! (one file name shared by many frames is held once) and stacks (one per distinct list).
+//!
+//! Bounded (issue 39 item 1): what the file shares by reference is shared here (strings,
+//! frames, stacks), and the records that cannot be shared (segments, blocks, history
+//! entries) are counted against [`record_budget`], one per dict in the file: a file that
+//! repeats one segment or block by memo reference is refused before it is expanded.
 
 use super::pickle::{Doc, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq)]
-#[error("{0} (is this a file written by torch.cuda.memory._dump_snapshot?)")]
-pub struct FormatError(pub String);
+pub enum FormatError {
+    /// A field missing or of the wrong type.
+    #[error("{0} (is this a file written by torch.cuda.memory._dump_snapshot?)")]
+    Field(String),
+    /// Past [`record_budget`].
+    #[error("{0}")]
+    Budget(String),
+}
 
+/// One frame. Its strings are shared: frames naming one file hold one copy of its name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frame {
-    pub filename: String,
+    pub filename: Arc<str>,
     pub line: i64,
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,20 +143,77 @@ pub struct Snapshot {
     pub field_set: Option<FieldSet>,
 }
 
+/// Records (segments, blocks, history entries) a typed snapshot may hold beyond one per
+/// dict in the file: room for a hand-made file that repeats a few by reference.
+pub const RECORD_SLACK: u64 = 1 << 16;
+
+/// The records a snapshot read from `doc` may hold: one per dict in the file (each segment,
+/// block and history entry PyTorch writes is a dict of its own) plus [`RECORD_SLACK`].
+pub fn record_budget(doc: &Doc) -> u64 {
+    doc.dicts() as u64 + RECORD_SLACK
+}
+
 /// What outlives one [`Builder`]: the interning tables and the snapshot being built.
 #[derive(Default)]
 struct State {
     frame_by_dict: HashMap<u32, u32>,
-    frame_by_text: HashMap<(Box<str>, i64, Box<str>), u32>,
-    /// Frames lists already seen, by arena index (bounded: PyTorch gives every traceback a
-    /// list of its own, so this only helps files that share them).
+    /// By the addresses of the interned strings (equal text, equal address) and the line.
+    frame_by_text: HashMap<(usize, i64, usize), u32>,
+    /// Strings by arena index, and by text (each distinct string hashed once).
+    str_by_index: HashMap<u32, Arc<str>>,
+    str_by_text: HashSet<Arc<str>>,
+    /// Frames lists already seen, by arena index: one entry per distinct list in the file,
+    /// so a list shared by many blocks is read once.
     stack_by_list: HashMap<u32, u32>,
     stack_by_frames: HashMap<Box<[u32]>, u32>,
+    /// Records built so far, and the most allowed ([`record_budget`]).
+    records: u64,
+    budget: u64,
     out: Snapshot,
 }
 
-/// Lists remembered by index at most.
-const MAX_LIST_CACHE: usize = 1 << 16;
+impl State {
+    /// Count `n` more records, refusing past the budget.
+    fn records(&mut self, n: u64) -> Result<(), FormatError> {
+        self.records = self.records.saturating_add(n);
+        if self.records > self.budget {
+            return Err(FormatError::Budget(format!(
+                "the file repeats segments, blocks or history entries by reference: more than \
+                 {} records from {} dicts, over the budget of one per dict plus {RECORD_SLACK} \
+                 (a PyTorch snapshot never shares them); refused as a precaution, see \
+                 docs/explain.md \"Safety\"",
+                self.budget,
+                self.budget - RECORD_SLACK
+            )));
+        }
+        Ok(())
+    }
+
+    /// The shared copy of `text`.
+    fn string_text(&mut self, text: &str) -> Arc<str> {
+        match self.str_by_text.get(text) {
+            Some(s) => s.clone(),
+            None => {
+                let s: Arc<str> = Arc::from(text);
+                self.str_by_text.insert(s.clone());
+                s
+            }
+        }
+    }
+
+    /// The shared copy of the string at arena index `i`.
+    fn string(&mut self, doc: &Doc, v: Value) -> Option<Arc<str>> {
+        let Value::Str(i) = v else {
+            return None;
+        };
+        if let Some(s) = self.str_by_index.get(&i) {
+            return Some(s.clone());
+        }
+        let s = self.string_text(doc.str_of(v)?);
+        self.str_by_index.insert(i, s.clone());
+        Some(s)
+    }
+}
 
 struct Builder<'a> {
     doc: &'a Doc,
@@ -163,19 +234,52 @@ fn uint(v: Value) -> Option<u64> {
     int(v).map(|i| i as u64)
 }
 
+/// A byte count: never negative (a negative one would read as 2^64 − 1, issue 39 item 5).
+enum Size {
+    Missing,
+    Negative(i64),
+    Bytes(u64),
+}
+
+fn size_of(v: Option<Value>) -> Size {
+    match v.and_then(int) {
+        None => Size::Missing,
+        Some(i) => u64::try_from(i).map_or(Size::Negative(i), Size::Bytes),
+    }
+}
+
 impl<'a> Builder<'a> {
-    fn field(&self, d: Value, key: &str) -> Option<Value> {
+    fn field(&self, d: Value, key: &'static str) -> Option<Value> {
         self.doc.get(d, key)
     }
 
-    fn req_u64(&self, d: Value, key: &str, what: &str) -> Result<u64, FormatError> {
+    fn req_u64(&self, d: Value, key: &'static str, what: &str) -> Result<u64, FormatError> {
         self.field(d, key)
             .and_then(uint)
-            .ok_or_else(|| FormatError(format!("{what} has no integer `{key}`")))
+            .ok_or_else(|| FormatError::Field(format!("{what} has no integer `{key}`")))
     }
 
-    fn opt_u64(&self, d: Value, key: &str) -> Option<u64> {
+    fn opt_u64(&self, d: Value, key: &'static str) -> Option<u64> {
         self.field(d, key).and_then(uint)
+    }
+
+    /// A required byte count of `what`: missing or negative is an error naming it.
+    fn req_size(&self, d: Value, key: &'static str, what: &str) -> Result<u64, FormatError> {
+        match size_of(self.field(d, key)) {
+            Size::Bytes(b) => Ok(b),
+            Size::Missing => Err(FormatError::Field(format!("{what} has no integer `{key}`"))),
+            Size::Negative(i) => Err(FormatError::Field(format!(
+                "{what} has a negative `{key}` ({i})"
+            ))),
+        }
+    }
+
+    /// An optional byte count: a negative one is left out, as if absent.
+    fn opt_size(&self, d: Value, key: &'static str) -> Option<u64> {
+        match size_of(self.field(d, key)) {
+            Size::Bytes(b) => Some(b),
+            _ => None,
+        }
     }
 
     fn frame(&mut self, d: Value) -> Option<u32> {
@@ -185,21 +289,26 @@ impl<'a> Builder<'a> {
         if let Some(id) = self.st.frame_by_dict.get(&di) {
             return Some(*id);
         }
-        let filename = self.field(d, "filename").and_then(|v| self.doc.str_of(v))?;
-        let name = self
-            .field(d, "name")
-            .and_then(|v| self.doc.str_of(v))
-            .unwrap_or("??");
+        let doc = self.doc;
+        let filename = self.st.string(doc, self.field(d, "filename")?)?;
+        let name = match self.field(d, "name").and_then(|v| self.st.string(doc, v)) {
+            Some(n) => n,
+            None => self.st.string_text("??"),
+        };
         let line = self.field(d, "line").and_then(int).unwrap_or(0);
-        let key = (Box::from(filename), line, Box::from(name));
+        let key = (
+            Arc::as_ptr(&filename) as *const u8 as usize,
+            line,
+            Arc::as_ptr(&name) as *const u8 as usize,
+        );
         let id = match self.st.frame_by_text.get(&key) {
             Some(id) => *id,
             None => {
                 let id = self.st.out.frames.len() as u32;
                 self.st.out.frames.push(Frame {
-                    filename: filename.to_string(),
+                    filename,
                     line,
-                    name: name.to_string(),
+                    name,
                 });
                 self.st.frame_by_text.insert(key, id);
                 id
@@ -236,33 +345,28 @@ impl<'a> Builder<'a> {
                 id
             }
         };
-        if self.st.stack_by_list.len() < MAX_LIST_CACHE {
-            self.st.stack_by_list.insert(li, id);
-        }
+        self.st.stack_by_list.insert(li, id);
         Some(id)
     }
 
     fn block(&mut self, b: Value, at: u64, seg: usize, i: usize) -> Result<Block, FormatError> {
         let what = || format!("segment {seg} block {i}");
-        let size = self
-            .field(b, "size")
-            .and_then(uint)
-            .ok_or_else(|| FormatError(format!("{} has no integer `size`", what())))?;
+        let size = self.req_size(b, "size", &what())?;
         let state = match self.field(b, "state").and_then(|v| self.doc.str_of(v)) {
             Some("active_allocated") => BlockState::Allocated,
             Some("active_pending_free") | Some("active_awaiting_free") => BlockState::PendingFree,
             Some("inactive") => BlockState::Inactive,
             Some(other) => {
-                return Err(FormatError(format!(
+                return Err(FormatError::Field(format!(
                     "{} has an unknown state `{}`",
                     what(),
                     crate::term::one_line(other)
                 )))
             }
-            None => return Err(FormatError(format!("{} has no `state`", what()))),
+            None => return Err(FormatError::Field(format!("{} has no `state`", what()))),
         };
         let (requested, stack) = if let Some(frames) = self.field(b, "frames") {
-            let requested = self.opt_u64(b, "requested_size").unwrap_or(size);
+            let requested = self.opt_size(b, "requested_size").unwrap_or(size);
             self.st.out.field_set.get_or_insert(FieldSet::Current);
             (requested, self.stack(Some(frames)))
         } else if let Some(h) = self
@@ -272,11 +376,11 @@ impl<'a> Builder<'a> {
             // torch/cuda/_memory_viz.py `_block_extra_legacy`: history[0] holds the stack and
             // the size asked for.
             self.st.out.field_set.get_or_insert(FieldSet::Legacy);
-            let requested = self.opt_u64(h, "real_size").unwrap_or(size);
+            let requested = self.opt_size(h, "real_size").unwrap_or(size);
             let frames = self.field(h, "frames");
             (requested, self.stack(frames))
         } else {
-            (self.opt_u64(b, "requested_size").unwrap_or(size), None)
+            (self.opt_size(b, "requested_size").unwrap_or(size), None)
         };
         Ok(Block {
             address: self.opt_u64(b, "address").unwrap_or(at),
@@ -294,7 +398,7 @@ impl<'a> Builder<'a> {
     fn segment(&mut self, s: Value, n: usize) -> Result<Segment, FormatError> {
         let what = format!("segment {n}");
         let address = self.req_u64(s, "address", &what)?;
-        let total_size = self.req_u64(s, "total_size", &what)?;
+        let total_size = self.req_size(s, "total_size", &what)?;
         let pool = self
             .field(s, "segment_pool_id")
             .and_then(|p| self.doc.seq_of(p).map(|x| x.collect::<Vec<_>>()))
@@ -306,7 +410,8 @@ impl<'a> Builder<'a> {
         let blocks_v = self
             .field(s, "blocks")
             .and_then(|b| self.doc.seq_of(b).map(|x| x.collect::<Vec<_>>()))
-            .ok_or_else(|| FormatError(format!("{what} has no `blocks` list")))?;
+            .ok_or_else(|| FormatError::Field(format!("{what} has no `blocks` list")))?;
+        self.st.records(1 + blocks_v.len() as u64)?;
         let mut blocks = Vec::with_capacity(blocks_v.len());
         let mut at = address;
         for (i, b) in blocks_v.into_iter().enumerate() {
@@ -315,7 +420,12 @@ impl<'a> Builder<'a> {
             blocks.push(block);
         }
         Ok(Segment {
-            device: self.opt_u64(s, "device").unwrap_or(0) as u32,
+            device: match self.field(s, "device").and_then(int) {
+                None => 0,
+                Some(d) => u32::try_from(d).map_err(|_| {
+                    FormatError::Field(format!("{what} has device {d} (not a device index)"))
+                })?,
+            },
             address,
             total_size,
             stream: self.opt_u64(s, "stream").unwrap_or(0),
@@ -341,7 +451,7 @@ impl<'a> Builder<'a> {
             Some("oom") => Action::Oom,
             Some(_) => Action::Other,
             None => {
-                return Err(FormatError(format!(
+                return Err(FormatError::Field(format!(
                     "device_traces[{d}][{i}] has no `action`"
                 )))
             }
@@ -350,9 +460,9 @@ impl<'a> Builder<'a> {
         Ok(TraceEntry {
             action,
             addr: self.opt_u64(e, "addr").unwrap_or(0),
-            size: self.opt_u64(e, "size").unwrap_or(0),
+            size: self.opt_size(e, "size").unwrap_or(0),
             stream: self.opt_u64(e, "stream").unwrap_or(0),
-            device_free: self.opt_u64(e, "device_free").unwrap_or(u64::MAX),
+            device_free: self.opt_size(e, "device_free").unwrap_or(u64::MAX),
             time_us: self.field(e, "time_us").and_then(int).unwrap_or(i64::MIN),
             stack: self.stack(frames).unwrap_or(u32::MAX),
         })
@@ -364,18 +474,25 @@ impl<'a> Builder<'a> {
 pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
     let root = doc
         .root
-        .ok_or_else(|| FormatError("the pickle is empty".into()))?;
+        .ok_or_else(|| FormatError::Field("the pickle is empty".into()))?;
     // Very old releases dumped the bare list of segments.
     let (segments_v, traces_v) = match root {
         Value::Dict(_) => (
             doc.get(root, "segments")
-                .ok_or_else(|| FormatError("the pickle has no `segments`".into()))?,
+                .ok_or_else(|| FormatError::Field("the pickle has no `segments`".into()))?,
             doc.get(root, "device_traces"),
         ),
         Value::List(_) => (root, None),
-        _ => return Err(FormatError("the pickle is not a dict of segments".into())),
+        _ => {
+            return Err(FormatError::Field(
+                "the pickle is not a dict of segments".into(),
+            ))
+        }
     };
-    let mut st = State::default();
+    let mut st = State {
+        budget: record_budget(doc),
+        ..State::default()
+    };
     {
         let mut b = Builder {
             doc: &*doc,
@@ -383,7 +500,7 @@ pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
         };
         let segs: Vec<Value> = doc
             .seq_of(segments_v)
-            .ok_or_else(|| FormatError("`segments` is not a list".into()))?
+            .ok_or_else(|| FormatError::Field("`segments` is not a list".into()))?
             .collect();
         b.st.out.segments.reserve_exact(segs.len());
         for (n, s) in segs.into_iter().enumerate() {
@@ -394,12 +511,13 @@ pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
     if let Some(t) = traces_v {
         let devices: Vec<Value> = doc
             .seq_of(t)
-            .ok_or_else(|| FormatError("`device_traces` is not a list".into()))?
+            .ok_or_else(|| FormatError::Field("`device_traces` is not a list".into()))?
             .collect();
         for (d, entries) in devices.into_iter().enumerate() {
             let list = doc
                 .take_seq(entries)
-                .ok_or_else(|| FormatError(format!("`device_traces[{d}]` is not a list")))?;
+                .ok_or_else(|| FormatError::Field(format!("`device_traces[{d}]` is not a list")))?;
+            st.records(list.len() as u64)?;
             let mut out = Vec::with_capacity(list.len());
             for (i, p) in list.into_iter().enumerate() {
                 let e = doc.unpack(p);

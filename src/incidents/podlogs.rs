@@ -5,7 +5,11 @@
 //! `pkg/kubelet/kuberuntime/logs/logs.go` `parseCRILog`) or docker's json-file format, and
 //! passed to `run`'s error-line recogniser through [`recognise`] alone. Only those containers
 //! are followed, for [`KEEP_AFTER`] after their pod last held GPU memory; a restart
-//! (`1.log` after `0.log`) and rotation are followed.
+//! (`1.log` after `0.log`) and rotation are followed. A line the runtime split into partial
+//! chunks (`P`, then the last `F`: the kubelet's runtimes cut lines at 16 KiB) is joined
+//! again per stream, up to [`MAX_JOINED`] bytes. Only real directories under the log root
+//! are entered: a pod or container directory that is a symbolic link (to somewhere outside
+//! the root) is never followed.
 
 use super::tail::LogTail;
 use crate::model::PodRef;
@@ -21,6 +25,8 @@ pub const KEEP_AFTER: Duration = Duration::from_secs(600);
 pub const MAX_CONTAINERS: usize = 256;
 /// Bytes read per container and poll at most.
 pub const POLL_BUDGET: usize = 256 * 1024;
+/// Longest line joined from partial CRI chunks; what comes past it starts a new line.
+pub const MAX_JOINED: usize = 64 * 1024;
 
 /// The one entry point to `run`'s error-line recogniser (src/record/stderr.rs): a
 /// recogniser rewrite replaces this function's body only.
@@ -31,10 +37,27 @@ pub fn recognise(state: &mut StderrWatcher, line: &str) -> Option<ParsedError> {
 /// The text of one container log line: CRI (`2024-01-02T03:04:05.123456789Z stderr F
 /// text`), docker json-file (`{"log":"text\n","stream":"stderr",...}`), or the line as it is.
 pub fn unwrap_line(line: &str) -> String {
+    unwrap(line).text
+}
+
+/// One log line unwrapped: its text, and for a CRI line its stream (0 stdout, 1 stderr)
+/// and whether it is a partial chunk (`P`) the next chunk of that stream continues.
+struct Unwrapped {
+    text: String,
+    stream: Option<usize>,
+    partial: bool,
+}
+
+fn unwrap(line: &str) -> Unwrapped {
+    let whole = |text: String| Unwrapped {
+        text,
+        stream: None,
+        partial: false,
+    };
     if line.starts_with('{') {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
             if let Some(s) = v.get("log").and_then(|l| l.as_str()) {
-                return s.trim_end_matches(['\n', '\r']).to_string();
+                return whole(s.trim_end_matches(['\n', '\r']).to_string());
             }
         }
     }
@@ -43,14 +66,44 @@ pub fn unwrap_line(line: &str) -> String {
         (it.next(), it.next(), it.next(), it.next())
     {
         let ts_ok = ts.len() >= 20 && ts.as_bytes().get(4) == Some(&b'-') && ts.contains('T');
-        if ts_ok
-            && matches!(stream, "stdout" | "stderr")
-            && matches!(tag.as_bytes().first(), Some(b'P' | b'F'))
-        {
-            return text.to_string();
+        let tag = tag.as_bytes().first();
+        if ts_ok && matches!(stream, "stdout" | "stderr") && matches!(tag, Some(b'P' | b'F')) {
+            return Unwrapped {
+                text: text.to_string(),
+                stream: Some(usize::from(stream == "stderr")),
+                partial: tag == Some(&b'P'),
+            };
         }
     }
-    line.to_string()
+    whole(line.to_string())
+}
+
+/// Partial CRI chunks waiting for their stream's last chunk (stdout, stderr).
+#[derive(Debug, Default)]
+struct Joiner {
+    pending: [String; 2],
+}
+
+impl Joiner {
+    /// The whole line `raw` completes, if any (bounded by [`MAX_JOINED`]).
+    fn push(&mut self, raw: &str) -> Option<String> {
+        let u = unwrap(raw);
+        let Some(stream) = u.stream else {
+            return Some(u.text);
+        };
+        let buf = &mut self.pending[stream];
+        let room = MAX_JOINED.saturating_sub(buf.len());
+        let mut cut = u.text.len().min(room);
+        while !u.text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        buf.push_str(&u.text[..cut]);
+        if u.partial && buf.len() < MAX_JOINED {
+            return None;
+        }
+        // The line is complete, or as long as a joined line may be.
+        Some(std::mem::take(buf))
+    }
 }
 
 /// One followed container.
@@ -60,6 +113,7 @@ struct Followed {
     dir: PathBuf,
     tail: LogTail,
     recogniser: StderrWatcher,
+    joiner: Joiner,
     last_held: f64,
 }
 
@@ -115,6 +169,9 @@ impl PodLogs {
                     break;
                 }
                 let dir = pod_dir.join(&c);
+                if !real_dir(&dir) {
+                    continue;
+                }
                 let Some(file) = latest_log(&dir) else {
                     continue;
                 };
@@ -127,6 +184,7 @@ impl PodLogs {
                         dir,
                         tail: LogTail::at_end(&file),
                         recogniser: StderrWatcher::new(),
+                        joiner: Joiner::default(),
                         last_held: t_unix,
                     },
                 );
@@ -148,7 +206,9 @@ impl PodLogs {
             }
             lines.extend(f.tail.poll(POLL_BUDGET));
             for l in lines {
-                let text = unwrap_line(&l);
+                let Some(text) = f.joiner.push(&l) else {
+                    continue;
+                };
                 if let Some(error) = recognise(&mut f.recogniser, &text) {
                     out.push(PodLine {
                         pod: f.pod.clone(),
@@ -167,7 +227,14 @@ impl PodLogs {
             .into_iter()
             .find(|n| n.ends_with(&suffix))
             .map(|n| self.root.join(n))
+            .filter(|d| real_dir(d))
     }
+}
+
+/// A directory that is not a symbolic link (its target could be anywhere, outside the
+/// log root).
+fn real_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir())
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -210,6 +277,87 @@ mod tests {
         );
         assert_eq!(unwrap_line("plain text"), "plain text");
         assert_eq!(unwrap_line("a b c d"), "a b c d");
+    }
+
+    fn pod(uid: &str, container: Option<&str>) -> PodRef {
+        PodRef {
+            uid: uid.into(),
+            namespace: Some("ml".into()),
+            name: Some("llm-0".into()),
+            container: container.map(str::to_string),
+            container_id: None,
+            allocated_gpus: None,
+        }
+    }
+
+    fn append(path: &Path, text: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Issue 39 item 5: an OOM line split into CRI `P` + `F` chunks was recorded as
+    /// "torch.OutOfMemoryError: CUDA out of" with no request size.
+    #[test]
+    fn partial_cri_chunks_are_joined_per_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let uid = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
+        let c = dir.path().join(format!("ml_llm-0_{uid}/vllm"));
+        std::fs::create_dir_all(&c).unwrap();
+        append(&c.join("0.log"), "");
+        let mut logs = PodLogs::new(dir.path());
+        logs.hold(&[&pod(uid, Some("vllm"))], 100.0);
+        append(
+            &c.join("0.log"),
+            "2026-11-27T21:00:00.1Z stderr P torch.OutOfMemoryError: CUDA out of\n\
+             2026-11-27T21:00:00.1Z stdout F step 7 done\n\
+             2026-11-27T21:00:00.2Z stderr F  memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 1.06 GiB is free.\n",
+        );
+        let got = logs.poll();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].error.requested, Some(2 << 30), "{got:?}");
+    }
+
+    #[test]
+    fn a_joined_line_is_bounded() {
+        let mut j = Joiner::default();
+        let chunk = format!("2026-11-27T21:00:00.1Z stderr P {}", "x".repeat(16 * 1024));
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            out.extend(j.push(&chunk));
+        }
+        assert_eq!(out.len(), 2, "one at 64 KiB, one after");
+        assert!(out.iter().all(|l| l.len() == MAX_JOINED));
+        assert!(j.pending[1].len() <= MAX_JOINED);
+    }
+
+    /// Issue 39 item 5: a container directory that is a symlink to a directory outside the
+    /// log root was followed.
+    #[test]
+    fn a_symlinked_container_directory_is_not_followed() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let uid = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
+        let p = root.path().join(format!("ml_llm-0_{uid}"));
+        std::fs::create_dir_all(&p).unwrap();
+        append(&outside.path().join("0.log"), "");
+        std::os::unix::fs::symlink(outside.path(), p.join("vllm")).unwrap();
+        let mut logs = PodLogs::new(root.path());
+        logs.hold(&[&pod(uid, None)], 100.0);
+        logs.hold(&[&pod(uid, Some("vllm"))], 100.0);
+        assert!(logs.is_empty(), "nothing followed");
+        // A pod directory that is a link is not entered either.
+        let uid2 = "7f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f";
+        std::fs::create_dir_all(outside.path().join("c")).unwrap();
+        append(&outside.path().join("c/0.log"), "");
+        std::os::unix::fs::symlink(outside.path(), root.path().join(format!("ml_x_{uid2}")))
+            .unwrap();
+        logs.hold(&[&pod(uid2, Some("c"))], 100.0);
+        assert!(logs.is_empty());
     }
 
     #[test]

@@ -81,6 +81,15 @@ fn marker_dir(create: bool) -> Result<PathBuf, AttachError> {
     Ok(dir)
 }
 
+/// This user's private directory (the one of the attach markers), created if needed:
+/// `$XDG_RUNTIME_DIR/vramdoc`, else `TMPDIR/vramdoc-UID`, mode 0700, refused when it is a
+/// link or another user's. vramdoc never removes it, so a path under it that vramdoc gives
+/// up can only be made again by this user (`run --torch-memory`'s hook directory, issue 39
+/// item 3).
+pub fn user_dir() -> Result<PathBuf, AttachError> {
+    marker_dir(true)
+}
+
 /// The name of the marker file of one `vramdoc run --pid` (`key`: the attached PID, by
 /// vramdoc's own for a cgroup or container), owned by the recording vramdoc `own`: two
 /// recordings attached to one PID each have their own file (issue 29 item 12: the first to

@@ -217,6 +217,33 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
     }
 }
 
+/// One plain sentence for a device the driver does not answer for (issue 39 item 5: it was
+/// Rust's debug text of the status).
+fn unavailable(status: &crate::gpu::DeviceStatus) -> String {
+    use crate::gpu::DeviceStatus;
+    match status {
+        DeviceStatus::Ok => "the driver answers for it".into(),
+        DeviceStatus::Lost => "it has fallen off the bus (NVML_ERROR_GPU_IS_LOST): reset it or reboot the node".into(),
+        DeviceStatus::NoPermission => {
+            "vramdoc may not query it (NVML_ERROR_NO_PERMISSION): run as root, or mount the device into the container".into()
+        }
+        DeviceStatus::Error { message } => {
+            let prefix = crate::gpu::lanes::HUNG_GAP_PREFIX;
+            match message.rfind(prefix) {
+                // "NVML failed: hung: hung: no answer from NVML within 1000 ms (…)".
+                Some(i) => format!(
+                    "the driver does not answer for it: {}",
+                    message[i + prefix.len()..].trim()
+                ),
+                None => format!(
+                    "the driver answers with an error: {}",
+                    crate::term::one_line(message)
+                ),
+            }
+        }
+    }
+}
+
 /// Why one device (a GPU, or a MIG instance) is refused: empty when it is clean.
 fn judge_device(scan: &ScanResult, dev: &DeviceInfo, need: Option<u64>) -> Vec<Problem> {
     let d = dev.index;
@@ -225,7 +252,7 @@ fn judge_device(scan: &ScanResult, dev: &DeviceInfo, need: Option<u64>) -> Vec<P
         problems.push(Problem {
             device: d,
             kind: "device-unavailable",
-            detail: format!("the driver does not answer for it ({:?})", dev.status),
+            detail: unavailable(&dev.status),
         });
         return problems;
     }

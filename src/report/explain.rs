@@ -6,15 +6,13 @@ use crate::explain::{Cause, DeviceExplanation, Explanation, Moment};
 use crate::units::format_bytes as b;
 use std::fmt::Write;
 
-/// The JSON document (`--json`, `--out FILE.json`).
+/// The JSON document (`--json`, `--out FILE.json`): one policy for both, the characters a
+/// terminal would act on (bidirectional overrides, zero-width and C1 characters) written as
+/// `\uXXXX` escapes — the same JSON, safe to `cat` (issue 39 item 5).
 pub fn json(x: &Explanation) -> Vec<u8> {
-    let mut v = serde_json::to_vec_pretty(x).unwrap_or_else(|e| {
-        format!(
-            "{{\"error\": \"{}\"}}",
-            crate::term::json_safe(&e.to_string())
-        )
-        .into_bytes()
-    });
+    let text = serde_json::to_string_pretty(x)
+        .unwrap_or_else(|e| format!("{{\"error\": {}}}", serde_json::Value::from(e.to_string())));
+    let mut v = crate::term::json_safe(&text).into_bytes();
     v.push(b'\n');
     v
 }

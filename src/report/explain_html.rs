@@ -137,6 +137,45 @@ fn segment_map(o: &mut String, d: &DeviceExplanation) {
     let _ = writeln!(o, "</svg>");
 }
 
+/// What the timeline's window covers (issue 39 item 7: "Peak shown: 2 MiB" beside 6 GiB
+/// live read as a contradiction). The history is PyTorch's ring buffer of the last entries:
+/// only allocations made inside it are drawn, so blocks allocated before it (often the big
+/// ones: weights) are live at the moment and absent from the chart.
+pub fn window_note(d: &DeviceExplanation, peak: u64) -> String {
+    let h = &d.history;
+    let span = match h.span_us {
+        Some((a, z)) if z > a => format!(
+            " spanning {}",
+            crate::units::format_duration(std::time::Duration::from_micros((z - a) as u64))
+        ),
+        _ => String::new(),
+    };
+    let mut text = format!(
+        "{} history entries{span} (the allocator keeps only its most recent ones). The top line \
+         is the memory allocated within this window and still live, the others the top sites; \
+         it peaks at {}.",
+        h.entries,
+        b(peak)
+    );
+    let allocated = d.numbers.allocated;
+    if allocated > peak {
+        text.push_str(&format!(
+            " {} is allocated at the {}: the other {} was allocated before the window began \
+             and is not drawn.",
+            b(allocated),
+            match d.at {
+                Moment::Oom => "OOM",
+                Moment::Snapshot => "snapshot",
+            },
+            b(allocated - peak)
+        ));
+    }
+    format!(
+        "<h3>Live memory over the recorded history</h3>\n<p class=\"muted\">{}</p>",
+        esc(&text)
+    )
+}
+
 /// Live memory over the recorded history: all, and each top site.
 fn timeline(o: &mut String, d: &DeviceExplanation) {
     let h = &d.history;
@@ -152,14 +191,7 @@ fn timeline(o: &mut String, d: &DeviceExplanation) {
         .max(1) as f64;
     let max_x = h.x.last().copied().unwrap_or(1).max(1) as f64;
     let (height, pad) = (260.0, 30.0);
-    let _ = writeln!(
-        o,
-        "<h3>Live memory over the recorded history</h3>\n<p class=\"muted\">{} history entries; \
-         the top line is all live allocations seen in the window, the others the top sites. \
-         Peak shown: {}.</p>",
-        h.entries,
-        esc(&b(max_y as u64))
-    );
+    let _ = writeln!(o, "{}", window_note(d, max_y as u64));
     let _ = writeln!(
         o,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"live memory timeline of cuda:{}\">",

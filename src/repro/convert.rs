@@ -417,10 +417,11 @@ pub fn convert(
     }
     let fps = src.findings.clone();
     let mut description = if fps.is_empty() {
-        "A recorded job replayed without its model: no fingerprint was raised".to_string()
+        "A recorded job replayed without its model: no fingerprint was raised.".to_string()
     } else {
+        // A full stop before the scaling sentence that follows (issue 39 item 7).
         format!(
-            "A recorded job replayed without its model; the recording raised {}",
+            "A recorded job replayed without its model; the recording raised {}.",
             fps.join(", ")
         )
     };

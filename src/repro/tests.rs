@@ -134,6 +134,13 @@ fn a_plain_job_at_a_round_share_keeps_its_bytes() {
         c.toml
     );
     assert!(c.scenario.description.contains("absolute"), "{}", c.toml);
+    // Issue 39 item 7: "raised out-of-memory Every size…" had no full stop.
+    let d = &c.scenario.description;
+    assert!(
+        d.contains("raised. Every size") || d.contains(". Every size is absolute"),
+        "{d}"
+    );
+    assert!(d.ends_with('.'), "{d}");
 }
 
 fn spec_of(d: &[(String, u64)]) -> Option<String> {

@@ -14,7 +14,13 @@
 //! the oldest idle one, else the oldest one still sending its head, so slow and idle clients
 //! never hold a slot a scrape needs. Only when every slot is busy answering does a new
 //! connection get `503`.
+//!
+//! With a web configuration file ([`super::webconfig`], `--web.config.file`), read again on
+//! each connection when it changed: TLS through rustls, the handshake inside the head phase's
+//! deadline; with `basic_auth_users`, every request without good credentials gets `401`
+//! (with `WWW-Authenticate`) and nothing else, the bcrypt check off the runtime's thread.
 
+use super::webconfig::Loaded;
 use super::Latest;
 use crate::report::prom;
 use bytes::Bytes;
@@ -52,6 +58,8 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// Time to hand over an answer.
     pub write_timeout: Duration,
+    /// TLS and basic authentication (`--web.config.file`); `None`: plain HTTP, open.
+    pub web: Option<Arc<super::webconfig::WebConfig>>,
 }
 
 impl Default for ServerConfig {
@@ -63,7 +71,15 @@ impl Default for ServerConfig {
             head_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
+            web: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// These limits with `web` (`--web.config.file`).
+    pub fn with_web(self, web: Option<Arc<super::webconfig::WebConfig>>) -> ServerConfig {
+        ServerConfig { web, ..self }
     }
 }
 
@@ -255,9 +271,21 @@ async fn accept_loop(
         };
         next_id += 1;
         let _ = stream.set_nodelay(true);
+        // The web configuration as it is now (read again if it changed); while it does
+        // not read, every connection is closed unanswered: never served open by mistake.
+        let web = match cfg.web.as_ref().map(|w| w.current()).transpose() {
+            Ok(web) => web,
+            Err(_) => continue,
+        };
         match registry.admit(next_id) {
             Some(conn) => {
-                tokio::spawn(serve_connection(stream, conn, latest.clone(), cfg.clone()));
+                tokio::spawn(serve_connection(
+                    stream,
+                    conn,
+                    latest.clone(),
+                    cfg.clone(),
+                    web,
+                ));
             }
             None => {
                 tokio::spawn(refuse(stream));
@@ -287,16 +315,46 @@ async fn serve_connection(
     conn: Arc<Conn>,
     latest: Arc<Latest>,
     cfg: Arc<ServerConfig>,
+    web: Option<Arc<Loaded>>,
 ) {
+    let inner = match web.as_ref().and_then(|w| w.tls.clone()) {
+        None => Stream::Plain(stream),
+        Some(tls) => {
+            // The handshake is part of the head phase: within its deadline.
+            let accept = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
+            match tokio::time::timeout_at(conn.deadline(&cfg), accept).await {
+                Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                _ => {
+                    conn.registry.remove(conn.id);
+                    return;
+                }
+            }
+        }
+    };
     let io = TokioIo::new(Tracked {
-        inner: stream,
+        inner,
         conn: conn.clone(),
     });
     let svc_conn = conn.clone();
+    let auth = web.filter(|w| w.needs_auth());
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         svc_conn.set(Phase::Busy);
-        let answer = answer(&req, &latest, svc_conn.clone());
-        async move { Ok::<_, Infallible>(answer) }
+        let (latest, conn, auth) = (latest.clone(), svc_conn.clone(), auth.clone());
+        async move {
+            if let Some(auth) = auth {
+                let header = req
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .map(|v| v.as_bytes().to_vec());
+                let admitted = tokio::task::spawn_blocking(move || auth.admits(header.as_deref()))
+                    .await
+                    .unwrap_or(false);
+                if !admitted {
+                    return Ok::<_, Infallible>(unauthorized(conn));
+                }
+            }
+            Ok::<_, Infallible>(answer(&req, &latest, conn))
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -327,10 +385,91 @@ async fn serve_connection(
     conn.registry.remove(conn.id);
 }
 
+/// `401`, and nothing of the resource (RFC 9110 §11.6.1: with a challenge).
+fn unauthorized(conn: Arc<Conn>) -> hyper::Response<Answer> {
+    let body = b"unauthorized\n";
+    let mut res = hyper::Response::new(Answer {
+        body: Full::new(Bytes::from_static(body)),
+        conn,
+    });
+    *res.status_mut() = StatusCode::UNAUTHORIZED;
+    let h = res.headers_mut();
+    h.insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Basic realm=\"vramdoc\", charset=\"UTF-8\""),
+    );
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(PLAIN),
+    );
+    h.insert(hyper::header::CONTENT_LENGTH, body.len().into());
+    res
+}
+
+/// A connection's byte stream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
 /// The connection's socket, telling the connection when a kept-alive client starts its
 /// next request (its head deadline starts then).
 struct Tracked {
-    inner: tokio::net::TcpStream,
+    inner: Stream,
     conn: Arc<Conn>,
 }
 

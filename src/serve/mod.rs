@@ -3,13 +3,15 @@
 //! engine ([`crate::scan`], the same inventory and diagnosis as `vramdoc scan`) and keeps the
 //! rendered exposition, keeping NVML open, re-opening it after repeated failures or for every
 //! collection (`--release-between`); and [`http`], an HTTP/1.1 server (hyper) that answers
-//! `/metrics` and `/healthz` from that copy under per-connection deadlines. Any number of
+//! `/metrics` and `/healthz` from that copy under per-connection deadlines, over TLS and behind
+//! basic authentication when a [`webconfig`] file says so. Any number of
 //! scrapers never multiply the driver's process-list cost, and a slow client never blocks a
 //! collection or another scrape.
 
 pub mod collect;
 pub mod http;
 pub mod preflight_gauge;
+pub mod webconfig;
 
 pub use collect::{
     collect, collect_exposition, failed_exposition, CollectConfig, Collected, Collector,

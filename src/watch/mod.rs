@@ -122,7 +122,15 @@ pub fn watch(session: &Session, opts: WatchOptions) -> Result<Watched, WatchErro
         // Arguments that are not UTF-8 are passed as they are and shown escaped (`\xff`).
         None => crate::redact::redact_args(&crate::term::escape_args(&opts.argv)),
     };
-    let torch = opts.torch_memory.map(Injection::prepare).transpose()?;
+    // The hook's directory in this user's private one, which outlives the run: no path the
+    // job inherits can be made again by another user (issue 39 item 3).
+    let torch = match opts.torch_memory {
+        Some(n) => {
+            let parent = job::attach::user_dir().map_err(JobError::from)?;
+            Some(Injection::prepare(n, &parent)?)
+        }
+        None => None,
+    };
     let (samples, samples_name) = match opts.samples {
         Some((f, name)) => (Some(f), Some(name)),
         None => (None, None),

@@ -194,7 +194,11 @@ fn every_kubernetes_object_passes_the_api_schemas() {
             .iter()
             .map(|d| d["kind"].as_str().unwrap_or("?").to_lowercase())
             .collect();
-        assert_eq!(kinds, ["namespace", "daemonset"], "{platform}");
+        assert_eq!(
+            kinds,
+            ["namespace", "daemonset", "networkpolicy"],
+            "{platform}"
+        );
         for version in KUBERNETES_VERSIONS {
             let (ok, out) = validate(version, &file);
             assert!(ok, "{platform} against Kubernetes {version}: {out}");
@@ -674,5 +678,43 @@ fn every_overlay_is_safe_for_the_node() {
             .unwrap_or_else(|| panic!("{platform}: no incidents directory"));
         assert_eq!(host, "/var/lib/vramdoc/incidents", "{platform}");
         assert_ne!(mount["readOnly"], true, "{platform}: incidents are written");
+    }
+}
+
+/// Issue 39 item 6: every platform ships a NetworkPolicy that admits only the Prometheus
+/// namespace, on the DaemonSet's metrics port, to the DaemonSet's pods.
+#[test]
+fn every_platform_admits_only_the_prometheus_namespace() {
+    for platform in PLATFORMS {
+        let docs = yaml_docs(&rendered(platform));
+        let policies: Vec<&Value> = docs
+            .iter()
+            .filter(|d| d["kind"] == "NetworkPolicy")
+            .collect();
+        assert_eq!(policies.len(), 1, "{platform}: one NetworkPolicy");
+        let spec = &policies[0]["spec"];
+        let ds = daemonset(platform);
+        assert_eq!(
+            spec["podSelector"]["matchLabels"], ds["spec"]["template"]["metadata"]["labels"],
+            "{platform}: it selects the exporter's pods"
+        );
+        assert_eq!(
+            spec["policyTypes"],
+            serde_json::json!(["Ingress"]),
+            "{platform}"
+        );
+        let rules = spec["ingress"].as_array().expect("ingress rules");
+        assert_eq!(rules.len(), 1, "{platform}: {rules:?}");
+        assert_eq!(
+            rules[0]["from"],
+            serde_json::json!([{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "monitoring"}}}]),
+            "{platform}: only the Prometheus namespace, no ipBlock or podSelector"
+        );
+        assert_eq!(
+            rules[0]["ports"],
+            serde_json::json!([{"protocol": "TCP", "port": PORT}]),
+            "{platform}"
+        );
     }
 }

@@ -336,7 +336,7 @@ mod untrusted {
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let json = tmp.path().join("r.json");
         std::fs::write(&json, b"{\"schema_version\": 1}").unwrap();
-        for (f, says) in [(&cut, "truncated"), (&json, "opcode")] {
+        for (f, says) in [(&cut, "truncated"), (&json, "not a pickle")] {
             let o = vramdoc().arg("explain").arg(f).output().unwrap();
             assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
             let e = stderr(&o);
@@ -348,6 +348,233 @@ mod untrusted {
         let o = vramdoc().arg("explain").arg(&other).output().unwrap();
         assert_eq!(o.status.code(), Some(2));
         assert!(stderr(&o).contains("no `segments`"), "{}", stderr(&o));
+    }
+
+    /// `explain --json FILE` with its address space capped at `limit` bytes.
+    fn explain_capped(path: &Path, limit: u64) -> std::process::Output {
+        use std::os::unix::process::CommandExt;
+        let mut c = vramdoc();
+        c.arg("explain").arg(path).arg("--json");
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        c.output().unwrap()
+    }
+
+    /// A pickle `python3` writes from the expression `expr` (protocol 4).
+    fn crafted(dir: &Path, name: &str, setup: &str, expr: &str) -> PathBuf {
+        let out = dir.join(name);
+        let script = format!(
+            "import pickle\n{setup}\npickle.dump({expr}, open({o:?}, 'wb'), protocol=4)\n",
+            o = out.display().to_string()
+        );
+        let s = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .status()
+            .unwrap();
+        assert!(s.success());
+        out
+    }
+
+    /// Issue 39 item 1: one segment referenced M times holding one block referenced K times
+    /// (12 KB for M = K = 3000) expanded to 9 million typed blocks (359 MB); M = K = 10000
+    /// (40 KB) ran into a 3 GB limit and aborted. It is refused (exit 2, one line) within a
+    /// small address space.
+    #[test]
+    fn repeated_segments_and_blocks_are_refused_not_expanded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = crafted(
+            tmp.path(),
+            "mk.pickle",
+            "b = {'address': 0, 'size': 512, 'requested_size': 512, 'state': 'active_allocated', 'frames': []}\n\
+             s = {'device': 0, 'address': 0, 'total_size': 1 << 20, 'stream': 0, 'blocks': [b] * 10000}",
+            "{'segments': [s] * 10000, 'device_traces': [[]]}",
+        );
+        assert!(std::fs::metadata(&p).unwrap().len() < 64 * 1024);
+        let o = explain_capped(&p, 1 << 30);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("repeats segments, blocks") && e.contains("mk.pickle"),
+            "{e}"
+        );
+        assert!(
+            e.contains("budget") && !e.contains("_dump_snapshot?"),
+            "{e}"
+        );
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(o.stdout.is_empty());
+    }
+
+    /// Issue 39 item 1: one 1 MiB file name shared by 1000 frames peaked at 1.96 GB. Shared
+    /// strings are held once: it is explained within 256 MiB of address space, and the site
+    /// shown is cut short.
+    #[test]
+    fn a_long_string_shared_by_many_frames_is_held_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = crafted(
+            tmp.path(),
+            "name.pickle",
+            "fn = '/x/' + 'a' * (1 << 20) + '.py'\n\
+             fr = [{'filename': fn, 'line': i, 'name': 'f'} for i in range(1000)]\n\
+             bl = [{'address': i * 512, 'size': 512, 'requested_size': 512, 'state': 'active_allocated', 'frames': [fr[i]]} for i in range(1000)]",
+            "{'segments': [{'device': 0, 'address': 0, 'total_size': 512000, 'stream': 0, 'blocks': bl}], 'device_traces': [[]]}",
+        );
+        let o = explain_capped(&p, 256 << 20);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let x: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let site = dev0(&x)["top_sites"][0]["site"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            site.starts_with("f (/x/aaaa") && site.chars().count() <= 300,
+            "{site}"
+        );
+    }
+
+    /// A one-segment snapshot whose allocated block has `size`, `requested` and a frame
+    /// named `name` (Python expressions).
+    fn small(dir: &Path, file: &str, size: &str, requested: &str, name: &str) -> PathBuf {
+        crafted(
+            dir,
+            file,
+            "",
+            &format!(
+                "{{'segments': [{{'device': 0, 'address': 0, 'total_size': 1024, 'stream': 0, \
+                 'blocks': [{{'address': 0, 'size': {size}, 'requested_size': {requested}, \
+                 'state': 'active_allocated', 'frames': [{{'filename': '/w/t.py', 'line': 1, \
+                 'name': {name}}}]}}, {{'address': 512, 'size': 512, 'state': 'inactive', \
+                 'frames': []}}]}}], 'device_traces': [[]]}}"
+            ),
+        )
+    }
+
+    /// Issue 39 item 5: `--max-size 0` was taken as the 1 GiB default.
+    #[test]
+    fn max_size_zero_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = small(tmp.path(), "s.pickle", "512", "512", "'f'");
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .args(["--max-size", "0"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("--max-size") && e.contains("0 reads nothing"),
+            "{e}"
+        );
+    }
+
+    /// Issue 39 item 5: `--out x.json` wrote U+202E and U+200B raw where `--json` escaped
+    /// them: both carry the same bytes now, the escapes.
+    #[test]
+    fn out_json_and_stdout_json_escape_alike() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = small(
+            tmp.path(),
+            "s.pickle",
+            "512",
+            "512",
+            "'ab\\u202ecd\\u200bef'",
+        );
+        let out = tmp.path().join("x.json");
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .arg("--json")
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let file = std::fs::read(&out).unwrap();
+        assert_eq!(file, o.stdout, "one policy for --out and --json");
+        let text = String::from_utf8(file).unwrap();
+        assert!(
+            !text.contains('\u{202e}') && !text.contains('\u{200b}'),
+            "{text}"
+        );
+        assert!(text.contains("ab\\u202ecd\\u200bef"), "{text}");
+        let x: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            dev0(&x)["top_sites"][0]["site"].as_str().unwrap(),
+            "ab\u{202e}cd\u{200b}ef (/w/t.py:1)",
+            "the same JSON value"
+        );
+    }
+
+    /// Issue 39 item 5: a negative size read as 2^64 − 1 ("17179869184.00 GiB allocated"):
+    /// a required one is refused naming it, an optional one left out.
+    #[test]
+    fn negative_sizes_are_refused_or_left_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = small(tmp.path(), "neg.pickle", "-1", "512", "'f'");
+        let o = vramdoc().arg("explain").arg(&p).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("segment 0 block 0 has a negative `size` (-1)"),
+            "{}",
+            stderr(&o)
+        );
+        let p = small(tmp.path(), "req.pickle", "512", "-5", "'f'");
+        let x = explain_json(&p, &[]);
+        let text = x.to_string();
+        assert!(!text.contains("18446744073709551615"), "{text}");
+        assert!(!explain_text(&p).contains("17179869184"), "no wrapped size");
+    }
+
+    /// Issue 39 item 7: the HTML timeline said "Peak shown: 2 MiB" beside 6 GiB live (the
+    /// history window held only the small allocations): it says what the window covers.
+    #[test]
+    fn the_html_timeline_says_what_its_window_covers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = crafted(
+            tmp.path(),
+            "window.pickle",
+            "G = 1 << 30\n\
+             t = [{'action': 'alloc', 'addr': 6 * G + i * 65536, 'size': 65536, 'stream': 0, \
+             'time_us': 1000 * i, 'frames': [{'filename': '/w/t.py', 'line': 3, 'name': 'step'}]} \
+             for i in range(32)]",
+            "{'segments': [{'device': 0, 'address': 0, 'total_size': 8 * G, 'stream': 0, \
+             'blocks': [{'address': 0, 'size': 6 * G, 'requested_size': 6 * G, \
+             'state': 'active_allocated', 'frames': []}, {'address': 6 * G, 'size': 2 * G, \
+             'state': 'inactive', 'frames': []}]}], 'device_traces': [t]}",
+        );
+        let html = tmp.path().join("w.html");
+        let o = vramdoc()
+            .arg("explain")
+            .arg(&p)
+            .arg("--out")
+            .arg(&html)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = std::fs::read_to_string(&html).unwrap();
+        assert!(!text.contains("Peak shown"), "the old wording");
+        assert!(
+            text.contains("32 history entries spanning")
+                && text.contains("most recent ones")
+                && text.contains("it peaks at 2 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("6.00 GiB is allocated at the snapshot: the other 6.00 GiB was allocated before the window began"),
+            "{text}"
+        );
     }
 
     fn cases() -> u32 {
@@ -435,6 +662,8 @@ mod torch_memory {
         let samples = dir.join("run.jsonl");
         let mut c = vramdoc();
         c.env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            // The hook's directory goes under this user's private one: the test's own.
+            .env("XDG_RUNTIME_DIR", dir)
             .env("PYTHONPATH", format!("{DIR}/chain:{DIR}/fake_torch"))
             .env("TORCH_JOB_WAIT_SAMPLES", &samples)
             .args(["--sim", "2x16GiB", "run", "--process-period", "100ms"])
@@ -460,6 +689,56 @@ mod torch_memory {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or(Value::Null);
         (o, report)
+    }
+
+    /// Issue 39 item 3: the job's `PYTHONPATH` pointed at `$TMPDIR/vramdoc-torch-XXXX/py`,
+    /// removed when the run ended: any local user could make it again, and a survivor's
+    /// next Python process would import their `sitecustomize.py`. Every path the job
+    /// inherits now lies in a directory only this user can write, which outlives the run.
+    #[test]
+    fn the_job_inherits_no_path_another_user_can_make_again() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let runtime = tmp.path().join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let env_file = tmp.path().join("env");
+        let o = vramdoc()
+            .env("LD_LIBRARY_PATH", simgpu_lib_dir())
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("TMPDIR", tmp.path())
+            .args(["--sim", "1x16GiB", "run", "--torch-memory", "--"])
+            .args([
+                "sh",
+                "-c",
+                "printf '%s\\n%s\\n' \"$PYTHONPATH\" \"$VRAMDOC_TORCH_MEMORY_DIR\" > \"$0\"",
+            ])
+            .arg(&env_file)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = std::fs::read_to_string(&env_file).unwrap();
+        let paths: Vec<PathBuf> = text
+            .lines()
+            .flat_map(|l| l.split(':'))
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(paths.len(), 2, "{text}");
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        for p in &paths {
+            assert!(!p.exists(), "{}: removed when the run ended", p.display());
+            // The nearest ancestor that is still there is this user's alone.
+            let kept = p.ancestors().find(|a| a.exists()).unwrap();
+            assert_eq!(kept, runtime.join("vramdoc"), "{}", p.display());
+            let m = std::fs::symlink_metadata(kept).unwrap();
+            assert!(
+                m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0,
+                "{m:?}"
+            );
+        }
+        std::fs::remove_dir(runtime.join("vramdoc")).unwrap();
     }
 
     fn oom_evidence(r: &Value) -> Vec<(String, String)> {

@@ -533,6 +533,65 @@ fn private_box_is_removed_when_a_command_is_terminated() {
     );
 }
 
+/// Issue 39 item 7: a vramdoc killed with SIGKILL (nothing of it runs) left its private box
+/// in the temp dir for good; the next vramdoc that makes one reclaims it, and leaves the box
+/// of a live vramdoc and a `sim init` box alone.
+#[test]
+fn the_private_box_of_a_killed_vramdoc_is_reclaimed_by_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hold = |tmp: &Path| {
+        let mut c = vramdoc();
+        c.env("TMPDIR", tmp)
+            .args(["--sim", "1x16GiB", "sim", "hold", "--size", "1GiB"]);
+        Holder::spawn(c)
+    };
+    let boxes = |tmp: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut killed = hold(tmp.path());
+    let orphan = boxes(tmp.path());
+    assert_eq!(orphan.len(), 1);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert_eq!(
+        boxes(tmp.path()),
+        orphan,
+        "SIGKILL leaves it (nothing runs)"
+    );
+    // A `sim init` box in the same directory is the user's.
+    let init = vramdoc()
+        .env("TMPDIR", tmp.path())
+        .args(["sim", "init", "1x16GiB"])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", text(&init.stderr));
+    let user_box = text(&init.stdout).trim().to_string();
+    let mut live = hold(tmp.path());
+    let now = boxes(tmp.path());
+    assert!(!now.contains(&orphan[0]), "reclaimed: {now:?}");
+    assert_eq!(now.len(), 2, "the live one and the user's: {now:?}");
+    assert!(Path::new(&user_box).exists());
+    // The live box is not reclaimed by another vramdoc.
+    let o = vramdoc()
+        .env("TMPDIR", tmp.path())
+        .args(["--sim", "1x16GiB", "scan"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(boxes(tmp.path()), now);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(live.child.id() as i32, libc::SIGTERM) };
+    live.child.wait().unwrap();
+    std::fs::remove_dir_all(&user_box).unwrap();
+    assert!(boxes(tmp.path()).is_empty());
+}
+
 #[test]
 fn finished_variants_are_reported_when_the_box_disappears_mid_replay() {
     let dir = tempfile::tempdir().unwrap();

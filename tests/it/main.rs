@@ -76,6 +76,8 @@ mod scan_lists;
 /// `vramdoc serve` and `scan --prom`, scraped by a real Prometheus.
 mod serve;
 /// `vramdoc serve` on real nodes: slow clients, NVML lost and found, node name, signals.
+/// `serve --web.config.file`: TLS, client certificates and basic authentication.
+mod serve_auth;
 mod serve_fleet;
 /// `vramdoc sim ...`.
 mod sim_cli;

@@ -138,3 +138,28 @@ fn without_a_job_only_memory_without_a_live_owner_is_refused() {
     assert_eq!(o.status.code(), Some(1), "{}", line(&o));
     assert!(line(&o).starts_with("problem: GPU 0:"), "{}", line(&o));
 }
+
+/// Issue 39 item 5: a hung GPU was described with Rust's debug text (`(Error { message:
+/// "NVML failed: hung: hung: …" })`): one plain sentence.
+#[test]
+fn a_hung_gpu_is_one_plain_sentence() {
+    let b = fresh_box("2x16GiB");
+    sim_fault(
+        b.path(),
+        &["--nvml-hang", "--device", "1", "--hang-limit", "20s"],
+    );
+    let o = preflight(b.path(), &["--gpus", "1"], &[]);
+    let l = line(&o);
+    assert_eq!(o.status.code(), Some(1), "{l}");
+    assert!(
+        l.starts_with(
+            "problem: GPU 1: the driver does not answer for it: no answer from NVML within"
+        ),
+        "{l}"
+    );
+    for debug in ["Error {", "message:", "hung:", "\\\""] {
+        assert!(!l.contains(debug), "{debug} in {l}");
+    }
+    assert_eq!(l.lines().count(), 1);
+    sim_fault(b.path(), &["--clear"]);
+}

@@ -206,3 +206,42 @@ fn help_teaches_with_examples() {
     assert!(help.contains("--force"));
     assert!(help.lines().all(|l| l.chars().count() <= 100), "{help}");
 }
+
+/// Issue 39 item 7: `scan --help` showed other commands' flag text (`--json` described
+/// `run`, `--force` named `--junit`/`--samples`/`--scenario-out`, serve's
+/// `--allocation-idle-after` was listed). Each command's help speaks of that command.
+#[test]
+fn each_commands_help_speaks_of_that_command() {
+    let help = |cmd: &str| {
+        let o = common::vramdoc().args([cmd, "--help"]).output().unwrap();
+        assert!(o.status.success(), "{cmd} --help");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for (cmd, foreign) in [
+        (
+            "scan",
+            &[
+                "--junit",
+                "--samples",
+                "--scenario-out",
+                "`run`",
+                "`replay`",
+                "allocation-idle-after",
+            ][..],
+        ),
+        (
+            "explain",
+            &["--junit", "--samples", "`run`", "`replay`", ".csv"][..],
+        ),
+        ("replay", &["--samples", "--scenario-out", "`run`"][..]),
+        ("run", &["`replay`", "replay on GPUs"][..]),
+    ] {
+        let h = help(cmd);
+        for f in foreign {
+            assert!(!h.contains(f), "`{cmd} --help` mentions {f}:\n{h}");
+        }
+        assert!(h.contains("--json") && h.contains("--force"), "{cmd}: {h}");
+    }
+    assert!(help("run").contains("--scenario-out"));
+    assert!(help("serve").contains("--allocation-idle-after"));
+}

@@ -260,7 +260,10 @@ fn sim_hold_children_are_found_through_the_process_lists() {
 
 /// `vramdoc --sim 1x16GiB run --samples SAMPLES -- sleep 30`, process lists every 50 ms.
 fn run_sleep_30(samples: &Path, stderr: std::process::Stdio) -> std::process::Child {
+    // vramdoc's temporary files (its private box) beside the samples: the tests that kill
+    // vramdoc leave nothing in the system's temp dir.
     vramdoc()
+        .env("TMPDIR", samples.parent().expect("a directory"))
         .args([
             "--sim",
             "1x16GiB",

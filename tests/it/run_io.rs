@@ -86,6 +86,8 @@ fn a_slow_reader_gets_every_line_and_the_report_the_oom_line() {
     );
     let mut child = KillOnDrop(
         run_cmd(&out)
+            // Its private box in the test's directory: nothing left in the system's.
+            .env("TMPDIR", tmp.path())
             .args(["--", "sh", "-c", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

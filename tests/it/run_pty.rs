@@ -318,6 +318,8 @@ fn the_window_size_follows_the_terminal() {
     );
     let mut child = KillOnDrop(
         run_cmd(&out)
+            // Its private box in the test's directory: nothing left in the system's.
+            .env("TMPDIR", tmp.path())
             .args(["--", "python3", "-c", &job])
             .stdout(term.stdio())
             .stderr(term.stdio())

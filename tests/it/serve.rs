@@ -443,6 +443,21 @@ mod bad_flags_exit_2_and_a_busy_port_exits_3 {
         assert!(err.contains("--listen"), "{err}");
     }
 
+    /// Issue 39 item 5: `--incidents FILE` exited 3 ("File exists").
+    #[test]
+    fn incidents_path_that_is_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("notes.txt");
+        std::fs::write(&file, "x").unwrap();
+        let (code, err) = serve_with(&["--incidents", file.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("--incidents") && err.contains("not a directory"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    }
+
     #[test]
     fn busy_port() {
         let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -215,3 +215,82 @@ fn a_namespaced_reader_sees_its_own_process_as_the_driver_generation_says() {
         }
     }
 }
+
+/// Issue 39 item 7: the README tour started a box's daemons and never said how to stop them.
+/// `sim down` removes the box and waits for its driver broker and runtime daemon to exit.
+#[test]
+fn sim_down_removes_the_box_and_stops_its_daemons() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    let o = common::vramdoc()
+        .args(["sim", "init", "1x16GiB", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid = |file: &str| -> u32 {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let daemons = [pid("driver.pid"), pid("runtime.pid")];
+    let o = common::vramdoc()
+        .env("VRAMDOC_SIM_DIR", &dir)
+        .args(["sim", "down"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("removed the box at") && out.contains("daemons stopped"),
+        "{out}"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unset VRAMDOC_SIM_DIR"));
+    assert!(!dir.exists());
+    for p in daemons {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for init to reap it.
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        assert!(
+            stat.is_empty() || state == Some("Z"),
+            "PID {p} still runs: {stat}"
+        );
+    }
+    // A directory that is not a box is refused and left alone.
+    let o = common::vramdoc()
+        .args(["sim", "down", "--dir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a simulated box"));
+    assert!(tmp.path().exists());
+}
+
+/// Issue 39 item 7: `sim hold --physical-context 0` under `CUDA_VISIBLE_DEVICES=1` printed
+/// `device=0 … contexts_on=[]`: the line says the logical and physical device and the stray
+/// context it made.
+#[test]
+fn hold_says_the_physical_device_and_its_stray_context() {
+    let b = common::fresh_box("2x16GiB");
+    let h = common::hold::Holder::start(
+        b.path(),
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+        &["--size", "1GiB", "--physical-context", "0"],
+    );
+    let line = &h.line;
+    assert_eq!(h.field("device"), Some(0), "{line}");
+    assert_eq!(h.field("physical"), Some(1), "{line}");
+    assert!(line.contains("stray_contexts_on_physical=[0]"), "{line}");
+    assert!(line.contains("CUDA_VISIBLE_DEVICES=1"), "{line}");
+}

@@ -42,6 +42,11 @@ pub fn hold(sim: SimBox, a: &SimHoldArgs) -> Result<i32> {
         hold::set_own_name(name).map_err(|e| anyhow::anyhow!("prctl(PR_SET_NAME): {e}"))?;
     }
     let pid = process.pid();
+    // Logical (CUDA) ordinals to the physical devices they are, for the line below.
+    let phys = |p: &SimProcess, d: u32| p.physical(d).ok();
+    let device_physical = phys(&process, a.device);
+    let context_on_physical: Vec<Option<u32>> =
+        a.context_on.iter().map(|d| phys(&process, *d)).collect();
     let mut driver = SimDriver::new(process);
     let ctx = driver
         .create_context(a.device)
@@ -85,10 +90,32 @@ pub fn hold(sim: SimBox, a: &SimHoldArgs) -> Result<i32> {
     } else {
         None
     };
+    // The logical and physical device, and every context made, by physical index: the
+    // stray one of --physical-context is on a device CUDA_VISIBLE_DEVICES hides (issue 39
+    // item 7: `device=0 … contexts_on=[]` said neither).
+    let shown = |d: Option<u32>| d.map_or("?".to_string(), |d| d.to_string());
     let mut line = format!(
-        "holding pid={} device={} size={} contexts_on={:?}",
-        pid, a.device, size, a.context_on
+        "holding pid={pid} device={} physical={} size={size} contexts_on={:?}",
+        a.device,
+        shown(device_physical),
+        a.context_on
     );
+    if !a.context_on.is_empty() {
+        let p: Vec<String> = context_on_physical.iter().map(|d| shown(*d)).collect();
+        line.push_str(&format!(" contexts_on_physical=[{}]", p.join(", ")));
+    }
+    if !a.physical_context.is_empty() {
+        line.push_str(&format!(
+            " stray_contexts_on_physical={:?}",
+            a.physical_context
+        ));
+    }
+    if let Ok(v) = std::env::var("CUDA_VISIBLE_DEVICES") {
+        line.push_str(&format!(
+            " CUDA_VISIBLE_DEVICES={}",
+            crate::term::one_line(&v)
+        ));
+    }
     if let Some(c) = child {
         line.push_str(&format!(" child={c}"));
     }

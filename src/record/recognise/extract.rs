@@ -18,9 +18,13 @@ fn unit_mult(unit: &str) -> Option<f64> {
     })
 }
 
+/// `v` units of `mult` bytes; `None` when negative or past what 64 bits hold (a float cast
+/// would saturate to 2^64 − 1: "Tried to allocate 99999999999999999999999999 GiB" is no
+/// size, issue 39 item 5).
 fn to_bytes(v: f64, mult: f64) -> Option<u64> {
-    let b = v * mult;
-    (b.is_finite() && b >= 0.0).then_some(b.round() as u64)
+    let b = (v * mult).round();
+    // u64::MAX as f64 is 2^64 exactly: below it every value converts without saturating.
+    (b.is_finite() && b >= 0.0 && b < u64::MAX as f64).then_some(b as u64)
 }
 
 /// `2.00 GiB`, `20.00 MiB`, `1024.00 KiB`, `0 bytes` at the start of `s` (a space between

@@ -228,3 +228,16 @@ fn lines_that_are_not_failures_are_not_recognised() {
         assert!(recognise(l).is_none(), "{l}");
     }
 }
+
+/// Issue 39 item 5: a size past 64 bits was recorded as 18446744073709551615.
+#[test]
+fn sizes_past_64_bits_are_left_out_not_saturated() {
+    use super::extract::{size_at, size_token};
+    assert_eq!(size_at("99999999999999999999999999 GiB"), None);
+    assert_eq!(size_token("99999999999999999999999999GiB"), None);
+    assert_eq!(
+        size_at("16777215.99 TiB"),
+        Some((16777215.99f64 * (1u64 << 40) as f64).round() as u64)
+    );
+    assert_eq!(size_at("-2.00 GiB"), None);
+}

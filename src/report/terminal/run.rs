@@ -9,6 +9,23 @@ use crate::term::one_line;
 use crate::units::format_bytes;
 use std::path::PathBuf;
 
+/// Characters of the command the first line shows.
+const COMMAND_CHARS: usize = 50;
+
+/// `text` in at most `max` characters: cut at the last word boundary that keeps at least
+/// half of it, and marked with an ellipsis (issue 39 item 5: it was cut mid-word, unmarked).
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max.saturating_sub(1)).collect();
+    let cut = match head.rfind(' ') {
+        Some(i) if head[..i].chars().count() >= max / 2 => &head[..i],
+        _ => &head[..],
+    };
+    format!("{}…", cut.trim_end())
+}
+
 /// The summary of a `run` report, with the report paths `out`; its environment's devices
 /// name MIG instances as scan does (`GPU 0/1 (MIG 3g.40gb)`). Empty for another report.
 /// Terminal-safe: command lines, error lines and paths come from the job.
@@ -24,7 +41,7 @@ pub fn render(report: &Report, out: &[PathBuf]) -> String {
         (None, Some(c)) => format!("exited {c}"),
         _ => format!("ended ({})", run.exit.status),
     };
-    let cmd: String = one_line(&run.command.join(" ")).chars().take(50).collect();
+    let cmd = shorten(&one_line(&run.command.join(" ")), COMMAND_CHARS);
     s.push_str(&format!(
         "\nvramdoc: `{cmd}` {how} after {}; {} process{} in its tree\n",
         format_ms(run.duration_ms as f64),
@@ -86,5 +103,22 @@ fn device_name(index: u32, devices: &[DeviceInfo]) -> String {
             _ => d.label(),
         },
         None => index.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod shorten_tests {
+    use super::shorten;
+
+    #[test]
+    fn a_long_command_is_cut_at_a_word_with_an_ellipsis() {
+        let c = "python3 /work/tests/it/corpus/workload.py held-child --size 2GiB";
+        let s = shorten(c, 50);
+        assert_eq!(s, "python3 /work/tests/it/corpus/workload.py…");
+        assert!(s.chars().count() <= 50);
+        assert_eq!(shorten("short command", 50), "short command");
+        // One long word: cut inside it, still marked.
+        let w = "x".repeat(80);
+        assert_eq!(shorten(&w, 50), format!("{}…", "x".repeat(49)));
     }
 }

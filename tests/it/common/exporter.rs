@@ -50,7 +50,10 @@ impl Serve {
             };
             seen.push_str(&line);
             seen.push('\n');
-            if let Some(rest) = line.strip_prefix("vramdoc serve: listening on http://") {
+            if let Some(rest) = line
+                .strip_prefix("vramdoc serve: listening on http://")
+                .or_else(|| line.strip_prefix("vramdoc serve: listening on https://"))
+            {
                 let a = rest.split('/').next().expect("address");
                 break a.parse::<SocketAddr>().expect("socket address");
             }

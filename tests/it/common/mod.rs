@@ -18,7 +18,7 @@ pub mod scenarios;
 pub mod simgpu;
 pub mod skip;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A JSON report vramdoc wrote at `path` (the test fails, naming the file, when it is missing
@@ -66,8 +66,25 @@ impl std::ops::DerefMut for KillOnDrop {
 }
 
 /// The vramdoc binary under test, with the environment cleared of GPU-selecting variables.
+/// The `XDG_RUNTIME_DIR` of every vramdoc the tests start: under cargo's scratch directory
+/// for tests (target/tmp), so this user's private directory vramdoc keeps across runs (attach
+/// markers, `run --torch-memory`'s hook) is never left in the system's temp dir.
+pub fn runtime_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-runtime");
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d);
+        d
+    })
+}
+
 pub fn vramdoc() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vramdoc"));
+    c.env("XDG_RUNTIME_DIR", runtime_dir());
     c.env_remove("VRAMDOC_SIM_DIR")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("LD_LIBRARY_PATH");

@@ -61,8 +61,13 @@ struct Live {
 fn run_workload(spec: &str, dir: Option<&std::path::Path>, c: &Live) -> Value {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run.json");
+    // The job's (and vramdoc's) temporary directory, checked empty afterwards: a run leaves
+    // nothing behind (issue 39 item 7: the `ddp` mode left its `mkdtemp`).
+    let job_tmp = tmp.path().join("tmp");
+    std::fs::create_dir(&job_tmp).unwrap();
     let mut cmd = vramdoc();
-    cmd.env("LD_LIBRARY_PATH", simgpu_lib_dir());
+    cmd.env("LD_LIBRARY_PATH", simgpu_lib_dir())
+        .env("TMPDIR", &job_tmp);
     match dir {
         Some(d) => cmd.env("VRAMDOC_SIM_DIR", d),
         None => cmd.args(["--sim", spec]),
@@ -85,6 +90,12 @@ fn run_workload(spec: &str, dir: Option<&std::path::Path>, c: &Live) -> Value {
         cmd.env(k, v);
     }
     let status = cmd.status().expect("run vramdoc");
+    let left: Vec<String> = std::fs::read_dir(&job_tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "{}: left in TMPDIR: {left:?}", c.case);
     let bytes = std::fs::read(&out).unwrap_or_default();
     serde_json::from_slice(&bytes).unwrap_or_else(|e| {
         panic!(

@@ -189,14 +189,15 @@ def rank_main(rank, world, weights, act, ms, share):
 
 def ddp(arg):
     world, weights, act, ms = arg.split(":")
-    share = tempfile.mkdtemp(prefix="ddp")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "rank", str(r), world, weights, act, ms, share]
-        )
-        for r in range(int(world))
-    ]
-    codes = [p.wait() for p in procs]
+    # Removed when the ranks are done: a test leaves nothing in the temp dir (issue 39).
+    with tempfile.TemporaryDirectory(prefix="ddp") as share:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "rank", str(r), world, weights, act, ms, share]
+            )
+            for r in range(int(world))
+        ]
+        codes = [p.wait() for p in procs]
     if any(codes):
         sys.exit(f"ranks exited {codes}")
 
