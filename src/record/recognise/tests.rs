@@ -229,11 +229,21 @@ fn lines_that_are_not_failures_are_not_recognised() {
     }
 }
 
+/// (source, line, pattern id, framework, device, requested)
+type FamilyRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Framework,
+    Option<u32>,
+    Option<u64>,
+);
+
 /// Issue 37's families, each on a line copied from the issue cited beside it: the pattern,
 /// its framework and the numbers the line states.
 #[test]
 fn lines_of_the_runtimes_issue_37_adds() {
-    let rows: [(&str, &str, &str, Framework, Option<u32>, Option<u64>); 11] = [
+    let rows: [FamilyRow; 11] = [
         (
             "PaddlePaddle/Paddle#42228 (2.x)",
             "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, \
