@@ -10,6 +10,7 @@
 //! bounded blocks by `record::stderr::StderrWatcher`.
 
 mod extract;
+mod runtimes;
 pub mod table;
 
 pub use extract::{bfc_stats, bfc_suffix, size_at, size_token};
