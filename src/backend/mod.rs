@@ -90,6 +90,19 @@ impl Backend {
     }
 
     /// The box's spec, for reports (`None` on the real backends or without a readable box).
+    /// The kernel log a node-level reader follows by default: the simulated box's
+    /// `kern.log` (where `sim fault --xid` writes the driver's lines) on the simulator,
+    /// `None` on the real backends (the caller's default, `/dev/kmsg`).
+    pub fn default_kernel_log(&self) -> Option<PathBuf> {
+        match self.kind {
+            BackendKind::Sim => self
+                .sim_dir
+                .as_ref()
+                .map(|d| d.join(sim::kernlog::KERN_LOG)),
+            BackendKind::Real => None,
+        }
+    }
+
     pub fn sim_spec(&self) -> Option<String> {
         match self.kind {
             BackendKind::Sim => sim::box_spec(self.sim_dir.as_deref()),

@@ -156,3 +156,8 @@ pub fn open_monitor(_: Option<&std::path::Path>) -> Result<SimMonitor> {
 pub fn open_driver(_: Option<&std::path::Path>) -> Result<SimDriver> {
     Err(refused())
 }
+
+/// The box's kernel log's name (no box in this build: never joined to a directory).
+pub mod kernlog {
+    pub const KERN_LOG: &str = "kern.log";
+}

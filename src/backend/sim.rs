@@ -33,7 +33,7 @@ pub fn error_class(cause: &(dyn std::error::Error + 'static)) -> Option<super::E
         .map(|_| ErrorClass::Usage)
 }
 
-pub use vramdoc_sim::{parse_spec, SimError, SpecError, SIM_DIR_ENV};
+pub use vramdoc_sim::{kernlog, parse_spec, SimError, SpecError, SIM_DIR_ENV};
 
 /// The preset named `name` whose total is within 1 % of `total` (drivers differ by a few
 /// MiB), as its spec key (`t4`, `h100`).

@@ -29,9 +29,9 @@ pub struct IncidentFlags {
     pub incidents_history: Duration,
     /// With --incidents: the kernel log read for NVRM Xid and OOM-killer lines: /dev/kmsg (needs
     /// CAP_SYSLOG where dmesg is restricted) or a file such as /var/log/kern.log; `none` to
-    /// not read one
-    #[arg(long, value_name = "PATH", default_value = crate::incidents::DEFAULT_KERNEL_LOG)]
-    pub kernel_log: PathBuf,
+    /// not read one [default: /dev/kmsg; on a simulated box, the box's kern.log]
+    #[arg(long, value_name = "PATH")]
+    pub kernel_log: Option<PathBuf>,
 }
 
 /// A directory, or a path where one can be made: a file there is the user's to fix (exit

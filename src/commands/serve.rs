@@ -67,7 +67,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
     let first = serve::failed_exposition(opts.backend, "no collection yet".into(), &cfg);
     let latest = Arc::new(Latest::with_health(first, policy));
     let opening = Arc::new(AtomicBool::new(false));
-    let observer = incident_observer(args, &cfg, interval, &latest)?;
+    let observer = incident_observer(args, &backend, &cfg, interval, &latest)?;
     let collector = Collector::start_observed(
         Box::new(move || super::open_monitor(&backend, &opening).map_err(|e| format!("{e:#}"))),
         cfg,
@@ -118,6 +118,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
 /// collection, publishes the incident list for `GET /incidents`, returns its series.
 fn incident_observer(
     args: &ServeArgs,
+    backend: &crate::backend::Backend,
     cfg: &CollectConfig,
     interval: Duration,
     latest: &Arc<Latest>,
@@ -126,7 +127,15 @@ fn incident_observer(
     let Some(dir) = &f.incidents else {
         return Ok(None);
     };
-    let kernel_log = (f.kernel_log.as_os_str() != "none").then(|| f.kernel_log.clone());
+    let kernel_log = match &f.kernel_log {
+        Some(p) if p.as_os_str() == "none" => None,
+        Some(p) => Some(p.clone()),
+        None => Some(
+            backend
+                .default_kernel_log()
+                .unwrap_or_else(|| crate::incidents::DEFAULT_KERNEL_LOG.into()),
+        ),
+    };
     let mut rec = crate::incidents::Incidents::new(crate::incidents::IncidentsConfig {
         dir: dir.clone(),
         max_count: f.incidents_max_count as usize,

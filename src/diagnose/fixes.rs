@@ -239,6 +239,31 @@ skips the tactic and fails when none fits). Lower the builder's workspace limit 
 (setMemoryPoolLimit(kWORKSPACE, …) / trtexec --memPoolSize=workspace:N), the optimisation \
 profile's maximum shapes or batch, or build on a GPU with more free memory.";
 
+/// PaddlePaddle's allocator could not allocate (its own message, Paddle PR #19779).
+pub const OOM_PADDLE: &str = "PaddlePaddle could not allocate on the GPU. Check what else \
+holds memory on that GPU (another process, or a second PaddlePaddle process started on it); \
+if the job alone needs more, lower the batch size. Under the legacy allocator, \
+FLAGS_fraction_of_gpu_memory_to_use sets the share PaddlePaddle takes at start.";
+
+/// text-generation-inference's warm-up found no room for a full prefill batch.
+pub const OOM_TGI: &str = "text-generation-inference's warm-up ran a prefill batch of \
+--max-batch-prefill-tokens and it did not fit after the weights. Lower \
+--max-batch-prefill-tokens (and --max-input-length / --max-total-tokens with it), quantise \
+the weights (--quantize), shard across more GPUs (--num-shard), or free the GPU of other \
+processes; --cuda-memory-fraction below 1 leaves room for others and shrinks the budget.";
+
+/// ONNX Runtime's CUDA execution provider arena could not grow.
+pub const OOM_ONNXRUNTIME: &str = "ONNX Runtime's CUDA arena could not allocate the \
+buffer. Its arena grows in powers of two by default and does not return memory: set the \
+CUDA execution provider's arena_extend_strategy to kSameAsRequested and a gpu_mem_limit that \
+leaves room for the other models or processes on the GPU, or limit the input shapes (batch, \
+sequence length, image size).";
+
+/// MXNet's pooled storage manager could not allocate.
+pub const OOM_MXNET: &str = "MXNet's storage manager could not allocate on the GPU (it \
+keeps freed blocks pooled for reuse, so other processes see them as used). Lower the batch \
+size or input size, or free the GPU of other processes.";
+
 /// vLLM's KV cache is too small for the model's context.
 pub const OOM_VLLM_KV: &str = "vLLM's KV cache cannot hold one request at the model's \
 maximum length within gpu_memory_utilization. Lower --max-model-len to what the cache holds, \

@@ -35,6 +35,9 @@ struct Pending {
     devices: Vec<u32>,
     event: IncidentEvent,
     out_of_memory: bool,
+    /// Only joins the open incident of its key (an Xid that follows another, NVIDIA's
+    /// catalogue): never opens one, never spends the rate limit.
+    joins_only: bool,
 }
 
 /// The flight recorder.
@@ -178,6 +181,7 @@ impl Incidents {
                 },
                 pod: Some(l.pod),
                 out_of_memory: oom,
+                joins_only: false,
             });
         }
     }
@@ -188,15 +192,34 @@ impl Incidents {
         };
         for ev in k.poll() {
             match ev {
-                KernelEvent::Xid(x) if kernel::xid_is_critical(x.code) => {
+                KernelEvent::Xid(x)
+                    if kernel::xid_is_critical(x.code) || kernel::xid_follows(x.code) =>
+                {
                     let device = self.pci.get(&x.pci).copied();
+                    if device.is_none() && !self.pci.is_empty() {
+                        // A PCI address that is no GPU of this node (an NVSwitch, another
+                        // node's line in a shared log): no incident, no rate limit spent.
+                        continue;
+                    }
                     let pod = x.pid.and_then(|p| self.history.pod_of(p).cloned());
                     let lost = x.code == 79;
-                    let gpu = device.map_or(format!("PCI {}", x.pci), |d| format!("GPU {d}"));
+                    let mut gpu = device.map_or(format!("PCI {}", x.pci), |d| format!("GPU {d}"));
+                    if let Some((gi, ci)) = x.mig {
+                        gpu.push_str(&format!(" MIG GPU instance {gi}"));
+                        if let Some(ci) = ci {
+                            gpu.push_str(&format!(" compute instance {ci}"));
+                        }
+                    }
+                    let meaning = match &x.recovery_action {
+                        Some(a) => {
+                            format!("{} (the driver asks: {a})", kernel::xid_meaning(x.code))
+                        }
+                        None => kernel::xid_meaning(x.code).to_string(),
+                    };
                     pending.push(Pending {
                         key: device.map_or(format!("pci:{}", x.pci), |d| format!("gpu:{d}")),
                         rule: if lost { "gpu-lost" } else { "xid" },
-                        title: format!("{gpu}: Xid {}: {}", x.code, kernel::xid_meaning(x.code)),
+                        title: format!("{gpu}: Xid {}: {meaning}", x.code),
                         pod,
                         devices: device.into_iter().collect(),
                         event: IncidentEvent {
@@ -206,11 +229,12 @@ impl Incidents {
                             line: Some(crate::redact::redact_text(&x.line)),
                             device,
                             xid: Some(x.code),
-                            meaning: Some(kernel::xid_meaning(x.code).into()),
+                            meaning: Some(meaning.clone()),
                             pid: x.pid,
                             requested: None,
                         },
                         out_of_memory: false,
+                        joins_only: !kernel::xid_is_critical(x.code),
                     });
                 }
                 KernelEvent::OomKill(o) if self.history.held_memory(o.pid) => {
@@ -237,6 +261,7 @@ impl Incidents {
                             requested: None,
                         },
                         out_of_memory: false,
+                        joins_only: false,
                     });
                 }
                 _ => {}
@@ -292,6 +317,9 @@ impl Incidents {
     /// Open an incident for `p`, or add it to the one of its failure; `Ok(true)` when a
     /// file was written.
     fn file(&mut self, p: Pending, scan: Option<&ScanResult>, t: f64) -> Result<bool, String> {
+        if p.joins_only && !self.open.contains_key(&p.key) {
+            return Ok(false);
+        }
         if let Some((_, inc)) = self.open.get_mut(&p.key) {
             inc.repeats += 1;
             if inc.events.len() >= MAX_EVENTS {
@@ -557,6 +585,7 @@ fn scan_event(d: u32, rule: &'static str, title: String, t: f64) -> Pending {
             requested: None,
         },
         out_of_memory: false,
+        joins_only: false,
     }
 }
 
@@ -614,18 +643,21 @@ mod tests {
             lists: crate::inventory::ProcessLists::AsNeeded,
         };
         let kern = dir.path().join("kern.log");
-        let mut rec = Incidents::new(IncidentsConfig {
-            dir: dir.path().join("incidents"),
-            max_count: 4,
-            max_bytes: 1 << 30,
-            history: Duration::from_secs(600),
-            pod_log_dir: dir.path().join("pods"),
-            kernel_log: Some(kern.clone()),
-            period: Duration::from_secs(15),
-            node: Some("n1".into()),
-            per_minute: 6,
-        })
-        .unwrap();
+        let recorder = |sub: &str| {
+            Incidents::new(IncidentsConfig {
+                dir: dir.path().join(sub),
+                max_count: 4,
+                max_bytes: 1 << 30,
+                history: Duration::from_secs(600),
+                pod_log_dir: dir.path().join("pods"),
+                kernel_log: Some(kern.clone()),
+                period: Duration::from_secs(15),
+                node: Some("n1".into()),
+                per_minute: 6,
+            })
+            .unwrap()
+        };
+        let mut rec = recorder("incidents");
         let scan = crate::scan::scan(&monitor, &cfg)
             .unwrap()
             .scan()
@@ -638,6 +670,16 @@ mod tests {
             .collect();
         let t0 = 1_800_000_000.0;
         assert!(rec.observe(Some(&scan), t0).is_empty());
+        // Xid 45 follows another Xid (NVIDIA's catalogue): alone it opens nothing.
+        append(
+            &kern,
+            &format!(
+                "NVRM: Xid (PCI:{}): 45, pid=1, name=x, Ch 0000000a\n",
+                pci[0]
+            ),
+        );
+        rec.observe(Some(&scan), t0 + 1.0);
+        assert!(rec.store.list().is_empty(), "{:?}", rec.store.list());
         // Two lines of one failure on GPU 1 (48 then 63, as a DBE is followed by a
         // retirement): one incident.
         append(
@@ -655,27 +697,37 @@ mod tests {
         let inc = rec.store.read(&list[0].id).unwrap();
         assert_eq!((inc.events.len(), inc.repeats), (2, 1));
         assert!(inc.timeline.devices[0].samples.len() >= 2);
-        // Ten failures on GPUs this node does not have, in one minute: 5 more written (6
-        // per minute), 5 suppressed; at most 4 files kept.
-        for i in 0..10 {
-            append(
-                &kern,
-                &format!(
-                    "NVRM: Xid (PCI:0000:{:02x}:00): 79, GPU has fallen off the bus.\n",
-                    0x80 + i
-                ),
-            );
-        }
+        // Ten Xids for PCI addresses that are no GPU of this node (issue 37): no
+        // incident, and the rate limit is not spent.
+        let foreign = |kern: &std::path::Path| {
+            for i in 0..10 {
+                append(
+                    kern,
+                    &format!(
+                        "NVRM: Xid (PCI:0000:{:02x}:00): 79, GPU has fallen off the bus.\n",
+                        0x80 + i
+                    ),
+                );
+            }
+        };
+        foreign(&kern);
         rec.observe(Some(&scan), t0 + 30.0);
-        assert_eq!(rec.suppressed, 5);
+        assert_eq!(rec.suppressed, 0);
+        assert_eq!(rec.store.list().len(), 1);
+        // Where the node's GPUs are not known yet (no scan), each address is a failure of
+        // its own: in one minute 6 written (6 per minute), 4 suppressed; 4 files kept.
+        let mut rec = recorder("incidents-unknown");
+        foreign(&kern);
+        rec.observe(None, t0 + 30.0);
+        assert_eq!(rec.suppressed, 4);
         assert_eq!(rec.store.list().len(), 4, "the retention bound");
         let m = rec.exposition(Some("n1"));
         assert!(
-            m.contains("vramdoc_incidents_total{hostname=\"n1\",namespace=\"\",pod=\"\",rule=\"gpu-lost\"} 5"),
+            m.contains("vramdoc_incidents_total{hostname=\"n1\",namespace=\"\",pod=\"\",rule=\"gpu-lost\"} 6"),
             "{m}"
         );
         assert!(
-            m.contains("vramdoc_incidents_suppressed_total{hostname=\"n1\"} 5"),
+            m.contains("vramdoc_incidents_suppressed_total{hostname=\"n1\"} 4"),
             "{m}"
         );
         // An Xid that is not critical makes none.
@@ -683,7 +735,7 @@ mod tests {
             &kern,
             &format!("NVRM: Xid (PCI:{}): 999, whatever\n", pci[0]),
         );
-        rec.observe(Some(&scan), t0 + 200.0);
-        assert_eq!(rec.suppressed, 5);
+        rec.observe(None, t0 + 200.0);
+        assert_eq!(rec.suppressed, 4);
     }
 }

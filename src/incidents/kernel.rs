@@ -26,6 +26,13 @@ pub struct Xid {
     pub pci: String,
     pub code: u32,
     pub pid: Option<u32>,
+    /// The MIG instance the Xid belongs to (`GPU-I:01 GPU-CI:00`): GPU and compute
+    /// instance ids; `None` for a whole-GPU Xid.
+    pub mig: Option<(u32, Option<u32>)>,
+    /// Xid 154: the recovery action the driver now asks for (`Drain and Reset`).
+    pub recovery_action: Option<String>,
+    /// Xid 45 on R580 drivers: the Xid it follows (`caused by previous Xid N`).
+    pub caused_by: Option<u32>,
     pub line: String,
 }
 
@@ -47,7 +54,7 @@ pub enum KernelEvent {
 fn xid_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?(?: GPU-I:\d+)?(?: GPU-CI:\d+)?\): (\d+),")
+        Regex::new(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?(?: GPU-I:(\d+))?(?: GPU-CI:(\d+))?\): (\d+),")
             .unwrap_or_else(|_| unreachable_regex())
     })
 }
@@ -75,10 +82,18 @@ pub fn parse(line: &str) -> Option<KernelEvent> {
         let pid = text
             .split_once("pid=")
             .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+        let num = |i: usize| c.get(i).and_then(|m| m.as_str().parse::<u32>().ok());
+        let code: u32 = c[4].parse().ok()?;
+        let rest = &text[c.get(0).map_or(0, |m| m.end())..];
         return Some(KernelEvent::Xid(Xid {
             pci: normalise_pci(&c[1])?,
-            code: c[2].parse().ok()?,
+            code,
             pid,
+            mig: num(2).map(|gi| (gi, num(3))),
+            recovery_action: (code == 154).then(|| recovery_action(rest)).flatten(),
+            caused_by: rest
+                .split_once("caused by previous Xid ")
+                .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()),
             line: text.trim().to_string(),
         }));
     }
@@ -90,6 +105,15 @@ pub fn parse(line: &str) -> Option<KernelEvent> {
         }));
     }
     None
+}
+
+/// Xid 154's `GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)`: the
+/// action named after `to` (NVML's `nvmlDeviceGpuRecoveryAction_t`).
+fn recovery_action(rest: &str) -> Option<String> {
+    let (_, to) = rest.split_once(" to 0x")?;
+    let (_, name) = to.split_once('(')?;
+    let name = name.split(')').next()?.trim();
+    (!name.is_empty() && name.len() <= 40).then(|| name.to_string())
 }
 
 /// `6,1234,5678901,-` (priority, sequence, microseconds, flags).
@@ -113,33 +137,66 @@ pub fn normalise_pci(s: &str) -> Option<String> {
     Some(format!("{:04x}:{bus:02x}:{dev:02x}", dom & 0xffff))
 }
 
-/// What NVIDIA's Xid catalogue says an Xid means, for the ones that fail jobs or GPUs.
+/// What NVIDIA's Xid catalogue says an Xid means, with its immediate action, for the ones
+/// that fail jobs or GPUs (<https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html>,
+/// "Resolution Bucket (Immediate Action)").
 pub fn xid_meaning(code: u32) -> &'static str {
     match code {
-        13 => "Graphics Engine Exception (an application fault: out-of-range access, illegal instruction)",
-        31 => "GPU memory page fault (an illegal address: usually the application)",
-        43 => "GPU stopped processing (a user application fault; the GPU continues)",
-        45 => "Preemptive cleanup, due to previous errors (the process was ended)",
+        13 => "Graphics Engine Exception (an application fault: out-of-range access, illegal instruction; restart the application)",
+        31 => "GPU memory page fault (an illegal address: usually the application; restart it)",
+        43 => "GPU stopped processing (a user application fault; the GPU continues: nothing to do)",
+        45 => "Preemptive cleanup, due to previous errors (follows the Xid that caused it)",
+        46 => "GPU stopped processing (drain the GPU and reset it)",
         48 => "Double Bit ECC Error (uncorrectable memory error: drain and reset the GPU)",
-        61 | 62 => "Internal micro-controller error (reset the GPU)",
-        63 => "ECC page retirement or row remapping recorded (reset the GPU to apply)",
+        61 => "Internal micro-controller breakpoint/warning (unused since Ampere; older GPUs: reset the GPU)",
+        62 => "Internal micro-controller halt (reset the GPU)",
+        63 => "ECC page retirement or row remapping recorded (nothing to do now; applied at the next reset)",
         64 => "ECC page retirement or row remapping failure (reset the GPU; replace it if it recurs)",
         74 => "NVLink error (check the links; reset the GPU)",
-        79 => "GPU has fallen off the bus (reset or reboot; check power and PCIe)",
-        92 => "High single-bit ECC error rate",
-        94 => "Contained ECC error (only the affected application was stopped)",
+        79 => "GPU has fallen off the bus (reset the GPU; if it does not come back, reboot the node; check power and PCIe)",
+        92 => "High single-bit ECC error rate (corrected: nothing to do now)",
+        94 => "Contained ECC error (only the affected application was stopped; restart it)",
         95 => "Uncontained ECC error (every application on the GPU was affected: reset the GPU)",
         119 | 120 => "GSP firmware error (reset the GPU)",
+        144..=150 => "NVLink error (NVLink5, B200/GB200: the action follows the driver's Xid 154)",
+        154 => "GPU recovery action changed (the driver's own verdict: do what it names)",
+        109 | 110 | 136 | 140 | 143 | 155 | 156 | 158 => {
+            "a fault NVIDIA's Xid catalogue lists for Ampere and newer GPUs (see its row for the action; the driver's Xid 154 names it)"
+        }
         _ => "see NVIDIA's Xid catalogue",
     }
 }
 
-/// Whether an Xid fails jobs or the GPU (the issue's list), and so opens an incident.
+/// Whether an Xid opens an incident, as NVIDIA's catalogue has it: 43, 63 and 92 are
+/// "ignore" there; 45 follows another Xid (R580: `caused by previous Xid N`, one per
+/// channel) and opens none of its own.
 pub fn xid_is_critical(code: u32) -> bool {
     matches!(
         code,
-        13 | 31 | 43 | 45 | 48 | 61 | 62 | 63 | 64 | 74 | 79 | 92 | 94 | 95 | 119 | 120
+        13 | 31
+            | 46
+            | 48
+            | 61
+            | 62
+            | 64
+            | 74
+            | 79
+            | 94
+            | 95
+            | 109
+            | 110
+            | 119
+            | 120
+            | 136
+            | 140
+            | 143..=150 | 154 | 155 | 156 | 158
     )
+}
+
+/// Xids that follow another and join its incident without opening one: 45 (preemptive
+/// cleanup after a previous error) and the catalogue's "ignore" ones, 43, 63 and 92.
+pub fn xid_follows(code: u32) -> bool {
+    matches!(code, 43 | 45 | 63 | 92)
 }
 
 /// The kernel log being followed.
@@ -249,5 +306,39 @@ mod tests {
             Some("0000:3b:00")
         );
         assert!(xid_is_critical(79) && !xid_is_critical(999));
+    }
+
+    /// Issue 37: the catalogue's "ignore" Xids open nothing, the new ones do; MIG Xids name
+    /// their instance; the old form without `PCI:` parses; Xid 154 carries its action and
+    /// R580's Xid 45 its cause.
+    #[test]
+    fn the_xid_catalogue_as_nvidia_publishes_it() {
+        for c in [43, 45, 63, 92] {
+            assert!(!xid_is_critical(c), "{c}");
+        }
+        for c in [46, 109, 110, 136, 140, 143, 147, 150, 154, 155, 156, 158] {
+            assert!(xid_is_critical(c), "{c}");
+        }
+        let mig =
+            "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 31, pid=9, name=python, Ch 00000008";
+        let Some(KernelEvent::Xid(x)) = parse(mig) else {
+            panic!("{mig}")
+        };
+        assert_eq!(x.mig, Some((1, Some(2))));
+        let old = "NVRM: Xid (0000:01:00): 79, GPU has fallen off the bus.";
+        let Some(KernelEvent::Xid(x)) = parse(old) else {
+            panic!("{old}")
+        };
+        assert_eq!((x.pci.as_str(), x.code, x.mig), ("0000:01:00", 79, None));
+        let rec = "NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)";
+        let Some(KernelEvent::Xid(x)) = parse(rec) else {
+            panic!("{rec}")
+        };
+        assert_eq!(x.recovery_action.as_deref(), Some("Drain and Reset"));
+        let r580 = "NVRM: Xid (PCI:0000:9b:00): 45, pid=77, name=python, Ch 0000000a, caused by previous Xid 48";
+        let Some(KernelEvent::Xid(x)) = parse(r580) else {
+            panic!("{r580}")
+        };
+        assert_eq!((x.code, x.caused_by), (45, Some(48)));
     }
 }

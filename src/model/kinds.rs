@@ -185,6 +185,16 @@ string_kind! {
         /// A CUDA failure that is not an allocation failure (illegal address, device-side
         /// assert, driver too old, NCCL's CUDA check on another error).
         CudaFault = "cuda-fault",
+        /// PaddlePaddle: `ResourceExhaustedError: Out of memory error on GPU N. Cannot allocate
+        /// X memory on GPU N, … available memory is only F.`
+        PaddleOom = "paddle-oom",
+        /// Hugging Face text-generation-inference: `Not enough memory to handle N prefill
+        /// tokens` (its warm-up found no room for a full prefill batch).
+        TgiOom = "tgi-oom",
+        /// ONNX Runtime's BFC arena: `Failed to allocate memory for requested buffer of size N`.
+        OnnxRuntimeOom = "onnxruntime-oom",
+        /// MXNet's pooled storage manager: `cudaMalloc retry failed: out of memory`.
+        MxnetOom = "mxnet-oom",
     }
 }
 
@@ -217,6 +227,10 @@ impl RunErrorKind {
                 | RunErrorKind::CudnnAllocFailed
                 | RunErrorKind::FrameworkOom
                 | RunErrorKind::SglangNoMemory
+                | RunErrorKind::PaddleOom
+                | RunErrorKind::TgiOom
+                | RunErrorKind::OnnxRuntimeOom
+                | RunErrorKind::MxnetOom
         )
     }
 }

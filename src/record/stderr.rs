@@ -73,7 +73,17 @@ pub struct StderrWatcher {
     bfc: (Option<u64>, Option<u64>),
     /// A private key printed over several lines is kept as one redacted line per line.
     pem: crate::redact::PemLines,
+    /// The previous line, when it recognised nothing and is long enough to have been
+    /// hard-wrapped at a fixed width ([`WRAP_MIN_CHARS`]): joined with the next line once.
+    wrap_prev: Option<String>,
+    /// The line just read was part of a private key (never kept for joining).
+    key_line: bool,
 }
+
+/// A line shorter than this is not taken for the first half of a hard-wrapped line: the
+/// narrowest terminals and CI log viewers that wrap at a fixed width do so at 80 columns, and
+/// a margin keeps lines that merely end early out.
+pub const WRAP_MIN_CHARS: usize = 64;
 
 /// Lines of a torchrun failure table read at most.
 const TABLE_LINES: u16 = 60;
@@ -317,7 +327,35 @@ impl StderrWatcher {
     /// Cheap for the lines that are not errors (a job's output passes through here): the
     /// tail keeps them raw (cut and redacted by [`StderrWatcher::tail`]) and only a line
     /// holding one of the recogniser's keys (one multi-pattern search) is parsed.
+    ///
+    /// A line hard-wrapped by a terminal or a log viewer at a fixed width arrives as two: a
+    /// line that recognises nothing alone is joined with the previous one when that one
+    /// recognised nothing either and is as long as a wrapped line ([`WRAP_MIN_CHARS`]), so a
+    /// phrase split across the two is read once. Bounded: two lines at most, each cut as the
+    /// tail cuts it; a joined pair is never joined again, so no line is read twice.
     pub fn line(&mut self, line: &str) -> Option<ParsedError> {
+        let prev = self.wrap_prev.take();
+        self.key_line = false;
+        let found = self.line_alone(line);
+        if found.is_some() || self.key_line || self.in_table || self.nccl_left > 0 {
+            return found;
+        }
+        if let Some(p) = prev {
+            let joined = format!("{p}{}", prefix_of(line, LINE_CHARS * 4));
+            if recognise::may_match(&joined) {
+                if let Some(e) = parse_line(&joined) {
+                    return Some(e);
+                }
+            }
+        }
+        if line.trim_end().chars().count() >= WRAP_MIN_CHARS {
+            self.wrap_prev = Some(prefix_of(line, LINE_CHARS * 4).to_string());
+        }
+        None
+    }
+
+    /// One line read on its own (and as part of the blocks it opens or continues).
+    fn line_alone(&mut self, line: &str) -> Option<ParsedError> {
         let mut kept = if self.tail.len() == TAIL_LINES {
             self.tail.pop_front().unwrap_or_default()
         } else {
@@ -325,6 +363,7 @@ impl StderrWatcher {
         };
         kept.clear();
         if self.pem.is_key_line(line) {
+            self.key_line = true;
             kept.push_str(crate::redact::REDACTED);
             self.tail.push_back(kept);
             return None;

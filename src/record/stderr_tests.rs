@@ -573,3 +573,56 @@ fn tensorflow_bfc_stats_go_with_the_next_oom() {
     assert_eq!(found[0].kind, RunErrorKind::TfOom);
     assert_eq!(found[0].device, Some(0));
 }
+
+/// A failure line hard-wrapped at a fixed width (a terminal's capture, a CI log viewer's
+/// download) is read once from its two halves; the halves alone recognise nothing.
+#[test]
+fn a_line_hard_wrapped_at_a_fixed_width_is_read_once() {
+    // ggml-org/llama.cpp#20431's line, split in the middle of its phrase.
+    let whole = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device \
+                 0: cudaMalloc failed: out of memory";
+    let (a, b) = whole.split_at(whole.find("failed").unwrap_or(0));
+    assert!(
+        parse_line(a).is_none() && parse_line(b).is_none(),
+        "{a} | {b}"
+    );
+    let mut w = StderrWatcher::new();
+    let mut got: Vec<ParsedError> = Vec::new();
+    for l in ["loading model", a, b, "next line", "and another one"] {
+        got.extend(w.line(l));
+    }
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].kind, RunErrorKind::GgmlOom);
+    assert_eq!(got[0].requested, Some(mib(144_817.04)));
+    assert_eq!(got[0].device, Some(0));
+    // The tail keeps both lines as printed.
+    assert_eq!(w.tail().len(), 5);
+}
+
+/// A line that is recognised on its own is never joined with the next one, a joined pair
+/// is never joined again, and a short line (not at a wrap width) is not joined at all.
+#[test]
+fn joining_is_bounded_and_never_reads_a_line_twice() {
+    let oom = "RuntimeError: CUDA error: out of memory on a line long enough to be wrapped ok";
+    assert!(oom.chars().count() >= WRAP_MIN_CHARS);
+    let mut w = StderrWatcher::new();
+    let mut n = 0;
+    for l in [oom, "CUDA error: out of memory", oom] {
+        n += usize::from(w.line(l).is_some());
+    }
+    assert_eq!(n, 3, "each line once");
+    // Short first half: not a wrapped line, so not joined.
+    let mut w = StderrWatcher::new();
+    assert!(w.line("RuntimeError: CUDA error: out of").is_none());
+    assert!(w.line(" memory").is_none());
+    // Three lines of one phrase: only two are ever joined.
+    let head = format!("{}CUDA error: out", "x".repeat(WRAP_MIN_CHARS));
+    let mut w = StderrWatcher::new();
+    assert!(w.line(&head).is_none());
+    let e = w.line(" of memory").expect("the two halves");
+    assert_eq!(e.kind, RunErrorKind::CudaErrorOom);
+    assert!(
+        w.line(" of memory").is_none(),
+        "the consumed half is not joined again"
+    );
+}

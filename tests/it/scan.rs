@@ -853,6 +853,16 @@ fn graphics_clients_and_container_gpus_raise_no_false_alarm() {
             used_on(process(&v, c.pid), 1).unwrap() >= 1 << 30,
             "{backend}"
         );
-        assert_eq!(all_ids(&v), Vec::<String>::new(), "{backend}: {v}");
+        // GPU 1 (1 GiB and a context held) has room for a vLLM engine at 0.90, not at
+        // vLLM's default 0.92: that info is the one finding (issue 37 item 8).
+        let ids: Vec<String> = all_ids(&v)
+            .into_iter()
+            .filter(|id| id != "low-headroom")
+            .collect();
+        assert_eq!(ids, Vec::<String>::new(), "{backend}: {v}");
+        let infos_only = v["scan"]["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().all(|f| f["severity"] == "info"));
+        assert!(infos_only, "{backend}: {v}");
     }
 }

@@ -4,7 +4,7 @@ use super::prelude::*;
 
 /// Low headroom per device, from one snapshot. A GPU kept nearly full is usually a steady
 /// state: one engine or caching allocator at its configured fill (vLLM claims
-/// `gpu_memory_utilization` × total at start, 0.9 by default), or several at fixed budgets
+/// `gpu_memory_utilization` × total at start, 0.92 by default today, 0.90 in older releases), or several at fixed budgets
 /// (two engines at 0.45 each, time-sliced pods): info, with the arithmetic for whoever wants
 /// to add a process. One snapshot cannot tell growth from a steady state, so it warns only
 /// when the GPU is out of room: two or more independent claimants, each holding more than a

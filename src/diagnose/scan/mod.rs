@@ -65,7 +65,9 @@ pub struct Thresholds {
     /// Free memory below this fraction of total is low headroom (warn). Default 0.10.
     pub low_free_fraction: f64,
     /// vLLM's default `gpu_memory_utilization`; a device whose largest safe value is below it
-    /// gets an info finding. Default 0.90.
+    /// gets an info finding. Default 0.92: vLLM's current `CacheConfig.gpu_memory_utilization`
+    /// (`Field(default=0.92, gt=0, le=1)`, vllm/config/cache.py at commit 002f10e0); releases
+    /// before that default were 0.90 (vllm/engine/arg_utils.py `EngineArgs`).
     pub vllm_default_utilization: f64,
     /// A single process holding at least this fraction of a device looks like a
     /// utilization-style budget (the WeClone pattern). Default 0.80.
@@ -88,7 +90,7 @@ impl Default for Thresholds {
             context_reserve: 512 * MIB,
             unattributed_min: 256 * MIB,
             low_free_fraction: 0.10,
-            vllm_default_utilization: 0.90,
+            vllm_default_utilization: 0.92,
             budget_holder_fraction: 0.80,
             duplicate_min: 2 * GIB,
             duplicate_tolerance: 0.10,

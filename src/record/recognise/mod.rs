@@ -1,6 +1,8 @@
 //! The recogniser: one table of sourced patterns ([`table::PATTERNS`]) for the failure lines
-//! of every stack vramdoc reads — PyTorch, TensorFlow, JAX/XLA, NCCL, vLLM, llama.cpp/ggml
-//! (and Ollama, which prints them), TensorRT, torchrun, cuBLAS/cuDNN, the CUDA runtime — and
+//! of every stack vramdoc reads — PyTorch (CUDA and ROCm/HIP builds), TensorFlow, JAX/XLA,
+//! NCCL, vLLM, SGLang, text-generation-inference, llama.cpp/ggml (and Ollama, which prints
+//! them), TensorRT, TensorRT-LLM, ONNX Runtime, PaddlePaddle, MXNet, torchrun,
+//! cuBLAS/cuDNN/cuSOLVER, the CUDA runtime — and
 //! the numbers each line states ([`Facts`]). One entry per pattern: framework, versions,
 //! stream, an example line, its public source, what it extracts. Recognising is recording,
 //! not diagnosing: `record::stderr` turns a match into an event, `diagnose/` judges it.
@@ -8,6 +10,7 @@
 //! bounded blocks by `record::stderr::StderrWatcher`.
 
 mod extract;
+mod runtimes;
 pub mod table;
 
 pub use extract::{bfc_stats, bfc_suffix, size_at, size_token};
@@ -81,6 +84,13 @@ pub enum Framework {
     CudaRuntime,
     /// A training loop that catches an out-of-memory error and goes on (fairseq, metaseq).
     Recovering,
+    PaddlePaddle,
+    /// Hugging Face text-generation-inference.
+    Tgi,
+    TensorRtLlm,
+    /// ONNX Runtime's CUDA execution provider.
+    OnnxRuntime,
+    Mxnet,
 }
 
 impl Framework {
@@ -98,6 +108,11 @@ impl Framework {
             Framework::CudaLibraries => "cuBLAS/cuDNN",
             Framework::CudaRuntime => "the CUDA runtime",
             Framework::Recovering => "a training loop that recovers from OOM",
+            Framework::PaddlePaddle => "PaddlePaddle",
+            Framework::Tgi => "text-generation-inference",
+            Framework::TensorRtLlm => "TensorRT-LLM",
+            Framework::OnnxRuntime => "ONNX Runtime",
+            Framework::Mxnet => "MXNet",
         }
     }
 }

@@ -5,6 +5,9 @@
 use super::extract::{
     bytes_after, int_after, nccl_device, ordinal_after, size_after, size_token, tf_tensor_bytes,
 };
+use super::runtimes::{
+    allowed_facts, is_mxnet_oom, is_trtllm_runtime_oom, ort_facts, paddle_facts, LIBRARY_FAULTS,
+};
 use super::{Facts, Framework, Pattern, Stream};
 use crate::model::RunErrorKind;
 
@@ -266,7 +269,7 @@ fn fault_facts(l: &str) -> Facts {
 }
 
 /// Every recognised pattern, most specific first.
-pub static PATTERNS: [Pattern; 26] = [
+pub static PATTERNS: [Pattern; 34] = [
     Pattern {
         id: "torch-cuda-oom",
         framework: Framework::PyTorch,
@@ -498,6 +501,112 @@ pub static PATTERNS: [Pattern; 26] = [
         extract: none,
     },
     Pattern {
+        id: "paddle-oom",
+        framework: Framework::PaddlePaddle,
+        versions: "1.6 to 3.x (`ResourceExhaustedError:` then `Out of memory error on GPU N. \
+                   Cannot allocate X memory on GPU N, [A memory has been allocated and] \
+                   available memory is only F.`)",
+        stream: Stream::Stderr,
+        example: "Out of memory error on GPU 0. Cannot allocate 25.002197MB memory on GPU 0, \
+                  available memory is only 15.187500MB.",
+        source: "https://github.com/PaddlePaddle/PaddleOCR/issues/1505",
+        kind: RunErrorKind::PaddleOom,
+        keys: &["Out of memory error on GPU"],
+        matches: |_| true,
+        extracts: "requested (`Cannot allocate X`), device (`on GPU N`), free (`available \
+                   memory is only F`)",
+        extract: paddle_facts,
+    },
+    Pattern {
+        id: "tgi-prefill-oom",
+        framework: Framework::Tgi,
+        versions: "0.9+ (flash_causal_lm warm-up; the router repeats it as `Server error:`)",
+        stream: Stream::Stderr,
+        example: "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to \
+                  decrease `--max-batch-prefill-tokens`",
+        source: "https://github.com/huggingface/text-generation-inference/issues/1067",
+        kind: RunErrorKind::TgiOom,
+        keys: &["Not enough memory to handle"],
+        matches: |l| l.contains("prefill tokens"),
+        extracts: "nothing in bytes (a token count)",
+        extract: none,
+    },
+    Pattern {
+        id: "torch-exceeds-allowed",
+        framework: Framework::PyTorch,
+        versions: "1.x caching allocator under a per-process memory fraction (TGI prints it \
+                   in its warm-up panic)",
+        stream: Stream::Stderr,
+        example: "thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on \
+                  device 0 would exceed allowed memory. (out of memory)",
+        source: "https://github.com/huggingface/text-generation-inference/issues/563",
+        kind: RunErrorKind::CudaErrorOom,
+        keys: &["would exceed allowed memory"],
+        matches: |l| l.contains("Allocation on device"),
+        extracts: "device (`Allocation on device N`)",
+        extract: allowed_facts,
+    },
+    Pattern {
+        id: "tensorrt-llm-runtime-oom",
+        framework: Framework::TensorRtLlm,
+        versions: "0.7+ (`[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(…): out \
+                   of memory (…/tllmBuffers.h:N)`, ipcUtils.cpp)",
+        stream: Stream::Stderr,
+        example: "RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in \
+                  ::cudaMallocAsync(ptr, n, mCudaStream->get()): out of memory \
+                  (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:118)",
+        source: "https://github.com/NVIDIA/TensorRT-LLM/issues/1556",
+        kind: RunErrorKind::TensorRtOom,
+        keys: &["[TensorRT-LLM][ERROR] CUDA runtime error in"],
+        matches: is_trtllm_runtime_oom,
+        extracts: "nothing beyond the failure",
+        extract: none,
+    },
+    Pattern {
+        id: "tensorrt-llm-builder-oom",
+        framework: Framework::TensorRtLlm,
+        versions: "0.x (TensorRT's allocator messages behind the `[TensorRT-LLM]` prefix)",
+        stream: Stream::Stderr,
+        example: "[TensorRT-LLM][ERROR] [deserialize.cpp::load::572] Error Code 2: OutOfMemory \
+                  (Requested size was 69568823808 bytes.)",
+        source: "https://github.com/guidance-ai/llgtrt/issues/7",
+        kind: RunErrorKind::TensorRtOom,
+        keys: &["[TensorRT-LLM]"],
+        matches: is_trt_oom,
+        extracts: "requested (`Requested size was N bytes`, `Requested amount of GPU memory \
+                   (N bytes)`)",
+        extract: trt_facts,
+    },
+    Pattern {
+        id: "onnxruntime-bfc-arena",
+        framework: Framework::OnnxRuntime,
+        versions: "1.x (core/framework/bfc_arena.cc `BFCArena::AllocateRawInternal`)",
+        stream: Stream::Stderr,
+        example: "Status Message: D:\\a\\_work\\1\\s\\onnxruntime\\core\\framework\\bfc_arena.cc:330 \
+                  onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for \
+                  requested buffer of size 285081600",
+        source: "https://github.com/DayBreak-u/chineseocr_lite/issues/355",
+        kind: RunErrorKind::OnnxRuntimeOom,
+        keys: &["Failed to allocate memory for requested buffer of size"],
+        matches: |_| true,
+        extracts: "requested (`requested buffer of size N`)",
+        extract: ort_facts,
+    },
+    Pattern {
+        id: "mxnet-cuda-malloc",
+        framework: Framework::Mxnet,
+        versions: "1.x (`src/storage/./pooled_storage_manager.h:N: cudaMalloc failed: out of \
+                   memory`; 1.6+ `cudaMalloc retry failed: out of memory`)",
+        stream: Stream::Stderr,
+        example: "MXNetError: cudaMalloc retry failed: out of memory",
+        source: "https://github.com/deepinsight/insightface/issues/1341",
+        kind: RunErrorKind::MxnetOom,
+        keys: &["cudaMalloc retry failed", "storage_manager"],
+        matches: is_mxnet_oom,
+        extracts: "nothing beyond the failure",
+        extract: none,
+    },
+    Pattern {
         id: "ggml-cuda-malloc",
         framework: Framework::LlamaCpp,
         versions: "llama.cpp since the ggml-backend allocator (2024); Ollama prints it in its \
@@ -640,6 +749,24 @@ pub static PATTERNS: [Pattern; 26] = [
         matches: is_nccl_fault,
         extracts: "device (NCCL's `[cudaDev]`)",
         extract: nccl_facts,
+    },
+    Pattern {
+        id: "cuda-library-fault",
+        framework: Framework::CudaLibraries,
+        versions: "cuBLAS, cuDNN, cuSOLVER, cuFFT statuses other than allocation failure \
+                   (PyTorch `CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling …`, \
+                   `cuDNN error: CUDNN_STATUS_EXECUTION_FAILED`, `cusolver error: \
+                   CUSOLVER_STATUS_EXECUTION_FAILED`; CNTK `CUBLAS failure 13`)",
+        stream: Stream::Stderr,
+        example: "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling \
+                  `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, \
+                  ldc)`",
+        source: "https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193",
+        kind: RunErrorKind::CudaFault,
+        keys: &LIBRARY_FAULTS,
+        matches: |_| true,
+        extracts: "device (`cuda:N`, `GPU=N`)",
+        extract: fault_facts,
     },
     Pattern {
         id: "cuda-fault",

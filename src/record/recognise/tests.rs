@@ -241,3 +241,156 @@ fn sizes_past_64_bits_are_left_out_not_saturated() {
     );
     assert_eq!(size_at("-2.00 GiB"), None);
 }
+
+/// (source, line, pattern id, framework, device, requested)
+type FamilyRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Framework,
+    Option<u32>,
+    Option<u64>,
+);
+
+/// Issue 37's families, each on a line copied from the issue cited beside it: the pattern,
+/// its framework and the numbers the line states.
+#[test]
+fn lines_of_the_runtimes_issue_37_adds() {
+    let rows: [FamilyRow; 11] = [
+        (
+            "PaddlePaddle/Paddle#42228 (2.x)",
+            "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, \
+             6.000000GB memory has been allocated and available memory is only 0.000000B.",
+            "paddle-oom",
+            Framework::PaddlePaddle,
+            Some(0),
+            Some(98_000_244),
+        ),
+        (
+            "huggingface/text-generation-inference#1164 (the router's echo)",
+            "ERROR warmup{max_input_length=64 max_prefill_tokens=256}:warmup: \
+             text_generation_client: router/client/src/lib.rs:33: Server error: Not enough \
+             memory to handle 256 prefill tokens. You need to decrease",
+            "tgi-prefill-oom",
+            Framework::Tgi,
+            None,
+            None,
+        ),
+        (
+            "NVIDIA/TensorRT-LLM#1060",
+            "RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in error: out of memory \
+             (/home/jenkins/agent/workspace/LLM/main/L0_PostMerge/tensorrt_llm/cpp/\
+             tensorrt_llm/runtime/ipcUtils.cpp:48)",
+            "tensorrt-llm-runtime-oom",
+            Framework::TensorRtLlm,
+            None,
+            None,
+        ),
+        (
+            "guidance-ai/llgtrt#7",
+            "[TensorRT-LLM][ERROR] [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda \
+             Runtime (out of memory)",
+            "tensorrt-llm-builder-oom",
+            Framework::TensorRtLlm,
+            None,
+            None,
+        ),
+        (
+            "microsoft/onnxruntime#16307",
+            "Non-zero status code returned while running ReduceSum node. \
+             onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for \
+             requested buffer of size 939524096",
+            "onnxruntime-bfc-arena",
+            Framework::OnnxRuntime,
+            None,
+            Some(939_524_096),
+        ),
+        (
+            "apache/mxnet#675 (1.x, before the retry)",
+            "`mxnet.base.MXNetError: [11:18:15] src/storage/./pooled_storage_manager.h:157: \
+             cudaMalloc failed: out of memory",
+            "mxnet-cuda-malloc",
+            Framework::Mxnet,
+            None,
+            None,
+        ),
+        (
+            "ROCm/TheRock#1054 (PyTorch on ROCm)",
+            "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 16.00 GiB. GPU 0 has \
+             a total capacity of 15.24 GiB of which 15.09 GiB is free.",
+            "torch-cuda-oom",
+            Framework::PyTorch,
+            Some(0),
+            Some(16 << 30),
+        ),
+        (
+            "microsoft/CNTK#379",
+            "CUBLAS failure 13: CUBLAS_STATUS_EXECUTION_FAILED ; GPU=1 ; hostname=rg404.bbn.com",
+            "cuda-library-fault",
+            Framework::CudaLibraries,
+            Some(1),
+            None,
+        ),
+        (
+            "GeneZC/ASGCN#19",
+            "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED",
+            "cuda-library-fault",
+            Framework::CudaLibraries,
+            None,
+            None,
+        ),
+        (
+            "pytorch/pytorch#70669",
+            "RuntimeError: cusolver error: CUSOLVER_STATUS_EXECUTION_FAILED, when calling \
+             `cusolverDnXgeqrf( handle, params, m, n, CUDA_R_32F, reinterpret_cast<void*>(A), \
+             lda)`",
+            "cuda-library-fault",
+            Framework::CudaLibraries,
+            None,
+            None,
+        ),
+        (
+            "huggingface/text-generation-inference#563",
+            "thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on \
+             device 0 would exceed allowed memory. (out of memory)\\nCurrently allocated     : \
+             16.08 GiB\\nRequested               : 4.83 GiB",
+            "torch-exceeds-allowed",
+            Framework::PyTorch,
+            Some(0),
+            None,
+        ),
+    ];
+    for (src, line, id, fw, device, requested) in rows {
+        let m = recognise(line).unwrap_or_else(|| panic!("{src}: not recognised: {line}"));
+        assert_eq!(m.pattern.id, id, "{src}");
+        assert_eq!(m.pattern.framework, fw, "{src}");
+        assert_eq!(m.facts.device, device, "{src}");
+        assert_eq!(m.facts.requested, requested, "{src}");
+    }
+    // PaddlePaddle states the free memory: kept.
+    let m = recognise(
+        "Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, available \
+         memory is only 416.625000MB.",
+    )
+    .unwrap();
+    assert_eq!(m.facts.free, Some(416_625_000));
+}
+
+/// Lines of these runtimes that are not failures, and the libraries' `INTERNAL_ERROR`
+/// statuses (an allocation failure in disguise, rwth-i6/returnn#1465): never `cuda-error`.
+#[test]
+fn issue_37_lines_that_are_not_failures_are_not_recognised() {
+    for l in [
+        "2022-01-07 07:17:51.913839024 [I:onnxruntime:log, bfc_arena.cc:306 \
+         AllocateRawInternal] Extending BFCArena for Cuda. bin_num:9 (requested) num_bytes: \
+         160000 (actual) rounded_bytes:160000",
+        "onnx runtime error 2: not enough space: expected 318080, got 314240",
+        "Please check whether there is any other process using GPU 0.",
+        "2024-11-13T19:54:24Z INFO text_generation_launcher: Setting max batch total tokens \
+         to 30816",
+        "[TensorRT-LLM][INFO] Loaded engine size: 68370 MiB",
+        "RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR",
+    ] {
+        assert!(recognise(l).is_none(), "{l}");
+    }
+}

@@ -25,8 +25,8 @@ use std::process::Stdio;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/corpus/logs");
 
-/// Families the corpus must hold (issue 26), each with at least one case.
-const FAMILIES: [&str; 14] = [
+/// Families the corpus must hold (issues 26 and 37), each with at least one case.
+const FAMILIES: [&str; 22] = [
     "pytorch",
     "tensorflow",
     "jax",
@@ -41,6 +41,14 @@ const FAMILIES: [&str; 14] = [
     "cuda-not-memory",
     "deepspeed",
     "dataloader",
+    "paddlepaddle",
+    "tgi",
+    "tensorrt-llm",
+    "onnxruntime",
+    "mxnet",
+    "rocm",
+    "cuda-libraries-not-memory",
+    "hard-wrapped",
 ];
 
 #[derive(Debug, Clone)]

@@ -271,15 +271,23 @@ impl SimProcess {
                     return Err(SimError::DeviceBusy(phys));
                 }
             }
+            // A graphics-only client (a display server: NVML's graphics list, no CUDA
+            // context) holds what it allocates and no CUDA context overhead: Xorg at 28 MiB
+            // and gnome-shell at 46 MiB in nvidia-smi -q (NVIDIA/nvidia-docker#1264).
+            let overhead = if kind == ProcessKind::Graphics {
+                0
+            } else {
+                dev.context_overhead
+            };
             let mut mem = crate::memory_of(dev, st);
-            if mem.free < dev.context_overhead {
-                crate::reclaim(st, phys, dev.context_overhead - mem.free);
+            if mem.free < overhead {
+                crate::reclaim(st, phys, overhead - mem.free);
                 mem = crate::memory_of(dev, st);
             }
-            if mem.free < dev.context_overhead {
+            if mem.free < overhead {
                 return Err(SimError::OutOfMemory {
                     device: phys,
-                    requested: dev.context_overhead,
+                    requested: overhead,
                     free: mem.free,
                 });
             }
@@ -293,7 +301,7 @@ impl SimProcess {
             entry.pidns = procinfo::own_pidns();
             let u = entry.devices.entry(phys).or_default();
             u.contexts = u.contexts.saturating_add(1);
-            u.context_bytes = u.context_bytes.saturating_add(dev.context_overhead);
+            u.context_bytes = u.context_bytes.saturating_add(overhead);
             Ok(())
         });
         if let Err(e) = made {

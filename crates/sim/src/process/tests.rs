@@ -182,3 +182,30 @@ fn concurrent_allocations_never_overcommit() {
     assert_eq!(granted, free0 / (256 * MIB));
     assert_eq!(b.memory(0).unwrap().used, granted * 256 * MIB);
 }
+
+/// A graphics-only client (a display server) holds what it allocates and no CUDA context
+/// overhead (Xorg at 28 MiB in nvidia-smi -q, NVIDIA/nvidia-docker#1264); a compute client's
+/// listing includes its context's.
+#[test]
+fn a_graphics_client_holds_no_context_overhead() {
+    let mib = 1u64 << 20;
+    let (_d, b) = new_box("1x16GiB");
+    let before = b.memory(0).unwrap().used;
+    let mut x = SimProcess::new(b.clone(), None);
+    x.set_kind(ProcessKind::Graphics);
+    x.create_context(0).unwrap();
+    x.alloc(0, 20 * mib).unwrap();
+    let listed = b.processes(0).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].used, 20 * mib, "{listed:?}");
+    assert_eq!(b.memory(0).unwrap().used, before + 20 * mib);
+    // The same on a fresh box as a compute client: its context's overhead is listed too.
+    let (_d2, b2) = new_box("1x16GiB");
+    let overhead = b2.device(0).unwrap().context_overhead;
+    assert!(overhead > 0);
+    let mut c = SimProcess::new(b2.clone(), None);
+    c.create_context(0).unwrap();
+    c.alloc(0, 20 * mib).unwrap();
+    let compute = b2.processes(0).unwrap();
+    assert_eq!(compute[0].used, 20 * mib + overhead);
+}
