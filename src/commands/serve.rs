@@ -47,7 +47,7 @@ pub fn run(session: &Session, args: &ServeArgs) -> Result<i32> {
         options: PromOptions {
             per_process: args.per_process,
         },
-        hostname: Some(node_name(args.node_name.as_deref())),
+        hostname: Some(serve::node_name(args.node_name.as_deref())),
     };
     let backend = session.backend.clone();
     let opts = CollectorOptions {
@@ -176,29 +176,4 @@ fn wait_first(latest: &Latest, stop: &AtomicBool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     !stop.load(Ordering::SeqCst)
-}
-
-/// The node's name: `--node-name`, else `NODE_NAME` (the DaemonSet's downward API), else
-/// the host name, else `unknown`.
-fn node_name(flag: Option<&str>) -> String {
-    if let Some(n) = flag {
-        return n.to_string();
-    }
-    let printable =
-        |s: &str| !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_graphic());
-    if let Some(n) = std::env::var("NODE_NAME").ok().filter(|n| printable(n)) {
-        return n;
-    }
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into the buffer we own.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        if let Ok(h) = std::str::from_utf8(&buf[..end]) {
-            if printable(h) {
-                return h.to_string();
-            }
-        }
-    }
-    "unknown".into()
 }

@@ -18,3 +18,21 @@ pub use collect::{
     CollectorOptions, HealthPolicy, Latest, OpenMonitor, FAILURES_BEFORE_REINIT,
 };
 pub use http::{route, Response, Server, ServerConfig};
+
+/// The node's name in the exposition: `--node-name`, else `NODE_NAME` (the DaemonSet's
+/// downward API), else the host name (`/proc/sys/kernel/hostname`), else `unknown`; a name
+/// that is empty, longer than 253 bytes or not printable ASCII is passed over.
+pub fn node_name(flag: Option<&str>) -> String {
+    if let Some(n) = flag {
+        return n.to_string();
+    }
+    let printable =
+        |s: &str| !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_graphic());
+    if let Some(n) = std::env::var("NODE_NAME").ok().filter(|n| printable(n)) {
+        return n;
+    }
+    match crate::host::hostname() {
+        Ok(h) if printable(&h) => h,
+        _ => "unknown".into(),
+    }
+}
