@@ -124,6 +124,7 @@ fn recording() -> Recording {
             pid: Some(pids[0]),
             line: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB".into(),
             requested_bytes: Some(2 * GIB),
+            facts: None,
         }],
         end_ms: HOUR_MS as f64,
         exit: Some(JobExit::Code(1)),

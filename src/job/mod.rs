@@ -297,6 +297,7 @@ pub fn run(
                 pid: Some(pid),
                 line: line.clone(),
                 requested_bytes: None,
+                facts: None,
             });
             errors.push(RunError {
                 t_ms: end_ms,
@@ -548,6 +549,7 @@ impl Feed<'_> {
                 pid: None,
                 line: e.line.clone(),
                 requested_bytes: e.requested,
+                facts: Some(crate::record::recognise::LineFacts::of(&e.line)),
             });
             self.errors.push(RunError {
                 t_ms: t,

@@ -1,6 +1,7 @@
 //! The recording the timeline rules judge: devices, the timeline, processes, errors and the
 //! job's end.
 
+use super::recognise::LineFacts;
 use crate::model::{Marker, ProcessSample, Timeline};
 use serde::{Deserialize, Serialize};
 
@@ -142,6 +143,22 @@ pub struct ErrorEvent {
     /// Bytes the failed allocation asked for (`Tried to allocate 2.00 GiB`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_bytes: Option<u64>,
+    /// What the recogniser read in the line when it was recorded ([`ErrorEvent::facts`]).
+    /// Not written: an event read back from a report or stream has only its line.
+    #[serde(skip)]
+    pub facts: Option<LineFacts>,
+}
+
+impl ErrorEvent {
+    /// What its line says, as the recogniser read it when the line was recorded; for an
+    /// event rebuilt from a report or a stream (which keep the line only), read from the
+    /// line now, the same way.
+    pub fn facts(&self) -> std::borrow::Cow<'_, LineFacts> {
+        match &self.facts {
+            Some(f) => std::borrow::Cow::Borrowed(f),
+            None => std::borrow::Cow::Owned(LineFacts::of(&self.line)),
+        }
+    }
 }
 
 /// How the job ended.

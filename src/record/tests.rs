@@ -395,6 +395,7 @@ fn markers_read_memory_and_boundaries_reach_only_the_recording() {
         pid: Some(42),
         line: "oom".into(),
         requested_bytes: Some(1),
+        facts: None,
     });
     let got = rec.finish(JobEnd {
         end_ms: t + 2.0,

@@ -55,6 +55,7 @@ pub fn error_event(
         pid,
         line: format!("{}: {}", e.step_label, e.message),
         requested_bytes: failure.requested,
+        facts: None,
     })
 }
 

@@ -374,6 +374,7 @@ pub fn recording(src: &Source) -> Recording {
                 pid: None,
                 line: String::new(),
                 requested_bytes: e.requested,
+                facts: None,
             })
             .collect(),
         end_ms,

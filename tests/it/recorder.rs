@@ -300,6 +300,7 @@ mod long_staircase {
             pid: Some(1000),
             line: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB".into(),
             requested_bytes: Some(8 * GIB),
+            facts: None,
         };
         let mut series = Vec::new();
         for d in 0..2u32 {

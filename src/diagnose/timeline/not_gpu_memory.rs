@@ -162,15 +162,10 @@ pub(super) fn cuda_error(cx: &Prepared) -> Vec<Finding> {
     }
     let more = faults.count();
     let mut evidence = vec![ev("when", fmt_t(e.t_ms)), ev("error line", e.line.clone())];
-    if let Some(m) = crate::record::recognise::recognise(&e.line) {
+    if let Some(p) = e.facts().pattern {
         evidence.push(ev(
             "recognised as",
-            format!(
-                "{} ({}; {})",
-                m.pattern.framework.name(),
-                m.pattern.id,
-                m.pattern.source
-            ),
+            format!("{} ({}; {})", p.framework.name(), p.id, p.source),
         ));
     }
     if more > 0 {

@@ -4,21 +4,23 @@
 
 use super::prelude::*;
 use crate::model::RunErrorKind;
-use crate::record::recognise::{self, Framework};
+use crate::record::recognise::{Framework, LineFacts};
 
-/// The kind the recogniser gives `line` (the recorded event keeps only the timeline's kind).
-fn e_kind_of(line: &str) -> Option<RunErrorKind> {
-    recognise::recognise(line).map(|m| m.pattern.kind.clone())
+/// The kind the recogniser gave the line (the event's own kind is the timeline's).
+fn e_kind_of(facts: &LineFacts) -> Option<RunErrorKind> {
+    facts.pattern.map(|p| p.kind.clone())
 }
 
-/// The fix text for an out-of-memory error recognised from `line` (the framework's family;
-/// PyTorch's per-process cap when the line states one).
-fn family_fix(line: &str, capped: bool) -> String {
+/// The fix text for an out-of-memory error of the family the recogniser named (PyTorch's
+/// per-process cap when the line states one).
+fn family_fix(facts: &LineFacts, capped: bool) -> String {
     if capped {
         return fixes::OOM_FRACTION_CAP.into();
     }
-    let family = recognise::recognise(line).map(|m| m.pattern.framework);
-    match family {
+    let kv = facts
+        .pattern
+        .is_some_and(|p| p.kind == RunErrorKind::VllmKvCache);
+    match facts.pattern.map(|p| p.framework) {
         Some(Framework::TensorFlow) => fixes::OOM_TENSORFLOW.into(),
         Some(Framework::Jax) => fixes::OOM_JAX.into(),
         Some(Framework::Nccl) => fixes::OOM_NCCL.into(),
@@ -28,7 +30,7 @@ fn family_fix(line: &str, capped: bool) -> String {
         Some(Framework::Tgi) => fixes::OOM_TGI.into(),
         Some(Framework::OnnxRuntime) => fixes::OOM_ONNXRUNTIME.into(),
         Some(Framework::Mxnet) => fixes::OOM_MXNET.into(),
-        Some(Framework::Vllm) if line.contains("KV cache") => fixes::OOM_VLLM_KV.into(),
+        Some(Framework::Vllm) if kv => fixes::OOM_VLLM_KV.into(),
         Some(Framework::Sglang) => fixes::OOM_SGLANG.into(),
         _ => fixes::OUT_OF_MEMORY.into(),
     }
@@ -92,18 +94,14 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
     if let Some(r) = e.requested_bytes {
         evidence.push(ev_bytes("the failed allocation asked for", r));
     }
-    if let Some(m) = recognise::recognise(&e.line) {
+    let facts = e.facts();
+    if let Some(p) = facts.pattern {
         evidence.push(ev(
             "recognised as",
-            format!(
-                "{} ({}; {})",
-                m.pattern.framework.name(),
-                m.pattern.id,
-                m.pattern.source
-            ),
+            format!("{} ({}; {})", p.framework.name(), p.id, p.source),
         ));
     }
-    if let Some((limit, in_use)) = recognise::bfc_stats(&e.line) {
+    if let Some((limit, in_use)) = facts.bfc {
         evidence.push(ev_bytes("TensorFlow's allocator limit (BFC Limit)", limit));
         if let Some(u) = in_use {
             evidence.push(ev_bytes("in use by TensorFlow's allocator (BFC InUse)", u));
@@ -137,9 +135,9 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             format_bytes(c)
         ));
     }
-    let mut fix = family_fix(&e.line, cap.is_some());
+    let mut fix = family_fix(&facts, cap.is_some());
     if matches!(
-        e_kind_of(&e.line),
+        e_kind_of(&facts),
         Some(RunErrorKind::VllmKvCache | RunErrorKind::VllmNoCacheBlocks)
     ) {
         // Raising the utilisation is safe only where nothing else uses the GPU.

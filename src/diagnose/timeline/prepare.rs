@@ -422,11 +422,11 @@ impl<'a> Prepared<'a> {
 // ---------------------------------------------------------------------------------------
 // Formatting helpers.
 
-/// What a PyTorch out-of-memory line states, re-read from the recorded line (so a report
-/// written earlier gives the same evidence).
+/// What a PyTorch out-of-memory line states, as the recogniser read it
+/// ([`ErrorEvent::facts`]: the same for a live recording and one rebuilt from a report).
 pub(super) fn oom_detail(e: &ErrorEvent) -> Option<OomDetail> {
     if e.kind == ErrorKind::OutOfMemory {
-        crate::record::stderr::oom_detail(&e.line)
+        e.facts().detail.clone()
     } else {
         None
     }

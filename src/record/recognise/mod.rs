@@ -10,10 +10,12 @@
 //! bounded blocks by `record::stderr::StderrWatcher`.
 
 mod extract;
+mod oom;
 mod runtimes;
 pub mod table;
 
 pub use extract::{bfc_stats, bfc_suffix, size_at, size_token};
+pub use oom::{oom_detail, OomDetail};
 
 use crate::model::RunErrorKind;
 use aho_corasick::AhoCorasick;
@@ -122,6 +124,40 @@ impl Framework {
 pub struct Recognised {
     pub pattern: &'static Pattern,
     pub facts: Facts,
+}
+
+/// What the recogniser reads in one error line, once, when it is recorded: the pattern it
+/// matched (none for a line made by vramdoc itself, such as a replay step's failure), the
+/// numbers of a PyTorch out-of-memory line, TensorFlow's BFC figures. The recorded event
+/// keeps it, so the timeline rules read these facts instead of parsing the line again.
+#[derive(Debug, Clone)]
+pub struct LineFacts {
+    pub pattern: Option<&'static Pattern>,
+    pub detail: Option<OomDetail>,
+    /// `(limit, in use)` of TensorFlow's BFC allocator.
+    pub bfc: Option<(u64, Option<u64>)>,
+}
+
+impl PartialEq for LineFacts {
+    fn eq(&self, other: &Self) -> bool {
+        let same = match (self.pattern, other.pattern) {
+            (Some(a), Some(b)) => std::ptr::eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        same && self.detail == other.detail && self.bfc == other.bfc
+    }
+}
+
+impl LineFacts {
+    /// Read `line` (as kept: cleaned, redacted, cut).
+    pub fn of(line: &str) -> LineFacts {
+        LineFacts {
+            pattern: recognise(line).map(|m| m.pattern),
+            detail: oom_detail(line),
+            bfc: bfc_stats(line),
+        }
+    }
 }
 
 /// Every key of the table, searched at once: a line holding none is not tried.

@@ -99,6 +99,7 @@ fn empty_and_malformed_recordings_do_not_panic() {
         pid: None,
         line: String::new(),
         requested_bytes: Some(u64::MAX),
+        facts: None,
     });
     let _ = fingerprints(&rec, &TimelineThresholds::default());
 }

@@ -17,6 +17,7 @@ fn oom_job(lines: &[&str], exit: i32) -> Job {
             pid: None,
             line: p.line,
             requested_bytes: p.requested,
+            facts: None,
         });
     }
     j.exit = Some(JobExit::Code(exit));

@@ -103,6 +103,7 @@ impl Job {
             pid: None,
             line: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.36 GiB".into(),
             requested_bytes: requested,
+            facts: None,
         });
         self
     }
@@ -610,6 +611,7 @@ fn engine(u: f64, fail: bool) -> Job {
             pid: Some(10),
             line: "RuntimeError: CUDA error: unknown error".into(),
             requested_bytes: None,
+            facts: None,
         });
     }
     j
@@ -636,6 +638,7 @@ fn overcommit_claim_then_failure() {
             pid: Some(10),
             line: format!("killed by signal {signal}"),
             requested_bytes: None,
+            facts: None,
         });
         assert_eq!(
             j.ids().contains(&ids::OVERCOMMIT.to_string()),

@@ -14,6 +14,7 @@ fn line<'a>(j: &'a mut Job, t: f64, text: &str) -> &'a mut Job {
         pid: None,
         line: p.line,
         requested_bytes: p.requested,
+        facts: None,
     });
     j
 }
@@ -26,6 +27,7 @@ fn killed(j: &mut Job, t: f64, signal: i32) -> &mut Job {
         pid: Some(10),
         line: format!("command (pid 10) killed by signal {signal}"),
         requested_bytes: None,
+        facts: None,
     });
     j
 }

@@ -74,6 +74,7 @@ impl Shape {
             pid: None,
             line: line.into(),
             requested_bytes: requested,
+            facts: None,
         });
     }
 
