@@ -94,7 +94,7 @@ pub(super) fn double_load(cx: &Prepared) -> Vec<Finding> {
         .max(1);
     let mut out = Vec::new();
     for pid in &cx.tree {
-        let Some(per_dev) = cx.procs.get(pid) else {
+        let Some(per_dev) = cx.procs_fine.get(pid) else {
             continue;
         };
         if per_dev.len() < 2 {

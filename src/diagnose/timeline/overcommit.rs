@@ -66,7 +66,7 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             let holder = if has_proc {
                 [t1, e.t_ms]
                     .iter()
-                    .filter_map(|t| cx.top_holder_at(d.index, *t))
+                    .filter_map(|t| cx.top_holder_fine_at(d.index, *t))
                     .max_by_key(|(pid, u)| (*u, u32::MAX - *pid))
             } else {
                 None

@@ -57,6 +57,10 @@ pub(super) struct Prepared<'a> {
     pub(super) marker_times: Vec<f64>,
     /// pid -> device -> samples.
     pub(super) procs: BTreeMap<u32, BTreeMap<u32, ProcSeries>>,
+    /// [`Self::procs`] with a sole holder's series at the device's resolution
+    /// ([`sole_holder_at_device_resolution`]), for the rules that read one process's
+    /// phases shorter than a list round (`double-load`, `overcommit`'s budget holder).
+    pub(super) procs_fine: BTreeMap<u32, BTreeMap<u32, ProcSeries>>,
     /// Processes of the job.
     pub(super) tree: BTreeSet<u32>,
     /// Devices the job used: where its processes held memory, else where memory rose.
@@ -189,8 +193,9 @@ impl<'a> Prepared<'a> {
                 }
             }
         }
+        let mut procs_fine = procs.clone();
         for d in &devs {
-            sole_holder_at_device_resolution(d, &mut procs);
+            sole_holder_at_device_resolution(d, &mut procs_fine);
         }
         let tree: BTreeSet<u32> = rec
             .processes
@@ -222,6 +227,7 @@ impl<'a> Prepared<'a> {
             devs,
             marker_times,
             procs,
+            procs_fine,
             tree,
             job_devices,
         }
@@ -322,10 +328,25 @@ impl<'a> Prepared<'a> {
 
     /// The job's process holding the most on `device` at `t`.
     pub(super) fn top_holder_at(&self, device: u32, t: f64) -> Option<(u32, u64)> {
+        self.top_holder_in(&self.procs, device, t)
+    }
+
+    /// [`Self::top_holder_at`] over [`Self::procs_fine`] (`overcommit`: who holds the
+    /// budget right after one claim, between two list rounds).
+    pub(super) fn top_holder_fine_at(&self, device: u32, t: f64) -> Option<(u32, u64)> {
+        self.top_holder_in(&self.procs_fine, device, t)
+    }
+
+    fn top_holder_in(
+        &self,
+        procs: &BTreeMap<u32, BTreeMap<u32, ProcSeries>>,
+        device: u32,
+        t: f64,
+    ) -> Option<(u32, u64)> {
         self.tree
             .iter()
             .filter_map(|pid| {
-                let s = self.procs.get(pid)?.get(&device)?;
+                let s = procs.get(pid)?.get(&device)?;
                 proc_level_at(s, t).map(|u| (*pid, u))
             })
             .max_by_key(|(pid, u)| (*u, u32::MAX - *pid))
