@@ -46,6 +46,39 @@ pub(crate) fn outputs(
     }
 }
 
+/// A replay report (of scenario files or of a user's command) through the sink: `--out`,
+/// `--junit`, the job summary, then on stdout the JSON or the summary table (`interrupted`:
+/// said under the table). Write failures are usage errors, as they always were.
+pub(crate) fn emit_replay(
+    report: &crate::model::Report,
+    sink: &crate::report::sink::Sink,
+    junit: Option<&std::path::Path>,
+    interrupted: bool,
+) -> Result<()> {
+    use crate::exit::UsageError;
+    use crate::report::terminal;
+    sink.emit(report)
+        .map_err(|e| UsageError(format!("writing the report: {e}")))?;
+    if let Some(path) = junit {
+        let xml = crate::report::junit::render_replay(report, sink.html().as_deref())?;
+        sink.file(path, xml.as_bytes())
+            .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
+    }
+    sink.job_summary(report, "replay");
+    if sink.json() {
+        return Ok(sink.print_json(report)?);
+    }
+    let runs = report.replay().map_or(&[][..], |r| &r.runs[..]);
+    crate::term::print(&terminal::replay::summary(
+        runs,
+        terminal::Options::default(),
+    ))?;
+    if interrupted {
+        crate::term::print("interrupted: results above are partial")?;
+    }
+    Ok(())
+}
+
 pub use session::{open_monitor, Session, NVML_START_LIMIT};
 
 /// The flag SIGINT, SIGTERM and SIGHUP set (the process's one handler, `job::signals`). A

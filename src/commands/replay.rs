@@ -12,7 +12,7 @@ use crate::record::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
 use crate::replay::batch::{self, Batch, BatchError};
 use crate::replay::{Observer, ReplayOptions};
 use crate::report::sink::{Outputs, Sink};
-use crate::report::terminal::{self, replay::verdict_str};
+use crate::report::terminal::replay::verdict_str;
 use crate::scenario::{builtin, Scenario};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -160,23 +160,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             runs: runs.clone(),
         }),
     );
-    sink.emit(&report)
-        .map_err(|e| UsageError(format!("writing the report: {e}")))?;
-    if let Some(path) = &args.junit {
-        let xml = crate::report::junit::render_replay(&report, sink.html().as_deref())?;
-        sink.file(path, xml.as_bytes())
-            .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
-    }
-    sink.job_summary(&report, "replay");
-    if sink.json() {
-        sink.print_json(&report)?;
-    } else {
-        let options = terminal::Options::default();
-        crate::term::print(&terminal::replay::summary(&runs, options))?;
-        if done.interrupted {
-            crate::term::print("interrupted: results above are partial")?;
-        }
-    }
+    super::emit_replay(&report, &sink, args.junit.as_deref(), done.interrupted)?;
     if let Some(e) = done.fatal {
         crate::term::eprint_line(&format!(
             "replay stopped early: {} finished variant(s) reported above and in --out",

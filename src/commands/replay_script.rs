@@ -11,7 +11,7 @@ use crate::exit::{CodedError, UsageError};
 use crate::model::{Body, ReplayResult, Report, VariantRun, Verdict};
 use crate::record::sampler::{SamplerConfig, DEFAULT_PROCESS_PERIOD};
 use crate::report::sink::{Outputs, Sink};
-use crate::report::terminal::{self, replay::verdict_str};
+use crate::report::terminal::replay::verdict_str;
 use crate::watch::variants::{self, Fix, Reproduction};
 use anyhow::Result;
 
@@ -90,22 +90,7 @@ pub fn run(session: &Session, args: &ReplayArgs) -> Result<i32> {
             runs: runs.clone(),
         }),
     );
-    sink.emit(&report)
-        .map_err(|e| UsageError(format!("writing the report: {e}")))?;
-    if let Some(path) = &args.junit {
-        let xml = crate::report::junit::render_replay(&report, sink.html().as_deref())?;
-        sink.file(path, xml.as_bytes())
-            .map_err(|e| UsageError(format!("writing the JUnit report: {e}")))?;
-    }
-    sink.job_summary(&report, "replay");
-    if sink.json() {
-        sink.print_json(&report)?;
-    } else {
-        crate::term::print(&terminal::replay::summary(
-            &runs,
-            terminal::Options::default(),
-        ))?;
-    }
+    super::emit_replay(&report, &sink, args.junit.as_deref(), false)?;
     Ok(if runs.iter().any(|r| r.verdict == Verdict::Unexpected) {
         crate::exit::FINDINGS
     } else {

@@ -5,6 +5,26 @@
 
 use crate::model::{BoxOutcome, GpuOutcome, Report, StepStatus, Verdict, WhatIf};
 
+impl GpuOutcome {
+    /// Each GPU's row from the peaks of a run or replay on the box of `report`: the peak, and
+    /// the headroom left at it (total − reserved − peak).
+    pub fn of_peaks(peaks: &[crate::model::DevicePeak], report: &Report) -> Vec<GpuOutcome> {
+        (peaks.iter())
+            .map(|p| {
+                let info = (report.environment.devices.iter()).find(|d| d.index == p.device);
+                let reserved = info.map_or(0, |d| d.memory.reserved);
+                GpuOutcome {
+                    index: p.device,
+                    name: info.map(|d| d.name.clone()).unwrap_or_default(),
+                    total: p.total,
+                    peak: p.peak_used,
+                    headroom: p.total.saturating_sub(reserved).saturating_sub(p.peak_used),
+                }
+            })
+            .collect()
+    }
+}
+
 impl BoxOutcome {
     /// A box whose replay did not produce a report.
     pub fn failed(spec: &str, why: &str) -> BoxOutcome {
@@ -36,25 +56,7 @@ impl BoxOutcome {
             && run.error.is_none()
             && !run.steps.is_empty()
             && run.steps.iter().all(|s| s.status == StepStatus::Ok);
-        let gpus = run
-            .peaks
-            .iter()
-            .map(|p| {
-                let info = report
-                    .environment
-                    .devices
-                    .iter()
-                    .find(|d| d.index == p.device);
-                let reserved = info.map_or(0, |d| d.memory.reserved);
-                GpuOutcome {
-                    index: p.device,
-                    name: info.map(|d| d.name.clone()).unwrap_or_default(),
-                    total: p.total,
-                    peak: p.peak_used,
-                    headroom: p.total.saturating_sub(reserved).saturating_sub(p.peak_used),
-                }
-            })
-            .collect();
+        let gpus = GpuOutcome::of_peaks(&run.peaks, report);
         BoxOutcome {
             spec: spec.to_string(),
             verdict: verdict.into(),

@@ -103,21 +103,7 @@ pub fn from_run(spec: &str, report: &Report, status: i32) -> BoxOutcome {
             )
         }
     };
-    let gpus = run
-        .peaks
-        .iter()
-        .map(|p| {
-            let info = (report.environment.devices.iter()).find(|d| d.index == p.device);
-            let reserved = info.map_or(0, |d| d.memory.reserved);
-            GpuOutcome {
-                index: p.device,
-                name: info.map(|d| d.name.clone()).unwrap_or_default(),
-                total: p.total,
-                peak: p.peak_used,
-                headroom: p.total.saturating_sub(reserved).saturating_sub(p.peak_used),
-            }
-        })
-        .collect();
+    let gpus = GpuOutcome::of_peaks(&run.peaks, report);
     BoxOutcome {
         spec: spec.to_string(),
         verdict: verdict.into(),

@@ -31,19 +31,7 @@ pub fn render(w: &WhatIf) -> String {
         WIDTH,
     );
     for b in &w.boxes {
-        let peaks: Vec<String> = b
-            .gpus
-            .iter()
-            .map(|g| {
-                let pct = g.peak as f64 * 100.0 / g.total.max(1) as f64;
-                format!("{}: {} ({pct:.0}%)", g.index, format_bytes(g.peak))
-            })
-            .collect();
-        let headroom: Vec<String> = b
-            .gpus
-            .iter()
-            .map(|g| format!("{}: {}", g.index, format_bytes(g.headroom)))
-            .collect();
+        let (peaks, headroom) = per_gpu(b);
         let note = match (&b.failed_step, &b.note) {
             (_, Some(n)) => clean(n),
             (Some(step), None) => format!("OOM at {}", clean(step)),
@@ -58,8 +46,8 @@ pub fn render(w: &WhatIf) -> String {
             clean(&b.spec),
             repro.to_string(),
             fits.to_string(),
-            peaks.join("\n"),
-            headroom.join("\n"),
+            peaks,
+            headroom,
             note,
         ]);
     }
