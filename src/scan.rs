@@ -24,6 +24,20 @@ pub struct ScanConfig {
     pub lists: inventory::ProcessLists,
 }
 
+impl ScanConfig {
+    /// A scan with the default thresholds, pod configuration and process lists
+    /// (`preflight`, `plan`: they read the inventory, not scan's flags).
+    pub fn with_defaults(sim_spec: Option<String>, vantage: Vantage) -> ScanConfig {
+        ScanConfig {
+            sim_spec,
+            vantage,
+            thresholds: Thresholds::default(),
+            pods: Default::default(),
+            lists: Default::default(),
+        }
+    }
+}
+
 /// Read the machine once through `monitor` and diagnose it. One bad GPU does not fail a
 /// scan: the monitor reports it with a status (lost, no permission), which the diagnosis
 /// turns into a finding. An error of the whole read (no driver, box gone) is returned.

@@ -4,7 +4,6 @@
 
 use super::Session;
 use crate::cli::{KvCacheDtype, PlanCommand, VllmPlanArgs};
-use crate::diagnose::Thresholds;
 use crate::exit::UsageError;
 use crate::inventory;
 use crate::plan::{self, VllmOptions};
@@ -23,13 +22,7 @@ fn vllm(session: &Session, args: &VllmPlanArgs) -> Result<i32> {
     // The model first: a bad directory is refused before the GPUs are looked at.
     let model = plan::model::read(&args.model_dir).map_err(|e| UsageError(format!("plan: {e}")))?;
     let monitor = super::session::guarded_monitor(session)?;
-    let cfg = ScanConfig {
-        sim_spec: session.sim_spec(),
-        vantage: inventory::establish_vantage()?,
-        thresholds: Thresholds::default(),
-        pods: Default::default(),
-        lists: Default::default(),
-    };
+    let cfg = ScanConfig::with_defaults(session.sim_spec(), inventory::establish_vantage()?);
     let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
     let gpus = select(args, &report)?;
     let opts = VllmOptions {

@@ -5,7 +5,6 @@
 
 use super::Session;
 use crate::cli::PreflightArgs;
-use crate::diagnose::Thresholds;
 use crate::exit::UsageError;
 use crate::inventory;
 use crate::preflight::{self, Selection, GPU_SOURCES};
@@ -15,13 +14,7 @@ use anyhow::Result;
 pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
     // Every NVML call under the per-GPU deadline: a hung GPU is a problem, not a hang.
     let monitor = super::session::guarded_monitor(session)?;
-    let cfg = ScanConfig {
-        sim_spec: session.sim_spec(),
-        vantage: inventory::establish_vantage()?,
-        thresholds: Thresholds::default(),
-        pods: Default::default(),
-        lists: Default::default(),
-    };
+    let cfg = ScanConfig::with_defaults(session.sim_spec(), inventory::establish_vantage()?);
     let report = crate::scan::scan(monitor.as_ref(), &cfg)?;
     let uuids: Vec<String> = report
         .environment

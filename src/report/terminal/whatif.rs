@@ -51,11 +51,16 @@ pub fn render(w: &WhatIf) -> String {
             note,
         ]);
     }
-    let verdict = match &w.smallest_fit {
+    let verdict = verdict_line(w);
+    format!("{}: what if\n{t}\n{verdict}", clean(&w.scenario))
+}
+
+/// The line under either table: the smallest box it fits on, or none.
+fn verdict_line(w: &WhatIf) -> String {
+    match &w.smallest_fit {
         Some(s) => format!("smallest box it fits on: {}", clean(s)),
         None => "it fits on none of these boxes".to_string(),
-    };
-    format!("{}: what if\n{t}\n{verdict}", clean(&w.scenario))
+    }
 }
 
 /// Per GPU `index: peak (pct%)` and `index: headroom`, one line each.
@@ -108,10 +113,7 @@ fn render_executed(w: &WhatIf) -> String {
             clean(&said),
         ]);
     }
-    let verdict = match &w.smallest_fit {
-        Some(s) => format!("smallest box it fits on: {}", clean(s)),
-        None => "it fits on none of these boxes".to_string(),
-    };
+    let verdict = verdict_line(w);
     let command = w.command.as_deref().unwrap_or_default();
     format!(
         "{}: what if (ran on each box)\n{t}\n{verdict}",
