@@ -190,7 +190,7 @@ pub fn plan_vllm(
             .iter()
             .find(|h| h.device == index)
             .map_or(d.memory.free, |h| h.available);
-        let (tokens_default, seqs_default) = vllm::serve_defaults(total, &d.name);
+        let (tokens_default, seqs_default) = vllm::scheduler_defaults(version, total, &d.name, len);
         let tokens = opts.max_num_batched_tokens.unwrap_or(tokens_default);
         let seqs = opts.max_num_seqs.unwrap_or(seqs_default);
         seqs_tokens = (seqs, tokens);

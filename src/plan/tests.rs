@@ -154,7 +154,50 @@ fn versions_parse_and_gate_what_they_have() {
     assert!(!v("0.10").has_kv_cache_memory_bytes());
     assert!(v("0.11").has_kv_cache_memory_bytes());
     assert!(v("1.0").graphs_in_budget());
+    assert!(v("0.21").graphs_in_budget());
+    // Announced for 0.19, shipped in 0.21 ("default since v0.21.0").
+    assert!(!v("0.19").graphs_in_budget());
     assert!(!v("0.11").graphs_in_budget());
+    assert!(v("latest").graphs_in_budget());
+}
+
+#[test]
+fn v0_profiles_the_whole_longest_request_unless_chunked_prefill_turns_on() {
+    use super::vllm::scheduler_defaults;
+    use crate::units::GIB;
+    let v = |s| Version::parse(s).unwrap();
+    let h100 = 79 * GIB;
+    // V0: max(max_model_len, 2048) tokens, 256 sequences.
+    assert_eq!(
+        scheduler_defaults(v("0.6.4"), h100, "H100", 20000),
+        (20000, 256)
+    );
+    assert_eq!(
+        scheduler_defaults(v("0.2.5"), h100, "H100", 1024),
+        (2048, 256)
+    );
+    // Past 32768 tokens V0 chunks the prefill (0.5 on): 512, then 2048 from 0.6.
+    assert_eq!(
+        scheduler_defaults(v("0.6"), h100, "H100", 35000),
+        (2048, 256)
+    );
+    assert_eq!(
+        scheduler_defaults(v("0.5"), h100, "H100", 35000),
+        (512, 256)
+    );
+    assert_eq!(
+        scheduler_defaults(v("0.3"), h100, "H100", 35000),
+        (35000, 256)
+    );
+    // V1: vllm serve's defaults by GPU, whatever the length.
+    assert_eq!(
+        scheduler_defaults(v("0.9"), h100, "NVIDIA H100", 131072),
+        (8192, 1024)
+    );
+    assert_eq!(
+        scheduler_defaults(v("0.9"), 44 * GIB, "NVIDIA L40S", 4096),
+        (2048, 256)
+    );
 }
 
 fn write(dir: &std::path::Path, name: &str, header: &[u8], data: u64) -> std::path::PathBuf {

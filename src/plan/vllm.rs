@@ -21,7 +21,7 @@ pub struct Version {
 /// The newest generation modelled, what `--vllm-version latest` (the default) means.
 pub const LATEST: Version = Version {
     major: 0,
-    minor: 19,
+    minor: 27,
 };
 
 impl Version {
@@ -59,11 +59,20 @@ impl Version {
     }
 
     /// CUDA-graph memory estimated during profiling and taken from the KV cache
-    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`, vllm/envs.py, on by default in the
-    /// releases modelled as 0.19 on); before, graphs were captured after the KV cache was
-    /// allocated, from memory outside the budget (vllm#49224, #53013).
+    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`, vllm/envs.py). vLLM 0.17/0.18 announce it
+    /// for 0.19 ("In v0.19, CUDA graph memory profiling will be enabled by default",
+    /// vllm#30515, vllm#39559), but the releases that shipped it say "CUDA graph memory
+    /// profiling is enabled (default since v0.21.0)" (0.27 logs: gpustack/runner#251,
+    /// wtdcode/vllm-backport#15; eugr/spark-vllm-docker#396): modelled from 0.21. Before,
+    /// graphs were captured after the KV cache was allocated, from memory outside the
+    /// budget (vllm#49224, #53013).
     pub fn graphs_in_budget(self) -> bool {
-        self.at_least(19)
+        self.at_least(21)
+    }
+
+    /// V1, the default engine from 0.8 (`VLLM_USE_V1`); before, V0's `LLMEngine`.
+    pub fn is_v1(self) -> bool {
+        self.at_least(8)
     }
 
     pub fn label(self) -> String {
@@ -80,6 +89,34 @@ pub fn serve_defaults(cuda_total: u64, name: &str) -> (u64, u64) {
     } else {
         (2048, 256)
     }
+}
+
+/// The scheduler defaults of the engine `version` runs, `(max_num_batched_tokens,
+/// max_num_seqs)`, which size the profiling batch. V1 (0.8 on): [`serve_defaults`]. V0:
+/// 256 sequences, and without chunked prefill `max(max_model_len, 2048)` tokens — the
+/// whole longest request in one batch (`SchedulerConfig`, vllm/config.py: "If
+/// max_model_len is too short, use 2048 as the default value"); V0 turns chunked prefill
+/// on by itself from 0.5 when `max_model_len` exceeds 32768 (`use_long_context` in
+/// `EngineArgs.create_engine_config`), and then batches 512 tokens (0.5) or 2048 (0.6 on;
+/// 0.6.6's `SchedulerConfig.__post_init__`). Seen in vllm#10517 (V0 0.6.4, RTX 3090,
+/// Llama-3.1-8B): the profiling peak grows with `--max-model-len` (2.07 GiB at 20000,
+/// 2.99 GiB at 29000) and drops to 0.06 GiB at 35000.
+pub fn scheduler_defaults(
+    version: Version,
+    cuda_total: u64,
+    name: &str,
+    max_model_len: u64,
+) -> (u64, u64) {
+    if version.is_v1() {
+        return serve_defaults(cuda_total, name);
+    }
+    let chunked = version.at_least(5) && max_model_len > 32768;
+    let tokens = match (chunked, version.at_least(6)) {
+        (true, true) => 2048,
+        (true, false) => 512,
+        (false, _) => max_model_len.max(2048),
+    };
+    (tokens, 256)
 }
 
 /// Memory outside PyTorch that profiling adds (NCCL buffers, cuBLAS workspaces; vLLM's

@@ -44,6 +44,8 @@ mod nvml_backend;
 mod nvml_python;
 /// `vramdoc plan vllm`: will an inference server start beside the GPU's neighbours (issue 35).
 mod plan;
+/// `plan vllm` against real vLLM start-up logs: the published error table (issue 35).
+mod plan_corpus;
 /// Pod attribution: kubepods cgroups, the kubelet's log directories and pod-resources gRPC.
 mod pods;
 /// `vramdoc preflight`: GPUs checked before a job starts.

@@ -12,7 +12,7 @@ use std::process::Output;
 
 /// One safetensors file of `tensors` (name, dtype, shape, bytes per element); returns the
 /// data bytes it declares.
-fn safetensors(path: &Path, tensors: &[(String, &str, Vec<u64>, u64)]) -> u64 {
+pub(crate) fn safetensors(path: &Path, tensors: &[(String, &str, Vec<u64>, u64)]) -> u64 {
     let mut header = serde_json::Map::new();
     let mut off = 0u64;
     for (name, dtype, shape, elem) in tensors {
