@@ -419,3 +419,82 @@ fn bad_model_directories_are_one_line_errors_naming_the_file() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("MAJOR.MINOR"));
 }
+
+#[test]
+fn a_vllm_start_up_refused_under_run_names_a_plan_that_passes_the_check() {
+    let b = fresh_box("h100");
+    let m = tempfile::tempdir().unwrap();
+    llama_8b(m.path());
+    let _h = Holder::start(
+        b.path(),
+        &[],
+        &["--size", "60GiB", "--", "python", "serve.py"],
+    );
+    // The line vLLM's start-up check prints on this box (its figures, as `plan` sees them).
+    let v = json_of(&plan(b.path(), m.path(), &["--json"]));
+    let d = &v["devices"][0];
+    let gib = |k: &str| d[k].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+    let line = format!(
+        "ValueError: Free memory on device cuda:0 ({:.2}/{:.2} GiB) on startup is less than \
+         desired GPU memory utilization (0.9, {:.2} GiB). Decrease GPU memory utilization or \
+         reduce GPU memory used by other processes.",
+        gib("free_at_startup"),
+        gib("total"),
+        gib("budget")
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run.json");
+    let o = on_box(b.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &format!("echo '{line}' >&2; exit 1")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let f = r["run"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "out-of-memory")
+        .unwrap_or_else(|| panic!("{r}"));
+    let fix = f["fix"].as_str().unwrap();
+    let key = "`vramdoc plan vllm MODEL_DIR ";
+    let at = fix.find(key).unwrap_or_else(|| panic!("{fix}")) + key.len();
+    let flags: Vec<&str> = fix[at..][..fix[at..].find('`').unwrap()]
+        .split_whitespace()
+        .collect();
+    assert_eq!(flags[0], "--gpu-memory-utilization", "{fix}");
+    // That plan passes vLLM's start-up check beside the neighbour ...
+    let p = json_of(&plan(
+        b.path(),
+        m.path(),
+        &[&flags[..], &["--json"]].concat(),
+    ));
+    let d = &p["devices"][0];
+    assert!(d["budget"].as_u64() <= d["free_at_startup"].as_u64(), "{p}");
+    assert!(
+        !p["reason"].as_str().unwrap().contains("refuses to start"),
+        "{p}"
+    );
+    // ... and what it suggests starts.
+    let s: Vec<String> = p["suggested"]["flags"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let s: Vec<&str> = s.iter().map(String::as_str).collect();
+    let again = plan(b.path(), m.path(), &s);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+}

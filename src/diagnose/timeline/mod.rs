@@ -21,6 +21,7 @@ mod overcommit;
 mod prepare;
 mod stray_context;
 mod vantage;
+mod vllm_plan;
 
 use super::evidence;
 use super::{fixes, ids};

@@ -157,6 +157,13 @@ pub(super) fn out_of_memory(cx: &Prepared) -> Vec<Finding> {
             None => {}
         }
     }
+    // A vLLM start-up that failed for memory: the plan command with the flags its line says fit.
+    if let Some(hint) = e_kind_of(&facts)
+        .as_ref()
+        .and_then(|k| super::vllm_plan::plan_hint(&e.line, k))
+    {
+        fix.push_str(&hint);
+    }
     let severity = if recovered {
         evidence.push(ev("recoveries", (more + 1).to_string()));
         evidence.push(ev("job", "finished with exit status 0"));

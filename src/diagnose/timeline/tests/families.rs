@@ -145,6 +145,29 @@ fn each_family_gets_its_own_fix() {
     );
     let f = find(&j.build(), ids::OUT_OF_MEMORY);
     assert!(f.fix.contains("is safe here"), "{}", f.fix);
+    // The plan that fits: the length the cache held (issue 35).
+    assert!(
+        f.fix
+            .contains("`vramdoc plan vllm MODEL_DIR --max-model-len 7344`"),
+        "{}",
+        f.fix
+    );
+    // vLLM's start-up check refused: the utilisation that passes it.
+    let j = oom_job(
+        &[
+            "ValueError: Free memory on device cuda:0 (1.53/22.05 GiB) on startup is less than \
+           desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or \
+           reduce GPU memory used by other processes.",
+        ],
+        1,
+    );
+    let f = find(&j.build(), ids::OUT_OF_MEMORY);
+    assert!(
+        f.fix
+            .contains("`vramdoc plan vllm MODEL_DIR --gpu-memory-utilization 0.06`"),
+        "{}",
+        f.fix
+    );
     for (line, words) in [
         (
             "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating \
