@@ -38,6 +38,11 @@ pub struct VllmPlanArgs {
     #[arg(long = "tp", visible_alias = "tensor-parallel-size", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..=64))]
     pub tp: u64,
+    /// Pipeline-parallel size (vLLM's --pipeline-parallel-size): stages of consecutive
+    /// decoder layers, each on --tp GPUs (--tp x --pp GPUs in all)
+    #[arg(long = "pp", visible_alias = "pipeline-parallel-size", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub pp: u64,
     /// Longest request (default: the model's max_position_embeddings)
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub max_model_len: Option<u64>,

@@ -28,6 +28,7 @@ fn vllm(session: &Session, args: &VllmPlanArgs) -> Result<i32> {
     let opts = VllmOptions {
         vllm_version: version.label(),
         tensor_parallel_size: args.tp,
+        pipeline_parallel_size: args.pp,
         max_model_len: args.max_model_len,
         gpu_memory_utilization: args.gpu_memory_utilization,
         kv_cache_dtype: match args.kv_cache_dtype {

@@ -24,6 +24,9 @@ pub use vllm::Version;
 pub struct VllmOptions {
     pub vllm_version: String,
     pub tensor_parallel_size: u64,
+    /// Pipeline stages (`--pipeline-parallel-size`): each holds a run of the decoder layers,
+    /// on `tensor_parallel_size` GPUs.
+    pub pipeline_parallel_size: u64,
     /// `None`: the model's `max_position_embeddings`.
     pub max_model_len: Option<u64>,
     pub gpu_memory_utilization: f64,
@@ -60,6 +63,10 @@ pub struct DevicePlan {
     /// (scan's headroom: free less the context reserve).
     pub free_at_startup: u64,
     pub others: Vec<Other>,
+    /// Decoder layers on this GPU (all of them without pipeline parallelism).
+    pub layers: u64,
+    /// KV bytes per token on this GPU (its layers, its share of the KV heads).
+    pub kv_bytes_per_token: u64,
     /// `ceil(gpu_memory_utilization x total)`.
     pub budget: u64,
     pub weights_bytes: u64,
@@ -126,8 +133,13 @@ pub struct VllmPlan {
 /// Why no plan could be made from the scan.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("--tp {tp} needs {tp} GPUs; {have} selected ({list})")]
-    TooFewGpus { tp: u64, have: usize, list: String },
+    #[error("{what} needs {need} GPUs; {have} selected ({list})")]
+    TooFewGpus {
+        what: String,
+        need: u64,
+        have: usize,
+        list: String,
+    },
     #[error("GPU {0}: its memory cannot be read ({1}); nothing can be planned on it")]
     MemoryUnknown(u32, String),
     #[error("GPU {0} is not in the scan")]
@@ -143,14 +155,21 @@ pub fn plan_vllm(
     opts: &VllmOptions,
 ) -> Result<VllmPlan, PlanError> {
     let tp = opts.tensor_parallel_size.max(1);
+    let pp = opts.pipeline_parallel_size.max(1);
+    let n = tp * pp;
     let scan = report.scan();
     let (devices, processes, headroom): (&[_], &[_], &[Headroom]) = match scan {
         Some(s) => (&s.devices, &s.processes, &s.headroom),
         None => (report.devices(), &[], &[]),
     };
-    if (gpus.len() as u64) < tp {
+    if (gpus.len() as u64) < n {
         return Err(PlanError::TooFewGpus {
-            tp,
+            what: if pp > 1 {
+                format!("--tp {tp} --pp {pp}")
+            } else {
+                format!("--tp {tp}")
+            },
+            need: n,
             have: gpus.len(),
             list: gpus
                 .iter()
@@ -169,12 +188,17 @@ pub fn plan_vllm(
         .max_model_len
         .or(arch.max_position_embeddings)
         .unwrap_or(4096);
-    let per_gpu_token = arch.kv_bytes_per_token(tp, element);
-    let weights_gpu = model.weights_per_gpu(tp);
+    let per_layer_token = arch.elements_per_layer(tp) * element;
     let version = opts.version;
     let mut out = Vec::new();
     let mut seqs_tokens = (0, 0);
-    for &index in &gpus[..tp as usize] {
+    // vLLM's ranks: pipeline stage outer, tensor-parallel rank inner.
+    for (rank, &index) in gpus[..n as usize].iter().enumerate() {
+        let stage = rank as u64 / tp;
+        let layers = model::pp_layers(arch.layers, pp, stage);
+        let layers = layers.end - layers.start;
+        let per_gpu_token = layers * per_layer_token;
+        let weights_gpu = model.weights_per_stage(tp, pp, stage);
         let d = devices
             .iter()
             .find(|d| d.index == index)
@@ -228,6 +252,8 @@ pub fn plan_vllm(
             free: d.memory.free,
             free_at_startup,
             others,
+            layers,
+            kv_bytes_per_token: per_gpu_token,
             budget,
             weights_bytes: weights_gpu,
             non_torch_bytes: non_torch,
@@ -240,18 +266,31 @@ pub fn plan_vllm(
         });
     }
     let kv = out.iter().map(|d| d.kv_bytes).min().unwrap_or(0);
-    let request = arch.kv_bytes_for_request(len, tp, element);
+    let request = |d: &DevicePlan, l: u64| request_bytes(arch, d.layers, l, tp, element);
     for d in &mut out {
-        d.short = shortfall(d, opts, request, len);
+        let r = request(d, len);
+        d.short = shortfall(d, opts, r, len);
     }
+    // vLLM gives every worker the smallest worker's number of blocks.
+    let kv_tokens = out.iter().map(|d| d.kv_tokens).min().unwrap_or(0);
+    let concurrency = out
+        .iter()
+        .map(|d| d.kv_bytes as f64 / request(d, len).max(1) as f64)
+        .fold(f64::INFINITY, f64::min);
+    let concurrency = if concurrency.is_finite() {
+        (concurrency * 100.0).floor() / 100.0
+    } else {
+        0.0
+    };
+    let per_gpu_token = out.iter().map(|d| d.kv_bytes_per_token).max().unwrap_or(0);
+    let weights_gpu = out.iter().map(|d| d.weights_bytes).max().unwrap_or(0);
     let starts = out.iter().all(|d| d.short.is_none());
     let reason = match out.iter().find(|d| d.short.is_some()) {
         Some(d) => d.short.clone().unwrap_or_default(),
         None => format!(
-            "{} of KV cache per GPU, {} tokens, {:.2} requests of {len} tokens at once",
+            "{} of KV cache per GPU, {kv_tokens} tokens, {concurrency:.2} requests of {len} \
+             tokens at once",
             format_bytes(kv),
-            blocks(kv, per_gpu_token),
-            (kv as f64 / request.max(1) as f64 * 100.0).floor() / 100.0
         ),
     };
     let suggested = suggest(&out, opts, arch, len, seqs_tokens, element);
@@ -266,8 +305,8 @@ pub fn plan_vllm(
         weights_bytes: model.weights_bytes,
         weights_bytes_per_gpu: weights_gpu,
         kv_bytes: kv,
-        kv_tokens: blocks(kv, per_gpu_token),
-        max_concurrency: (kv as f64 / request.max(1) as f64 * 100.0).floor() / 100.0,
+        kv_tokens,
+        max_concurrency: concurrency,
         starts,
         reason,
         suggested,
@@ -405,23 +444,23 @@ fn suggest(
             tp,
             arch.dtype_bytes,
         );
-        let kv = out
-            .iter()
-            .map(|d| {
-                let budget = ((u as f64 / 100.0) * d.total as f64).ceil() as u64;
-                let graphs = if d.cudagraph_in_budget {
-                    d.cudagraph_bytes
-                } else {
-                    0
-                };
-                budget.saturating_sub(d.weights_bytes + d.non_torch_bytes + act + graphs)
-            })
-            .min()
-            .unwrap_or(0);
+        let kv_of = |d: &DevicePlan| {
+            let budget = ((u as f64 / 100.0) * d.total as f64).ceil() as u64;
+            let graphs = if d.cudagraph_in_budget {
+                d.cudagraph_bytes
+            } else {
+                0
+            };
+            budget.saturating_sub(d.weights_bytes + d.non_torch_bytes + act + graphs)
+        };
+        let kv = out.iter().map(kv_of).min().unwrap_or(0);
         let longest = if u == 0 || kv == 0 {
             0
         } else {
-            longest_request(arch, kv, tp, element, len)
+            out.iter()
+                .map(|d| longest_request(arch, d.layers, kv_of(d), tp, element, len))
+                .min()
+                .unwrap_or(0)
         };
         if longest > 0 {
             found = Some((kv, longest, t, q));
@@ -450,6 +489,12 @@ fn suggest(
     if tp > 1 {
         flags.push(format!("--tensor-parallel-size {tp}"));
     }
+    if opts.pipeline_parallel_size > 1 {
+        flags.push(format!(
+            "--pipeline-parallel-size {}",
+            opts.pipeline_parallel_size
+        ));
+    }
     if opts.kv_cache_dtype == "fp8" {
         flags.push("--kv-cache-dtype fp8".into());
     }
@@ -469,15 +514,33 @@ fn suggest(
     }
 }
 
-/// The longest request (at most `len`, whole blocks) whose KV fits in `kv` bytes.
-fn longest_request(arch: &arch::Arch, kv: u64, tp: u64, element: u64, len: u64) -> u64 {
-    if arch.kv_bytes_for_request(len, tp, element) <= kv {
+/// KV bytes one request of `len` tokens holds on a GPU with `layers` of the model's layers.
+fn request_bytes(arch: &arch::Arch, layers: u64, len: u64, tp: u64, element: u64) -> u64 {
+    let all = arch.kv_bytes_for_request(len, tp, element);
+    if layers >= arch.layers {
+        return all;
+    }
+    (all as u128 * layers as u128).div_ceil(arch.layers.max(1) as u128) as u64
+}
+
+/// The longest request (at most `len`, whole blocks) whose KV fits in `kv` bytes on a GPU
+/// holding `layers` layers.
+fn longest_request(
+    arch: &arch::Arch,
+    layers: u64,
+    kv: u64,
+    tp: u64,
+    element: u64,
+    len: u64,
+) -> u64 {
+    let fits = |l: u64| request_bytes(arch, layers, l, tp, element) <= kv;
+    if fits(len) {
         return len;
     }
     let (mut lo, mut hi) = (0u64, len);
     while lo < hi {
         let mid = (lo + hi).div_ceil(2);
-        if arch.kv_bytes_for_request(mid, tp, element) <= kv {
+        if fits(mid) {
             lo = mid;
         } else {
             hi = mid - 1;

@@ -48,6 +48,12 @@ pub struct Model {
     /// Bytes read from the safetensors files (their headers).
     pub header_bytes_read: u64,
     pub weights_by_dtype: BTreeMap<String, u64>,
+    /// `(bytes, shardable bytes)` per decoder layer (pipeline parallelism places layers).
+    #[serde(skip)]
+    pub by_layer: BTreeMap<u64, (u64, u64)>,
+    /// `(bytes, shardable bytes)` of the input embeddings (the first pipeline stage's).
+    #[serde(skip)]
+    pub embeddings: (u64, u64),
 }
 
 impl Model {
@@ -57,6 +63,49 @@ impl Model {
         let tp = tp.max(1);
         self.shardable_bytes.div_ceil(tp) + (self.weights_bytes - self.shardable_bytes)
     }
+
+    /// One GPU's share of the weights on pipeline stage `stage` of `pp` at `tp`: its decoder
+    /// layers ([`pp_layers`]), the input embeddings on the first stage, everything else
+    /// (final norm, LM head, layers beyond the config's, such as multi-token-prediction
+    /// heads) on the last; matrices split by `tp`.
+    pub fn weights_per_stage(&self, tp: u64, pp: u64, stage: u64) -> u64 {
+        if pp <= 1 {
+            return self.weights_per_gpu(tp);
+        }
+        let tp = tp.max(1);
+        let share = |(bytes, sh): (u64, u64)| sh.div_ceil(tp) + (bytes - sh);
+        let layers = self.arch.layers;
+        let range = pp_layers(layers, pp, stage);
+        let mut w: u64 = self.by_layer.range(range).map(|(_, b)| share(*b)).sum();
+        if stage == 0 {
+            w += share(self.embeddings);
+        }
+        if stage + 1 == pp {
+            let placed = self
+                .by_layer
+                .range(0..layers)
+                .fold((0u64, 0u64), |a, (_, b)| (a.0 + b.0, a.1 + b.1));
+            let rest = (
+                self.weights_bytes - placed.0 - self.embeddings.0,
+                self.shardable_bytes - placed.1 - self.embeddings.1,
+            );
+            w += share(rest);
+        }
+        w
+    }
+}
+
+/// The decoder layers pipeline stage `stage` of `pp` holds: `layers / pp` each, the
+/// remainder one each to the stages before the last (vLLM's `get_pp_indices`,
+/// vllm/distributed/utils.py, without `VLLM_PP_LAYER_PARTITION`).
+pub fn pp_layers(layers: u64, pp: u64, stage: u64) -> std::ops::Range<u64> {
+    let pp = pp.max(1);
+    let base = layers / pp;
+    let rem = layers % pp;
+    // Partitions pp-2, pp-3, ... (rem of them) get one more.
+    let size = |s: u64| base + u64::from(s + 1 < pp && s + 1 + rem >= pp);
+    let start: u64 = (0..stage).map(size).sum();
+    start..start + size(stage)
 }
 
 /// Read `dir`.
@@ -92,6 +141,8 @@ pub fn read(dir: &Path) -> Result<Model, ModelError> {
         tensors: 0,
         header_bytes_read: 0,
         weights_by_dtype: BTreeMap::new(),
+        by_layer: BTreeMap::new(),
+        embeddings: (0, 0),
     };
     for f in &files {
         let s = safetensors::read_header(f)?;
@@ -102,6 +153,13 @@ pub fn read(dir: &Path) -> Result<Model, ModelError> {
         for (k, v) in s.by_dtype {
             *m.weights_by_dtype.entry(k).or_default() += v;
         }
+        for (l, (b, sh)) in s.by_layer {
+            let e = m.by_layer.entry(l).or_default();
+            e.0 += b;
+            e.1 += sh;
+        }
+        m.embeddings.0 += s.embeddings.0;
+        m.embeddings.1 += s.embeddings.1;
     }
     Ok(m)
 }

@@ -40,6 +40,28 @@ pub struct FileSummary {
     pub header_bytes_read: u64,
     /// Tensor bytes by dtype (`BF16`, `F8_E4M3`, `I32`, ...).
     pub by_dtype: BTreeMap<String, u64>,
+    /// `(bytes, shardable bytes)` of each decoder layer's tensors (`....layers.N.`), which
+    /// pipeline parallelism places by layer.
+    pub by_layer: BTreeMap<u64, (u64, u64)>,
+    /// `(bytes, shardable bytes)` of the input embeddings (`embed_tokens`), on the first
+    /// pipeline stage.
+    pub embeddings: (u64, u64),
+}
+
+/// The decoder layer a tensor belongs to: the number after `.layers.` (or `layers.` at the
+/// start), bounded.
+pub fn layer_of(name: &str) -> Option<u64> {
+    let i = if name.starts_with("layers.") {
+        0
+    } else {
+        name.find(".layers.")? + 1
+    };
+    let digits: String = name[i + "layers.".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .take(6)
+        .collect();
+    digits.parse().ok()
 }
 
 /// Bits per element of a safetensors dtype (the `Dtype` enum of huggingface/safetensors).
@@ -114,6 +136,15 @@ pub fn read_header(path: &Path) -> Result<FileSummary, HeaderError> {
         s.tensor_bytes += t.bytes;
         if t.rank >= 2 {
             s.shardable_bytes += t.bytes;
+        }
+        let sh = if t.rank >= 2 { t.bytes } else { 0 };
+        if let Some(l) = layer_of(name) {
+            let e = s.by_layer.entry(l).or_default();
+            e.0 += t.bytes;
+            e.1 += sh;
+        } else if name.contains("embed_tokens") {
+            s.embeddings.0 += t.bytes;
+            s.embeddings.1 += sh;
         }
         *s.by_dtype.entry(t.dtype).or_default() += t.bytes;
         s.tensors += 1;

@@ -272,3 +272,33 @@ fn malformed_headers_are_refused_naming_the_file() {
     let e = read_header(&p).unwrap_err().to_string();
     assert!(e.contains("shorter than the 8-byte"), "{e}");
 }
+
+#[test]
+fn pipeline_stages_take_layers_as_vllm_partitions_them() {
+    use super::model::pp_layers;
+    // Even: 80 layers over 2 stages.
+    assert_eq!(pp_layers(80, 2, 0), 0..40);
+    assert_eq!(pp_layers(80, 2, 1), 40..80);
+    // Uneven: the remainder goes to the stages before the last (get_pp_indices).
+    assert_eq!(pp_layers(61, 4, 0), 0..15);
+    assert_eq!(pp_layers(61, 4, 1), 15..30);
+    assert_eq!(pp_layers(61, 4, 2), 30..46);
+    assert_eq!(pp_layers(61, 4, 3), 46..61);
+    assert_eq!(pp_layers(10, 4, 0), 0..2);
+    assert_eq!(pp_layers(10, 4, 1), 2..5);
+    assert_eq!(pp_layers(10, 4, 3), 8..10);
+    // One stage: everything.
+    assert_eq!(pp_layers(32, 1, 0), 0..32);
+    assert_eq!(
+        super::safetensors::layer_of("model.layers.17.mlp.up_proj.weight"),
+        Some(17)
+    );
+    assert_eq!(
+        super::safetensors::layer_of("language_model.model.layers.3.x"),
+        Some(3)
+    );
+    assert_eq!(
+        super::safetensors::layer_of("model.embed_tokens.weight"),
+        None
+    );
+}

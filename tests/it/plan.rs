@@ -498,3 +498,71 @@ fn a_vllm_start_up_refused_under_run_names_a_plan_that_passes_the_check() {
         String::from_utf8_lossy(&again.stdout)
     );
 }
+
+#[test]
+fn pipeline_parallelism_places_layers_embeddings_and_head_on_their_stages() {
+    let b = fresh_box("4xh100");
+    let m = tempfile::tempdir().unwrap();
+    // Llama-3.1-70B's shapes: 80 layers, over 2 stages of 2 tensor-parallel GPUs.
+    let weights = llama(m.path(), 80, 8192, 28672, 8, 30);
+    let o = plan(
+        b.path(),
+        m.path(),
+        &[
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--max-model-len",
+            "8192",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let v = json_of(&o);
+    let d = v["devices"].as_array().unwrap();
+    assert_eq!(d.len(), 4);
+    assert_eq!(v["options"]["pipeline_parallel_size"], 2);
+    let (vocab, hidden) = (128_256u64, 8192u64);
+    let embed = vocab * hidden * 2;
+    let layer = |i: usize| d[i]["weights_bytes"].as_u64().unwrap();
+    // Each GPU: 40 layers, half of every matrix; KV: 40 layers x 4 of the 8 KV heads.
+    for g in d {
+        assert_eq!(g["layers"], 40);
+        assert_eq!(g["kv_bytes_per_token"], 40 * 2 * 4 * 128 * 2);
+    }
+    assert_eq!(layer(0), layer(1));
+    assert_eq!(layer(2), layer(3));
+    // The first stage has the embeddings, the last the LM head and the final norm: the
+    // stages differ by the norm only, and all four together hold every byte once per
+    // tensor-parallel rank (matrices halved, vectors on both).
+    assert_eq!(layer(2) - layer(0), hidden * 2);
+    let vectors = (80 * 2 + 1) * hidden * 2;
+    assert_eq!(
+        layer(0) + layer(2),
+        (weights - vectors) / 2 + vectors,
+        "{v}"
+    );
+    assert!(layer(0) > embed / 2);
+    // vLLM gives every worker the fewest blocks of any.
+    let fewest = d.iter().map(|g| g["kv_tokens"].as_u64().unwrap()).min();
+    assert_eq!(v["kv_tokens"].as_u64(), fewest);
+    assert!(v["suggested"]["flags"]
+        .as_str()
+        .unwrap()
+        .contains("--pipeline-parallel-size 2"));
+    // Four GPUs are needed; two are a usage error naming both sizes.
+    let o = plan(
+        b.path(),
+        m.path(),
+        &["--tp", "2", "--pp", "2", "--gpus", "0,1"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--tp 2 --pp 2 needs 4 GPUs; 2 selected"), "{e}");
+}

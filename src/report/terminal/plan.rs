@@ -27,10 +27,15 @@ pub fn render(p: &VllmPlan) -> String {
         format_bytes(p.kv_bytes_per_token_per_gpu),
     );
     s += &format!(
-        "vLLM {}: --tp {} --max-model-len {} --gpu-memory-utilization {} --max-num-seqs {} \
+        "vLLM {}: --tp {}{} --max-model-len {} --gpu-memory-utilization {} --max-num-seqs {} \
          --max-num-batched-tokens {}\n\n",
         p.options.version.label(),
         p.options.tensor_parallel_size,
+        if p.options.pipeline_parallel_size > 1 {
+            format!(" --pp {}", p.options.pipeline_parallel_size)
+        } else {
+            String::new()
+        },
         p.max_model_len,
         p.options.gpu_memory_utilization,
         p.max_num_seqs,
