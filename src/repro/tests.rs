@@ -66,6 +66,7 @@ fn staircase() -> Source {
             out_of_memory: true,
             device: Some(0),
             requested: Some(8 * GIB),
+            free: None,
         }],
         findings: vec!["out-of-memory".into(), "growth-without-release".into()],
         hostname: Some("planted-host-x2".into()),
