@@ -412,8 +412,10 @@ pub fn convert(
             .map(|p| p.1)
             .max()
             .unwrap_or(0);
-        // The holder the samples missed is there at the failure (see [`Missed`]).
-        let peak = match missed.as_ref().filter(|m| m.dev == i) {
+        // The holder the samples missed is there only from just before the failed
+        // allocation (see [`Missed`]), beside the job's level for a moment a sampler may or
+        // may not catch: the peak lies between the recorded one and that sum.
+        let top = match missed.as_ref().filter(|m| m.dev == i) {
             Some(m) => peak.max(
                 d.total
                     .saturating_sub(m.seen)
@@ -424,7 +426,7 @@ pub fn convert(
         let tol = PEAK_STEP_MIN.max(d.total / 50);
         // Whole MiB, outward.
         let min = peak.saturating_sub(tol) / MIB * MIB;
-        let max = peak.saturating_add(tol).div_ceil(MIB).saturating_mul(MIB);
+        let max = top.saturating_add(tol).div_ceil(MIB).saturating_mul(MIB);
         expect.push(Expectation::Peak {
             device: i as u32,
             min: Some(size_text(min)),
