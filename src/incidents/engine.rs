@@ -448,6 +448,12 @@ impl Incidents {
                 out_of_memory: p.out_of_memory,
                 device: p.event.device,
                 requested: p.event.requested,
+                // The state the line reports, which the scenario reproduces (issue 37).
+                free: p
+                    .event
+                    .line
+                    .as_deref()
+                    .and_then(|l| crate::repro::source::stated_free(p.out_of_memory, l)),
             }],
             findings: Vec::new(),
             hostname: self.cfg.node.clone(),

@@ -173,9 +173,11 @@ pub fn run(
     let markers = Arc::new(Mutex::new(
         MarkerTail::open(&marker_path).map_err(io("opening the marker file"))?,
     ));
-    // Before vramdoc becomes a subreaper: the pump is not vramdoc's descendant.
+    // vramdoc's child, not the job's (left out of the tree by its PID), reaped before
+    // `run` returns ([`stderr::Output::wait_drained`]).
     let mut pump = pump::start(marker_dir.path(), spec.pty, spec.stdout_to_stderr)
         .map_err(io("starting the output pump"))?;
+    let pump_pid = pump.pid;
     pty::follow_window_size(std::mem::take(&mut pump.winsize));
 
     // Orphaned grandchildren stay in the tree: they are re-parented to vramdoc.
@@ -187,7 +189,10 @@ pub fn run(
     let group = process::own_group();
 
     let t0 = Instant::now();
-    let scope = job_scope(&marker_path);
+    let scope = Scope {
+        helpers: vec![pump_pid],
+        ..job_scope(&marker_path)
+    };
     let mut cfg = recorder_config(&mut spec, devices, scope);
     // The marker file is read on the sampler thread before each round's readings: a marker
     // is stamped in the readings' clock, after the reading before it was written.
@@ -220,17 +225,24 @@ pub fn run(
                 end_ms: 0.0,
                 exit: None,
             }));
+            // The pump's streams have no writer left: it ends at once; reaped here.
+            drop(cmd);
+            drop((pump.copy, pump.control));
+            process::wait_helper(pump_pid, true);
             return Err(JobError::spawn(&program_shown, e));
         }
     };
     let pid = child.id();
+    // The job's from spawn, whether or not a round sees it alive (issue 37 item 6).
+    recorder.spawned(pid);
     recorder.mark(
         MarkerKind::Start,
         &format!("command started (pid {pid})"),
         None,
     );
     drop(cmd); // closes vramdoc's copies of the job's write ends
-    let mut output = stderr::Output::start(pump.copy, pump.control, tx, t0, markers.clone());
+    let mut output =
+        stderr::Output::start(pump.copy, pump.control, tx, t0, markers.clone()).with_pump(pump_pid);
     drop(child); // reaped by `process::reap`, never by std
 
     let mut feed = Feed {
@@ -245,7 +257,9 @@ pub fn run(
         forward_signals(&recorder, group.pgid);
         feed.take();
         live.tick(&recorder);
-        if let Some(exit) = process::reap(pid) {
+        // Each ended member's last name is read from its zombie (issue 39: a name it
+        // exec'd to after the last round).
+        if let Some(exit) = process::reap_each(pid, |p| recorder.ending(p)) {
             break exit;
         }
         std::thread::sleep(TICK);
@@ -482,7 +496,7 @@ impl Feed<'_> {
         while Instant::now() < end {
             self.take();
             live.tick(self.recorder);
-            process::reap(0);
+            process::reap_each(0, |p| self.recorder.ending(p));
             std::thread::sleep(TICK);
         }
     }
@@ -635,6 +649,9 @@ mod tests {
             pod: None,
             node_minors: None,
             cgroup_minors: None,
+            name_ms: 0.0,
+            name_final: false,
+            listed_ms: None,
         };
         assert!(ours_to_signal(&tp(None)));
         assert!(ours_to_signal(&tp(Some("environment VRAMDOC_MARKERS"))));

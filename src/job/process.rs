@@ -5,6 +5,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How a child ended.
@@ -66,19 +67,85 @@ pub fn become_subreaper() {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
+/// Children of vramdoc's own that it waits for itself (`run`'s output pump): PID, and how
+/// it ended once [`reap`] reaped it.
+static HELPERS: Mutex<Vec<(u32, Option<Exit>)>> = Mutex::new(Vec::new());
+
+fn helpers() -> std::sync::MutexGuard<'static, Vec<(u32, Option<Exit>)>> {
+    HELPERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `pid`, a child just started, is a helper of vramdoc's: [`reap`] keeps how it ended and
+/// [`wait_helper`] reaps it.
+pub fn adopt_helper(pid: u32) {
+    helpers().push((pid, None));
+}
+
+/// Reap the helper `pid` ([`adopt_helper`]): with `block`, wait until it has ended (call
+/// it only when it is ending); else only if it has. Whether it is reaped (or not vramdoc's
+/// child at all).
+pub fn wait_helper(pid: u32, block: bool) -> bool {
+    let mut h = helpers();
+    let Some(i) = h.iter().position(|(p, _)| *p == pid) else {
+        return true;
+    };
+    if h[i].1.is_none() {
+        let mut status: libc::c_int = 0;
+        let flags = if block { 0 } else { libc::WNOHANG };
+        loop {
+            // SAFETY: waitpid of our own child with a valid out pointer.
+            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) };
+            if r == 0 {
+                return false;
+            }
+            if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Reaped now, or ECHILD: reaped by a `reap` that found no entry yet.
+            break;
+        }
+    }
+    h.remove(i);
+    true
+}
+
 /// Reap every exited child (as a subreaper, orphaned descendants too); how `child` ended
-/// when it is among them.
+/// when it is among them. A helper's end is kept for [`wait_helper`].
 pub fn reap(child: u32) -> Option<Exit> {
+    reap_each(child, |_| {})
+}
+
+/// [`reap`], calling `ending(pid)` for each exited child before it is reaped, while it is
+/// still a zombie whose `/proc` entry keeps its last name.
+pub fn reap_each(child: u32, mut ending: impl FnMut(u32)) -> Option<Exit> {
     let mut found = None;
     loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid with WNOWAIT only looks.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid for an exited child (0 when none has exited).
+        let pid = unsafe { info.si_pid() };
+        if r != 0 || pid <= 0 {
+            return found;
+        }
+        ending(pid as u32);
         let mut status: libc::c_int = 0;
-        // SAFETY: waitpid with a valid out pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
+        // SAFETY: waitpid of the child waitid named, with a valid out pointer.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } != pid {
             return found;
         }
         if pid as u32 == child {
             found = Some(Exit::from_raw(status));
+        }
+        if let Some(h) = helpers().iter_mut().find(|(p, _)| *p == pid as u32) {
+            h.1 = Some(Exit::from_raw(status));
         }
     }
 }

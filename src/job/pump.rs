@@ -2,10 +2,16 @@
 //! the read ends of the job's stdout and stderr pipes, writes every byte to the real
 //! stdout/stderr with blocking writes (a slow reader slows the job, as `cmd | less` would; no
 //! byte is dropped), and sends a copy to vramdoc over a third pipe, framed
-//! ([`Frame`]). It is not vramdoc's descendant (double fork: it is not part of the job's
-//! recorded tree and does not die with vramdoc), ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGPIPE/SIGTTOU
-//! and, when vramdoc is gone (`kill -9`, the OOM killer), keeps passing the job's output
-//! through until EOF, then removes the marker directory vramdoc left.
+//! ([`Frame`]). It is vramdoc's child, in a process group of its own (a signal forwarded to
+//! the job's group never reaches it), left out of the job's recorded tree by its PID
+//! ([`crate::record::tree::Scope::helpers`]), and reaped by vramdoc once it has written
+//! the job's last byte ([`super::stderr::Output::wait_drained`]): nothing of vramdoc's
+//! outlives `run` (issue 39). It ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGPIPE/SIGTTOU and does
+//! not die with vramdoc: when vramdoc is gone (`kill -9`, the OOM killer), it keeps passing
+//! the job's output through until EOF, then removes the marker directory vramdoc left. It
+//! outlives a `run` only where a process of the job that outlived the command keeps the
+//! job's output open (vramdoc stops waiting for it, docs/run.md "Output"): it passes that
+//! process's output on until it closes it.
 //!
 //! When vramdoc's stdout (stderr) is a terminal and `--no-pty` was not given, the job's
 //! stream is the slave side of a pseudo-terminal instead of a pipe and the pump reads the
@@ -56,6 +62,8 @@ pub enum Frame {
 
 /// A started pump, as vramdoc holds it.
 pub struct Started {
+    /// Its PID: vramdoc's child, reaped by [`super::process::wait_helper`].
+    pub pid: u32,
     /// Write ends for the job's stdout and stderr.
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -132,8 +140,8 @@ fn shared() -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd, OwnedFd)> {
 /// Start the pump (`/proc/self/exe __pump`), which removes `marker_dir` if vramdoc is gone
 /// when the job's output ends; with `pty`, the job's stdout and stderr are ptys where
 /// vramdoc's are terminals; with `stdout_to_stderr`, the job's stdout is copied to vramdoc's
-/// stderr (`run --json`, whose stdout is the report's). Returns once the intermediate
-/// process has exited.
+/// stderr (`run --json`, whose stdout is the report's). The pump is vramdoc's child, in a
+/// process group of its own; vramdoc reaps it ([`super::process::wait_helper`]).
 pub fn start(marker_dir: &Path, pty: bool, stdout_to_stderr: bool) -> std::io::Result<Started> {
     use std::os::unix::process::CommandExt;
     // One terminal: one pty for both, so the job's writes keep their order exactly.
@@ -169,6 +177,11 @@ pub fn start(marker_dir: &Path, pty: bool, stdout_to_stderr: bool) -> std::io::R
     // targets' range so that no dup2 overwrites a source not yet placed.
     unsafe {
         cmd.pre_exec(move || {
+            // A group of its own: a signal forwarded to the job's group (vramdoc's) never
+            // reaches the pump, and the pump is no member of the caller's group.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // The pump's stdout is vramdoc's stderr: the job's stdout is copied there.
             if stdout_to_stderr && libc::dup2(2, 1) < 0 {
                 return Err(std::io::Error::last_os_error());
@@ -190,13 +203,13 @@ pub fn start(marker_dir: &Path, pty: bool, stdout_to_stderr: bool) -> std::io::R
             Ok(())
         });
     }
-    let status = cmd.status()?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!(
-            "the output pump did not start ({status})"
-        )));
-    }
+    let child = cmd.spawn()?;
+    let pid = child.id();
+    // Reaped by `process::reap` / `process::wait_helper`, never by std.
+    super::process::adopt_helper(pid);
+    drop(child);
     Ok(Started {
+        pid,
         stdout: out_w,
         stderr: err_w,
         copy: File::from(copy_r),
@@ -352,15 +365,6 @@ fn ignore_signals() {
 /// `vramdoc __pump`: run the pump (see the module's doc); returns the exit status.
 pub fn main(marker_dir: Option<&Path>) -> i32 {
     ignore_signals();
-    // Double fork: the intermediate exits at once, so the pump is not vramdoc's child
-    // (vramdoc is a subreaper only after this returns).
-    // SAFETY: fork in a process with no other thread yet (called first thing); the child
-    // only continues this function.
-    match unsafe { libc::fork() } {
-        0 => {}
-        n if n > 0 => return 0,
-        _ => return 1,
-    }
     // SAFETY: the descriptors `start` placed; each is owned once here.
     let (mut out, mut err, copy, control) = unsafe {
         (

@@ -84,6 +84,8 @@ pub struct Output {
     state: Arc<(Mutex<State>, Condvar)>,
     stderr: Arc<Mutex<Lines>>,
     control: Option<File>,
+    /// The pump's PID, reaped once it has written everything ([`Output::wait_drained`]).
+    pump: Option<u32>,
 }
 
 /// Tick of the waits (signals are looked at in between).
@@ -195,7 +197,14 @@ impl Output {
             state,
             stderr,
             control: Some(control),
+            pump: None,
         }
+    }
+
+    /// The pump `pid` sends the copy: reaped once it has written everything.
+    pub fn with_pump(mut self, pid: u32) -> Output {
+        self.pump = Some(pid);
+        self
     }
 
     /// The command has ended: the pump reads what is left in the pipes at once.
@@ -237,7 +246,8 @@ impl Output {
 
     /// When the copy is complete, wait until the pump has written everything to the
     /// terminal (as long as the terminal takes, as `cmd | less` would; a signal stops the
-    /// wait), so that vramdoc's summary comes after the job's output.
+    /// wait), so that vramdoc's summary comes after the job's output; then reap the pump,
+    /// which is exiting (issue 39: nothing of vramdoc's outlives `run`).
     pub fn wait_drained(&self) {
         let complete = {
             let s = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -245,6 +255,11 @@ impl Output {
         };
         if complete {
             self.wait_until(|s| s.eof, |_| false);
+        }
+        let eof = self.state.0.lock().unwrap_or_else(|e| e.into_inner()).eof;
+        if let Some(pid) = self.pump.filter(|_| eof) {
+            // The copy pipe closed: the pump has written the job's last byte and exits.
+            super::process::wait_helper(pid, true);
         }
     }
 
@@ -254,6 +269,16 @@ impl Output {
             .lock()
             .map(|l| l.tail())
             .unwrap_or_else(|e| e.into_inner().tail())
+    }
+}
+
+impl Drop for Output {
+    /// A pump that has ended is reaped; one still passing a survivor's output on is left
+    /// to do so (module doc of [`super::pump`]).
+    fn drop(&mut self) {
+        if let Some(pid) = self.pump {
+            super::process::wait_helper(pid, false);
+        }
     }
 }
 

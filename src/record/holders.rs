@@ -72,6 +72,9 @@ mod tests {
             pod: None,
             node_minors: None,
             cgroup_minors: None,
+            name_ms: 0.0,
+            name_final: false,
+            listed_ms: None,
         }
     }
 

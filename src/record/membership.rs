@@ -25,6 +25,9 @@ pub struct Scope {
     pub container_clients: Vec<String>,
     /// Processes in these cgroups are the job's (attach: `--cgroup`, `--container`).
     pub cgroups: Vec<CgroupMatch>,
+    /// PIDs of vramdoc's own helpers among the root's children (`run`'s output pump):
+    /// never the job's, whatever else matches.
+    pub helpers: Vec<u32>,
 }
 
 /// An attached cgroup.

@@ -491,6 +491,24 @@ impl Recorder {
             .collect()
     }
 
+    /// The command `pid`, just spawned by vramdoc (the tree's root): the job's from now on,
+    /// also if it exits before the first process round (issue 37).
+    pub fn spawned(&self, pid: u32) {
+        let t = self.t_ms();
+        let mut s = lock(&self.shared);
+        if let Some(change) = s.tree.as_mut().and_then(|tr| tr.spawned(pid, t)) {
+            s.tree_changes(vec![change]);
+        }
+    }
+
+    /// `pid`, a child of vramdoc's, has ended and is about to be reaped: a member's final
+    /// name is read now (from its zombie).
+    pub fn ending(&self, pid: u32) {
+        if let Some(tree) = lock(&self.shared).tree.as_mut() {
+            tree.ending(pid);
+        }
+    }
+
     /// The job's process `pid` was reaped at `t_ms` (the command, by vramdoc): its exit is
     /// recorded at that time, not at the next process round.
     pub fn reaped(&self, pid: u32, t_ms: f64) {
@@ -699,7 +717,8 @@ fn job_processes(
         .iter()
         .map(|t| RecordedProcess {
             pid: t.pid,
-            name: t.name.clone(),
+            // Never a name it exec'd away from before the lists named it (issue 39).
+            name: t.known_name().map(String::from),
             first_seen_ms: t.start_ms,
             exit_ms: t.end_ms,
             cuda_visible_devices: t.env("CUDA_VISIBLE_DEVICES"),

@@ -40,6 +40,13 @@ pub struct TreeProcess {
     /// device cgroup allows, read once ([`crate::host::devices::access`]; `None`: unknown).
     pub node_minors: Option<Vec<u32>>,
     pub cgroup_minors: Option<Vec<u32>>,
+    /// When `name` was last read from the process itself (alive, same start time).
+    pub name_ms: f64,
+    /// `name` was read after the process ended (its zombie, before it was reaped): its
+    /// final name, whatever it exec'd before.
+    pub name_final: bool,
+    /// When a process list first named it.
+    pub listed_ms: Option<f64>,
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -54,6 +61,14 @@ pub const GPU_ENV: [&str; 7] = [
 ];
 
 impl TreeProcess {
+    /// Its name where it can be vouched for (issue 39): read when a process list named it
+    /// or later (a name read before may be the one of a program it then exec'd away
+    /// from, `bash` before `exec python3`), or after it ended; `None`: unknown.
+    pub fn known_name(&self) -> Option<&str> {
+        let current = self.name_final || self.listed_ms.is_none_or(|l| self.name_ms >= l);
+        self.name.as_deref().filter(|_| current)
+    }
+
     /// The value of one of [`GPU_ENV`].
     pub fn env(&self, key: &str) -> Option<String> {
         self.gpu_env
@@ -150,7 +165,15 @@ fn details(
         start_time,
         start_ms: t_ms,
         end_ms: None,
+        name_ms: t_ms,
+        name_final: false,
+        listed_ms: None,
     }
+}
+
+/// `comm` as a report shows it.
+fn shown_name(comm: &[u8]) -> String {
+    crate::term::one_line(&crate::term::escape_bytes(comm))
 }
 
 impl ProcessTree {
@@ -257,7 +280,8 @@ impl ProcessTree {
         if self.include_root && all.contains_key(&self.root) {
             members.push(self.root);
         }
-        for pid in self.joined.keys() {
+        let helper = |pid: &u32| self.scope.helpers.contains(pid);
+        for pid in self.joined.keys().filter(|p| !helper(p)) {
             if all.contains_key(pid) && !members.contains(pid) {
                 members.push(*pid);
                 stack.push(*pid);
@@ -266,7 +290,7 @@ impl ProcessTree {
         while let Some(p) = stack.pop() {
             if let Some(kids) = children.get(&p) {
                 for k in kids {
-                    if *k != self.root && !members.contains(k) {
+                    if *k != self.root && !helper(k) && !members.contains(k) {
                         members.push(*k);
                         stack.push(*k);
                     }
@@ -329,7 +353,11 @@ impl ProcessTree {
                 }
                 continue;
             }
-            if e.is_exited() || *pid == self.root || members.contains(pid) {
+            if e.is_exited()
+                || *pid == self.root
+                || members.contains(pid)
+                || self.scope.helpers.contains(pid)
+            {
                 continue;
             }
             if !first && e.start_time < self.since {
@@ -399,6 +427,14 @@ impl ProcessTree {
         for pid in ended {
             if let Some(tp) = self.live.get_mut(&pid) {
                 tp.end_ms = Some(t_ms);
+                // A zombie still has its last name: the final one.
+                if let Some(e) = all
+                    .get(&pid)
+                    .filter(|e| e.is_exited() && e.start_time == tp.start_time)
+                {
+                    tp.name = Some(shown_name(&e.comm));
+                    tp.name_final = true;
+                }
                 changes.push(TreeChange::Exited { pid, t_ms });
             }
         }
@@ -410,9 +446,9 @@ impl ProcessTree {
             // A fork seen before its exec: same process, new program; read it again.
             if let Some(tp) = self.live.get_mut(&pid) {
                 if tp.start_time == e.start_time && tp.end_ms.is_none() {
-                    if tp.name.as_deref()
-                        != Some(crate::term::one_line(&crate::term::escape_bytes(&e.comm)).as_str())
-                    {
+                    if tp.name.as_deref() == Some(shown_name(&e.comm).as_str()) {
+                        tp.name_ms = tp.name_ms.max(t_ms);
+                    } else {
                         // A rule-joined process keeps its rule (updated by the exec).
                         let via = tp.via.take().map(|v| {
                             self.joined
@@ -420,14 +456,19 @@ impl ProcessTree {
                                 .filter(|(st, _)| *st == e.start_time)
                                 .map_or(v, |(_, j)| j.clone())
                         });
-                        *tp = details(
-                            pid,
-                            e.ppid,
-                            e.start_time,
-                            tp.start_ms,
-                            via,
-                            self.dev_dir.as_deref(),
-                        );
+                        let listed_ms = tp.listed_ms;
+                        *tp = TreeProcess {
+                            name_ms: t_ms,
+                            listed_ms,
+                            ..details(
+                                pid,
+                                e.ppid,
+                                e.start_time,
+                                tp.start_ms,
+                                via,
+                                self.dev_dir.as_deref(),
+                            )
+                        };
                         changes.push(TreeChange::Started(Box::new(tp.clone())));
                     }
                     continue;
@@ -473,6 +514,9 @@ impl ProcessTree {
     /// Whether `pid` (a PID of vramdoc's namespace) descends from the root now, by walking
     /// its parents; used for NVML PIDs of workers too short-lived for the periodic scan.
     fn descends(&self, pid: u32) -> Option<(u32, u64)> {
+        if self.scope.helpers.contains(&pid) {
+            return None;
+        }
         let mut cur = pid;
         let mut first: Option<(u32, u64)> = None;
         for _ in 0..64 {
@@ -499,15 +543,49 @@ impl ProcessTree {
     /// job runs in a nested PID namespace and the driver reports its inner PID). PIDs of
     /// processes outside the tree give `None`.
     pub fn resolve(&mut self, nvml_pid: u32, t_ms: f64) -> (Option<u32>, Option<TreeChange>) {
+        let (member, change) = self.resolve_pid(nvml_pid, t_ms);
+        if let Some(tp) = member.and_then(|m| self.live.get_mut(&m)) {
+            tp.listed_ms.get_or_insert(t_ms);
+        }
+        (member, change)
+    }
+
+    fn resolve_pid(&mut self, nvml_pid: u32, t_ms: f64) -> (Option<u32>, Option<TreeChange>) {
         if self.include_root && nvml_pid == self.root {
             return (Some(nvml_pid), None);
         }
-        if self
-            .live
-            .get(&nvml_pid)
-            .is_some_and(|tp| tp.end_ms.is_none())
-        {
-            return (Some(nvml_pid), None);
+        if let Some(tp) = self.live.get_mut(&nvml_pid) {
+            let now = host::stat(nvml_pid).ok();
+            let same = now.as_ref().filter(|e| e.start_time == tp.start_time);
+            if tp.end_ms.is_none() {
+                // Seen by the list: its name now (a program it exec'd since the last refresh).
+                if let Some(e) = same.filter(|e| !e.is_exited()) {
+                    if tp.name.as_deref() != Some(shown_name(&e.comm).as_str()) {
+                        let (listed_ms, via) = (tp.listed_ms, tp.via.clone());
+                        *tp = TreeProcess {
+                            name_ms: t_ms,
+                            listed_ms,
+                            ..details(
+                                nvml_pid,
+                                e.ppid,
+                                e.start_time,
+                                tp.start_ms,
+                                via,
+                                self.dev_dir.as_deref(),
+                            )
+                        };
+                        let change = TreeChange::Started(Box::new(tp.clone()));
+                        return (Some(nvml_pid), Some(change));
+                    }
+                    tp.name_ms = tp.name_ms.max(t_ms);
+                }
+                return (Some(nvml_pid), None);
+            }
+            // An ended member NVML still lists (its memory kept by a descriptor another
+            // process inherited: issue 37), while its PID names no other process.
+            if same.is_some() || now.is_none() {
+                return (Some(nvml_pid), None);
+            }
         }
         if let Some((ppid, start)) = self.descends(nvml_pid) {
             let parent_is_member = self.live.get(&ppid).is_some_and(|t| t.end_ms.is_none());
@@ -559,6 +637,30 @@ impl ProcessTree {
 
     /// Mark the live member `pid` ended at `t_ms`, when its parent reaped it then (vramdoc
     /// reaping the command: its exit is known to the millisecond, not at the next refresh).
+    /// The root's child `pid` was just started by the root (the command `run` spawned):
+    /// the job's from now on, whether or not a refresh ever sees it alive (issue 37: a
+    /// command that exits before the first round). Its name is read again when a list
+    /// names it, at each refresh while it runs and as it ends ([`ProcessTree::ending`]).
+    pub fn spawned(&mut self, pid: u32, t_ms: f64) -> Option<TreeChange> {
+        let e = host::stat(pid).ok()?;
+        self.add(pid, e.ppid, e.start_time, t_ms, false)
+    }
+
+    /// The member `pid` has ended and is about to be reaped (a zombie of vramdoc's): its
+    /// final name, read now.
+    pub fn ending(&mut self, pid: u32) {
+        let Some(tp) = self.live.get_mut(&pid) else {
+            return;
+        };
+        if let Some(e) = host::stat(pid)
+            .ok()
+            .filter(|e| e.is_exited() && e.start_time == tp.start_time)
+        {
+            tp.name = Some(shown_name(&e.comm));
+            tp.name_final = true;
+        }
+    }
+
     pub fn ended(&mut self, pid: u32, t_ms: f64) -> Option<TreeChange> {
         let tp = self.live.get_mut(&pid).filter(|tp| tp.end_ms.is_none())?;
         tp.end_ms = Some(t_ms);
@@ -576,118 +678,5 @@ impl ProcessTree {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sees_children_and_grandchildren_and_their_exit() {
-        // sh -> sleep (grandchild of the test process through sh).
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & wait"])
-            .spawn()
-            .unwrap();
-        let me = std::process::id();
-        let mut tree = ProcessTree::new(me, false);
-        let mut names = Vec::new();
-        for _ in 0..100 {
-            tree.refresh(1.0);
-            names = tree.all().into_iter().filter_map(|t| t.name).collect();
-            if names.iter().any(|n| n == "sleep") {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert!(names.iter().any(|n| n == "sh"), "{names:?}");
-        assert!(names.iter().any(|n| n == "sleep"), "{names:?}");
-        let sleep_pid = tree
-            .all()
-            .into_iter()
-            .find(|t| t.name.as_deref() == Some("sleep"))
-            .unwrap()
-            .pid;
-        assert_eq!(tree.resolve(sleep_pid, 2.0).0, Some(sleep_pid));
-        assert_eq!(tree.resolve(1, 2.0).0, None, "init is not in the tree");
-        // A member in a nested namespace, reported by its inner PID 1.
-        // (Other tests of this process start children too: use this test's own.)
-        let mut nested = tree.all().into_iter().find(|t| t.pid == sleep_pid).unwrap();
-        nested.pid = sleep_pid;
-        nested.nspid = vec![sleep_pid, 1];
-        tree.live.insert(sleep_pid, nested);
-        assert_eq!(tree.resolve(1, 2.0).0, Some(sleep_pid), "NSpid match");
-        unsafe { libc::kill(sleep_pid as i32, libc::SIGKILL) };
-        let _ = child.wait();
-        tree.refresh(3.0);
-        let sh = child.id();
-        assert!(tree
-            .all()
-            .iter()
-            .filter(|t| t.pid == sh || t.pid == sleep_pid)
-            .all(|t| t.end_ms == Some(3.0)));
-    }
-
-    /// A member reaped by its parent is ended at that time, once (a later refresh or a
-    /// second call changes nothing); a PID that is no member is left alone.
-    #[test]
-    fn a_reaped_member_ends_when_it_was_reaped() {
-        let me = std::process::id();
-        let mut tree = ProcessTree::new(me, true);
-        tree.refresh(1.0);
-        assert!(tree.live_pids().contains(&me), "the root, included");
-        assert_eq!(
-            tree.ended(me, 5.0),
-            Some(TreeChange::Exited { pid: me, t_ms: 5.0 })
-        );
-        assert_eq!(tree.ended(me, 6.0), None, "ended once");
-        assert!(tree
-            .all()
-            .iter()
-            .any(|t| t.pid == me && t.end_ms == Some(5.0)));
-        assert_eq!(tree.ended(u32::MAX, 7.0), None);
-    }
-
-    /// A process outside the root's tree that carries the job's variable is the job's, with
-    /// why; its child is the job's as a descendant; a process without it is not.
-    #[test]
-    fn a_process_carrying_the_job_s_variable_joins_with_its_descendants() {
-        let token = format!("token-{}", std::process::id());
-        let mut tree = ProcessTree::with_scope(Scope {
-            env: vec![vec![("VRAMDOC_TREE_TEST".into(), token.clone())]],
-            ..Scope::descendants(u32::MAX)
-        });
-        let mut with = std::process::Command::new("sh")
-            .args(["-c", "tail -f /dev/null & wait"])
-            .env("VRAMDOC_TREE_TEST", &token)
-            .spawn()
-            .unwrap();
-        let mut without = std::process::Command::new("tail")
-            .args(["-f", "/dev/null"])
-            .spawn()
-            .unwrap();
-        let (sh, other) = (with.id(), without.id());
-        let mut all = Vec::new();
-        for _ in 0..200 {
-            tree.refresh(1.0);
-            all = tree.all();
-            if all.iter().any(|t| t.name.as_deref() == Some("tail")) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let _ = without.kill();
-        let _ = without.wait();
-        let sleep = all
-            .iter()
-            .find(|t| t.name.as_deref() == Some("tail"))
-            .cloned();
-        if let Some(s) = &sleep {
-            unsafe { libc::kill(s.pid as i32, libc::SIGKILL) };
-        }
-        let _ = with.wait();
-        let me = all.iter().find(|t| t.pid == sh).expect("sh joined");
-        assert_eq!(me.via.as_deref(), Some("environment VRAMDOC_TREE_TEST"));
-        let sleep = sleep.expect("its child too (tail)");
-        assert_eq!(sleep.ppid, Some(sh));
-        assert_eq!(sleep.via, None, "a member's child is a descendant");
-        assert!(all.iter().all(|t| t.pid != other), "{all:?}");
-    }
-}
+#[path = "tree_tests.rs"]
+mod tests;

@@ -318,6 +318,7 @@ pub fn convert(
     }
     drop(ev);
     let mut expect = Vec::new();
+    let mut missed: Option<Missed> = None;
     let phys: Vec<u32> = pic.devs.iter().map(|d| d.phys).collect();
     if let Some(e) = oom {
         // The phase the OOM happened in: its last marker step, else the last level step.
@@ -340,6 +341,18 @@ pub fn convert(
                 .rfind(|p| p.0 <= e.t_ms)
                 .map_or(0, |p| p.1),
         );
+        // The free memory the line states, where the samples saw more (a holder that came
+        // and went between two readings): that state is what failed, and is reproduced.
+        let q = MIN_QUANTUM.max(total / 512);
+        missed = e
+            .free
+            .filter(|stated| free > stated.saturating_add(q))
+            .map(|stated| Missed {
+                dev,
+                stated,
+                seen: free,
+            });
+        let free = missed.as_ref().map_or(free, |m| m.stated);
         let bytes = e.requested.unwrap_or(free.saturating_add(MIN_QUANTUM));
         // Exactly the recorded level before the failing allocation.
         let target = last.saturating_sub(pic.context);
@@ -399,10 +412,21 @@ pub fn convert(
             .map(|p| p.1)
             .max()
             .unwrap_or(0);
+        // The holder the samples missed is there only from just before the failed
+        // allocation (see [`Missed`]), beside the job's level for a moment a sampler may or
+        // may not catch: the peak lies between the recorded one and that sum.
+        let top = match missed.as_ref().filter(|m| m.dev == i) {
+            Some(m) => peak.max(
+                d.total
+                    .saturating_sub(m.seen)
+                    .saturating_add(m.modelled(pic.context)),
+            ),
+            None => peak,
+        };
         let tol = PEAK_STEP_MIN.max(d.total / 50);
         // Whole MiB, outward.
         let min = peak.saturating_sub(tol) / MIB * MIB;
-        let max = peak.saturating_add(tol).div_ceil(MIB).saturating_mul(MIB);
+        let max = top.saturating_add(tol).div_ceil(MIB).saturating_mul(MIB);
         expect.push(Expectation::Peak {
             device: i as u32,
             min: Some(size_text(min)),
@@ -428,7 +452,12 @@ pub fn convert(
     // Only an engine's claim scales with the card (issue 26): src/repro/engine_claim.rs.
     let totals: Vec<u64> = pic.devs.iter().map(|d| d.total).collect();
     let (steps, scaling) = super::engine_claim::apply(steps, src.engine.as_ref(), &totals);
+    if let Some(m) = &missed {
+        description.push_str(&m.sentence(pic.context));
+    }
     description.push_str(&scaling);
+    let mut neighbours = neighbours(&pic, &steps, &times);
+    neighbours.extend(missed.as_ref().map(|m| m.neighbour(pic.context)));
     let scenario = Scenario {
         id: "repro".into(),
         title: match &fingerprint {
@@ -441,7 +470,7 @@ pub fn convert(
         fingerprint,
         recorded_on,
         env: BTreeMap::new(),
-        neighbours: neighbours(&pic, &steps, &times),
+        neighbours,
         steps,
         variants: vec![Variant {
             name: "bug".into(),
@@ -465,6 +494,64 @@ pub fn convert(
         physical: phys,
     };
     Ok((scenario, summary))
+}
+
+/// Memory the samples missed at the failure: the out-of-memory line states less free memory
+/// (`stated`) on scenario device `dev` than the last reading before it showed (`seen`), as
+/// where a holder came and went between two readings. Modelled as one more neighbour, held
+/// from just before the failed allocation on, so the replay fails in the state the line
+/// reports (issue 37 item 7).
+struct Missed {
+    dev: usize,
+    stated: u64,
+    seen: u64,
+}
+
+impl Missed {
+    /// Bytes the samples missed.
+    fn bytes(&self) -> u64 {
+        self.seen.saturating_sub(self.stated)
+    }
+
+    /// The neighbour's size: what was missed less the context its replay makes (at least
+    /// 1 MiB).
+    fn size(&self, context: u64) -> u64 {
+        self.bytes().saturating_sub(context).max(MIB)
+    }
+
+    /// What the neighbour holds in the replay, its context included.
+    fn modelled(&self, context: u64) -> u64 {
+        self.size(context).saturating_add(context)
+    }
+
+    fn neighbour(&self, context: u64) -> Neighbour {
+        Neighbour {
+            label: format!(
+                "memory on GPU {} the samples missed (the out-of-memory line says {} free)",
+                self.dev,
+                format_bytes(self.stated)
+            ),
+            device: self.dev as u32,
+            size: size_text(self.size(context)),
+            from: Some("failed-alloc".into()),
+            until: None,
+        }
+    }
+
+    /// The description's sentence (after a full stop).
+    fn sentence(&self, context: u64) -> String {
+        format!(
+            " The out-of-memory line says GPU {} had {} free where the last sample before it \
+             saw {}: the {} the samples missed is modelled as one more holder, a neighbour of \
+             {} (its context included) started just before the failed allocation, so the \
+             replay fails in the state the line reports.",
+            self.dev,
+            format_bytes(self.stated),
+            format_bytes(self.seen),
+            format_bytes(self.bytes()),
+            format_bytes(self.modelled(context)),
+        )
+    }
 }
 
 /// The other processes as the scenario's neighbours, numbered in order (PIDs are the

@@ -25,6 +25,19 @@ pub struct SourceError {
     pub out_of_memory: bool,
     pub device: Option<u32>,
     pub requested: Option<u64>,
+    /// The GPU's free memory the line states (PyTorch's `… of which X is free`, 1.x's `X
+    /// free`; `None`: it says none): the state a reproduction must show at the failure.
+    pub free: Option<u64>,
+}
+
+/// The free memory an out-of-memory `line` states (see [`SourceError::free`]).
+pub fn stated_free(out_of_memory: bool, line: &str) -> Option<u64> {
+    if !out_of_memory {
+        return None;
+    }
+    crate::record::recognise::oom_detail(line)
+        .and_then(|d| d.free)
+        .map(|f| f.min(MAX_READING))
 }
 
 /// A recording, reduced to the numbers and marker texts a reproduction is made of.
@@ -101,6 +114,7 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
                 out_of_memory: e.kind.is_out_of_memory(),
                 device: e.device,
                 requested: e.requested,
+                free: stated_free(e.kind.is_out_of_memory(), &e.line),
             })
             .collect(),
         findings,
@@ -249,12 +263,13 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 kind,
                 device,
                 requested,
-                ..
+                line,
             } => src.errors.push(SourceError {
                 t_ms,
                 out_of_memory: kind.is_out_of_memory(),
                 device,
                 requested: requested.map(|r| r.min(MAX_READING)),
+                free: stated_free(kind.is_out_of_memory(), &line),
             }),
             StreamLine::End { t_ms, .. } => {
                 src.truncated = false;

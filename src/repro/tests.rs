@@ -66,6 +66,7 @@ fn staircase() -> Source {
             out_of_memory: true,
             device: Some(0),
             requested: Some(8 * GIB),
+            free: None,
         }],
         findings: vec!["out-of-memory".into(), "growth-without-release".into()],
         hostname: Some("planted-host-x2".into()),
@@ -729,4 +730,52 @@ fn a_neighbour_listed_late_is_not_taken_for_the_job() {
     );
     assert_eq!(s.neighbours.len(), 1, "{}", c.toml);
     assert_eq!(s.neighbours[0].size, SizeSpec::Bytes(6 * GIB), "{}", c.toml);
+}
+
+/// Issue 37 item 7: an OOM line stating the free memory the samples saw adds nothing; one
+/// stating 1 GiB less adds one holder of what was missed (less the context its replay
+/// makes), started just before the failed allocation, and the description says so.
+#[test]
+fn the_free_memory_an_oom_line_states_is_reproduced() {
+    let src = staircase();
+    let total = src.devices[0].total;
+    let t = src.errors[0].t_ms;
+    let seen = total
+        - src.series[0]
+            .samples
+            .iter()
+            .rfind(|p| p.0 <= t)
+            .map(|p| p.1)
+            .unwrap();
+    let with_free = |free: u64| {
+        let mut s = src.clone();
+        s.errors[0].free = Some(free);
+        convert_source(&s, spec_of).unwrap().scenario
+    };
+    let plain = convert_source(&src, spec_of).unwrap().scenario;
+    let same = with_free(seen);
+    assert_eq!(same.neighbours, plain.neighbours);
+    assert_eq!(same.description, plain.description);
+    let less = with_free(seen - GIB);
+    assert_eq!(less.neighbours.len(), plain.neighbours.len() + 1);
+    let n = less.neighbours.last().unwrap();
+    assert_eq!(n.from.as_deref(), Some("failed-alloc"));
+    assert_eq!(n.until, None);
+    assert_eq!(n.size, SizeSpec::Bytes(GIB - 448 * MIB));
+    assert!(n.label.contains("the samples missed"), "{}", n.label);
+    assert!(
+        less.description
+            .contains("the 1.00 GiB the samples missed is modelled"),
+        "{}",
+        less.description
+    );
+    // The peak check admits the moment both hold.
+    let max = less.variants[0].expect.iter().find_map(|e| match e {
+        Expectation::Peak {
+            max: Some(SizeSpec::Bytes(b)),
+            ..
+        } => Some(*b),
+        _ => None,
+    });
+    assert!(max.is_some_and(|m| m >= total - (seen - GIB)), "{max:?}");
 }

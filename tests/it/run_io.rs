@@ -537,3 +537,90 @@ fn run_json_keeps_stdout_for_the_report_and_moves_the_jobs_stdout_to_stderr() {
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("job-says-hello"));
 }
+
+/// Runs `c` under a child subreaper (prctl `PR_SET_CHILD_SUBREAPER`, a Python harness), in a
+/// process group of its own; once it has returned, prints on its last stdout line its exit
+/// status and every process left behind: re-parented to the harness (orphans of vramdoc,
+/// alive or zombies the harness never reaps, so nothing can go unseen), or in vramdoc's
+/// process group.
+fn under_subreaper(c: &Command) -> Command {
+    const HARNESS: &str = r#"
+import ctypes, json, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+p = subprocess.Popen(sys.argv[1:], process_group=0)
+code = p.wait()
+me, left = os.getpid(), []
+for d in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{d}/stat").read()
+    except OSError:
+        continue
+    f = stat[stat.rindex(")") + 2:].split()
+    if int(f[1]) == me or int(f[2]) == p.pid:
+        left.append(f"{d} ({stat[stat.index('(') + 1:stat.rindex(')')]}) state {f[0]}")
+print(json.dumps({"code": code, "left": left}))
+"#;
+    let mut h = Command::new("python3");
+    h.arg("-c")
+        .arg(HARNESS)
+        .arg(c.get_program())
+        .args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => h.env(k, v),
+            None => h.env_remove(k),
+        };
+    }
+    h
+}
+
+/// Issue 39: nothing of vramdoc's outlives `run` — its output pump (`[exe]`) was left in
+/// its process group, a zombie under PID 1 for seconds. Checked without timing: under a
+/// subreaper, whatever vramdoc leaves is the harness's to see once vramdoc has returned.
+/// A command that exits 0, one that fails with `--json`, and one not found.
+#[test]
+fn nothing_of_vramdoc_s_outlives_run() {
+    for (name, extra, cmd, code) in [
+        (
+            "exit 0",
+            &[][..],
+            &["sh", "-c", "echo hi; echo there >&2"][..],
+            0,
+        ),
+        (
+            "exit 3, --json",
+            &["--json"][..],
+            &["sh", "-c", "exit 3"][..],
+            3,
+        ),
+        (
+            "not found",
+            &[][..],
+            &["vramdoc-no-such-command-39"][..],
+            127,
+        ),
+    ] {
+        let mut c = vramdoc();
+        c.args(["--sim", "1x16GiB", "run"])
+            .args(extra)
+            .arg("--")
+            .args(cmd);
+        let o = under_subreaper(&c).stderr(Stdio::piped()).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let last = text.lines().last().unwrap_or("");
+        let v: Value = serde_json::from_str(last).unwrap_or_else(|e| {
+            panic!(
+                "{name}: the harness's line ({e}): {text}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+        assert_eq!(
+            v["code"],
+            code,
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(v["left"], serde_json::json!([]), "{name}: left behind");
+    }
+}

@@ -856,3 +856,133 @@ fn a_job_started_from_a_script_still_reads_the_terminal() {
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+/// Issue 37 item 6: a command that allocates, forks a child that keeps the memory through
+/// the context's inherited descriptors, and exits before the first process round after its
+/// start (`--process-period 5s`: the next round comes seconds after its exit) gets the same
+/// finding wherever its output goes: vramdoc's stdout a regular file, a pipe, and a pipe
+/// the child itself keeps open. Its PID is the job's from spawn, so what NVML lists for it
+/// after its exit is the job's, and the child (re-parented to vramdoc) is the holder.
+#[test]
+fn a_command_that_exits_before_the_first_round_is_named_wherever_its_output_goes() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, fork, to_file) in [
+        ("stdout to a file", "fork:60000", true),
+        ("stdout to a pipe", "fork:60000", false),
+        ("a pipe the child keeps", "forkout:60000", false),
+    ] {
+        let out = tmp.path().join(format!("{}.json", name.replace(' ', "_")));
+        let mut c = b.vramdoc();
+        c.env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+            .args(["run", "--process-period", "5s", "--out"])
+            .arg(&out)
+            .args(["--", "python3", JOB, "ctx:0", "alloc:2048", fork, "exit:0"])
+            .stderr(Stdio::piped());
+        if to_file {
+            c.stdout(std::fs::File::create(tmp.path().join("stdout.txt")).unwrap());
+        } else {
+            c.stdout(Stdio::piped());
+        }
+        // Waited for without reading the pipes to their end: the child may hold them.
+        let mut child = c.spawn().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let text = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut s);
+            s
+        });
+        let status = child.wait().unwrap();
+        let r = report(&out);
+        let f = findings(&r, "held-by-descriptor");
+        let holder = f.first().and_then(|f| f["pid"].as_u64());
+        if let Some(pid) = holder {
+            // SAFETY: killing the child this test's job left behind.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        drop(child);
+        let text = text.join().unwrap_or_default();
+        assert_eq!(status.code(), Some(0), "{name}: {text}");
+        assert_eq!(f.len(), 1, "{name}: {text}\n{r}");
+        assert_eq!(f[0]["severity"], "warn", "{name}: {}", f[0]);
+        let title = f[0]["title"].as_str().unwrap();
+        let holder = holder.unwrap();
+        assert!(
+            title.contains(&format!("held by PID {holder} (python3)"))
+                && title.contains("(python3) (exited)"),
+            "{name}: {title}"
+        );
+        // The command is one of the job's processes, from its start.
+        let cmd = markers(&r)
+            .iter()
+            .find_map(|m| {
+                m.strip_prefix("command started (pid ")?
+                    .strip_suffix(')')?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .unwrap();
+        assert!(
+            processes(&r).iter().any(|p| p.0 == cmd),
+            "{name}: {:?}",
+            processes(&r)
+        );
+        eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
+    }
+}
+
+/// Issue 39: the summary names the process NVML lists by the program it ran then, never by
+/// the one it exec'd away from: `sh` sleeps through a process round (which reads `sh`),
+/// then execs python3, which makes the context, forks the holder and exits between two
+/// rounds. Its name is read again as it ends (its zombie, before vramdoc reaps it).
+#[test]
+fn the_listed_command_is_named_by_the_program_it_exec_d() {
+    let b = CliBox::new("1x16GiB", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("exec.json");
+    let script = format!("sleep 1.2; exec python3 {JOB} ctx:0 alloc:2048 fork:60000 exit:0");
+    let o = b
+        .vramdoc()
+        .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
+        .args(["run", "--process-period", "1s", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let r = report(&out);
+    let f = findings(&r, "held-by-descriptor");
+    if let Some(pid) = f.first().and_then(|f| f["pid"].as_u64()) {
+        // SAFETY: killing the child this test's job left behind.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(f.len(), 1, "{r}");
+    let cmd = markers(&r)
+        .iter()
+        .find_map(|m| {
+            m.strip_prefix("command started (pid ")?
+                .strip_suffix(')')?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap();
+    let title = f[0]["title"].as_str().unwrap();
+    assert!(
+        title.contains(&format!("NVML lists PID {cmd} (python3) (exited)")),
+        "{title}"
+    );
+    assert!(!title.contains("(sh)"), "{title}");
+    let named: Vec<String> = processes(&r)
+        .into_iter()
+        .filter(|p| p.0 == cmd)
+        .map(|p| p.1)
+        .collect();
+    assert_eq!(named, ["python3"], "{:?}", processes(&r));
+    assert!(
+        stderr(&o).contains(&format!("PID {cmd} (python3)")),
+        "{}",
+        stderr(&o)
+    );
+    eventually(SECS_10, "the memory returned", || used_now(&b) == [0]);
+}

@@ -9,6 +9,8 @@ usage: job.py ACTION...   where ACTION is one of
   fork:MS        fork a child that sleeps MS ms holding every descriptor it inherited (the
                  CUDA context's device files too: a DataLoader worker forked after CUDA was
                  initialised), its output sent to /dev/null, then exits; the parent goes on
+  forkout:MS     the same, but the child keeps the job's output open (a background process
+                 holding the pipes vramdoc reads)
   mark:TEXT      write a marker line to $VRAMDOC_MARKERS (`_` stands for a space)
   sleep:MS       sleep
   exit:N         exit with status N
@@ -60,13 +62,14 @@ for action in sys.argv[1:]:
         for p in allocs:
             check(cu.cuMemFree_v2(p), "cuMemFree")
         allocs = []
-    elif verb == "fork":
+    elif verb in ("fork", "forkout"):
         if os.fork() == 0:
-            # Off the job's output: a background process holding it keeps it open for
-            # whoever reads vramdoc's to the end (docs/run.md).
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 1)
-            os.dup2(null, 2)
+            if verb == "fork":
+                # Off the job's output: a background process holding it keeps it open for
+                # whoever reads vramdoc's to the end (docs/run.md).
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
             time.sleep(int(arg) / 1000)
             os._exit(0)
     elif verb == "mark":

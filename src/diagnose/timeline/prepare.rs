@@ -357,9 +357,12 @@ impl<'a> Prepared<'a> {
     }
 
     pub(super) fn who(&self, pid: u32) -> String {
-        match self.process(pid).and_then(|p| p.name.as_deref()) {
-            Some(n) => format!("PID {pid} ({n})"),
-            None => format!("PID {pid}"),
+        match self.process(pid).map(|p| (p.name.as_deref(), p.in_tree)) {
+            Some((Some(n), _)) => format!("PID {pid} ({n})"),
+            // The job's process whose name could not be vouched for (read only before a
+            // list named it, `record::tree`): said, never guessed (issue 39).
+            Some((None, true)) => format!("PID {pid} (name unknown)"),
+            _ => format!("PID {pid}"),
         }
     }
 
