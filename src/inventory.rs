@@ -11,7 +11,7 @@
 //! its status and never ends the scan. Findings are decided from this in `crate::diagnose`,
 //! never here.
 
-use crate::gpu::{DeviceInfo, GpuError, GpuProcess, Monitor, ProcessKind};
+use crate::gpu::{DeviceInfo, GpuError, Monitor};
 use crate::host::{self, Environ};
 use crate::model::{Environment, ProcessDeviceUsage, ProcessInfo, Vantage};
 use serde::{Deserialize, Serialize};
@@ -330,93 +330,77 @@ pub fn environment(
     monitor: &dyn Monitor,
     sim_spec: Option<String>,
 ) -> Result<Environment, GpuError> {
-    Ok(Environment {
+    let versions = monitor.versions()?;
+    Ok(environment_of(
+        monitor,
+        sim_spec,
+        versions,
+        monitor.devices()?,
+    ))
+}
+
+/// An [`Environment`] of the GPU facts read and the host's.
+fn environment_of(
+    monitor: &dyn Monitor,
+    sim_spec: Option<String>,
+    versions: crate::gpu::Versions,
+    devices: Vec<DeviceInfo>,
+) -> Environment {
+    Environment {
         hostname: host::hostname().unwrap_or_else(|_| "unknown".into()),
         kernel: host::kernel_release().unwrap_or_else(|_| "unknown".into()),
         vramdoc_version: env!("CARGO_PKG_VERSION").to_string(),
         backend: monitor.backend().to_string(),
         sim_spec,
-        versions: monitor.versions()?,
-        devices: monitor.devices()?,
-    })
-}
-
-/// Which of NVML's three process lists (compute, graphics, MPS) a scan reads per device.
-/// Each list is one call under the driver's lock (~4.5 ms on real drivers).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ProcessLists {
-    /// The compute list; the graphics and MPS lists only where the compute list leaves some
-    /// of the device's used memory unexplained (a process's usage not available, or used
-    /// memory beyond the sum of the compute processes'). Per-process numbers are the same as
-    /// with [`ProcessLists::All`]: a process the other lists would add holds memory that the
-    /// compute list does not explain.
-    #[default]
-    AsNeeded,
-    /// All three lists of every device (`scan --all-lists`).
-    All,
-}
-
-/// The process lists of device `d` under `lists` (one call per list read).
-fn read_lists(
-    monitor: &dyn Monitor,
-    d: &DeviceInfo,
-    lists: ProcessLists,
-) -> Result<Vec<GpuProcess>, GpuError> {
-    if lists == ProcessLists::All {
-        return monitor.processes(d.index);
+        versions,
+        devices,
     }
-    let mut list = monitor.process_list(d.index, ProcessKind::Compute)?;
-    if !compute_explains(d, &list) {
-        for kind in [ProcessKind::Graphics, ProcessKind::Mps] {
-            list.extend(monitor.process_list(d.index, kind)?);
-        }
-    }
-    Ok(list)
 }
 
-/// Whether the compute list accounts for every byte the device reports used: each entry's
-/// usage known, and their sum at least the device's `used`.
-fn compute_explains(d: &DeviceInfo, compute: &[GpuProcess]) -> bool {
-    let mut sum: u64 = 0;
-    for p in compute {
-        match p.used {
-            Some(u) => sum = sum.saturating_add(u),
-            None => return false,
-        }
-    }
-    sum >= d.memory.used
-}
+pub use crate::gpu::ProcessLists;
 
-/// Collect one scan through `monitor`: `versions()` once, `devices()` once, the process lists
-/// `lists` says per device, then /proc for each PID.
+/// Collect one scan through `monitor`: `versions()` once, each device's entry and the process
+/// lists `lists` says ([`Monitor::read_devices`]), and /proc for each PID, read as soon as
+/// the first list naming it arrives: while the driver serves the other GPUs' lists (~4.5 ms
+/// each under its lock), the processes already named are read, not after the last list.
 pub fn collect(
     monitor: &dyn Monitor,
     sim_spec: Option<String>,
     vantage: Vantage,
     lists: ProcessLists,
 ) -> Result<Inventory, GpuError> {
-    let environment = environment(monitor, sim_spec)?;
-    let vantage = complete_vantage(vantage, &environment, monitor);
+    let versions = monitor.versions()?;
     let dev_dir = host::devices::dev_dir_of(&monitor.device_nodes());
+    // The machine-wide files every process's reading consults, read once for all of them.
+    let files = host::HostFiles::new();
     let mut details = Details::default();
+    let mut devices = Vec::new();
     let mut by_pid: BTreeMap<u32, Vec<ProcessDeviceUsage>> = BTreeMap::new();
-    // A MIG parent's processes are its instances', listed per instance (its own lists are
-    // aggregate data that unprivileged callers may not read): not read twice.
-    for d in environment.devices.iter().filter(|d| d.is_counted()) {
-        let list = match read_lists(monitor, d, lists) {
-            Ok(l) => l,
+    let mut facts: BTreeMap<u32, (ProcessInfo, Option<GpuEnv>)> = BTreeMap::new();
+    let mut failed: Option<GpuError> = None;
+    monitor.read_devices(lists, &mut |r| {
+        let index = r.info.index;
+        devices.push(r.info);
+        // A MIG parent's lists are not read (`DeviceRead::lists` is `None`): its processes
+        // are its instances', listed per instance.
+        let list = match r.lists {
+            None => return,
+            Some(Ok(l)) => l,
             // One device failing never ends the scan: its lists are missing, and said so.
-            Err(e) if !e.is_environment() => {
-                details.list_errors.insert(d.index, e.to_string());
-                continue;
+            Some(Err(e)) if !e.is_environment() => {
+                details.list_errors.insert(index, e.to_string());
+                return;
             }
-            Err(e) => return Err(e),
+            Some(Err(e)) => {
+                failed.get_or_insert(e);
+                return;
+            }
         };
         for p in list {
             let usage = by_pid.entry(p.pid).or_default();
             // A process in two lists of one device (compute and graphics) is one owner:
             // NVML reports its memory on the device in each list.
-            match usage.iter_mut().find(|u| u.device == d.index) {
+            match usage.iter_mut().find(|u| u.device == index) {
                 Some(u) => {
                     u.used = match (u.used, p.used) {
                         (Some(a), Some(b)) => Some(a.max(b)),
@@ -424,20 +408,33 @@ pub fn collect(
                     }
                 }
                 None => usage.push(ProcessDeviceUsage {
-                    device: d.index,
+                    device: index,
                     used: p.used,
                 }),
             }
+            facts.entry(p.pid).or_insert_with(|| {
+                let (info, mut gpu_env) = process_info_and_env(p.pid, Vec::new(), &files);
+                if let Some(env) = gpu_env.as_mut() {
+                    // What it can open (issue 25): its device files, its device cgroup.
+                    (env.node_minors, env.cgroup_minors) =
+                        host::devices::access(p.pid, dev_dir.as_deref(), &files);
+                }
+                (info, gpu_env)
+            });
         }
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
     }
+    let environment = environment_of(monitor, sim_spec, versions, devices);
+    let vantage = complete_vantage(vantage, &environment, monitor);
     let mut processes: Vec<ProcessInfo> = Vec::with_capacity(by_pid.len());
     for (pid, mut usage) in by_pid {
         usage.sort_by_key(|u| u.device);
-        let (info, mut gpu_env) = process_info_and_env(pid, usage);
-        if let Some(env) = gpu_env.as_mut() {
-            // What it can open (issue 25): its device files, its device cgroup.
-            (env.node_minors, env.cgroup_minors) = host::devices::access(pid, dev_dir.as_deref());
-        }
+        let Some((mut info, gpu_env)) = facts.remove(&pid) else {
+            continue;
+        };
+        info.devices = usage;
         if let Some(env) = gpu_env {
             details.gpu_env.insert(pid, env);
         }
@@ -497,6 +494,7 @@ pub fn node_holders(
     // Descriptor links name the canonical path.
     let nodes = host::canonical_nodes(nodes);
     let me = std::process::id();
+    let files = host::HostFiles::new();
     let mut out = Vec::new();
     for pid in host::pids().unwrap_or_default() {
         if pid == me {
@@ -508,7 +506,7 @@ pub fn node_holders(
         if held.is_empty() {
             continue;
         }
-        let (name, user) = name_and_user(pid).unzip();
+        let (name, user) = name_and_user(pid, &files).unzip();
         let maps = maps_wanted(name.as_deref(), &held)
             .then(|| host::device_maps(pid))
             .flatten();
@@ -528,16 +526,16 @@ pub fn node_holders(
 
 /// What /proc says about one PID (all optional: a PID may not exist here).
 pub fn process_info(pid: u32, devices: Vec<ProcessDeviceUsage>) -> ProcessInfo {
-    process_info_and_env(pid, devices).0
+    process_info_and_env(pid, devices, &host::HostFiles::new()).0
 }
 
 /// The name and user of `pid` from /proc/PID/status, when it is live and visible here
 /// (not a zombie, not gone).
-fn name_and_user(pid: u32) -> Option<(String, String)> {
+fn name_and_user(pid: u32, files: &host::HostFiles) -> Option<(String, String)> {
     let status = host::status(pid).ok().filter(|s| !s.is_exited())?;
     Some((
         crate::term::escape_bytes(&status.name),
-        host::user_name(status.ruid),
+        files.user_name(status.ruid),
     ))
 }
 
@@ -546,8 +544,9 @@ fn name_and_user(pid: u32) -> Option<(String, String)> {
 fn process_info_and_env(
     pid: u32,
     devices: Vec<ProcessDeviceUsage>,
+    files: &host::HostFiles,
 ) -> (ProcessInfo, Option<GpuEnv>) {
-    let Some((name, user)) = name_and_user(pid) else {
+    let Some((name, user)) = name_and_user(pid, files) else {
         let info = ProcessInfo {
             pid,
             visible: false,

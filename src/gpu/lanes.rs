@@ -10,7 +10,8 @@
 //! never a hang of vramdoc. Workers are never joined: a worker still blocked when the
 //! recording ends is left behind (it exits when its call returns or the process does).
 
-use crate::gpu::{GpuError, GpuProcess, MemoryInfo, Monitor, ProcessKind};
+use crate::gpu::device_read::{self, DeviceRead, ProcessLists};
+use crate::gpu::{DeviceInfo, GpuError, GpuProcess, MemoryInfo, Monitor, ProcessKind};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -101,6 +102,13 @@ pub struct Pending<T> {
 }
 
 impl<T> Pending<T> {
+    /// Wait for the answer with a deadline that runs from now: the second answer of a job
+    /// whose first one just came ([`Lanes::device_read`]).
+    pub fn wait_again(mut self) -> Result<T, CallError> {
+        self.deadline = Instant::now() + self.after;
+        self.wait()
+    }
+
     /// Wait for the answer until the deadline.
     pub fn wait(self) -> Result<T, CallError> {
         let Some(rx) = self.rx else {
@@ -161,6 +169,21 @@ impl Lanes {
         kind: Kind,
         call: impl FnOnce(&dyn Monitor) -> Result<T, GpuError> + Send + 'static,
     ) -> Pending<T> {
+        let (tx, rx) = mpsc::channel();
+        self.dispatch(device, kind, rx, move |m: &dyn Monitor| {
+            let _ = tx.send(call(m));
+        })
+    }
+
+    /// Queue `job` on the lane of `device` and `kind`: the answer `rx` will carry, or one
+    /// that says hung when the lane is blocked or cannot start.
+    fn dispatch<T>(
+        &self,
+        device: u32,
+        kind: Kind,
+        rx: Receiver<Result<T, GpuError>>,
+        job: impl FnOnce(&dyn Monitor) + Send + 'static,
+    ) -> Pending<T> {
         let deadline = Instant::now() + self.after;
         let hung = Pending {
             rx: None,
@@ -173,11 +196,7 @@ impl Lanes {
         if lane.hung(self.after) {
             return hung;
         }
-        let (tx, rx) = mpsc::channel();
-        let job: Job = Box::new(move |m: &dyn Monitor| {
-            let _ = tx.send(call(m));
-        });
-        if lane.tx.send((deadline, job)).is_err() {
+        if lane.tx.send((deadline, Box::new(job))).is_err() {
             return hung;
         }
         Pending {
@@ -185,6 +204,37 @@ impl Lanes {
             deadline,
             after: self.after,
         }
+    }
+
+    /// What a scan reads of `device`, as one job on its lane: its inventory entry answers
+    /// first, then (where it is counted) its lists under `lists`, so a GPU whose lists hang
+    /// still has its entry. Wait for the lists with [`Pending::wait_again`]: their deadline
+    /// runs from when the entry came.
+    pub fn device_read(
+        &self,
+        device: u32,
+        lists: ProcessLists,
+    ) -> (Pending<DeviceInfo>, Pending<Option<Vec<GpuProcess>>>) {
+        let (entry_tx, entry_rx) = mpsc::channel();
+        let (lists_tx, lists_rx) = mpsc::channel();
+        let entry = self.dispatch(device, Kind::Memory, entry_rx, move |m: &dyn Monitor| {
+            let info = match m.inventory_entry(device) {
+                Ok(info) => info,
+                Err(e) => {
+                    let _ = entry_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = entry_tx.send(Ok(info.clone()));
+            let read = device_read::read_device(m, info, lists);
+            let _ = lists_tx.send(read.lists.transpose());
+        });
+        let lists = Pending {
+            rx: entry.rx.is_some().then_some(lists_rx),
+            deadline: entry.deadline,
+            after: entry.after,
+        };
+        (entry, lists)
     }
 
     /// Start a memory query of `device`.
@@ -266,6 +316,9 @@ impl Lanes {
 /// that hangs, the whole inventory is an error, never a hang.
 pub struct Deadlined {
     lanes: Lanes,
+    /// The device count read when the monitor was opened, for the first inventory to use
+    /// instead of asking again (taken once: later inventories ask).
+    opened_count: Mutex<Option<u32>>,
 }
 
 /// The lane key of calls about no one device.
@@ -275,6 +328,16 @@ impl Deadlined {
     pub fn new(monitor: Box<dyn Monitor>) -> Deadlined {
         Deadlined {
             lanes: Lanes::new(Arc::from(monitor)),
+            opened_count: Mutex::new(None),
+        }
+    }
+
+    /// `monitor` under the deadline, whose device count `count` was just read (by the open
+    /// that checks the driver answers): the first inventory uses it.
+    pub fn counted(monitor: Box<dyn Monitor>, count: u32) -> Deadlined {
+        Deadlined {
+            opened_count: Mutex::new(Some(count)),
+            ..Deadlined::new(monitor)
         }
     }
 
@@ -297,18 +360,58 @@ fn as_gpu(e: CallError) -> GpuError {
     }
 }
 
+/// The inventory entry of a device whose call hung: its status says so (zeroed memory).
+fn unanswered(index: u32, hung: CallError) -> DeviceInfo {
+    DeviceInfo::unanswered(
+        index,
+        Default::default(),
+        crate::gpu::DeviceStatus::Error {
+            message: as_gpu(hung).to_string(),
+        },
+    )
+}
+
 impl Monitor for Deadlined {
     fn backend(&self) -> &'static str {
         self.lanes.monitor().backend()
     }
     fn versions(&self) -> crate::gpu::Result<crate::gpu::Versions> {
         self.lanes
-            .send(NO_DEVICE, Kind::Processes, |m| m.versions())
+            .send(NO_DEVICE, Kind::Memory, |m| m.versions())
             .wait()
             .map_err(as_gpu)
     }
     /// Each device asked in its own lane under the deadline: a GPU whose calls hang is an
     /// entry whose status says so (zeroed memory), and the others answer (issue 29 item 5).
+    /// Each GPU's whole read (entry, then lists) as one job on its lane, all GPUs at once:
+    /// one hand-over per GPU (issue 34). A GPU that hangs is an entry whose status says so,
+    /// or, where its entry came, lists that say so.
+    fn read_devices(
+        &self,
+        lists: ProcessLists,
+        each: &mut dyn FnMut(DeviceRead),
+    ) -> crate::gpu::Result<()> {
+        let count = self.device_count()?;
+        let pending: Vec<_> = (0..count)
+            .map(|i| (i, self.lanes.device_read(i, lists)))
+            .collect();
+        for (index, (entry, lists)) in pending {
+            let info = match entry.wait() {
+                Ok(info) => info,
+                Err(CallError::Gpu(e)) => return Err(e),
+                Err(hung) => {
+                    each(DeviceRead {
+                        info: unanswered(index, hung),
+                        lists: None,
+                    });
+                    continue;
+                }
+            };
+            let lists = lists.wait_again().map_err(as_gpu).transpose();
+            each(DeviceRead { info, lists });
+        }
+        Ok(())
+    }
     fn devices(&self) -> crate::gpu::Result<Vec<crate::gpu::DeviceInfo>> {
         let count = self.device_count()?;
         let pending: Vec<_> = (0..count)
@@ -325,18 +428,20 @@ impl Monitor for Deadlined {
             out.push(match p.wait() {
                 Ok(info) => info,
                 Err(CallError::Gpu(e)) => return Err(e),
-                Err(hung) => crate::gpu::DeviceInfo::unanswered(
-                    index,
-                    Default::default(),
-                    crate::gpu::DeviceStatus::Error {
-                        message: as_gpu(hung).to_string(),
-                    },
-                ),
+                Err(hung) => unanswered(index, hung),
             });
         }
         Ok(out)
     }
     fn device_count(&self) -> crate::gpu::Result<u32> {
+        let opened = self
+            .opened_count
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(count) = opened {
+            return Ok(count);
+        }
         self.lanes
             .send(NO_DEVICE, Kind::Memory, |m| m.device_count())
             .wait()
@@ -438,6 +543,79 @@ mod tests {
             ran <= returned,
             "stamped when read, after the call returned"
         );
+    }
+
+    /// A monitor of two GPUs whose entries answer and whose GPU 1 lists block while `hang`.
+    #[derive(Default)]
+    struct ListsHang {
+        hang: AtomicBool,
+        entries: AtomicU64,
+    }
+
+    impl Monitor for ListsHang {
+        fn backend(&self) -> &'static str {
+            "test"
+        }
+        fn versions(&self) -> Result<Versions> {
+            Err(GpuError::NoDevice("test".into()))
+        }
+        fn devices(&self) -> Result<Vec<DeviceInfo>> {
+            Ok((0..2).map(|i| self.inventory_entry(i).unwrap()).collect())
+        }
+        fn device_count(&self) -> Result<u32> {
+            Ok(2)
+        }
+        fn inventory_entry(&self, index: u32) -> Result<DeviceInfo> {
+            self.entries.fetch_add(1, Ordering::SeqCst);
+            Ok(DeviceInfo::unanswered(
+                index,
+                Default::default(),
+                crate::gpu::DeviceStatus::Ok,
+            ))
+        }
+        fn memory(&self, _: u32) -> Result<MemoryInfo> {
+            Err(GpuError::NoDevice("test".into()))
+        }
+        fn processes(&self, index: u32) -> Result<Vec<GpuProcess>> {
+            while index == 1 && self.hang.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(vec![GpuProcess {
+                pid: 100 + index,
+                used: Some(1),
+                kind: ProcessKind::Compute,
+            }])
+        }
+        fn call_counts(&self) -> CallCounts {
+            CallCounts::default()
+        }
+    }
+
+    /// Issue 34: a scan's read of each GPU is one job on its lane (entry, then lists); a GPU
+    /// whose lists hang keeps its entry and says its lists hung, and the others answer.
+    #[test]
+    fn a_scan_read_keeps_the_entry_of_a_gpu_whose_lists_hang() {
+        let monitor = Arc::new(ListsHang::default());
+        monitor.hang.store(true, Ordering::SeqCst);
+        let d = Deadlined {
+            lanes: Lanes::with_deadline(monitor.clone(), HUNG_AFTER),
+            opened_count: Mutex::new(Some(2)),
+        };
+        let mut read = Vec::new();
+        d.read_devices(ProcessLists::All, &mut |r| read.push(r))
+            .unwrap();
+        monitor.hang.store(false, Ordering::SeqCst);
+        assert_eq!(read.len(), 2);
+        assert_eq!(monitor.entries.load(Ordering::SeqCst), 2, "one entry each");
+        assert_eq!(read[1].info.index, 1);
+        assert_eq!(
+            read[0].lists.as_ref().unwrap().as_ref().unwrap()[0].pid,
+            100
+        );
+        let err = read[1].lists.as_ref().unwrap().as_ref().unwrap_err();
+        assert!(err.to_string().contains(HUNG_GAP_PREFIX), "{err}");
+        // The opened count served the read: a second one asks the monitor.
+        assert!(d.opened_count.lock().unwrap().is_none());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! `crate::backend`.
 
 pub mod cuda;
+pub mod device_read;
 pub mod lanes;
 pub mod nvml;
 pub mod visible;
@@ -21,6 +22,7 @@ pub mod visible;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use device_read::{DeviceRead, ProcessLists};
 pub use vramdoc_gpu_spec::kernel::expected_checksum;
 pub use vramdoc_gpu_spec::uuid::{format_gpu_uuid, parse_gpu_uuid};
 pub use vramdoc_gpu_spec::ProcessKind;
@@ -545,6 +547,14 @@ pub trait Monitor: Send + Sync {
             .into_iter()
             .filter(|p| p.kind == kind)
             .collect())
+    }
+    /// What a scan reads of every device: each entry, and each counted device's process
+    /// lists as `lists` picks them ([`device_read`]), handed to `each` in index order as
+    /// each GPU's read arrives (the caller works on one GPU's processes while the driver
+    /// serves the next). The default asks in turn; a monitor over lanes asks each GPU's
+    /// whole read on its lane, all GPUs at once.
+    fn read_devices(&self, lists: ProcessLists, each: &mut dyn FnMut(DeviceRead)) -> Result<()> {
+        device_read::read_in_turn(self, lists, each)
     }
     /// Queries made so far.
     fn call_counts(&self) -> CallCounts;

@@ -5,7 +5,7 @@
 //! rules). cgroup v2 controls devices by an eBPF program that cannot be read back: unknown.
 //! Minor numbers only; `diagnose::devset` maps them to GPUs and decides what they mean.
 
-use super::HostError;
+use super::{HostError, HostFiles};
 use std::path::{Path, PathBuf};
 
 type Result<T> = std::result::Result<T, HostError>;
@@ -45,11 +45,16 @@ pub fn dev_dir_of(nodes: &[PathBuf]) -> Option<PathBuf> {
 
 /// What `pid` can open among the GPU files, as far as it can be read: the minors of the
 /// files in its view of `dev_dir` (`None`: not readable, or no directory), and those its v1
-/// device cgroup allows (`None`: all of them, or not known). Never an error: a fact that
-/// cannot be read stays unknown.
-pub fn access(pid: u32, dev_dir: Option<&Path>) -> (Option<Vec<u32>>, Option<Vec<u32>>) {
+/// device cgroup allows (`None`: all of them, or not known). The machine-wide files (the
+/// mount table, a cgroup's list) come through `files`, read once for all processes. Never
+/// an error: a fact that cannot be read stays unknown.
+pub fn access(
+    pid: u32,
+    dev_dir: Option<&Path>,
+    files: &HostFiles,
+) -> (Option<Vec<u32>>, Option<Vec<u32>>) {
     let nodes = dev_dir.and_then(|d| node_minors(pid, d).ok());
-    let cgroup = match device_cgroup(pid) {
+    let cgroup = match device_cgroup(pid, files) {
         Ok(DeviceCgroup::Minors(m)) => Some(m),
         _ => None,
     };
@@ -78,8 +83,9 @@ pub enum DeviceCgroup {
 }
 
 /// `pid`'s device cgroup among the GPU files: its `devices` controller path from
-/// /proc/PID/cgroup, under the v1 `devices` hierarchy's mount point, `devices.list`.
-pub fn device_cgroup(pid: u32) -> Result<DeviceCgroup> {
+/// /proc/PID/cgroup, under the v1 `devices` hierarchy's mount point, `devices.list` (the
+/// mount point and the list through `files`).
+pub fn device_cgroup(pid: u32, files: &HostFiles) -> Result<DeviceCgroup> {
     let path = PathBuf::from(format!("/proc/{pid}/cgroup"));
     let text =
         std::fs::read_to_string(&path).map_err(|e| HostError::from_io(Some(pid), path, e))?;
@@ -87,17 +93,16 @@ pub fn device_cgroup(pid: u32) -> Result<DeviceCgroup> {
     let Some(rel) = devices_path(&text).filter(|r| !r.split('/').any(|c| c == "..")) else {
         return Ok(DeviceCgroup::Unknown);
     };
-    let info = PathBuf::from("/proc/self/mountinfo");
-    let mounts =
-        std::fs::read_to_string(&info).map_err(|e| HostError::from_io(None, info.clone(), e))?;
-    let Some(root) = devices_mount(&mounts) else {
+    let Some(root) = files.devices_mount() else {
         return Ok(DeviceCgroup::Unknown);
     };
     let list = root.join(rel.trim_start_matches('/')).join("devices.list");
-    match std::fs::read_to_string(&list) {
-        Ok(t) => Ok(parse_devices_list(&t)),
-        Err(e) => Err(HostError::from_io(Some(pid), list, e)),
-    }
+    files
+        .devices_list(&list)
+        .ok_or_else(|| HostError::Malformed {
+            path: list,
+            reason: "not readable".into(),
+        })
 }
 
 /// The path of the v1 `devices` controller in a /proc/PID/cgroup text (`4:devices:/slurm/…`).
@@ -116,7 +121,7 @@ fn devices_path(text: &str) -> Option<String> {
 
 /// The mount point of the v1 hierarchy carrying the `devices` controller, from a mountinfo
 /// text (filesystem type `cgroup`, `devices` among its super options).
-fn devices_mount(text: &str) -> Option<PathBuf> {
+pub(super) fn devices_mount(text: &str) -> Option<PathBuf> {
     text.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
         let mut r = right.split(' ');

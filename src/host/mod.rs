@@ -9,7 +9,8 @@
 //! reads the kubelet's pod and container log directories (pod names without API-server
 //! credentials) and [`podresources`] asks the kubelet's pod-resources gRPC socket which devices
 //! each pod was allocated; [`devices`] which GPU device files a process can open (its view of
-//! `/dev`, its v1 device cgroup). Callers decide what a fact means (a
+//! `/dev`, its v1 device cgroup); [`files`] holds the machine-wide files those readings share
+//! (`/etc/passwd`, the mount table, `devices.list`), read once per scan. Callers decide what a fact means (a
 //! finding, a tree member); nothing here interprets it beyond parsing. Read by hand, each
 //! saying why: `stat` and `fd` (fewer syscalls for scans of every process), `comm`,
 //! `environ` (the first of a repeated key, as `getenv`), hostname and kernel release.
@@ -18,6 +19,7 @@ pub mod cgroup;
 pub mod container;
 pub mod devfiles;
 pub mod devices;
+pub mod files;
 pub mod kubelet;
 pub mod podresources;
 pub mod process;
@@ -27,6 +29,7 @@ pub use cgroup::{cgroup_mounts, place_of, ticks_per_second, ticks_since_boot, Cg
 pub use devfiles::{
     canonical_nodes, device_maps, held_nodes, is_uvm_node, node_index, uvm_mapped_bytes, DeviceMaps,
 };
+pub use files::HostFiles;
 pub use process::{
     cgroup_paths, cmdline, comm, environ, fd_targets, is_alive, nspid, own_nspid, own_pidns_link,
     pids, start_time, stat, status, Environ, Stat, Status,

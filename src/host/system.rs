@@ -48,20 +48,10 @@ pub fn hidepid_of(mounts: &[MountInfo]) -> Option<String> {
         .filter(|v| !matches!(v.as_str(), "0" | "off"))
 }
 
-/// The login name of `uid` from `/etc/passwd`, or the number.
+/// The login name of `uid` from `/etc/passwd`, or the number (one read of the file: for
+/// many processes, [`super::HostFiles::user_name`] reads it once for all).
 pub fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let mut it = l.split(':');
-                let name = it.next()?;
-                let _pw = it.next()?;
-                let id: u32 = it.next()?.parse().ok()?;
-                (id == uid).then(|| name.to_string())
-            })
-        })
-        .unwrap_or_else(|| uid.to_string())
+    super::HostFiles::new().user_name(uid)
 }
 
 #[cfg(test)]

@@ -130,7 +130,7 @@ fn details(
     via: Option<String>,
     dev_dir: Option<&std::path::Path>,
 ) -> TreeProcess {
-    let (node_minors, cgroup_minors) = host::devices::access(pid, dev_dir);
+    let (node_minors, cgroup_minors) = host::devices::access(pid, dev_dir, &host::HostFiles::new());
     let status = host::status(pid).ok();
     let nspid = status.as_ref().map(|s| s.nspid.clone()).unwrap_or_default();
     let name = status.map(|s| crate::term::one_line(&crate::term::escape_bytes(&s.name)));

@@ -10,7 +10,7 @@
 mod open;
 mod private_box;
 
-pub use open::{open_monitor, OpenError, NVML_START_LIMIT};
+pub use open::{open_counted, open_monitor, OpenError, NVML_START_LIMIT};
 pub use private_box::{PrivateBox, PrivateBoxError};
 
 use crate::backend::{Backend, BackendKind, BoxSpec};
@@ -91,6 +91,9 @@ impl Session {
     /// [`Session::monitor`] with every later call in its own per-GPU lane under the deadline
     /// `run` uses (`gpu::lanes::Deadlined`): what `scan`, `preflight` and `serve` read.
     pub fn guarded_monitor(&self) -> Result<Box<dyn Monitor>, OpenError> {
-        self.monitor().map(crate::gpu::lanes::Deadlined::boxed)
+        let (monitor, count) = open_counted(&self.backend, &Default::default())?;
+        Ok(Box::new(crate::gpu::lanes::Deadlined::counted(
+            monitor, count,
+        )))
     }
 }

@@ -34,6 +34,15 @@ pub fn open_monitor(
     backend: &Backend,
     opening: &Arc<AtomicBool>,
 ) -> Result<Box<dyn Monitor>, OpenError> {
+    open_counted(backend, opening).map(|(m, _)| m)
+}
+
+/// [`open_monitor`] with the device count it read to see the driver answer (MIG instances
+/// included): a caller's first inventory need not ask again.
+pub fn open_counted(
+    backend: &Backend,
+    opening: &Arc<AtomicBool>,
+) -> Result<(Box<dyn Monitor>, u32), OpenError> {
     if opening.swap(true, Ordering::SeqCst) {
         return Err(OpenError::Environment(EnvironmentError(
             "NVML is still opening: an earlier nvmlInit has not returned (look for Xid \
@@ -75,5 +84,5 @@ pub fn open_monitor(
         )
         .into());
     }
-    Ok(m)
+    Ok((m, count))
 }

@@ -6,11 +6,24 @@
 use crate::common::hold::Holder;
 use crate::common::{self, fresh_box, json_ok, scans::scan_cmd};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// `vramdoc --backend real scan --json [extra]` over the simulated libraries: its report and
 /// the process-list calls it made.
 fn scan_real(dir: &Path, extra: &[&str]) -> (Value, u64) {
+    let (v, calls) = scan_calls(dir, extra);
+    let lists = calls
+        .iter()
+        .filter(|(name, _)| name.contains("RunningProcess"))
+        .map(|(_, n)| n)
+        .sum();
+    (v, lists)
+}
+
+/// `vramdoc --backend real scan --json [extra]`: its report and every NVML call it made, by
+/// entry point.
+fn scan_calls(dir: &Path, extra: &[&str]) -> (Value, BTreeMap<String, u64>) {
     let mut cmd = scan_cmd(dir, &["--json", "--backend", "real"]);
     cmd.args(extra)
         .env("LD_LIBRARY_PATH", common::simgpu_lib_dir())
@@ -20,15 +33,120 @@ fn scan_real(dir: &Path, extra: &[&str]) -> (Value, u64) {
     let pid = child.id();
     let out = child.wait_with_output().expect("scan");
     let v = json_ok(&out, "scan");
-    let lists = vramdoc_sim::calls::read_all(dir)
+    let mut calls = BTreeMap::new();
+    for c in vramdoc_sim::calls::read_all(dir)
         .expect("call counters")
         .iter()
         .filter(|c| c.pid == pid)
-        .flat_map(|c| c.calls.iter())
-        .filter(|(name, _)| name.contains("RunningProcess"))
-        .map(|(_, n)| n)
-        .sum();
-    (v, lists)
+    {
+        for (name, n) in &c.calls {
+            *calls.entry(name.clone()).or_default() += n;
+        }
+    }
+    (v, calls)
+}
+
+/// Issue 34: a scan asks each GPU each question once (its handle, its MIG mode, its facts and
+/// memory) and the driver for the count once: the open's count serves the inventory, the
+/// enumeration's handles and modes serve the entries.
+#[test]
+fn scan_asks_each_gpu_each_question_once() {
+    let b = fresh_box("4x24GiB");
+    let _h0 = Holder::start(b.path(), &[], &["--size", "1GiB"]);
+    let _h2 = Holder::start(b.path(), &[], &["--device", "2", "--size", "512MiB"]);
+    let (v, calls) = scan_calls(b.path(), &[]);
+    assert_eq!(v["scan"]["devices"].as_array().map(Vec::len), Some(4));
+    let n = |name: &str| calls.get(name).copied().unwrap_or(0);
+    for per_gpu in [
+        "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetMemoryInfo_v2",
+    ] {
+        assert_eq!(n(per_gpu), 4, "{per_gpu} once per GPU: {calls:?}");
+    }
+    assert_eq!(n("nvmlDeviceGetCount_v2"), 1, "the count once: {calls:?}");
+    assert_eq!(n("nvmlInit_v2"), 1, "{calls:?}");
+}
+
+/// The same of a GPU in MIG mode: its handle and mode once; each instance is read through the
+/// handle the enumeration opened.
+#[test]
+fn scan_asks_a_mig_gpu_its_mode_once() {
+    let b = common::clients::CliBox::new("a100-80gb", &["--mig", "3g.40gb,3g.40gb"]);
+    let (v, calls) = scan_calls(&b.dir, &[]);
+    assert_eq!(
+        v["scan"]["devices"].as_array().map(Vec::len),
+        Some(3),
+        "{v}"
+    );
+    let n = |name: &str| calls.get(name).copied().unwrap_or(0);
+    assert_eq!(n("nvmlDeviceGetHandleByIndex_v2"), 1, "{calls:?}");
+    assert_eq!(n("nvmlDeviceGetMigMode"), 1, "{calls:?}");
+    assert_eq!(n("nvmlDeviceGetCount_v2"), 1, "{calls:?}");
+}
+
+/// The files `vramdoc scan` opens, traced with strace: how many times each of `paths` was
+/// opened.
+fn opens_of_scan(dir: &Path, paths: &[&str]) -> Vec<usize> {
+    let strace = common::skip::tool("strace", "strace").expect("checked by the caller");
+    let log = tempfile::NamedTempFile::new().expect("trace file");
+    let cmd = scan_cmd(dir, &["--json"]);
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let envs: Vec<_> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+        .collect();
+    let out = std::process::Command::new(strace)
+        .args(["-f", "-qq", "-e", "trace=open,openat", "-o"])
+        .arg(log.path())
+        .arg(program)
+        .args(args)
+        .envs(envs)
+        .output()
+        .expect("strace vramdoc scan");
+    json_ok(&out, "scan under strace");
+    let text = std::fs::read_to_string(log.path()).expect("trace");
+    paths
+        .iter()
+        .map(|p| {
+            let quoted = format!("\"{p}\"");
+            text.lines()
+                .filter(|l| l.contains(&quoted) && !l.contains("= -1"))
+                .count()
+        })
+        .collect()
+}
+
+/// Issue 34: the machine-wide files every process's reading consults (`/etc/passwd` for user
+/// names, the mount table for the device cgroup) are opened once per scan, not once per
+/// process: the count is the same with one GPU process and with five.
+#[test]
+fn scan_reads_the_host_files_once() {
+    let _ = common::skip::require!("strace", common::skip::tool("strace", "strace"));
+    let files = ["/etc/passwd", "/proc/self/mountinfo"];
+    let b = fresh_box("2x24GiB");
+    let first = Holder::start(b.path(), &[], &["--size", "256MiB"]);
+    let one = opens_of_scan(b.path(), &files);
+    let _more: Vec<Holder> = (0..4)
+        .map(|i| {
+            Holder::start(
+                b.path(),
+                &[],
+                &["--device", &(i % 2).to_string(), "--size", "128MiB"],
+            )
+        })
+        .collect();
+    let five = opens_of_scan(b.path(), &files);
+    assert_eq!(one[0], 1, "/etc/passwd once with one process");
+    assert_eq!(
+        five, one,
+        "{files:?} opened as often with five processes as with one"
+    );
+    drop(first);
 }
 
 /// `(pid, device, used)` of every process of a scan report, sorted.

@@ -99,6 +99,19 @@ pub fn hang(sim: &SimBox, device: Option<u32>, mut faults: Faults) -> Result<Fau
     Ok(faults)
 }
 
+/// The driver's lock a process list is read under: a client's lists (one per GPU, from as
+/// many threads as it likes) are served one at a time, so reading eight GPUs' lists at once
+/// still costs eight list latencies, as on a real driver (docs/simulator.md, *Latency*).
+static LIST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Sleep an injected process-list latency of `us` microseconds under [`LIST_LOCK`].
+fn list_delay(us: u64) {
+    if us > 0 {
+        let _held = LIST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::sleep(Duration::from_micros(us));
+    }
+}
+
 /// Sleep an injected latency of `us` microseconds.
 fn delay(us: u64) {
     if us > 0 {
@@ -319,7 +332,7 @@ impl SimNvml {
     /// (with 0 bytes from 535.113 to the 560 series, with usage from 565).
     pub fn processes(&self, host: u32, kind: ProcessKind) -> Result<Vec<NvmlProcess>, SimError> {
         let (dev, faults) = self.device(host)?;
-        delay(faults.nvml_process_latency_us);
+        list_delay(faults.nvml_process_latency_us);
         if faults.mig_unprivileged_devices.contains(&dev.index) {
             return Err(SimError::NoPermission(dev.index));
         }

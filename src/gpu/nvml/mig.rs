@@ -28,6 +28,9 @@ pub(super) struct MigSlots {
     /// reconfiguration, which resets the GPUs).
     known: bool,
     base: u32,
+    /// Whether each of the `base` GPUs was in MIG mode (read once per enumeration; `None`:
+    /// its handle did not answer).
+    modes: Vec<Option<bool>>,
     instances: Vec<MigInstanceInfo>,
 }
 
@@ -49,9 +52,12 @@ impl NvmlMonitor {
     /// indices `count..`: how many there are.
     pub(super) fn enumerate_mig(&self, count: u32) -> u32 {
         let mut found: Vec<(usize, MigInstanceInfo)> = Vec::new();
+        let mut modes = vec![None; count as usize];
         for p in 0..count {
             let Ok(d) = self.device(p) else { continue };
-            if !in_mig_mode(&d) {
+            let on = in_mig_mode(&d);
+            modes[p as usize] = Some(on);
+            if !on {
                 continue;
             }
             let parent_uuid = d.uuid().unwrap_or_default();
@@ -86,37 +92,39 @@ impl NvmlMonitor {
         *self.mig.lock().unwrap_or_else(|e| e.into_inner()) = MigSlots {
             known: true,
             base: count,
+            modes,
             instances: found.into_iter().map(|(_, i)| i).collect(),
         };
         n
     }
 
-    /// The handle to read inventory entry `index` through: a MIG instance's cached handle,
-    /// else the GPU's (one lookup).
+    /// The handle to read inventory entry `index` through: the cached one (a MIG
+    /// instance's, or a GPU's looked up by the enumeration), else one lookup.
     pub(super) fn info_handle(&self, index: u32) -> Result<Device<'_>, NvmlError> {
-        if self.mig_slot(index).is_some() {
-            let raw = self
-                .handles
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(index as usize)
-                .copied()
-                .unwrap_or(0);
-            if raw != 0 {
-                // SAFETY: the handle came from this NVML session, which lives as long as
-                // `self`.
-                return Ok(unsafe { Device::new(raw as nvmlDevice_t, &self.nvml) });
-            }
+        let raw = self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(index as usize)
+            .copied()
+            .unwrap_or(0);
+        if raw != 0 {
+            // SAFETY: the handle came from this NVML session, which lives as long as `self`.
+            return Ok(unsafe { Device::new(raw as nvmlDevice_t, &self.nvml) });
         }
         self.nvml.device_by_index(index)
     }
 
-    /// The MIG part of inventory entry `index` read through `d`.
+    /// The MIG part of inventory entry `index` read through `d`: its mode as the last
+    /// enumeration read it (one `nvmlDeviceGetMigMode` per GPU and inventory), else asked.
     pub(super) fn mig_role(&self, index: u32, d: &Device<'_>) -> Option<MigInfo> {
         if let Some(i) = self.mig_slot(index) {
             return Some(MigInfo::Instance(i));
         }
-        in_mig_mode(d).then_some(MigInfo::Parent)
+        let known = self.known_mode(index);
+        known
+            .unwrap_or_else(|| in_mig_mode(d))
+            .then_some(MigInfo::Parent)
     }
 
     /// `Parent` for a GPU in MIG mode whose own queries failed (its mode still answers).
@@ -124,8 +132,21 @@ impl NvmlMonitor {
         if self.mig_slot(index).is_some() {
             return None;
         }
+        if let Some(known) = self.known_mode(index) {
+            return known.then_some(MigInfo::Parent);
+        }
         let d = self.device(index).ok()?;
         in_mig_mode(&d).then_some(MigInfo::Parent)
+    }
+
+    /// GPU `index`'s MIG mode as the last enumeration read it.
+    fn known_mode(&self, index: u32) -> Option<bool> {
+        let s = self.mig.lock().unwrap_or_else(|e| e.into_inner());
+        s.modes
+            .get(index as usize)
+            .copied()
+            .flatten()
+            .filter(|_| s.known)
     }
 
     fn mig_slot(&self, index: u32) -> Option<MigInstanceInfo> {

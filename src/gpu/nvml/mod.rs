@@ -3,7 +3,8 @@
 //! implements NVML.
 //!
 //! Cost per query, in NVML calls: [`Monitor::devices`] = one count, then per device one
-//! handle lookup + name, UUID, PCI info, memory (v2), utilization, temperature;
+//! handle lookup and MIG mode (the MIG enumeration's, reused by the entry) + name, UUID, PCI
+//! info, memory (v2), utilization, temperature;
 //! [`Monitor::memory`] = one `nvmlDeviceGetMemoryInfo_v2`; [`Monitor::processes`] = one
 //! `nvmlDeviceGetComputeRunningProcesses_v3` into a buffer kept between calls (a second one
 //! only when the buffer is too small). MIG instances follow the GPUs (`nvml/mig.rs`).

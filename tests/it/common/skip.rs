@@ -24,8 +24,9 @@ use std::sync::OnceLock;
 pub const VAR: &str = "VRAMDOC_ALLOW_SKIP";
 
 /// The keys [`VAR`] accepts.
-pub const KEYS: [&str; 9] = [
+pub const KEYS: [&str; 10] = [
     "unshare",
+    "strace",
     "setpriv",
     "real-driver",
     "chromium",
