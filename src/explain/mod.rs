@@ -97,17 +97,18 @@ pub fn read_snapshot(path: &Path, max_bytes: u64) -> Result<(Snapshot, u64), Exp
         });
     }
     let reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut doc =
-        pickle::decode(reader, size, pickle::Limits::for_len(size)).map_err(|source| {
-            ExplainError::Pickle {
-                path: path.to_path_buf(),
-                source,
-            }
+    // The history is converted as it is read (it is most of a snapshot).
+    let mut stream = snapshot::TraceStream::default();
+    let mut doc = pickle::decode_with(reader, size, pickle::Limits::for_len(size), &mut stream)
+        .map_err(|source| ExplainError::Pickle {
+            path: path.to_path_buf(),
+            source,
         })?;
-    let snap = snapshot::from_doc(&mut doc).map_err(|source| ExplainError::Format {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let snap =
+        snapshot::from_doc_streamed(&mut doc, stream).map_err(|source| ExplainError::Format {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok((snap, size))
 }
 

@@ -61,13 +61,30 @@ const SCAN_LIMIT: usize = 16;
 /// What [`Doc::get`] found in one large dict: per key looked up, the value (if any).
 type Found = Vec<(&'static str, Option<Packed>)>;
 
+/// The items of one list, set or tuple: its own, or a copy shared by every list of the same
+/// content ([`Doc::share`]; written to again, it gets its own).
+#[derive(Debug)]
+enum Seq {
+    Own(Vec<Packed>),
+    Shared(u32),
+}
+
+impl Default for Seq {
+    fn default() -> Self {
+        Seq::Own(Vec::new())
+    }
+}
+
 /// A decoded pickle: the root value and the arenas its containers and strings live in.
 #[derive(Debug, Default)]
 pub struct Doc {
     pub root: Option<Value>,
     strs: Vec<Box<str>>,
     bytes: Vec<Box<[u8]>>,
-    seqs: Vec<Vec<Packed>>,
+    seqs: Vec<Seq>,
+    /// Contents of lists made [`Seq::Shared`] by [`Doc::share`], each once, and by content.
+    shared: Vec<Box<[Packed]>>,
+    by_content: HashMap<Box<[Packed]>, u32>,
     maps: Vec<Vec<(Packed, Packed)>>,
     wide: Vec<Wide>,
     /// What [`Doc::get`] found in dicts of more than [`SCAN_LIMIT`] entries, per dict and
@@ -141,9 +158,8 @@ impl Doc {
     /// The items of a list, set or tuple.
     pub fn seq_of(&self, v: Value) -> Option<impl ExactSizeIterator<Item = Value> + '_> {
         match v {
-            Value::List(i) | Value::Tuple(i) => self
-                .seqs
-                .get(i as usize)
+            Value::List(_) | Value::Tuple(_) => self
+                .packed_seq(v)
                 .map(|s| s.iter().map(|p| self.unpack(*p))),
             _ => None,
         }
@@ -190,6 +206,21 @@ impl Doc {
         v.map(|v| self.unpack(v))
     }
 
+    /// The entries of a dict of at most [`SCAN_LIMIT`] entries, counted as scanned: for a
+    /// reader that looks up several keys in one pass (the last of a key counts, as in
+    /// [`Doc::get`]). `None` for a larger dict (look it up with [`Doc::get`]) or not a dict.
+    pub fn small_map(&self, v: Value) -> Option<&[(Packed, Packed)]> {
+        let Value::Dict(i) = v else {
+            return None;
+        };
+        let map = self.maps.get(i as usize)?;
+        if map.len() > SCAN_LIMIT {
+            return None;
+        }
+        self.scanned.set(self.scanned.get() + map.len() as u64);
+        Some(map)
+    }
+
     /// Dict entries looked at by [`Doc::get`] so far (at most every entry of a dict per key
     /// looked up in it).
     pub fn entries_scanned(&self) -> u64 {
@@ -201,10 +232,55 @@ impl Doc {
         self.maps.len()
     }
 
+    /// The items of a list, set or tuple, packed as the arena holds them.
+    pub fn packed_seq(&self, v: Value) -> Option<&[Packed]> {
+        match v {
+            Value::List(i) | Value::Tuple(i) => match self.seqs.get(i as usize)? {
+                Seq::Own(s) => Some(&s[..]),
+                Seq::Shared(k) => self.shared.get(*k as usize).map(|s| &s[..]),
+            },
+            _ => None,
+        }
+    }
+
+    /// Make a list hold the one shared copy of its content (kept once however many lists
+    /// hold the same items: PyTorch's stacks repeat); which copy, or `None` if `v` is not a
+    /// list. What the list reads as does not change.
+    pub fn share(&mut self, v: Value) -> Option<u32> {
+        let (Value::List(i) | Value::Tuple(i)) = v else {
+            return None;
+        };
+        let slot = self.seqs.get_mut(i as usize)?;
+        let items = match slot {
+            Seq::Shared(k) => return Some(*k),
+            Seq::Own(items) => std::mem::take(items),
+        };
+        let k = match self.by_content.get(&items[..]) {
+            Some(k) => *k,
+            None => {
+                let k = self.shared.len() as u32;
+                let items: Box<[Packed]> = items.into();
+                self.shared.push(items.clone());
+                self.by_content.insert(items, k);
+                k
+            }
+        };
+        self.seqs[i as usize] = Seq::Shared(k);
+        Some(k)
+    }
+
+    /// The items of shared copy `k` ([`Doc::share`]).
+    pub fn shared_items(&self, k: u32) -> &[Packed] {
+        self.shared.get(k as usize).map_or(&[], |s| &s[..])
+    }
+
     /// Move a list's items out of the arena (it is left empty).
     pub fn take_seq(&mut self, v: Value) -> Option<Vec<Packed>> {
         match v {
-            Value::List(i) | Value::Tuple(i) => self.seqs.get_mut(i as usize).map(std::mem::take),
+            Value::List(i) | Value::Tuple(i) => {
+                let own = self.own(i)?;
+                Some(std::mem::take(own))
+            }
             _ => None,
         }
     }
@@ -214,7 +290,7 @@ impl Doc {
         match v {
             Value::List(i) | Value::Tuple(i) => {
                 if let Some(s) = self.seqs.get_mut(i as usize) {
-                    *s = Vec::new();
+                    *s = Seq::default();
                 }
             }
             Value::Dict(i) => {
@@ -227,9 +303,44 @@ impl Doc {
         }
     }
 
+    /// A list's own items (a shared one first gets its own copy).
+    fn own(&mut self, i: u32) -> Option<&mut Vec<Packed>> {
+        let slot = self.seqs.get_mut(i as usize)?;
+        if let Seq::Shared(k) = slot {
+            let copy = self
+                .shared
+                .get(*k as usize)
+                .map_or(Vec::new(), |s| s.to_vec());
+            *slot = Seq::Own(copy);
+        }
+        match slot {
+            Seq::Own(items) => Some(items),
+            Seq::Shared(_) => None,
+        }
+    }
+
     /// Containers and strings held (for the memory report of the bench).
     pub fn counts(&self) -> (usize, usize, usize) {
         (self.seqs.len(), self.maps.len(), self.strs.len())
+    }
+}
+
+/// What may take the items appended to a list as they come, instead of the list (a typed
+/// reader converting a long list of records as it is read, so the records' dicts are not
+/// all held at once).
+pub trait Appends {
+    /// `items` are about to be appended to the list at arena index `list`; `under` is the
+    /// value stack below that list (its top last). `true`: taken, the list keeps none of
+    /// them; `false`: they are appended as usual.
+    fn take(&mut self, doc: &mut Doc, list: u32, under: &[Packed], items: &[Packed]) -> bool;
+}
+
+/// Every item stays in its list.
+pub struct KeepAll;
+
+impl Appends for KeepAll {
+    fn take(&mut self, _: &mut Doc, _: u32, _: &[Packed], _: &[Packed]) -> bool {
+        false
     }
 }
 
@@ -334,8 +445,9 @@ impl<R: Read> Input<R> {
     }
 }
 
-struct Parser<R> {
+struct Parser<'s, R> {
     input: Input<R>,
+    appends: &'s mut dyn Appends,
     limits: Limits,
     doc: Doc,
     stack: Vec<Packed>,
@@ -347,12 +459,23 @@ struct Parser<R> {
 
 /// Decode one pickle of `len` bytes from `reader`.
 pub fn decode<R: Read>(reader: R, len: u64, limits: Limits) -> Result<Doc, PickleError> {
+    decode_with(reader, len, limits, &mut KeepAll)
+}
+
+/// Decode one pickle of `len` bytes from `reader`, offering every append to `appends`.
+pub fn decode_with<R: Read>(
+    reader: R,
+    len: u64,
+    limits: Limits,
+    appends: &mut dyn Appends,
+) -> Result<Doc, PickleError> {
     let mut p = Parser {
         input: Input {
             inner: reader,
             pos: 0,
             len,
         },
+        appends,
         limits,
         doc: Doc::default(),
         stack: Vec::new(),
@@ -388,7 +511,7 @@ fn forbidden(op: u8) -> Option<&'static str> {
     })
 }
 
-impl<R: Read> Parser<R> {
+impl<R: Read> Parser<'_, R> {
     fn err(&self, what: impl Into<String>) -> PickleError {
         PickleError::Malformed {
             at: self.op_at,
@@ -458,7 +581,7 @@ impl<R: Read> Parser<R> {
 
     fn new_seq(&mut self, items: Vec<Packed>, tuple: bool) -> Value {
         let i = self.doc.seqs.len() as u32;
-        self.doc.seqs.push(items);
+        self.doc.seqs.push(Seq::Own(items));
         if tuple {
             Value::Tuple(i)
         } else {
@@ -490,7 +613,15 @@ impl<R: Read> Parser<R> {
     fn extend_seq(&mut self, target: Packed, items: Vec<Packed>) -> Result<(), PickleError> {
         match self.doc.unpack(target) {
             Value::List(i) => {
-                let seq = &mut self.doc.seqs[i as usize];
+                // The target is the stack's top (APPEND, APPENDS); below it, its context.
+                let under = &self.stack[..self.stack.len().saturating_sub(1)];
+                if self.appends.take(&mut self.doc, i, under, &items) {
+                    return Ok(());
+                }
+                let seq = self.doc.own(i).ok_or_else(|| PickleError::Malformed {
+                    at: 0,
+                    what: "a list out of range".into(),
+                })?;
                 // Exact for a list filled in one batch (most); amortized for long ones.
                 if seq.is_empty() {
                     seq.reserve_exact(items.len());
