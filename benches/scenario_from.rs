@@ -110,7 +110,7 @@ fn steady_round(out: &mut BufWriter<std::fs::File>, line: &mut Line, i: u64, t: 
         .map(|d| Some(job + 500 * MIB + if d == 0 { neighbour.unwrap_or(0) } else { 0 }))
         .collect();
     let mut n = line(out, &StreamLine::Memory { t_ms: t, used });
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         for d in 0..GPUS {
             n = line(
                 out,
@@ -158,7 +158,7 @@ fn churn_round(out: &mut BufWriter<std::fs::File>, line: &mut Line, k: u64, t: f
     let nb: Vec<u64> = (0..8).map(|g| ((k / 20 + g) % 9) * GIB).collect();
     let used = job.iter().zip(&nb).map(|(j, n)| Some(j + n)).collect();
     let mut n = line(out, &StreamLine::Memory { t_ms: t, used });
-    if k % 5 == 0 {
+    if k.is_multiple_of(5) {
         for g in 0..8u32 {
             n = line(
                 out,
@@ -184,7 +184,7 @@ fn churn_round(out: &mut BufWriter<std::fs::File>, line: &mut Line, k: u64, t: f
             }
         }
     }
-    if k % 100 == 0 {
+    if k.is_multiple_of(100) {
         n = line(
             out,
             &StreamLine::Marker {

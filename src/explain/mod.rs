@@ -1,12 +1,13 @@
 //! `vramdoc explain`'s engine: a PyTorch memory snapshot (the pickle
 //! `torch.cuda.memory._dump_snapshot` writes) read by a restricted reader that executes
-//! nothing ([`pickle`]), typed ([`snapshot`]), and explained per device: the numbers at the
-//! OOM, the cause they decide ([`causes`]), the allocation sites ([`sites`]) and the fix
-//! ([`fixes`]). [`inject`] is `run --torch-memory`: the `sitecustomize` that makes a job dump
+//! nothing ([`pickle`], into a [`doc`]), typed ([`snapshot`]), and explained per device: the
+//! numbers at the OOM, the cause they decide ([`causes`]), the allocation sites ([`sites`])
+//! and the fix ([`fixes`]). [`inject`] is `run --torch-memory`: the `sitecustomize` that makes a job dump
 //! a snapshot at its OOM, and the join of that snapshot with the run's findings.
 //! Pure apart from reading the one file; renderers live in `report::explain*`.
 
 pub mod causes;
+pub mod doc;
 pub mod explanation;
 pub mod fixes;
 pub mod inject;

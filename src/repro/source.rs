@@ -1,6 +1,7 @@
 //! What a recording gives the converter, from either of its two forms: the `run` section of
 //! a JSON report, or the `--samples` JSONL stream (also one cut short by a crash: every whole
-//! line is used), read line by line in bounded memory ([`from_samples_reader`]). Command lines, environments and process names are never read into it,
+//! line is used), read line by line in bounded memory ([`from_samples_reader`]). Command
+//! lines, environments and process names are never read into it,
 //! except to see whether an inference engine claims a share of the card (`engine_claim`:
 //! only the engine's name and the word or flag that showed it are kept).
 
