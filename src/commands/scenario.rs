@@ -18,12 +18,31 @@ pub fn run(cmd: &ScenarioCommand) -> Result<i32> {
     }
 }
 
-fn convert_text(text: &str, file: &Path) -> Result<Converted> {
+/// Convert the recording at `file`. A `--samples` stream (its first line a header) is read
+/// as a stream, in bounded memory and of any length; a report is read whole (at most
+/// [`crate::input::MAX_REPORT_BYTES`]).
+fn convert_file(file: &Path) -> Result<Converted> {
+    use std::io::Read;
     let name = file.display().to_string();
-    let src = if source::looks_like_samples(text) {
-        source::from_samples(text, &name)
+    let usage = |e: &dyn std::fmt::Display| UsageError(e.to_string());
+    let (f, _) = crate::input::open_regular(file).map_err(|e| usage(&e))?;
+    let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+    let mut first = Vec::new();
+    let header = match source::next_line(&mut r, &mut first) {
+        Ok(Some(_)) => source::first_line_is_header(&first),
+        Ok(None) | Err(source::LineError::TooLong) => false,
+        Err(source::LineError::Io(e)) => {
+            return Err(usage(&format!("{name}: {e}")).into());
+        }
+    };
+    let src = if header {
+        first.push(b'\n');
+        source::from_samples_reader(std::io::Cursor::new(first).chain(r), &name)
     } else {
-        let report = crate::report::read::parse_report(text, file).map_err(|e| match e {
+        drop(r);
+        let text = crate::input::read_text(file, crate::input::MAX_REPORT_BYTES, "reports")
+            .map_err(|e| usage(&e))?;
+        let report = crate::report::read::parse_report(&text, file).map_err(|e| match e {
             crate::report::read::ReadError::NotReport { .. } => {
                 UsageError(repro::ReproError::NotRecording { file: name.clone() }.to_string())
             }
@@ -31,7 +50,7 @@ fn convert_text(text: &str, file: &Path) -> Result<Converted> {
         })?;
         source::from_report(&report, &name)
     }
-    .map_err(|e| UsageError(e.to_string()))?;
+    .map_err(|e| usage(&e))?;
     repro::convert_source(&src, crate::backend::recorded_box_spec)
         .map_err(|e| UsageError(format!("{name}: {e}")).into())
 }
@@ -43,9 +62,7 @@ fn from(args: &ScenarioFromArgs) -> Result<i32> {
         ..Outputs::default()
     })
     .map_err(|e| UsageError(e.to_string()))?;
-    let text = crate::input::read_text(&args.input, crate::input::MAX_REPORT_BYTES, "reports")
-        .map_err(|e| UsageError(e.to_string()))?;
-    let converted = convert_text(&text, &args.input)?;
+    let converted = convert_file(&args.input)?;
     match &args.out {
         Some(out) => {
             sink.file(out, converted.toml.as_bytes())

@@ -1,12 +1,13 @@
 //! `vramdoc explain`'s engine: a PyTorch memory snapshot (the pickle
 //! `torch.cuda.memory._dump_snapshot` writes) read by a restricted reader that executes
-//! nothing ([`pickle`]), typed ([`snapshot`]), and explained per device: the numbers at the
-//! OOM, the cause they decide ([`causes`]), the allocation sites ([`sites`]) and the fix
-//! ([`fixes`]). [`inject`] is `run --torch-memory`: the `sitecustomize` that makes a job dump
+//! nothing ([`pickle`], into a [`doc`]), typed ([`snapshot`]), and explained per device: the
+//! numbers at the OOM, the cause they decide ([`causes`]), the allocation sites ([`sites`])
+//! and the fix ([`fixes`]). [`inject`] is `run --torch-memory`: the `sitecustomize` that makes a job dump
 //! a snapshot at its OOM, and the join of that snapshot with the run's findings.
 //! Pure apart from reading the one file; renderers live in `report::explain*`.
 
 pub mod causes;
+pub mod doc;
 pub mod explanation;
 pub mod fixes;
 pub mod inject;
@@ -97,17 +98,18 @@ pub fn read_snapshot(path: &Path, max_bytes: u64) -> Result<(Snapshot, u64), Exp
         });
     }
     let reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut doc =
-        pickle::decode(reader, size, pickle::Limits::for_len(size)).map_err(|source| {
-            ExplainError::Pickle {
-                path: path.to_path_buf(),
-                source,
-            }
+    // The history is converted as it is read (it is most of a snapshot).
+    let mut stream = snapshot::TraceStream::default();
+    let mut doc = pickle::decode_with(reader, size, pickle::Limits::for_len(size), &mut stream)
+        .map_err(|source| ExplainError::Pickle {
+            path: path.to_path_buf(),
+            source,
         })?;
-    let snap = snapshot::from_doc(&mut doc).map_err(|source| ExplainError::Format {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let snap =
+        snapshot::from_doc_streamed(&mut doc, stream).map_err(|source| ExplainError::Format {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok((snap, size))
 }
 

@@ -12,224 +12,27 @@
 //! file costs), a cycle is harmless, and dropping a document never recurses.
 //! Opcode numbers and meanings: CPython `Lib/pickletools.py` and `Lib/pickle.py`.
 
-use std::collections::HashMap;
 use std::io::Read;
 use thiserror::Error;
 
-/// One decoded value. Containers and strings are indexes into the [`Doc`]'s arenas.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value {
-    None,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(u32),
-    Bytes(u32),
-    /// A list or a set (`seqs`).
-    List(u32),
-    /// A tuple (`seqs`).
-    Tuple(u32),
-    Dict(u32),
+pub use super::doc::*;
+
+/// What may take the items appended to a list as they come, instead of the list (a typed
+/// reader converting a long list of records as it is read, so the records' dicts are not
+/// all held at once).
+pub trait Appends {
+    /// `items` are about to be appended to the list at arena index `list`; `under` is the
+    /// value stack below that list (its top last). `true`: taken, the list keeps none of
+    /// them; `false`: they are appended as usual.
+    fn take(&mut self, doc: &mut Doc, list: u32, under: &[Packed], items: &[Packed]) -> bool;
 }
 
-/// A [`Value`] packed in 8 bytes as the arenas store it: a 3-bit tag and a 61-bit payload
-/// (integers that do not fit, and floats, go to a side table). Snapshots are mostly
-/// containers of small integers and references, so this halves the reader's memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Packed(u64);
+/// Every item stays in its list.
+pub struct KeepAll;
 
-const T_ATOM: u64 = 0;
-const T_INT: u64 = 1;
-const T_STR: u64 = 2;
-const T_BYTES: u64 = 3;
-const T_LIST: u64 = 4;
-const T_TUPLE: u64 = 5;
-const T_DICT: u64 = 6;
-const T_WIDE: u64 = 7;
-
-/// A number that does not fit a [`Packed`] payload.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Wide {
-    Int(i64),
-    Float(f64),
-}
-
-/// Entries of a dict beyond which [`Doc::get`] remembers what it found (a snapshot's dicts
-/// hold at most a dozen keys; a crafted one may hold millions and be referenced as often).
-const SCAN_LIMIT: usize = 16;
-
-/// What [`Doc::get`] found in one large dict: per key looked up, the value (if any).
-type Found = Vec<(&'static str, Option<Packed>)>;
-
-/// A decoded pickle: the root value and the arenas its containers and strings live in.
-#[derive(Debug, Default)]
-pub struct Doc {
-    pub root: Option<Value>,
-    strs: Vec<Box<str>>,
-    bytes: Vec<Box<[u8]>>,
-    seqs: Vec<Vec<Packed>>,
-    maps: Vec<Vec<(Packed, Packed)>>,
-    wide: Vec<Wide>,
-    /// What [`Doc::get`] found in dicts of more than [`SCAN_LIMIT`] entries, per dict and
-    /// key: each such dict is scanned once per key however often it is looked up, so the
-    /// time to read a file stays linear in it (issue 39 item 2).
-    found: std::cell::RefCell<HashMap<u32, Found>>,
-    /// Dict entries [`Doc::get`] has compared (the measure of its work the tests bound).
-    scanned: std::cell::Cell<u64>,
-}
-
-impl Doc {
-    fn pack(&mut self, v: Value) -> Packed {
-        let tagged = |tag: u64, i: u32| Packed(((i as u64) << 3) | tag);
-        match v {
-            Value::None => Packed(T_ATOM),
-            Value::Bool(b) => Packed(((1 + b as u64) << 3) | T_ATOM),
-            Value::Int(i) if (i << 3) >> 3 == i => Packed(((i << 3) as u64) | T_INT),
-            Value::Int(i) => {
-                self.wide.push(Wide::Int(i));
-                tagged(T_WIDE, (self.wide.len() - 1) as u32)
-            }
-            Value::Float(f) => {
-                self.wide.push(Wide::Float(f));
-                tagged(T_WIDE, (self.wide.len() - 1) as u32)
-            }
-            Value::Str(i) => tagged(T_STR, i),
-            Value::Bytes(i) => tagged(T_BYTES, i),
-            Value::List(i) => tagged(T_LIST, i),
-            Value::Tuple(i) => tagged(T_TUPLE, i),
-            Value::Dict(i) => tagged(T_DICT, i),
-        }
-    }
-
-    /// The value a packed one stands for.
-    pub fn unpack(&self, p: Packed) -> Value {
-        let idx = (p.0 >> 3) as u32;
-        match p.0 & 7 {
-            T_ATOM => match p.0 >> 3 {
-                1 => Value::Bool(false),
-                2 => Value::Bool(true),
-                _ => Value::None,
-            },
-            T_INT => Value::Int((p.0 as i64) >> 3),
-            T_STR => Value::Str(idx),
-            T_BYTES => Value::Bytes(idx),
-            T_LIST => Value::List(idx),
-            T_TUPLE => Value::Tuple(idx),
-            T_DICT => Value::Dict(idx),
-            _ => match self.wide.get(idx as usize) {
-                Some(Wide::Int(i)) => Value::Int(*i),
-                Some(Wide::Float(f)) => Value::Float(*f),
-                None => Value::None,
-            },
-        }
-    }
-
-    pub fn str_of(&self, v: Value) -> Option<&str> {
-        match v {
-            Value::Str(i) => self.strs.get(i as usize).map(|s| &**s),
-            _ => None,
-        }
-    }
-
-    pub fn bytes_of(&self, v: Value) -> Option<&[u8]> {
-        match v {
-            Value::Bytes(i) => self.bytes.get(i as usize).map(|s| &**s),
-            _ => None,
-        }
-    }
-
-    /// The items of a list, set or tuple.
-    pub fn seq_of(&self, v: Value) -> Option<impl ExactSizeIterator<Item = Value> + '_> {
-        match v {
-            Value::List(i) | Value::Tuple(i) => self
-                .seqs
-                .get(i as usize)
-                .map(|s| s.iter().map(|p| self.unpack(*p))),
-            _ => None,
-        }
-    }
-
-    /// The entries of a dict, in pickle order.
-    pub fn map_of(&self, v: Value) -> Option<impl ExactSizeIterator<Item = (Value, Value)> + '_> {
-        match v {
-            Value::Dict(i) => self
-                .maps
-                .get(i as usize)
-                .map(|m| m.iter().map(|(k, v)| (self.unpack(*k), self.unpack(*v)))),
-            _ => None,
-        }
-    }
-
-    /// The value under a string key of a dict (the last one, as Python keeps it). Constant
-    /// time per dict and key after the first look into a large dict.
-    pub fn get(&self, dict: Value, key: &'static str) -> Option<Value> {
-        let Value::Dict(i) = dict else {
-            return None;
-        };
-        let map = self.maps.get(i as usize)?;
-        let scan = || {
-            self.scanned.set(self.scanned.get() + map.len() as u64);
-            map.iter()
-                .rev()
-                .find(|(k, _)| self.str_of(self.unpack(*k)) == Some(key))
-                .map(|(_, v)| *v)
-        };
-        if map.len() <= SCAN_LIMIT {
-            return scan().map(|v| self.unpack(v));
-        }
-        let mut found = self.found.borrow_mut();
-        let keys = found.entry(i).or_default();
-        let v = match keys.iter().find(|(k, _)| *k == key) {
-            Some((_, v)) => *v,
-            None => {
-                let v = scan();
-                keys.push((key, v));
-                v
-            }
-        };
-        v.map(|v| self.unpack(v))
-    }
-
-    /// Dict entries looked at by [`Doc::get`] so far (at most every entry of a dict per key
-    /// looked up in it).
-    pub fn entries_scanned(&self) -> u64 {
-        self.scanned.get()
-    }
-
-    /// Dicts in the document (the budget of what a typed reading may build from it).
-    pub fn dicts(&self) -> usize {
-        self.maps.len()
-    }
-
-    /// Move a list's items out of the arena (it is left empty).
-    pub fn take_seq(&mut self, v: Value) -> Option<Vec<Packed>> {
-        match v {
-            Value::List(i) | Value::Tuple(i) => self.seqs.get_mut(i as usize).map(std::mem::take),
-            _ => None,
-        }
-    }
-
-    /// Release a container's items (it reads as empty afterwards).
-    pub fn free(&mut self, v: Value) {
-        match v {
-            Value::List(i) | Value::Tuple(i) => {
-                if let Some(s) = self.seqs.get_mut(i as usize) {
-                    *s = Vec::new();
-                }
-            }
-            Value::Dict(i) => {
-                if let Some(m) = self.maps.get_mut(i as usize) {
-                    *m = Vec::new();
-                }
-                self.found.get_mut().remove(&i);
-            }
-            _ => {}
-        }
-    }
-
-    /// Containers and strings held (for the memory report of the bench).
-    pub fn counts(&self) -> (usize, usize, usize) {
-        (self.seqs.len(), self.maps.len(), self.strs.len())
+impl Appends for KeepAll {
+    fn take(&mut self, _: &mut Doc, _: u32, _: &[Packed], _: &[Packed]) -> bool {
+        false
     }
 }
 
@@ -334,8 +137,9 @@ impl<R: Read> Input<R> {
     }
 }
 
-struct Parser<R> {
+struct Parser<'s, R> {
     input: Input<R>,
+    appends: &'s mut dyn Appends,
     limits: Limits,
     doc: Doc,
     stack: Vec<Packed>,
@@ -347,12 +151,23 @@ struct Parser<R> {
 
 /// Decode one pickle of `len` bytes from `reader`.
 pub fn decode<R: Read>(reader: R, len: u64, limits: Limits) -> Result<Doc, PickleError> {
+    decode_with(reader, len, limits, &mut KeepAll)
+}
+
+/// Decode one pickle of `len` bytes from `reader`, offering every append to `appends`.
+pub fn decode_with<R: Read>(
+    reader: R,
+    len: u64,
+    limits: Limits,
+    appends: &mut dyn Appends,
+) -> Result<Doc, PickleError> {
     let mut p = Parser {
         input: Input {
             inner: reader,
             pos: 0,
             len,
         },
+        appends,
         limits,
         doc: Doc::default(),
         stack: Vec::new(),
@@ -388,7 +203,7 @@ fn forbidden(op: u8) -> Option<&'static str> {
     })
 }
 
-impl<R: Read> Parser<R> {
+impl<R: Read> Parser<'_, R> {
     fn err(&self, what: impl Into<String>) -> PickleError {
         PickleError::Malformed {
             at: self.op_at,
@@ -458,7 +273,7 @@ impl<R: Read> Parser<R> {
 
     fn new_seq(&mut self, items: Vec<Packed>, tuple: bool) -> Value {
         let i = self.doc.seqs.len() as u32;
-        self.doc.seqs.push(items);
+        self.doc.seqs.push(Seq::Own(items));
         if tuple {
             Value::Tuple(i)
         } else {
@@ -490,7 +305,15 @@ impl<R: Read> Parser<R> {
     fn extend_seq(&mut self, target: Packed, items: Vec<Packed>) -> Result<(), PickleError> {
         match self.doc.unpack(target) {
             Value::List(i) => {
-                let seq = &mut self.doc.seqs[i as usize];
+                // The target is the stack's top (APPEND, APPENDS); below it, its context.
+                let under = &self.stack[..self.stack.len().saturating_sub(1)];
+                if self.appends.take(&mut self.doc, i, under, &items) {
+                    return Ok(());
+                }
+                let seq = self.doc.own(i).ok_or_else(|| PickleError::Malformed {
+                    at: 0,
+                    what: "a list out of range".into(),
+                })?;
                 // Exact for a list filled in one batch (most); amortized for long ones.
                 if seq.is_empty() {
                     seq.reserve_exact(items.len());

@@ -30,7 +30,7 @@
 //! entries) are counted against [`record_budget`], one per dict in the file: a file that
 //! repeats one segment or block by memo reference is refused before it is expanded.
 
-use super::pickle::{Doc, Value};
+use super::pickle::{Appends, Doc, Packed, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use thiserror::Error;
@@ -172,19 +172,24 @@ struct State {
     out: Snapshot,
 }
 
+/// The refusal of a file holding more records than `budget` ([`record_budget`]).
+fn over_budget(budget: u64) -> FormatError {
+    FormatError::Budget(format!(
+        "the file repeats segments, blocks or history entries by reference: more than \
+         {} records from {} dicts, over the budget of one per dict plus {RECORD_SLACK} \
+         (a PyTorch snapshot never shares them); refused as a precaution, see \
+         docs/explain.md \"Safety\"",
+        budget,
+        budget.saturating_sub(RECORD_SLACK)
+    ))
+}
+
 impl State {
     /// Count `n` more records, refusing past the budget.
     fn records(&mut self, n: u64) -> Result<(), FormatError> {
         self.records = self.records.saturating_add(n);
         if self.records > self.budget {
-            return Err(FormatError::Budget(format!(
-                "the file repeats segments, blocks or history entries by reference: more than \
-                 {} records from {} dicts, over the budget of one per dict plus {RECORD_SLACK} \
-                 (a PyTorch snapshot never shares them); refused as a precaution, see \
-                 docs/explain.md \"Safety\"",
-                self.budget,
-                self.budget - RECORD_SLACK
-            )));
+            return Err(over_budget(self.budget));
         }
         Ok(())
     }
@@ -328,12 +333,20 @@ impl<'a> Builder<'a> {
             return Some(*id);
         }
         let doc = self.doc;
-        let items = doc.seq_of(list)?;
-        if items.len() == 0 {
+        let id = self.stack_items(doc.packed_seq(list)?)?;
+        self.st.stack_by_list.insert(li, id);
+        Some(id)
+    }
+
+    /// The interned stack of the items of a `frames` list.
+    fn stack_items(&mut self, items: &[Packed]) -> Option<u32> {
+        if items.is_empty() {
             return None;
         }
+        let doc = self.doc;
         let ids: Box<[u32]> = items
-            .filter_map(|f| self.frame(f))
+            .iter()
+            .filter_map(|f| self.frame(doc.unpack(*f)))
             .collect::<Vec<_>>()
             .into();
         let id = match self.st.stack_by_frames.get(&ids) {
@@ -345,7 +358,6 @@ impl<'a> Builder<'a> {
                 id
             }
         };
-        self.st.stack_by_list.insert(li, id);
         Some(id)
     }
 
@@ -442,36 +454,164 @@ impl<'a> Builder<'a> {
     }
 
     fn entry(&mut self, e: Value, d: usize, i: usize) -> Result<TraceEntry, FormatError> {
-        let action = match self.field(e, "action").and_then(|v| self.doc.str_of(v)) {
-            Some("alloc") => Action::Alloc,
-            Some("free_requested") => Action::FreeRequested,
-            Some("free_completed") => Action::FreeCompleted,
-            Some("segment_alloc") | Some("segment_map") => Action::SegmentAlloc,
-            Some("segment_free") | Some("segment_unmap") => Action::SegmentFree,
-            Some("oom") => Action::Oom,
-            Some(_) => Action::Other,
-            None => {
-                return Err(FormatError::Field(format!(
-                    "device_traces[{d}][{i}] has no `action`"
-                )))
+        let (mut entry, frames) = entry_fields(self.doc, e).ok_or_else(|| no_action(d, i))?;
+        entry.stack = self.stack(frames).unwrap_or(u32::MAX);
+        Ok(entry)
+    }
+}
+
+fn no_action(d: usize, i: usize) -> FormatError {
+    FormatError::Field(format!("device_traces[{d}][{i}] has no `action`"))
+}
+
+/// The keys of a history entry read, in [`entry_fields`]' order.
+const ENTRY_KEYS: [&str; 7] = [
+    "action",
+    "addr",
+    "size",
+    "stream",
+    "device_free",
+    "time_us",
+    "frames",
+];
+
+/// A history entry's fields but its stack, and its `frames`; `None` when it has no `action`.
+/// A small dict (all PyTorch writes) is read in one pass over its entries.
+fn entry_fields(doc: &Doc, e: Value) -> Option<(TraceEntry, Option<Value>)> {
+    let mut f: [Option<Value>; 7] = [None; 7];
+    match doc.small_map(e) {
+        Some(map) => {
+            for (k, v) in map {
+                let Some(key) = doc.str_of(doc.unpack(*k)) else {
+                    continue;
+                };
+                if let Some(at) = ENTRY_KEYS.iter().position(|x| *x == key) {
+                    f[at] = Some(doc.unpack(*v));
+                }
             }
-        };
-        let frames = self.field(e, "frames");
-        Ok(TraceEntry {
-            action,
-            addr: self.opt_u64(e, "addr").unwrap_or(0),
-            size: self.opt_size(e, "size").unwrap_or(0),
-            stream: self.opt_u64(e, "stream").unwrap_or(0),
-            device_free: self.opt_size(e, "device_free").unwrap_or(u64::MAX),
-            time_us: self.field(e, "time_us").and_then(int).unwrap_or(i64::MIN),
-            stack: self.stack(frames).unwrap_or(u32::MAX),
-        })
+        }
+        None => {
+            for (at, key) in ENTRY_KEYS.iter().enumerate() {
+                f[at] = doc.get(e, key);
+            }
+        }
+    }
+    let action = match f[0].and_then(|v| doc.str_of(v)) {
+        Some("alloc") => Action::Alloc,
+        Some("free_requested") => Action::FreeRequested,
+        Some("free_completed") => Action::FreeCompleted,
+        Some("segment_alloc") | Some("segment_map") => Action::SegmentAlloc,
+        Some("segment_free") | Some("segment_unmap") => Action::SegmentFree,
+        Some("oom") => Action::Oom,
+        Some(_) => Action::Other,
+        None => return None,
+    };
+    let sz = |v: Option<Value>| match size_of(v) {
+        Size::Bytes(b) => Some(b),
+        _ => None,
+    };
+    let entry = TraceEntry {
+        action,
+        addr: f[1].and_then(uint).unwrap_or(0),
+        size: sz(f[2]).unwrap_or(0),
+        stream: f[3].and_then(uint).unwrap_or(0),
+        device_free: sz(f[4]).unwrap_or(u64::MAX),
+        time_us: f[5].and_then(int).unwrap_or(i64::MIN),
+        stack: u32::MAX,
+    };
+    Some((entry, f[6]))
+}
+
+/// One `device_traces[d]` list whose entries were converted as they were read.
+#[derive(Default)]
+struct StreamedList {
+    /// Converted entries; their `stack` is a [`Doc::share`] copy (`u32::MAX`: none).
+    entries: Vec<TraceEntry>,
+    /// Entries appended (with those not converted after an error).
+    count: u64,
+    /// The first entry without an `action` (index among the streamed ones).
+    error_at: Option<u64>,
+}
+
+/// History entries converted while the pickle is read ([`Appends`]): the items appended to a
+/// list that sits right above `"device_traces"`'s list on the stack (the place Python's
+/// pickler writes each device's history) become [`TraceEntry`]s at once, their dicts are
+/// released and their frames lists held once per distinct content ([`Doc::share`]), so the
+/// entries' dicts are never all in memory (a 1 GB snapshot is mostly history). What
+/// [`from_doc_streamed`] makes of it is what [`from_doc`] makes of the whole document, the
+/// entries' order and stacks included.
+///
+/// Bounded like the rest: the entries taken may not pass one per dict read so far plus
+/// [`RECORD_SLACK`] (a file that repeats one entry by reference is refused, see
+/// [`record_budget`]).
+#[derive(Default)]
+pub struct TraceStream {
+    lists: HashMap<u32, StreamedList>,
+    taken: u64,
+    /// The budget the entries taken went past, when they did.
+    over: Option<u64>,
+}
+
+/// Whether `under` (the stack below a list) is `"device_traces"` and its list.
+fn in_device_traces(doc: &Doc, under: &[Packed]) -> bool {
+    let n = under.len();
+    n >= 2
+        && matches!(doc.unpack(under[n - 1]), Value::List(_))
+        && doc.str_of(doc.unpack(under[n - 2])) == Some("device_traces")
+}
+
+impl Appends for TraceStream {
+    fn take(&mut self, doc: &mut Doc, list: u32, under: &[Packed], items: &[Packed]) -> bool {
+        if !self.lists.contains_key(&list) && !in_device_traces(doc, under) {
+            return false;
+        }
+        if self.over.is_some() {
+            // Refused already (by `from_doc_streamed`): nothing more is kept.
+            return true;
+        }
+        let budget = record_budget(doc);
+        self.taken = self.taken.saturating_add(items.len() as u64);
+        if self.taken > budget {
+            self.over = Some(budget);
+            self.lists.clear();
+            return true;
+        }
+        let mut l = self.lists.remove(&list).unwrap_or_default();
+        for p in items {
+            let e = doc.unpack(*p);
+            if l.error_at.is_none() {
+                match entry_fields(doc, e) {
+                    Some((mut entry, frames)) => {
+                        // Its frames list, shared with the lists of the same content (the
+                        // list may be a live block's too: it still reads the same).
+                        if let Some(k) = frames
+                            .filter(|f| matches!(f, Value::List(_)))
+                            .and_then(|f| doc.share(f))
+                        {
+                            entry.stack = k;
+                        }
+                        l.entries.push(entry);
+                    }
+                    None => l.error_at = Some(l.count),
+                }
+            }
+            l.count += 1;
+            // Converted: its dict is not needed again.
+            doc.free(e);
+        }
+        self.lists.insert(list, l);
+        true
     }
 }
 
 /// The snapshot in a decoded pickle. The history's entries are released from `doc` as they
 /// are converted, so the two are not both whole in memory at once.
 pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
+    from_doc_streamed(doc, TraceStream::default())
+}
+
+/// The snapshot in a pickle decoded with `stream` taking the history's entries.
+pub fn from_doc_streamed(doc: &mut Doc, mut stream: TraceStream) -> Result<Snapshot, FormatError> {
     let root = doc
         .root
         .ok_or_else(|| FormatError::Field("the pickle is empty".into()))?;
@@ -508,17 +648,29 @@ pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
             b.st.out.segments.push(seg);
         }
     }
+    if let Some(budget) = stream.over {
+        return Err(over_budget(budget));
+    }
+    // Each streamed frames list's stack, interned when first used (in the order of
+    // `from_doc`'s walk: the same ids).
+    let mut stacks: HashMap<u32, Option<u32>> = HashMap::new();
     if let Some(t) = traces_v {
         let devices: Vec<Value> = doc
             .seq_of(t)
             .ok_or_else(|| FormatError::Field("`device_traces` is not a list".into()))?
             .collect();
         for (d, entries) in devices.into_iter().enumerate() {
+            let streamed = match entries {
+                Value::List(li) => stream.lists.remove(&li),
+                _ => None,
+            };
             let list = doc
                 .take_seq(entries)
                 .ok_or_else(|| FormatError::Field(format!("`device_traces[{d}]` is not a list")))?;
-            st.records(list.len() as u64)?;
-            let mut out = Vec::with_capacity(list.len());
+            st.records(list.len() as u64 + streamed.as_ref().map_or(0, |s| s.count))?;
+            let mut out =
+                Vec::with_capacity(list.len() + streamed.as_ref().map_or(0, |s| s.entries.len()));
+            let first = list.len();
             for (i, p) in list.into_iter().enumerate() {
                 let e = doc.unpack(p);
                 let mut b = Builder {
@@ -531,6 +683,30 @@ pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
                 doc.free(e);
                 if let Some(f) = frames {
                     doc.free(f);
+                }
+            }
+            if let Some(s) = streamed {
+                if let Some(j) = s.error_at {
+                    return Err(no_action(d, first + j as usize));
+                }
+                let mut b = Builder {
+                    doc: &*doc,
+                    st: &mut st,
+                };
+                for mut e in s.entries {
+                    if e.stack != u32::MAX {
+                        let k = e.stack;
+                        let id = match stacks.get(&k) {
+                            Some(id) => *id,
+                            None => {
+                                let id = b.stack_items(doc.shared_items(k));
+                                stacks.insert(k, id);
+                                id
+                            }
+                        };
+                        e.stack = id.unwrap_or(u32::MAX);
+                    }
+                    out.push(e);
                 }
             }
             st.out.traces.push(out);

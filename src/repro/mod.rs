@@ -36,6 +36,8 @@ pub enum ReproError {
         line: usize,
         message: String,
     },
+    #[error("{file}: {message}")]
+    Read { file: String, message: String },
     #[error(
         "the recording has no memory samples (record a longer run: one sample every --period)"
     )]

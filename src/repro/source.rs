@@ -1,14 +1,16 @@
 //! What a recording gives the converter, from either of its two forms: the `run` section of
 //! a JSON report, or the `--samples` JSONL stream (also one cut short by a crash: every whole
-//! line is used). Command lines, environments and process names are never read into it,
+//! line is used), read line by line in bounded memory ([`from_samples_reader`]). Command
+//! lines, environments and process names are never read into it,
 //! except to see whether an inference engine claims a share of the card (`engine_claim`:
 //! only the engine's name and the word or flag that showed it are kept).
 
 use super::ReproError;
 use crate::diagnose::{self, ErrorEvent, ErrorKind, RecordedDevice, RecordedProcess, Recording};
 use crate::model::{DeviceSeries, Marker, MarkerKind, ProcessSample, Report, Timeline};
+use crate::record::bounded::{ListRuns, Resolution, SeriesBuilder};
 use crate::record::stream::{StreamLine, STREAM_VERSION};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One GPU of the recording (NVML index, product name, total bytes).
 #[derive(Debug, Clone, PartialEq)]
@@ -140,44 +142,209 @@ pub fn from_report(report: &Report, file: &str) -> Result<Source, ReproError> {
 
 /// Whether `text` is a `--samples` stream (its first line is a `header`).
 pub fn looks_like_samples(text: &str) -> bool {
-    let first = text.lines().next().unwrap_or("");
-    serde_json::from_str::<StreamLine>(first).is_ok_and(|l| matches!(l, StreamLine::Header { .. }))
+    first_line_is_header(text.lines().next().unwrap_or("").as_bytes())
+}
+
+/// Whether a stream's first line (without its newline) is a `header`.
+pub fn first_line_is_header(first: &[u8]) -> bool {
+    serde_json::from_slice::<StreamLine>(first)
+        .is_ok_and(|l| matches!(l, StreamLine::Header { .. }))
 }
 
 /// Most bytes a reading may say (1 PiB): a stream is untrusted input, and sums of many
 /// readings must not overflow.
 const MAX_READING: u64 = 1 << 50;
 
-/// A `--samples` JSONL stream; a last line cut in the middle (a crash) is left out, any
-/// other bad line is an error naming it. Findings are decided here on what was recorded.
+/// Longest line of a `--samples` stream (a `start` line carries a process's command line,
+/// at most the kernel's 2 MiB of arguments, escaped). A longer one is an error naming it.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+/// Markers kept of a stream: the last this many before its first out-of-memory error, and
+/// the last this many after it (a conversion uses the last [`super::MAX_MARKER_STEPS`]
+/// before the failure).
+pub const MAX_MARKERS: usize = 4096;
+/// Longest marker label kept, in bytes (a step label is at most
+/// [`super::label::MAX_LABEL_CHARS`] characters).
+pub const MAX_MARKER_LABEL: usize = 1024;
+/// Errors kept of a stream: its first this many, and its first out-of-memory error.
+pub const MAX_ERRORS: usize = 4096;
+
+/// A `--samples` JSONL stream held in memory (see [`from_samples_reader`]).
 pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
+    from_samples_reader(text.as_bytes(), file)
+}
+
+/// Why [`next_line`] gave no line.
+#[derive(Debug)]
+pub enum LineError {
+    /// Longer than [`MAX_LINE_BYTES`].
+    TooLong,
+    Io(std::io::Error),
+}
+
+/// The next line of `r` into `buf` (without its newline), at most [`MAX_LINE_BYTES`]:
+/// `Some(true)` when it ended with a newline, `Some(false)` when the input ended inside it,
+/// `None` at the end of the input.
+pub fn next_line<R: std::io::BufRead>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<Option<bool>, LineError> {
+    buf.clear();
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LineError::Io(e)),
+        };
+        if chunk.is_empty() {
+            return Ok((!buf.is_empty()).then_some(false));
+        }
+        let (take, done) = match chunk.iter().position(|c| *c == b'\n') {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        if buf.len() + take > MAX_LINE_BYTES {
+            return Err(LineError::TooLong);
+        }
+        buf.extend_from_slice(&chunk[..take]);
+        r.consume(if done { take + 1 } else { take });
+        if done {
+            return Ok(Some(true));
+        }
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// A `--samples` JSONL stream, read line by line in bounded memory: the device series are
+/// kept as the recorder keeps a long recording's (`record::bounded`: every sample of the
+/// first 10 minutes and around events, envelopes elsewhere), of a run of identical process
+/// lists only the first and the last, markers and errors up to [`MAX_MARKERS`] and
+/// [`MAX_ERRORS`]. A last line cut in the middle (a crash) is left out, any other bad line
+/// is an error naming it. Findings are decided here on what was kept.
+pub fn from_samples_reader<R: std::io::BufRead>(r: R, file: &str) -> Result<Source, ReproError> {
+    read_samples(r, file, true)
+}
+
+/// A `--samples` stream with every sample and process list kept (what the reader did
+/// before it was bounded: the reference the bounded reading is tested against).
+#[cfg(test)]
+pub(crate) fn from_samples_whole(text: &str, file: &str) -> Result<Source, ReproError> {
+    read_samples(text.as_bytes(), file, false)
+}
+
+fn read_samples<R: std::io::BufRead>(
+    mut r: R,
+    file: &str,
+    bounded: bool,
+) -> Result<Source, ReproError> {
     let bad_line = |line: usize, message: String| ReproError::BadLine {
         file: file.to_string(),
         line,
         message,
     };
-    let mut src = Source {
-        truncated: true,
-        ..Source::default()
+    let mut st = Streamed {
+        src: Source {
+            truncated: true,
+            ..Source::default()
+        },
+        bounded,
+        ..Streamed::default()
     };
-    // One pass over the lines, none of them kept.
-    let mut lines = text.split('\n').enumerate().peekable();
-    while let Some((i, raw)) = lines.next() {
-        let last = lines.peek().is_none();
-        if raw.trim().is_empty() {
+    let mut buf = Vec::new();
+    let mut i = 0usize;
+    loop {
+        let ended = match next_line(&mut r, &mut buf) {
+            Ok(Some(ended)) => ended,
+            Ok(None) => break,
+            Err(LineError::TooLong) => {
+                return Err(bad_line(
+                    i + 1,
+                    format!("longer than {MAX_LINE_BYTES} bytes"),
+                ))
+            }
+            Err(LineError::Io(e)) => {
+                return Err(ReproError::Read {
+                    file: file.to_string(),
+                    message: e.to_string(),
+                })
+            }
+        };
+        let n = i;
+        i += 1;
+        // The input ended inside this line (no newline after it): it is the last one.
+        let last = !ended;
+        if buf.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        let line = match serde_json::from_str::<StreamLine>(raw) {
+        let line = match serde_json::from_slice::<StreamLine>(&buf) {
             Ok(l) => l,
             // The file of a crashed run may end inside a line: that line is lost, no more.
             Err(_) if last => break,
-            Err(e) => return Err(bad_line(i + 1, e.to_string())),
+            Err(e) => return Err(bad_line(n + 1, e.to_string())),
         };
-        if i == 0 && !matches!(line, StreamLine::Header { .. }) {
+        if n == 0 && !matches!(line, StreamLine::Header { .. }) {
             return Err(ReproError::NotSamples {
                 file: file.to_string(),
             });
         }
+        st.line(n, line).map_err(|m| bad_line(m.0, m.1))?;
+    }
+    st.finish(file)
+}
+
+/// What a stream being read has given so far.
+#[derive(Default)]
+struct Streamed {
+    src: Source,
+    /// Series and process lists bounded (else every sample kept).
+    bounded: bool,
+    series: Vec<SeriesBuilder>,
+    runs: ListRuns,
+    /// The process list being read: its device and time, and its entries.
+    list: Option<(u32, u64, Vec<ProcessSample>)>,
+    /// Markers before the first out-of-memory error (the last [`MAX_MARKERS`]), and after.
+    before: VecDeque<Marker>,
+    after: VecDeque<Marker>,
+    first_oom: Option<f64>,
+    /// The first out-of-memory error when it came past [`MAX_ERRORS`].
+    late_oom: Option<SourceError>,
+}
+
+impl Streamed {
+    /// The process list being read is complete.
+    fn end_list(&mut self) {
+        if let Some((device, _, list)) = self.list.take() {
+            if self.bounded {
+                let kept = self.runs.keep(device, list);
+                self.src.processes.extend(kept);
+            } else {
+                self.src.processes.extend(list);
+            }
+        }
+    }
+
+    fn event(&mut self, t: f64) {
+        for s in &mut self.series {
+            s.event(t);
+        }
+    }
+
+    /// Line `i` (0-based); an error is `(line number, message)`.
+    fn line(&mut self, i: usize, line: StreamLine) -> Result<(), (usize, String)> {
+        if !matches!(line, StreamLine::Process { .. }) {
+            self.end_list();
+        }
+        let src = &mut self.src;
         match line {
             StreamLine::Header {
                 version,
@@ -195,10 +362,10 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 src.process_period_ms = process_period_us as f64 / 1000.0;
                 src.period_ms = period_us as f64 / 1000.0;
                 if i != 0 {
-                    return Err(bad_line(i + 1, "a second header line".into()));
+                    return Err((i + 1, "a second header line".into()));
                 }
                 if version > STREAM_VERSION {
-                    return Err(bad_line(
+                    return Err((
                         1,
                         format!("stream version {version} is newer than this vramdoc reads ({STREAM_VERSION}); convert it with the vramdoc that wrote it"),
                     ));
@@ -210,6 +377,11 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                         total,
                         samples: Vec::new(),
                     });
+                    self.series.push(if self.bounded {
+                        SeriesBuilder::new(Resolution::default())
+                    } else {
+                        SeriesBuilder::unbounded()
+                    });
                     src.devices.push(SourceDevice {
                         index: d.index,
                         name: d.name,
@@ -219,9 +391,9 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
             }
             StreamLine::Memory { t_ms, used } => {
                 // `null`: that GPU gave no reading this time (a gap of it alone).
-                for (s, u) in src.series.iter_mut().zip(used) {
+                for (s, u) in self.series.iter_mut().zip(used) {
                     if let Some(u) = u {
-                        s.samples.push((t_ms, u.min(MAX_READING)));
+                        s.push(t_ms, u.min(MAX_READING));
                     }
                 }
             }
@@ -235,12 +407,20 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                 if tree {
                     src.tree.insert(pid);
                 }
-                src.processes.push(ProcessSample {
-                    t_ms,
-                    device,
-                    pid,
-                    used: used.map(|u| u.min(MAX_READING)),
-                });
+                // One device's list of a round: its lines, one after the other, at one time.
+                let key = (device, t_ms.to_bits());
+                if self.list.as_ref().is_some_and(|l| (l.0, l.1) != key) {
+                    self.end_list();
+                }
+                self.list
+                    .get_or_insert_with(|| (device, key.1, Vec::new()))
+                    .2
+                    .push(ProcessSample {
+                        t_ms,
+                        device,
+                        pid,
+                        used: used.map(|u| u.min(MAX_READING)),
+                    });
             }
             StreamLine::Start {
                 pid, name, cmdline, ..
@@ -252,44 +432,86 @@ pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
                     );
                 }
             }
-            StreamLine::Marker { t_ms, kind, label } => src.markers.push(Marker {
-                t_ms,
-                kind,
-                label,
-                device: None,
-            }),
+            StreamLine::Marker { t_ms, kind, label } => {
+                let m = Marker {
+                    t_ms,
+                    kind,
+                    label: cut(label, MAX_MARKER_LABEL),
+                    device: None,
+                };
+                let keep = match self.first_oom {
+                    Some(oom) if t_ms > oom => &mut self.after,
+                    _ => &mut self.before,
+                };
+                if keep.len() == MAX_MARKERS {
+                    keep.pop_front();
+                }
+                keep.push_back(m);
+                self.event(t_ms);
+            }
             StreamLine::Error {
                 t_ms,
                 kind,
                 device,
                 requested,
                 line,
-            } => src.errors.push(SourceError {
-                t_ms,
-                out_of_memory: kind.is_out_of_memory(),
-                device,
-                requested: requested.map(|r| r.min(MAX_READING)),
-                free: stated_free(kind.is_out_of_memory(), &line),
-            }),
+            } => {
+                let e = SourceError {
+                    t_ms,
+                    out_of_memory: kind.is_out_of_memory(),
+                    device,
+                    requested: requested.map(|r| r.min(MAX_READING)),
+                    free: stated_free(kind.is_out_of_memory(), &line),
+                };
+                let first = e.out_of_memory && self.first_oom.is_none_or(|t| t_ms < t);
+                if first {
+                    self.first_oom = Some(t_ms);
+                }
+                if src.errors.len() < MAX_ERRORS {
+                    src.errors.push(e);
+                } else if first {
+                    // The first failure is kept past the bound: it is what is reproduced.
+                    self.late_oom = Some(e);
+                }
+                self.event(t_ms);
+            }
             StreamLine::End { t_ms, .. } => {
                 src.truncated = false;
                 src.exit_ms = Some(t_ms);
             }
             StreamLine::Exit { .. } | StreamLine::Unknown => {}
         }
+        Ok(())
     }
-    if src.devices.is_empty() && src.series.is_empty() {
-        return Err(ReproError::NotSamples {
-            file: file.to_string(),
-        });
+
+    fn finish(mut self, file: &str) -> Result<Source, ReproError> {
+        self.end_list();
+        let mut src = self.src;
+        if src.devices.is_empty() && src.series.is_empty() {
+            return Err(ReproError::NotSamples {
+                file: file.to_string(),
+            });
+        }
+        for (s, b) in src.series.iter_mut().zip(self.series) {
+            s.samples = b.finish();
+        }
+        src.errors.extend(self.late_oom);
+        src.processes.extend(self.runs.finish());
+        // In the stream's order (rounds in time, devices in turn): the held lists of each
+        // device's last run come back last.
+        src.processes
+            .sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms).then(a.device.cmp(&b.device)));
+        let mut markers: Vec<Marker> = self.before.into_iter().chain(self.after).collect();
+        markers.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+        src.markers = markers;
+        let rec = recording(&src);
+        src.findings = diagnose::fingerprints(&rec, &diagnose::TimelineThresholds::default())
+            .into_iter()
+            .filter(|f| diagnose::ids::FINGERPRINTS.contains(&f.id.as_str()))
+            .map(|f| f.id)
+            .collect();
+        Ok(src)
     }
-    let rec = recording(&src);
-    src.findings = diagnose::fingerprints(&rec, &diagnose::TimelineThresholds::default())
-        .into_iter()
-        .filter(|f| diagnose::ids::FINGERPRINTS.contains(&f.id.as_str()))
-        .map(|f| f.id)
-        .collect();
-    Ok(src)
 }
 
 /// The process samples the timeline rules read: the job's tree as recorded, and every

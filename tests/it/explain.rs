@@ -628,6 +628,26 @@ mod untrusted {
                     }
                 }
                 use vramdoc::explain::{explain, pickle, snapshot};
+                // Read as `explain` reads a file (the history converted as it is read) and
+                // whole: the same snapshot, or the same refusal.
+                let len = data.len() as u64;
+                let mut stream = snapshot::TraceStream::default();
+                let streamed =
+                    pickle::decode_with(&data[..], len, pickle::Limits::for_len(len), &mut stream)
+                        .map_err(|e| e.to_string())
+                        .and_then(|mut doc| {
+                            snapshot::from_doc_streamed(&mut doc, stream)
+                                .map(|s| format!("{s:?}"))
+                                .map_err(|e| e.to_string())
+                        });
+                let whole = pickle::decode_slice(&data)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut doc| {
+                        snapshot::from_doc(&mut doc)
+                            .map(|s| format!("{s:?}"))
+                            .map_err(|e| e.to_string())
+                    });
+                prop_assert_eq!(streamed, whole);
                 match pickle::decode_slice(&data) {
                     Ok(mut doc) => {
                         if let Ok(s) = snapshot::from_doc(&mut doc) {

@@ -779,3 +779,6 @@ fn the_free_memory_an_oom_line_states_is_reproduced() {
     });
     assert!(max.is_some_and(|m| m >= total - (seen - GIB)), "{max:?}");
 }
+
+// Issue 34: `scenario from` reads a stream in bounded memory.
+mod stream;
