@@ -2,7 +2,8 @@
 //! [`StderrWatcher`], with a cheap look first so that a job's ordinary output costs no more
 //! than a search over its bytes: every word one of which a line must hold for the watcher to
 //! do anything with it (the recogniser's keys, `record::recognise::table`, and the words that
-//! open a block or a private key, [`STATE_KEYS`]) is searched at once over a whole chunk,
+//! open a block or a private key, [`STATE_KEYS`]) is searched at once, by its rarest piece,
+//! over a whole chunk,
 //! its line ends left out so that a word split across a hard-wrapped line is found too. A
 //! line on which nothing was found, read while the watcher is outside every block, only
 //! passes into the tail: it is not decoded, cut or matched against the table. Every other
@@ -12,31 +13,65 @@
 
 use super::recognise::table::PATTERNS;
 use super::stderr::{ParsedError, StderrWatcher, LINE_CHARS, STATE_KEYS, TAIL_LINES};
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, MatchKind};
 use std::sync::LazyLock;
 
 /// Longest line kept for recognition (the rest of a longer line is passed through only).
 pub const MAX_LINE: usize = 64 * 1024;
 
-/// The words searched at once, and the longest of them.
+/// The words' pieces searched at once ([`rarest_piece`]), and the longest word.
 struct Look {
     words: AhoCorasick,
     longest: usize,
 }
 
-static LOOK: LazyLock<Option<Look>> = LazyLock::new(|| {
-    let mut words: Vec<&str> = PATTERNS
+/// Bytes searched of each word: a line holding the word holds each piece of it.
+const PIECE: usize = 4;
+
+/// The piece of `word` ([`PIECE`] bytes) least likely in ordinary output: capitals, digits
+/// and punctuation over lower-case letters and spaces (the SIMD search is fast when few of
+/// its candidates are false).
+fn rarest_piece(word: &str) -> &str {
+    let b = word.as_bytes();
+    if b.len() <= PIECE || !word.is_ascii() {
+        return word;
+    }
+    let score = |c: u8| match c {
+        b'a'..=b'z' | b' ' => 1u32,
+        b'0'..=b'9' => 3,
+        _ => 6,
+    };
+    let i = (0..=b.len() - PIECE)
+        .max_by_key(|&i| {
+            let s: u32 = b[i..i + PIECE].iter().map(|&c| score(c)).sum();
+            (s, std::cmp::Reverse(i))
+        })
+        .unwrap_or(0);
+    &word[i..i + PIECE]
+}
+
+/// Every word the look is for: the table's keys and the [`STATE_KEYS`].
+fn words() -> Vec<&'static str> {
+    PATTERNS
         .iter()
         .flat_map(|p| p.keys.iter().copied())
         .chain(STATE_KEYS)
-        .collect();
+        .collect()
+}
+
+static LOOK: LazyLock<Option<Look>> = LazyLock::new(|| {
+    let all = words();
+    let longest = all.iter().map(|w| w.len()).max()?;
+    let mut words: Vec<&str> = all.into_iter().map(rarest_piece).collect();
     words.sort_unstable();
     words.dedup();
-    let longest = words.iter().map(|w| w.len()).max()?;
-    Some(Look {
-        words: AhoCorasick::new(&words).ok()?,
-        longest,
-    })
+    // Leftmost-first: the kind whose search runs the SIMD multi-word prefilter (Teddy)
+    // over the bytes; a hidden overlapping word is covered in `Lines::look`.
+    let words = AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostFirst)
+        .build(&words)
+        .ok()?;
+    Some(Look { words, longest })
 });
 
 /// The bytes of `line` (raw, as cut to [`MAX_LINE`]) whose end is the end of what
@@ -203,8 +238,10 @@ impl Lines {
                 }
             }
         }
-        // A reported word hides at most the words that start inside it: those end within
-        // `longest` bytes of its end.
+        // A piece found is within its word, which ends within `longest` bytes of the
+        // piece's end; a reported piece hides at most the pieces that start inside it
+        // (leftmost-first: none starts before it), whose words end within `longest` bytes of
+        // its end too.
         let line_of = |at: usize| self.starts.partition_point(|s| *s <= at).saturating_sub(1);
         let last = self.scan.len().saturating_sub(1);
         for m in look.words.find_iter(&self.scan) {

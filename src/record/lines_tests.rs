@@ -176,7 +176,7 @@ enum Piece {
     Pem,
 }
 
-fn words() -> Vec<&'static str> {
+fn mixed_words() -> Vec<&'static str> {
     PATTERNS
         .iter()
         .flat_map(|p| p.keys.iter().copied())
@@ -194,7 +194,7 @@ fn words() -> Vec<&'static str> {
 
 fn piece() -> impl Strategy<Value = Piece> {
     let n = CORPUS_LINES.len().max(1);
-    let w = words().len();
+    let w = mixed_words().len();
     prop_oneof![
         4 => (0..n).prop_map(Piece::Corpus),
         2 => (0..n, 0usize..200).prop_map(|(i, p)| Piece::Wrapped(i, p)),
@@ -213,7 +213,7 @@ fn end() -> impl Strategy<Value = &'static str> {
 }
 
 fn render(pieces: &[(Piece, &str)]) -> Vec<u8> {
-    let words = words();
+    let words = mixed_words();
     let mut out = Vec::new();
     for (p, end) in pieces {
         match p {
@@ -273,11 +273,17 @@ proptest! {
 }
 
 #[test]
-fn every_word_looked_for_is_ascii_and_within_a_line() {
-    for w in words() {
+fn every_word_looked_for_is_ascii_within_a_line_and_found_by_its_piece() {
+    for w in super::words() {
         assert!(
             w.is_ascii() && !w.contains(['\n', '\r']) && !w.is_empty(),
             "{w:?}"
         );
+        let p = rarest_piece(w);
+        assert!(
+            w.contains(p) && (p.len() == PIECE || p == w),
+            "{w:?}: {p:?}"
+        );
     }
+    assert_eq!(rarest_piece("CUDA out of memory"), "CUDA");
 }
