@@ -224,9 +224,9 @@ fn render(pieces: &[(Piece, &str)]) -> Vec<u8> {
                 while !l.is_char_boundary(at) {
                     at -= 1;
                 }
-                out.extend_from_slice(l[..at].as_bytes());
+                out.extend_from_slice(&l.as_bytes()[..at]);
                 out.extend_from_slice(end.as_bytes());
-                out.extend_from_slice(l[at..].as_bytes());
+                out.extend_from_slice(&l.as_bytes()[at..]);
             }
             Piece::Key(i, a, b) => {
                 out.extend_from_slice(a.as_bytes());
