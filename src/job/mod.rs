@@ -209,7 +209,7 @@ pub fn run(
     let recorder = Recorder::start(monitor, devices, t0, cfg);
     let mut live = live::Live::new(spec.live, devices.iter().map(|d| d.index).collect());
     // The pre-job level.
-    recorder.reading();
+    let pre = recorder.reading();
 
     let mut cmd = Command::new(&program);
     cmd.args(&spec.argv[1..])
@@ -253,6 +253,8 @@ pub fn run(
         errors: Vec::new(),
         poll: false,
     };
+    // Short naps first: a command that ends at once is reaped at once, not a tick later.
+    let mut nap = Duration::from_millis(1);
     let exit = loop {
         forward_signals(&recorder, group.pgid);
         feed.take();
@@ -262,7 +264,8 @@ pub fn run(
         if let Some(exit) = process::reap_each(pid, |p| recorder.ending(p)) {
             break exit;
         }
-        std::thread::sleep(TICK);
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(TICK);
     };
     let end_ms = recorder.t_ms();
     recorder.reaped(pid, end_ms);
@@ -276,8 +279,14 @@ pub fn run(
         Exit::Code(c) => (MarkerKind::Exit, format!("command exited {c}")),
     };
     recorder.mark(kind, &label, None);
-    // Keep recording a moment: is the memory returned?
-    feed.settle(SETTLE, &mut live);
+    // Keep recording a moment: is the memory returned? Not when it is already, with no
+    // process of the job left: nothing of the job can change any more.
+    let settled = pre.is_some_and(|pre| recorder.nothing_left(&pre));
+    if settled {
+        feed.take();
+    } else {
+        feed.settle(SETTLE, &mut live);
+    }
     // What still holds memory: ended with --kill-after, else a finding.
     recorder.note_device_file_holders();
     recorder.round();

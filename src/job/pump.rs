@@ -47,7 +47,12 @@ pub const LEAD: usize = 4 << 20;
 /// here, so the pump's memory stays bounded).
 pub const DRAIN_LEAD: usize = 64 << 20;
 /// One read.
-const CHUNK: usize = 128 * 1024;
+const CHUNK: usize = 256 * 1024;
+/// What the job's pipes and the copy hold (the kernel's default is 64 KiB): a job writing
+/// short lines fast is read in large chunks, with fewer wake-ups of the pump and of vramdoc
+/// (Linux `F_SETPIPE_SZ`, up to `/proc/sys/fs/pipe-max-size`; a pipe that cannot grow stays
+/// as it is).
+const PIPE_BYTES: libc::c_int = 1 << 20;
 
 /// The copy's frames: a tag byte, a little-endian `u32` length, the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +110,14 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A pipe that holds [`PIPE_BYTES`] where the kernel allows it.
+fn big_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = pipe()?;
+    // SAFETY: fcntl on a descriptor we own; a refusal leaves the pipe as it was.
+    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
+    Ok((r, w))
+}
+
 /// The pump's and the job's ends of the job's stream `fd` (1 or 2): a pty's master and
 /// slave when `pty` and vramdoc's own `fd` is a terminal, else a pipe's read and write ends.
 /// A pty that cannot be opened (no /dev/ptmx in a container, the pty limit reached) leaves
@@ -118,7 +131,7 @@ fn stream(fd: RawFd, pty: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
             Err(e) => no_pty(&e),
         }
     }
-    pipe()
+    big_pipe()
 }
 
 fn no_pty(e: &std::io::Error) {
@@ -159,7 +172,7 @@ pub fn start(marker_dir: &Path, pty: bool, stdout_to_stderr: bool) -> std::io::R
             (out_r, out_w, err_r, err_w)
         }
     };
-    let (copy_r, copy_w) = pipe()?;
+    let (copy_r, copy_w) = big_pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
     let winsize = ptys_to_terminals([(1, &out_r), (2, &err_r)]);
     let map = [
@@ -315,11 +328,7 @@ impl Copy {
         let mut head = [0u8; 5];
         head[0] = tag as u8;
         head[1..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
-        if file
-            .write_all(&head)
-            .and_then(|_| file.write_all(bytes))
-            .is_err()
-        {
+        if write_frame(file, &head, bytes).is_err() {
             // EPIPE: vramdoc is gone; the job's output still reaches the terminal.
             *f = None;
         }
@@ -343,6 +352,22 @@ impl Copy {
 
     fn close(&self) {
         *self.file.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// `head` then `bytes`, in one write where the pipe takes both at once.
+fn write_frame(file: &mut File, head: &[u8], bytes: &[u8]) -> std::io::Result<()> {
+    let n = loop {
+        match file.write_vectored(&[std::io::IoSlice::new(head), std::io::IoSlice::new(bytes)]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r?,
+        }
+    };
+    if n < head.len() {
+        file.write_all(&head[n..])?;
+        file.write_all(bytes)
+    } else {
+        file.write_all(&bytes[n - head.len()..])
     }
 }
 
@@ -437,8 +462,9 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
 }
 
 fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &AtomicBool) {
+    // One buffer for the reads; the queue gets exactly the bytes read.
+    let mut buf = vec![0u8; CHUNK];
     loop {
-        let mut buf = vec![0u8; CHUNK];
         let n = match src.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
@@ -446,9 +472,8 @@ fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &Atomic
             // A pty's master: EIO once the job's last slave descriptor is closed.
             Err(_) => break,
         };
-        buf.truncate(n);
-        copy.send(tag, &buf);
-        if !q.push(buf, drain) {
+        copy.send(tag, &buf[..n]);
+        if !q.push(buf[..n].to_vec(), drain) {
             break; // closing `src`: the job gets EPIPE on this stream, as without vramdoc
         }
     }

@@ -1,73 +1,20 @@
 //! The job's output as vramdoc reads it: the copy the pass-through process ([`super::pump`])
-//! sends, stdout and stderr alike split into lines for a [`StderrWatcher`] each (vLLM logs its
-//! errors to stdout), which keeps the redacted tail (stderr's is the report's) and
-//! recognises out-of-memory lines; each recognised line is sent, with when it was read, to
+//! sends, stdout and stderr alike split into lines for a watcher each (`record::lines`, which
+//! looks at the raw bytes first; vLLM logs its errors to stdout), which keeps the redacted
+//! tail (stderr's is the report's) and recognises out-of-memory lines; each recognised line is sent, with when it was read, to
 //! the supervisor's loop. vramdoc reads the copy to its end before the report is finished
 //! ([`Output::wait_complete`]) and lets the pump finish the terminal before it prints its
 //! summary ([`Output::wait_drained`]).
 
 use super::markers::MarkerTail;
 use super::pump::Frame;
-use crate::record::stderr::{ParsedError, StderrWatcher};
+use crate::record::lines::Lines;
+use crate::record::stderr::ParsedError;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// Longest line kept for recognition (the rest of a longer line is passed through only).
-const MAX_LINE: usize = 64 * 1024;
-
-/// One stream split into lines.
-#[derive(Default)]
-pub struct Lines {
-    partial: Vec<u8>,
-    watcher: StderrWatcher,
-}
-
-impl Lines {
-    /// Feed `bytes`; recognised lines are pushed to `found`.
-    pub fn feed(&mut self, bytes: &[u8], found: &mut Vec<ParsedError>) {
-        let mut rest = bytes;
-        while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
-            let seg = &rest[..i];
-            if self.partial.is_empty() {
-                self.take(seg, found);
-            } else {
-                self.push(seg);
-                let line = std::mem::take(&mut self.partial);
-                self.take(&line, found);
-            }
-            rest = &rest[i + 1..];
-        }
-        self.push(rest);
-    }
-
-    /// The last line, unterminated.
-    pub fn finish(&mut self, found: &mut Vec<ParsedError>) {
-        let line = std::mem::take(&mut self.partial);
-        self.take(&line, found);
-    }
-
-    fn push(&mut self, seg: &[u8]) {
-        let room = MAX_LINE.saturating_sub(self.partial.len());
-        self.partial.extend_from_slice(&seg[..seg.len().min(room)]);
-    }
-
-    fn take(&mut self, line: &[u8], found: &mut Vec<ParsedError>) {
-        if line.is_empty() {
-            return;
-        }
-        let line = &line[..line.len().min(MAX_LINE)];
-        if let Some(f) = self.watcher.line(&String::from_utf8_lossy(line)) {
-            found.push(f);
-        }
-    }
-
-    pub fn tail(&self) -> Vec<String> {
-        self.watcher.tail()
-    }
-}
 
 #[derive(Default)]
 struct State {

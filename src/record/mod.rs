@@ -13,6 +13,7 @@
 pub mod bounded;
 pub mod devmap;
 pub mod holders;
+pub mod lines;
 pub mod membership;
 pub mod mig;
 pub mod policy;
@@ -461,6 +462,20 @@ impl Recorder {
     // --- What the job supervisor asks while the job runs (issue 17: signals reach the
     // whole job, outliving processes, --live). Read from what the threads recorded; no
     // driver call.
+
+    /// Whether the job has left nothing to wait for: its process tree read again now (no
+    /// driver call) holds no live process, and every device's memory, read now and not kept,
+    /// is at or below `pre` (the pre-job reading, device order). A device that does not
+    /// answer is not back.
+    pub fn nothing_left(&self, pre: &[u64]) -> bool {
+        let t = self.t_ms();
+        lock(&self.shared).refresh_tree(t);
+        if !self.live_members().is_empty() {
+            return false;
+        }
+        let now = self.memory_now();
+        now.len() == pre.len() && now.iter().zip(pre).all(|(n, p)| n.is_some_and(|n| n <= *p))
+    }
 
     /// The job's processes still running (empty without a tree).
     pub fn live_members(&self) -> Vec<TreeProcess> {

@@ -184,10 +184,29 @@ pub fn parse_line(line: &str) -> Option<ParsedError> {
 /// Lines that open PyTorch's `DistBackendError` block: NCCL's own error follows on the next
 /// lines (`Last error:` then the text) when `NCCL_DEBUG` is unset (NCCLUtils.cpp).
 fn opens_nccl_block(l: &str) -> bool {
-    l.contains("DistBackendError")
-        || l.contains("ncclUnhandledCudaError")
-        || (l.contains("NCCL error") && l.contains("unhandled cuda error"))
+    let [dist, unhandled, nccl] = NCCL_OPENERS;
+    l.contains(dist)
+        || l.contains(unhandled)
+        || (l.contains(nccl) && l.contains("unhandled cuda error"))
 }
+
+/// Words one of which a line must hold to open an NCCL block ([`opens_nccl_block`]).
+const NCCL_OPENERS: [&str; 3] = ["DistBackendError", "ncclUnhandledCudaError", "NCCL error"];
+/// What a line must hold to open TensorFlow's BFC `Stats:` block.
+const BFC_OPENER: &str = "bfc_allocator";
+
+/// Every word one of which a line must hold to change the watcher's state on its own: open
+/// a block (NCCL's, TensorFlow's BFC statistics) or a private key. With the recogniser's
+/// keys ([`super::recognise::table`]) they make the cheap look at raw bytes
+/// (`record::lines`): a line holding none of them, in the watcher's neutral state
+/// ([`StderrWatcher::is_neutral`]), only passes into the tail.
+pub const STATE_KEYS: [&str; 5] = [
+    NCCL_OPENERS[0],
+    NCCL_OPENERS[1],
+    NCCL_OPENERS[2],
+    BFC_OPENER,
+    crate::redact::PEM_HEADER,
+];
 
 /// Lines of an NCCL block read after its first (bounded).
 const NCCL_BLOCK_LINES: u8 = 6;
@@ -198,6 +217,40 @@ const BFC_STATS_LINES: u8 = 8;
 impl StderrWatcher {
     pub fn new() -> StderrWatcher {
         StderrWatcher::default()
+    }
+
+    /// Outside every block and private key: how the next line is read depends on that line
+    /// (and the one before, for a hard-wrapped line) only.
+    pub fn is_neutral(&self) -> bool {
+        !self.in_table && self.nccl_left == 0 && self.bfc_left == 0 && !self.pem.in_key()
+    }
+
+    /// Lines that, in the neutral state, hold none of the recogniser's keys nor the
+    /// [`STATE_KEYS`], and none of the keys across the end of the line before each either:
+    /// [`StderrWatcher::line`] would only have kept them in the tail (and the last one for
+    /// joining). `last` is the run's last lines, up to [`TAIL_LINES`] of them (the earlier
+    /// ones would leave the tail anyway), as the lines `line` would have been given.
+    pub fn passed_over(&mut self, last: &[&str]) {
+        debug_assert!(self.is_neutral());
+        let keep = &last[last.len().saturating_sub(TAIL_LINES)..];
+        for line in keep {
+            let mut kept = if self.tail.len() == TAIL_LINES {
+                self.tail.pop_front().unwrap_or_default()
+            } else {
+                String::new()
+            };
+            kept.clear();
+            kept.push_str(prefix_of(line, LINE_CHARS * 4));
+            self.tail.push_back(kept);
+        }
+        self.key_line = false;
+        self.wrap_prev = match keep.last() {
+            Some(line) if line.trim_end().chars().count() >= WRAP_MIN_CHARS => {
+                Some(prefix_of(line, LINE_CHARS * 4).to_string())
+            }
+            Some(_) => None,
+            None => self.wrap_prev.take(),
+        };
     }
 
     /// Take one line of stderr (without its newline); returns an error it recognises.
@@ -273,7 +326,7 @@ impl StderrWatcher {
             } else if let Some(v) = num("InUse:") {
                 self.bfc.1 = Some(v);
             }
-        } else if line.contains("bfc_allocator") && line.contains("] Stats:") {
+        } else if line.contains(BFC_OPENER) && line.contains("] Stats:") {
             self.bfc_left = BFC_STATS_LINES;
             self.bfc = (None, None);
         }

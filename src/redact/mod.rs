@@ -8,6 +8,9 @@ mod shapes;
 
 /// What replaces a secret.
 pub const REDACTED: &str = "«redacted»";
+/// What every PEM header starts with: a line without it never opens a private key
+/// ([`PemLines`]).
+pub const PEM_HEADER: &str = "-----BEGIN";
 
 /// Environment variable prefixes whose values may be shown.
 pub const ENV_ALLOW_PREFIXES: &[&str] = &[
@@ -485,6 +488,11 @@ pub struct PemLines {
 const PEM_MAX_LINES: usize = 200;
 
 impl PemLines {
+    /// Inside a private key: the next line is read as part of it.
+    pub fn in_key(&self) -> bool {
+        self.inside.is_some()
+    }
+
     /// `true` when `line` is part of a private key (header, body or footer): keep none of it.
     pub fn is_key_line(&mut self, line: &str) -> bool {
         if let Some(n) = self.inside {

@@ -188,7 +188,7 @@ pub(super) fn redact_bearer(s: &str, redacted: &str) -> String {
 
 /// Whether `s` holds the start of a PEM private key.
 pub(super) fn has_private_key(s: &str) -> bool {
-    s.contains("-----BEGIN") && s.contains("PRIVATE KEY")
+    s.contains(super::PEM_HEADER) && s.contains("PRIVATE KEY")
 }
 
 /// Programs whose `-p` option carries a password: the MySQL / MariaDB clients (`-pPASS`,

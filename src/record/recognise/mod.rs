@@ -166,7 +166,12 @@ static KEYS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
         .iter()
         .flat_map(|p| p.keys.iter().copied())
         .collect();
-    AhoCorasick::new(keys).ok()
+    // Leftmost-first: the kind whose search runs the SIMD prefilter (only a yes or no is
+    // asked, which every kind answers alike).
+    AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+        .build(keys)
+        .ok()
 });
 
 /// Whether any pattern could match `line` (one pass over the line).
