@@ -71,10 +71,17 @@ fn llama(dir: &Path, layers: u64, hidden: u64, inter: u64, kv_heads: u64, shards
     }
     all.push(("model.norm.weight".into(), "BF16", vec![hidden], 2));
     all.push(("lm_head.weight".into(), "BF16", vec![vocab, hidden], 2));
-    let per = all.len().div_ceil(shards as usize);
+    sharded(dir, &all, all.len().div_ceil(shards as usize))
+}
+
+/// `tensors` written into `dir` as the Hub shards a checkpoint: `per` tensors a file, named
+/// `model-NNNNN-of-NNNNN.safetensors`, with the index that maps each tensor to its file. The
+/// bytes the headers declare.
+pub(crate) fn sharded(dir: &Path, tensors: &[(String, &str, Vec<u64>, u64)], per: usize) -> u64 {
+    let shards = tensors.len().div_ceil(per.max(1));
     let mut total = 0;
     let mut map = serde_json::Map::new();
-    for (i, chunk) in all.chunks(per).enumerate() {
+    for (i, chunk) in tensors.chunks(per.max(1)).enumerate() {
         let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
         total += safetensors(&dir.join(&file), chunk);
         for t in chunk {

@@ -14,9 +14,8 @@
 
 use crate::common::hold::Holder;
 use crate::common::{fresh_box, on_box};
-use crate::plan::safetensors;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -283,22 +282,7 @@ fn model_dir(case_dir: &Path, dir: &Path) -> u64 {
     std::fs::write(dir.join("config.json"), &cfg_text).unwrap();
     let cfg: Value = serde_json::from_str(&cfg_text).unwrap();
     let all = checkpoint(&cfg);
-    let shards = all.len().div_ceil(8000);
-    let mut total = 0;
-    let mut map = serde_json::Map::new();
-    for (i, chunk) in all.chunks(8000).enumerate() {
-        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
-        total += safetensors(&dir.join(&file), chunk);
-        for t in chunk {
-            map.insert(t.0.clone(), json!(file));
-        }
-    }
-    std::fs::write(
-        dir.join("model.safetensors.index.json"),
-        json!({"metadata": {"total_size": total}, "weight_map": map}).to_string(),
-    )
-    .unwrap();
-    total
+    crate::plan::sharded(dir, &all, 8000)
 }
 
 /// The failure kind a plan's reason names (see [`Observed::failure`]).

@@ -44,6 +44,24 @@ fn replay(file: &Path, sim: &str) -> (Output, Value) {
     (o, v["replay"]["runs"][0].clone())
 }
 
+/// `vramdoc scenario from` of the samples stream `s` written into `dir`: the scenario file it
+/// wrote and its text.
+fn scenario_of_stream(dir: &Path, s: &str) -> (std::path::PathBuf, String) {
+    let stream = dir.join("s.jsonl");
+    std::fs::write(&stream, s).unwrap();
+    let repro = dir.join("repro.toml");
+    let o = vramdoc()
+        .args(["scenario", "from"])
+        .arg(&stream)
+        .arg("--out")
+        .arg(&repro)
+        .output()
+        .expect("scenario from");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&repro).unwrap();
+    (repro, text)
+}
+
 fn check_passed(run: &Value, starts: &str) -> bool {
     run["checks"].as_array().into_iter().flatten().any(|c| {
         c["expectation"]
@@ -741,18 +759,7 @@ fn a_neighbour_that_came_and_went_is_replayed_only_while_it_was_there() {
         }
     }
     s.push_str("{\"type\":\"end\",\"t_ms\":2050.0,\"status\":0}\n");
-    let stream = tmp.path().join("s.jsonl");
-    std::fs::write(&stream, s).unwrap();
-    let repro = tmp.path().join("repro.toml");
-    let o = vramdoc()
-        .args(["scenario", "from"])
-        .arg(&stream)
-        .arg("--out")
-        .arg(&repro)
-        .output()
-        .expect("scenario from");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let text = std::fs::read_to_string(&repro).unwrap();
+    let (repro, text) = scenario_of_stream(tmp.path(), &s);
     assert!(
         text.contains("[[neighbours]]") && text.contains("until = "),
         "{text}"
@@ -804,18 +811,7 @@ fn an_oom_line_stating_less_free_than_the_samples_is_reproduced() {
         serde_json::to_string(line).unwrap()
     ));
     s.push_str("{\"type\":\"end\",\"t_ms\":1600.0,\"status\":1}\n");
-    let stream = tmp.path().join("s.jsonl");
-    std::fs::write(&stream, s).unwrap();
-    let repro = tmp.path().join("repro.toml");
-    let o = vramdoc()
-        .args(["scenario", "from"])
-        .arg(&stream)
-        .arg("--out")
-        .arg(&repro)
-        .output()
-        .expect("scenario from");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let text = std::fs::read_to_string(&repro).unwrap();
+    let (repro, text) = scenario_of_stream(tmp.path(), &s);
     assert!(
         text.contains("the samples missed") && text.contains("from = \"failed-alloc\""),
         "the scenario says what it models: {text}"
