@@ -22,7 +22,7 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
         .iter()
         .map(|d| d.uuid.clone())
         .collect();
-    let (selection, list) = select(args, &uuids)?;
+    let (selection, list) = select(args, &report.environment.devices, &uuids)?;
     let ctx = preflight::job_context(&selection, list.as_deref(), |k| std::env::var(k).ok());
     let mut verdict = preflight::apply_context(
         preflight::judge(&report, selection.clone(), args.need),
@@ -55,6 +55,7 @@ const GRACE_STEP: std::time::Duration = std::time::Duration::from_millis(200);
 /// the list's text.
 fn select(
     args: &PreflightArgs,
+    devices: &[crate::gpu::DeviceInfo],
     uuids: &[String],
 ) -> Result<(Selection, Option<String>), UsageError> {
     let given = match &args.gpus {
@@ -67,9 +68,15 @@ fn select(
         }),
     };
     match given {
-        Some((source, value)) => preflight::resolve(&source, &value, uuids)
-            .map(|s| (s, Some(value)))
-            .map_err(|e| UsageError(format!("preflight: {e}"))),
+        Some((source, value)) => {
+            let sel = if source.starts_with("SLURM_") {
+                preflight::resolve_slurm(&source, &value, devices, uuids)
+            } else {
+                preflight::resolve(&source, &value, uuids)
+            };
+            sel.map(|s| (s, Some(value)))
+        }
+        .map_err(|e| UsageError(format!("preflight: {e}"))),
         None => Ok((
             Selection {
                 devices: (0..uuids.len() as u32).collect(),

@@ -85,7 +85,7 @@ pub fn openable(env: Option<&GpuEnv>, gpus: &[GpuRef], on: &[u32]) -> Option<Vec
 /// order (what later versions write: "GPUs … want it to match the order they enumerate on
 /// the PCI bus, and this isn't always the same order as the device file names"). Where
 /// minors follow NVML order both readings are one. `Err`: neither reading names GPUs here.
-fn slurm_sets(var: &str, value: &str, gpus: &[GpuRef]) -> Result<Vec<Vec<u32>>, String> {
+pub fn slurm_sets(var: &str, value: &str, gpus: &[GpuRef]) -> Result<Vec<Vec<u32>>, String> {
     let nums: Option<Vec<u32>> = value
         .split(',')
         .map(|t| t.trim().parse::<u32>().ok())

@@ -105,6 +105,62 @@ pub fn resolve(source: &str, value: &str, uuids: &[String]) -> Result<Selection,
     })
 }
 
+/// Resolve Slurm's `var` (`SLURM_STEP_GPUS` / `SLURM_JOB_GPUS`) as scan's device sets read it
+/// (`diagnose::devset::slurm_sets`), never as NVML indices: its numbers are the device files'
+/// minors (older Slurm) or GRES indices in PCI order (later Slurm). Where the two readings
+/// name different GPUs, the GPUs of both are checked — either could be the job's — and the
+/// source says so. Where the driver gives no minor numbers, the GRES reading alone is used
+/// (and said). A value that is not a list of numbers (UUIDs) resolves as [`resolve`] does.
+pub fn resolve_slurm(
+    var: &str,
+    value: &str,
+    devices: &[DeviceInfo],
+    uuids: &[String],
+) -> Result<Selection, SelectionError> {
+    let numbers = !value.trim().is_empty()
+        && value
+            .split(',')
+            .all(|t| !t.trim().is_empty() && t.trim().bytes().all(|b| b.is_ascii_digit()));
+    if !numbers {
+        return resolve(var, value, uuids);
+    }
+    let gpus: Vec<crate::diagnose::devset::GpuRef> = devices
+        .iter()
+        .filter(|d| d.mig_instance().is_none())
+        .map(crate::diagnose::devset::GpuRef::of)
+        .collect();
+    if gpus.iter().any(|g| g.minor.is_none()) {
+        let mut sel = resolve(var, value, uuids)?;
+        sel.source = format!("{var} as GRES indices: the driver gave no minor numbers");
+        return Ok(sel);
+    }
+    let sets = crate::diagnose::devset::slurm_sets(var, value, &gpus).map_err(|reason| {
+        SelectionError {
+            source_name: var.to_string(),
+            value: value.to_string(),
+            reason,
+        }
+    })?;
+    let mut devices: Vec<u32> = sets.iter().flatten().copied().collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let source = match sets.as_slice() {
+        [_] => var.to_string(),
+        _ => {
+            let gpus = |s: &[u32]| {
+                let v: Vec<String> = s.iter().map(u32::to_string).collect();
+                format!("GPU {}", v.join(", "))
+            };
+            format!(
+                "{var}, read both as device minors and as GRES indices ({} / {})",
+                gpus(&sets[0]),
+                gpus(&sets[1])
+            )
+        }
+    };
+    Ok(Selection { devices, source })
+}
+
 /// One reason a GPU is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
@@ -386,6 +442,71 @@ pub fn may_clear(verdict: &Verdict) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two GPUs whose device files' minors are `minors` (by NVML index), or unknown.
+    fn with_minors(minors: &[Option<u32>]) -> (Vec<DeviceInfo>, Vec<String>) {
+        let devices: Vec<DeviceInfo> = minors
+            .iter()
+            .enumerate()
+            .map(|(i, m)| DeviceInfo {
+                minor: *m,
+                ..DeviceInfo::unanswered(
+                    i as u32,
+                    (
+                        "NVIDIA H100".into(),
+                        format!("GPU-{i}0000000-0000-0000-0000-000000000000"),
+                        format!("00000000:{:02X}:00.0", 0x17 + i),
+                    ),
+                    crate::gpu::DeviceStatus::Ok,
+                )
+            })
+            .collect();
+        let uuids = devices.iter().map(|d| d.uuid.clone()).collect();
+        (devices, uuids)
+    }
+
+    /// Issue 37 item 4: Slurm's list is read as scan's device sets read it, never as NVML
+    /// indices: minors that follow NVML order give one reading; permuted minors give two,
+    /// and the GPUs of both are checked; no minors: the GRES (PCI-order) reading, said.
+    #[test]
+    fn slurm_gpus_are_read_as_minors_and_gres_indices() {
+        let (d, u) = with_minors(&[Some(0), Some(1)]);
+        let one = resolve_slurm("SLURM_JOB_GPUS", "1", &d, &u).unwrap();
+        assert_eq!(one.devices, [1]);
+        assert_eq!(one.source, "SLURM_JOB_GPUS");
+        // NVML index 0 is the device file nvidia1 (kernel probe order differs from PCI order).
+        let (d, u) = with_minors(&[Some(1), Some(0)]);
+        let both = resolve_slurm("SLURM_STEP_GPUS", "1", &d, &u).unwrap();
+        assert_eq!(both.devices, [0, 1]);
+        assert!(
+            both.source.contains("minors") && both.source.contains("GRES"),
+            "{}",
+            both.source
+        );
+        // A minor no GPU has, read as an index, names GPU 1: that reading alone.
+        let (d, u) = with_minors(&[Some(4), Some(5)]);
+        assert_eq!(
+            resolve_slurm("SLURM_JOB_GPUS", "1", &d, &u)
+                .unwrap()
+                .devices,
+            [1]
+        );
+        assert_eq!(
+            resolve_slurm("SLURM_JOB_GPUS", "5", &d, &u)
+                .unwrap()
+                .devices,
+            [1]
+        );
+        assert!(resolve_slurm("SLURM_JOB_GPUS", "7", &d, &u).is_err());
+        let (d, u) = with_minors(&[None, None]);
+        let gres = resolve_slurm("SLURM_JOB_GPUS", "0", &d, &u).unwrap();
+        assert_eq!(gres.devices, [0]);
+        assert!(gres.source.contains("GRES indices"), "{}", gres.source);
+        // UUIDs resolve as any list does.
+        let (d, u) = with_minors(&[Some(1), Some(0)]);
+        let by_uuid = resolve_slurm("SLURM_JOB_GPUS", &u[1].clone(), &d, &u).unwrap();
+        assert_eq!(by_uuid.devices, [1]);
+    }
 
     #[test]
     fn the_context_allows_other_processes_only_without_a_job_or_when_shared() {
