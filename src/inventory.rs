@@ -405,11 +405,16 @@ pub fn collect(
                     u.used = match (u.used, p.used) {
                         (Some(a), Some(b)) => Some(a.max(b)),
                         (a, b) => a.or(b),
+                    };
+                    if !u.lists.contains(&p.kind) {
+                        u.lists.push(p.kind);
+                        u.lists.sort_unstable();
                     }
                 }
                 None => usage.push(ProcessDeviceUsage {
                     device: index,
                     used: p.used,
+                    lists: vec![p.kind],
                 }),
             }
             facts.entry(p.pid).or_insert_with(|| {

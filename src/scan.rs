@@ -160,10 +160,12 @@ pub(crate) fn sample_inventory() -> Inventory {
                     ProcessDeviceUsage {
                         device: 0,
                         used: Some(448 * MIB),
+                        lists: Vec::new(),
                     },
                     ProcessDeviceUsage {
                         device: 1,
                         used: Some(30 * GIB),
+                        lists: Vec::new(),
                     },
                 ],
             },
@@ -179,6 +181,7 @@ pub(crate) fn sample_inventory() -> Inventory {
                 devices: vec![ProcessDeviceUsage {
                     device: 0,
                     used: Some(70 * GIB),
+                    lists: Vec::new(),
                 }],
             },
         ],

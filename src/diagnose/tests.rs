@@ -50,6 +50,7 @@ pub(super) fn proc_(pid: u32, cvd: &str, usage: &[(u32, Option<u64>)]) -> Proces
             .map(|(d, u)| ProcessDeviceUsage {
                 device: *d,
                 used: *u,
+                lists: Vec::new(),
             })
             .collect(),
     }
@@ -630,6 +631,7 @@ fn stray_context_reads_the_container_and_device_order() {
         ProcessDeviceUsage {
             device: 0,
             used: Some(448 * MIB),
+            lists: Vec::new(),
         },
     );
     let f = stray_context(&i, &Thresholds::default());

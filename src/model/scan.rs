@@ -11,6 +11,22 @@ pub struct ProcessDeviceUsage {
     pub device: u32,
     /// `None` where NVML reports "not available".
     pub used: Option<u64>,
+    /// Which of NVML's process lists named the process on this device (`compute`,
+    /// `graphics`, `mps`), in that order; empty where not known (a report written before
+    /// they were kept, a recording's peak). A process only in the graphics list is a
+    /// graphics client (a display server) with no CUDA context. The graphics and MPS lists
+    /// are read where the compute list leaves the device's memory unexplained
+    /// (`gpu::device_read::ProcessLists`), so a graphics client holding memory is seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lists: Vec<vramdoc_gpu_spec::ProcessKind>,
+}
+
+impl ProcessDeviceUsage {
+    /// Whether NVML named the process on this device only in its graphics list: a graphics
+    /// client (a display server such as Xorg) with no compute (CUDA) or MPS context there.
+    pub fn graphics_only(&self) -> bool {
+        self.lists == [vramdoc_gpu_spec::ProcessKind::Graphics]
+    }
 }
 
 /// A process holding GPU memory, as scan sees it.

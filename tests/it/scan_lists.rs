@@ -169,6 +169,20 @@ fn usage(v: &Value) -> Vec<(u64, u64, Option<u64>)> {
     out
 }
 
+/// The `lists` of process `pid` on `device` in a scan report.
+fn lists_of(v: &Value, pid: u32, device: u64) -> Vec<String> {
+    v["scan"]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter(|p| p["pid"].as_u64() == Some(pid as u64))
+        .flat_map(|p| p["devices"].as_array().into_iter().flatten())
+        .filter(|u| u["device"].as_u64() == Some(device))
+        .flat_map(|u| u["lists"].as_array().into_iter().flatten())
+        .filter_map(|k| k.as_str().map(String::from))
+        .collect()
+}
+
 #[test]
 fn scan_lists_only_compute_where_it_explains_the_memory() {
     let b = fresh_box("2x24GiB");
@@ -219,7 +233,26 @@ fn scan_lists_graphics_and_mps_where_compute_leaves_memory_unexplained() {
             "PID {pid} on GPU {device}: {v}"
         );
     }
+    // Issue 37 item 4: each entry says which lists named it (docs/json.md `lists`): the
+    // graphics client only the graphics list, the C+G process the compute list (its
+    // graphics list is read only with --all-lists), on both backends.
+    for (report, cg_lists) in [(&v, vec!["compute"]), (&all, vec!["compute", "graphics"])] {
+        for (pid, device, want) in [
+            (x.pid, 0, vec!["graphics"]),
+            (m.pid, 1, vec!["mps"]),
+            (cg.pid, 2, cg_lists),
+        ] {
+            assert_eq!(lists_of(report, pid, device), want, "PID {pid}: {report}");
+        }
+    }
     // The in-process backend reads the same lists the same way.
+    let sim_report = json_ok(
+        &scan_cmd(b.path(), &["--json", "--backend", "sim"])
+            .output()
+            .expect("scan"),
+        "scan --backend sim",
+    );
+    assert_eq!(lists_of(&sim_report, x.pid, 0), ["graphics"]);
     let sim = |extra: &[&str]| {
         let mut cmd = scan_cmd(b.path(), &["--json", "--backend", "sim"]);
         cmd.args(extra);

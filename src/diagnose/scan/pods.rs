@@ -144,6 +144,7 @@ mod tests {
             .map(|(d, b)| ProcessDeviceUsage {
                 device: *d,
                 used: Some(*b),
+                lists: Vec::new(),
             })
             .collect();
         inv

@@ -49,6 +49,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             peaks.push(ProcessDeviceUsage {
                 device: *d,
                 used: peak,
+                lists: Vec::new(),
             });
         }
         let raw_cvd = rp.cuda_visible_devices.as_deref();

@@ -96,8 +96,8 @@ pub fn scan_report() -> Report {
                     container: None,
                     pod: None,
                     devices: vec![
-                        ProcessDeviceUsage { device: 0, used: Some(448 * MIB) },
-                        ProcessDeviceUsage { device: 1, used: Some(448 * MIB + 18 * GIB) },
+                        ProcessDeviceUsage { device: 0, used: Some(448 * MIB), lists: Vec::new() },
+                        ProcessDeviceUsage { device: 1, used: Some(448 * MIB + 18 * GIB), lists: Vec::new() },
                     ],
                 },
                 ProcessInfo {
@@ -116,7 +116,7 @@ pub fn scan_report() -> Report {
                         container_id: Some("ab".repeat(32)),
                         allocated_gpus: Some(vec!["GPU-5d1c0c5e-0000-4000-8000-000000000000".into()]),
                     }),
-                    devices: vec![ProcessDeviceUsage { device: 0, used: Some(6 * GIB) }],
+                    devices: vec![ProcessDeviceUsage { device: 0, used: Some(6 * GIB), lists: Vec::new() }],
                 },
                 ProcessInfo {
                     pid: 777,
@@ -127,7 +127,7 @@ pub fn scan_report() -> Report {
                     cuda_visible_devices: "unknown".into(),
                     container: None,
                     pod: None,
-                    devices: vec![ProcessDeviceUsage { device: 1, used: None }],
+                    devices: vec![ProcessDeviceUsage { device: 1, used: None, lists: Vec::new() }],
                 },
             ],
             findings: vec![

@@ -376,10 +376,12 @@ fn stray_context_is_scans_rule_on_one_sample() {
             ProcessDeviceUsage {
                 device: 0,
                 used: Some(512 * MIB),
+                lists: Vec::new(),
             },
             ProcessDeviceUsage {
                 device: 1,
                 used: Some(gib(10.0)),
+                lists: Vec::new(),
             },
         ],
     };
