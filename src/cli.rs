@@ -86,9 +86,11 @@ pub enum Command {
     /// NVIDIA_VISIBLE_DEVICES that is set (physical indices or GPU UUIDs), else every GPU.
     /// With no GPU named (a node check) another live process is no problem; for a job it is,
     /// after --grace, unless the scheduler shares the GPU (SLURM_SHARDS_ON_NODE, MPS,
-    /// time-slicing `::N` ids). Prints one line. See docs/fleet.md.
+    /// time-slicing `::N` ids, or --shared). A graphics client (a display server: NVML's
+    /// graphics list only, no CUDA context) passes with a note, unless --strict-graphics.
+    /// Prints one line. See docs/fleet.md.
     #[command(
-        after_help = "Exit codes: 0 ok, 1 problem (the line says which GPU and why), 2 unknown (the GPU list cannot be resolved, bad flags), 3 environment (no driver). Node Problem Detector reads 0/1/other the same way; a Slurm prolog that exits non-zero drains the node.\n\nExamples:\n  vramdoc preflight\n  vramdoc preflight --gpus 0,1 --need 20GiB\n  SLURM_JOB_GPUS=2,3 vramdoc preflight --json"
+        after_help = "Exit codes: 0 ok, 1 problem (the line says which GPU and why), 2 unknown (the GPU list cannot be resolved, bad flags), 3 environment (no driver). Node Problem Detector reads 0/1/other the same way; a Slurm prolog that exits non-zero drains the node.\n\nExamples:\n  vramdoc preflight\n  vramdoc preflight --gpus 0,1 --need 20GiB\n  SLURM_JOB_GPUS=2,3 vramdoc preflight --json\n  vramdoc preflight --strict-graphics   (refuse a GPU a display server uses too)\n  vramdoc preflight --shared   (a Slurm Prolog on a node with gres/shard)"
     )]
     Preflight(PreflightArgs),
     /// Plan an inference server on the GPUs as they are now: will it start, with which flags
@@ -300,6 +302,16 @@ pub struct PreflightArgs {
         value_parser = duration_within(Duration::ZERO, Duration::from_secs(60), " (default 2s)")
     )]
     pub grace: Duration,
+    /// Refuse a job's GPU that a graphics client uses too (a display server such as Xorg:
+    /// NVML's graphics list only, no CUDA context), as any other process; by default it
+    /// passes with a note
+    #[arg(long)]
+    pub strict_graphics: bool,
+    /// The site shares these GPUs between jobs (Slurm shards, MPS, time-slicing): other
+    /// processes are no problem, as without a job. Slurm's Prolog does not get
+    /// SLURM_SHARDS_ON_NODE, so a prolog on a node with gres/shard needs this flag
+    #[arg(long)]
+    pub shared: bool,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {

@@ -23,7 +23,11 @@ pub fn run(session: &Session, args: &PreflightArgs) -> Result<i32> {
         .map(|d| d.uuid.clone())
         .collect();
     let (selection, list) = select(args, &report.environment.devices, &uuids)?;
-    let ctx = preflight::job_context(&selection, list.as_deref(), |k| std::env::var(k).ok());
+    let mut ctx = preflight::job_context(&selection, list.as_deref(), |k| std::env::var(k).ok());
+    ctx.strict_graphics = args.strict_graphics;
+    if args.shared {
+        ctx.shared = Some("--shared".into());
+    }
     let mut verdict = preflight::apply_context(
         preflight::judge(&report, selection.clone(), args.need),
         &ctx,

@@ -8,7 +8,9 @@
 //! The exit semantics follow Slurm's prolog (non-zero drains the node) and Node Problem
 //! Detector's custom-plugin protocol (0 ok, 1 problem, anything else unknown; one line).
 //! Without a job context (nothing named the GPUs: a node check) a live process is no
-//! problem; with one, it is unless the scheduler shares the GPU ([`job_context`]).
+//! problem; with one, it is unless the scheduler shares the GPU ([`job_context`]). A
+//! graphics client (NVML's graphics list only: a display server, no CUDA context) is a
+//! note, not a problem, unless the site asks for strictness ([`JobContext::strict_graphics`]).
 
 use serde::Serialize;
 
@@ -161,12 +163,16 @@ pub fn resolve_slurm(
     Ok(Selection { devices, source })
 }
 
-/// One reason a GPU is refused.
+/// A graphics client on the GPU: a note, or a problem under `--strict-graphics`.
+pub const GRAPHICS_CLIENT: &str = "graphics-client";
+
+/// One reason a GPU is refused (or, for a [`GRAPHICS_CLIENT`] in [`Verdict::notes`], a fact
+/// that did not refuse it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     pub device: u32,
     /// `foreign-process`, `unknown-usage`, `process-lists-unreadable`, `dead-process-memory`,
-    /// `device-unavailable`, `not-enough-free`.
+    /// `device-unavailable`, `not-enough-free`, `graphics-client`.
     pub kind: &'static str,
     pub detail: String,
 }
@@ -177,6 +183,10 @@ pub struct Verdict {
     pub selection: Selection,
     pub need: Option<u64>,
     pub problems: Vec<Problem>,
+    /// What was seen but refuses no GPU: graphics clients (a display server: NVML's graphics
+    /// list only, no CUDA context), unless `--strict-graphics` made them problems.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Problem>,
     /// On a GPU in MIG mode: its instances a job could start in (clean, with the free
     /// memory asked for), named as scan names them (`0/1`) and by their `MIG-<uuid>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -196,7 +206,18 @@ impl Verdict {
     pub fn line(&self) -> String {
         let name = |d: &u32| self.labels.get(d).cloned().unwrap_or_else(|| d.to_string());
         let gpus: Vec<String> = self.selection.devices.iter().map(name).collect();
-        if self.ok() {
+        let notes: String = self
+            .notes
+            .iter()
+            .map(|n| {
+                format!(
+                    "; note: GPU {}: {} (passed; --strict-graphics refuses it)",
+                    name(&n.device),
+                    n.detail
+                )
+            })
+            .collect();
+        let line = if self.ok() {
             let need = self
                 .need
                 .map(|n| format!(", at least {} free each", format_bytes(n)))
@@ -214,7 +235,8 @@ impl Verdict {
                 .map(|p| format!("GPU {}: {}", name(&p.device), p.detail))
                 .collect();
             format!("problem: {}", parts.join("; "))
-        }
+        };
+        line + &notes
     }
 }
 
@@ -228,7 +250,8 @@ fn without_gpu<'a>(title: &'a str, d: &DeviceInfo) -> &'a str {
 
 /// Judge the selected GPUs on a scan report (its devices, processes and findings). A GPU in
 /// MIG mode is judged by its instances ([`mig`]): never on its own NO_PERMISSION or its
-/// sum; it passes when one of its instances is a candidate, named in the verdict.
+/// sum; it passes when one of its instances is a candidate, named in the verdict. Graphics
+/// clients are [`Verdict::notes`] ([`apply_context`] makes them problems when asked).
 pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdict {
     let mut problems = Vec::new();
     let mut candidates = Vec::new();
@@ -237,6 +260,7 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
             selection,
             need,
             problems,
+            notes: Vec::new(),
             candidates,
             labels: Default::default(),
         };
@@ -244,7 +268,13 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
     for &d in &selection.devices {
         match scan.devices.iter().find(|x| x.index == d) {
             Some(dev) if dev.is_mig_parent() => {
-                let (p, c) = mig::judge_parent(scan, dev, |i| judge_device(scan, i, need));
+                // A graphics client refuses no instance: it does not decide a candidate
+                // (and is not kept as a note: instances are named by their candidacy).
+                let (p, c) = mig::judge_parent(scan, dev, |i| {
+                    let mut p = judge_device(scan, i, need);
+                    p.retain(|p| p.kind != GRAPHICS_CLIENT);
+                    p
+                });
                 problems.extend(p);
                 candidates.extend(c);
             }
@@ -264,10 +294,14 @@ pub fn judge(report: &Report, selection: Selection, need: Option<u64>) -> Verdic
             true
         }
     });
+    let (notes, problems) = problems
+        .into_iter()
+        .partition(|p| p.kind == GRAPHICS_CLIENT);
     Verdict {
         selection,
         need,
         problems,
+        notes,
         candidates,
         labels: mig::labels(scan),
     }
@@ -339,6 +373,15 @@ fn judge_device(scan: &ScanResult, dev: &DeviceInfo, need: Option<u64>) -> Vec<P
         match usage.used {
             // 0-byte entries are peer mappings, not memory (pytorch/pytorch#64130).
             Some(0) => {}
+            // In the graphics list only: a display server, no CUDA context on this GPU.
+            used if usage.graphics_only() => problems.push(Problem {
+                device: d,
+                kind: GRAPHICS_CLIENT,
+                detail: format!(
+                    "{who}, a graphics client (no CUDA context), holds {}{state}",
+                    used.map_or("an unknown amount".into(), format_bytes)
+                ),
+            }),
             Some(used) => problems.push(Problem {
                 device: d,
                 kind: "foreign-process",
@@ -389,6 +432,9 @@ pub struct JobContext {
     pub job: bool,
     /// Why other processes are expected on these GPUs (`None`: they are not).
     pub shared: Option<String>,
+    /// `--strict-graphics`: a graphics client (a display server) on a job's GPU is a problem,
+    /// as any other process is, instead of a note.
+    pub strict_graphics: bool,
 }
 
 /// The variables that say a scheduler shares the GPUs: Slurm's `gres/shard`
@@ -418,17 +464,24 @@ pub fn job_context(
             list.filter(|l| l.contains("::"))
                 .map(|_| "time-slicing replicas (`::N` ids)".to_string())
         });
-    JobContext { job, shared }
+    JobContext {
+        job,
+        shared,
+        strict_graphics: false,
+    }
 }
 
 /// The selection's source when nothing named the GPUs.
 pub const ALL_GPUS: &str = "all GPUs";
 
 /// Drop the problems the context allows: other processes' memory, without a job or on a
-/// shared GPU.
+/// shared GPU. Where other processes are a problem and the site asked for strictness,
+/// graphics clients are too.
 pub fn apply_context(mut verdict: Verdict, ctx: &JobContext) -> Verdict {
     if !ctx.job || ctx.shared.is_some() {
         verdict.problems.retain(|p| p.kind != "foreign-process");
+    } else if ctx.strict_graphics {
+        verdict.problems.append(&mut verdict.notes);
     }
     verdict
 }
@@ -522,6 +575,7 @@ mod tests {
                 kind: "foreign-process",
                 detail: "PID 1 holds 1 GiB".into(),
             }],
+            notes: Vec::new(),
             candidates: Vec::new(),
             labels: Default::default(),
         };
@@ -549,6 +603,73 @@ mod tests {
         assert!(!apply_context(dead.clone(), &node).ok());
         assert!(!may_clear(&dead));
         assert!(may_clear(&foreign("--gpus")));
+    }
+
+    /// Issue 37 item 4: a process NVML names only in the graphics list (a display server, no
+    /// CUDA context) passes a job's GPU with a note; `--strict-graphics` refuses it; a
+    /// process in the compute and the graphics list (`C+G`) is refused as any other.
+    #[test]
+    fn a_graphics_client_is_a_note_unless_the_site_is_strict() {
+        use crate::gpu::ProcessKind::{Compute, Graphics};
+        use crate::units::MIB;
+        let mut inv = crate::scan::sample_inventory();
+        inv.processes.truncate(1);
+        inv.processes[0].devices.truncate(1);
+        let sel = || Selection {
+            devices: vec![0],
+            source: "--gpus".into(),
+        };
+        let verdict = |inv: &crate::inventory::Inventory, strict: bool| {
+            let report = crate::scan::build_report(inv, &crate::diagnose::Thresholds::default());
+            let ctx = JobContext {
+                strict_graphics: strict,
+                ..job_context(&sel(), Some("0"), |_| None)
+            };
+            apply_context(judge(&report, sel(), None), &ctx)
+        };
+        inv.processes[0].devices[0].used = Some(20 * MIB);
+        inv.processes[0].devices[0].lists = vec![Graphics];
+        // The GPU's used memory is the display server's.
+        let m = &mut inv.environment.devices[0].memory;
+        m.used = 20 * MIB;
+        m.free = m.total - m.reserved - m.used;
+        let v = verdict(&inv, false);
+        assert!(v.ok(), "{v:?}");
+        assert_eq!(v.notes.len(), 1, "{v:?}");
+        assert_eq!(v.notes[0].kind, GRAPHICS_CLIENT);
+        let line = v.line();
+        assert!(line.starts_with("ok: GPU 0"), "{line}");
+        assert!(
+            line.contains("graphics client") && line.contains("--strict-graphics"),
+            "{line}"
+        );
+        let strict = verdict(&inv, true);
+        assert!(!strict.ok(), "{strict:?}");
+        assert_eq!(strict.problems[0].kind, GRAPHICS_CLIENT);
+        assert!(!may_clear(&strict), "a display server does not go away");
+        // Without a job, or on a shared GPU, strictness refuses nothing live.
+        let node = JobContext {
+            strict_graphics: true,
+            ..job_context(
+                &Selection {
+                    source: ALL_GPUS.into(),
+                    ..sel()
+                },
+                None,
+                |_| None,
+            )
+        };
+        let report = crate::scan::build_report(&inv, &crate::diagnose::Thresholds::default());
+        assert!(apply_context(judge(&report, sel(), None), &node).ok());
+        // C+G: a CUDA context too.
+        inv.processes[0].devices[0].lists = vec![Compute, Graphics];
+        let cg = verdict(&inv, false);
+        assert_eq!(cg.problems.len(), 1, "{cg:?}");
+        assert_eq!(cg.problems[0].kind, "foreign-process");
+        assert!(cg.notes.is_empty());
+        // Lists not known (an older report): never a note.
+        inv.processes[0].devices[0].lists = Vec::new();
+        assert!(!verdict(&inv, false).ok());
     }
 
     /// Issue 25: from a container on a translating driver, memory of other tenants is not

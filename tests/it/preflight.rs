@@ -163,3 +163,70 @@ fn a_hung_gpu_is_one_plain_sentence() {
     assert_eq!(l.lines().count(), 1);
     sim_fault(b.path(), &["--clear"]);
 }
+
+/// Issue 37 item 4: a GPU whose only other client is a graphics client (a display server:
+/// NVML's graphics list only, no CUDA context) passes a job's check with a note, on both
+/// backends; `--strict-graphics` refuses it (at once: a display server does not go away);
+/// a process with a CUDA context and a graphics context (`C+G`) is refused as any other.
+#[test]
+fn a_graphics_client_passes_with_a_note_unless_strict() {
+    let b = fresh_box("2x16GiB");
+    let x = Holder::start(b.path(), &[], &["--graphics", "--size", "20MiB"]);
+    let lib = crate::common::simgpu_lib_dir()
+        .to_string_lossy()
+        .to_string();
+    for backend in ["sim", "real"] {
+        let env: &[(&str, &str)] = match backend {
+            "real" => &[("LD_LIBRARY_PATH", lib.as_str())],
+            _ => &[],
+        };
+        let args = ["--backend", backend, "--gpus", "0", "--grace", "0s"];
+        let o = preflight(b.path(), &args, env);
+        let l = line(&o);
+        assert_eq!(o.status.code(), Some(0), "{backend}: {l}");
+        assert!(l.starts_with("ok: GPU 0 (--gpus) clean"), "{backend}: {l}");
+        assert!(
+            l.contains(&format!("note: GPU 0: PID {}", x.pid()))
+                && l.contains("graphics client")
+                && l.contains("--strict-graphics"),
+            "{backend}: {l}"
+        );
+        assert_eq!(l.lines().count(), 1);
+        let o = preflight(b.path(), &[&args[..], &["--strict-graphics"]].concat(), env);
+        let l = line(&o);
+        assert_eq!(o.status.code(), Some(1), "{backend}: {l}");
+        assert!(l.starts_with("problem: GPU 0: PID "), "{backend}: {l}");
+    }
+    let o = preflight(b.path(), &["--gpus", "0", "--json"], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["notes"][0]["kind"], "graphics-client", "{v}");
+    assert!(
+        v["problems"].as_array().is_some_and(|p| p.is_empty()),
+        "{v}"
+    );
+    // Without a job (a node check), strictness refuses no live process.
+    let o = preflight(b.path(), &["--strict-graphics"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", line(&o));
+    // C+G: a CUDA context, refused.
+    let _cg = Holder::start(
+        b.path(),
+        &[],
+        &["--device", "1", "--also-graphics", "--size", "64MiB"],
+    );
+    let o = preflight(b.path(), &["--gpus", "1", "--grace", "0s"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", line(&o));
+    assert!(!line(&o).contains("note:"), "{}", line(&o));
+}
+
+/// Slurm's Prolog gets no SLURM_SHARDS_ON_NODE (gres/shard sets it for the job's steps and
+/// tasks only): `--shared` says the site shares the GPUs.
+#[test]
+fn shared_says_the_site_shares_the_gpus() {
+    let b = fresh_box("1x16GiB");
+    let _h = Holder::start(b.path(), &[], &["--device", "0", "--size", "2GiB"]);
+    let job = [("SLURM_JOB_GPUS", "0")];
+    let o = preflight(b.path(), &["--grace", "0s"], &job);
+    assert_eq!(o.status.code(), Some(1), "{}", line(&o));
+    let o = preflight(b.path(), &["--grace", "0s", "--shared"], &job);
+    assert_eq!(o.status.code(), Some(0), "{}", line(&o));
+}
