@@ -23,7 +23,7 @@ nvmlDeviceGetMemoryInfo). Nothing to stop: compare with `numastat -m` for that n
 if a new allocation fails while no process holds the GPU (`fuser -v /dev/nvidia*`), reset it.";
 
 /// A device the driver would not answer for.
-pub const DEVICE_UNAVAILABLE: &str = "A lost GPU (fallen off the bus, NVML_ERROR_GPU_IS_LOST) needs a reset (`nvidia-smi --gpu-reset -i N`) or a reboot; check `dmesg` for Xid errors. `no permission` means this user or container may not query the device: run vramdoc as a user with access, or mount the device into the container. Every other device is reported as usual.";
+pub const DEVICE_UNAVAILABLE: &str = "A lost GPU (fallen off the bus, NVML_ERROR_GPU_IS_LOST; Xid 79) needs the node rebooted (NVIDIA's Xid catalogue: a restart of the machine); check `dmesg` for Xid errors. `no permission` means this user or container may not query the device: run vramdoc as a user with access, or mount the device into the container. Every other device is reported as usual.";
 
 /// Processes not visible from this PID namespace (FAILURES.md, common knowledge).
 pub const INVISIBLE_PROCESSES: &str = "NVML reports host PIDs, which do not map to processes \
@@ -57,12 +57,15 @@ precision, or use a larger single card. (Tensor-parallel or data-parallel worker
 near-equal shards by design: then nothing is wrong.)";
 
 /// A GPU that fell off the bus (NVML_ERROR_GPU_IS_LOST; Xid 79 in the kernel log: "GPU has
-/// fallen off the bus", NVIDIA's Xid catalogue, docs.nvidia.com/deploy/xid-errors).
+/// fallen off the bus", whose immediate action in NVIDIA's Xid catalogue is RESTART_BM, a
+/// restart of the machine, not RESET_GPU: docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
 pub const GPU_LOST: &str = "The GPU fell off the bus (Xid 79: check `dmesg | grep -i xid` for \
 the NVRM line): its memory and every context on it are gone, and nothing on it can be trusted \
-until it is reset. Drain the node (`kubectl drain NODE` / `scontrol update nodename=NODE \
-state=drain`), stop the processes using the GPU, then reset it (`nvidia-smi --gpu-reset -i N`) \
-or reboot the node; if it recurs, check power, cooling and the PCIe slot, and have the board \
+again before the node restarts. Drain the node (`kubectl drain NODE` / `scontrol update \
+nodename=NODE state=drain`), stop the processes using the GPU, then reboot the node: NVIDIA's \
+Xid catalogue gives Xid 79 a restart of the machine, not a GPU reset. The catalogue names \
+failures of the PCIe link as a frequent cause: look for them in the kernel log (AER messages) and the \
+system event log; if it recurs, check power, cooling and the PCIe slot, and have the board \
 replaced.";
 /// An allocation failed (any of the five failures can end here; the other fingerprints say
 /// which).

@@ -38,7 +38,7 @@ pub enum GpuError {
     NoDevice(String),
     #[error("invalid device ordinal {0}")]
     InvalidDevice(u32),
-    #[error("device {0} is lost (fallen off the bus); reset it or reboot")]
+    #[error("device {0} is lost (fallen off the bus); reboot the node")]
     DeviceLost(u32),
     #[error("out of memory on device {device}: requested {requested} bytes ({detail})")]
     OutOfMemory {
@@ -439,7 +439,8 @@ pub enum DeviceStatus {
     /// Every query answered.
     #[default]
     Ok,
-    /// The GPU has fallen off the bus (`NVML_ERROR_GPU_IS_LOST`): reset it or reboot.
+    /// The GPU has fallen off the bus (`NVML_ERROR_GPU_IS_LOST`, Xid 79): reboot the node
+    /// (NVIDIA's Xid catalogue: a restart of the machine).
     Lost,
     /// The caller may not query this device (`NVML_ERROR_NO_PERMISSION`), e.g. a MIG parent
     /// device read by an unprivileged user, or a device not mounted into a container.

@@ -139,7 +139,8 @@ pub fn normalise_pci(s: &str) -> Option<String> {
 
 /// What NVIDIA's Xid catalogue says an Xid means, with its immediate action, for the ones
 /// that fail jobs or GPUs (<https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html>,
-/// "Resolution Bucket (Immediate Action)").
+/// the "Description" and "Resolution Bucket (Immediate Action)" columns, and the row's
+/// notes; docs/fleet.md "The Xid catalogue" has the table this follows, row by row).
 pub fn xid_meaning(code: u32) -> &'static str {
     match code {
         13 => "Graphics Engine Exception (an application fault: out-of-range access, illegal instruction; restart the application)",
@@ -153,16 +154,21 @@ pub fn xid_meaning(code: u32) -> &'static str {
         63 => "ECC page retirement or row remapping recorded (nothing to do now; applied at the next reset)",
         64 => "ECC page retirement or row remapping failure (reset the GPU; replace it if it recurs)",
         74 => "NVLink error (check the links; reset the GPU)",
-        79 => "GPU has fallen off the bus (reset the GPU; if it does not come back, reboot the node; check power and PCIe)",
+        79 => "GPU has fallen off the bus (reboot the node: the catalogue's action is a restart of the machine, not a GPU reset; look for the PCIe link failure in the kernel and system event logs)",
         92 => "High single-bit ECC error rate (corrected: nothing to do now)",
         94 => "Contained ECC error (only the affected application was stopped; restart it)",
         95 => "Uncontained ECC error (every application on the GPU was affected: reset the GPU)",
         119 | 120 => "GSP firmware error (reset the GPU)",
-        144..=150 => "NVLink error (NVLink5, B200/GB200: the action follows the driver's Xid 154)",
-        154 => "GPU recovery action changed (the driver's own verdict: do what it names)",
-        109 | 110 | 136 | 140 | 143 | 155 | 156 | 158 => {
-            "a fault NVIDIA's Xid catalogue lists for Ampere and newer GPUs (see its row for the action; the driver's Xid 154 names it)"
-        }
+        109 => "Context Switch Timeout Error (reset the GPU; if it recurs, contact NVIDIA support)",
+        110 => "Security Fault Error (uncommon unless the hardware failed: reset the GPU; if it persists, undo recent hardware changes, cold-reset the system and contact the hardware vendor)",
+        136 => "Link Training Failed (NVLink training, H100: reset the GPU; then check the links' signal integrity)",
+        140 => "ECC Unrecovered Error (uncorrectable memory errors the driver could not mark for page offlining or row remapping: reset the GPU; if it persists, contact the hardware vendor)",
+        143 => "GPU Initialization Error (reset the GPU; if it persists, contact NVIDIA support)",
+        144..=150 => "NVLink error (NVLink5, Blackwell B100/B200 and GB200: ignore, reset the GPU or follow the driver's Xid 154, by the line's error status)",
+        154 => "GPU recovery action changed (the driver's own verdict on the Xids before it: None, Drain P2P, Drain and Reset, GPU Reset Required or Node Reboot Required; do what it names)",
+        155 => "NVLink SW Defined Error (a link taken down on purpose, sleep included: reset the GPU; then find what took the link down)",
+        156 => "Resource Retirement Event (reset the GPU to complete the retirement)",
+        158 => "GPU Fatal Timeout (reset the GPU; if it recurs, contact NVIDIA support)",
         _ => "see NVIDIA's Xid catalogue",
     }
 }
@@ -306,6 +312,34 @@ mod tests {
             Some("0000:3b:00")
         );
         assert!(xid_is_critical(79) && !xid_is_critical(999));
+    }
+
+    /// Issue 37 item 2: each Xid's text is the catalogue's description with its immediate
+    /// action (analyzing-xid-catalog.html): RESET_GPU for 109, 110, 136, 140, 143, 155,
+    /// 156 and 158; RESTART_BM (the machine) for 79, never a GPU reset.
+    #[test]
+    fn each_xid_says_what_the_catalogue_says() {
+        for (code, description) in [
+            (109, "Context Switch Timeout Error"),
+            (110, "Security Fault Error"),
+            (136, "Link Training Failed"),
+            (140, "ECC Unrecovered Error"),
+            (143, "GPU Initialization Error"),
+            (155, "NVLink SW Defined Error"),
+            (156, "Resource Retirement Event"),
+            (158, "GPU Fatal Timeout"),
+        ] {
+            let m = xid_meaning(code);
+            assert!(m.starts_with(description), "{code}: {m}");
+            assert!(m.contains("reset the GPU"), "{code}: {m}");
+            assert!(!m.contains("catalogue lists"), "{code}: {m}");
+        }
+        let lost = xid_meaning(79);
+        assert!(lost.contains("reboot the node"), "{lost}");
+        assert!(!lost.contains("reset the GPU;"), "{lost}");
+        for v in ["Drain P2P", "Drain and Reset", "Node Reboot Required"] {
+            assert!(xid_meaning(154).contains(v), "{v}");
+        }
     }
 
     /// Issue 37: the catalogue's "ignore" Xids open nothing, the new ones do; MIG Xids name

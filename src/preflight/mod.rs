@@ -313,7 +313,7 @@ fn unavailable(status: &crate::gpu::DeviceStatus) -> String {
     use crate::gpu::DeviceStatus;
     match status {
         DeviceStatus::Ok => "the driver answers for it".into(),
-        DeviceStatus::Lost => "it has fallen off the bus (NVML_ERROR_GPU_IS_LOST): reset it or reboot the node".into(),
+        DeviceStatus::Lost => "it has fallen off the bus (NVML_ERROR_GPU_IS_LOST, Xid 79): reboot the node".into(),
         DeviceStatus::NoPermission => {
             "vramdoc may not query it (NVML_ERROR_NO_PERMISSION): run as root, or mount the device into the container".into()
         }

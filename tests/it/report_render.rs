@@ -449,7 +449,7 @@ fn sampling_gaps_are_shown_in_markdown_and_html() {
     runs[0].timeline.gaps = vec![
         gap(
             Some(1),
-            "device 1 is lost (fallen off the bus); reset it or reboot",
+            "device 1 is lost (fallen off the bus); reboot the node",
         ),
         gap(None, "late"),
     ];

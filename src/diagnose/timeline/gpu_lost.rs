@@ -145,7 +145,9 @@ mod tests {
         };
         assert_eq!(ev("last reading at").as_deref(), Some("4.00 s"));
         assert_eq!(ev("failed queries").as_deref(), Some("60"));
-        assert!(g[0].fix.contains("drain") && g[0].fix.contains("--gpu-reset"));
+        // Xid 79's immediate action in NVIDIA's catalogue is RESTART_BM, not RESET_GPU.
+        assert!(g[0].fix.contains("drain") && g[0].fix.contains("reboot the node"));
+        assert!(!g[0].fix.contains("--gpu-reset"), "{}", g[0].fix);
         // It is the first finding (errors first) and nothing blames GPU 0.
         assert_eq!(f[0].id, ids::GPU_LOST);
         assert!(f.iter().all(|f| !f.devices.contains(&0)), "{f:?}");
