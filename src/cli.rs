@@ -322,7 +322,7 @@ fn size_arg(s: &str) -> Result<u64, String> {
 #[command(
     after_help = "Findings: stray-context, no-live-owner, invisible-processes, \
 usage-unavailable, low-headroom, duplicate-copy (see docs/scan.md); on Kubernetes nodes \
-unallocated-gpu-use (docs/fleet.md).\n\
+unallocated-gpu-use, pod-allocation-unknown (docs/fleet.md).\n\
 Exit codes: 0 ok, 1 a finding at or above --fail-on, 2 usage, 3 environment.\n\n\
 Examples:\n  vramdoc scan\n  vramdoc scan --json > scan.json\n  \
 vramdoc scan --fail-on warn --out scan.md\n  vramdoc --sim 2x24GiB scan\n  \

@@ -238,6 +238,14 @@ pub struct Details {
     /// ([`crate::pods::PodMemory::idle`]).
     #[serde(default)]
     pub idle_allocations: Vec<crate::pods::IdleAllocation>,
+    /// The registration socket of NVIDIA's DRA kubelet plugin, when it is registered on this
+    /// node ([`crate::pods::Attribution::dra_registration`]).
+    #[serde(default)]
+    pub dra_registration: Option<std::path::PathBuf>,
+    /// The pod-resources answer listed DRA claims for some container (the kubelet's
+    /// `KubeletPodResourcesDynamicResources` gate is on).
+    #[serde(default)]
+    pub dynamic_resources_listed: bool,
 }
 
 /// What decides which physical GPUs a process may use, besides `CUDA_VISIBLE_DEVICES`.

@@ -134,6 +134,9 @@ pub struct PodConfig {
     /// The kubelet's pod log directory (`--pod-log-dir`); container log links are read from
     /// `containers/` beside it.
     pub log_dir: PathBuf,
+    /// The kubelet's plugin registration directory (`--plugins-registry`): whether NVIDIA's
+    /// DRA kubelet plugin is registered on this node.
+    pub plugins_registry: PathBuf,
     /// The socket was named on the command line: ask it, and say when it is missing, even
     /// when no GPU process runs in a pod.
     pub explicit: bool,
@@ -149,6 +152,7 @@ impl Default for PodConfig {
         PodConfig {
             socket: podresources::DEFAULT_SOCKET.into(),
             log_dir: kubelet::DEFAULT_POD_LOG_DIR.into(),
+            plugins_registry: kubelet::DEFAULT_PLUGINS_REGISTRY.into(),
             explicit: false,
             deadline: Duration::from_secs(2),
             memory: PodMemory::default(),
@@ -165,6 +169,14 @@ pub struct Attribution {
     pub allocations: Vec<PodAllocation>,
     /// Allocated GPUs no process of their pod holds memory on, with for how long.
     pub idle: Vec<IdleAllocation>,
+    /// The registration socket of NVIDIA's DRA kubelet plugin (`gpu.nvidia.com-reg.sock` in
+    /// the kubelet's plugin registration directory), when it is registered on this node:
+    /// pods here may hold GPUs through ResourceClaims.
+    pub dra_registration: Option<PathBuf>,
+    /// The pod-resources answer listed DRA claims for some container: the kubelet's
+    /// `KubeletPodResourcesDynamicResources` gate is on, so an empty `dynamic_resources` means
+    /// no claim.
+    pub dynamic_resources_listed: bool,
 }
 
 /// The GPU (NVML index) a pod-resources device id names, if it can be told: a GPU UUID
@@ -177,9 +189,14 @@ pub struct Attribution {
 /// (`MIG-<uuid>`, R470 and later) names its instance where the inventory holds it (read
 /// through MIG handles), else `None`; so do `MIG-GPU-<uuid>/<gi>/<ci>` and GKE's
 /// `nvidiaN/giM` (else their parent GPU). GKE's time-sharing ids (`nvidiaN/vgpuM`) name the
-/// GPU of minor N.
+/// GPU of minor N. A MIG device of NVIDIA's DRA driver (`gpu-<minor>-mig-…`,
+/// [`podresources::NVIDIA_DRA_DRIVER`]) names the instance of its profile on the GPU of that
+/// minor where the inventory holds exactly one such instance ([`dra_mig_device`]), else `None`.
 pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     let id = id.split_once("::").map_or(id, |(base, _)| base);
+    if let Some((minor, rest)) = id.strip_prefix("gpu-").and_then(|r| r.split_once("-mig-")) {
+        return dra_mig_device(minor.parse().ok()?, rest, devices);
+    }
     // MIG instances read through MIG handles are entries of their own: a MIG id names one.
     let mig = |uuid: Option<&str>, parent_gi| crate::gpu::mig_device_of(devices, uuid, parent_gi);
     let gi_of = |s: &str| s.trim_start_matches("gi").parse::<u32>().ok();
@@ -219,11 +236,90 @@ pub fn device_of_id(id: &str, devices: &[DeviceInfo]) -> Option<u32> {
     Some(gi.and_then(|gi| mig(None, Some((gpu, gi)))).unwrap_or(gpu))
 }
 
+/// The MIG instance a device of NVIDIA's DRA driver names, `gpu-<minor>-mig-<rest>`: the GPU
+/// of that minor, and `rest` in either of the driver's forms (NVIDIA/k8s-dra-driver-gpu; its
+/// own reading is the regular expression `^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$`):
+/// - v25.12 on, `<profile>-<GI profile id>-<placement start>`: the profile as nvidia-smi
+///   writes it, lower case, dots removed, other characters `-` (`1g.10gb+me` → `1g10gb-me`);
+///   matched against each instance's profile written the same way.
+/// - v25.3 – v25.8, `<GI profile id>-<placement start>-<placement size>`: the GPU-instance
+///   profile id of nvml.h (`NVML_GPU_INSTANCE_PROFILE_3_SLICE` = 2, …), matched by its count
+///   of compute slices (the `3g` of `3g.40gb`).
+///
+/// The inventory knows no placements, so the instance is the only one of its parent that
+/// matches; two that match (`--mig 3g.40gb,3g.40gb`), none, or minors not known: `None`.
+pub fn dra_mig_device(minor: u32, rest: &str, devices: &[DeviceInfo]) -> Option<u32> {
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (middle, last) = rest.rsplit_once('-')?;
+    let (middle, before) = middle.rsplit_once('-')?;
+    if middle.is_empty() || !number(last) || !number(before) {
+        return None;
+    }
+    let gpus = || devices.iter().filter(|d| d.mig_instance().is_none());
+    if gpus().any(|d| d.minor.is_none()) {
+        return None;
+    }
+    let parent = gpus().find(|d| d.minor == Some(minor))?.index;
+    let matches: Box<dyn Fn(&str) -> bool> = if number(middle) {
+        // v25.3 – v25.8: `middle` is the GI profile id.
+        let slices = gi_profile_slices(middle.parse().ok()?)?;
+        Box::new(move |profile: &str| profile_slices(profile) == Some(slices))
+    } else {
+        let name = middle.to_string();
+        Box::new(move |profile: &str| dra_profile_name(profile) == name)
+    };
+    let mut found = devices.iter().filter(|d| {
+        d.mig_instance()
+            .is_some_and(|m| m.parent == parent && matches(&m.profile))
+    });
+    let one = found.next()?;
+    found.next().is_none().then_some(one.index)
+}
+
+/// A MIG profile as NVIDIA's DRA driver writes it in a device name (`toRFC1123Compliant` of
+/// the profile without its dots).
+fn dra_profile_name(profile: &str) -> String {
+    let s: String = profile
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| *c != '.')
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    s.trim_matches('-').to_string()
+}
+
+/// The compute slices of a GPU-instance profile (`3g.40gb`, `1c.3g.40gb`, `1g.10gb+me`: 3,
+/// 3, 1), `None` when the profile does not say.
+fn profile_slices(profile: &str) -> Option<u32> {
+    profile
+        .split(['.', '+'])
+        .find_map(|p| p.strip_suffix('g')?.parse().ok())
+}
+
+/// The compute slices of an `NVML_GPU_INSTANCE_PROFILE_*` id (nvml.h: `_1_SLICE` 0, `_2_SLICE`
+/// 1, `_3_SLICE` 2, `_4_SLICE` 3, `_7_SLICE` 4, `_8_SLICE` 5, `_6_SLICE` 6, then the `_REV1`,
+/// `_REV2`, `_GFX`, `_NO_ME` and `_ALL_ME` variants of 1, 2 and 4 slices, 7 to 16).
+fn gi_profile_slices(id: u32) -> Option<u32> {
+    const SLICES: [u32; 17] = [1, 2, 3, 4, 7, 8, 6, 1, 2, 1, 1, 2, 4, 1, 2, 1, 2];
+    SLICES.get(id as usize).copied()
+}
+
 /// Pods of the GPU stack itself that hold or map GPU memory without requesting a GPU, named
 /// by the pod-name prefix their DaemonSets give them: the device plugin's MPS control daemon
 /// (NVIDIA/k8s-device-plugin `deployments/static/daemonset-mps-control-daemon.yml`, run with
 /// `NVIDIA_VISIBLE_DEVICES=all` and no GPU request), the device plugin and GPU feature
-/// discovery, dcgm-exporter and the gpu-operator's driver DaemonSet.
+/// discovery, dcgm-exporter and the gpu-operator's driver DaemonSet; and the GPU operator's
+/// validation and DCGM pods (NVIDIA/gpu-operator): the `nvidia-operator-validator` DaemonSet
+/// (`assets/state-operator-validation`), the `nvidia-cuda-validator-` pods it starts, which run
+/// `vectorAdd` with `NVIDIA_VISIBLE_DEVICES=all` and no GPU request
+/// (`validator/manifests/cuda-workload-validation.yaml`), and the standalone DCGM host engine,
+/// DaemonSet `nvidia-dcgm` (`assets/state-dcgm/0400_dcgm.yml`), also without a GPU request.
 pub const SYSTEM_POD_PREFIXES: &[&str] = &[
     "nvidia-device-plugin-mps-control-daemon",
     "nvidia-device-plugin",
@@ -231,6 +327,9 @@ pub const SYSTEM_POD_PREFIXES: &[&str] = &[
     "nvidia-dcgm-exporter",
     "dcgm-exporter",
     "nvidia-driver-daemonset",
+    "nvidia-operator-validator-",
+    "nvidia-cuda-validator-",
+    "nvidia-dcgm-",
 ];
 
 /// The MPS daemons' process names (CUDA MPS documentation: `nvidia-cuda-mps-control`
@@ -347,6 +446,13 @@ pub fn attribute(
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         allocations,
         idle,
+        dra_registration: kubelet::registration_socket(
+            &cfg.plugins_registry,
+            podresources::NVIDIA_DRA_DRIVER,
+        ),
+        dynamic_resources_listed: listed
+            .as_deref()
+            .is_some_and(podresources::lists_dynamic_resources),
     }
 }
 

@@ -52,6 +52,8 @@ pub fn scan(monitor: &dyn Monitor, cfg: &ScanConfig) -> Result<Report, GpuError>
     inv.details.pods_note = pods.note;
     inv.details.pod_allocations = pods.allocations;
     inv.details.idle_allocations = pods.idle;
+    inv.details.dra_registration = pods.dra_registration;
+    inv.details.dynamic_resources_listed = pods.dynamic_resources_listed;
     let report = build_report(&inv, &cfg.thresholds);
     // The open-file walk (every process's /proc/PID/fd, what `fuser -v` does) is evidence
     // for `no-live-owner` only: done when that finding is raised, then decided again with it.

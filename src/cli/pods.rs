@@ -1,5 +1,6 @@
 //! The pod-attribution flags `scan` and `serve` share (issue 18; docs/fleet.md "Pod
-//! attribution"): where the kubelet's pod-resources socket and pod log directory are.
+//! attribution"): where the kubelet's pod-resources socket, pod log directory and plugin
+//! registration directory are.
 
 use clap::Args;
 use std::path::PathBuf;
@@ -14,6 +15,12 @@ pub struct PodArgs {
     /// The kubelet's pod log directory, which names pods by UID (`NAMESPACE_NAME_UID`)
     #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_POD_LOG_DIR)]
     pub pod_log_dir: PathBuf,
+    /// The kubelet's plugin registration directory: where NVIDIA's DRA kubelet plugin is
+    /// registered (`gpu.nvidia.com-reg.sock`), pods may hold GPUs through ResourceClaims the
+    /// pod-resources API lists only with the kubelet's KubeletPodResourcesDynamicResources
+    /// gate (on from Kubernetes 1.34)
+    #[arg(long, value_name = "DIR", default_value = crate::host::kubelet::DEFAULT_PLUGINS_REGISTRY)]
+    pub plugins_registry: PathBuf,
     /// `serve`: report a GPU allocated to a pod that none of its processes has held memory on
     /// for this long (`allocated-gpu-idle`, info), 1s to 7d
     #[arg(
@@ -42,6 +49,7 @@ impl PodArgs {
     pub fn config(&self) -> crate::pods::PodConfig {
         let mut cfg = crate::pods::PodConfig {
             log_dir: self.pod_log_dir.clone(),
+            plugins_registry: self.plugins_registry.clone(),
             ..Default::default()
         };
         if let Some(s) = &self.pod_resources_socket {

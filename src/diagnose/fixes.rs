@@ -179,6 +179,20 @@ device plugin's volume-mounts or CDI strategy with `accept-nvidia-visible-device
 a privileged pod (it sees every GPU), or /dev/nvidia* mounted through hostPath. Request the \
 GPU the pod uses, or stop it from seeing the others.";
 
+/// A pod's GPU use outside what pod-resources lists, where DRA claims may be unlisted (issue
+/// 37): the kubelet's `KubeletPodResourcesDynamicResources` gate (kubernetes
+/// `pkg/features/kube_features.go`: alpha, off, from 1.27; beta, on, from 1.34).
+pub const POD_ALLOCATION_UNKNOWN: &str = "Unknown from this node: whether the pod holds this \
+GPU through a DRA ResourceClaim of NVIDIA's driver (gpu.nvidia.com). The kubelet reports a \
+pod's DRA devices in pod-resources only with its KubeletPodResourcesDynamicResources feature \
+gate on, which is alpha and off by default in Kubernetes 1.27 to 1.33 (on by default from \
+1.34). To make it decidable on a kubelet before 1.34, turn the gate on \
+(`--feature-gates=KubeletPodResourcesDynamicResources=true`, or `featureGates:` in the \
+KubeletConfiguration) and restart the kubelet; vramdoc then sees each pod's claims and \
+reports unallocated-gpu-use only where the pod holds neither a device-plugin GPU nor a claim \
+on it. Meanwhile, `kubectl get resourceclaims -n NAMESPACE` shows the pod's claims: if it has \
+none on this GPU, it uses a GPU it was not given.";
+
 /// A GPU allocated to a pod that none of its processes uses (issue 18).
 pub const ALLOCATED_GPU_IDLE: &str = "The pod holds a GPU the scheduler cannot give to anyone \
 else, and none of its processes has used it for the time shown: a notebook left open, a job \

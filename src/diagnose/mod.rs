@@ -48,6 +48,9 @@ pub mod ids {
     pub const GPU_LOST: &str = "gpu-lost";
     /// Allocation audit (issue 18): a pod's process on a GPU the pod was not allocated.
     pub const UNALLOCATED_GPU_USE: &str = "unallocated-gpu-use";
+    /// Allocation audit: a pod's process on a GPU outside what pod-resources lists for it, on
+    /// a node where DRA claims may go unlisted (issue 37): cannot be told from here (info).
+    pub const POD_ALLOCATION_UNKNOWN: &str = "pod-allocation-unknown";
     /// Allocation audit: a GPU allocated to a pod that none of its processes uses.
     pub const ALLOCATED_GPU_IDLE: &str = "allocated-gpu-idle";
     // Timeline fingerprints (`vramdoc run`, replay): see docs/findings.md.

@@ -5,13 +5,35 @@
 //! `pkg/kubelet/kuberuntime/helpers.go` `BuildPodLogsDirectory`, `pkg/kubelet/kubelet_pods.go`
 //! `buildContainerLogsPath`) and log shippers read. Namespaces and pod names are DNS names and
 //! never hold `_`, so the split is unambiguous. Names are returned as the files spell them:
-//! untrusted text, cleaned where it is shown.
+//! untrusted text, cleaned where it is shown. Also which kubelet plugins are registered: the
+//! sockets in the kubelet's plugin registration directory ([`registration_socket`]).
 
 use super::HostError;
 use std::path::{Path, PathBuf};
 
 /// The kubelet's pod log directory (`--pod-log-dir` changes it).
 pub const DEFAULT_POD_LOG_DIR: &str = "/var/log/pods";
+
+/// The kubelet's plugin registration directory (`<root-dir>/plugins_registry`; kubernetes
+/// `k8s.io/dynamic-resource-allocation/kubeletplugin` `KubeletRegistryDir`), where each DRA
+/// driver's kubelet plugin puts its registration socket (`--plugins-registry` changes it).
+pub const DEFAULT_PLUGINS_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
+
+/// The registration socket of `driver`'s kubelet plugin in the registration directory `dir`,
+/// when there is one: `<driver>-reg.sock`, or `<driver>-<uid>-reg.sock` when the plugin runs
+/// with rolling updates (the `kubeletplugin` helper's default names, `RegistrarSocketFilename`).
+/// Only a socket counts; an unreadable directory is none.
+pub fn registration_socket(dir: &Path, driver: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let plain = format!("{driver}-reg.sock");
+    let prefix = format!("{driver}-");
+    read_names(dir).ok()?.into_iter().find_map(|n| {
+        let named = n == plain || (n.starts_with(&prefix) && n.ends_with("-reg.sock"));
+        let path = dir.join(&n);
+        let socket = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+        (named && socket).then_some(path)
+    })
+}
 
 /// One pod's log directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,5 +170,28 @@ mod tests {
             }]
         );
         assert!(pod_dirs(&dir.path().join("none")).is_err());
+    }
+
+    /// A DRA driver's registration socket under both of the helper's names; another driver's
+    /// socket, a plain file of the name and a missing directory are none.
+    #[test]
+    fn a_dra_plugin_is_registered_by_its_socket_in_the_registration_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let driver = "gpu.nvidia.com";
+        let _other =
+            std::os::unix::net::UnixListener::bind(d.join("compute-domain.nvidia.com-reg.sock"))
+                .expect("bind");
+        std::fs::write(d.join("gpu.nvidia.com-reg.sock"), b"").unwrap();
+        assert_eq!(registration_socket(d, driver), None, "a file is no socket");
+        std::fs::remove_file(d.join("gpu.nvidia.com-reg.sock")).unwrap();
+        let rolling = d.join("gpu.nvidia.com-5e1c0a7d-reg.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&rolling).expect("bind");
+        assert_eq!(registration_socket(d, driver), Some(rolling));
+        let plain = tempfile::tempdir().expect("tempdir");
+        let sock = plain.path().join("gpu.nvidia.com-reg.sock");
+        let _p = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        assert_eq!(registration_socket(plain.path(), driver), Some(sock));
+        assert_eq!(registration_socket(&d.join("none"), driver), None);
     }
 }

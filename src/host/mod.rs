@@ -7,7 +7,7 @@
 //! needs beyond one process (cgroup mounts, the boot clock in start-time
 //! ticks) and where a process's cgroup places it (container, Kubernetes pod); [`kubelet`]
 //! reads the kubelet's pod and container log directories (pod names without API-server
-//! credentials) and [`podresources`] asks the kubelet's pod-resources gRPC socket which devices
+//! credentials) and its plugin registration directory (which DRA plugins are registered), and [`podresources`] asks the kubelet's pod-resources gRPC socket which devices
 //! each pod was allocated; [`devices`] which GPU device files a process can open (its view of
 //! `/dev`, its v1 device cgroup); [`files`] holds the machine-wide files those readings share
 //! (`/etc/passwd`, the mount table, `devices.list`), read once per scan. Callers decide what a fact means (a

@@ -50,7 +50,10 @@ pub struct ContainerResources {
     pub name: String,
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
-    /// Devices of the container's DRA ResourceClaims (Kubernetes 1.27+).
+    /// Devices of the container's DRA ResourceClaims: filled by the kubelet only with its
+    /// `KubeletPodResourcesDynamicResources` feature gate on (alpha and off by default in
+    /// Kubernetes 1.27–1.33, beta and on from 1.34: kubernetes `pkg/features/kube_features.go`);
+    /// with it off the field is empty whatever the container claimed.
     #[prost(message, repeated, tag = "5")]
     pub dynamic_resources: Vec<DynamicResource>,
 }
@@ -88,14 +91,19 @@ pub struct CdiDevice {
     pub name: String,
 }
 
-/// The DRA driver of NVIDIA GPUs (NVIDIA/k8s-dra-driver-gpu: `gpu.nvidia.com`); its devices
-/// are named `gpu-<index>` (MIG devices `gpu-<index>-mig-…`).
+/// The DRA driver of NVIDIA GPUs (NVIDIA/k8s-dra-driver-gpu `cmd/gpu-kubelet-plugin`:
+/// `gpu.nvidia.com`). Its devices are named `gpu-<minor>` (`GpuInfo.CanonicalName`); its MIG
+/// devices `gpu-<minor>-mig-<GI profile id>-<placement start>-<placement size>` up to v25.8
+/// and `gpu-<minor>-mig-<profile, dots removed>-<GI profile id>-<placement start>` from
+/// v25.12 (`MigSpecTuple.ToCanonicalName`), read by `pods::device_of_id`.
 pub const NVIDIA_DRA_DRIVER: &str = "gpu.nvidia.com";
 
 impl ContainerResources {
     /// The GPU device ids allocated to this container: the device plugin's for resources
-    /// `is_gpu` accepts, and those of its DRA claims from NVIDIA's driver, as `nvidia<index>`
-    /// (`gpu-3` → `nvidia3`) or the GPU UUID a driver names its device by.
+    /// `is_gpu` accepts, and those of its DRA claims from NVIDIA's driver: a whole GPU as
+    /// `nvidia<minor>` (`gpu-3` → `nvidia3`), any other device under the driver's own name
+    /// (a MIG device `gpu-0-mig-…`; a name vramdoc cannot read stays too, so the pod's
+    /// allocation is known to hold something it cannot map, never read as less than it is).
     pub fn gpu_ids(&self, is_gpu: impl Fn(&str) -> bool) -> Vec<String> {
         let mut ids: Vec<String> = self
             .devices
@@ -112,17 +120,24 @@ impl ContainerResources {
                 continue;
             }
             let name = c.device_name.as_str();
-            if name.starts_with("GPU-") {
-                ids.push(name.to_string());
-            } else if let Some(rest) = name.strip_prefix("gpu-") {
-                let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                if !n.is_empty() {
-                    ids.push(format!("nvidia{n}"));
+            match name.strip_prefix("gpu-") {
+                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                    ids.push(format!("nvidia{n}"))
                 }
+                _ => ids.push(name.to_string()),
             }
         }
         ids
     }
+}
+
+/// Whether any container of the answer has DRA claims listed (`dynamic_resources`): the
+/// kubelet fills them only with its `KubeletPodResourcesDynamicResources` feature gate on, so
+/// one listed claim shows the gate is on; none shows nothing.
+pub fn lists_dynamic_resources(pods: &[PodResources]) -> bool {
+    pods.iter()
+        .flat_map(|p| &p.containers)
+        .any(|c| !c.dynamic_resources.is_empty())
 }
 
 /// `ContainerDevices { string resource_name = 1; repeated string device_ids = 2; ... }`:
@@ -292,8 +307,9 @@ mod tests {
             field(2, b"llm-gpu"),
             field(3, b"ml"),
             claim(b"gpu.nvidia.com", b"gpu-1"),
-            claim(b"gpu.nvidia.com", b"gpu-2-mig-1g.10gb-0"),
-            claim(b"nic.example.com", b"gpu-3"),
+            claim(b"gpu.nvidia.com", b"gpu-2-mig-1g10gb-0-0"),
+            claim(b"gpu.nvidia.com", b"gpu-3-mig-0-0-1"),
+            claim(b"nic.example.com", b"gpu-4"),
         ]
         .concat();
         let container = [field(1, b"vllm"), field(5, &dynamic)].concat();
@@ -307,7 +323,12 @@ mod tests {
             d.claim_resources[0].cdi_devices[0].name,
             "k8s.gpu.nvidia.com/device=gpu-1"
         );
-        assert_eq!(c.gpu_ids(|_| true), ["nvidia1", "nvidia2"]);
+        // A whole GPU by its minor; MIG devices (v25.12's and v25.3's names) kept as the
+        // driver names them, for `device_of_id` to find their instance.
+        assert_eq!(
+            c.gpu_ids(|_| true),
+            ["nvidia1", "gpu-2-mig-1g10gb-0-0", "gpu-3-mig-0-0-1"]
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub const KNOWN_RULES: &[&str] = &[
     crate::diagnose::ids::GPU_LOST,
     crate::diagnose::ids::DEVICE_UNAVAILABLE,
     crate::diagnose::ids::UNALLOCATED_GPU_USE,
+    crate::diagnose::ids::POD_ALLOCATION_UNKNOWN,
     crate::diagnose::ids::ALLOCATED_GPU_IDLE,
 ];
 

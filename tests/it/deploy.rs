@@ -413,13 +413,18 @@ fn common_shape(platform: &str) -> Value {
     }
 
     // The kubelet's pod-resources socket (its directory, so a kubelet restart's new socket
-    // is seen) and pod log directory, read-only, where the flags and defaults look.
+    // is seen), pod log directory and plugin registration directory (NVIDIA's DRA plugin),
+    // read-only, where the flags and defaults look.
     let socket = format!("{POD_RESOURCES_DIR}/kubelet.sock");
     assert!(
         args.contains(&format!("--pod-resources-socket={socket}").as_str()),
         "{platform}: {args:?}"
     );
-    for dir in [POD_RESOURCES_DIR, "/var/log/pods"] {
+    for dir in [
+        POD_RESOURCES_DIR,
+        "/var/log/pods",
+        vramdoc::host::kubelet::DEFAULT_PLUGINS_REGISTRY,
+    ] {
         let (host, mount) =
             host_mount(&spec, dir).unwrap_or_else(|| panic!("{platform}: {dir} not mounted"));
         assert_eq!(host, dir, "{platform}: {dir} comes from the host's {dir}");

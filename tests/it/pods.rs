@@ -753,3 +753,127 @@ fn a_gpu_from_a_dra_claim_is_an_allocation() {
     let (f, p) = flagged("gpu-0");
     assert!(f, "the claim names GPU 0, the process runs on GPU 1: {p}");
 }
+
+/// One pod `ml/llm-0` whose container `vllm` holds the devices `claimed` of NVIDIA's DRA
+/// driver through the ResourceClaim `llm-0-gpu`.
+fn dra_pod(claimed: &[&str]) -> PodResources {
+    use vramdoc::host::podresources::{ClaimResource, DynamicResource, NVIDIA_DRA_DRIVER};
+    let mut p = pod("ml", "llm-0", "vllm", &[]);
+    p.containers[0].dynamic_resources = vec![DynamicResource {
+        claim_name: "llm-0-gpu".into(),
+        claim_namespace: "ml".into(),
+        claim_resources: claimed
+            .iter()
+            .map(|d| ClaimResource {
+                cdi_devices: vec![],
+                driver_name: NVIDIA_DRA_DRIVER.into(),
+                pool_name: "node-1".into(),
+                device_name: d.to_string(),
+            })
+            .collect(),
+    }];
+    p
+}
+
+/// `scan --json` of box `b` with a pod-resources server answering `pods`, the kubelet's pod
+/// logs under `log_dir` and its plugin registration directory `registry` (`None`: the
+/// default, no directory on a test machine): the allocation audit's findings, as id and
+/// severity.
+fn audit(
+    b: &CliBox,
+    log_dir: &Path,
+    registry: Option<&Path>,
+    pods: Vec<PodResources>,
+) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let _server = PodResourcesServer::start(&socket, pods);
+    let mut cmd = b.vramdoc();
+    cmd.args(["scan", "--json", "--pod-resources-socket"])
+        .arg(&socket)
+        .arg("--pod-log-dir")
+        .arg(log_dir);
+    if let Some(r) = registry {
+        cmd.arg("--plugins-registry").arg(r);
+    }
+    let scan = json_ok(&cmd.output().unwrap(), "scan --json");
+    scan["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            let id = f["id"].as_str().unwrap_or_default();
+            ["unallocated-gpu-use", "pod-allocation-unknown"].contains(&id)
+        })
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["id"].as_str().unwrap(),
+                f["severity"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Issue 37 item 3: NVIDIA's DRA driver names a MIG device `gpu-<minor>-mig-<profile>-<GI
+/// profile id>-<start>` (v25.12 on; `gpu-<minor>-mig-<id>-<start>-<size>` before): the claim is
+/// its instance, so a pod on the claimed 3g.40gb instance is not `unallocated-gpu-use`
+/// (before, the claim read as the parent GPU, and the instance was outside it); one whose
+/// claim names the 1g.10gb instance is.
+#[test]
+fn a_mig_device_from_a_dra_claim_is_its_instance() {
+    let _cgroups = CgroupSweep::new();
+    let b = CliBox::new("h100", &["--mig", "3g.40gb,1g.10gb"]);
+    let inst = b.sim().mig_instances().to_vec();
+    let a = in_cgroup(
+        &b,
+        &inst[0].device.uuid,
+        &format!("kubepods/burstable/pod{UID_A}/{{id}}"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = llm_pod_logs(tmp.path(), &a);
+    let unallocated = |claimed: &[&str]| {
+        let f = audit(&b, &log_dir, None, vec![dra_pod(claimed)]);
+        f.contains(&"unallocated-gpu-use warn".to_string())
+    };
+    assert!(!unallocated(&["gpu-0-mig-3g40gb-2-0"]), "v25.12's name");
+    assert!(!unallocated(&["gpu-0-mig-2-0-4"]), "v25.3's name");
+    assert!(unallocated(&["gpu-0-mig-1g10gb-0-6"]), "the other instance");
+}
+
+/// Issue 37 item 3: where NVIDIA's DRA kubelet plugin is registered
+/// (`plugins_registry/gpu.nvidia.com-reg.sock`) and pod-resources lists no DRA claim for any
+/// container (the kubelet's `KubeletPodResourcesDynamicResources` gate off, the default before
+/// 1.34), a pod holding GPU memory with no device-plugin GPU and no claim listed cannot be
+/// told from here: `pod-allocation-unknown` (info), never `unallocated-gpu-use`. Without the
+/// plugin, or once some pod's claim is listed (the gate is on), it is the warning.
+#[test]
+fn gpu_use_is_unknown_where_dra_claims_may_go_unlisted() {
+    let _cgroups = CgroupSweep::new();
+    let b = CliBox::new("2x16GiB", &[]);
+    let a = in_cgroup(&b, "0", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = llm_pod_logs(tmp.path(), &a);
+    let registry = tmp.path().join("plugins_registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    let bare = || vec![pod("ml", "llm-0", "vllm", &[])];
+    assert_eq!(
+        audit(&b, &log_dir, Some(&registry), bare()),
+        ["unallocated-gpu-use warn"],
+        "no DRA plugin on the node"
+    );
+    let _plugin = std::os::unix::net::UnixListener::bind(registry.join("gpu.nvidia.com-reg.sock"))
+        .expect("bind the registration socket");
+    assert_eq!(
+        audit(&b, &log_dir, Some(&registry), bare()),
+        ["pod-allocation-unknown info"],
+        "the pod may hold GPU 0 through a claim the kubelet does not list"
+    );
+    // Another pod's claim is listed: the gate is on, and ml/llm-0 has none.
+    let mut other = dra_pod(&["gpu-1"]);
+    other.name = "etl-1".into();
+    assert_eq!(
+        audit(&b, &log_dir, Some(&registry), vec![bare().remove(0), other]),
+        ["unallocated-gpu-use warn"]
+    );
+}

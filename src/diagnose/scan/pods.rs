@@ -1,6 +1,7 @@
 //! The allocation audit (issue 18; docs/findings.md "Allocation audit"): GPU memory held by a
-//! pod's process on a GPU the kubelet did not allocate to that pod (`unallocated-gpu-use`),
-//! and which pods were allocated a GPU whose memory has no live owner (evidence for
+//! pod's process on a GPU the kubelet did not allocate to that pod (`unallocated-gpu-use`), or
+//! on one whose allocation cannot be told from the node (`pod-allocation-unknown`: DRA claims
+//! the kubelet does not list), and which pods were allocated a GPU whose memory has no live owner (evidence for
 //! `no-live-owner`). Pure: the pod facts come from the inventory ([`crate::pods`]).
 
 use crate::diagnose::evidence::{ev, ev_bytes, who};
@@ -13,8 +14,18 @@ use crate::units::format_bytes;
 /// `unallocated-gpu-use` (warn): a process of a pod holds memory on a GPU the kubelet did not
 /// allocate to that pod. Fires only when the pod-resources API listed the pod and every id it
 /// allocated maps to a GPU here; never on 0-byte peer listings (NCCL/IPC mappings).
+///
+/// Where NVIDIA's DRA kubelet plugin is registered and the answer lists no DRA claim for any
+/// container, a pod may hold the GPU through a ResourceClaim the kubelet does not report (its
+/// `KubeletPodResourcesDynamicResources` gate off, the default before Kubernetes 1.34): the
+/// same facts are then `pod-allocation-unknown` (info), saying what would decide it.
 pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
     let devices = inv.devices();
+    let claims_unseen = inv
+        .details
+        .dra_registration
+        .as_ref()
+        .filter(|_| !inv.details.dynamic_resources_listed);
     let mut out = Vec::new();
     for p in inv.processes.iter().filter(|p| p.visible) {
         let Some(pod) = &p.pod else { continue };
@@ -57,6 +68,35 @@ pub fn unallocated_gpu_use(inv: &Inventory) -> Vec<Finding> {
             evidence.push(ev_bytes(format!("held on GPU {d} (not allocated)"), *b));
         }
         evidence.push(ev("CUDA_VISIBLE_DEVICES", p.cuda_visible_devices.clone()));
+        if let Some(sock) = claims_unseen {
+            evidence.push(ev(
+                "NVIDIA's DRA kubelet plugin registered",
+                sock.display().to_string(),
+            ));
+            evidence.push(ev(
+                "DRA claims listed by pod-resources",
+                "none, for any container of the node (the kubelet lists them only with \
+                 KubeletPodResourcesDynamicResources on)",
+            ));
+            out.push(Finding {
+                id: ids::POD_ALLOCATION_UNKNOWN.into(),
+                severity: Severity::Info,
+                title: format!(
+                    "Cannot tell from here whether pod {} was allocated GPU {}: {} holds {} \
+                     there outside its device-plugin allocation, and the pod may hold it \
+                     through a DRA claim the kubelet does not list",
+                    pod.label(),
+                    gpus.join(", "),
+                    who(p),
+                    format_bytes(held),
+                ),
+                devices: outside.iter().map(|(d, _)| *d).collect(),
+                pid: Some(p.pid),
+                evidence,
+                fix: fixes::POD_ALLOCATION_UNKNOWN.into(),
+            });
+            continue;
+        }
         out.push(Finding {
             id: ids::UNALLOCATED_GPU_USE.into(),
             severity: Severity::Warn,
@@ -192,6 +232,19 @@ mod tests {
         let mut mps = pod(Some(&[]));
         mps.name = Some("nvidia-device-plugin-mps-control-daemon-x7k2p".into());
         assert!(unallocated_gpu_use(&inv_with(Some(mps), &[(0, GIB)])).is_empty());
+        // The GPU operator's validators and standalone DCGM (no GPU request).
+        for name in [
+            "nvidia-cuda-validator-9xk4q",
+            "nvidia-operator-validator-m2v7d",
+            "nvidia-dcgm-h5lzt",
+        ] {
+            let mut p = pod(Some(&[]));
+            p.name = Some(name.into());
+            assert!(
+                unallocated_gpu_use(&inv_with(Some(p), &[(0, GIB)])).is_empty(),
+                "{name}"
+            );
+        }
         let mut inv = inv_with(Some(pod(Some(&[]))), &[(0, GIB)]);
         inv.processes[0].name = Some("nvidia-cuda-mps-server".into());
         assert!(unallocated_gpu_use(&inv).is_empty());
@@ -220,6 +273,104 @@ mod tests {
         let f = unallocated_gpu_use(&inv_with(Some(pod(Some(&[]))), &[(0, GIB)]));
         assert_eq!(f.len(), 1);
         assert!(f[0].evidence.iter().any(|e| e.value == "no GPU"));
+    }
+
+    /// NVIDIA's DRA plugin registered and no DRA claim listed for any container: use outside
+    /// the device-plugin allocation cannot be told (info, saying how to make it decidable);
+    /// once the answer lists a claim (the gate is on), it is a warning again.
+    #[test]
+    fn use_outside_the_allocation_is_unknown_where_dra_claims_may_be_unlisted() {
+        let mut inv = inv_with(Some(pod(Some(&[]))), &[(0, GIB)]);
+        inv.details.dra_registration =
+            Some("/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock".into());
+        let f = unallocated_gpu_use(&inv);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "pod-allocation-unknown");
+        assert_eq!(f[0].severity, Severity::Info);
+        assert_eq!(f[0].devices, vec![0]);
+        assert!(
+            f[0].title.starts_with("Cannot tell from here"),
+            "{}",
+            f[0].title
+        );
+        assert!(
+            f[0].fix.contains("KubeletPodResourcesDynamicResources") && f[0].fix.contains("1.34"),
+            "{}",
+            f[0].fix
+        );
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.value.ends_with("gpu.nvidia.com-reg.sock")));
+        // A device-plugin GPU and use of another: the other may be a claim's too.
+        let mut both = inv_with(Some(pod(Some(&[U0]))), &[(0, GIB), (1, GIB)]);
+        both.details.dra_registration = inv.details.dra_registration.clone();
+        let f = unallocated_gpu_use(&both);
+        assert_eq!(
+            (f[0].id.as_str(), &f[0].devices),
+            ("pod-allocation-unknown", &vec![1])
+        );
+        // The gate is on (some container's claims are listed): decided.
+        inv.details.dynamic_resources_listed = true;
+        let f = unallocated_gpu_use(&inv);
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("unallocated-gpu-use", Severity::Warn)
+        );
+        // No DRA plugin: decided as before.
+        inv.details.dynamic_resources_listed = false;
+        inv.details.dra_registration = None;
+        assert_eq!(unallocated_gpu_use(&inv)[0].id, "unallocated-gpu-use");
+    }
+
+    /// NVIDIA's DRA driver's MIG device names, both forms, name their instance on the GPU of
+    /// the minor; two instances of the profile on that GPU, or none, cannot be told.
+    #[test]
+    fn dra_mig_device_names_map_to_their_instance() {
+        use crate::gpu::{MigInfo, MigInstanceInfo};
+        let mut devices = crate::scan::sample_inventory().environment.devices;
+        devices.truncate(2);
+        // Minors permuted: /dev/nvidia0 is GPU 1, whose instances follow.
+        devices[0].minor = Some(1);
+        devices[1].minor = Some(0);
+        devices[1].mig = Some(MigInfo::Parent);
+        let parent = devices[1].clone();
+        let instance = |index: u32, gi: u32, profile: &str| {
+            let mut d = parent.clone();
+            d.index = index;
+            d.minor = None;
+            d.uuid = format!("MIG-0000000{index}-0000-0000-0000-000000000000");
+            d.mig = Some(MigInfo::Instance(MigInstanceInfo {
+                parent: 1,
+                parent_uuid: parent.uuid.clone(),
+                gi: Some(gi),
+                ci: Some(0),
+                profile: profile.into(),
+            }));
+            d
+        };
+        devices.push(instance(2, 1, "3g.40gb"));
+        devices.push(instance(3, 5, "1g.10gb+me"));
+        devices.push(instance(4, 6, "1g.10gb"));
+        for (id, want) in [
+            // v25.12 on: profile, GI profile id, placement start.
+            ("gpu-0-mig-3g40gb-2-0", Some(2)),
+            ("gpu-0-mig-1g10gb-me-7-6", Some(3)),
+            ("gpu-0-mig-1g10gb-0-5", Some(4)),
+            ("gpu-0-mig-2g20gb-1-0", None),
+            ("gpu-1-mig-3g40gb-2-0", None),
+            // v25.3 – v25.8: GI profile id, placement start, size (3 slices: one instance;
+            // 1 slice: two, so not told).
+            ("gpu-0-mig-2-4-4", Some(2)),
+            ("gpu-0-mig-0-6-1", None),
+            ("gpu-0-mig-99-0-1", None),
+            ("gpu-0-mig-3g40gb", None),
+            ("gpu-x-mig-3g40gb-2-0", None),
+        ] {
+            assert_eq!(device_of_id(id, &devices), want, "{id}");
+        }
+        devices[0].minor = None;
+        assert_eq!(device_of_id("gpu-0-mig-3g40gb-2-0", &devices), None);
     }
 
     #[test]
