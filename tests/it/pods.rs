@@ -708,6 +708,8 @@ fn finding_value(metrics: &str, rule: &str, severity: &str) -> Option<u64> {
 #[test]
 fn a_gpu_from_a_dra_claim_is_an_allocation() {
     use vramdoc::host::podresources::{ClaimResource, DynamicResource, NVIDIA_DRA_DRIVER};
+    // Pod cgroups of UID_A: one such test at a time, removed at the end.
+    let _cgroups = CgroupSweep::new();
     let b = CliBox::new("2x16GiB", &[]);
     let a = in_cgroup(&b, "1", &format!("kubepods/burstable/pod{UID_A}/{{id}}"));
     let tmp = tempfile::tempdir().unwrap();
