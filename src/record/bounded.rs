@@ -4,7 +4,10 @@
 //! into min/max envelopes of [`Resolution::bucket_ms`] (each bucket keeps its first, lowest,
 //! highest and last sample, in time order; a flat run of any length is two points). So the
 //! peak, every level and every step larger than [`Resolution::change_min`] survive, while
-//! memory and the report grow by at most [`Resolution::bound_per_hour`] points per GPU-hour.
+//! memory and the report grow by at most [`Resolution::bound_per_hour`] points per GPU-hour,
+//! and never past [`Resolution::max_points`] per GPU: a series that reaches it has its older
+//! half (past the first samples) folded again into envelopes twice as wide as the last
+//! folding, so a recording of any length is held in bounded memory, finest where it is newest.
 //!
 //! Samples are decided [`Resolution::window_ms`] after they are taken: an event reported a
 //! little late (a marker read by the job's loop, a reading from another thread) still keeps
@@ -28,6 +31,10 @@ pub struct Resolution {
     /// The recording's first this many samples are kept as taken (10 minutes at the default
     /// 100 ms period: a short job is not enveloped at all); not counted in `full_per_hour`.
     pub start_full: usize,
+    /// At most this many points are kept per series, whatever the recording's length: past
+    /// it, the older half (after the first `start_full` samples) is folded into coarser
+    /// envelopes. At least `4 × start_full`.
+    pub max_points: usize,
 }
 
 impl Default for Resolution {
@@ -38,6 +45,9 @@ impl Default for Resolution {
             change_min: 256 << 20,
             full_per_hour: 6_000,
             start_full: 6_000,
+            // Under 1 MiB of points per GPU however long the job ran (and under the Vec's
+            // next doubling, 65,536 points: folding starts before it grows).
+            max_points: 65_000,
         }
     }
 }
@@ -82,6 +92,10 @@ pub struct SeriesBuilder {
     held_end: usize,
     /// Samples decided so far.
     decided: usize,
+    /// Points of `kept` from the first `start_full` samples (never folded again).
+    start_kept: Option<usize>,
+    /// Width of the last folding of older points (ms; 0: none yet).
+    coarse_ms: f64,
     /// Samples pushed.
     pub pushed: u64,
     /// The highest value pushed (a live status's peak so far).
@@ -99,6 +113,8 @@ impl SeriesBuilder {
             full: (0, 0),
             prev: None,
             held_end: 0,
+            start_kept: None,
+            coarse_ms: 0.0,
             decided: 0,
             pushed: 0,
             peak: 0,
@@ -113,6 +129,7 @@ impl SeriesBuilder {
             change_min: 0,
             full_per_hour: usize::MAX,
             start_full: usize::MAX,
+            max_points: usize::MAX,
         })
     }
 
@@ -189,10 +206,14 @@ impl SeriesBuilder {
 
     fn decide(&mut self, t: f64, used: u64) {
         self.decided += 1;
+        if self.decided > self.res.start_full && self.start_kept.is_none() {
+            self.start_kept = Some(self.kept.len());
+        }
         if self.held(t) {
             self.flush();
             self.kept.push((t, used));
             self.held_end = self.kept.len();
+            self.bound();
             return;
         }
         let index = (t / self.res.bucket_ms).floor() as i64;
@@ -236,6 +257,41 @@ impl SeriesBuilder {
             return;
         }
         self.kept.push((t, used));
+        self.bound();
+    }
+
+    /// Past [`Resolution::max_points`]: fold the older half of what was kept after the first
+    /// samples into envelopes twice as wide as the last folding (at least four buckets
+    /// wide), wider again until the series is back under three quarters of the bound.
+    fn bound(&mut self) {
+        if self.kept.len() <= self.res.max_points {
+            return;
+        }
+        let start = self.start_kept.unwrap_or(0).min(self.kept.len());
+        let mid = start + (self.kept.len() - start) / 2;
+        let target = self.res.max_points / 4 * 3;
+        let mut width = if self.coarse_ms > 0.0 {
+            self.coarse_ms * 2.0
+        } else {
+            self.res.bucket_ms * 4.0
+        };
+        let region = &mut self.kept[start..mid];
+        region.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let span = region.last().map_or(0.0, |p| p.0) - region.first().map_or(0.0, |p| p.0);
+        let mut folded = fold(region, width);
+        while start + folded.len() + (self.kept.len() - mid) > target && width <= span {
+            width *= 2.0;
+            folded = fold(&self.kept[start..mid], width);
+        }
+        self.coarse_ms = width;
+        let removed = (mid - start) - folded.len();
+        let folded_end = start + folded.len();
+        self.kept.splice(start..mid, folded);
+        self.held_end = if self.held_end > mid {
+            self.held_end - removed
+        } else {
+            self.held_end.min(folded_end)
+        };
     }
 
     /// Points held now (kept, undecided and the open bucket).
@@ -257,6 +313,43 @@ impl SeriesBuilder {
         out.sort_by(|a, b| a.0.total_cmp(&b.0));
         out
     }
+}
+
+/// Time-sorted points folded into envelopes of `width` ms: each bucket's first, lowest,
+/// highest and last point, in time order; a flat run of three or more points is its first
+/// and last.
+fn fold(points: &[(f64, u64)], width: f64) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = Vec::new();
+    let push = |out: &mut Vec<(f64, u64)>, p: (f64, u64)| {
+        let n = out.len();
+        if n >= 2 && out[n - 1].1 == p.1 && out[n - 2].1 == p.1 {
+            out[n - 1].0 = p.0;
+        } else if n == 0 || out[n - 1].0 != p.0 {
+            out.push(p);
+        }
+    };
+    let mut i = 0;
+    while i < points.len() {
+        let index = (points[i].0 / width).floor();
+        let mut j = i;
+        let (mut lo, mut hi) = (points[i], points[i]);
+        while j < points.len() && (points[j].0 / width).floor() == index {
+            if points[j].1 < lo.1 {
+                lo = points[j];
+            }
+            if points[j].1 > hi.1 {
+                hi = points[j];
+            }
+            j += 1;
+        }
+        let mut pts = [points[i], lo, hi, points[j - 1]];
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for p in pts {
+            push(&mut out, p);
+        }
+        i = j;
+    }
+    out
 }
 
 /// Process lists of a bounded recording: of a run of identical lists of one device (same
@@ -309,6 +402,7 @@ mod tests {
         change_min: 256 << 20,
         full_per_hour: 6_000,
         start_full: 0,
+        max_points: usize::MAX,
     };
 
     /// 1 GiB (or `base`) with a 1 MiB wobble every other sample: nothing is flat.
@@ -372,6 +466,55 @@ mod tests {
         let bound = LATER.bound_per_hour();
         assert!(out.len() <= bound, "{} > {bound}", out.len());
         assert!(out.len() >= LATER.full_per_hour, "{}", out.len());
+    }
+
+    #[test]
+    fn a_recording_of_any_length_stays_under_the_point_bound() {
+        let res = Resolution {
+            max_points: 30_000,
+            ..Resolution::default()
+        };
+        let mut b = SeriesBuilder::new(res);
+        // 100 hours at one sample a second: a 600 MiB step every 5 minutes (an event each
+        // time: full resolution around it), one peak at hour 30 and one trough at hour 70.
+        let (peak_at, trough_at) = (30.0 * HOUR_MS + 1_000.0, 70.0 * HOUR_MS + 1_000.0);
+        let mut most = 0;
+        for i in 0..360_000u64 {
+            let t = i as f64 * 1_000.0;
+            let used = if t == peak_at {
+                60 << 30
+            } else if t == trough_at {
+                MIB
+            } else {
+                wobble((2 << 30) + ((i / 300) % 2) * 600 * MIB, i)
+            };
+            b.push(t, used);
+            most = most.max(b.kept.len());
+        }
+        assert!(most <= res.max_points, "{most} points held at once");
+        let out = b.finish();
+        assert!(out.len() <= res.max_points, "{}", out.len());
+        assert!(out.windows(2).all(|w| w[0].0 <= w[1].0));
+        // The first samples as taken, the extremes wherever they were.
+        let first: Vec<f64> = out.iter().take(6_000).map(|p| p.0).collect();
+        assert_eq!(
+            first,
+            (0..6_000).map(|i| i as f64 * 1_000.0).collect::<Vec<_>>()
+        );
+        assert!(out.contains(&(peak_at, 60 << 30)), "the peak survives");
+        assert!(out.contains(&(trough_at, MIB)), "the trough survives");
+        // The newest hour is still as finely kept as an unbounded hour would be.
+        let last_hour = out.iter().filter(|p| p.0 >= 99.0 * HOUR_MS).count();
+        assert!(last_hour >= 480, "{last_hour} points in the last hour");
+        // Without the bound the same recording holds far more.
+        let mut unbounded = SeriesBuilder::new(Resolution::default());
+        for i in 0..360_000u64 {
+            unbounded.push(
+                i as f64 * 1_000.0,
+                wobble((2 << 30) + ((i / 300) % 2) * 600 * MIB, i),
+            );
+        }
+        assert!(unbounded.finish().len() > res.max_points);
     }
 
     #[test]

@@ -49,7 +49,13 @@ enum Event<'a> {
 }
 
 struct Builder {
+    /// The first `limit` steps made ([`MAX_STEPS`] while converting: one with more is tried
+    /// again at a coarser quantum, so the rest are counted, never held).
     steps: Vec<Step>,
+    /// Steps made, kept or not.
+    count: usize,
+    /// Most steps kept.
+    limit: usize,
     /// Per scenario device: context made, bytes allocated, live tags (LIFO).
     ctx: Vec<bool>,
     held: Vec<u64>,
@@ -64,7 +70,21 @@ struct Builder {
 }
 
 impl Builder {
+    /// Whether a step made now is still kept (its label worth writing).
+    fn keeps(&self) -> bool {
+        self.steps.len() < self.limit
+    }
+
+    /// The id of the next step.
+    fn next_id(&self) -> String {
+        format!("s{}", self.count + 1)
+    }
+
     fn push(&mut self, id: String, label: String, op: Op) {
+        self.count += 1;
+        if !self.keeps() {
+            return;
+        }
         self.times.push(self.now);
         self.steps.push(Step {
             id,
@@ -81,13 +101,17 @@ impl Builder {
             let delta = target - held;
             self.next_tag += 1;
             let tag = format!("a{}", self.next_tag);
-            let id = format!("s{}", self.steps.len() + 1);
+            let id = self.next_id();
             // vLLM-style claim: one rise of 20 %+ to a round share of the GPU.
             let one_claim =
                 delta as f64 >= 0.2 * total as f64 && delta as f64 >= 0.6 * target as f64;
             let round = claim_share(target, self.context, total, quantum);
             if let (true, Some(round)) = (one_claim, round) {
-                let label = format!("{}: claim {:.0}% of GPU {d}", self.phase, round * 100.0);
+                let label = if self.keeps() {
+                    format!("{}: claim {:.0}% of GPU {d}", self.phase, round * 100.0)
+                } else {
+                    String::new()
+                };
                 self.push(
                     id,
                     label,
@@ -98,7 +122,11 @@ impl Builder {
                     },
                 );
             } else {
-                let label = format!("{}: +{} on GPU {d}", self.phase, format_bytes(delta));
+                let label = if self.keeps() {
+                    format!("{}: +{} on GPU {d}", self.phase, format_bytes(delta))
+                } else {
+                    String::new()
+                };
                 self.push(
                     id,
                     label,
@@ -122,8 +150,12 @@ impl Builder {
                     break;
                 };
                 freed = freed.saturating_add(bytes);
-                let id = format!("s{}", self.steps.len() + 1);
-                let label = format!("{}: -{} on GPU {d}", self.phase, format_bytes(bytes));
+                let id = self.next_id();
+                let label = if self.keeps() {
+                    format!("{}: -{} on GPU {d}", self.phase, format_bytes(bytes))
+                } else {
+                    String::new()
+                };
                 self.push(id, label, Op::Free { tag });
             }
             self.held[dev] = held.saturating_sub(freed);
@@ -214,7 +246,15 @@ fn events<'a>(src: &'a Source, pic: &Picture, t_end: f64) -> Events<'a> {
 
 /// Steps, what each device holds after them, marker step ids by marker index, and when
 /// each step happened.
-type Built = (Vec<Step>, Vec<u64>, BTreeMap<usize, String>, Vec<f64>);
+/// The steps kept, what each device holds at the end, marker step ids, each kept step's
+/// time, and how many steps were made.
+type Built = (
+    Vec<Step>,
+    Vec<u64>,
+    BTreeMap<usize, String>,
+    Vec<f64>,
+    usize,
+);
 
 /// The steps at `quantum` (per device, scaled by total).
 fn steps_at(ev: &Events, pic: &Picture, quantum: u64, t_end: f64, hostname: Option<&str>) -> Built {
@@ -228,6 +268,8 @@ fn steps_at(ev: &Events, pic: &Picture, quantum: u64, t_end: f64, hostname: Opti
     let t_last = ev.list.last().map_or(0.0, |e| e.0).min(t_end);
     let mut b = Builder {
         steps: Vec::new(),
+        count: 0,
+        limit: MAX_STEPS,
         ctx: vec![false; n],
         held: vec![0; n],
         live: vec![Vec::new(); n],
@@ -273,7 +315,7 @@ fn steps_at(ev: &Events, pic: &Picture, quantum: u64, t_end: f64, hostname: Opti
                         continue;
                     }
                     b.ctx[dev] = true;
-                    let id = format!("s{}", b.steps.len() + 1);
+                    let id = b.next_id();
                     let label = format!("{}: first use of GPU {dev} (context)", b.phase);
                     b.push(id, label, Op::Context { device: dev as u32 });
                 }
@@ -282,7 +324,7 @@ fn steps_at(ev: &Events, pic: &Picture, quantum: u64, t_end: f64, hostname: Opti
             }
         }
     }
-    (b.steps, b.held, marker_ids, b.times)
+    (b.steps, b.held, marker_ids, b.times, b.count)
 }
 
 /// Convert. `process_period_ms`: the recording's process-list period (0 when unknown).
@@ -304,17 +346,17 @@ pub fn convert(
     let hostname = src.hostname.as_deref();
     let ev = events(src, &pic, t_end);
     let mut quantum = MIN_QUANTUM;
-    let (mut steps, mut held, mut marker_ids, mut times) =
+    let (mut steps, mut held, mut marker_ids, mut times, mut count) =
         steps_at(&ev, &pic, quantum, t_end, hostname);
-    let steps_before = steps.len();
+    let steps_before = count;
     // At most ~25 passes, each linear in the events: at MAX_QUANTUM only contexts and
     // markers are left (at most MAX_DEVICES + 2 * MAX_MARKER_STEPS steps).
-    while steps.len() + 2 > MAX_STEPS && quantum < MAX_QUANTUM {
+    while count + 2 > MAX_STEPS && quantum < MAX_QUANTUM {
         quantum = quantum.saturating_mul(2);
-        (steps, held, marker_ids, times) = steps_at(&ev, &pic, quantum, t_end, hostname);
+        (steps, held, marker_ids, times, count) = steps_at(&ev, &pic, quantum, t_end, hostname);
     }
-    if steps.len() + 2 > MAX_STEPS {
-        return Err(ReproError::TooManySteps { steps: steps.len() });
+    if count + 2 > MAX_STEPS {
+        return Err(ReproError::TooManySteps { steps: count });
     }
     drop(ev);
     let mut expect = Vec::new();
@@ -357,6 +399,8 @@ pub fn convert(
         // Exactly the recorded level before the failing allocation.
         let target = last.saturating_sub(pic.context);
         let mut b = Builder {
+            count: steps.len(),
+            limit: usize::MAX,
             steps: std::mem::take(&mut steps),
             ctx: vec![true; pic.devs.len()],
             held: held.clone(),

@@ -167,6 +167,12 @@ pub const MAX_MARKERS: usize = 4096;
 pub const MAX_MARKER_LABEL: usize = 1024;
 /// Errors kept of a stream: its first this many, and its first out-of-memory error.
 pub const MAX_ERRORS: usize = 4096;
+/// Most process samples kept from a stream (16 MiB of them, under the Vec's next doubling
+/// at 2^19 with a list's worth of room): past it, every other list
+/// round of the older half is dropped, so a stream whose lists keep changing (a new
+/// neighbour every few seconds, for a week) converts in bounded memory, its oldest lists
+/// the sparsest.
+pub const MAX_PROCESS_SAMPLES: usize = 500_000;
 
 /// A `--samples` JSONL stream held in memory (see [`from_samples_reader`]).
 pub fn from_samples(text: &str, file: &str) -> Result<Source, ReproError> {
@@ -232,20 +238,32 @@ fn cut(mut s: String, max: usize) -> String {
 /// [`MAX_ERRORS`]. A last line cut in the middle (a crash) is left out, any other bad line
 /// is an error naming it. Findings are decided here on what was kept.
 pub fn from_samples_reader<R: std::io::BufRead>(r: R, file: &str) -> Result<Source, ReproError> {
-    read_samples(r, file, true)
+    read_samples(r, file, true, MAX_PROCESS_SAMPLES)
 }
 
 /// A `--samples` stream with every sample and process list kept (what the reader did
 /// before it was bounded: the reference the bounded reading is tested against).
 #[cfg(test)]
 pub(crate) fn from_samples_whole(text: &str, file: &str) -> Result<Source, ReproError> {
-    read_samples(text.as_bytes(), file, false)
+    read_samples(text.as_bytes(), file, false, usize::MAX)
+}
+
+/// [`from_samples_reader`] keeping at most `max_processes` process samples (the bound made
+/// small, to test it on a small stream).
+#[cfg(test)]
+pub(crate) fn from_samples_keeping(
+    text: &str,
+    file: &str,
+    max_processes: usize,
+) -> Result<Source, ReproError> {
+    read_samples(text.as_bytes(), file, true, max_processes)
 }
 
 fn read_samples<R: std::io::BufRead>(
     mut r: R,
     file: &str,
     bounded: bool,
+    max_processes: usize,
 ) -> Result<Source, ReproError> {
     let bad_line = |line: usize, message: String| ReproError::BadLine {
         file: file.to_string(),
@@ -258,6 +276,7 @@ fn read_samples<R: std::io::BufRead>(
             ..Source::default()
         },
         bounded,
+        max_processes,
         ..Streamed::default()
     };
     let mut buf = Vec::new();
@@ -308,6 +327,8 @@ struct Streamed {
     src: Source,
     /// Series and process lists bounded (else every sample kept).
     bounded: bool,
+    /// Most process samples kept ([`MAX_PROCESS_SAMPLES`]).
+    max_processes: usize,
     series: Vec<SeriesBuilder>,
     runs: ListRuns,
     /// The process list being read: its device and time, and its entries.
@@ -327,6 +348,9 @@ impl Streamed {
             if self.bounded {
                 let kept = self.runs.keep(device, list);
                 self.src.processes.extend(kept);
+                if self.src.processes.len() > self.max_processes {
+                    thin_rounds(&mut self.src.processes);
+                }
             } else {
                 self.src.processes.extend(list);
             }
@@ -504,14 +528,43 @@ impl Streamed {
         let mut markers: Vec<Marker> = self.before.into_iter().chain(self.after).collect();
         markers.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
         src.markers = markers;
-        let rec = recording(&src);
+        // The series and markers move into the recording the rules judge and back (a long
+        // stream's series are its largest part: never two copies of them at once).
+        let series = std::mem::take(&mut src.series);
+        let markers = std::mem::take(&mut src.markers);
+        let rec = recording_with(&src, series, markers);
         src.findings = diagnose::fingerprints(&rec, &diagnose::TimelineThresholds::default())
             .into_iter()
             .filter(|f| diagnose::ids::FINGERPRINTS.contains(&f.id.as_str()))
             .map(|f| f.id)
             .collect();
+        src.series = rec.timeline.devices;
+        src.markers = rec.timeline.markers;
         Ok(src)
     }
+}
+
+/// Drop every other list round of each device in the older half of `processes` (rounds:
+/// the runs of samples of one device at one time, as the stream gives them).
+fn thin_rounds(processes: &mut Vec<ProcessSample>) {
+    let mid = processes.len() / 2;
+    let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut round: Option<(u32, u64)> = None;
+    let mut keep_round = true;
+    let mut i = 0usize;
+    processes.retain(|p| {
+        let older = i < mid;
+        i += 1;
+        let key = (p.device, p.t_ms.to_bits());
+        if round != Some(key) {
+            // A round that straddles the middle is judged by its first sample.
+            round = Some(key);
+            let n = seen.entry(p.device).or_insert(0);
+            keep_round = !older || n.is_multiple_of(2);
+            *n += 1;
+        }
+        keep_round
+    });
 }
 
 /// The process samples the timeline rules read: the job's tree as recorded, and every
@@ -552,11 +605,11 @@ fn merged_processes(src: &Source) -> Vec<ProcessSample> {
     out
 }
 
-/// The typed recording the timeline rules judge, rebuilt from a source.
-pub fn recording(src: &Source) -> Recording {
+/// The typed recording the timeline rules judge, rebuilt from a source, with the source's
+/// series and markers given (taken out of it: moved, never copied).
+fn recording_with(src: &Source, series: Vec<DeviceSeries>, markers: Vec<Marker>) -> Recording {
     let processes = merged_processes(src);
-    let end_ms = src
-        .series
+    let end_ms = series
         .iter()
         .flat_map(|s| s.samples.last().map(|p| p.0))
         .fold(0.0, f64::max);
@@ -582,8 +635,8 @@ pub fn recording(src: &Source) -> Recording {
             })
             .collect(),
         timeline: Timeline {
-            devices: src.series.clone(),
-            markers: src.markers.clone(),
+            devices: series,
+            markers,
             processes,
             gaps: Vec::new(),
         },

@@ -449,7 +449,9 @@ fn detached_stdio(dir: &Path, id: &str) -> Result<Stdio3, SimError> {
 pub struct Attached {
     pub id: String,
     pub pid: u32,
-    stream: Option<UnixStream>,
+    /// The connection, read through the reader that read the `Started` answer: a container
+    /// that exits at once has its `Exit` answer arrive with it, in that reader's buffer.
+    stream: Option<BufReader<UnixStream>>,
 }
 
 /// Ask the daemon of the box in `dir` to start a container. Attached (`detach` false): the
@@ -500,10 +502,12 @@ pub fn run(
     })?;
     match serde_json::from_str::<Reply>(&answer) {
         Ok(Reply::Started { id, pid }) => {
-            let stream = if detach { None } else { Some(s) };
-            if let Some(s) = &stream {
+            let stream = if detach {
+                None
+            } else {
                 s.set_read_timeout(None)?;
-            }
+                Some(reader)
+            };
             Ok(Attached { id, pid, stream })
         }
         Ok(Reply::Error { message }) => Err(ClientError::Refused(message)),
@@ -520,22 +524,21 @@ impl Attached {
         let Some(s) = &self.stream else {
             return Ok(());
         };
-        let mut line = serde_json::to_vec(&Request::Signal { signal })
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        line.push(b'\n');
-        (&*s).write_all(&line)
+        forward_signal(s.get_ref(), signal)
     }
 
     /// A handle that can forward signals from another thread.
     pub fn signaller(&self) -> Option<UnixStream> {
-        self.stream.as_ref().and_then(|s| s.try_clone().ok())
+        self.stream
+            .as_ref()
+            .and_then(|s| s.get_ref().try_clone().ok())
     }
 
     /// Wait for the container's exit code (attached only; `None` when detached or the daemon
     /// went away).
     pub fn wait(&mut self) -> Option<i32> {
         let s = self.stream.take()?;
-        for line in BufReader::new(s).lines() {
+        for line in s.lines() {
             let Ok(line) = line else { return None };
             if let Ok(Reply::Exit { code }) = serde_json::from_str(&line) {
                 return Some(code);
@@ -562,4 +565,57 @@ pub fn containers(dir: &Path) -> Vec<(ContainerRecord, bool)> {
             (r, alive)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A container that exits at once: the daemon's `Started` and `Exit` answers arrive in
+    /// one read. The client still sees the exit (it was lost in the reader that read
+    /// `Started`, and `wait` then blocked for ever on a connection the daemon keeps open to
+    /// forward signals).
+    #[test]
+    fn an_exit_that_arrives_with_the_start_is_seen() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let listener = UnixListener::bind(socket_path(dir.path())).expect("bind");
+        let daemon = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let (line, _fds) = recv_request(&s).expect("a request");
+            assert!(serde_json::from_slice::<Request>(&line).is_ok());
+            let mut both = Vec::new();
+            for r in [
+                Reply::Started {
+                    id: "c1".into(),
+                    pid: 4242,
+                },
+                Reply::Exit { code: 3 },
+            ] {
+                both.extend(serde_json::to_vec(&r).expect("reply"));
+                both.push(b'\n');
+            }
+            s.write_all(&both).expect("answer");
+            // Kept open, as the daemon's signal-forwarding thread keeps it.
+            s
+        });
+        let spec = ContainerSpec {
+            gpus: vec![0],
+            strategy: Default::default(),
+            ids: Default::default(),
+            cdi_env: Default::default(),
+            cgroup: None,
+        };
+        let mut attached =
+            run(dir.path(), &spec, &["true".into()], &[], None, false).expect("started");
+        assert_eq!((attached.id.as_str(), attached.pid), ("c1", 4242));
+        let _open = daemon.join().expect("the daemon answered");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(attached.wait());
+        });
+        // Not a timing verdict: the answer is already here; the bound only turns a
+        // regression into a failure instead of a hung test.
+        let code = rx.recv_timeout(Duration::from_secs(60));
+        assert_eq!(code, Ok(Some(3)), "the exit answer read with the start");
+    }
 }

@@ -161,3 +161,45 @@ fn markers_errors_and_lines_are_bounded() {
         "{e}"
     );
 }
+
+/// Half an hour of one GPU whose neighbour is a new PID every second (so the kept process
+/// lists keep growing): read with a bound of 500 process samples, the older lists are
+/// thinned, the newest kept as they were, and it still converts, with its neighbours.
+#[test]
+fn process_lists_that_keep_changing_are_thinned_oldest_first() {
+    let mut text = format!("{HEADER}\n");
+    for i in 0..18_000u64 {
+        let t = i as f64 * 100.0;
+        let pid = 1_000 + i / 10;
+        let job = 4 * GIB;
+        text.push_str(&format!(
+            "{{\"type\":\"memory\",\"t_ms\":{t},\"used\":[{}]}}\n",
+            job + GIB
+        ));
+        if i.is_multiple_of(5) {
+            text.push_str(&format!(
+                "{{\"type\":\"process\",\"t_ms\":{t},\"device\":0,\"pid\":9,\"used\":{job},\"tree\":true}}\n\
+                 {{\"type\":\"process\",\"t_ms\":{t},\"device\":0,\"pid\":{pid},\"used\":{GIB}}}\n"
+            ));
+        }
+    }
+    text.push_str("{\"type\":\"end\",\"t_ms\":1800000,\"status\":0}\n");
+    let full = from_samples(&text, "run.jsonl").unwrap();
+    let thin = source::from_samples_keeping(&text, "run.jsonl", 500).unwrap();
+    assert!(full.processes.len() > 1_000, "{}", full.processes.len());
+    assert!(thin.processes.len() <= 502, "{}", thin.processes.len());
+    // The newest lists as they were.
+    let tail = |s: &Source| s.processes[s.processes.len() - 100..].to_vec();
+    assert_eq!(tail(&thin), tail(&full));
+    // The oldest the sparsest.
+    let half = 900_000.0;
+    let older = thin.processes.iter().filter(|p| p.t_ms < half).count();
+    assert!(
+        older * 2 < thin.processes.len() - older,
+        "{older} of {}",
+        thin.processes.len()
+    );
+    assert_eq!(thin.findings, full.findings);
+    let c = convert_source(&thin, spec_of).unwrap();
+    assert!(!c.scenario.neighbours.is_empty(), "{}", c.toml);
+}
