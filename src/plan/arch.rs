@@ -53,6 +53,9 @@ pub struct Arch {
     /// Bytes of one element in the model's own dtype (`torch_dtype`; 2 when absent or fp32,
     /// which vLLM serves in 16 bits by default).
     pub dtype_bytes: u64,
+    /// Positions and width of vLLM's rotary cos/sin cache (see [`Arch::rotary_cache_bytes`]).
+    pub rotary_positions: u64,
+    pub rotary_dim: u64,
 }
 
 impl Arch {
@@ -69,6 +72,16 @@ impl Arch {
                 qk_rope_head_dim,
             } => kv_lora_rank + qk_rope_head_dim,
         }
+    }
+
+    /// vLLM's rotary embedding keeps a `cos_sin_cache` buffer of `[max_position,
+    /// rotary_dim]` in the model's dtype, built when the model is created (`RotaryEmbedding`,
+    /// vllm/model_executor/layers/rotary_embedding.py; one per model, `get_rope` caches it)
+    /// and on every GPU: it is in the "weights" vLLM reports after loading. 32 MiB for
+    /// Llama-3.1-8B (131072 positions x 128 x 2 bytes): vllm#10517 prints 14.99 GiB loaded
+    /// where the checkpoint holds 14.96 GiB, vllm#10511 14.96 for Llama-3-8B (8192 positions).
+    pub fn rotary_cache_bytes(&self) -> u64 {
+        self.rotary_positions * self.rotary_dim * self.dtype_bytes
     }
 
     /// KV bytes per token, every layer, on one GPU of `tp` (`tp = 1`: the whole model).
@@ -136,6 +149,21 @@ pub fn parse(root: &Value) -> Result<Arch, String> {
         },
     };
     let (sliding_layers, sliding_window) = sliding(c, layers)?;
+    let max_position_embeddings = int(c, "max_position_embeddings");
+    let rotary_dim = match attention {
+        Attention::Gqa { head_dim, .. } => {
+            let f = c
+                .get("partial_rotary_factor")
+                .and_then(Value::as_f64)
+                .filter(|f| *f > 0.0 && *f <= 1.0)
+                .unwrap_or(1.0);
+            (head_dim as f64 * f) as u64
+        }
+        Attention::Mla {
+            qk_rope_head_dim, ..
+        } => qk_rope_head_dim,
+    };
+    let rotary_positions = rotary_positions(c, max_position_embeddings.unwrap_or(0));
     let model_type = c
         .get("model_type")
         .or_else(|| root.get("model_type"))
@@ -161,9 +189,40 @@ pub fn parse(root: &Value) -> Result<Arch, String> {
         hidden_size,
         intermediate_size: int(c, "intermediate_size").unwrap_or(4 * hidden_size),
         vocab_size: int(c, "vocab_size").unwrap_or(0),
-        max_position_embeddings: int(c, "max_position_embeddings"),
+        max_position_embeddings,
         dtype_bytes: if dtype == "float64" { 8 } else { 2 },
+        rotary_positions,
+        rotary_dim,
     })
+}
+
+/// Positions of vLLM's rotary cache (`get_rope`): `max_position_embeddings`, times the
+/// `rope_scaling` factor for the `linear` and `dynamic` kinds, and
+/// `original_max_position_embeddings` times the factor for `yarn` (their
+/// `_compute_cos_sin_cache`); `llama3` and the rest keep `max_position_embeddings`. Bounded
+/// (16 Mi positions) so that a hostile config cannot inflate the figure without end.
+fn rotary_positions(c: &Value, max_position: u64) -> u64 {
+    let scaling = c.get("rope_scaling").filter(|v| v.is_object());
+    let kind = scaling
+        .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let factor = scaling
+        .and_then(|s| s.get("factor"))
+        .and_then(Value::as_f64)
+        .filter(|f| f.is_finite() && *f >= 1.0 && *f <= 1024.0)
+        .unwrap_or(1.0);
+    let n = match kind {
+        "linear" | "dynamic" => max_position as f64 * factor,
+        "yarn" => {
+            let original = scaling
+                .and_then(|s| int(s, "original_max_position_embeddings"))
+                .unwrap_or(max_position);
+            original as f64 * factor
+        }
+        _ => max_position as f64,
+    };
+    (n as u64).min(1 << 24)
 }
 
 /// Sliding-window layers and the window: `layer_types` where the config lists them

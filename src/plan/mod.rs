@@ -70,6 +70,9 @@ pub struct DevicePlan {
     /// `ceil(gpu_memory_utilization x total)`.
     pub budget: u64,
     pub weights_bytes: u64,
+    /// vLLM's rotary cos/sin cache, loaded with the weights and counted in vLLM's "model
+    /// weights" figure ([`arch::Arch::rotary_cache_bytes`]).
+    pub rotary_cache_bytes: u64,
     pub non_torch_bytes: u64,
     pub activation_bytes: u64,
     pub cudagraph_bytes: u64,
@@ -230,7 +233,7 @@ pub fn plan_vllm(
             })
             .collect();
         let budget = (opts.gpu_memory_utilization * total as f64).ceil() as u64;
-        let non_torch = vllm::non_torch_allowance(tp);
+        let non_torch = vllm::non_torch_allowance(version, tp);
         let activation = vllm::activation_estimate(
             tokens,
             seqs,
@@ -242,7 +245,9 @@ pub fn plan_vllm(
         );
         let graphs = vllm::cudagraph_allowance(arch.layers, opts.enforce_eager);
         let in_budget = version.graphs_in_budget();
-        let fixed = weights_gpu + non_torch + activation + if in_budget { graphs } else { 0 };
+        let rotary = arch.rotary_cache_bytes();
+        let fixed =
+            weights_gpu + rotary + non_torch + activation + if in_budget { graphs } else { 0 };
         let kv = budget.saturating_sub(fixed);
         out.push(DevicePlan {
             index,
@@ -256,6 +261,7 @@ pub fn plan_vllm(
             kv_bytes_per_token: per_gpu_token,
             budget,
             weights_bytes: weights_gpu,
+            rotary_cache_bytes: rotary,
             non_torch_bytes: non_torch,
             activation_bytes: activation,
             cudagraph_bytes: graphs,
@@ -451,7 +457,9 @@ fn suggest(
             } else {
                 0
             };
-            budget.saturating_sub(d.weights_bytes + d.non_torch_bytes + act + graphs)
+            budget.saturating_sub(
+                d.weights_bytes + d.rotary_cache_bytes + d.non_torch_bytes + act + graphs,
+            )
         };
         let kv = out.iter().map(kv_of).min().unwrap_or(0);
         let longest = if u == 0 || kv == 0 {

@@ -29,6 +29,37 @@ fn llama_gqa_kv_bytes_per_token() {
 }
 
 #[test]
+fn the_rotary_cache_follows_positions_scaling_and_rotary_width() {
+    // Llama-3.1-8B: 131072 positions x 128 x 2 bytes (its llama3 scaling keeps the positions).
+    let mut c = llama_8b();
+    assert_eq!(parse(&c).unwrap().rotary_cache_bytes(), 32 << 20);
+    c["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0});
+    assert_eq!(parse(&c).unwrap().rotary_cache_bytes(), 32 << 20);
+    // linear x 4; yarn: original positions x factor; a partial rotary width halves it.
+    c["rope_scaling"] = json!({"type": "linear", "factor": 4.0});
+    assert_eq!(parse(&c).unwrap().rotary_cache_bytes(), 128 << 20);
+    c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0,
+        "original_max_position_embeddings": 32768});
+    assert_eq!(parse(&c).unwrap().rotary_cache_bytes(), 32 << 20);
+    c["rope_scaling"] = serde_json::Value::Null;
+    c["partial_rotary_factor"] = json!(0.5);
+    assert_eq!(parse(&c).unwrap().rotary_cache_bytes(), 16 << 20);
+    // A hostile factor is ignored, not multiplied.
+    c["rope_scaling"] = json!({"type": "linear", "factor": 1e300});
+    assert_eq!(parse(&c).unwrap().rotary_cache_bytes(), 16 << 20);
+}
+
+#[test]
+fn v0_from_0_7_counts_no_tensor_parallel_non_torch_memory() {
+    use super::vllm::non_torch_allowance;
+    let v = |s| Version::parse(s).unwrap();
+    assert_eq!(non_torch_allowance(v("0.6.5"), 2), 768 << 20);
+    assert_eq!(non_torch_allowance(v("0.7.2"), 2), 256 << 20);
+    assert_eq!(non_torch_allowance(v("0.7"), 1), 256 << 20);
+    assert_eq!(non_torch_allowance(v("0.11"), 4), 768 << 20);
+}
+
+#[test]
 fn head_dim_defaults_to_hidden_over_heads_and_kv_heads_to_heads() {
     // facebook/opt-style MHA config without num_key_value_heads or head_dim.
     let a = parse(

@@ -120,10 +120,16 @@ pub fn scheduler_defaults(
 }
 
 /// Memory outside PyTorch that profiling adds (NCCL buffers, cuBLAS workspaces; vLLM's
-/// `non_torch_memory`): an allowance. One GPU: 256 MiB (logs show 0.1-0.2 GiB); tensor
-/// parallel: 768 MiB (NCCL and custom all-reduce buffers; logs show 0.5-0.6 GiB at TP 2).
-pub fn non_torch_allowance(tp: u64) -> u64 {
-    if tp > 1 {
+/// `non_torch_memory`): an allowance. One GPU: 256 MiB (logs show 0.03-0.35 GiB); tensor
+/// parallel: 768 MiB (NCCL and custom all-reduce buffers). V0 from 0.7 takes its baseline
+/// snapshot after the distributed set-up and counts only what grows during the profiling
+/// run (vllm#12126, "further polish memory profiling", in 0.7.0; `memory_profiling` in
+/// vllm/utils.py): the NCCL buffers are then in the baseline, and tensor-parallel logs of
+/// that engine print 0.25 GiB at TP 2 (vllm#13061, 0.7.2) and 0.20 GiB per worker
+/// (vllm#14447, V0 worker): 256 MiB whatever the TP there.
+pub fn non_torch_allowance(version: Version, tp: u64) -> u64 {
+    let v0_after_12126 = version.at_least(7) && !version.is_v1();
+    if tp > 1 && !v0_after_12126 {
         768 * MIB
     } else {
         256 * MIB

@@ -147,6 +147,7 @@ fn a_clean_h100_starts_llama_8b_with_the_kv_cache_left_in_the_budget() {
     assert_eq!(budget, (0.9 * total as f64).ceil() as u64);
     let fixed: u64 = [
         "weights_bytes",
+        "rotary_cache_bytes",
         "non_torch_bytes",
         "activation_bytes",
         "cudagraph_bytes",
@@ -156,6 +157,8 @@ fn a_clean_h100_starts_llama_8b_with_the_kv_cache_left_in_the_budget() {
     .sum();
     let kv = v["kv_bytes"].as_u64().unwrap();
     assert_eq!(kv, budget - fixed);
+    // vLLM's rotary cos/sin cache: 131072 positions x 128 x 2 bytes.
+    assert_eq!(d["rotary_cache_bytes"], 32 << 20);
     assert_eq!(v["kv_tokens"], kv / 131_072 / 16 * 16);
     assert!(v["reason"].as_str().unwrap().contains("tokens"), "{v}");
     // The headers, not the 15 GiB of data, were read.

@@ -406,8 +406,8 @@ fn table(rows: &[Row]) -> String {
             _ => ("—".into(), format!("{} tokens", p["kv_tokens"])),
         };
         let weights = match o.weights_gib {
-            Some(w) => format!("{w:.2} · {:.2} GiB", gib(&p["weights_bytes_per_gpu"])),
-            None => format!("— · {:.2} GiB", gib(&p["weights_bytes_per_gpu"])),
+            Some(w) => format!("{w:.2} · {:.2} GiB", loaded_gib(p)),
+            None => format!("— · {:.2} GiB", loaded_gib(p)),
         };
         let d = &p["devices"][0];
         let two = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -464,6 +464,70 @@ fn table(rows: &[Row]) -> String {
     s
 }
 
+/// What vLLM reports as "model weights" on the first GPU, as the plan has it: the
+/// checkpoint's share plus the rotary cache built at load.
+fn loaded_gib(p: &Value) -> f64 {
+    let d = &p["devices"][0];
+    gib(&d["weights_bytes"]) + gib(&d["rotary_cache_bytes"])
+}
+
+/// The per-figure error table (docs/plan.md "Per figure"): for each log that prints vLLM's
+/// profiling breakdown, plan − vLLM in GiB for the budget (`U × total`; vLLM's is the sum of
+/// its printed figures), the weights (with the rotary cache), the non-torch memory, the activation peak,
+/// and the KV cache, on the first GPU (the rank vLLM logs).
+fn figure_table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| log | flags | budget Δ | weights Δ | non-torch Δ | activation Δ | KV GiB: vLLM · plan (Δ) | KV GiB error (logged rank) | KV error |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let d = |x: f64| format!("{x:+.2}");
+    for r in rows {
+        let o = &r.case.observed;
+        let (Some(w), Some(nt), Some(act), Some(kv)) =
+            (o.weights_gib, o.non_torch_gib, o.activation_gib, o.kv_gib)
+        else {
+            continue;
+        };
+        let p = &r.plan;
+        let dev = &p["devices"][0];
+        let (pw, pnt, pact, pkv) = (
+            loaded_gib(p),
+            gib(&dev["non_torch_bytes"]),
+            gib(&dev["activation_bytes"]),
+            gib(&dev["kv_bytes"]),
+        );
+        let dkv = pkv - kv.max(0.0);
+        // V0 prints `available = U x total - weights - non-torch - activation`: vLLM's
+        // budget is the sum of its four figures (negative KV included).
+        let budget = gib(&dev["budget"]) - (kv + w + nt + act);
+        let src = r
+            .case
+            .source
+            .trim_start_matches("https://github.com/")
+            .replace("/issues/", "#")
+            .replace("/pull/", "#");
+        let flags = if r.case.args.is_empty() {
+            "defaults".to_string()
+        } else {
+            r.case.args.join(" ")
+        };
+        let _ = writeln!(
+            s,
+            "| {src} ({}, {}) | {flags} | {} | {} | {} | {} | {kv:.2} · {pkv:.2} ({}) | {} | {} |",
+            r.case.vllm,
+            r.case.gpu,
+            d(budget),
+            d(pw - w),
+            d(pnt - nt),
+            d(pact - act),
+            d(dkv),
+            fmt_err((kv > 0.0).then(|| pct(pkv, kv))),
+            fmt_err(r.kv_err),
+        );
+    }
+    s
+}
+
 fn summary(rows: &[Row]) -> String {
     let right = rows
         .iter()
@@ -502,7 +566,12 @@ fn plan_vllm_against_real_start_up_logs() {
     dirs.sort();
     assert!(dirs.len() >= 20, "the corpus holds {} logs", dirs.len());
     let rows: Vec<Row> = dirs.iter().map(|d| run_case(d)).collect();
-    let out = format!("{}\n{}\n", table(&rows), summary(&rows));
+    let out = format!(
+        "{}\n{}\n\n{}",
+        table(&rows),
+        summary(&rows),
+        figure_table(&rows)
+    );
     let path = std::env::var_os("VRAMDOC_PLAN_TABLE")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/plan-corpus.md"));
@@ -548,7 +617,7 @@ fn plan_vllm_against_real_start_up_logs() {
         // The weights come from the headers: within 10 % of what vLLM loaded (quantized
         // kernels repack, and some logs print GB for GiB).
         if let Some(w) = o.weights_gib {
-            let e = pct(gib(&r.plan["weights_bytes_per_gpu"]), w);
+            let e = pct(loaded_gib(&r.plan), w);
             assert!(
                 e.abs() <= 0.10,
                 "{}: weights error {:+.1} %",

@@ -54,11 +54,14 @@ pub const PRESETS: &[Preset] = &[
         coherent: false,
         no_memory_info: false,
     },
+    // RTX 3090: nvidia-smi shows 24576MiB; the reservation is what puts CUDA's total
+    // (`cuMemGetInfo`, which vLLM prints as total_gpu_memory) at the 23.58 GiB of public
+    // start-up logs (vllm#10517; #14447 and #17327 print 23.56-23.58): 24576 - 24146 MiB.
     Preset {
         key: "rtx3090",
         name: "NVIDIA GeForce RTX 3090",
         total: 24576 * MIB,
-        reserved: 262 * MIB,
+        reserved: 430 * MIB,
         coherent: false,
         no_memory_info: false,
     },

@@ -94,6 +94,9 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             continue;
         };
         let util = held as f64 / total;
+        // The neighbours: what the GPU held before the job, and what other processes added
+        // since (their lists), up to the claim.
+        let neighbours = d.baseline.saturating_add(cx.others_growth(d, t1));
         let mut evidence: Vec<Evidence> = uuid_ev(d).into_iter().collect();
         evidence.push(ev_bytes(format!("one claim at {}", fmt_t(t1)), claim));
         if let Some(p) = cx.phase_at(t1) {
@@ -126,10 +129,49 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             devices: vec![d.index],
             pid: holder.map(|(p, _)| p),
             evidence,
-            fix: fixes::OVERCOMMIT.into(),
+            fix: format!("{}{}", fixes::OVERCOMMIT, plan_hint(d.total, neighbours)),
         });
     }
     out
+}
+
+/// vLLM's default `gpu_memory_utilization` (0.9, `CacheConfig`): on a GPU of its own it
+/// keeps a tenth of total beside its budget for what it allocates outside it (CUDA graphs
+/// before 0.21, NCCL, the sampler's transients).
+const VLLM_DEFAULT_UTILIZATION_PCT: u128 = 90;
+
+/// The `gpu_memory_utilization` a vLLM server can claim on a GPU of `total` bytes beside
+/// neighbours holding `others`: the share of total they leave, times vLLM's default 0.9 (the
+/// same headroom, scaled to what is left), in hundredths rounded down. `None` under 0.05:
+/// the neighbours leave no room worth a server.
+pub(super) fn fitting_utilisation(total: u64, others: u64) -> Option<f64> {
+    if total == 0 {
+        return None;
+    }
+    let left = total.saturating_sub(others) as u128;
+    let pct = left * VLLM_DEFAULT_UTILIZATION_PCT / total as u128;
+    (pct >= 5).then(|| pct as f64 / 100.0)
+}
+
+/// The sentence naming the plan that fits beside the neighbours (docs/plan.md, issue 35).
+fn plan_hint(total: u64, others: u64) -> String {
+    let beside = format!(
+        "{} of the GPU's {}",
+        format_bytes(others),
+        format_bytes(total)
+    );
+    match fitting_utilisation(total, others) {
+        Some(u) => format!(
+            " For a vLLM server, beside the {beside} that the other processes hold: `vramdoc \
+             plan vllm MODEL_DIR --gpu-memory-utilization {u:.2}` (with the server's other \
+             flags) checks on this GPU that a budget of that share starts, with vLLM's own \
+             headroom beside it, and suggests the length that fits (docs/plan.md)."
+        ),
+        None => format!(
+            " The other processes hold {beside}: no vLLM budget fits beside them; free the \
+             GPU, then `vramdoc plan vllm MODEL_DIR` (docs/plan.md)."
+        ),
+    }
 }
 
 /// Whether the last rise of `levels` is something other than one claim after the load: the

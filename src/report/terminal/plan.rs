@@ -49,13 +49,16 @@ pub fn render(p: &VllmPlan) -> String {
     );
     let mut t = table(header.iter().map(String::as_str).collect(), WIDTH);
     let u = p.options.gpu_memory_utilization;
-    let rows: [(String, Cell); 9] = [
+    let rows: [(String, Cell); 10] = [
         ("total (CUDA)".into(), |d| format_bytes(d.total)),
         ("free at start-up".into(), |d| {
             format_bytes(d.free_at_startup)
         }),
         (format!("budget ({u} x total)"), |d| format_bytes(d.budget)),
         ("- weights".into(), |d| format_bytes(d.weights_bytes)),
+        ("- rotary cache".into(), |d| {
+            format_bytes(d.rotary_cache_bytes)
+        }),
         ("- non-torch".into(), |d| format_bytes(d.non_torch_bytes)),
         ("- activation peak".into(), |d| {
             format_bytes(d.activation_bytes)

@@ -574,11 +574,16 @@ fn double_load_full_copy_plus_split_copy() {
 
 /// vLLM: weights, a profile run, one KV-cache claim up to `u` x total, then dynamic work.
 fn engine(u: f64, fail: bool) -> Job {
+    engine_with(u, fail, 300 * MIB)
+}
+
+/// [`engine`] beside others holding `others` from the start.
+fn engine_with(u: f64, fail: bool, others: u64) -> Job {
     let total = 16 * G;
     let t = total as f64;
     let mut j = Job::new(&[total], 120_000.0);
     j.proc_(10, None, Some(110_000.0));
-    j.base[0] = 300 * MIB;
+    j.base[0] = others;
     j.set(500.0, 10, 0, 448 * MIB);
     j.ramp(
         1000.0,
@@ -626,7 +631,8 @@ fn overcommit_claim_then_failure() {
     assert_eq!(f.devices, vec![0]);
     assert_eq!(f.pid, Some(10));
     assert!(f.evidence.iter().any(|e| e.value.contains("unknown error")));
-    assert_eq!(f.fix, fixes::OVERCOMMIT);
+    // The fix names the plan that fits (tests/run_failures.rs: its figures).
+    assert!(f.fix.starts_with(fixes::OVERCOMMIT), "{}", f.fix);
     // The same claim without a failure, or a 0.5 budget that fails for another reason.
     assert!(engine(0.92, false).ids().is_empty());
     // Stopped with Ctrl-C / SIGTERM: not a failure; SIGKILL with no out-of-memory error is

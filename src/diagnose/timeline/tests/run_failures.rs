@@ -405,3 +405,20 @@ fn out_of_memory_says_when_other_processes_held_more() {
     assert!(f.title.contains("other processes held 15.0"), "{}", f.title);
     assert!(has(&f, "process 4242 in use (as listed)"));
 }
+
+/// The over-commit finding names the plan that fits beside the neighbours (issue 35): the
+/// share of total they leave, times vLLM's default 0.9, in hundredths rounded down.
+#[test]
+fn overcommit_names_the_plan_that_fits_beside_the_neighbours() {
+    // (others, claim, utilisation): 300 MiB on 16 GiB: 0.9 x 16084 / 16384 = 0.883 -> 0.88;
+    // 2 GiB: 0.9 x 14 / 16 = 0.7875 -> 0.78.
+    for (others, u, fits, held) in [
+        (300 * MIB, 0.92, "0.88", "300 MiB of the GPU's 16.00 GiB"),
+        (2 * G, 0.85, "0.78", "2.00 GiB of the GPU's 16.00 GiB"),
+    ] {
+        let f = find(&engine_with(u, true, others).build(), ids::OVERCOMMIT);
+        let cmd = format!("`vramdoc plan vllm MODEL_DIR --gpu-memory-utilization {fits}`");
+        assert!(f.fix.contains(&cmd), "{}", f.fix);
+        assert!(f.fix.contains(held), "{}", f.fix);
+    }
+}
