@@ -84,17 +84,20 @@ fn a_stray_context_is_recorded_on_the_device_the_job_did_not_pick() {
 #[test]
 fn stepwise_growth_ending_in_oom_is_recorded_with_the_parsed_error() {
     let tmp = tempfile::tempdir().unwrap();
+    // Each size holds for 600 ms: a plateau is a phase's level once it has held 250 ms
+    // (diagnose::timeline::levels::SHORT_QUIET_MS); at exactly 250 ms the verdict hung on
+    // whether a sample landed past it, which a loaded CI machine decides.
     let job = python_job(&[
         "ctx:0",
         "mark:size_1",
         "alloc:4096",
-        "sleep:250",
+        "sleep:600",
         "mark:size_2",
         "alloc:4096",
-        "sleep:250",
+        "sleep:600",
         "mark:size_3",
         "alloc:4096",
-        "sleep:250",
+        "sleep:600",
         "mark:size_4",
         "alloc:8192",
     ]);
