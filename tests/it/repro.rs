@@ -95,22 +95,24 @@ fn round_trip_reproduces_on_the_same_box_completes_on_a_larger_one_and_keeps_no_
         "env".to_string(),
         "ZQ_PLANTED_ARGV=zq-argv-5521".to_string(),
     ];
+    // Each size holds 600 ms, past the 250 ms a plateau needs to be a phase's level
+    // (diagnose::timeline::levels::SHORT_QUIET_MS) even on a loaded machine.
     cmd.extend(job(
         &script,
         &[
             "ctx:0",
             "mark:load_/home/zq-marker-path-33/ckpt",
             "alloc:4096",
-            "sleep:250",
+            "sleep:600",
             "mark:size_2",
             "alloc:2048",
-            "sleep:250",
+            "sleep:600",
             "mark:size_3",
             "alloc:2048",
-            "sleep:250",
+            "sleep:600",
             "mark:size_4",
             "alloc:2048",
-            "sleep:250",
+            "sleep:600",
             "mark:size_5",
             "alloc:8192",
         ],
