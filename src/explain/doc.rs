@@ -72,7 +72,7 @@ pub struct Doc {
     pub(super) seqs: Vec<Seq>,
     /// Contents of lists made [`Seq::Shared`] by [`Doc::share`], each once, and by content.
     shared: Vec<Box<[Packed]>>,
-    by_content: HashMap<Box<[Packed]>, u32>,
+    by_content: HashMap<Box<[Packed]>, u32, foldhash::fast::RandomState>,
     pub(super) maps: Vec<Vec<(Packed, Packed)>>,
     pub(super) wide: Vec<Wide>,
     /// What [`Doc::get`] found in dicts of more than [`SCAN_LIMIT`] entries, per dict and

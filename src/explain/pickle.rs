@@ -84,32 +84,100 @@ pub enum PickleError {
     Io(String),
 }
 
-/// A reader that counts the bytes it has handed out.
+/// A reader that counts the bytes it has handed out, through its own buffer: the opcode
+/// loop takes a byte or a few at a time, and going through `Read` for each was the largest
+/// cost of reading a large snapshot (issue 34).
 struct Input<R> {
     inner: R,
     pos: u64,
     len: u64,
+    buf: Box<[u8]>,
+    head: usize,
+    end: usize,
 }
 
+/// The most [`Input`] buffers (the reader below it may buffer too: reads this large go
+/// past a `BufReader` of the same capacity).
+const INPUT_BUF: usize = 1 << 20;
+
 impl<R: Read> Input<R> {
-    fn fill(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), PickleError> {
-        let at = self.pos;
-        match self.inner.read_exact(buf) {
-            Ok(()) => {
-                self.pos += buf.len() as u64;
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Err(PickleError::Truncated { at, what })
-            }
-            Err(e) => Err(PickleError::Io(e.to_string())),
+    fn new(inner: R, len: u64) -> Self {
+        let cap = usize::try_from(len).map_or(INPUT_BUF, |l| l.clamp(16, INPUT_BUF));
+        Input {
+            inner,
+            pos: 0,
+            len,
+            buf: vec![0u8; cap].into_boxed_slice(),
+            head: 0,
+            end: 0,
         }
     }
+
+    #[inline]
+    fn fill(&mut self, out: &mut [u8], what: &'static str) -> Result<(), PickleError> {
+        let n = out.len();
+        if self.end - self.head >= n {
+            out.copy_from_slice(&self.buf[self.head..self.head + n]);
+            self.head += n;
+            self.pos += n as u64;
+            return Ok(());
+        }
+        self.fill_slow(out, what)
+    }
+
+    /// [`Input::fill`] past the end of what is buffered: the rest of the buffer, then reads.
+    #[cold]
+    fn fill_slow(&mut self, out: &mut [u8], what: &'static str) -> Result<(), PickleError> {
+        let at = self.pos;
+        let n = out.len();
+        let mut done = 0;
+        loop {
+            let k = (self.end - self.head).min(n - done);
+            out[done..done + k].copy_from_slice(&self.buf[self.head..self.head + k]);
+            self.head += k;
+            done += k;
+            if done == n {
+                self.pos = at + n as u64;
+                return Ok(());
+            }
+            self.head = 0;
+            self.end = 0;
+            let io = |e: std::io::Error| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    PickleError::Truncated { at, what }
+                } else {
+                    PickleError::Io(e.to_string())
+                }
+            };
+            if n - done >= self.buf.len() {
+                // Larger than the buffer: straight into `out`.
+                self.inner.read_exact(&mut out[done..]).map_err(io)?;
+                self.pos = at + n as u64;
+                return Ok(());
+            }
+            match self.inner.read(&mut self.buf) {
+                Ok(0) => return Err(PickleError::Truncated { at, what }),
+                Ok(k) => self.end = k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+    }
+
+    #[inline]
     fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        if self.head < self.end {
+            let b = self.buf[self.head];
+            self.head += 1;
+            self.pos += 1;
+            return Ok(b);
+        }
         let mut b = [0u8; 1];
-        self.fill(&mut b, what)?;
+        self.fill_slow(&mut b, what)?;
         Ok(b[0])
     }
+
+    #[inline]
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
         let mut b = [0u8; N];
         self.fill(&mut b, what)?;
@@ -120,8 +188,15 @@ impl<R: Read> Input<R> {
         if n > self.len.saturating_sub(self.pos) {
             return Err(PickleError::Truncated { at: self.pos, what });
         }
-        let mut v = vec![0u8; n as usize];
-        self.fill(&mut v, what)?;
+        let n = n as usize;
+        if self.end - self.head >= n {
+            let v = self.buf[self.head..self.head + n].to_vec();
+            self.head += n;
+            self.pos += n as u64;
+            return Ok(v);
+        }
+        let mut v = vec![0u8; n];
+        self.fill_slow(&mut v, what)?;
         Ok(v)
     }
     /// A text line (the arguments of `GLOBAL`/`INST`), at most 256 bytes, for the error.
@@ -162,11 +237,7 @@ pub fn decode_with<R: Read>(
     appends: &mut dyn Appends,
 ) -> Result<Doc, PickleError> {
     let mut p = Parser {
-        input: Input {
-            inner: reader,
-            pos: 0,
-            len,
-        },
+        input: Input::new(reader, len),
         appends,
         limits,
         doc: Doc::default(),

@@ -157,3 +157,75 @@ fn a_text_file_is_not_a_pickle() {
         Err(PickleError::NotAPickle { .. })
     ));
 }
+
+/// A reader that hands out at most 7 bytes per read (a pipe, a slow disk).
+struct Trickle<'a>(&'a [u8]);
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(7).min(self.0.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn values_across_the_input_buffer_read_whole() {
+    // A list of 400,000 small ints and 3-byte strings, and one string larger than the
+    // reader's buffer: every value straddling a buffer refill or a short read still reads.
+    let mut p = vec![0x80, 4, b']', b'('];
+    for i in 0..400_000u32 {
+        if i > 0 && i % 1000 == 0 {
+            // Python's pickler appends in batches of 1,000 (the stack stays bounded).
+            p.extend_from_slice(b"e(");
+        }
+        if i % 3 == 0 {
+            p.extend_from_slice(&[0x8c, 3]);
+            p.extend_from_slice(format!("{:03}", i % 1000).as_bytes());
+        } else {
+            p.push(b'M');
+            p.extend_from_slice(&(i as u16).to_le_bytes());
+        }
+    }
+    let big = "z".repeat(3 * INPUT_BUF + 5);
+    p.push(b'X');
+    p.extend_from_slice(&(big.len() as u32).to_le_bytes());
+    p.extend_from_slice(big.as_bytes());
+    p.extend_from_slice(b"e.");
+    for d in [
+        decode_slice(&p).unwrap(),
+        decode(Trickle(&p), p.len() as u64, Limits::for_len(p.len() as u64)).unwrap(),
+    ] {
+        let items: Vec<Value> = d.seq_of(d.root.unwrap()).unwrap().collect();
+        assert_eq!(items.len(), 400_001);
+        for (i, v) in items[..400_000].iter().enumerate() {
+            if i % 3 == 0 {
+                assert_eq!(
+                    d.str_of(*v),
+                    Some(format!("{:03}", i % 1000).as_str()),
+                    "{i}"
+                );
+            } else {
+                assert_eq!(*v, Value::Int((i as u16) as i64), "{i}");
+            }
+        }
+        assert_eq!(d.str_of(items[400_000]), Some(big.as_str()));
+    }
+    // Cut inside the large string: the error names where that value began.
+    let cut = &p[..p.len() - 10];
+    let e = decode(
+        Trickle(cut),
+        p.len() as u64,
+        Limits::for_len(p.len() as u64),
+    )
+    .unwrap_err();
+    let at = (p.len() - 2 - big.len()) as u64;
+    assert_eq!(
+        e,
+        PickleError::Truncated {
+            at,
+            what: "a string"
+        }
+    );
+}

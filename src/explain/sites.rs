@@ -197,7 +197,7 @@ pub fn top_sites(s: &Snapshot, sites: &Sites, device: u32, n: usize) -> Vec<Site
 /// skipped: the ring buffer may have dropped their `alloc`).
 struct Replay<'a> {
     sites: &'a Sites,
-    live: HashMap<u64, (u64, u32)>,
+    live: HashMap<u64, (u64, u32), foldhash::fast::RandomState>,
     per_site: Vec<u64>,
     total: u64,
 }
@@ -249,7 +249,7 @@ pub fn history(
     }
     let new_replay = || Replay {
         sites,
-        live: HashMap::new(),
+        live: HashMap::default(),
         per_site: vec![0; sites.labels.len()],
         total: 0,
     };

@@ -653,7 +653,7 @@ pub fn from_doc_streamed(doc: &mut Doc, mut stream: TraceStream) -> Result<Snaps
     }
     // Each streamed frames list's stack, interned when first used (in the order of
     // `from_doc`'s walk: the same ids).
-    let mut stacks: HashMap<u32, Option<u32>> = HashMap::new();
+    let mut stacks: HashMap<u32, Option<u32>, foldhash::fast::RandomState> = HashMap::default();
     if let Some(t) = traces_v {
         let devices: Vec<Value> = doc
             .seq_of(t)
