@@ -391,12 +391,7 @@ fn table(rows: &[Row]) -> String {
     for r in rows {
         let o = &r.case.observed;
         let p = &r.plan;
-        let src = r
-            .case
-            .source
-            .trim_start_matches("https://github.com/")
-            .replace("/issues/", "#")
-            .replace("/pull/", "#");
+        let src = short_source(&r.case.source);
         let (kv_obs, kv_pred) = match (o.kv_tokens, o.kv_gib) {
             (Some(t), _) => (format!("{t} tokens"), format!("{} tokens", p["kv_tokens"])),
             (None, Some(g)) => (
@@ -500,12 +495,7 @@ fn figure_table(rows: &[Row]) -> String {
         // V0 prints `available = U x total - weights - non-torch - activation`: vLLM's
         // budget is the sum of its four figures (negative KV included).
         let budget = gib(&dev["budget"]) - (kv + w + nt + act);
-        let src = r
-            .case
-            .source
-            .trim_start_matches("https://github.com/")
-            .replace("/issues/", "#")
-            .replace("/pull/", "#");
+        let src = short_source(&r.case.source);
         let flags = if r.case.args.is_empty() {
             "defaults".to_string()
         } else {
@@ -626,4 +616,11 @@ fn plan_vllm_against_real_start_up_logs() {
             );
         }
     }
+}
+
+/// A corpus case's source as a table shows it: `vllm-project/vllm#10517` for its GitHub URL.
+fn short_source(url: &str) -> String {
+    url.trim_start_matches("https://github.com/")
+        .replace("/issues/", "#")
+        .replace("/pull/", "#")
 }
