@@ -238,25 +238,12 @@ impl SeriesBuilder {
 
     fn flush(&mut self) {
         let Some(b) = self.bucket.take() else { return };
-        let mut pts = [b.first, b.lo, b.hi, b.last];
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut last_t = f64::NAN;
-        for p in pts {
-            if p.0 != last_t {
-                self.keep(p.0, p.1);
-                last_t = p.0;
-            }
-        }
+        envelope_points([b.first, b.lo, b.hi, b.last], |p| self.keep(p));
     }
 
-    /// Append an envelope point; a third point of a flat run extends the run instead.
-    fn keep(&mut self, t: f64, used: u64) {
-        let n = self.kept.len();
-        if n >= self.held_end + 2 && self.kept[n - 1].1 == used && self.kept[n - 2].1 == used {
-            self.kept[n - 1].0 = t;
-            return;
-        }
-        self.kept.push((t, used));
+    /// Append an envelope point (a flat run's third extends it instead), then bound.
+    fn keep(&mut self, p: (f64, u64)) {
+        append_point(&mut self.kept, self.held_end, p);
         self.bound();
     }
 
@@ -315,19 +302,33 @@ impl SeriesBuilder {
     }
 }
 
-/// Time-sorted points folded into envelopes of `width` ms: each bucket's first, lowest,
-/// highest and last point, in time order; a flat run of three or more points is its first
-/// and last.
+/// A bucket's first, lowest, highest and last points, in time order, each time once.
+fn envelope_points(mut pts: [(f64, u64); 4], mut keep: impl FnMut((f64, u64))) {
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut last_t = f64::NAN;
+    for p in pts {
+        if p.0 != last_t {
+            keep(p);
+            last_t = p.0;
+        }
+    }
+}
+
+/// Append `p` to `out`; where the two points before it (at or after `floor`) have its
+/// value, the flat run is extended to `p` instead.
+fn append_point(out: &mut Vec<(f64, u64)>, floor: usize, p: (f64, u64)) {
+    let n = out.len();
+    if n >= floor + 2 && out[n - 1].1 == p.1 && out[n - 2].1 == p.1 {
+        out[n - 1].0 = p.0;
+    } else {
+        out.push(p);
+    }
+}
+
+/// Time-sorted points folded into envelopes of `width` ms, as the builder folds samples:
+/// each bucket's [`envelope_points`], a flat run of three or more its first and last.
 fn fold(points: &[(f64, u64)], width: f64) -> Vec<(f64, u64)> {
     let mut out: Vec<(f64, u64)> = Vec::new();
-    let push = |out: &mut Vec<(f64, u64)>, p: (f64, u64)| {
-        let n = out.len();
-        if n >= 2 && out[n - 1].1 == p.1 && out[n - 2].1 == p.1 {
-            out[n - 1].0 = p.0;
-        } else if n == 0 || out[n - 1].0 != p.0 {
-            out.push(p);
-        }
-    };
     let mut i = 0;
     while i < points.len() {
         let index = (points[i].0 / width).floor();
@@ -342,11 +343,9 @@ fn fold(points: &[(f64, u64)], width: f64) -> Vec<(f64, u64)> {
             }
             j += 1;
         }
-        let mut pts = [points[i], lo, hi, points[j - 1]];
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for p in pts {
-            push(&mut out, p);
-        }
+        envelope_points([points[i], lo, hi, points[j - 1]], |p| {
+            append_point(&mut out, 0, p)
+        });
         i = j;
     }
     out

@@ -244,8 +244,6 @@ fn events<'a>(src: &'a Source, pic: &Picture, t_end: f64) -> Events<'a> {
     Events { markers, list }
 }
 
-/// Steps, what each device holds after them, marker step ids by marker index, and when
-/// each step happened.
 /// The steps kept, what each device holds at the end, marker step ids, each kept step's
 /// time, and how many steps were made.
 type Built = (

@@ -168,10 +168,9 @@ pub const MAX_MARKER_LABEL: usize = 1024;
 /// Errors kept of a stream: its first this many, and its first out-of-memory error.
 pub const MAX_ERRORS: usize = 4096;
 /// Most process samples kept from a stream (16 MiB of them, under the Vec's next doubling
-/// at 2^19 with a list's worth of room): past it, every other list
-/// round of the older half is dropped, so a stream whose lists keep changing (a new
-/// neighbour every few seconds, for a week) converts in bounded memory, its oldest lists
-/// the sparsest.
+/// at 2^19 with a list's worth of room): past it, every other list round of the older half
+/// is dropped, so a stream whose lists keep changing (a new neighbour every few seconds,
+/// for a week) converts in bounded memory, its oldest lists the sparsest.
 pub const MAX_PROCESS_SAMPLES: usize = 500_000;
 
 /// A `--samples` JSONL stream held in memory (see [`from_samples_reader`]).
