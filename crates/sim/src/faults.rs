@@ -1,58 +1,23 @@
 //! Faults injected into a box (`faults.json`, `vramdoc sim fault`): read on every operation,
-//! so they can change while processes run; reading, updating and the cache that keeps a
-//! launch from parsing an unchanged file again.
+//! so they can change while processes run; reading (parsed once per version of the file:
+//! [`crate::cache`]) and updating.
 
 use crate::{write_json_atomic, SimBox, SimError, State, FAULTS_FILE};
 use serde::{Deserialize, Serialize};
-use std::fs;
-
-/// What tells one faults.json from another: every write replaces the file (write, then
-/// rename), so a new inode; its length and modification time besides.
-type FileId = (u64, u64, i64, i64);
-
-/// The faults a box handle last read, with the identity of the file they came from.
-pub(crate) type Seen = std::sync::Arc<std::sync::Mutex<Option<(FileId, Faults)>>>;
-
-fn file_id(m: &fs::Metadata) -> FileId {
-    use std::os::unix::fs::MetadataExt;
-    (m.ino(), m.len(), m.mtime(), m.mtime_nsec())
-}
 
 impl SimBox {
     /// Current faults (missing file: none).
     ///
-    /// Read on every operation (a kernel launch, a synchronisation), so the file is parsed
-    /// again only when it was replaced since the last read: a `stat`, not a read and a parse,
-    /// per launch of an unchanged box.
+    /// Read on every operation (a kernel launch, an NVML call), so the file is parsed again
+    /// only when it was replaced since the last read ([`crate::cache`]): a `stat`, not a read
+    /// and a parse, per call on an unchanged box.
     pub fn faults(&self) -> Result<Faults, SimError> {
         let path = self.dir.join(FAULTS_FILE);
-        let id = match fs::metadata(&path) {
-            Ok(m) => file_id(&m),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Faults::default()),
-            Err(e) => return Err(SimError::Io { path, source: e }),
-        };
-        let mut seen = self.faults_seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, f)) = seen.as_ref() {
-            if *at == id {
-                return Ok(f.clone());
-            }
-        }
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Faults::default()),
-            Err(e) => return Err(SimError::Io { path, source: e }),
-        };
-        let f: Faults = serde_json::from_str(&text).map_err(|e| SimError::BadBox {
-            dir: self.dir.clone(),
-            reason: format!("{}: {e}", path.display()),
-        })?;
-        // The identity after the read: a file replaced meanwhile is read again next time.
-        if let Ok(m) = fs::metadata(&path) {
-            if file_id(&m) == id {
-                *seen = Some((id, f.clone()));
-            }
-        }
-        Ok(f)
+        Ok(self
+            .faults_seen
+            .read(&self.dir, &path)?
+            .map(|f| (*f).clone())
+            .unwrap_or_default())
     }
 
     /// Read-modify-write the faults under the box lock (concurrent `sim fault` calls do not

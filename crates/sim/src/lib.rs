@@ -17,6 +17,7 @@
 
 pub mod board;
 pub mod broker;
+mod cache;
 pub mod calls;
 pub mod codes;
 pub mod container;
@@ -46,8 +47,8 @@ pub use faults::{Faults, NvmlHang};
 pub use process::{ProcessEnv, SimProcess};
 pub use spec::{parse_spec, DeviceModel, SpecError, DEFAULT_CONTEXT_OVERHEAD};
 pub use state::{
-    memory_of, processes_on, reclaim, DeviceUsage, IpcExport, ProcessEntry, SimMemory,
-    SimProcessView, State,
+    memory_of, processes_iter, processes_on, reclaim, DeviceUsage, IpcExport, ProcessEntry,
+    SimMemory, SimProcessView, State,
 };
 
 /// Environment variable naming the box directory used by vramdoc and the simulated libraries.
@@ -231,8 +232,10 @@ impl BoxConfig {
 pub struct SimBox {
     dir: PathBuf,
     config: BoxConfig,
-    /// The faults last read, with the identity of the file they came from ([`SimBox::faults`]).
-    faults_seen: faults::Seen,
+    /// The faults last read, with the file they came from ([`SimBox::faults`], [`cache`]).
+    faults_seen: cache::Cached<Faults>,
+    /// The state last read, likewise ([`SimBox::state`]).
+    state_seen: cache::Cached<State>,
 }
 
 const BOX_FILE: &str = "box.json";
@@ -293,7 +296,14 @@ pub(crate) fn open_node(path: &Path) -> Result<fs::File, SimError> {
 
 /// Whether some live process still holds the token file `name` open (its lock is held).
 pub fn client_alive(dir: &Path, name: &str) -> bool {
-    let path = dir.join(DEV_DIR).join(CLIENTS_DIR).join(name);
+    // One allocation: this runs for every process of the box on every NVML memory query.
+    let mut path = PathBuf::with_capacity(
+        dir.as_os_str().len() + DEV_DIR.len() + CLIENTS_DIR.len() + name.len() + 3,
+    );
+    path.push(dir);
+    path.push(DEV_DIR);
+    path.push(CLIENTS_DIR);
+    path.push(name);
     let Ok(f) = fs::File::open(path) else {
         return false;
     };
@@ -479,6 +489,7 @@ impl SimBox {
             dir: dir.to_path_buf(),
             config,
             faults_seen: Default::default(),
+            state_seen: Default::default(),
         };
         // The lock file first, created exclusively: of two `sim init` racing on one
         // directory, one fails here instead of both writing a box.
@@ -529,6 +540,7 @@ impl SimBox {
             dir: dir.to_path_buf(),
             config,
             faults_seen: Default::default(),
+            state_seen: Default::default(),
         })
     }
 
@@ -686,33 +698,6 @@ impl SimBox {
         Ok(LockGuard { _file: file })
     }
 
-    fn read_state_raw(&self) -> Result<State, SimError> {
-        let path = self.dir.join(STATE_FILE);
-        match fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| SimError::BadBox {
-                dir: self.dir.clone(),
-                reason: format!("{}: {e}", path.display()),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-            Err(e) => Err(SimError::Io { path, source: e }),
-        }
-    }
-
-    /// The state as it is now, with exited processes' memory returned (unless the
-    /// `keep_dead_processes` fault holds it). Lock-free: state.json is replaced atomically.
-    pub fn state(&self) -> Result<State, SimError> {
-        self.state_with(&self.faults()?)
-    }
-
-    /// [`state`](Self::state) under faults the caller has already read.
-    pub fn state_with(&self, faults: &Faults) -> Result<State, SimError> {
-        let mut st = self.read_state_raw()?;
-        if !faults.keep_dead_processes {
-            reap(&self.dir, &mut st, &self.coherent_devices());
-        }
-        Ok(st)
-    }
-
     /// Read-modify-write the state under the box lock. Exited processes are reaped first
     /// (unless faults keep them). The closure's error leaves the state unchanged.
     pub fn update<T>(
@@ -744,7 +729,7 @@ impl SimBox {
     /// faults.json per query on the sampling hot path).
     pub fn memory_with(&self, index: u32, faults: &Faults) -> Result<SimMemory, SimError> {
         let dev = self.check_device(index, faults)?;
-        let st = self.state_with(faults)?;
+        let st = self.state_view(faults)?;
         if self.is_mig_parent(index) {
             return Ok(mig::parent_memory(dev, &self.config.mig, &st));
         }
@@ -763,7 +748,7 @@ impl SimBox {
         faults: &Faults,
     ) -> Result<Vec<SimProcessView>, SimError> {
         self.check_device(index, faults)?;
-        Ok(processes_on(index, &self.state_with(faults)?))
+        Ok(processes_on(index, &*self.state_view(faults)?))
     }
 }
 

@@ -338,30 +338,28 @@ impl SimNvml {
         }
         // A parent in MIG mode: the aggregate of its instances, for privileged callers only.
         self.parent_readable(dev)?;
-        let keys: Vec<u32> = if self.sim.is_mig_parent(dev.index) {
-            self.sim
-                .mig_instances()
-                .iter()
-                .filter(|m| m.parent == dev.index)
-                .map(|m| m.device.index)
-                .collect()
-        } else {
-            vec![dev.index]
-        };
+        // The devices whose processes the list shows: the device, or a MIG parent's
+        // instances (by key); no list of them is built.
+        let parent = self.sim.is_mig_parent(dev.index);
+        let index = dev.index;
+        let keys = self
+            .sim
+            .mig_instances()
+            .iter()
+            .filter(move |m| parent && m.parent == index)
+            .map(|m| m.device.index)
+            .chain((!parent).then_some(index));
         let hidden =
             faults.nvml_used_memory_unavailable || self.sim.config().platform == Platform::Wsl;
         let view = match self.caller {
             Caller::Host => PidView::HostPids,
             Caller::Namespace(_) => self.sim.config().pid_view,
         };
-        let st = self.sim.state_with(&faults)?;
+        let st = self.sim.state_view(&faults)?;
         Ok(keys
-            .iter()
             .flat_map(|k| {
-                let ids = self.sim.mig_instance(*k).map(|m| (m.gi, m.ci));
-                crate::processes_on(*k, &st)
-                    .into_iter()
-                    .map(move |p| (p, ids))
+                let ids = self.sim.mig_instance(k).map(|m| (m.gi, m.ci));
+                crate::processes_iter(k, &st).map(move |p| (p, ids))
             })
             .filter(|(p, _)| p.kind == kind)
             .filter_map(|(p, instance)| {

@@ -1,7 +1,7 @@
 //! The mutable shared state of a box (`state.json`): per-process usage per physical device,
-//! and what NVML derives from it (memory per device, process lists).
+//! and what NVML derives from it (memory per device, process lists); reading it.
 
-use super::{entry_alive, SimDevice};
+use super::{entry_alive, Faults, SimBox, SimDevice, SimError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -131,6 +131,50 @@ pub struct SimProcessView {
     pub kind: ProcessKind,
 }
 
+/// Reading the state: shared per version of the file ([`crate::cache`]), reaped of exited
+/// processes unless the faults keep them.
+impl SimBox {
+    /// The state file as it is (missing: the empty state), parsed only when it was
+    /// replaced since this handle last read it ([`crate::cache`]).
+    pub(crate) fn read_state_shared(&self) -> Result<std::sync::Arc<State>, SimError> {
+        let path = self.dir.join(crate::STATE_FILE);
+        Ok(self.state_seen.read(&self.dir, &path)?.unwrap_or_default())
+    }
+
+    pub(crate) fn read_state_raw(&self) -> Result<State, SimError> {
+        Ok((*self.read_state_shared()?).clone())
+    }
+
+    /// The state as it is now, with exited processes' memory returned (unless the
+    /// `keep_dead_processes` fault holds it). Lock-free: state.json is replaced atomically.
+    pub fn state(&self) -> Result<State, SimError> {
+        self.state_with(&self.faults()?)
+    }
+
+    /// [`state`](Self::state) under faults the caller has already read.
+    pub fn state_with(&self, faults: &Faults) -> Result<State, SimError> {
+        Ok((*self.state_view(faults)?).clone())
+    }
+
+    /// [`state_with`](Self::state_with) shared, for the per-call paths (NVML's memory and
+    /// process lists): the parsed file itself while every process in it is alive (checked
+    /// now, on each call), a reaped copy otherwise.
+    pub fn state_view(&self, faults: &Faults) -> Result<std::sync::Arc<State>, SimError> {
+        let st = self.read_state_shared()?;
+        if faults.keep_dead_processes
+            || st
+                .processes
+                .iter()
+                .all(|(pid, p)| entry_alive(&self.dir, *pid, p))
+        {
+            return Ok(st);
+        }
+        let mut own = (*st).clone();
+        reap(&self.dir, &mut own, &self.coherent_devices());
+        Ok(std::sync::Arc::new(own))
+    }
+}
+
 /// Memory of `dev` given `st` (NVML v2: used excludes reserved).
 pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
     let used: u64 = st
@@ -152,21 +196,26 @@ pub fn memory_of(dev: &SimDevice, st: &State) -> SimMemory {
 
 /// Processes holding anything (a context at least) on physical device `index`.
 pub fn processes_on(index: u32, st: &State) -> Vec<SimProcessView> {
-    st.processes
-        .iter()
-        .filter_map(|(pid, p)| {
-            p.devices.get(&index).filter(|u| u.listed()).map(|u| {
+    processes_iter(index, st).collect()
+}
+
+/// [`processes_on`] without collecting (NVML's process lists filter it further).
+pub fn processes_iter(index: u32, st: &State) -> impl Iterator<Item = SimProcessView> + '_ {
+    st.processes.iter().flat_map(move |(pid, p)| {
+        p.devices
+            .get(&index)
+            .filter(|u| u.listed())
+            .into_iter()
+            .flat_map(move |u| {
                 std::iter::once(p.kind)
-                    .chain(p.also.iter().copied().filter(|k| *k != p.kind))
-                    .map(|kind| SimProcessView {
+                    .chain(p.also.iter().copied().filter(move |k| *k != p.kind))
+                    .map(move |kind| SimProcessView {
                         pid: *pid,
                         used: u.total(),
                         kind,
                     })
             })
-        })
-        .flatten()
-        .collect()
+    })
 }
 
 /// Take back up to `need` bytes a coherent device retained for exited processes; returns

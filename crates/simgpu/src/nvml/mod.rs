@@ -200,21 +200,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Count one call of `name` in this process's counter file of the current box (the
 /// initialised one, else the one `VRAMDOC_SIM_DIR` names; none: not counted).
 fn count(name: &'static str) {
-    let dir = match lock(&LIB).nvml.as_ref() {
-        Some(n) => n.sim().dir().to_path_buf(),
+    // The session's box compared in place: no path is copied on a call of an open counter.
+    let nvml = lock(&LIB).nvml.clone();
+    let from_env;
+    let dir: &std::path::Path = match nvml.as_ref() {
+        Some(n) => n.sim().dir(),
         None => match std::env::var_os(vramdoc_sim::SIM_DIR_ENV) {
-            Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
+            Some(d) if !d.is_empty() => {
+                from_env = std::path::PathBuf::from(d);
+                &from_env
+            }
             _ => return,
         },
     };
     let mut c = lock(&COUNTER);
-    if c.as_ref().is_none_or(|(d, _)| *d != dir) {
+    if c.as_ref().is_none_or(|(d, _)| d != dir) {
         if !dir.join("box.json").exists() {
             return;
         }
         let own = std::process::id();
-        let pid = vramdoc_sim::broker::host_pid(&dir).unwrap_or(own);
-        *c = Counter::open(&dir, pid, own).ok().map(|k| (dir, k));
+        let pid = vramdoc_sim::broker::host_pid(dir).unwrap_or(own);
+        *c = Counter::open(dir, pid, own)
+            .ok()
+            .map(|k| (dir.to_path_buf(), k));
     }
     if let Some((_, k)) = c.as_mut() {
         k.count(name);
