@@ -48,6 +48,34 @@ use std::time::Instant;
 use stream::{lock_sink, Sink};
 use tree::{ProcessTree, TreeProcess};
 
+/// A reading of every device (device order), each with when its call ran
+/// ([`Recorder::memory_now_at`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// `(ms since the start, used bytes)` per device; `None`: the query failed or passed
+    /// its deadline (no reading, never 0 bytes).
+    pub devices: Vec<Option<(f64, u64)>>,
+    /// When it was asked for (ms since the start): its time where no device answered.
+    asked: f64,
+}
+
+impl Reading {
+    /// Used bytes per device.
+    pub fn used(&self) -> Vec<Option<u64>> {
+        self.devices.iter().map(|d| d.map(|(_, u)| u)).collect()
+    }
+
+    /// When the first of its calls ran (when it was asked for, where none answered).
+    pub fn first(&self) -> f64 {
+        self.devices
+            .iter()
+            .flatten()
+            .map(|(t, _)| *t)
+            .reduce(f64::min)
+            .unwrap_or(self.asked)
+    }
+}
+
 /// How to record.
 pub struct RecorderConfig {
     /// Memory period, and the process-list period (`None`: no process lists, no tree).
@@ -338,27 +366,36 @@ impl Recorder {
         read_memory(&self.lanes, &self.devices)
     }
 
-    /// [`Recorder::memory_now`] with when it was taken (ms since the start): when the
-    /// devices' calls ran on their lanes (the latest of them), not when the caller got round
-    /// to stamping it. A reading stamped after it was taken puts an old level after newer
-    /// readings (a loaded machine descheduling the caller in between), which breaks the
-    /// staircases the rules look for. No device answered: now.
-    pub fn memory_now_at(&self) -> (f64, Vec<Option<u64>>) {
+    /// [`Recorder::memory_now`] with when each device's call ran on its lane (ms since the
+    /// start), not when the caller got round to stamping it: keep it with
+    /// [`Recorder::keep`]. A reading stamped after it was taken puts an old level after
+    /// newer readings, which breaks the staircases the rules look for; and the devices'
+    /// lanes do not start together (one may still be in a process list's driver call, or
+    /// wait for a CPU), so one stamp for every device would place some device's value later
+    /// (or earlier) than it was read.
+    pub fn memory_now_at(&self) -> Reading {
         let indices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
-        let mut at: Option<f64> = None;
-        let used = self
+        let devices = self
             .lanes
             .memory_all_at(&indices)
             .into_iter()
             .map(|r| {
                 r.ok().map(|(ran, m)| {
                     let t = ran.saturating_duration_since(self.t0).as_secs_f64() * 1000.0;
-                    at = Some(at.map_or(t, |a: f64| a.max(t)));
-                    m.used
+                    (t, m.used)
                 })
             })
             .collect();
-        (at.unwrap_or_else(|| self.t_ms()), used)
+        Reading {
+            devices,
+            asked: self.t_ms(),
+        }
+    }
+
+    /// Keep a reading of [`Recorder::memory_now_at`]: each device's value at the time its
+    /// call ran (a boundary's reading: the series keep full resolution around it).
+    pub fn keep(&self, r: &Reading) {
+        lock(&self.shared).point_each(&r.devices, r.first(), true);
     }
 
     /// Keep a reading taken at `t_ms` (device order); `None` keeps nothing for that device.

@@ -69,24 +69,33 @@ impl Shared {
     /// Keep (and stream) a reading; a failed device counts as a failed query. `event`: a
     /// marker's or a boundary's (the series keeps full resolution around it).
     pub(super) fn point(&mut self, t: f64, used: Vec<Option<u64>>, event: bool) {
-        self.failed_queries += used.iter().filter(|u| u.is_none()).count() as u64;
+        let each: Vec<Option<(f64, u64)>> = used.into_iter().map(|u| u.map(|u| (t, u))).collect();
+        self.point_each(&each, t, event);
+    }
+
+    /// [`Shared::point`] with each device's value at its own time (`None`: no reading); the
+    /// stream's line, which has one time, carries `first`, the earliest.
+    pub(super) fn point_each(&mut self, each: &[Option<(f64, u64)>], first: f64, event: bool) {
+        self.failed_queries += each.iter().filter(|u| u.is_none()).count() as u64;
         {
             let mut series = lock_series(&self.series);
-            for (b, u) in series.iter_mut().zip(&used) {
+            for (b, u) in series.iter_mut().zip(each) {
+                let t = u.map_or(first, |(t, _)| t);
                 if event {
                     b.event(t);
                 }
-                if let Some(u) = u {
-                    b.push(t, *u);
+                if let Some((t, u)) = u {
+                    b.push(*t, *u);
                 }
             }
         }
+        let used: Vec<Option<u64>> = each.iter().map(|u| u.map(|(_, u)| u)).collect();
         if self.recent_readings.len() >= RECENT_READINGS {
             self.recent_readings.pop_front();
         }
         self.recent_readings.push_back(used.clone());
         self.readings_taken += 1;
-        self.stream(&StreamLine::Memory { t_ms: t, used });
+        self.stream(&StreamLine::Memory { t_ms: first, used });
     }
 
     /// Keep one device's list of a round (bounded recordings: see [`ListRuns`]).

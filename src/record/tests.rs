@@ -178,8 +178,12 @@ impl Gate {
 struct Gated {
     inner: SimMonitor,
     gate: Arc<Gate>,
+    /// This device's memory queries wait at the gate too.
+    gate_memory_of: Option<u32>,
     memory_calls: Arc<AtomicU64>,
     memory_returned: Arc<Mutex<Option<Instant>>>,
+    /// When each device's latest memory query returned, and how many have.
+    returned_by_device: Arc<Mutex<BTreeMap<u32, (Instant, u64)>>>,
 }
 
 impl Gated {
@@ -187,8 +191,10 @@ impl Gated {
         Gated {
             inner: SimMonitor::new(sim),
             gate,
+            gate_memory_of: None,
             memory_calls: Arc::default(),
             memory_returned: Arc::default(),
+            returned_by_device: Arc::default(),
         }
     }
 }
@@ -205,8 +211,15 @@ impl crate::gpu::Monitor for Gated {
     }
     fn memory(&self, index: u32) -> crate::gpu::Result<MemoryInfo> {
         self.memory_calls.fetch_add(1, Ordering::SeqCst);
+        if self.gate_memory_of == Some(index) {
+            self.gate.pass();
+        }
         let m = self.inner.memory(index);
-        *self.memory_returned.lock().unwrap() = Some(Instant::now());
+        let now = Instant::now();
+        *self.memory_returned.lock().unwrap() = Some(now);
+        let mut by = self.returned_by_device.lock().unwrap();
+        let n = by.get(&index).map_or(0, |(_, n)| *n);
+        by.insert(index, (now, n + 1));
         m
     }
     fn processes(&self, index: u32) -> crate::gpu::Result<Vec<GpuProcess>> {
@@ -305,14 +318,89 @@ fn memory_now_at_is_stamped_when_the_calls_ran() {
     until("the sampler's first round", || {
         latest(&rec).iter().all(Option::is_some).then_some(())
     });
-    let (at, used) = rec.memory_now_at();
+    let r = rec.memory_now_at();
     let last_returned = returned.lock().unwrap().expect("memory was read");
-    assert!(used.iter().all(Option::is_some), "{used:?}");
-    assert!(
-        at <= last_returned.duration_since(t0).as_secs_f64() * 1000.0,
-        "stamped after its calls returned: {at} ms"
-    );
+    assert!(r.used().iter().all(Option::is_some), "{r:?}");
+    for (t, _) in r.devices.iter().flatten() {
+        assert!(
+            *t <= last_returned.duration_since(t0).as_secs_f64() * 1000.0,
+            "stamped after its calls returned: {t} ms"
+        );
+    }
     rec.finish(END);
+}
+
+/// One device's lane starts late (its previous memory query is still in the driver): each
+/// device's value keeps the time its own call ran, so the early device's value is never
+/// placed after a change it did not see.
+#[test]
+fn each_device_of_a_reading_keeps_the_time_its_call_ran() {
+    let (_dir, sim, devices) = sim_box("2x16GiB");
+    let gate = Arc::new(Gate::default());
+    gate.open();
+    let mut monitor = Gated::new(sim.clone(), gate.clone());
+    monitor.gate_memory_of = Some(1);
+    let returned = monitor.returned_by_device.clone();
+    let t0 = Instant::now();
+    let rec = Arc::new(Recorder::start(
+        Box::new(monitor),
+        &devices,
+        t0,
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    ));
+    until("the sampler's first round", || {
+        latest(&rec).iter().all(Option::is_some).then_some(())
+    });
+    // A reading whose query of device 1 is held in the driver.
+    *gate.open.lock().unwrap() = false;
+    let waited = gate.waited.load(Ordering::SeqCst);
+    let held = {
+        let rec = rec.clone();
+        std::thread::spawn(move || rec.memory_now_at())
+    };
+    until("device 1's query in the driver", || {
+        (gate.waited.load(Ordering::SeqCst) > waited).then_some(())
+    });
+    let dev0_reads =
+        |r: &Mutex<BTreeMap<u32, (Instant, u64)>>| r.lock().unwrap().get(&0).map_or(0, |(_, n)| *n);
+    let before = dev0_reads(&returned);
+    // The reading under test: device 0's lane answers now, device 1's waits its turn.
+    let reading = {
+        let rec = rec.clone();
+        std::thread::spawn(move || rec.memory_now_at())
+    };
+    until("device 0 read", || {
+        (dev0_reads(&returned) > before).then_some(())
+    });
+    // Something changes on device 0 after its value was read; then device 1's lane goes on.
+    let mut drv = SimDriver::new(SimProcess::new(sim, None));
+    let ctx = drv.create_context(0).unwrap();
+    let later = Instant::now();
+    drv.alloc(ctx, 1 << 30).unwrap();
+    gate.open();
+    let r = reading.join().unwrap();
+    held.join().unwrap();
+    let ms = |i: Instant| i.duration_since(t0).as_secs_f64() * 1000.0;
+    let (t_dev0, _) = r.devices[0].expect("device 0 answered");
+    let (t_dev1, _) = r.devices[1].expect("device 1 answered");
+    assert!(t_dev0 < ms(later), "device 0 read before the change: {r:?}");
+    assert!(t_dev1 > ms(later), "device 1's query ran after it: {r:?}");
+    assert_eq!(r.first(), t_dev0);
+    let rec = Arc::into_inner(rec).expect("the threads are done");
+    rec.keep(&r);
+    let got = rec.finish(END);
+    let series = &got.recording.timeline.devices[0].samples;
+    assert!(
+        series.iter().any(|(t, _)| *t == t_dev0),
+        "device 0's value is kept at its own time: {series:?}"
+    );
+    assert!(
+        !series.iter().any(|(t, _)| *t == t_dev1),
+        "and not at device 1's: {series:?}"
+    );
 }
 
 #[test]

@@ -126,9 +126,9 @@ impl<'a> WorkerRun<'a> {
         t0: Instant,
         t0_mono: u64,
     ) -> WorkerRun<'a> {
-        let (at, first) = recorder.memory_now_at();
-        let baseline: Vec<u64> = first.iter().map(|u| u.unwrap_or(0)).collect();
-        recorder.point(at, first);
+        let first = recorder.memory_now_at();
+        let baseline: Vec<u64> = first.used().iter().map(|u| u.unwrap_or(0)).collect();
+        recorder.keep(&first);
         WorkerRun {
             last_used: baseline.clone(),
             plan,
@@ -319,11 +319,12 @@ impl<'a> WorkerRun<'a> {
         // A reading at every step boundary: short steps show on the chart. Events can be
         // handled after the worker died (a fast OOM): a reading taken then shows its memory
         // already returned, so it counts only if the worker is still alive after it was
-        // taken. Stamped when it was taken: the step's action races with it, and a reading
-        // from before the action stamped after the action's end would undo the step.
-        let (taken, reading) = self.recorder.memory_now_at();
+        // taken. Each device's value is stamped when its call ran: the step's action races
+        // with it, and a reading from before the action stamped after the action's end would
+        // undo the step.
+        let reading = self.recorder.memory_now_at();
         if w.alive() {
-            self.recorder.point(taken, reading);
+            self.recorder.keep(&reading);
         }
         obs.step_started(step, &s.label);
         self.recorder.marker(Marker {
@@ -435,10 +436,10 @@ impl<'a> WorkerRun<'a> {
         device: Option<u32>,
         requested: Option<u64>,
     ) {
-        let (taken, reading) = self.recorder.memory_now_at();
+        let taken = self.recorder.memory_now_at();
         let mine = self.recorder.usage_of(self.ident.nvml);
-        self.recorder.point(taken, reading.clone());
-        let used = self.known(&reading);
+        self.recorder.keep(&taken);
+        let used = self.known(&taken.used());
         let label = self
             .plan
             .steps
