@@ -4,7 +4,8 @@
 //! [`Headroom`]; timeline fingerprints ([`timeline`], one file per rule) read a
 //! [`Recording`]. What both share lives here, below them: evidence lines, device sets and
 //! visibility, how a process's usage reads ([`usage`]) and the stray-context decision
-//! ([`stray`]). Fix texts come from shared/FAILURES.md (see [`fixes`]); docs/scan.md and
+//! ([`stray`]), and the one convention by which every command suggests a vLLM
+//! `--gpu-memory-utilization` ([`vllm_utilization`]). Fix texts come from shared/FAILURES.md (see [`fixes`]); docs/scan.md and
 //! docs/findings.md explain each finding to users.
 //!
 //! [`Inventory`]: crate::inventory::Inventory
@@ -21,6 +22,7 @@ mod stray;
 pub mod timeline;
 mod usage;
 mod visibility;
+pub mod vllm_utilization;
 
 pub use timeline::{
     fingerprints, fingerprints_seen_from, DeviceFileHolder, ErrorEvent, ErrorKind, JobExit,

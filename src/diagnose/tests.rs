@@ -119,11 +119,11 @@ fn clean_box_has_no_findings_and_full_headroom() {
     let (findings, headroom) = diagnose(&inv, &Thresholds::default());
     assert!(findings.is_empty(), "{findings:#?}");
     assert_eq!(headroom.len(), 2);
-    // (24 GiB - 256 MiB - 512 MiB) / 24 GiB = 0.96875 -> 0.96
-    assert_eq!(headroom[0].max_gpu_memory_utilization, 0.96);
+    // (24 GiB - 256 MiB - 512 MiB) / (24 GiB - 256 MiB) CUDA total = 0.9789 -> 0.97
+    assert_eq!(headroom[0].max_gpu_memory_utilization, 0.97);
     assert_eq!(headroom[0].available, TOTAL - RESERVED - 512 * MIB);
     assert!(
-        headroom[0].arithmetic.contains("0.9688 -> 0.96"),
+        headroom[0].arithmetic.contains("0.9789 -> 0.97"),
         "{}",
         headroom[0].arithmetic
     );
@@ -320,7 +320,8 @@ fn usage_not_available_is_reported_and_blocks_byte_rule() {
 #[test]
 fn low_headroom_levels_and_arithmetic() {
     let th = Thresholds::default();
-    // A neighbour holding 8 GiB: info, max utilization (24 - 8 - 0.25 - 0.5) / 24 = 0.6354.
+    // A neighbour holding 8 GiB: info, max utilization (24 - 8 - 0.25 - 0.5) / 23.75 = 0.6421
+    // (CUDA's total, the one vLLM multiplies).
     let inv = inv_with(
         1,
         vec![proc_(10, CVD_UNSET, &[(0, Some(8 * GIB))])],
@@ -328,19 +329,24 @@ fn low_headroom_levels_and_arithmetic() {
         true,
     );
     let h = headroom(&inv, &th);
-    assert_eq!(h[0].max_gpu_memory_utilization, 0.63);
+    assert_eq!(h[0].max_gpu_memory_utilization, 0.64);
     assert_eq!(h[0].used_by_others, 8 * GIB);
     let f = low_headroom(&inv, &h, &th);
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].severity, Severity::Info);
-    assert!(f[0].title.contains("<= 0.63"), "{}", f[0].title);
+    assert!(f[0].title.contains("<= 0.64"), "{}", f[0].title);
     let util = f[0]
         .evidence
         .iter()
         .find(|e| e.label.starts_with("largest safe"))
         .unwrap();
     assert!(util.value.contains("8.00 GiB used"), "{}", util.value);
-    assert!(util.value.contains("0.6354 -> 0.63"), "{}", util.value);
+    assert!(util.value.contains("0.6421 -> 0.64"), "{}", util.value);
+    assert!(
+        util.value.contains("/ 23.75 GiB CUDA total"),
+        "{}",
+        util.value
+    );
 
     // 0.9 x total held by one engine (vLLM's default claim): its steady state, info, with
     // the budget-sized holder named.

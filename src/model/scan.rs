@@ -178,7 +178,7 @@ pub struct Unattributed {
 }
 
 /// Room for a new vLLM-style engine on one device. vLLM claims
-/// `gpu_memory_utilization x total` up front; that must fit in
+/// `gpu_memory_utilization x (total - reserved)` (CUDA's total) up front; that must fit in
 /// `total - used_by_others - reserved - context_reserve`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Headroom {
@@ -191,7 +191,8 @@ pub struct Headroom {
     pub context_reserve: u64,
     /// `total - used_by_others - reserved - context_reserve`, floored at 0.
     pub available: u64,
-    /// `available / total`, rounded down to 0.01.
+    /// The largest `u` with `ceil(u x (total - reserved)) <= available`, in hundredths
+    /// (`diagnose::vllm_utilization`, docs/plan.md).
     pub max_gpu_memory_utilization: f64,
     /// The arithmetic above with the numbers, for people.
     pub arithmetic: String,

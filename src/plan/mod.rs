@@ -12,6 +12,7 @@ pub mod vllm;
 #[cfg(test)]
 mod tests;
 
+use crate::diagnose::vllm_utilization;
 use crate::model::{Headroom, Report};
 use crate::units::format_bytes;
 use serde::Serialize;
@@ -232,7 +233,7 @@ pub fn plan_vllm(
                 })
             })
             .collect();
-        let budget = (opts.gpu_memory_utilization * total as f64).ceil() as u64;
+        let budget = vllm_utilization::budget(opts.gpu_memory_utilization, total);
         let non_torch = vllm::non_torch_allowance(version, tp);
         let activation = vllm::activation_estimate(
             tokens,
@@ -424,8 +425,8 @@ fn suggest(
             } else {
                 d.free_at_startup.saturating_sub(d.cudagraph_bytes)
             };
-            // Hundredths, rounded down so that ceil(u x total) <= room.
-            (room as u128 * 100 / d.total.max(1) as u128).min(99) as u64
+            // The one convention: the largest hundredth whose ceil(u x total) fits in room.
+            vllm_utilization::fitting_hundredths(d.total, room)
         })
         .min()
         .unwrap_or(0);
@@ -451,7 +452,7 @@ fn suggest(
             arch.dtype_bytes,
         );
         let kv_of = |d: &DevicePlan| {
-            let budget = ((u as f64 / 100.0) * d.total as f64).ceil() as u64;
+            let budget = vllm_utilization::budget(u as f64 / 100.0, d.total);
             let graphs = if d.cudagraph_in_budget {
                 d.cudagraph_bytes
             } else {

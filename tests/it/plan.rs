@@ -430,6 +430,38 @@ fn bad_model_directories_are_one_line_errors_naming_the_file() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("MAJOR.MINOR"));
 }
 
+/// One utilisation convention (`diagnose::vllm_utilization`, docs/plan.md): `plan vllm`
+/// suggests the utilisation that `scan`'s headroom gives the same GPU. A 59808 MiB holder
+/// (and its 448 MiB context) on an H100 leaves 20269 MiB beside vramdoc's 512 MiB context
+/// reserve: 0.2501 of CUDA's 81037 MiB total, which vLLM multiplies (0.25), but 0.2485 of
+/// NVML's 81559 MiB, which scan divided by before (0.24).
+#[test]
+fn plan_and_scan_suggest_one_utilisation_beside_a_neighbour() {
+    let b = fresh_box("h100");
+    let m = tempfile::tempdir().unwrap();
+    llama_8b(m.path());
+    let _h = Holder::start(
+        b.path(),
+        &[],
+        &["--size", "59808MiB", "--", "python", "serve.py"],
+    );
+    let v = json_of(&plan(
+        b.path(),
+        m.path(),
+        &["--max-model-len", "8192", "--json"],
+    ));
+    let u = v["suggested"]["gpu_memory_utilization"].as_f64();
+    assert_eq!(u, Some(0.25), "{v}");
+    let scan = on_box(b.path()).args(["scan", "--json"]).output().unwrap();
+    let s = json_of(&scan);
+    assert_eq!(
+        s["scan"]["headroom"][0]["max_gpu_memory_utilization"].as_f64(),
+        u,
+        "{}",
+        s["scan"]["headroom"]
+    );
+}
+
 #[test]
 fn a_vllm_start_up_refused_under_run_names_a_plan_that_passes_the_check() {
     let b = fresh_box("h100");

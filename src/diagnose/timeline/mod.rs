@@ -93,6 +93,10 @@ pub struct TimelineThresholds {
     pub exit_grace_ms: f64,
     /// ... when above this. Default 256 MiB.
     pub held_min: u64,
+    /// Memory a new process needs for its own CUDA context: kept back from what the
+    /// neighbours leave when the over-commit fix suggests a vLLM utilisation. 512 MiB, as
+    /// scan's `Thresholds::context_reserve`.
+    pub context_reserve: u64,
 }
 
 impl Default for TimelineThresholds {
@@ -114,6 +118,7 @@ impl Default for TimelineThresholds {
             near_zero_free_fraction: 0.10,
             exit_grace_ms: 500.0,
             held_min: 256 * MIB,
+            context_reserve: 512 * MIB,
         }
     }
 }

@@ -129,43 +129,55 @@ pub(super) fn overcommit(cx: &Prepared, double: &[Finding]) -> Vec<Finding> {
             devices: vec![d.index],
             pid: holder.map(|(p, _)| p),
             evidence,
-            fix: format!("{}{}", fixes::OVERCOMMIT, plan_hint(d.total, neighbours)),
+            fix: format!(
+                "{}{}",
+                fixes::OVERCOMMIT,
+                plan_hint(
+                    d.total,
+                    neighbours,
+                    th.context_reserve,
+                    l1.saturating_sub(neighbours)
+                )
+            ),
         });
     }
     out
 }
 
-/// vLLM's default `gpu_memory_utilization` (0.9, `CacheConfig`): on a GPU of its own it
-/// keeps a tenth of total beside its budget for what it allocates outside it (CUDA graphs
-/// before 0.21, NCCL, the sampler's transients).
-const VLLM_DEFAULT_UTILIZATION_PCT: u128 = 90;
-
 /// The `gpu_memory_utilization` a vLLM server can claim on a GPU of `total` bytes beside
-/// neighbours holding `others`: the share of total they leave, times vLLM's default 0.9 (the
-/// same headroom, scaled to what is left), in hundredths rounded down. `None` under 0.05:
-/// the neighbours leave no room worth a server.
-pub(super) fn fitting_utilisation(total: u64, others: u64) -> Option<f64> {
-    if total == 0 {
-        return None;
-    }
-    let left = total.saturating_sub(others) as u128;
-    let pct = left * VLLM_DEFAULT_UTILIZATION_PCT / total as u128;
-    (pct >= 5).then(|| pct as f64 / 100.0)
+/// neighbours holding `others`, its own CUDA context (`context`) being there when vLLM
+/// checks: the one convention (`diagnose::vllm_utilization`), and below the share its claim
+/// took (`claimed`: the GPU's level after the claim less the neighbours), since a budget of
+/// that share already left too little beside it. `None` where no budget fits.
+pub(super) fn fitting_utilisation(
+    total: u64,
+    others: u64,
+    context: u64,
+    claimed: u64,
+) -> Option<f64> {
+    let free = total.saturating_sub(others).saturating_sub(context);
+    let fits = crate::diagnose::vllm_utilization::fitting_hundredths(total, free);
+    // The largest hundredth strictly below the claimed share.
+    let t = total.max(1) as u128;
+    let below = ((claimed.min(total) as u128 * 100).div_ceil(t) as u64).saturating_sub(1);
+    let h = fits.min(below);
+    (h > 0).then(|| h as f64 / 100.0)
 }
 
 /// The sentence naming the plan that fits beside the neighbours (docs/plan.md, issue 35).
-fn plan_hint(total: u64, others: u64) -> String {
+fn plan_hint(total: u64, others: u64, context: u64, claimed: u64) -> String {
     let beside = format!(
         "{} of the GPU's {}",
         format_bytes(others),
         format_bytes(total)
     );
-    match fitting_utilisation(total, others) {
+    match fitting_utilisation(total, others, context, claimed) {
         Some(u) => format!(
             " For a vLLM server, beside the {beside} that the other processes hold: `vramdoc \
              plan vllm MODEL_DIR --gpu-memory-utilization {u:.2}` (with the server's other \
-             flags) checks on this GPU that a budget of that share starts, with vLLM's own \
-             headroom beside it, and suggests the length that fits (docs/plan.md)."
+             flags) checks on this GPU that a budget of that share starts (the largest whose \
+             ceil(U x total) fits beside them and the server's own CUDA context, below the \
+             share that failed) and suggests the length that fits (docs/plan.md)."
         ),
         None => format!(
             " The other processes hold {beside}: no vLLM budget fits beside them; free the \

@@ -5,6 +5,9 @@
 
 use crate::model::RunErrorKind;
 
+/// Half the last printed digit of vLLM's `GiB` figures (`format_gib`, two decimals).
+const PRINTED_HALF_STEP: f64 = 0.005;
+
 /// The digits (with `,` separators and one `.`) at the start of `s`, as a number.
 fn number_at(s: &str) -> Option<f64> {
     let t: String = s
@@ -49,14 +52,17 @@ fn fitting_flags(line: &str, kind: &RunErrorKind) -> Option<(String, String)> {
             if total <= 0.0 || free > total {
                 return None;
             }
-            // Hundredths, rounded down, so that ceil(u x total) fits in what was free.
-            let u = ((free / total) * 100.0).floor() / 100.0;
-            (u > 0.0).then(|| {
-                (
-                    format!("--gpu-memory-utilization {u:.2}"),
-                    format!("{free} of {total} GiB was free at start-up"),
-                )
-            })
+            // vLLM prints both in GiB to two decimals: the least free and the largest
+            // total that print so, then the one convention, so that vLLM's
+            // ceil(U x total) fits in what was free whatever the rounding hid.
+            let gib = crate::units::GIB as f64;
+            let free_lo = ((free - PRINTED_HALF_STEP).max(0.0) * gib) as u64;
+            let total_hi = ((total + PRINTED_HALF_STEP) * gib) as u64;
+            let u = crate::diagnose::vllm_utilization::fitting(total_hi, free_lo)?;
+            Some((
+                format!("--gpu-memory-utilization {u:.2}"),
+                format!("{free} of {total} GiB was free at start-up"),
+            ))
         }
         RunErrorKind::VllmNoCacheBlocks => Some((
             String::new(),
@@ -120,6 +126,23 @@ mod tests {
         // 19.77 / 22.05 = 0.8966: 0.89 x 22.05 = 19.62 GiB fits in 19.77.
         assert!(h.contains("--gpu-memory-utilization 0.89`"), "{h}");
         assert!(h.contains("19.77 of 22.05 GiB"), "{h}");
+        // 4.00 / 20.00 is 0.20 exactly, but the free memory that prints as 4.00 may be
+        // 3.995 GiB, under 0.20 x 20.00: the suggestion allows for the rounding.
+        let edge = plan_hint(
+            "ValueError: Free memory on device cuda:0 (4.00/20.00 GiB) on startup is less \
+             than desired GPU memory utilization (0.9, 18.00 GiB).",
+            &RunErrorKind::VllmFreeMemory,
+        )
+        .unwrap();
+        assert!(edge.contains("--gpu-memory-utilization 0.19`"), "{edge}");
+        // Nearly everything held: no utilisation fits, so no flags are made up.
+        assert_eq!(
+            plan_hint(
+                "Free memory on device cuda:0 (0.01/80.00 GiB) on startup",
+                &RunErrorKind::VllmFreeMemory
+            ),
+            None
+        );
     }
 
     #[test]

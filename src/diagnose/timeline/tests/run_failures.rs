@@ -407,14 +407,16 @@ fn out_of_memory_says_when_other_processes_held_more() {
 }
 
 /// The over-commit finding names the plan that fits beside the neighbours (issue 35): the
-/// share of total they leave, times vLLM's default 0.9, in hundredths rounded down.
+/// largest hundredth whose ceil(U x total) fits beside them and the server's own 512 MiB
+/// context (the one convention, `diagnose::vllm_utilization`), below the share that failed.
 #[test]
 fn overcommit_names_the_plan_that_fits_beside_the_neighbours() {
-    // (others, claim, utilisation): 300 MiB on 16 GiB: 0.9 x 16084 / 16384 = 0.883 -> 0.88;
-    // 2 GiB: 0.9 x 14 / 16 = 0.7875 -> 0.78.
+    // (others, claim, utilisation): 300 MiB on 16 GiB: (16384 - 300 - 512) / 16384 = 0.950
+    // would start, but the 0.92 that was claimed failed: 0.91; 2 GiB: (16384 - 2048 - 512)
+    // / 16384 = 0.8437 -> 0.84, under the 0.85 that failed.
     for (others, u, fits, held) in [
-        (300 * MIB, 0.92, "0.88", "300 MiB of the GPU's 16.00 GiB"),
-        (2 * G, 0.85, "0.78", "2.00 GiB of the GPU's 16.00 GiB"),
+        (300 * MIB, 0.92, "0.91", "300 MiB of the GPU's 16.00 GiB"),
+        (2 * G, 0.85, "0.84", "2.00 GiB of the GPU's 16.00 GiB"),
     ] {
         let f = find(&engine_with(u, true, others).build(), ids::OVERCOMMIT);
         let cmd = format!("`vramdoc plan vllm MODEL_DIR --gpu-memory-utilization {fits}`");
