@@ -402,40 +402,116 @@ impl Copy {
     }
 
     /// A frame of the next `n` bytes in the pipe `src` (just `tee`d to the terminal), spliced
-    /// from there: the header, then exactly those `n` bytes. Where vramdoc is gone (before or
-    /// during), what was not spliced is read from `src` into `scratch` and dropped (the
-    /// terminal has it already).
-    fn send_spliced(&self, tag: Frame, src: &File, n: usize, scratch: &mut [u8]) {
+    /// from there: the header, then exactly those `n` bytes, put together in `staging` (when
+    /// there is one) and moved to the copy in one piece, so vramdoc's reader wakes once per
+    /// frame rather than at the header and again at the bytes. Where vramdoc is gone (before
+    /// or during), what was not moved is read into `scratch` and dropped (the terminal has
+    /// it already), so `src` and `staging` hold no byte of this frame afterwards.
+    fn send_spliced(
+        &self,
+        tag: Frame,
+        src: &File,
+        n: usize,
+        staging: Option<&Staging>,
+        scratch: &mut [u8],
+    ) {
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
         let mut left = n;
+        let mut staged = 0;
         if let Some(file) = f.as_mut() {
             let mut head = [0u8; 5];
             head[0] = tag as u8;
             head[1..].copy_from_slice(&(n as u32).to_le_bytes());
-            if file.write_all(&head).is_ok() {
-                while left > 0 {
-                    match super::splice::splice(src.as_fd(), file.as_fd(), left, false) {
-                        Ok(0) => break,
-                        Ok(m) => left -= m.min(left),
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-            }
-            if left > 0 {
+            let sent = match staging {
+                Some(st) => st.frame(&head, src, file, &mut left, &mut staged),
+                None => file
+                    .write_all(&head)
+                    .and_then(|()| splice_all(src, file, &mut left)),
+            };
+            if sent.is_err() {
                 // EPIPE: vramdoc is gone; the job's output still reaches the terminal.
                 *f = None;
             }
         }
         drop(f);
-        while left > 0 {
-            let want = left.min(scratch.len());
-            match (&*src).read(&mut scratch[..want]) {
-                Ok(0) => break,
-                Ok(m) => left -= m,
+        if let Some(st) = staging {
+            discard(&st.r, staged, scratch);
+        }
+        discard(src, left, scratch);
+    }
+}
+
+/// A pipe of the pump's own, one per stream, in which a frame is put together before it
+/// goes to the copy (see [`Copy::send_spliced`]); empty between frames.
+struct Staging {
+    r: File,
+    w: File,
+}
+
+impl Staging {
+    fn new() -> Option<Staging> {
+        let (r, w) = big_pipe().ok()?;
+        Some(Staging {
+            r: r.into(),
+            w: w.into(),
+        })
+    }
+
+    /// `head`, then `left` bytes of `src`, to `copy` by way of this pipe; `left` and `staged`
+    /// (bytes here) count down as they move. A staging pipe that fills up before the frame
+    /// is whole is moved on first (the frame then reaches vramdoc in two parts, in order).
+    fn frame(
+        &self,
+        head: &[u8],
+        src: &File,
+        copy: &File,
+        left: &mut usize,
+        staged: &mut usize,
+    ) -> std::io::Result<()> {
+        // An empty pipe: the header fits.
+        (&self.w).write_all(head)?;
+        *staged += head.len();
+        while *left > 0 {
+            match super::splice::splice(src.as_fd(), self.w.as_fd(), *left, true) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(m) => {
+                    let m = m.min(*left);
+                    *left -= m;
+                    *staged += m;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    splice_all(&self.r, copy, staged)?
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(e) => return Err(e),
             }
+        }
+        splice_all(&self.r, copy, staged)
+    }
+}
+
+/// Splice `left` bytes from pipe `from` to pipe `to`, waiting for room; `left` counts down.
+fn splice_all(from: &File, to: &File, left: &mut usize) -> std::io::Result<()> {
+    while *left > 0 {
+        match super::splice::splice(from.as_fd(), to.as_fd(), *left, false) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(m) => *left -= m.min(*left),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Read `n` bytes that are in pipe `from` and drop them.
+fn discard(from: &File, mut n: usize, scratch: &mut [u8]) {
+    while n > 0 {
+        let want = n.min(scratch.len());
+        match (&*from).read(&mut scratch[..want]) {
+            Ok(0) => break,
+            Ok(m) => n -= m.min(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
         }
     }
 }
@@ -577,6 +653,7 @@ fn pass_zero_copy(
     dst: std::os::fd::BorrowedFd<'_>,
     tag: Frame,
     copy: &Copy,
+    staging: Option<&Staging>,
     scratch: &mut [u8],
 ) -> Pass {
     loop {
@@ -591,7 +668,7 @@ fn pass_zero_copy(
             Ok(0) => return Pass::Eof,
             Ok(n) => {
                 if to_copy {
-                    copy.send_spliced(tag, src, n, scratch);
+                    copy.send_spliced(tag, src, n, staging, scratch);
                 }
                 return Pass::Moved(n);
             }
@@ -628,12 +705,13 @@ fn read_stream(
     // caller's descriptor in tests); it is only borrowed here.
     let dst = unsafe { std::os::fd::BorrowedFd::borrow_raw(dst) };
     let mut zero_copy = super::splice::is_pipe(src.as_fd()) && super::splice::is_pipe(dst);
+    let staging = if zero_copy { Staging::new() } else { None };
     let mut moved = Moved::default();
     // One buffer for the reads; the queue gets exactly the bytes read.
     let mut buf = vec![0u8; CHUNK];
     loop {
         if zero_copy && !drain.load(Ordering::SeqCst) && q.wait_written(STALL) {
-            match pass_zero_copy(&src, dst, tag, copy, &mut buf) {
+            match pass_zero_copy(&src, dst, tag, copy, staging.as_ref(), &mut buf) {
                 Pass::Moved(n) => {
                     moved.zero_copy += n as u64;
                     continue;
