@@ -8,7 +8,8 @@
 //! 2. the wall time of `vramdoc --sim 2xh100 run -- true` against `true`, 10 pairs, median
 //!    (goal: ≤ 0.3 s added).
 //!
-//! Every line of the job is still read by the recogniser (`record::lines`). Prints numbers;
+//! Every line of the job is still read by the recogniser (`record::lines`).
+//! `VRAMDOC_BENCH_BIN` runs another build of vramdoc (a before/after pair). Prints numbers;
 //! asserts nothing.
 
 use std::io::Read;
@@ -125,7 +126,9 @@ fn fixed_cost(exe: &str) {
 }
 
 fn main() {
-    let exe = env!("CARGO_BIN_EXE_vramdoc");
-    fixed_cost(exe);
-    passthrough(exe);
+    let exe = std::env::var("VRAMDOC_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_vramdoc").to_string());
+    println!("vramdoc: {exe}");
+    fixed_cost(&exe);
+    passthrough(&exe);
 }

@@ -20,6 +20,7 @@ pub mod process;
 pub mod pty;
 pub mod pump;
 pub mod signals;
+pub mod splice;
 pub mod stderr;
 pub mod summary;
 

@@ -25,6 +25,16 @@
 //! out-of-memory line) and written to the terminal at its own pace. A stream whose reader
 //! went away (`| head`) is closed, so the job gets EPIPE/SIGPIPE there as it would without
 //! vramdoc.
+//!
+//! Zero copy (Linux, issue 34): where the job's stream and the pump's destination are both
+//! pipes (not a pty), the pump copies no byte itself. It `tee`s what the job's pipe holds
+//! into the terminal's pipe without consuming it, writes the frame header for exactly those
+//! `n` bytes to the copy and `splice`s the same `n` bytes from the job's pipe into it
+//! ([`super::splice`]). Where the terminal's pipe stays full for [`STALL`], or anything is
+//! still queued for the terminal, or the command has ended, a chunk takes the read-and-write
+//! path above instead, so the order stays exact and the [`LEAD`] and [`DRAIN_LEAD`] bounds
+//! hold as they are; a refusal of `tee` (`EINVAL`, `ENOSYS`: not pipes, a seccomp policy)
+//! leaves the stream on that path for good.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -46,8 +56,13 @@ pub const LEAD: usize = 4 << 20;
 /// background process of the job that keeps writing to a stalled terminal is held back
 /// here, so the pump's memory stays bounded).
 pub const DRAIN_LEAD: usize = 64 << 20;
-/// One read.
+/// One read (and at most one `tee`, so one frame).
 const CHUNK: usize = 256 * 1024;
+/// How long the terminal's pipe may stay full, or the queued bytes unwritten, before the
+/// zero-copy path gives way to the read-and-write path for a chunk (the job then runs up to
+/// [`LEAD`] ahead of a stalled terminal, as on that path): a reader that is only briefly
+/// descheduled keeps the zero-copy path.
+const STALL: std::time::Duration = std::time::Duration::from_millis(20);
 /// What the job's pipes and the copy hold (the kernel's default is 64 KiB): a job writing
 /// short lines fast is read in large chunks, with fewer wake-ups of the pump and of vramdoc
 /// (Linux `F_SETPIPE_SZ`, up to `/proc/sys/fs/pipe-max-size`; a pipe that cannot grow stays
@@ -241,6 +256,8 @@ struct Queue {
 struct QueueState {
     chunks: VecDeque<Vec<u8>>,
     bytes: usize,
+    /// Bytes queued or being written: the zero-copy path waits for 0 (order).
+    unwritten: usize,
     /// The reader is done.
     closed: bool,
     /// The terminal's reader went away: stop reading the job's stream.
@@ -281,6 +298,7 @@ impl Queue {
             return false;
         }
         s.bytes += chunk.len();
+        s.unwritten += chunk.len();
         s.chunks.push_back(chunk);
         self.cv.notify_all();
         true
@@ -312,7 +330,29 @@ impl Queue {
         s.gone = true;
         s.chunks.clear();
         s.bytes = 0;
+        s.unwritten = 0;
         self.cv.notify_all();
+    }
+
+    /// `n` bytes of a popped chunk are written (or dropped).
+    fn written(&self, n: usize) {
+        let mut s = self.lock();
+        s.unwritten = s.unwritten.saturating_sub(n);
+        self.cv.notify_all();
+    }
+
+    /// Whether every queued byte has been written within `timeout` (at once when none is
+    /// queued): only then may bytes bypass the queue.
+    fn wait_written(&self, timeout: std::time::Duration) -> bool {
+        let s = self.lock();
+        if s.unwritten == 0 {
+            return true;
+        }
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, timeout, |s| s.unwritten > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        s.unwritten == 0
     }
 }
 
@@ -352,6 +392,127 @@ impl Copy {
 
     fn close(&self) {
         *self.file.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn alive(&self) -> bool {
+        self.file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// A frame of the next `n` bytes in the pipe `src` (just `tee`d to the terminal), spliced
+    /// from there: the header, then exactly those `n` bytes, put together in `staging` (when
+    /// there is one) and moved to the copy in one piece, so vramdoc's reader wakes once per
+    /// frame rather than at the header and again at the bytes. Where vramdoc is gone (before
+    /// or during), what was not moved is read into `scratch` and dropped (the terminal has
+    /// it already), so `src` and `staging` hold no byte of this frame afterwards.
+    fn send_spliced(
+        &self,
+        tag: Frame,
+        src: &File,
+        n: usize,
+        staging: Option<&Staging>,
+        scratch: &mut [u8],
+    ) {
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut left = n;
+        let mut staged = 0;
+        if let Some(file) = f.as_mut() {
+            let mut head = [0u8; 5];
+            head[0] = tag as u8;
+            head[1..].copy_from_slice(&(n as u32).to_le_bytes());
+            let sent = match staging {
+                Some(st) => st.frame(&head, src, file, &mut left, &mut staged),
+                None => file
+                    .write_all(&head)
+                    .and_then(|()| splice_all(src, file, &mut left)),
+            };
+            if sent.is_err() {
+                // EPIPE: vramdoc is gone; the job's output still reaches the terminal.
+                *f = None;
+            }
+        }
+        drop(f);
+        if let Some(st) = staging {
+            discard(&st.r, staged, scratch);
+        }
+        discard(src, left, scratch);
+    }
+}
+
+/// A pipe of the pump's own, one per stream, in which a frame is put together before it
+/// goes to the copy (see [`Copy::send_spliced`]); empty between frames.
+struct Staging {
+    r: File,
+    w: File,
+}
+
+impl Staging {
+    fn new() -> Option<Staging> {
+        let (r, w) = big_pipe().ok()?;
+        Some(Staging {
+            r: r.into(),
+            w: w.into(),
+        })
+    }
+
+    /// `head`, then `left` bytes of `src`, to `copy` by way of this pipe; `left` and `staged`
+    /// (bytes here) count down as they move. A staging pipe that fills up before the frame
+    /// is whole is moved on first (the frame then reaches vramdoc in two parts, in order).
+    fn frame(
+        &self,
+        head: &[u8],
+        src: &File,
+        copy: &File,
+        left: &mut usize,
+        staged: &mut usize,
+    ) -> std::io::Result<()> {
+        // An empty pipe: the header fits.
+        (&self.w).write_all(head)?;
+        *staged += head.len();
+        while *left > 0 {
+            match super::splice::splice(src.as_fd(), self.w.as_fd(), *left, true) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(m) => {
+                    let m = m.min(*left);
+                    *left -= m;
+                    *staged += m;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    splice_all(&self.r, copy, staged)?
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        splice_all(&self.r, copy, staged)
+    }
+}
+
+/// Splice `left` bytes from pipe `from` to pipe `to`, waiting for room; `left` counts down.
+fn splice_all(from: &File, to: &File, left: &mut usize) -> std::io::Result<()> {
+    while *left > 0 {
+        match super::splice::splice(from.as_fd(), to.as_fd(), *left, false) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(m) => *left -= m.min(*left),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Read `n` bytes that are in pipe `from` and drop them.
+fn discard(from: &File, mut n: usize, scratch: &mut [u8]) {
+    while n > 0 {
+        let want = n.min(scratch.len());
+        match (&*from).read(&mut scratch[..want]) {
+            Ok(0) => break,
+            Ok(m) => n -= m.min(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
     }
 }
 
@@ -439,7 +600,7 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
         let q = queues[i].clone();
         let (c, d) = (copy.clone(), drain.clone());
         readers.push(std::thread::spawn(move || {
-            read_stream(src, tag, &c, &q, &d)
+            read_stream(src, fd, tag, &c, &q, &d)
         }));
         let q = queues[i].clone();
         writers.push(std::thread::spawn(move || write_stream(fd, &q)));
@@ -461,10 +622,107 @@ pub fn main(marker_dir: Option<&Path>) -> i32 {
     0
 }
 
-fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &AtomicBool) {
+/// The bytes of one stream the pump passed on, by path.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Moved {
+    /// `tee`d to the terminal and spliced to the copy (or spliced to the terminal once
+    /// vramdoc is gone): no byte copied by the pump.
+    zero_copy: u64,
+    /// Read into the pump's buffer and queued for the terminal.
+    copied: u64,
+}
+
+/// One step of the zero-copy path.
+enum Pass {
+    /// `n` bytes reached the terminal's pipe and the copy.
+    Moved(usize),
+    /// The job's stream ended.
+    Eof,
+    /// The terminal's reader went away.
+    Gone,
+    /// The terminal's pipe stayed full for [`STALL`]: this chunk takes the other path.
+    Full,
+    /// `tee`/`splice` refused (not pipes, no such call): the other path for good.
+    Unsupported,
+}
+
+/// Pass the bytes in the job's pipe `src` on to the terminal's pipe `dst` and the copy
+/// without copying them (see the module's doc).
+fn pass_zero_copy(
+    src: &File,
+    dst: std::os::fd::BorrowedFd<'_>,
+    tag: Frame,
+    copy: &Copy,
+    staging: Option<&Staging>,
+    scratch: &mut [u8],
+) -> Pass {
+    loop {
+        // With vramdoc gone there is no copy: the bytes are moved to the terminal.
+        let to_copy = copy.alive();
+        let r = if to_copy {
+            super::splice::tee(src.as_fd(), dst, CHUNK)
+        } else {
+            super::splice::splice(src.as_fd(), dst, CHUNK, true)
+        };
+        match r {
+            Ok(0) => return Pass::Eof,
+            Ok(n) => {
+                if to_copy {
+                    copy.send_spliced(tag, src, n, staging, scratch);
+                }
+                return Pass::Moved(n);
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN) => {
+                    // Either the job's pipe is empty (wait for its next bytes or its EOF,
+                    // as a read would) or the terminal's is full (wait a little for room).
+                    if !super::splice::ready(src.as_fd(), libc::POLLIN, 0) {
+                        super::splice::ready(src.as_fd(), libc::POLLIN, -1);
+                    } else if !super::splice::ready(dst, libc::POLLOUT, STALL.as_millis() as i32) {
+                        return Pass::Full;
+                    }
+                }
+                Some(libc::EPIPE) => return Pass::Gone,
+                _ => return Pass::Unsupported,
+            },
+        }
+    }
+}
+
+/// Pass the job's stream `src` on to the terminal `dst` (the writer's descriptor) and the
+/// copy: the zero-copy path where both are pipes, else (and chunk by chunk where the
+/// module's doc says) read into a buffer, sent to the copy and queued for the writer.
+fn read_stream(
+    mut src: File,
+    dst: RawFd,
+    tag: Frame,
+    copy: &Copy,
+    q: &Queue,
+    drain: &AtomicBool,
+) -> Moved {
+    // SAFETY: `dst` stays open for the pump's lifetime (the process's stdout/stderr, or the
+    // caller's descriptor in tests); it is only borrowed here.
+    let dst = unsafe { std::os::fd::BorrowedFd::borrow_raw(dst) };
+    let mut zero_copy = super::splice::is_pipe(src.as_fd()) && super::splice::is_pipe(dst);
+    let staging = if zero_copy { Staging::new() } else { None };
+    let mut moved = Moved::default();
     // One buffer for the reads; the queue gets exactly the bytes read.
     let mut buf = vec![0u8; CHUNK];
     loop {
+        if zero_copy && !drain.load(Ordering::SeqCst) && q.wait_written(STALL) {
+            match pass_zero_copy(&src, dst, tag, copy, staging.as_ref(), &mut buf) {
+                Pass::Moved(n) => {
+                    moved.zero_copy += n as u64;
+                    continue;
+                }
+                Pass::Eof => break,
+                // Closing `src`: the job gets EPIPE on this stream, as without vramdoc.
+                Pass::Gone => break,
+                Pass::Full => {}
+                Pass::Unsupported => zero_copy = false,
+            }
+        }
         let n = match src.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
@@ -473,11 +731,13 @@ fn read_stream(mut src: File, tag: Frame, copy: &Copy, q: &Queue, drain: &Atomic
             Err(_) => break,
         };
         copy.send(tag, &buf[..n]);
+        moved.copied += n as u64;
         if !q.push(buf[..n].to_vec(), drain) {
             break; // closing `src`: the job gets EPIPE on this stream, as without vramdoc
         }
     }
     q.close();
+    moved
 }
 
 fn write_stream(fd: RawFd, q: &Queue) {
@@ -486,18 +746,18 @@ fn write_stream(fd: RawFd, q: &Queue) {
     let mut out = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
     let mut failed = false;
     while let Some(chunk) = q.pop() {
-        if failed {
-            continue;
-        }
-        match out.write_all(&chunk) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                q.set_gone();
+        if !failed {
+            match out.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    q.set_gone();
+                }
+                // A terminal hung up (EIO), a full disk: the bytes are dropped, the job keeps
+                // running and its copy still reaches the report.
+                Err(_) => failed = true,
             }
-            // A terminal hung up (EIO), a full disk: the bytes are dropped, the job keeps
-            // running and its copy still reaches the report.
-            Err(_) => failed = true,
         }
+        q.written(chunk.len());
     }
 }
 
@@ -520,5 +780,101 @@ mod tests {
         assert_eq!(q.pop().map(|c| c.len()), Some(LEAD));
         assert_eq!(q.pop(), Some(vec![1; 10]));
         assert_eq!(q.pop(), None);
+    }
+
+    /// The job's pipe passed through `read_stream` to `dst` (a pipe, or a file when not
+    /// `pipe_dst`) with a copy pipe read as vramdoc does: (what reached `dst`, the copy's
+    /// stdout frames joined, how the bytes went).
+    fn pass(data: Vec<u8>, pipe_dst: bool) -> (Vec<u8>, Vec<u8>, Moved) {
+        let pipe_files = || {
+            let (r, w) = pipe().unwrap();
+            (File::from(r), File::from(w))
+        };
+        let (job_r, mut job_w) = pipe_files();
+        let (mut copy_r, copy_w) = pipe_files();
+        let writer = std::thread::spawn(move || job_w.write_all(&data).unwrap());
+        let copy_reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let mut head = [0u8; 5];
+            while copy_r.read_exact(&mut head).is_ok() {
+                let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+                let mut b = vec![0u8; len];
+                copy_r.read_exact(&mut b).unwrap();
+                assert_eq!(head[0], Frame::Stdout as u8);
+                all.extend_from_slice(&b);
+            }
+            all
+        });
+        let (dst_fd, dst_reader, file): (OwnedFd, _, Option<tempfile::NamedTempFile>) = if pipe_dst
+        {
+            let (mut r, w) = pipe_files();
+            let t = std::thread::spawn(move || {
+                let mut all = Vec::new();
+                r.read_to_end(&mut all).unwrap();
+                all
+            });
+            (w.into(), Some(t), None)
+        } else {
+            let f = tempfile::NamedTempFile::new().unwrap();
+            (f.reopen().unwrap().into(), None, Some(f))
+        };
+        let copy = Arc::new(Copy {
+            file: Mutex::new(Some(copy_w)),
+        });
+        let q = Arc::new(Queue::new());
+        let drain = AtomicBool::new(false);
+        let raw = dst_fd.as_raw_fd();
+        let w = {
+            let q = q.clone();
+            std::thread::spawn(move || write_stream(raw, &q))
+        };
+        let moved = read_stream(job_r, raw, Frame::Stdout, &copy, &q, &drain);
+        w.join().unwrap();
+        writer.join().unwrap();
+        copy.close();
+        drop(dst_fd);
+        let got = match (dst_reader, file) {
+            (Some(t), _) => t.join().unwrap(),
+            (_, Some(f)) => std::fs::read(f.path()).unwrap(),
+            _ => unreachable!(),
+        };
+        (got, copy_reader.join().unwrap(), moved)
+    }
+
+    fn numbered(bytes: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        let mut i = 0u64;
+        while v.len() < bytes {
+            v.extend_from_slice(format!("line {i} of the job\n").as_bytes());
+            v.extend((0..=255u8).take((i % 7) as usize));
+            i += 1;
+        }
+        v
+    }
+
+    #[test]
+    fn between_two_pipes_the_bytes_take_the_zero_copy_path_unchanged() {
+        let data = numbered(3 << 20);
+        let (got, copy, moved) = pass(data.clone(), true);
+        assert!(got == data, "the terminal got every byte in order");
+        assert!(copy == data, "so did the copy");
+        // The first chunk always goes by `tee` (the terminal's pipe starts empty); later
+        // ones may be queued where the reader was slow, never lost.
+        assert!(moved.zero_copy > 0, "{moved:?}");
+        assert_eq!(moved.zero_copy + moved.copied, data.len() as u64);
+    }
+
+    #[test]
+    fn to_a_file_the_bytes_are_read_and_written_as_before() {
+        let data = numbered(1 << 20);
+        let (got, copy, moved) = pass(data.clone(), false);
+        assert!(got == data && copy == data);
+        assert_eq!(
+            moved,
+            Moved {
+                zero_copy: 0,
+                copied: data.len() as u64
+            }
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The I/O of `vramdoc run -- CMD` (issue 19 items 3–7, issue 17, issue 15): the job's
 //! stdout and stderr pass through byte for byte, also to a slow reader and after `kill -9`
 //! of vramdoc; both are read for error lines; markers in bursts; outputs naming one file;
-//! arguments that are not UTF-8.
+//! arguments that are not UTF-8; the zero-copy pass-through between pipes (issue 34).
 
 use crate::common;
 
@@ -623,4 +623,128 @@ fn nothing_of_vramdoc_s_outlives_run() {
         );
         assert_eq!(v["left"], serde_json::json!([]), "{name}: left behind");
     }
+}
+
+/// `count` bytes of numbered lines with a few binary bytes after each (every byte value).
+fn numbered_bytes(prefix: &str, count: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(count + 64);
+    let mut i = 0u32;
+    while v.len() < count {
+        v.extend_from_slice(format!("{prefix} {i:07}\n").as_bytes());
+        v.extend((0..=255u8).skip((i % 251) as usize).take(5));
+        i += 1;
+    }
+    v
+}
+
+/// Issue 34: where vramdoc's stdout and stderr are pipes the pass-through process moves the
+/// job's bytes with `tee`/`splice` (src/job/splice.rs): megabytes of numbered lines and
+/// binary bytes on both streams arrive unchanged and in order, and an out-of-memory line
+/// written after them still reaches the report.
+#[test]
+fn megabytes_through_pipes_arrive_unchanged_and_a_late_oom_line_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let (o_file, e_file) = (tmp.path().join("o"), tmp.path().join("e"));
+    let o_bytes = numbered_bytes("stdout line", 3 << 20);
+    let e_bytes = numbered_bytes("stderr line", 2 << 20);
+    std::fs::write(&o_file, &o_bytes).unwrap();
+    std::fs::write(&e_file, &e_bytes).unwrap();
+    let script = format!(
+        "cat {o}; cat {e} >&2; echo; echo '{OOM}' >&2; echo last-of-stdout",
+        o = o_file.display(),
+        e = e_file.display()
+    );
+    let o = run_cmd(&out)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let mut want = o_bytes.clone();
+    want.extend_from_slice(b"\nlast-of-stdout\n");
+    assert!(o.stdout == want, "stdout: {} bytes", o.stdout.len());
+    assert!(o.stderr.len() > e_bytes.len(), "{} bytes", o.stderr.len());
+    assert!(o.stderr[..e_bytes.len()] == e_bytes[..], "stderr in order");
+    let rest = String::from_utf8_lossy(&o.stderr[e_bytes.len()..]).into_owned();
+    assert!(rest.starts_with(&format!("{OOM}\n")), "{rest}");
+    assert!(error_kinds(&report(&out)).contains(&"cuda-oom".to_string()));
+}
+
+/// Issue 34: `| head -c 100` on either stream still gives the job SIGPIPE through the
+/// zero-copy path, as without vramdoc.
+#[test]
+fn a_reader_that_takes_100_bytes_gives_the_job_sigpipe_on_stdout_and_on_stderr() {
+    for on_stderr in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("r.json");
+        let job = if on_stderr {
+            "exec yes 'a line of the job' >&2"
+        } else {
+            "exec yes 'a line of the job'"
+        };
+        let mut c = run_cmd(&out);
+        c.args(["--", "sh", "-c", job]).stdin(Stdio::null());
+        if on_stderr {
+            c.stdout(Stdio::null()).stderr(Stdio::piped());
+        } else {
+            c.stdout(Stdio::piped()).stderr(Stdio::null());
+        }
+        let mut child = KillOnDrop(c.spawn().unwrap());
+        let mut first = [0u8; 100];
+        if on_stderr {
+            child.stderr.take().unwrap().read_exact(&mut first).unwrap();
+        } else {
+            child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        }
+        assert!(first.starts_with(b"a line of the job\na line"));
+        let status = eventually(Duration::from_secs(30), "vramdoc ended", || {
+            child.try_wait().ok().flatten()
+        });
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGPIPE),
+            "stderr: {on_stderr}"
+        );
+        assert_eq!(report(&out)["run"]["exit"]["signal_name"], "SIGPIPE");
+    }
+}
+
+/// Issue 34: a reader of vramdoc's stdout that reads nothing until the command has ended
+/// does not stop the command from ending (the pass-through process buffers up to its lead,
+/// as before the zero-copy path), the report gets the out-of-memory line written last, and
+/// every byte arrives, in order, once the reader reads.
+#[test]
+fn a_stalled_reader_lets_the_command_end_and_then_gets_every_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let (o_file, done) = (tmp.path().join("o"), tmp.path().join("done"));
+    let o_bytes = numbered_bytes("stdout line", 3 << 20);
+    std::fs::write(&o_file, &o_bytes).unwrap();
+    let script = format!(
+        "cat {o}; echo '{OOM}'; touch {d}",
+        o = o_file.display(),
+        d = done.display()
+    );
+    let mut child = KillOnDrop(
+        run_cmd(&out)
+            .args(["--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = child.stdout.take().unwrap();
+    eventually(Duration::from_secs(60), "the command ended", || {
+        done.exists()
+    });
+    let mut got = Vec::new();
+    stdout.read_to_end(&mut got).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut want = o_bytes;
+    want.extend_from_slice(format!("{OOM}\n").as_bytes());
+    assert!(got == want, "{} bytes of {}", got.len(), want.len());
+    assert!(error_kinds(&report(&out)).contains(&"cuda-oom".to_string()));
 }
