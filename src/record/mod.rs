@@ -18,6 +18,7 @@ pub mod membership;
 pub mod mig;
 pub mod policy;
 pub mod processes;
+pub mod reading;
 pub mod recognise;
 pub mod recording;
 pub mod sampler;
@@ -26,6 +27,7 @@ pub mod stderr;
 pub mod stream;
 pub mod tree;
 
+pub use reading::Reading;
 pub use recording::{
     DeviceFileHolder, ErrorEvent, ErrorKind, JobExit, RecordedDevice, RecordedProcess, Recording,
     RulesOnly,
@@ -47,34 +49,6 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use stream::{lock_sink, Sink};
 use tree::{ProcessTree, TreeProcess};
-
-/// A reading of every device (device order), each with when its call ran
-/// ([`Recorder::memory_now_at`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reading {
-    /// `(ms since the start, used bytes)` per device; `None`: the query failed or passed
-    /// its deadline (no reading, never 0 bytes).
-    pub devices: Vec<Option<(f64, u64)>>,
-    /// When it was asked for (ms since the start): its time where no device answered.
-    asked: f64,
-}
-
-impl Reading {
-    /// Used bytes per device.
-    pub fn used(&self) -> Vec<Option<u64>> {
-        self.devices.iter().map(|d| d.map(|(_, u)| u)).collect()
-    }
-
-    /// When the first of its calls ran (when it was asked for, where none answered).
-    pub fn first(&self) -> f64 {
-        self.devices
-            .iter()
-            .flatten()
-            .map(|(t, _)| *t)
-            .reduce(f64::min)
-            .unwrap_or(self.asked)
-    }
-}
 
 /// How to record.
 pub struct RecorderConfig {
