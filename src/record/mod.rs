@@ -418,16 +418,25 @@ impl Recorder {
     /// command, else vramdoc's own ([`devmap`]).
     pub fn error_device(&self, line: &str, ordinal: u32) -> Option<u32> {
         use crate::gpu::visible::{CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES};
+        let t = self.t_ms();
         let env = {
-            let s = lock(&self.shared);
+            let mut s = lock(&self.shared);
+            // A printer that started since the tree was last read (a worker that prints
+            // before the next process round): read the tree now, while it is still alive,
+            // rather than fall back to the command's variables.
+            let pid = match devmap::printer(line) {
+                Some(devmap::Printer::Pid(pid)) => Some(pid),
+                _ => None,
+            };
+            let named = |tree: &ProcessTree, pid: u32| tree.all().iter().any(|t| t.named_by(pid));
+            if let (Some(pid), Some(tree)) = (pid, s.tree.as_ref()) {
+                if !named(tree, pid) {
+                    s.refresh_tree(t);
+                }
+            }
             s.tree.as_ref().and_then(|tree| {
                 let all = tree.all();
-                let named = match devmap::printer(line) {
-                    Some(devmap::Printer::Pid(pid)) => all
-                        .iter()
-                        .find(|t| t.pid == pid || t.nspid.last() == Some(&pid)),
-                    _ => None,
-                };
+                let named = pid.and_then(|pid| all.iter().find(|t| t.named_by(pid)));
                 // Else the command: the first process of the tree.
                 named
                     .or(all.first())

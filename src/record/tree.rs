@@ -61,6 +61,12 @@ pub const GPU_ENV: [&str; 7] = [
 ];
 
 impl TreeProcess {
+    /// Whether this is the process a line's prefix names as `pid` (its PID here, or in its
+    /// own namespace).
+    pub fn named_by(&self, pid: u32) -> bool {
+        self.pid == pid || self.nspid.last() == Some(&pid)
+    }
+
     /// Its name where it can be vouched for (issue 39): read when a process list named it
     /// or later (a name read before may be the one of a program it then exec'd away
     /// from, `bash` before `exec python3`), or after it ended; `None`: unknown.

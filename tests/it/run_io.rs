@@ -444,6 +444,46 @@ fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
     assert_eq!(e["device"], 1, "{e}");
 }
 
+/// The same with a printer that starts after the only process round (`--process-period 60s`):
+/// the tree is read again when a line names a process it does not hold yet, so the line is
+/// still mapped through the printer's own variables, not the command's.
+#[test]
+fn a_printer_that_started_since_the_last_process_round_is_found_by_its_pid() {
+    let boxdir = common::fresh_box("2x16GiB");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r.json");
+    let worker = format!("echo \"(pid=$$) {OOM}\"; sleep 0.5");
+    let o = common::on_box(boxdir.path())
+        .args([
+            "run",
+            "--period",
+            "20ms",
+            "--process-period",
+            "60s",
+            "--out",
+        ])
+        .arg(&out)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.5; env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
+        ])
+        .arg(&worker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = report(&out);
+    let e = &r["run"]["errors"][0];
+    assert_eq!(e["kind"], "cuda-oom", "{r}");
+    assert_eq!(e["device"], 1, "{e}");
+}
+
 /// A reader of vramdoc's stdout that goes away (`| head -1`) gives the job EPIPE/SIGPIPE on
 /// that stream, as without vramdoc: the job ends and its status is passed on.
 #[test]
