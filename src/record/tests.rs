@@ -295,6 +295,25 @@ fn process_lists_never_stall_the_memory_loop_and_late_rounds_are_gaps() {
     );
 }
 
+/// A recorder over `monitor` whose sampler reads once, at the start, and never again in a
+/// test's time (no process lists): the next memory calls are the test's own. Returns once
+/// that first round is done.
+fn after_one_round(monitor: Gated, devices: &[DeviceInfo], t0: Instant) -> Recorder {
+    let rec = Recorder::start(
+        Box::new(monitor),
+        devices,
+        t0,
+        RecorderConfig::new(SamplerConfig {
+            period: Duration::from_secs(3600),
+            process_period: None,
+        }),
+    );
+    until("the sampler's first round", || {
+        latest(&rec).iter().all(Option::is_some).then_some(())
+    });
+    rec
+}
+
 /// A reading handed over late (a loaded machine) is stamped when its calls ran: before the
 /// last of them returned, never when the caller got the answer.
 #[test]
@@ -305,19 +324,7 @@ fn memory_now_at_is_stamped_when_the_calls_ran() {
     let monitor = Gated::new(sim, gate);
     let returned = monitor.memory_returned.clone();
     let t0 = Instant::now();
-    let rec = Recorder::start(
-        Box::new(monitor),
-        &devices,
-        t0,
-        RecorderConfig::new(SamplerConfig {
-            period: Duration::from_secs(3600),
-            process_period: None,
-        }),
-    );
-    // The sampler's first round is done: the next memory calls are this reading's.
-    until("the sampler's first round", || {
-        latest(&rec).iter().all(Option::is_some).then_some(())
-    });
+    let rec = after_one_round(monitor, &devices, t0);
     let r = rec.memory_now_at();
     let last_returned = returned.lock().unwrap().expect("memory was read");
     assert!(r.used().iter().all(Option::is_some), "{r:?}");
@@ -342,18 +349,7 @@ fn each_device_of_a_reading_keeps_the_time_its_call_ran() {
     monitor.gate_memory_of = Some(1);
     let returned = monitor.returned_by_device.clone();
     let t0 = Instant::now();
-    let rec = Arc::new(Recorder::start(
-        Box::new(monitor),
-        &devices,
-        t0,
-        RecorderConfig::new(SamplerConfig {
-            period: Duration::from_secs(3600),
-            process_period: None,
-        }),
-    ));
-    until("the sampler's first round", || {
-        latest(&rec).iter().all(Option::is_some).then_some(())
-    });
+    let rec = Arc::new(after_one_round(monitor, &devices, t0));
     // A reading whose query of device 1 is held in the driver.
     *gate.open.lock().unwrap() = false;
     let waited = gate.waited.load(Ordering::SeqCst);

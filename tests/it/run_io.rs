@@ -404,31 +404,25 @@ fn a_non_utf8_argument_is_passed_as_given_and_shown_escaped() {
     assert_eq!(cmd.last(), Some(&"caf\\xe9-\\xff"), "{cmd:?}");
 }
 
-/// Issue 15/17: an OOM line a worker prints on **stdout** with Ray's `(pid=N)` prefix is mapped
-/// through that worker's own `CUDA_VISIBLE_DEVICES=1` (physical GPU 1), as stderr lines are.
-#[test]
-fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
+/// `run` of `sh -c OUTER WORKER` with process rounds every `process_period`, where OUTER runs
+/// WORKER under `CUDA_VISIBLE_DEVICES=1` and WORKER prints an OOM line with Ray's `(pid=$$)`
+/// prefix on stdout: the run's first error, after checking that the run passed and the line
+/// reached vramdoc's stdout.
+fn oom_of_a_printer(process_period: &str, outer: &str, worker: &str) -> serde_json::Value {
     let boxdir = common::fresh_box("2x16GiB");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("r.json");
-    let worker = format!("sleep 1; echo \"(pid=$$) {OOM}\"; sleep 0.5");
     let o = common::on_box(boxdir.path())
         .args([
             "run",
             "--period",
             "20ms",
             "--process-period",
-            "100ms",
-            "--out",
+            process_period,
         ])
+        .arg("--out")
         .arg(&out)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
-        ])
-        .arg(&worker)
+        .args(["--", "sh", "-c", outer, worker])
         .output()
         .unwrap();
     assert_eq!(
@@ -439,8 +433,20 @@ fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("(pid="));
     let r = report(&out);
-    let e = &r["run"]["errors"][0];
+    let e = r["run"]["errors"][0].clone();
     assert_eq!(e["kind"], "cuda-oom", "{r}");
+    e
+}
+
+/// Issue 15/17: an OOM line a worker prints on **stdout** with Ray's `(pid=N)` prefix is mapped
+/// through that worker's own `CUDA_VISIBLE_DEVICES=1` (physical GPU 1), as stderr lines are.
+#[test]
+fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
+    let e = oom_of_a_printer(
+        "100ms",
+        "env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
+        &format!("sleep 1; echo \"(pid=$$) {OOM}\"; sleep 0.5"),
+    );
     assert_eq!(e["device"], 1, "{e}");
 }
 
@@ -449,38 +455,11 @@ fn a_stdout_line_with_a_pid_prefix_is_mapped_through_the_printer_s_variables() {
 /// still mapped through the printer's own variables, not the command's.
 #[test]
 fn a_printer_that_started_since_the_last_process_round_is_found_by_its_pid() {
-    let boxdir = common::fresh_box("2x16GiB");
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("r.json");
-    let worker = format!("echo \"(pid=$$) {OOM}\"; sleep 0.5");
-    let o = common::on_box(boxdir.path())
-        .args([
-            "run",
-            "--period",
-            "20ms",
-            "--process-period",
-            "60s",
-            "--out",
-        ])
-        .arg(&out)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "sleep 0.5; env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
-        ])
-        .arg(&worker)
-        .output()
-        .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+    let e = oom_of_a_printer(
+        "60s",
+        "sleep 0.5; env CUDA_VISIBLE_DEVICES=1 sh -c \"$0\"; sleep 0.3",
+        &format!("echo \"(pid=$$) {OOM}\"; sleep 0.5"),
     );
-    let r = report(&out);
-    let e = &r["run"]["errors"][0];
-    assert_eq!(e["kind"], "cuda-oom", "{r}");
     assert_eq!(e["device"], 1, "{e}");
 }
 
