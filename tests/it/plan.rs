@@ -96,6 +96,16 @@ pub(crate) fn sharded(dir: &Path, tensors: &[(String, &str, Vec<u64>, u64)], per
     total
 }
 
+/// An H100 box, a Llama-8B-shaped model directory ([`llama_8b`]) and a neighbour
+/// (`python serve.py`) holding `size` on the GPU.
+fn h100_beside_a_server(size: &str) -> (tempfile::TempDir, tempfile::TempDir, Holder) {
+    let b = fresh_box("h100");
+    let m = tempfile::tempdir().unwrap();
+    llama_8b(m.path());
+    let h = Holder::start(b.path(), &[], &["--size", size, "--", "python", "serve.py"]);
+    (b, m, h)
+}
+
 fn llama_8b(dir: &Path) -> u64 {
     llama(dir, 32, 4096, 14336, 8, 4)
 }
@@ -170,14 +180,7 @@ fn a_clean_h100_starts_llama_8b_with_the_kv_cache_left_in_the_budget() {
 
 #[test]
 fn a_neighbour_holding_60_gib_refuses_0_9_names_it_and_the_suggestion_starts() {
-    let b = fresh_box("h100");
-    let m = tempfile::tempdir().unwrap();
-    llama_8b(m.path());
-    let h = Holder::start(
-        b.path(),
-        &[],
-        &["--size", "60GiB", "--", "python", "serve.py"],
-    );
+    let (b, m, h) = h100_beside_a_server("60GiB");
     let o = plan(b.path(), m.path(), &["--max-model-len", "32768"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
@@ -437,14 +440,7 @@ fn bad_model_directories_are_one_line_errors_naming_the_file() {
 /// NVML's 81559 MiB, which scan divided by before (0.24).
 #[test]
 fn plan_and_scan_suggest_one_utilisation_beside_a_neighbour() {
-    let b = fresh_box("h100");
-    let m = tempfile::tempdir().unwrap();
-    llama_8b(m.path());
-    let _h = Holder::start(
-        b.path(),
-        &[],
-        &["--size", "59808MiB", "--", "python", "serve.py"],
-    );
+    let (b, m, _h) = h100_beside_a_server("59808MiB");
     let v = json_of(&plan(
         b.path(),
         m.path(),
@@ -464,14 +460,7 @@ fn plan_and_scan_suggest_one_utilisation_beside_a_neighbour() {
 
 #[test]
 fn a_vllm_start_up_refused_under_run_names_a_plan_that_passes_the_check() {
-    let b = fresh_box("h100");
-    let m = tempfile::tempdir().unwrap();
-    llama_8b(m.path());
-    let _h = Holder::start(
-        b.path(),
-        &[],
-        &["--size", "60GiB", "--", "python", "serve.py"],
-    );
+    let (b, m, _h) = h100_beside_a_server("60GiB");
     // The line vLLM's start-up check prints on this box (its figures, as `plan` sees them).
     let v = json_of(&plan(b.path(), m.path(), &["--json"]));
     let d = &v["devices"][0];
