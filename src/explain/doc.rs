@@ -257,6 +257,17 @@ impl Doc {
         Some(k)
     }
 
+    /// The shared copy a list holds ([`Doc::share`]), unless it was written to since.
+    pub fn shared_id(&self, v: Value) -> Option<u32> {
+        match v {
+            Value::List(i) | Value::Tuple(i) => match self.seqs.get(i as usize)? {
+                Seq::Shared(k) => Some(*k),
+                Seq::Own(_) => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The items of shared copy `k` ([`Doc::share`]).
     pub fn shared_items(&self, k: u32) -> &[Packed] {
         self.shared.get(k as usize).map_or(&[], |s| &s[..])

@@ -525,7 +525,8 @@ fn entry_fields(doc: &Doc, e: Value) -> Option<(TraceEntry, Option<Value>)> {
 /// One `device_traces[d]` list whose entries were converted as they were read.
 #[derive(Default)]
 struct StreamedList {
-    /// Converted entries; their `stack` is a [`Doc::share`] copy (`u32::MAX`: none).
+    /// Converted entries; their `stack` is their frames list, made [`Doc::share`]d
+    /// (`u32::MAX`: none).
     entries: Vec<TraceEntry>,
     /// Entries appended (with those not converted after an error).
     count: u64,
@@ -583,12 +584,13 @@ impl Appends for TraceStream {
                 match entry_fields(doc, e) {
                     Some((mut entry, frames)) => {
                         // Its frames list, shared with the lists of the same content (the
-                        // list may be a live block's too: it still reads the same).
-                        if let Some(k) = frames
-                            .filter(|f| matches!(f, Value::List(_)))
-                            .and_then(|f| doc.share(f))
-                        {
-                            entry.stack = k;
+                        // list may be a live block's too: it still reads the same). The entry
+                        // keeps the list, not the content: a file may write to the list again
+                        // later, and what it reads as is what the file leaves in it.
+                        if let Some(Value::List(li)) = frames {
+                            if doc.share(Value::List(li)).is_some() {
+                                entry.stack = li;
+                            }
                         }
                         l.entries.push(entry);
                     }
@@ -651,7 +653,7 @@ pub fn from_doc_streamed(doc: &mut Doc, mut stream: TraceStream) -> Result<Snaps
     if let Some(budget) = stream.over {
         return Err(over_budget(budget));
     }
-    // Each streamed frames list's stack, interned when first used (in the order of
+    // Each shared frames copy's stack, interned when first used (in the order of
     // `from_doc`'s walk: the same ids).
     let mut stacks: HashMap<u32, Option<u32>, foldhash::fast::RandomState> = HashMap::default();
     if let Some(t) = traces_v {
@@ -695,14 +697,19 @@ pub fn from_doc_streamed(doc: &mut Doc, mut stream: TraceStream) -> Result<Snaps
                 };
                 for mut e in s.entries {
                     if e.stack != u32::MAX {
-                        let k = e.stack;
-                        let id = match stacks.get(&k) {
-                            Some(id) => *id,
-                            None => {
-                                let id = b.stack_items(doc.shared_items(k));
-                                stacks.insert(k, id);
-                                id
-                            }
+                        let list = Value::List(e.stack);
+                        // A list still holding its shared copy reads as the copy (interned
+                        // once per copy); one written to since reads as `from_doc` reads it.
+                        let id = match doc.shared_id(list) {
+                            Some(k) => match stacks.get(&k) {
+                                Some(id) => *id,
+                                None => {
+                                    let id = b.stack_items(doc.shared_items(k));
+                                    stacks.insert(k, id);
+                                    id
+                                }
+                            },
+                            None => b.stack(Some(list)),
                         };
                         e.stack = id.unwrap_or(u32::MAX);
                     }

@@ -597,6 +597,50 @@ mod untrusted {
         v
     }
 
+    type Read = Result<vramdoc::explain::snapshot::Snapshot, String>;
+
+    /// `data` read as `explain` reads a file (the history converted as it is read), and
+    /// decoded whole first.
+    fn streamed_and_whole(data: &[u8]) -> (Read, Read) {
+        use vramdoc::explain::{pickle, snapshot};
+        let len = data.len() as u64;
+        let mut stream = snapshot::TraceStream::default();
+        let streamed = pickle::decode_with(data, len, pickle::Limits::for_len(len), &mut stream)
+            .map_err(|e| e.to_string())
+            .and_then(|mut doc| {
+                snapshot::from_doc_streamed(&mut doc, stream).map_err(|e| e.to_string())
+            });
+        let whole = pickle::decode_slice(data)
+            .map_err(|e| e.to_string())
+            .and_then(|mut doc| snapshot::from_doc(&mut doc).map_err(|e| e.to_string()));
+        (streamed, whole)
+    }
+
+    /// Found by the fuzz below (CI, 2026-12-03): a history entry's `frames` list that the file
+    /// appends to after the entry was put in `device_traces` was read as it stood then (no
+    /// stack) when streamed, and as the file leaves it (one frame) when read whole.
+    #[test]
+    fn a_frames_list_written_after_its_entry_reads_as_the_file_leaves_it() {
+        // {'segments': [], 'device_traces': [[{'action': 'alloc', 'addr': 1, 'size': 512,
+        // 'frames': F}]]} with F = [] at first; after the history list's APPENDS, `h\x05`
+        // (F again) gets {'filename': 'a.py', 'line': 3, 'name': 'f'} appended. Python's
+        // pickle.loads reads the entry with that one frame.
+        let p: &[u8] =
+            b"\x80\x04}\x94(\x8c\x08segments]\x94\x8c\x0ddevice_traces]\x94(]\x94(}\x94(\
+            \x8c\x06action\x8c\x05alloc\x8c\x04addrK\x01\x8c\x04sizeM\x00\x02\x8c\x06frames]\x94ue\
+            h\x05}\x94(\x8c\x08filename\x8c\x04a.py\x8c\x04lineK\x03\x8c\x04name\x8c\x01fua0eu.";
+        let (streamed, whole) = streamed_and_whole(p);
+        for s in [streamed.unwrap(), whole.unwrap()] {
+            let e = &s.traces[0][0];
+            let stack = e.stack().expect("the entry has its frame");
+            let frame = &s.frames[s.stacks[stack as usize][0] as usize];
+            assert_eq!(
+                (&*frame.filename, frame.line, &*frame.name),
+                ("a.py", 3, "f")
+            );
+        }
+    }
+
     /// Mutated snapshots: the reader never panics, never takes more than its value budget,
     /// and whatever it accepts is explained and rendered in every format.
     #[test]
@@ -628,26 +672,11 @@ mod untrusted {
                     }
                 }
                 use vramdoc::explain::{explain, pickle, snapshot};
-                // Read as `explain` reads a file (the history converted as it is read) and
-                // whole: the same snapshot, or the same refusal.
-                let len = data.len() as u64;
-                let mut stream = snapshot::TraceStream::default();
-                let streamed =
-                    pickle::decode_with(&data[..], len, pickle::Limits::for_len(len), &mut stream)
-                        .map_err(|e| e.to_string())
-                        .and_then(|mut doc| {
-                            snapshot::from_doc_streamed(&mut doc, stream)
-                                .map(|s| format!("{s:?}"))
-                                .map_err(|e| e.to_string())
-                        });
-                let whole = pickle::decode_slice(&data)
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut doc| {
-                        snapshot::from_doc(&mut doc)
-                            .map(|s| format!("{s:?}"))
-                            .map_err(|e| e.to_string())
-                    });
-                prop_assert_eq!(streamed, whole);
+                // Read as `explain` reads a file and whole: the same snapshot, or the same
+                // refusal.
+                let (streamed, whole) = streamed_and_whole(&data);
+                let debug = |r: Read| r.map(|s| format!("{s:?}"));
+                prop_assert_eq!(debug(streamed), debug(whole));
                 match pickle::decode_slice(&data) {
                     Ok(mut doc) => {
                         if let Ok(s) = snapshot::from_doc(&mut doc) {
