@@ -81,6 +81,12 @@ pub struct Doc {
     found: std::cell::RefCell<HashMap<u32, Found>>,
     /// Dict entries [`Doc::get`] has compared (the measure of its work the tests bound).
     scanned: std::cell::Cell<u64>,
+    /// Dicts converted and released while the pickle was read ([`Doc::release`]), one bit
+    /// each.
+    released: Vec<u64>,
+    /// A released dict was written to afterwards: what was converted is not what the file
+    /// leaves in it.
+    rewritten: bool,
 }
 
 impl Doc {
@@ -300,6 +306,34 @@ impl Doc {
             }
             _ => {}
         }
+    }
+
+    /// Release a dict converted while the pickle is read ([`Doc::free`]), remembering it:
+    /// a later write to it makes [`Doc::rewritten`] true.
+    pub fn release(&mut self, v: Value) {
+        if let Value::Dict(i) = v {
+            let (word, bit) = (i as usize / 64, i % 64);
+            if self.released.len() <= word {
+                self.released.resize(word + 1, 0);
+            }
+            self.released[word] |= 1 << bit;
+        }
+        self.free(v);
+    }
+
+    /// Note a write to dict `i` (while decoding).
+    pub(super) fn written(&mut self, i: u32) {
+        let (word, bit) = (i as usize / 64, i % 64);
+        if self.released.get(word).is_some_and(|w| w & (1 << bit) != 0) {
+            self.rewritten = true;
+        }
+    }
+
+    /// Whether the file wrote to a dict after it was released ([`Doc::release`]): a reader
+    /// that converted it as it came must read the file whole instead (Python's pickler never
+    /// does so; a hand-made or damaged file may).
+    pub fn rewritten(&self) -> bool {
+        self.rewritten
     }
 
     /// A list's own items (a shared one first gets its own copy).

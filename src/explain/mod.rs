@@ -97,19 +97,33 @@ pub fn read_snapshot(path: &Path, max_bytes: u64) -> Result<(Snapshot, u64), Exp
             suggest: format!("{}MiB", size.div_ceil(1 << 20)),
         });
     }
-    let reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let decode = |file: std::fs::File, appends: &mut dyn pickle::Appends| {
+        let reader = std::io::BufReader::with_capacity(1 << 20, file);
+        pickle::decode_with(reader, size, pickle::Limits::for_len(size), appends).map_err(
+            |source| ExplainError::Pickle {
+                path: path.to_path_buf(),
+                source,
+            },
+        )
+    };
+    let format = |source| ExplainError::Format {
+        path: path.to_path_buf(),
+        source,
+    };
     // The history is converted as it is read (it is most of a snapshot).
     let mut stream = snapshot::TraceStream::default();
-    let mut doc = pickle::decode_with(reader, size, pickle::Limits::for_len(size), &mut stream)
-        .map_err(|source| ExplainError::Pickle {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let snap =
-        snapshot::from_doc_streamed(&mut doc, stream).map_err(|source| ExplainError::Format {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let mut doc = decode(file, &mut stream)?;
+    let snap = match snapshot::from_doc_streamed(&mut doc, stream) {
+        // A file that writes to an entry after it was converted (no pickle PyTorch writes) is
+        // read again, whole, within the same limits: what it says is what it ends with.
+        Err(snapshot::FormatError::Rewritten) => {
+            drop(doc);
+            let (file, _) = crate::input::open_regular(path)?;
+            let mut doc = decode(file, &mut pickle::KeepAll)?;
+            snapshot::from_doc(&mut doc).map_err(format)?
+        }
+        other => other.map_err(format)?,
+    };
     Ok((snap, size))
 }
 

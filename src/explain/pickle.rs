@@ -404,6 +404,7 @@ impl<R: Read> Parser<'_, R> {
         }
         match self.doc.unpack(target) {
             Value::Dict(i) => {
+                self.doc.written(i);
                 let map = &mut self.doc.maps[i as usize];
                 if map.is_empty() {
                     map.reserve_exact(items.len() / 2);

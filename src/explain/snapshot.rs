@@ -43,6 +43,12 @@ pub enum FormatError {
     /// Past [`record_budget`].
     #[error("{0}")]
     Budget(String),
+    /// History entries were converted as they were read and the file wrote to one of them
+    /// afterwards ([`Doc::rewritten`]): read it whole instead ([`from_doc`]).
+    #[error(
+        "the pickle writes to a history entry after putting it in `device_traces`; read it whole"
+    )]
+    Rewritten,
 }
 
 /// One frame. Its strings are shared: frames naming one file hold one copy of its name.
@@ -598,8 +604,8 @@ impl Appends for TraceStream {
                 }
             }
             l.count += 1;
-            // Converted: its dict is not needed again.
-            doc.free(e);
+            // Converted: its dict is not needed again (unless the file writes to it).
+            doc.release(e);
         }
         self.lists.insert(list, l);
         true
@@ -614,6 +620,9 @@ pub fn from_doc(doc: &mut Doc) -> Result<Snapshot, FormatError> {
 
 /// The snapshot in a pickle decoded with `stream` taking the history's entries.
 pub fn from_doc_streamed(doc: &mut Doc, mut stream: TraceStream) -> Result<Snapshot, FormatError> {
+    if doc.rewritten() {
+        return Err(FormatError::Rewritten);
+    }
     let root = doc
         .root
         .ok_or_else(|| FormatError::Field("the pickle is empty".into()))?;

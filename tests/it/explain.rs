@@ -599,16 +599,18 @@ mod untrusted {
 
     type Read = Result<vramdoc::explain::snapshot::Snapshot, String>;
 
-    /// `data` read as `explain` reads a file (the history converted as it is read), and
-    /// decoded whole first.
-    fn streamed_and_whole(data: &[u8]) -> (Read, Read) {
-        use vramdoc::explain::{pickle, snapshot};
-        let len = data.len() as u64;
-        let mut stream = snapshot::TraceStream::default();
-        let streamed = pickle::decode_with(data, len, pickle::Limits::for_len(len), &mut stream)
-            .map_err(|e| e.to_string())
-            .and_then(|mut doc| {
-                snapshot::from_doc_streamed(&mut doc, stream).map_err(|e| e.to_string())
+    /// `data` read as `explain` reads a file (from `dir`, the history converted as it is
+    /// read), and decoded whole first.
+    fn streamed_and_whole(dir: &Path, data: &[u8]) -> (Read, Read) {
+        use vramdoc::explain::{pickle, snapshot, ExplainError};
+        let file = dir.join("fuzz.pickle");
+        std::fs::write(&file, data).unwrap();
+        let streamed = vramdoc::explain::read_snapshot(&file, 0)
+            .map(|(s, _)| s)
+            .map_err(|e| match e {
+                ExplainError::Pickle { source, .. } => source.to_string(),
+                ExplainError::Format { source, .. } => source.to_string(),
+                e => e.to_string(),
             });
         let whole = pickle::decode_slice(data)
             .map_err(|e| e.to_string())
@@ -629,7 +631,8 @@ mod untrusted {
             b"\x80\x04}\x94(\x8c\x08segments]\x94\x8c\x0ddevice_traces]\x94(]\x94(}\x94(\
             \x8c\x06action\x8c\x05alloc\x8c\x04addrK\x01\x8c\x04sizeM\x00\x02\x8c\x06frames]\x94ue\
             h\x05}\x94(\x8c\x08filename\x8c\x04a.py\x8c\x04lineK\x03\x8c\x04name\x8c\x01fua0eu.";
-        let (streamed, whole) = streamed_and_whole(p);
+        let tmp = tempfile::tempdir().unwrap();
+        let (streamed, whole) = streamed_and_whole(tmp.path(), p);
         for s in [streamed.unwrap(), whole.unwrap()] {
             let e = &s.traces[0][0];
             let stack = e.stack().expect("the entry has its frame");
@@ -641,11 +644,28 @@ mod untrusted {
         }
     }
 
+    /// A history entry the file writes to after putting it in `device_traces` (`h\x04`: the
+    /// entry again, `size` set to 1024) was read with the size it had then when streamed.
+    /// `explain` reads such a file again, whole: it says what it ends with, as Python reads it.
+    #[test]
+    fn a_history_entry_written_after_it_was_read_reads_as_the_file_leaves_it() {
+        let p: &[u8] =
+            b"\x80\x04}\x94(\x8c\x08segments]\x94\x8c\x0ddevice_traces]\x94(]\x94(}\x94(\
+            \x8c\x06action\x8c\x05alloc\x8c\x04addrK\x01\x8c\x04sizeM\x00\x02\x8c\x06frames]\x94ue\
+            h\x04\x8c\x04sizeM\x00\x04s0eu.";
+        let tmp = tempfile::tempdir().unwrap();
+        let (streamed, whole) = streamed_and_whole(tmp.path(), p);
+        for s in [streamed.unwrap(), whole.unwrap()] {
+            assert_eq!(s.traces[0][0].size, 1024);
+        }
+    }
+
     /// Mutated snapshots: the reader never panics, never takes more than its value budget,
     /// and whatever it accepts is explained and rendered in every format.
     #[test]
     fn bounded_fuzz_of_the_reader() {
         let seeds = seeds();
+        let tmp = tempfile::tempdir().unwrap();
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
             cases: cases(),
             failure_persistence: None,
@@ -674,7 +694,7 @@ mod untrusted {
                 use vramdoc::explain::{explain, pickle, snapshot};
                 // Read as `explain` reads a file and whole: the same snapshot, or the same
                 // refusal.
-                let (streamed, whole) = streamed_and_whole(&data);
+                let (streamed, whole) = streamed_and_whole(tmp.path(), &data);
                 let debug = |r: Read| r.map(|s| format!("{s:?}"));
                 prop_assert_eq!(debug(streamed), debug(whole));
                 match pickle::decode_slice(&data) {
