@@ -420,10 +420,12 @@ fn memory_loop(
         for (device, answer) in indices.iter().zip(answers) {
             match answer {
                 Ok((ran, m)) => {
-                    gaps.ok(*device, t_round);
+                    let at =
+                        (ran.saturating_duration_since(t0).as_secs_f64() * 1000.0).max(t_round);
+                    // A gap that follows starts at this reading, as it is stored.
+                    gaps.ok(*device, at);
                     used.push(Some(m.used));
-                    let at = ran.saturating_duration_since(t0).as_secs_f64() * 1000.0;
-                    stamps.push(at.max(t_round));
+                    stamps.push(at);
                 }
                 Err(e) => {
                     out.errors += 1;
