@@ -46,9 +46,10 @@ pub struct VllmPlanArgs {
     /// Longest request (default: the model's max_position_embeddings)
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub max_model_len: Option<u64>,
-    /// Share of each GPU's total memory vLLM claims at start-up, 0 < U <= 1
-    #[arg(long, value_name = "U", default_value_t = 0.9, value_parser = utilization)]
-    pub gpu_memory_utilization: f64,
+    /// Share of each GPU's total memory vLLM claims at start-up, 0 < U <= 1 (default:
+    /// vLLM's, 0.92 for --vllm-version latest, 0.9 for earlier releases)
+    #[arg(long, value_name = "U", value_parser = utilization)]
+    pub gpu_memory_utilization: Option<f64>,
     #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
     pub kv_cache_dtype: KvCacheDtype,
     /// Most sequences per batch (default: vLLM's, 1024 on GPUs of 70 GiB and more, else 256)

@@ -30,7 +30,9 @@ fn vllm(session: &Session, args: &VllmPlanArgs) -> Result<i32> {
         tensor_parallel_size: args.tp,
         pipeline_parallel_size: args.pp,
         max_model_len: args.max_model_len,
-        gpu_memory_utilization: args.gpu_memory_utilization,
+        gpu_memory_utilization: args
+            .gpu_memory_utilization
+            .unwrap_or_else(|| version.default_utilization()),
         kv_cache_dtype: match args.kv_cache_dtype {
             KvCacheDtype::Auto => "auto".into(),
             KvCacheDtype::Fp8 => "fp8".into(),

@@ -4,9 +4,6 @@
 
 use crate::units::{GIB, MIB};
 
-/// vLLM's default `gpu_memory_utilization` (`CacheConfig`, vllm/config/cache.py; 0.9 in
-/// every release modelled here).
-pub const DEFAULT_UTILIZATION: f64 = 0.9;
 /// KV cache block size in tokens (`CacheConfig.block_size` default 16 on CUDA): vLLM
 /// allocates, and reports, whole blocks.
 pub const BLOCK_TOKENS: u64 = 16;
@@ -51,6 +48,19 @@ impl Version {
     /// the KV cache allocation itself failed (vllm#18854).
     pub fn checks_free_at_startup(self) -> bool {
         self.at_least(9)
+    }
+
+    /// vLLM's default `gpu_memory_utilization` (`CacheConfig`, vllm/config/cache.py): 0.92 in
+    /// the newest generation modelled (`Field(default=0.92, gt=0, le=1)` at main 002f10e0,
+    /// and `vllm serve --help` in the stable docs), 0.9 before (cache.py at c1d8642, and
+    /// `EngineArgs` before the config moved there). The release that changed it is not
+    /// pinned down: an earlier version gets 0.9.
+    pub fn default_utilization(self) -> f64 {
+        if self >= LATEST {
+            0.92
+        } else {
+            0.9
+        }
     }
 
     /// `--kv-cache-memory-bytes` (`CacheConfig.kv_cache_memory_bytes`, 0.11 on).

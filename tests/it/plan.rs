@@ -153,8 +153,10 @@ fn a_clean_h100_starts_llama_8b_with_the_kv_cache_left_in_the_budget() {
     let (total, free) = (d["total"].as_u64().unwrap(), d["free"].as_u64().unwrap());
     assert!(free <= total && total > 79 << 30, "{d}");
     // The KV cache is what the budget leaves after weights and allowances, in blocks.
+    // Without the flag, the newest vLLM's default (`Version::default_utilization`).
+    assert_eq!(v["options"]["gpu_memory_utilization"], 0.92);
     let budget = d["budget"].as_u64().unwrap();
-    assert_eq!(budget, (0.9 * total as f64).ceil() as u64);
+    assert_eq!(budget, (0.92 * total as f64).ceil() as u64);
     let fixed: u64 = [
         "weights_bytes",
         "rotary_cache_bytes",
@@ -178,10 +180,50 @@ fn a_clean_h100_starts_llama_8b_with_the_kv_cache_left_in_the_budget() {
     );
 }
 
+/// The utilisation taken without the flag is the one the vLLM version defaults to: 0.92 in
+/// the newest (vllm/config/cache.py at main), 0.9 in the releases before.
+#[test]
+fn without_the_flag_the_utilisation_is_the_vllm_versions_default() {
+    let b = fresh_box("h100");
+    let m = tempfile::tempdir().unwrap();
+    llama_8b(m.path());
+    for (version, u) in [("latest", 0.92), ("0.9", 0.9), ("0.6.4", 0.9)] {
+        let o = plan(
+            b.path(),
+            m.path(),
+            &[
+                "--max-model-len",
+                "4096",
+                "--vllm-version",
+                version,
+                "--json",
+            ],
+        );
+        let v = json_of(&o);
+        assert_eq!(v["options"]["gpu_memory_utilization"], u, "{version}: {v}");
+        let d = &v["devices"][0];
+        let total = d["total"].as_u64().unwrap() as f64;
+        assert_eq!(
+            d["budget"].as_u64(),
+            Some((u * total).ceil() as u64),
+            "{version}"
+        );
+    }
+}
+
 #[test]
 fn a_neighbour_holding_60_gib_refuses_0_9_names_it_and_the_suggestion_starts() {
     let (b, m, h) = h100_beside_a_server("60GiB");
-    let o = plan(b.path(), m.path(), &["--max-model-len", "32768"]);
+    let o = plan(
+        b.path(),
+        m.path(),
+        &[
+            "--max-model-len",
+            "32768",
+            "--gpu-memory-utilization",
+            "0.9",
+        ],
+    );
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
     assert!(text.contains("starts: no"), "{text}");
@@ -189,7 +231,7 @@ fn a_neighbour_holding_60_gib_refuses_0_9_names_it_and_the_suggestion_starts() {
         .lines()
         .find(|l| l.contains("refuses to start"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(reason.contains("gpu_memory_utilization 0.9"), "{reason}");
+    assert!(reason.contains("gpu_memory_utilization 0.9 "), "{reason}");
     assert!(reason.contains(&format!("PID {}", h.pid())), "{reason}");
     assert!(reason.contains("holds 60."), "{reason}");
 
