@@ -11,7 +11,7 @@ use super::pump::Frame;
 use crate::record::lines::Lines;
 use crate::record::stderr::ParsedError;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -40,6 +40,81 @@ const TICK: Duration = Duration::from_millis(20);
 /// The longest [`Output::wait_complete`] waits while bytes keep coming (a background process
 /// of the job that writes on after the command ended).
 const MAX_COMPLETE_WAIT: Duration = Duration::from_secs(10);
+
+/// The most bytes of one stream read as one batch ([`Frames::batch`]).
+const BATCH: usize = 1 << 20;
+
+/// The copy's frames, read through one buffer of [`BATCH`] bytes. The pump sends a frame for
+/// each `tee` or read (often only a few KiB: a `tee` links no more than the terminal's pipe
+/// has room for), so the frames of one stream that have already arrived are handed on as one
+/// batch: the recogniser's cost per call (the tail's last lines, the search's set-up) and the
+/// reads and wake-ups per frame are paid once per batch. A frame is never waited for: a
+/// batch ends where the buffer does, so a line is read as soon as it comes, as before.
+struct Frames {
+    copy: BufReader<File>,
+    /// A frame came cut short (the pump is gone): the batch before it is the last.
+    broken: bool,
+}
+
+impl Frames {
+    fn new(copy: File) -> Frames {
+        Frames {
+            copy: BufReader::with_capacity(BATCH, copy),
+            broken: false,
+        }
+    }
+
+    /// The next frame's tag and length, where its header is already in the buffer.
+    fn buffered_head(&self) -> Option<(u8, usize)> {
+        match *self.copy.buffer() {
+            [tag, a, b, c, d, ..] => Some((tag, u32::from_le_bytes([a, b, c, d]) as usize)),
+            _ => None,
+        }
+    }
+
+    /// Append a frame's `len` bytes to `buf`; false if the copy ended first (`buf` as it was).
+    fn payload(&mut self, buf: &mut Vec<u8>, len: usize) -> bool {
+        let at = buf.len();
+        let whole = (&mut self.copy)
+            .take(len as u64)
+            .read_to_end(buf)
+            .is_ok_and(|n| n == len);
+        if !whole {
+            buf.truncate(at);
+        }
+        whole
+    }
+
+    /// The next batch: its tag, and in `buf` the bytes of one frame and of the frames of the
+    /// same stream after it that are already here (up to [`BATCH`] bytes). `None` at the end
+    /// of the copy (or at a frame cut short).
+    fn batch(&mut self, buf: &mut Vec<u8>) -> Option<u8> {
+        buf.clear();
+        if self.broken {
+            return None;
+        }
+        let mut head = [0u8; 5];
+        self.copy.read_exact(&mut head).ok()?;
+        let tag = head[0];
+        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if !self.payload(buf, len) {
+            return None;
+        }
+        while tag != Frame::End as u8 {
+            match self.buffered_head() {
+                Some((t, len)) if t == tag && buf.len() + len <= BATCH => {
+                    self.copy.consume(5);
+                    if !self.payload(buf, len) {
+                        self.broken = true;
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        Some(tag)
+    }
+}
 
 /// What the output thread tells the main loop, in the order it happened.
 pub enum Seen {
@@ -79,7 +154,7 @@ impl Output {
     /// there and is stamped before the line, however late the sampler's next read of the
     /// marker file would have come. Those markers go to `tx` first, in file order.
     pub fn start(
-        mut copy: File,
+        copy: File,
         control: File,
         tx: mpsc::Sender<(f64, Seen)>,
         t0: Instant,
@@ -92,24 +167,11 @@ impl Output {
             .name("vramdoc-output".into())
             .spawn(move || {
                 let mut stdout = Lines::default();
+                let mut copy = Frames::new(copy);
                 let mut buf = Vec::new();
                 let mut found = Vec::new();
-                let set = |f: &dyn Fn(&mut State)| {
-                    let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
-                    f(&mut s);
-                    st.1.notify_all();
-                };
-                loop {
-                    let mut head = [0u8; 5];
-                    if copy.read_exact(&mut head).is_err() {
-                        break;
-                    }
-                    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-                    buf.resize(len, 0);
-                    if copy.read_exact(&mut buf).is_err() {
-                        break;
-                    }
-                    match head[0] {
+                while let Some(kind) = copy.batch(&mut buf) {
+                    match kind {
                         t if t == Frame::Stdout as u8 => stdout.feed(&buf, &mut found),
                         t if t == Frame::Stderr as u8 => err
                             .lock()
@@ -124,21 +186,24 @@ impl Output {
                         _ => break,
                     }
                     send(&tx, &mut found, t0, &markers);
-                    let end = head[0] == Frame::End as u8;
-                    set(&|s| {
-                        s.last = Some(Instant::now());
-                        s.complete |= end;
-                    });
+                    let end = kind == Frame::End as u8;
+                    let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
+                    s.last = Some(Instant::now());
+                    if end && !s.complete {
+                        // The waits look at `last` on their tick; only the end wakes them.
+                        s.complete = true;
+                        st.1.notify_all();
+                    }
                 }
                 stdout.finish(&mut found);
                 err.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .finish(&mut found);
                 send(&tx, &mut found, t0, &markers);
-                set(&|s| {
-                    s.complete = true;
-                    s.eof = true;
-                });
+                let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
+                s.complete = true;
+                s.eof = true;
+                st.1.notify_all();
             });
         Output {
             state,
@@ -232,6 +297,78 @@ impl Drop for Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frame(tag: Frame, bytes: &[u8]) -> Vec<u8> {
+        let mut f = vec![tag as u8];
+        f.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        f.extend_from_slice(bytes);
+        f
+    }
+
+    #[test]
+    fn frames_of_one_stream_that_are_here_are_read_as_one_batch_in_order() {
+        let (r, mut w) = std::io::pipe().expect("a pipe");
+        let mut copy = Vec::new();
+        for part in [&b"a\n"[..], b"bb\n", b"ccc"] {
+            copy.extend(frame(Frame::Stdout, part));
+        }
+        copy.extend(frame(Frame::Stderr, b"err\n"));
+        copy.extend(frame(Frame::Stdout, b"\nd"));
+        copy.extend(frame(Frame::End, b""));
+        w.write_all(&copy).expect("write the copy");
+        let mut frames = Frames::new(File::from(std::os::fd::OwnedFd::from(r)));
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        // The copy is not closed yet: a batch never waits for a frame that has not come.
+        while got.len() < 4 {
+            let tag = frames.batch(&mut buf).expect("a batch");
+            got.push((tag, String::from_utf8_lossy(&buf).into_owned()));
+        }
+        assert_eq!(
+            got,
+            [
+                (Frame::Stdout as u8, "a\nbb\nccc".to_string()),
+                (Frame::Stderr as u8, "err\n".to_string()),
+                (Frame::Stdout as u8, "\nd".to_string()),
+                (Frame::End as u8, String::new()),
+            ]
+        );
+        drop(w);
+        assert_eq!(frames.batch(&mut buf), None);
+    }
+
+    #[test]
+    fn a_frame_cut_short_ends_the_copy_after_the_whole_frames_before_it() {
+        let mut copy = frame(Frame::Stderr, b"whole\n");
+        copy.extend(frame(Frame::Stderr, b"cut short"));
+        copy.truncate(copy.len() - 3);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("copy");
+        std::fs::write(&path, &copy).expect("write the copy");
+        let mut frames = Frames::new(File::open(&path).expect("open the copy"));
+        let mut buf = Vec::new();
+        assert_eq!(frames.batch(&mut buf), Some(Frame::Stderr as u8));
+        assert_eq!(buf, b"whole\n");
+        assert_eq!(frames.batch(&mut buf), None);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_its_bound() {
+        let big = vec![b'x'; BATCH / 2 + 1];
+        let mut copy = frame(Frame::Stdout, &big);
+        copy.extend(frame(Frame::Stdout, &big));
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("copy");
+        std::fs::write(&path, &copy).expect("write the copy");
+        let mut frames = Frames::new(File::open(&path).expect("open the copy"));
+        let mut buf = Vec::new();
+        for _ in 0..2 {
+            assert_eq!(frames.batch(&mut buf), Some(Frame::Stdout as u8));
+            assert_eq!(buf.len(), big.len());
+        }
+        assert_eq!(frames.batch(&mut buf), None);
+    }
 
     #[test]
     fn lines_split_on_newlines_and_carriage_returns_across_chunks() {
