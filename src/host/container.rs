@@ -10,6 +10,11 @@ use super::HostError;
 
 type Result<T> = std::result::Result<T, HostError>;
 
+/// Most entries a device list may have: a node has at most a few dozen GPUs (and MIG
+/// devices); a directory with more is not the device plugin's list (the path comes from the
+/// process's environment, which anyone can set), so it is refused rather than read whole.
+pub const MAX_ENTRIES: usize = 1024;
+
 /// The names of the entries of directory `dir` (an absolute path as the process sees it)
 /// inside `pid`'s mount namespace, sorted. `/var/run/...` is also tried as `/run/...`: on
 /// most images `/var/run` is an absolute link to `/run`, which the kernel would resolve
@@ -26,10 +31,22 @@ pub fn dir_entries(pid: u32, dir: &str) -> Result<Vec<String>> {
         let path = PathBuf::from(format!("/proc/{pid}/root")).join(Path::new(&c));
         match std::fs::read_dir(&path) {
             Ok(rd) => {
+                // Names are escaped (they may reach a terminal in a finding's evidence).
                 let mut names: Vec<String> = rd
                     .flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .take(MAX_ENTRIES + 1)
+                    .map(|e| {
+                        crate::term::one_line(&crate::term::escape_bytes(
+                            e.file_name().as_encoded_bytes(),
+                        ))
+                    })
                     .collect();
+                if names.len() > MAX_ENTRIES {
+                    return Err(HostError::Malformed {
+                        path,
+                        reason: format!("more than {MAX_ENTRIES} entries: not a device list"),
+                    });
+                }
                 names.sort();
                 // An empty directory at the first spelling may hide the mount at the second
                 // (a real `/var/run` directory beside the `/run` the runtime mounted into).
@@ -50,6 +67,21 @@ pub fn dir_entries(pid: u32, dir: &str) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_too_large_for_a_device_list_is_refused_and_names_are_escaped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("GPU-\x1b[2Jx"), b"").expect("write");
+        let got = dir_entries(std::process::id(), &dir.path().to_string_lossy()).expect("read");
+        assert_eq!(got.len(), 1);
+        assert!(!got[0].contains('\x1b'), "{got:?}");
+        for i in 0..MAX_ENTRIES {
+            std::fs::write(dir.path().join(format!("GPU-{i}")), b"").expect("write");
+        }
+        let e = dir_entries(std::process::id(), &dir.path().to_string_lossy())
+            .expect_err("too many entries");
+        assert!(e.to_string().contains("not a device list"), "{e}");
+    }
 
     #[test]
     fn lists_a_directory_of_our_own_process() {

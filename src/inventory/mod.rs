@@ -75,32 +75,7 @@ pub struct Details {
     pub dynamic_resources_listed: bool,
 }
 
-/// What decides which physical GPUs a process may use, besides `CUDA_VISIBLE_DEVICES`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuEnv {
-    /// `CUDA_DEVICE_ORDER` (`FASTEST_FIRST` when unset, or `PCI_BUS_ID`).
-    pub cuda_device_order: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES`, set by the NVIDIA container runtime: the GPUs mounted into
-    /// the process's container (NVML indices or UUIDs, `all`, `none`, `void`, `MIG-…` ids,
-    /// or a directory: the device plugin's volume-mounts strategy).
-    pub nvidia_visible_devices: Option<String>,
-    /// When `NVIDIA_VISIBLE_DEVICES` names a directory (volume-mounts strategy): the device
-    /// IDs mounted there, as the container sees them; `None` when it could not be read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mounted_device_ids: Option<Vec<String>>,
-    /// `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS` (name, value): the GPUs Slurm gave the job
-    /// (`diagnose::devset`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm_gpus: Option<(String, String)>,
-    /// Minors of the `nvidia<N>` files in its own view of the device directory
-    /// (`host::devices::node_minors`); `None`: not read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_minors: Option<Vec<u32>>,
-    /// Minors of the GPU files its v1 device cgroup allows; `None`: all, or not known
-    /// (cgroup v2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup_minors: Option<Vec<u32>>,
-}
+pub use crate::model::GpuEnv;
 
 /// A process holding GPU device files open.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -294,20 +269,7 @@ pub fn collect(
 /// `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES` and Slurm's GPU list of a process's
 /// environment.
 pub fn gpu_env_from_environ(env: &Environ) -> GpuEnv {
-    let get = |k: &str| env.get(k).map(|v| v.trim().to_string());
-    GpuEnv {
-        cuda_device_order: get("CUDA_DEVICE_ORDER"),
-        nvidia_visible_devices: get("NVIDIA_VISIBLE_DEVICES"),
-        mounted_device_ids: None,
-        slurm_gpus: ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
-            .into_iter()
-            .find_map(|k| {
-                let v = get(k).filter(|v| !v.is_empty())?;
-                Some((k.to_string(), crate::redact::redact_env(k, &v)?))
-            }),
-        node_minors: None,
-        cgroup_minors: None,
-    }
+    GpuEnv::from_vars(|k| env.get(k))
 }
 
 /// Why per-process data is unavailable, from the kernel release: WSL kernels name
@@ -408,11 +370,7 @@ fn process_info_and_env(
         Ok(env) => {
             let mut gpu_env = gpu_env_from_environ(&env);
             // The device plugin's volume-mounts strategy: the list is the directory's entries.
-            if let Some(dir) = gpu_env
-                .nvidia_visible_devices
-                .as_deref()
-                .filter(|v| v.starts_with('/'))
-            {
+            if let Some(dir) = gpu_env.mount_dir() {
                 gpu_env.mounted_device_ids = host::container::dir_entries(pid, dir).ok();
             }
             (cvd_from_environ(&env), Some(gpu_env))

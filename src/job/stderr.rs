@@ -100,16 +100,17 @@ impl Frames {
         if !self.payload(buf, len) {
             return None;
         }
-        while tag != Frame::End as u8 {
-            match self.buffered_head() {
-                Some((t, len)) if t == tag && buf.len() + len <= BATCH => {
-                    self.copy.consume(5);
-                    if !self.payload(buf, len) {
-                        self.broken = true;
-                        break;
-                    }
-                }
-                _ => break,
+        if tag == Frame::End as u8 {
+            return Some(tag);
+        }
+        while let Some((t, len)) = self.buffered_head() {
+            if t != tag || buf.len() + len > BATCH {
+                break;
+            }
+            self.copy.consume(5);
+            if !self.payload(buf, len) {
+                self.broken = true;
+                break;
             }
         }
         Some(tag)

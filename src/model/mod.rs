@@ -4,8 +4,10 @@
 //! is the source of truth (`schema_version`); field names are documented in docs/json.md and
 //! kept stable. Additive changes keep the version; renames bump it. By part: [`scan`],
 //! [`replay`], [`run`], the [`timeline`] they share, the string-valued [`kinds`], and the
-//! [`header`] every producer fills the same way.
+//! [`header`] every producer fills the same way, and the [`gpu_env`] of a process that scan
+//! and `run` both keep.
 
+pub mod gpu_env;
 pub mod header;
 pub mod kinds;
 pub mod replay;
@@ -16,6 +18,7 @@ pub mod vantage;
 pub mod whatif;
 pub mod wire;
 
+pub use gpu_env::GpuEnv;
 pub use header::{command_line, command_line_from, now_unix_ms};
 pub use kinds::{
     GapKind, GapReason, MarkerKind, RunErrorKind, StepErrorKind, StepStatus, HUNG_GAP_PREFIX,

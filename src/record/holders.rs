@@ -72,6 +72,7 @@ mod tests {
             pod: None,
             node_minors: None,
             cgroup_minors: None,
+            mounted_device_ids: None,
             name_ms: 0.0,
             name_final: false,
             listed_ms: None,

@@ -757,13 +757,7 @@ fn job_processes(
             first_seen_ms: t.start_ms,
             exit_ms: t.end_ms,
             cuda_visible_devices: t.env("CUDA_VISIBLE_DEVICES"),
-            cuda_device_order: t.env("CUDA_DEVICE_ORDER"),
-            nvidia_visible_devices: t.env("NVIDIA_VISIBLE_DEVICES"),
-            slurm_gpus: ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
-                .into_iter()
-                .find_map(|k| t.env(k).map(|v| (k.to_string(), v))),
-            node_minors: t.node_minors.clone(),
-            cgroup_minors: t.cgroup_minors.clone(),
+            gpu_env: t.gpu_env(),
             pytorch_cuda_alloc_conf: t.env("PYTORCH_CUDA_ALLOC_CONF"),
             pytorch_alloc_conf: t.env("PYTORCH_ALLOC_CONF"),
             in_tree: true,

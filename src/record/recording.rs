@@ -49,21 +49,13 @@ pub struct RecordedProcess {
     /// Its `CUDA_VISIBLE_DEVICES` (`None`: unset or unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_visible_devices: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda_device_order: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nvidia_visible_devices: Option<String>,
-    /// `SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS` (name, value), when set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm_gpus: Option<(String, String)>,
-    /// The minors of the `nvidia<minor>` files in its view of the driver's device directory,
-    /// read while it ran (`None`: not readable, or no directory known): what it can open,
-    /// before its environment (`diagnose::devset`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_minors: Option<Vec<u32>>,
-    /// The minors its v1 device cgroup allows (`None`: all, or not known).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup_minors: Option<Vec<u32>>,
+    /// `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES`, Slurm's GPUs, the device list a device
+    /// plugin mounted, and the minors of the `nvidia<minor>` files in its view of the driver's
+    /// device directory and of its v1 device cgroup, read while it ran: what it can open,
+    /// before its environment (`diagnose::devset`). The same fields as scan's, at the top
+    /// level of the process's JSON.
+    #[serde(flatten)]
+    pub gpu_env: crate::model::GpuEnv,
     /// Its `PYTORCH_CUDA_ALLOC_CONF` (`None`: unset or unknown), read before suggesting
     /// `expandable_segments:True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,11 +84,7 @@ impl RecordedProcess {
             first_seen_ms,
             exit_ms: None,
             cuda_visible_devices: None,
-            cuda_device_order: None,
-            nvidia_visible_devices: None,
-            slurm_gpus: None,
-            node_minors: None,
-            cgroup_minors: None,
+            gpu_env: crate::model::GpuEnv::default(),
             pytorch_cuda_alloc_conf: None,
             pytorch_alloc_conf: None,
             in_tree,

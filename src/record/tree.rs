@@ -40,6 +40,10 @@ pub struct TreeProcess {
     /// device cgroup allows, read once ([`crate::host::devices::access`]; `None`: unknown).
     pub node_minors: Option<Vec<u32>>,
     pub cgroup_minors: Option<Vec<u32>>,
+    /// Where `NVIDIA_VISIBLE_DEVICES` names a directory (the device plugin's volume-mounts
+    /// strategy), the device IDs mounted there, read once (`None`: no such directory, or
+    /// unreadable).
+    pub mounted_device_ids: Option<Vec<String>>,
     /// When `name` was last read from the process itself (alive, same start time).
     pub name_ms: f64,
     /// `name` was read after the process ended (its zombie, before it was reaped): its
@@ -47,6 +51,11 @@ pub struct TreeProcess {
     pub name_final: bool,
     /// When a process list first named it.
     pub listed_ms: Option<f64>,
+}
+
+/// The value of `key` among the variables read of a process ([`GPU_ENV`]).
+fn env_of(vars: &[(String, String)], key: &str) -> Option<String> {
+    vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
 }
 
 /// The environment variables that decide which GPUs a process sees.
@@ -77,10 +86,17 @@ impl TreeProcess {
 
     /// The value of one of [`GPU_ENV`].
     pub fn env(&self, key: &str) -> Option<String> {
-        self.gpu_env
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
+        env_of(&self.gpu_env, key)
+    }
+
+    /// Its [`crate::model::GpuEnv`], as the recording keeps it.
+    pub fn gpu_env(&self) -> crate::model::GpuEnv {
+        crate::model::GpuEnv {
+            mounted_device_ids: self.mounted_device_ids.clone(),
+            node_minors: self.node_minors.clone(),
+            cgroup_minors: self.cgroup_minors.clone(),
+            ..crate::model::GpuEnv::from_vars(|k| self.env(k))
+        }
     }
 }
 
@@ -145,7 +161,7 @@ fn details(
             &v,
         )))
     });
-    let gpu_env = host::environ(pid)
+    let gpu_env: Vec<(String, String)> = host::environ(pid)
         .map(|env| {
             GPU_ENV
                 .iter()
@@ -156,6 +172,9 @@ fn details(
                 .collect()
         })
         .unwrap_or_default();
+    let mounted_device_ids = crate::model::GpuEnv::from_vars(|k| env_of(&gpu_env, k))
+        .mount_dir()
+        .and_then(|dir| host::container::dir_entries(pid, dir).ok());
     let pod = crate::pods::cgroup_pod(pid).map(Box::new);
     TreeProcess {
         gpu_env,
@@ -163,6 +182,7 @@ fn details(
         pod,
         node_minors,
         cgroup_minors,
+        mounted_device_ids,
         pid,
         ppid: Some(ppid),
         nspid,

@@ -66,6 +66,7 @@ fn a_name_read_before_the_first_listing_is_unknown() {
         pod: None,
         node_minors: None,
         cgroup_minors: None,
+        mounted_device_ids: None,
         name_ms,
         name_final,
         listed_ms,
@@ -140,4 +141,64 @@ fn a_process_carrying_the_job_s_variable_joins_with_its_descendants() {
     assert_eq!(sleep.ppid, Some(sh));
     assert_eq!(sleep.via, None, "a member's child is a descendant");
     assert!(all.iter().all(|t| t.pid != other), "{all:?}");
+}
+
+/// A member's GPU environment as the recording keeps it is scan's shape, read by the same
+/// rules: values trimmed, Slurm's step list only when it names something (an empty
+/// `SLURM_STEP_GPUS` does not hide the job's list), and what was read of its view kept.
+#[test]
+fn a_members_gpu_env_is_read_as_scan_reads_a_process() {
+    let vars = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let tp = TreeProcess {
+        pid: 10,
+        ppid: Some(1),
+        nspid: vec![],
+        name: None,
+        cmdline: None,
+        start_time: 0,
+        start_ms: 0.0,
+        end_ms: None,
+        gpu_env: vars(&[
+            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID "),
+            (
+                "NVIDIA_VISIBLE_DEVICES",
+                "/var/run/nvidia-container-devices",
+            ),
+            ("SLURM_STEP_GPUS", ""),
+            ("SLURM_JOB_GPUS", "2"),
+        ]),
+        via: None,
+        pod: None,
+        node_minors: Some(vec![1]),
+        cgroup_minors: None,
+        mounted_device_ids: Some(vec!["GPU-1".into()]),
+        name_ms: 0.0,
+        name_final: false,
+        listed_ms: None,
+    };
+    let env = tp.gpu_env();
+    let scan = crate::inventory::gpu_env_from_environ(&crate::host::Environ::from_bytes(
+        b"CUDA_DEVICE_ORDER=PCI_BUS_ID \0NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices\0\
+          SLURM_STEP_GPUS=\0SLURM_JOB_GPUS=2\0",
+    ));
+    assert_eq!(env.cuda_device_order.as_deref(), Some("PCI_BUS_ID"));
+    assert_eq!(
+        env.slurm_gpus,
+        Some(("SLURM_JOB_GPUS".to_string(), "2".to_string()))
+    );
+    assert_eq!(env.mount_dir(), Some("/var/run/nvidia-container-devices"));
+    assert_eq!(env.mounted_device_ids, Some(vec!["GPU-1".to_string()]));
+    assert_eq!(env.node_minors, Some(vec![1]));
+    assert_eq!(
+        crate::model::GpuEnv {
+            mounted_device_ids: None,
+            node_minors: None,
+            ..env
+        },
+        scan
+    );
 }

@@ -56,7 +56,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
         let ambiguous = raw_cvd.is_some_and(|c| {
             crate::diagnose::visibility::index_order_ambiguous(
                 c,
-                rp.cuda_device_order.as_deref(),
+                rp.gpu_env.cuda_device_order.as_deref(),
                 cx.rec.devices.iter().map(|d| d.name.as_str()),
             )
         });
@@ -76,17 +76,9 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             pod: None,
             devices: peaks,
         };
-        let env = crate::inventory::GpuEnv {
-            cuda_device_order: rp.cuda_device_order.clone(),
-            nvidia_visible_devices: rp.nvidia_visible_devices.clone(),
-            mounted_device_ids: None,
-            slurm_gpus: rp.slurm_gpus.clone(),
-            node_minors: rp.node_minors.clone(),
-            cgroup_minors: rp.cgroup_minors.clone(),
-        };
         let Some(mut f) = crate::diagnose::stray::stray_context_of(
             &view,
-            Some(&env),
+            Some(&rp.gpu_env),
             &gpus_info,
             cx.th.context_sized_max,
             cx.th.main_work_min,
@@ -122,7 +114,7 @@ pub(super) fn stray_context(cx: &Prepared) -> Vec<Finding> {
             .evidence
             .iter()
             .any(|e| e.label.starts_with("NVIDIA_VISIBLE_DEVICES"));
-        if let (Some(n), false) = (&rp.nvidia_visible_devices, shown) {
+        if let (Some(n), false) = (&rp.gpu_env.nvidia_visible_devices, shown) {
             f.evidence.push(ev("NVIDIA_VISIBLE_DEVICES", n.clone()));
         }
         out.push(f);

@@ -327,7 +327,7 @@ fn stray_context_shows_nvidia_visible_devices_once() {
     j.proc_(10, Some("0"), None);
     j.set(100.0, 10, 0, gib(8.0)).set(200.0, 10, 1, gib(3.0));
     let mut rec = j.build();
-    rec.processes[0].nvidia_visible_devices = Some("all".into());
+    rec.processes[0].gpu_env.nvidia_visible_devices = Some("all".into());
     let f = find(&rec, ids::STRAY_CONTEXT);
     assert_eq!(nvd_labels(&f), 1, "{:?}", f.evidence);
     assert!(has(&f, "NVIDIA_VISIBLE_DEVICES (its container's GPUs)"));
@@ -336,7 +336,7 @@ fn stray_context_shows_nvidia_visible_devices_once() {
     j.proc_(10, Some("MIG-x"), None);
     j.set(100.0, 10, 1, gib(8.0)).set(200.0, 10, 0, 448 * MIB);
     let mut rec = j.build();
-    rec.processes[0].nvidia_visible_devices = Some("all".into());
+    rec.processes[0].gpu_env.nvidia_visible_devices = Some("all".into());
     let f = find(&rec, ids::STRAY_CONTEXT);
     assert_eq!(nvd_labels(&f), 1, "{:?}", f.evidence);
     assert!(has(&f, "NVIDIA_VISIBLE_DEVICES"));
@@ -417,7 +417,7 @@ fn stray_context_ignores_integer_cvd_on_a_mixed_box_without_pci_order() {
     // CUDA's fastest-first order may put physical GPU 1 at ordinal 0: no finding from (a),
     // and 3 GiB is not context-sized for (b).
     assert!(!ids_of(&rec).contains(&ids::STRAY_CONTEXT.to_string()));
-    rec.processes[0].cuda_device_order = Some("PCI_BUS_ID".into());
+    rec.processes[0].gpu_env.cuda_device_order = Some("PCI_BUS_ID".into());
     assert!(ids_of(&rec).contains(&ids::STRAY_CONTEXT.to_string()));
 }
 
@@ -740,7 +740,7 @@ fn stray_context_over_time_reads_slurms_gpus_through_minors() {
         for (d, m) in rec.devices.iter_mut().zip([1, 0]) {
             d.minor = Some(m);
         }
-        rec.processes[0].slurm_gpus = slurm.map(|v| ("SLURM_JOB_GPUS".into(), v.into()));
+        rec.processes[0].gpu_env.slurm_gpus = slurm.map(|v| ("SLURM_JOB_GPUS".into(), v.into()));
         rec
     };
     // Without Slurm's variable the job looks stray (the case this fixes).
@@ -767,7 +767,7 @@ fn stray_context_over_time_reads_the_device_files_the_process_could_open() {
         for (d, m) in rec.devices.iter_mut().zip([1, 0]) {
             d.minor = Some(m);
         }
-        rec.processes[0].node_minors = node_minors;
+        rec.processes[0].gpu_env.node_minors = node_minors;
         rec
     };
     assert!(ids_of(&job(None)).contains(&ids::STRAY_CONTEXT.to_string()));
