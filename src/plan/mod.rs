@@ -354,15 +354,23 @@ fn holders(d: &DevicePlan) -> String {
     }
 }
 
+/// Why `d` does not start, in the order vLLM's own checks come.
+///
+/// From 0.9 (V1), the worker refuses at once when less than the budget is free
+/// (`Worker.init_device`), before it loads anything; then the cache blocks and the request
+/// length (`check_enough_kv_cache_memory`), and graphs are captured inside the budget from
+/// 0.21. Before 0.9 (V0, and V1 in 0.8), nothing is checked at start: the weights are
+/// loaded and the profile run made (memory the neighbours leave short fails there first),
+/// then the cache's size is checked before the cache is allocated (V0:
+/// `raise_if_cache_size_invalid` in `Worker.initialize_cache`, vllm/worker/worker.py: no
+/// cache blocks, fewer block tokens than `max_model_len`; V1: `check_enough_kv_cache_memory`
+/// in vllm/v1/core/kv_cache_utils.py), so those fail before the allocation that the
+/// neighbours' memory breaks, and CUDA graphs are captured last, beside the budget
+/// (`_warm_up_model`, `compile_or_warm_up_model`).
 fn shortfall(d: &DevicePlan, opts: &VllmOptions, request: u64, len: u64) -> Option<String> {
     let u = opts.gpu_memory_utilization;
-    if d.free_at_startup < d.budget {
-        let how = if opts.version.checks_free_at_startup() {
-            "refuses to start"
-        } else {
-            "runs out of memory allocating its KV cache"
-        };
-        return Some(format!(
+    let free_short = |how: &str| {
+        format!(
             "GPU {}: vLLM {} {how}: gpu_memory_utilization {u} needs {} free (of {}), {} is \
              free at start-up; {}",
             d.index,
@@ -371,38 +379,68 @@ fn shortfall(d: &DevicePlan, opts: &VllmOptions, request: u64, len: u64) -> Opti
             format_bytes(d.total),
             format_bytes(d.free_at_startup),
             holders(d)
-        ));
+        )
+    };
+    let graphs_short = || {
+        (!d.cudagraph_in_budget && d.free_at_startup.saturating_sub(d.budget) < d.cudagraph_bytes)
+            .then(|| {
+                format!(
+                    "GPU {}: CUDA-graph capture needs about {} beside the {} budget, {} is left \
+                     ({}); lower gpu_memory_utilization or pass --enforce-eager",
+                    d.index,
+                    format_bytes(d.cudagraph_bytes),
+                    format_bytes(d.budget),
+                    format_bytes(d.free_at_startup.saturating_sub(d.budget)),
+                    holders(d)
+                )
+            })
+    };
+    let cache_short = || {
+        if d.kv_bytes == 0 {
+            return Some(format!(
+                "GPU {}: weights ({}) and the profiling peak fill the {} budget: no room for \
+                 the KV cache (\"No available memory for the cache blocks\")",
+                d.index,
+                format_bytes(d.weights_bytes),
+                format_bytes(d.budget)
+            ));
+        }
+        (d.kv_bytes < request).then(|| {
+            format!(
+                "GPU {}: one request of max_model_len {len} needs {} of KV cache, {} is left \
+                 in the budget",
+                d.index,
+                format_bytes(request),
+                format_bytes(d.kv_bytes)
+            )
+        })
+    };
+    if opts.version.checks_free_at_startup() {
+        if d.free_at_startup < d.budget {
+            return Some(free_short("refuses to start"));
+        }
+        return graphs_short().or_else(cache_short);
     }
-    if !d.cudagraph_in_budget && d.free_at_startup - d.budget < d.cudagraph_bytes {
+    let before_cache =
+        d.weights_bytes + d.rotary_cache_bytes + d.non_torch_bytes + d.activation_bytes;
+    if d.free_at_startup < before_cache {
         return Some(format!(
-            "GPU {}: CUDA-graph capture needs about {} beside the {} budget, {} is left \
-             ({}); lower gpu_memory_utilization or pass --enforce-eager",
+            "GPU {}: vLLM {} runs out of memory before its KV cache: the weights and the \
+             profile run need about {}, {} is free at start-up; {}",
             d.index,
-            format_bytes(d.cudagraph_bytes),
-            format_bytes(d.budget),
-            format_bytes(d.free_at_startup - d.budget),
+            opts.version.label(),
+            format_bytes(before_cache),
+            format_bytes(d.free_at_startup),
             holders(d)
         ));
     }
-    if d.kv_bytes == 0 {
-        return Some(format!(
-            "GPU {}: weights ({}) and the profiling peak fill the {} budget: no room for the \
-             KV cache (\"No available memory for the cache blocks\")",
-            d.index,
-            format_bytes(d.weights_bytes),
-            format_bytes(d.budget)
-        ));
+    if let Some(why) = cache_short() {
+        return Some(why);
     }
-    if d.kv_bytes < request {
-        return Some(format!(
-            "GPU {}: one request of max_model_len {len} needs {} of KV cache, {} is left in \
-             the budget",
-            d.index,
-            format_bytes(request),
-            format_bytes(d.kv_bytes)
-        ));
+    if d.free_at_startup < d.budget {
+        return Some(free_short("runs out of memory allocating its KV cache"));
     }
-    None
+    graphs_short()
 }
 
 /// The largest utilisation that starts on every GPU, and the longest request it then

@@ -333,3 +333,111 @@ fn pipeline_stages_take_layers_as_vllm_partitions_them() {
         None
     );
 }
+
+/// One GPU of 24 GiB whose neighbours leave 23 GiB free: a 0.98 budget overlaps them, and
+/// the 16 GiB of weights and peaks leave 7.5 GiB of KV cache, short of a 128 Ki-token
+/// request (16 GiB at 128 KiB per token).
+fn overlapping_gpu() -> (super::DevicePlan, u64) {
+    const GIB: u64 = 1 << 30;
+    let total = 24 * GIB;
+    let budget = (0.98 * total as f64).ceil() as u64;
+    let fixed = 16 * GIB;
+    let d = super::DevicePlan {
+        index: 0,
+        uuid: "GPU-0".into(),
+        name: "test".into(),
+        total,
+        free: 23 * GIB,
+        free_at_startup: 23 * GIB,
+        others: vec![super::Other {
+            pid: 42,
+            name: Some("neighbour".into()),
+            bytes: Some(GIB),
+        }],
+        layers: 32,
+        kv_bytes_per_token: 128 << 10,
+        budget,
+        weights_bytes: fixed - GIB,
+        rotary_cache_bytes: 0,
+        non_torch_bytes: GIB / 2,
+        activation_bytes: GIB / 2,
+        cudagraph_bytes: GIB / 2,
+        cudagraph_in_budget: false,
+        kv_bytes: budget - fixed,
+        kv_tokens: 0,
+        short: None,
+    };
+    (d, 131072 * (128 << 10))
+}
+
+fn options(version: &str) -> super::VllmOptions {
+    super::VllmOptions {
+        vllm_version: version.into(),
+        tensor_parallel_size: 1,
+        pipeline_parallel_size: 1,
+        max_model_len: Some(131072),
+        gpu_memory_utilization: 0.98,
+        kv_cache_dtype: "auto".into(),
+        max_num_seqs: None,
+        max_num_batched_tokens: None,
+        enforce_eager: false,
+        version: Version::parse(version).unwrap(),
+    }
+}
+
+/// vLLM's checks in vLLM's order: from 0.9 the free-memory check at start-up refuses first;
+/// before 0.9 the cache's size (blocks, then the request length) is checked before the
+/// cache is allocated (`Worker.initialize_cache`), so a request too long fails there even
+/// where the allocation would fail too (vllm#13061), and memory too short for the weights and
+/// the profile run fails before either.
+#[test]
+fn shortfalls_come_in_the_order_vllm_checks_them() {
+    let (d, request) = overlapping_gpu();
+    let why = |d: &super::DevicePlan, v: &str| {
+        super::shortfall(d, &options(v), request, 131072).unwrap_or_default()
+    };
+    assert!(
+        why(&d, "0.9").contains("refuses to start"),
+        "{}",
+        why(&d, "0.9")
+    );
+    assert!(
+        why(&d, "0.7").contains("one request of max_model_len 131072"),
+        "{}",
+        why(&d, "0.7")
+    );
+    // A request that fits: before 0.9 the allocation is what fails.
+    let fits = super::shortfall(&d, &options("0.7"), d.kv_bytes, 131072).unwrap_or_default();
+    assert!(
+        fits.contains("runs out of memory allocating its KV cache"),
+        "{fits}"
+    );
+    assert!(fits.contains("PID 42 (neighbour)"), "{fits}");
+    // No cache blocks at all: named before the request length.
+    let none = super::DevicePlan {
+        kv_bytes: 0,
+        ..d.clone()
+    };
+    assert!(
+        why(&none, "0.7").contains("no room for the KV cache"),
+        "{}",
+        why(&none, "0.7")
+    );
+    // Less free than the weights and the profile run: that comes first.
+    let tight = super::DevicePlan {
+        free_at_startup: 10 << 30,
+        ..d.clone()
+    };
+    assert!(
+        why(&tight, "0.7").contains("runs out of memory before its KV cache"),
+        "{}",
+        why(&tight, "0.7")
+    );
+    // Enough free for the budget: graph capture after the cache, beside the budget.
+    let room = super::DevicePlan {
+        free_at_startup: d.budget + (d.cudagraph_bytes / 2),
+        ..d.clone()
+    };
+    let g = super::shortfall(&room, &options("0.7"), d.kv_bytes, 131072).unwrap_or_default();
+    assert!(g.contains("CUDA-graph capture"), "{g}");
+}

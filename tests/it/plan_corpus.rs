@@ -287,7 +287,7 @@ fn model_dir(case_dir: &Path, dir: &Path) -> u64 {
 
 /// The failure kind a plan's reason names (see [`Observed::failure`]).
 fn failure_kind(reason: &str) -> &'static str {
-    if reason.contains("refuses to start") || reason.contains("runs out of memory allocating") {
+    if reason.contains("refuses to start") || reason.contains("runs out of memory") {
         "free"
     } else if reason.contains("no room for the KV cache") {
         "no_kv"
