@@ -646,23 +646,8 @@ mod tests {
     #[test]
     fn only_descendants_and_marker_carriers_are_signalled() {
         let tp = |via: Option<&str>| crate::record::tree::TreeProcess {
-            pid: 1,
-            ppid: None,
-            nspid: vec![],
-            name: None,
-            cmdline: None,
-            start_time: 0,
-            start_ms: 0.0,
-            end_ms: None,
-            gpu_env: vec![],
             via: via.map(String::from),
-            pod: None,
-            node_minors: None,
-            cgroup_minors: None,
-            mounted_device_ids: None,
-            name_ms: 0.0,
-            name_final: false,
-            listed_ms: None,
+            ..crate::record::tree::TreeProcess::bare(1)
         };
         assert!(ours_to_signal(&tp(None)));
         assert!(ours_to_signal(&tp(Some("environment VRAMDOC_MARKERS"))));

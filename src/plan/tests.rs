@@ -396,16 +396,12 @@ fn shortfalls_come_in_the_order_vllm_checks_them() {
     let why = |d: &super::DevicePlan, v: &str| {
         super::shortfall(d, &options(v), request, 131072).unwrap_or_default()
     };
-    assert!(
-        why(&d, "0.9").contains("refuses to start"),
-        "{}",
-        why(&d, "0.9")
-    );
-    assert!(
-        why(&d, "0.7").contains("one request of max_model_len 131072"),
-        "{}",
-        why(&d, "0.7")
-    );
+    let says = |d: &super::DevicePlan, v: &str, text: &str| {
+        let w = why(d, v);
+        assert!(w.contains(text), "{v}: {w}");
+    };
+    says(&d, "0.9", "refuses to start");
+    says(&d, "0.7", "one request of max_model_len 131072");
     // A request that fits: before 0.9 the allocation is what fails.
     let fits = super::shortfall(&d, &options("0.7"), d.kv_bytes, 131072).unwrap_or_default();
     assert!(
@@ -418,21 +414,13 @@ fn shortfalls_come_in_the_order_vllm_checks_them() {
         kv_bytes: 0,
         ..d.clone()
     };
-    assert!(
-        why(&none, "0.7").contains("no room for the KV cache"),
-        "{}",
-        why(&none, "0.7")
-    );
+    says(&none, "0.7", "no room for the KV cache");
     // Less free than the weights and the profile run: that comes first.
     let tight = super::DevicePlan {
         free_at_startup: 10 << 30,
         ..d.clone()
     };
-    assert!(
-        why(&tight, "0.7").contains("runs out of memory before its KV cache"),
-        "{}",
-        why(&tight, "0.7")
-    );
+    says(&tight, "0.7", "runs out of memory before its KV cache");
     // Enough free for the budget: graph capture after the cache, beside the budget.
     let room = super::DevicePlan {
         free_at_startup: d.budget + (d.cudagraph_bytes / 2),

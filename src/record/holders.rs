@@ -59,23 +59,8 @@ mod tests {
 
     fn member(pid: u32) -> TreeProcess {
         TreeProcess {
-            pid,
-            ppid: None,
-            nspid: Vec::new(),
-            name: None,
-            cmdline: None,
             start_time: crate::host::start_time(pid).unwrap_or(0),
-            start_ms: 0.0,
-            end_ms: None,
-            gpu_env: Vec::new(),
-            via: None,
-            pod: None,
-            node_minors: None,
-            cgroup_minors: None,
-            mounted_device_ids: None,
-            name_ms: 0.0,
-            name_final: false,
-            listed_ms: None,
+            ..TreeProcess::bare(pid)
         }
     }
 

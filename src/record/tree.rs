@@ -70,6 +70,31 @@ pub const GPU_ENV: [&str; 7] = [
 ];
 
 impl TreeProcess {
+    /// Process `pid` with nothing else known (no parent, name, environment or times): the
+    /// start of a test's member, its other fields set with `..TreeProcess::bare(pid)`.
+    #[cfg(test)]
+    pub(crate) fn bare(pid: u32) -> TreeProcess {
+        TreeProcess {
+            pid,
+            ppid: None,
+            nspid: Vec::new(),
+            name: None,
+            cmdline: None,
+            start_time: 0,
+            start_ms: 0.0,
+            end_ms: None,
+            gpu_env: Vec::new(),
+            via: None,
+            pod: None,
+            node_minors: None,
+            cgroup_minors: None,
+            mounted_device_ids: None,
+            name_ms: 0.0,
+            name_final: false,
+            listed_ms: None,
+        }
+    }
+
     /// Whether this is the process a line's prefix names as `pid` (its PID here, or in its
     /// own namespace).
     pub fn named_by(&self, pid: u32) -> bool {

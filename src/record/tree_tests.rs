@@ -53,23 +53,13 @@ fn sees_children_and_grandchildren_and_their_exit() {
 #[test]
 fn a_name_read_before_the_first_listing_is_unknown() {
     let tp = |name_ms: f64, listed_ms: Option<f64>, name_final: bool| TreeProcess {
-        pid: 10,
         ppid: Some(1),
-        nspid: vec![],
         name: Some("sh".into()),
-        cmdline: None,
-        start_time: 0,
-        start_ms: 0.0,
         end_ms: Some(900.0),
-        gpu_env: vec![],
-        via: None,
-        pod: None,
-        node_minors: None,
-        cgroup_minors: None,
-        mounted_device_ids: None,
         name_ms,
         name_final,
         listed_ms,
+        ..TreeProcess::bare(10)
     };
     assert_eq!(tp(100.0, Some(500.0), false).known_name(), None);
     assert_eq!(tp(500.0, Some(500.0), false).known_name(), Some("sh"));
@@ -154,14 +144,7 @@ fn a_members_gpu_env_is_read_as_scan_reads_a_process() {
             .collect()
     };
     let tp = TreeProcess {
-        pid: 10,
         ppid: Some(1),
-        nspid: vec![],
-        name: None,
-        cmdline: None,
-        start_time: 0,
-        start_ms: 0.0,
-        end_ms: None,
         gpu_env: vars(&[
             ("CUDA_DEVICE_ORDER", "PCI_BUS_ID "),
             (
@@ -171,14 +154,9 @@ fn a_members_gpu_env_is_read_as_scan_reads_a_process() {
             ("SLURM_STEP_GPUS", ""),
             ("SLURM_JOB_GPUS", "2"),
         ]),
-        via: None,
-        pod: None,
         node_minors: Some(vec![1]),
-        cgroup_minors: None,
         mounted_device_ids: Some(vec!["GPU-1".into()]),
-        name_ms: 0.0,
-        name_final: false,
-        listed_ms: None,
+        ..TreeProcess::bare(10)
     };
     let env = tp.gpu_env();
     let scan = crate::inventory::gpu_env_from_environ(&crate::host::Environ::from_bytes(
